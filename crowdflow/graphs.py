@@ -1,0 +1,297 @@
+"""Interaction graphs and the identifiability checks run before any fit.
+
+- Worker interaction graph (labels): workers i, j are adjacent iff they labelled a common task
+  (N = B Bᵀ with the diagonal zeroed). Single-coin skills are identifiable on a component iff it is
+  not bipartite (spec skills-rank-one.md §3.1–3.2); an isolated worker has no partner at all.
+- Comparison graph (pairwise data): global scores are comparable only within a connected
+  component (spec robust-hodgerank.md §5).
+- Agent graph (personal models): must be connected with positive, symmetric weights
+  (spec personal-models-djam.md).
+
+Everything is sparse (``scipy.sparse.csgraph``); bipartiteness is decided for all components at once
+with the bipartite double cover: a component splits into two copies in the cover iff it is bipartite.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
+
+from crowdflow.labels import LabelMatrix
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Components:
+    """Connected components of an undirected graph, with bipartiteness.
+
+    Attributes
+    ----------
+    labels : numpy.ndarray
+        Component id per node, numbered 0.. in order of each component's smallest node id.
+    n_components : int
+    bipartite : numpy.ndarray
+        bool per component: True iff the component has no odd cycle (isolated nodes count as bipartite).
+    colour : numpy.ndarray
+        0/1 per node: a proper 2-colouring inside bipartite components (meaningless elsewhere).
+    sizes : numpy.ndarray
+        Nodes per component.
+    """
+
+    labels: np.ndarray
+    n_components: int
+    bipartite: np.ndarray
+    colour: np.ndarray
+    sizes: np.ndarray
+
+
+def _symmetric_pattern(adj: sp.spmatrix) -> sp.csr_matrix:
+    a = sp.csr_matrix(adj, copy=True)
+    a.setdiag(0)
+    a.eliminate_zeros()
+    a = ((a != 0) + (a.T != 0)).astype(np.int8)
+    return sp.csr_matrix(a)
+
+
+def components(adj: sp.spmatrix) -> Components:
+    """Connected components and bipartiteness of the undirected graph with adjacency ``adj``.
+
+    Bipartite double cover: nodes (i, 0) and (i, 1); each edge {i, j} becomes (i,0)–(j,1) and
+    (i,1)–(j,0). A connected component K of the graph lifts to one cover component iff K has an odd
+    cycle, and to two (the colour classes swapped) iff K is bipartite. O(n + |E|).
+
+    Parameters
+    ----------
+    adj : scipy.sparse matrix
+        n×n; any nonzero off-diagonal entry is an edge (made symmetric; self-loops ignored).
+
+    Returns
+    -------
+    Components
+    """
+    a = _symmetric_pattern(adj)
+    n = a.shape[0]
+    n_comp, raw = connected_components(a, directed=False)
+    # renumber components by smallest member so ids are stable under row permutations of the input
+    first = np.full(n_comp, n, dtype=np.int64)
+    np.minimum.at(first, raw, np.arange(n))
+    remap = np.empty(n_comp, dtype=np.int64)
+    remap[np.argsort(first, kind="stable")] = np.arange(n_comp)
+    comp = remap[raw]
+    cover = sp.bmat([[None, a], [a, None]], format="csr")
+    _, cov = connected_components(cover, directed=False)
+    same = cov[:n] == cov[n:]  # node meets its own copy: odd cycle in its component
+    odd = np.zeros(n_comp, dtype=bool)
+    np.logical_or.at(odd, comp, same)
+    colour = (cov[:n] > cov[n:]).astype(np.int8)
+    sizes = np.bincount(comp, minlength=n_comp)
+    return Components(labels=comp, n_components=n_comp, bipartite=~odd, colour=colour, sizes=sizes)
+
+
+def co_label_counts(lm: LabelMatrix) -> sp.csr_matrix:
+    """N = B Bᵀ with zero diagonal: N_ij = number of tasks labelled by both workers i and j.
+
+    Spec skills-rank-one.md §1.4/§2.1. Sparse product; never a dense W×W.
+    """
+    b = lm.incidence()
+    n = (b @ b.T).tocsr()
+    n.setdiag(0)
+    n.eliminate_zeros()
+    return n
+
+
+@dataclass(frozen=True)
+class WorkerGraphReport:
+    """Identifiability of the worker interaction graph.
+
+    Attributes
+    ----------
+    workers : pandas.DataFrame
+        worker, component, n_labels, n_partners, status (``ok`` | ``bipartite_component`` |
+        ``isolated``).
+    components : pandas.DataFrame
+        component, n_workers, n_edges, n_labels, bipartite, colour_sizes, status, workers (first 20 ids).
+    co_labels : scipy.sparse.csr_matrix
+        N (see :func:`co_label_counts`), returned so fits do not rebuild it.
+    graph : Components
+    """
+
+    workers: pd.DataFrame
+    components: pd.DataFrame
+    co_labels: sp.csr_matrix
+    graph: Components
+
+    @property
+    def failing(self) -> pd.DataFrame:
+        """Components whose status is not ``ok``."""
+        return self.components[self.components["status"] != "ok"]
+
+
+def worker_graph_report(lm: LabelMatrix, max_listed: int = 20) -> WorkerGraphReport:
+    """Components, bipartiteness and isolated workers of the worker interaction graph.
+
+    Spec skills-rank-one.md §3.2: a component is ``ok`` iff it contains an odd cycle; a bipartite
+    component (a single edge, a tree, an even cycle…) does not identify its skills; a worker with no
+    co-labeller is ``isolated``.
+
+    Parameters
+    ----------
+    lm : LabelMatrix
+    max_listed : int
+        How many worker ids to list per component.
+    """
+    n = co_label_counts(lm)
+    g = components(n)
+    n_labels = lm.labels_per_worker()
+    n_partners = np.diff(n.indptr)
+    comp_status = np.where(g.bipartite, "bipartite_component", "ok").astype(object)
+    comp_status[(g.sizes == 1)] = "isolated"
+    worker_status = comp_status[g.labels]
+    workers = pd.DataFrame(
+        {
+            "worker": lm.workers.astype(str),
+            "component": g.labels,
+            "n_labels": n_labels.astype(np.int64),
+            "n_partners": n_partners.astype(np.int64),
+            "status": worker_status.astype(str),
+        }
+    )
+    edges_per_comp = np.bincount(g.labels, weights=n_partners, minlength=g.n_components) / 2
+    labels_per_comp = np.bincount(g.labels, weights=n_labels, minlength=g.n_components)
+    colour1 = np.bincount(g.labels, weights=g.colour, minlength=g.n_components).astype(np.int64)
+    order = np.argsort(g.labels, kind="stable")
+    starts = np.searchsorted(g.labels[order], np.arange(g.n_components))
+    listed = [
+        lm.workers[order[s : s + min(int(sz), max_listed)]].astype(str).tolist()
+        for s, sz in zip(starts, g.sizes, strict=True)
+    ]
+    colour_sizes = [
+        f"{int(sz - c1)}/{int(c1)}" if bip else ""
+        for sz, c1, bip in zip(g.sizes, colour1, g.bipartite, strict=True)
+    ]
+    comps = pd.DataFrame(
+        {
+            "component": np.arange(g.n_components, dtype=np.int64),
+            "n_workers": g.sizes.astype(np.int64),
+            "n_edges": edges_per_comp.astype(np.int64),
+            "n_labels": labels_per_comp.astype(np.int64),
+            "bipartite": g.bipartite,
+            "colour_sizes": colour_sizes,
+            "status": comp_status.astype(str),
+            "workers": [",".join(w) for w in listed],
+        }
+    )
+    return WorkerGraphReport(workers=workers, components=comps, co_labels=n, graph=g)
+
+
+def describe_failures(report: WorkerGraphReport, limit: int = 10) -> str:
+    """One human-readable line per failing component (id, status, size, colour classes, workers)."""
+    lines = []
+    failing = report.failing
+    for row in failing.head(limit).itertuples(index=False):
+        more = row.n_workers - len(row.workers.split(",")) if row.workers else 0
+        extra = f" (+{more} more)" if more > 0 else ""
+        colours = f", colour classes {row.colour_sizes}" if row.status == "bipartite_component" else ""
+        lines.append(
+            f"component {row.component}: {row.status}, {row.n_workers} workers{colours}, "
+            f"{row.n_labels} labels: [{row.workers}]{extra}"
+        )
+    if len(failing) > limit:
+        lines.append(f"... and {len(failing) - limit} more failing components")
+    return "\n".join(lines)
+
+
+def item_components(item_a: np.ndarray, item_b: np.ndarray, n_items: int) -> Components:
+    """Components of the comparison graph: items adjacent iff compared at least once.
+
+    Parameters
+    ----------
+    item_a, item_b : numpy.ndarray
+        Dense item codes of each comparison.
+    n_items : int
+    """
+    data = np.ones(item_a.size, dtype=np.int8)
+    adj = sp.csr_matrix((data, (item_a, item_b)), shape=(n_items, n_items))
+    return components(adj)
+
+
+@dataclass(frozen=True)
+class AgentGraphReport:
+    """Checks on the agent similarity graph (personal models).
+
+    Attributes
+    ----------
+    n_agents, n_components : int
+    nonpositive_weights : pandas.DataFrame
+        Edge rows (source, target, weight) with weight <= 0 or not finite.
+    asymmetric : pandas.DataFrame
+        source, target, weight, reverse_weight where both directions are given with different weights.
+    agents_without_edges : list of str
+    unknown_agents : list of str
+        Edge endpoints missing from the agents table.
+    """
+
+    n_agents: int
+    n_components: int
+    nonpositive_weights: pd.DataFrame
+    asymmetric: pd.DataFrame
+    agents_without_edges: list[str]
+    unknown_agents: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.n_components == 1
+            and self.nonpositive_weights.empty
+            and self.asymmetric.empty
+            and not self.unknown_agents
+        )
+
+
+def agent_graph_report(edges: pd.DataFrame, agents: list[str] | np.ndarray) -> AgentGraphReport:
+    """Connectivity, positivity and symmetry of an undirected weighted agent graph.
+
+    An edge given in both directions must carry the same weight; an edge given once is read as
+    undirected.
+
+    Parameters
+    ----------
+    edges : pandas.DataFrame
+        Columns ``source, target, weight``.
+    agents : array-like of str
+        All agent ids.
+    """
+    agents_arr = np.asarray(sorted({str(a) for a in agents}), dtype=object)
+    src = edges["source"].astype(str).to_numpy()
+    dst = edges["target"].astype(str).to_numpy()
+    w = pd.to_numeric(edges["weight"], errors="coerce").to_numpy(dtype=np.float64)
+    bad_w = ~np.isfinite(w) | (w <= 0)
+    nonpos = edges.loc[bad_w, ["source", "target", "weight"]]
+    known = set(agents_arr.tolist())
+    unknown = sorted((set(src.tolist()) | set(dst.tolist())) - known)
+    e = pd.DataFrame({"source": src, "target": dst, "weight": w})
+    rev = e.rename(columns={"source": "target", "target": "source", "weight": "reverse_weight"})
+    both = e.merge(rev, on=["source", "target"], how="inner")
+    asym = both[~np.isclose(both["weight"], both["reverse_weight"], rtol=1e-12, atol=0)]
+    asym = asym[asym["source"] < asym["target"]].reset_index(drop=True)
+    idx = pd.Categorical(src, categories=agents_arr).codes
+    jdx = pd.Categorical(dst, categories=agents_arr).codes
+    ok = (idx >= 0) & (jdx >= 0) & (idx != jdx)
+    n = agents_arr.size
+    adj = sp.csr_matrix((np.ones(int(ok.sum())), (idx[ok], jdx[ok])), shape=(n, n))
+    g = components(adj)
+    deg = np.diff(_symmetric_pattern(adj).indptr)
+    return AgentGraphReport(
+        n_agents=int(n),
+        n_components=int(g.n_components),
+        nonpositive_weights=nonpos.reset_index(drop=True),
+        asymmetric=asym,
+        agents_without_edges=agents_arr[deg == 0].astype(str).tolist(),
+        unknown_agents=unknown,
+    )

@@ -1,0 +1,404 @@
+"""Reading input tables and writing run outputs.
+
+Readers accept CSV/TSV files, Parquet files and Parquet folders (``pyarrow.dataset``), map the user's
+column names onto the canonical ones of a table contract (``schemas.tables``), accept Crowd-Kit's
+names as they are, keep ids as strings and coerce typed columns, raising :class:`InputError` that names
+the file, the column and example rows. Each file is read from disk once: its bytes are hashed and
+parsed from the same buffer.
+
+Writers are atomic at the run level: every table of a run is written into a hidden staging folder
+``<out>/<pipeline>/.<run_id>.partial`` (each file under a temporary name, then renamed), the manifest
+last, and the folder is renamed to ``<out>/<pipeline>/<run_id>`` only when everything is written. A
+failure removes the staging folder, so a failed run leaves no table behind and never a manifest
+with ``status: completed``; earlier runs are never touched.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+
+from crowdflow.errors import InputError
+from schemas.tables import TableSchema
+
+log = logging.getLogger(__name__)
+
+Format = Literal["auto", "csv", "parquet"]
+_CSV_SUFFIXES = {".csv", ".tsv", ".txt"}
+_PARQUET_SUFFIXES = {".parquet", ".pq", ".parq"}
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class LoadedTable:
+    """A table read from one source, in canonical columns.
+
+    Attributes
+    ----------
+    df : pandas.DataFrame
+        Canonical columns; RangeIndex = 0-based data row position (row number in messages = index + 1).
+    source : str
+        The path it came from.
+    sha256 : str
+        Content fingerprint (file bytes; for a folder, a hash over its Parquet files' names and hashes).
+    format : str
+        ``csv`` or ``parquet``.
+    renamed : dict
+        Input column → canonical column for every renamed column.
+    """
+
+    df: pd.DataFrame
+    source: str
+    sha256: str
+    format: str
+    renamed: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.df)
+
+
+def _hash_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fingerprint(path: str | os.PathLike[str]) -> str:
+    """SHA-256 of a file, or of a folder's Parquet files (sorted relative names and their hashes)."""
+    p = Path(path)
+    if p.is_dir():
+        h = hashlib.sha256()
+        for f in sorted(p.rglob("*")):
+            if f.is_file() and not f.name.startswith((".", "_")):
+                h.update(str(f.relative_to(p)).encode())
+                h.update(_hash_file(f).encode())
+        return h.hexdigest()
+    return _hash_file(p)
+
+
+def _detect_format(p: Path, fmt: Format) -> str:
+    if fmt != "auto":
+        return fmt
+    if p.is_dir():
+        return "parquet"
+    suffix = p.suffix.lower()
+    if suffix in _CSV_SUFFIXES:
+        return "csv"
+    if suffix in _PARQUET_SUFFIXES:
+        return "parquet"
+    raise InputError(
+        f"cannot tell the format from the suffix '{suffix}'; use .csv/.tsv/.parquet or set format: csv|parquet",
+        path=str(p),
+    )
+
+
+def _read_csv(p: Path) -> tuple[pd.DataFrame, str]:
+    raw = p.read_bytes()
+    digest = hashlib.sha256(raw).hexdigest()
+    if not raw.strip():
+        raise InputError("file is empty (no header, no rows)", path=str(p))
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise InputError(
+            f"not valid UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start}, line {line}); "
+            "re-encode the file as UTF-8",
+            path=str(p),
+        ) from None
+    sep = "\t" if p.suffix.lower() == ".tsv" else ","
+    try:
+        df = pd.read_csv(
+            io.StringIO(text),
+            sep=sep,
+            dtype=str,
+            keep_default_na=False,
+            na_values=[""],
+            quoting=csv.QUOTE_MINIMAL,
+        )
+    except pd.errors.ParserError as exc:
+        raise InputError(f"cannot parse CSV: {exc}", path=str(p)) from None
+    except pd.errors.EmptyDataError:
+        raise InputError("file is empty (no header, no rows)", path=str(p)) from None
+    return df, digest
+
+
+def _read_parquet(p: Path) -> tuple[pd.DataFrame, str]:
+    try:
+        if p.is_dir():
+            table = pads.dataset(str(p), format="parquet").to_table()
+            digest = fingerprint(p)
+        else:
+            raw = p.read_bytes()
+            digest = hashlib.sha256(raw).hexdigest()
+            table = pq.read_table(pa.BufferReader(raw))
+    except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
+        raise InputError(f"cannot read Parquet: {exc}", path=str(p)) from None
+    # ids stay strings: dictionary/categorical columns are decoded, not kept as pandas categories
+    df = table.to_pandas(types_mapper=None, categories=None)
+    for col in df.columns:
+        if isinstance(df[col].dtype, pd.CategoricalDtype):
+            df[col] = df[col].astype(object)
+    return df, digest
+
+
+def _winner_to_outcome(df: pd.DataFrame, col: str, path: str) -> pd.Series:
+    """+1 if the winner is item_a, −1 if item_b, 0 for 'tie'; anything else is an input error."""
+    w = df[col].astype("string")
+    a = df["item_a"].astype("string")
+    b = df["item_b"].astype("string")
+    out = pd.Series(np.nan, index=df.index, dtype=np.float64)
+    out[(w == a).fillna(False).to_numpy()] = 1.0
+    out[(w == b).fillna(False).to_numpy()] = -1.0
+    out[(w.str.lower() == "tie").fillna(False).to_numpy()] = 0.0
+    bad = out.isna() & w.notna()
+    if bad.any():
+        rows = (np.flatnonzero(bad.to_numpy()) + 1).tolist()
+        raise InputError(
+            f"{int(bad.sum())} rows name a {col} that is neither item_a, item_b nor 'tie'",
+            path=path,
+            column=col,
+            rows=rows,
+        )
+    return out
+
+
+def _apply_columns(
+    df: pd.DataFrame, schema: TableSchema, columns: Mapping[str, str], path: str
+) -> tuple[pd.DataFrame, dict[str, str]]:
+    renamed: dict[str, str] = {}
+    df.columns = [str(c).strip() for c in df.columns]
+    for canonical, given in columns.items():
+        if given not in df.columns:
+            raise InputError(
+                f"column '{given}' (mapped to '{canonical}' in the spec) not found; "
+                f"the file has columns {list(df.columns)}",
+                path=path,
+                column=given,
+            )
+        renamed[given] = canonical
+    for alias, canonical in schema.aliases.items():
+        if canonical not in df.columns and canonical not in renamed.values() and alias in df.columns:
+            if alias not in renamed:
+                renamed[alias] = canonical
+    df = df.rename(columns=renamed)
+    if schema.name == "comparisons" and "outcome" not in df.columns:
+        for winner_col in ("winner", "label"):
+            if winner_col in df.columns and {"item_a", "item_b"} <= set(df.columns):
+                df["outcome"] = _winner_to_outcome(df, winner_col, path)
+                renamed[winner_col] = "outcome"
+                break
+    missing = [c for c in schema.required if c not in df.columns]
+    if missing:
+        raise InputError(
+            f"missing required column{'s' if len(missing) > 1 else ''} "
+            + ", ".join(f"'{m}'" for m in missing)
+            + f" for a {schema.name} table; the file has columns {list(df.columns)}"
+            + " (map yours with `columns:` in the spec)",
+            path=path,
+            column=missing[0],
+        )
+    return df, renamed
+
+
+def _coerce(df: pd.DataFrame, schema: TableSchema, path: str) -> pd.DataFrame:
+    out = {}
+    for col in schema.columns:
+        if col.name not in df.columns:
+            continue
+        s = df[col.name]
+        if col.type in ("id", "string"):
+            if s.dtype.kind == "f":  # float ids from Parquet: 3.0 -> "3"
+                as_int = s.dropna()
+                if (as_int == np.floor(as_int)).all():
+                    s = s.astype("Int64")
+            out[col.name] = s.astype("string").str.strip()
+        elif col.type in ("float", "int"):
+            if s.dtype.kind in "fiu":
+                num = s.astype(np.float64)
+            else:
+                text = s.astype("string").str.strip()
+                num = pd.to_numeric(text, errors="coerce").astype(np.float64)
+                bad = num.isna() & text.notna() & ~text.str.lower().isin(["nan", ""])
+                if bad.any():
+                    rows = (np.flatnonzero(bad.to_numpy()) + 1).tolist()
+                    examples = text[bad].head(3).tolist()
+                    raise InputError(
+                        f"{int(bad.sum())} values are not numbers, e.g. {examples}",
+                        path=path,
+                        column=col.name,
+                        rows=rows,
+                    )
+            if col.type == "int":
+                frac = num.notna() & (num != np.floor(num.fillna(0)))
+                if frac.any():
+                    rows = (np.flatnonzero(frac.to_numpy()) + 1).tolist()
+                    raise InputError("values are not whole numbers", path=path, column=col.name, rows=rows)
+            out[col.name] = num
+        elif col.type == "bool":
+            out[col.name] = s.astype("boolean")
+    keep = pd.DataFrame(out, index=df.index)
+    if schema.extra_columns:
+        for c in df.columns:
+            if c not in keep.columns:
+                keep[c] = df[c]
+    return keep.reset_index(drop=True)
+
+
+def read_table(
+    path: str | os.PathLike[str],
+    schema: TableSchema,
+    columns: Mapping[str, str] | None = None,
+    fmt: Format = "auto",
+) -> LoadedTable:
+    """Read a CSV/Parquet file or Parquet folder into the canonical columns of ``schema``.
+
+    Parameters
+    ----------
+    path : str or PathLike
+    schema : TableSchema
+        Contract of the table (required columns, types, aliases).
+    columns : mapping, optional
+        Canonical column → the column's name in the file (from the spec's ``columns:``).
+    fmt : {"auto", "csv", "parquet"}
+
+    Returns
+    -------
+    LoadedTable
+
+    Raises
+    ------
+    InputError
+        Missing file or column, unreadable bytes, empty table, non-numeric values in numeric columns.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise InputError("file not found", path=str(p))
+    kind = _detect_format(p, fmt)
+    df, digest = _read_csv(p) if kind == "csv" else _read_parquet(p)
+    df, renamed = _apply_columns(df, schema, columns or {}, str(p))
+    if len(df) == 0:
+        raise InputError(f"no data rows (header only) in a {schema.name} table", path=str(p))
+    df = _coerce(df, schema, str(p))
+    log.info("read %s: %d rows (%s, sha256 %s)", p, len(df), kind, digest[:12])
+    return LoadedTable(df=df, source=str(p), sha256=digest, format=kind, renamed=renamed)
+
+
+def check_name(name: str, what: str = "name") -> str:
+    """Validate a pipeline or run name used in output paths (no separators, no traversal)."""
+    if not _NAME_RE.match(name) or name in {".", ".."}:
+        raise ValueError(
+            f"invalid {what} {name!r}: use 1-128 letters, digits, '_', '-', '.', starting with a letter or digit"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class WrittenRun:
+    """Where a completed run landed."""
+
+    path: Path
+    outputs: dict[str, dict[str, Any]]
+
+
+def _fsync_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def write_parquet(df: pd.DataFrame, path: Path, schema: pa.Schema | None = None) -> int:
+    """Write one table atomically (temp name + rename); returns its row count."""
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    if schema is not None:
+        table = table.select(schema.names).cast(schema)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+    return table.num_rows
+
+
+def write_run(
+    out_dir: str | os.PathLike[str],
+    pipeline: str,
+    run_id: str,
+    tables: Mapping[str, pd.DataFrame],
+    manifest: dict[str, Any],
+    schemas: Mapping[str, pa.Schema] | None = None,
+    extra_files: Mapping[str, bytes] | None = None,
+) -> WrittenRun:
+    """Write all tables of a run and its manifest, atomically, to ``<out>/<pipeline>/<run_id>/``.
+
+    The manifest gets ``outputs`` (table → relative path, rows) and ``status: completed``; it is the last
+    file written, and the staging folder is renamed into place only after it. On any error the staging
+    folder is removed and the exception propagates.
+
+    Parameters
+    ----------
+    out_dir : path
+    pipeline, run_id : str
+        Validated with :func:`check_name`.
+    tables : mapping of name → DataFrame
+    manifest : dict
+        JSON-serialisable run metadata (``run_id``, ``spec``, ``inputs``, ``metrics``…).
+    schemas : mapping of name → pyarrow.Schema, optional
+        Stable output schemas to cast to.
+    extra_files : mapping of file name → bytes, optional
+        Other files of the run (reports).
+
+    Returns
+    -------
+    WrittenRun
+    """
+    check_name(pipeline, "pipeline name")
+    check_name(run_id, "run id")
+    base = Path(out_dir) / pipeline
+    final = base / run_id
+    if final.exists():
+        raise FileExistsError(f"run directory {final} already exists; run ids must be unique")
+    staging = base / f".{run_id}.partial"
+    base.mkdir(parents=True, exist_ok=True)
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir()
+    try:
+        outputs: dict[str, dict[str, Any]] = {}
+        for name, df in tables.items():
+            check_name(name, "table name")
+            rows = write_parquet(df, staging / f"{name}.parquet", (schemas or {}).get(name))
+            outputs[name] = {"path": f"{name}.parquet", "rows": rows}
+        for fname, data in (extra_files or {}).items():
+            check_name(fname, "file name")
+            _fsync_write(staging / fname, data)
+        full = dict(manifest)
+        full["outputs"] = outputs
+        full["status"] = "completed"
+        _fsync_write(staging / "manifest.json", json.dumps(full, indent=2, default=str).encode())
+        os.rename(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    log.info("wrote run %s (%d tables)", final, len(outputs))
+    return WrittenRun(path=final, outputs=outputs)

@@ -1,0 +1,45 @@
+"""Run identifiers and the run manifest (what ran, on what, with which versions, how long)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import uuid
+from datetime import UTC, datetime
+from importlib import metadata
+from typing import Any
+
+_PACKAGES = ("crowdflow", "prefect", "pandas", "numpy", "scipy", "pyarrow", "great-expectations", "cvxpy", "pydantic")
+
+
+def new_run_id(suffix: str | None = None) -> str:
+    """``YYYYMMDDTHHMMSSZ-xxxxxxxx``: sortable by start time, unique by the suffix (flow run id or random)."""
+    now = datetime.now(UTC)
+    tail = (suffix or uuid.uuid4().hex)[:8]
+    return f"{now:%Y%m%dT%H%M%SZ}-{tail}"
+
+
+def versions() -> dict[str, str]:
+    """Installed versions of the stack (``missing`` when a package is absent)."""
+    out = {"python": platform.python_version()}
+    for pkg in _PACKAGES:
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "missing"
+    return out
+
+
+def content_key(*parts: Any) -> str:
+    """SHA-256 over a JSON rendering of ``parts`` (input fingerprints, options, code version).
+
+    Used as the cache key of fit steps: equal inputs and options give an equal key, and the DataFrames
+    themselves are never hashed.
+    """
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def started_at() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")

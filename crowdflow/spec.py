@@ -1,0 +1,154 @@
+"""The pipeline spec: one declarative YAML file → pydantic models.
+
+The same models are the Prefect flow parameters, so a deployment shows them as a form in the UI.
+
+Example (``deployments/specs/rte-skills.yaml``)::
+
+    name: rte-skills
+    job: skills
+    labels:
+      path: ../../crowdflow/data/snow_rte/labels.csv
+      columns: {task: task, worker: worker, label: label}   # canonical: name in your file
+    truth:
+      path: ../../crowdflow/data/snow_rte/truth.csv
+    skills:
+      method: mv
+      tie_break: random
+      seed: 0
+      duplicates: error
+    checks:
+      validation: block
+      identifiability: block
+      isolated_workers: warn
+    output:
+      dir: crowdflow-out
+
+Relative paths are resolved against the spec file's folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from crowdflow.errors import SpecError
+
+CheckMode = Literal["block", "warn"]
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SourceSpec(_Strict):
+    """Where a table comes from.
+
+    Attributes
+    ----------
+    path : str
+        CSV/TSV file, Parquet file or Parquet folder; relative to the spec file.
+    format : {"auto", "csv", "parquet"}
+    columns : dict
+        Canonical column → the column's name in the source (only the ones that differ).
+    """
+
+    path: str = Field(min_length=1, description="CSV/TSV file, Parquet file or Parquet folder")
+    format: Literal["auto", "csv", "parquet"] = "auto"
+    columns: dict[str, str] = Field(default_factory=dict, description="canonical name → your column name")
+
+    def resolved(self, base: Path) -> Path:
+        p = Path(self.path).expanduser()
+        return p if p.is_absolute() else (base / p)
+
+
+class SkillsOptions(_Strict):
+    """Options of the skills/consensus job (spec skills-rank-one.md §8)."""
+
+    method: Literal["mv", "pgd", "onecoin_ds", "ds"] = Field(
+        "mv", description="mv = majority vote; pgd/onecoin_ds/ds once the skills models land"
+    )
+    tie_break: Literal["random", "smallest"] = Field(
+        "random", description="seeded random choice among tied classes, or the first class in label order"
+    )
+    seed: int = 0
+    duplicates: Literal["error", "keep_last", "keep_first"] = Field(
+        "error", description="policy for repeated (task, worker) answers"
+    )
+    classes: list[str] | None = Field(None, description="declared label set; labels outside it fail validation")
+
+    @field_validator("classes")
+    @classmethod
+    def _two_classes(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and len(set(v)) < 2:
+            raise ValueError("a label set needs at least 2 distinct classes")
+        return v
+
+
+class ChecksSpec(_Strict):
+    """Blocking (default) or warning mode of each pre-fit check."""
+
+    validation: CheckMode = Field("block", description="schema expectations (Great Expectations)")
+    identifiability: CheckMode = Field("block", description="no bipartite component in the worker graph")
+    isolated_workers: CheckMode = Field("warn", description="workers who share no task with anyone")
+
+
+class OutputSpec(_Strict):
+    """Where results go: ``<dir>/<pipeline name>/<run id>/``."""
+
+    dir: str = "crowdflow-out"
+
+
+class PipelineSpec(_Strict):
+    """A crowdflow pipeline: inputs, the job and its options, checks and output."""
+
+    name: str = Field(pattern=NAME_PATTERN, description="pipeline name, used as an output folder")
+    job: Literal["skills"] = "skills"
+    labels: SourceSpec
+    truth: SourceSpec | None = None
+    skills: SkillsOptions = Field(default_factory=SkillsOptions)
+    checks: ChecksSpec = Field(default_factory=ChecksSpec)
+    output: OutputSpec = Field(default_factory=OutputSpec)
+    base_dir: str = Field(".", description="folder relative paths are resolved against (the spec's folder)")
+
+    def path_of(self, source: SourceSpec) -> Path:
+        return source.resolved(Path(self.base_dir))
+
+    def output_dir(self) -> Path:
+        return Path(self.base_dir) / Path(self.output.dir).expanduser()
+
+
+def _format_pydantic(exc: ValidationError, origin: str) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        parts.append(f"{loc}: {err['msg']}")
+    return f"{origin}: invalid spec: " + "; ".join(parts)
+
+
+def parse_spec(data: Any, origin: str = "<spec>", base_dir: str | Path | None = None) -> PipelineSpec:
+    """Validate a spec mapping; errors name the spec and the offending keys."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{origin}: a spec must be a YAML mapping, got {type(data).__name__}")
+    data = dict(data)
+    if base_dir is not None and "base_dir" not in data:
+        data["base_dir"] = str(base_dir)
+    try:
+        return PipelineSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(_format_pydantic(exc, origin)) from None
+
+
+def load_spec(path: str | Path) -> PipelineSpec:
+    """Read a YAML spec with ``yaml.safe_load``; relative paths resolve against its folder."""
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError(f"{p}: spec file not found")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{p}: not valid YAML: {exc}") from None
+    return parse_spec(data, origin=str(p), base_dir=p.resolve().parent)

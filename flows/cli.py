@@ -1,0 +1,172 @@
+"""The ``crowdflow`` command.
+
+    crowdflow run SPEC.yaml [--out DIR]       run a pipeline spec (Prefect flow, embedded API)
+    crowdflow validate SPEC.yaml              check the spec and its inputs (schema + graph); writes nothing
+    crowdflow demo [--out DIR]                the bundled Snow et al. RTE example
+    crowdflow skills --labels PATH [--truth PATH] [--method M] --out DIR
+
+Exit codes: 0 success, 2 bad spec or input (one-line message; ``--debug`` for the traceback),
+1 unexpected error. Prefect, Great Expectations and the models are imported only when a command
+needs them, so ``crowdflow --help`` is fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+DEMO_SPEC = "demo-rte.yaml"
+
+
+def _prefect_env() -> None:
+    """Sensible defaults for Prefect's embedded (ephemeral) API; the user's own settings win."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    # The first ephemeral start on a fresh PREFECT_HOME runs migrations (~19 s): the default 20 s is too tight.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+
+class _NoTraceback(logging.Filter):
+    """Drop tracebacks from Prefect's run loggers: the CLI prints the one-line reason itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.exc_info = None
+        record.exc_text = None
+        return True
+
+
+def _quiet_tracebacks() -> None:
+    for name in ("prefect.flow_runs", "prefect.task_runs", "prefect.flow_engine", "prefect.task_engine"):
+        logging.getLogger(name).addFilter(_NoTraceback())
+
+
+def _demo_spec_path() -> Path:
+    return Path(str(resources.files("crowdflow") / "data" / DEMO_SPEC))
+
+
+def _load(spec_path: str, out: str | None) -> Any:
+    from crowdflow.spec import load_spec
+
+    spec = load_spec(spec_path)
+    if out:
+        spec = spec.model_copy(update={"output": spec.output.model_copy(update={"dir": str(Path(out).resolve())})})
+    return spec
+
+
+def _run_spec(spec: Any, debug: bool) -> int:
+    _prefect_env()
+    if not debug:
+        _quiet_tracebacks()
+    from flows.pipeline import run_spec
+
+    summary = run_spec(spec)
+    print(f"run {summary['run_id']} completed: {summary['run_dir']}")
+    metrics = summary.get("metrics") or {}
+    if "error" in metrics:
+        print(f"gold tasks: {metrics['n_gold']}, accuracy {metrics['accuracy']:.4f}, error {metrics['error']:.4f}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    return _run_spec(_load(args.spec, args.out), args.debug)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    return _run_spec(_load(str(_demo_spec_path()), args.out or "crowdflow-out"), args.debug)
+
+
+def cmd_skills(args: argparse.Namespace) -> int:
+    from crowdflow.spec import parse_spec
+
+    data: dict[str, Any] = {
+        "name": args.name,
+        "labels": {"path": str(Path(args.labels).resolve())},
+        "skills": {"method": args.method, "tie_break": args.tie_break, "seed": args.seed, "duplicates": args.duplicates},
+        "output": {"dir": str(Path(args.out).resolve())},
+    }
+    if args.truth:
+        data["truth"] = {"path": str(Path(args.truth).resolve())}
+    if args.warn_identifiability:
+        data["checks"] = {"identifiability": "warn"}
+    return _run_spec(parse_spec(data, origin="command line", base_dir=Path.cwd()), args.debug)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from flows.pipeline import check_spec
+
+    spec = _load(args.spec, None)
+    lines = check_spec(spec)
+    print("\n".join(lines))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="crowdflow",
+        description="Worker skills, consensus labels and rankings from crowdsourcing data, as Prefect pipelines.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks and Prefect error logs")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("run", help="run a pipeline spec (YAML)")
+    p.add_argument("spec", help="path to the pipeline spec")
+    p.add_argument("--out", help="output folder (overrides output.dir of the spec)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("validate", help="check a spec and its inputs without fitting or writing")
+    p.add_argument("spec")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("demo", help="run the bundled example (Snow et al. RTE labels, majority vote)")
+    p.add_argument("--out", help="output folder (default ./crowdflow-out)")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("skills", help="consensus labels (and skills) from one labels file")
+    p.add_argument("--labels", required=True, help="labels table: task, worker, label (CSV/Parquet/folder)")
+    p.add_argument("--truth", help="gold labels: task, label (enables accuracy/error metrics)")
+    p.add_argument("--method", default="mv", choices=["mv", "pgd", "onecoin_ds", "ds"])
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--name", default="skills", help="pipeline name (output sub-folder)")
+    p.add_argument("--tie-break", default="random", choices=["random", "smallest"])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--duplicates", default="error", choices=["error", "keep_last", "keep_first"])
+    p.add_argument("--warn-identifiability", action="store_true", help="warn instead of blocking on bipartite components")
+    p.set_defaults(func=cmd_skills)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``crowdflow`` console script."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from crowdflow.errors import CrowdflowError
+
+    try:
+        return int(args.func(args))
+    except CrowdflowError as exc:
+        if args.debug:
+            raise
+        print(f"crowdflow: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except (NotImplementedError, FileExistsError) as exc:
+        if args.debug:
+            raise
+        print(f"crowdflow: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("crowdflow: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - last resort: one line, traceback on --debug
+        if args.debug:
+            raise
+        print(f"crowdflow: unexpected error: {type(exc).__name__}: {exc} (rerun with --debug)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

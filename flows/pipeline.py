@@ -1,0 +1,65 @@
+"""Run any pipeline spec by composing the per-job flows; ``check_spec`` validates without running."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from crowdflow.errors import SpecError
+from crowdflow.spec import PipelineSpec
+
+
+def run_spec(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]:
+    """Run the flow of ``spec.job`` and return its summary (``run_id``, ``run_dir``, ``metrics``)."""
+    check_locations(spec)
+    if spec.job == "skills":
+        from flows.skills import skills_flow
+
+        return skills_flow(spec, run_id)
+    raise SpecError(f"job '{spec.job}' has no flow yet")
+
+
+def check_locations(spec: PipelineSpec) -> None:
+    """The output folder must not be an input's folder (a run must never overwrite its inputs)."""
+    out = spec.output_dir().resolve()
+    for src in (spec.labels, spec.truth):
+        if src is None:
+            continue
+        p = spec.path_of(src).resolve()
+        folder = p if p.is_dir() else p.parent
+        if out == folder or folder in out.parents and p.is_dir():
+            raise SpecError(f"output dir {out} is the input folder of {p}; choose another output.dir")
+
+
+def check_spec(spec: PipelineSpec) -> list[str]:
+    """Read, validate and graph-check the spec's inputs without Prefect; raise on blocking failures.
+
+    Returns the report lines printed by ``crowdflow validate``.
+    """
+    from crowdflow.graphs import worker_graph_report
+    from crowdflow.io import read_table
+    from crowdflow.labels import deduplicate, encode_labels
+    from schemas.tables import INPUTS
+    from schemas.validation import require_valid, validate_frame
+
+    check_locations(spec)
+    lines = [f"spec {spec.name}: ok (job {spec.job})"]
+    labels = read_table(spec.path_of(spec.labels), INPUTS["labels"], spec.labels.columns, spec.labels.format)
+    df = labels.df
+    if spec.skills.duplicates != "error":
+        df, dropped = deduplicate(df, spec.skills.duplicates)
+        lines.append(f"dropped {dropped} duplicate (task, worker) rows")
+    allowed = {"label": spec.skills.classes} if spec.skills.classes else None
+    report = validate_frame(df, INPUTS["labels"], labels.source, allowed)
+    if spec.checks.validation == "block":
+        require_valid(report)
+    lines.append(report.message() if not report.success else f"labels {labels.source}: {report.n_rows} rows, {report.n_expectations} expectations passed")
+    if spec.truth is not None:
+        truth = read_table(spec.path_of(spec.truth), INPUTS["truth"], spec.truth.columns, spec.truth.format)
+        tr = validate_frame(truth.df, INPUTS["truth"], truth.source)
+        if spec.checks.validation == "block":
+            require_valid(tr)
+        lines.append(f"truth {truth.source}: {tr.n_rows} rows, " + ("passed" if tr.success else "FAILED"))
+    graph = worker_graph_report(encode_labels(df.dropna(subset=["task", "worker", "label"]), spec.skills.classes))
+    counts = graph.components["status"].value_counts().to_dict()
+    lines.append(f"worker graph: {len(graph.components)} components {counts}")
+    return lines

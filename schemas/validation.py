@@ -1,0 +1,223 @@
+"""Great Expectations 1.x suites built from the table contracts, run in an ephemeral context.
+
+GX is imported lazily (it costs ~4 s), so importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from crowdflow.errors import ValidationFailed
+from schemas.tables import TableSchema
+
+log = logging.getLogger(__name__)
+
+MAX_EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failed expectation.
+
+    Attributes
+    ----------
+    expectation : str
+        GX expectation type, e.g. ``expect_column_values_to_not_be_null``.
+    column : str
+        Column (or comma-joined columns) it applies to.
+    rule : str
+        The constraint in words.
+    unexpected_count : int
+    rows : list of int
+        Up to 5 example 1-based data row numbers (header excluded).
+    values : list
+        The offending values at those rows.
+    """
+
+    expectation: str
+    column: str
+    rule: str
+    unexpected_count: int
+    rows: list[int]
+    values: list[Any]
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """Result of validating one table."""
+
+    table: str
+    source: str
+    n_rows: int
+    n_expectations: int
+    failures: list[Failure]
+
+    @property
+    def success(self) -> bool:
+        return not self.failures
+
+    def message(self) -> str:
+        """Multi-line message: one line per failed expectation with counts and example rows."""
+        head = (
+            f"{self.source}: {self.table} table failed {len(self.failures)} of "
+            f"{self.n_expectations} expectations ({self.n_rows} rows)"
+        )
+        lines = [head]
+        for f in self.failures:
+            ex = ", ".join(f"row {r} ({f.column}={v!r})" for r, v in zip(f.rows, f.values, strict=False))
+            lines.append(
+                f"  - column '{f.column}': {f.rule}: {f.unexpected_count} rows fail"
+                + (f"; e.g. {ex}" if ex else "")
+            )
+        return "\n".join(lines)
+
+    def as_records(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "table": self.table,
+                "source": self.source,
+                "expectation": f.expectation,
+                "column": f.column,
+                "rule": f.rule,
+                "unexpected_count": f.unexpected_count,
+                "example_rows": ",".join(str(r) for r in f.rows),
+            }
+            for f in self.failures
+        ]
+
+
+def _expectations(schema: TableSchema, present: list[str], allowed: dict[str, list[str]]) -> list[tuple[Any, str]]:
+    import great_expectations.expectations as gxe
+
+    out: list[tuple[Any, str]] = []
+    for col in schema.columns:
+        if col.name not in present:
+            continue
+        if not col.nullable:
+            out.append((gxe.ExpectColumnValuesToNotBeNull(column=col.name), "must not be null/NaN"))
+        if col.type == "float" and (col.min_value is not None or col.max_value is not None or col.finite):
+            lo = col.min_value if col.min_value is not None else -1.7976931348623157e308
+            hi = col.max_value if col.max_value is not None else 1.7976931348623157e308
+            rule = f"must be {'>' if col.strict_min else '>='} {lo}" if col.min_value is not None else "must be finite"
+            out.append(
+                (
+                    gxe.ExpectColumnValuesToBeBetween(
+                        column=col.name, min_value=lo, max_value=hi, strict_min=col.strict_min
+                    ),
+                    rule,
+                )
+            )
+        if col.name in allowed:
+            out.append(
+                (
+                    gxe.ExpectColumnValuesToBeInSet(column=col.name, value_set=list(allowed[col.name])),
+                    f"must be one of {list(allowed[col.name])}",
+                )
+            )
+    if schema.unique and all(c in present for c in schema.unique):
+        if len(schema.unique) == 1:
+            exp = gxe.ExpectColumnValuesToBeUnique(column=schema.unique[0])
+        else:
+            exp = gxe.ExpectCompoundColumnsToBeUnique(column_list=list(schema.unique))
+        out.append((exp, f"({', '.join(schema.unique)}) must be unique"))
+    if schema.distinct and all(c in present for c in schema.distinct):
+        a, b = schema.distinct
+        # GX has no "column pair values differ" expectation: restrict to rows where a == b and
+        # expect none (every such row is an unexpected non-null value of `a`).
+        out.append(
+            (
+                gxe.ExpectColumnValuesToBeNull(
+                    column=a, row_condition=f"`{a}` == `{b}`", condition_parser="pandas"
+                ),
+                f"{a} must differ from {b}",
+            )
+        )
+    return out
+
+
+def validate_frame(
+    df: pd.DataFrame,
+    schema: TableSchema,
+    source: str,
+    allowed: dict[str, list[str]] | None = None,
+) -> ValidationReport:
+    """Run the schema's GX suite on ``df`` in an ephemeral data context.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        Canonical columns; the index must be the 0-based data row position (row number = index + 1).
+    schema : TableSchema
+    source : str
+        File (or query) the table came from, used in messages.
+    allowed : dict, optional
+        Column → allowed values (e.g. the declared label set).
+
+    Returns
+    -------
+    ValidationReport
+    """
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
+    present = [c for c in schema.names if c in df.columns]
+    expectations = _expectations(schema, present, allowed or {})
+    ctx = gx.get_context(mode="ephemeral")
+    ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
+    batch = ctx.data_sources.add_pandas("crowdflow").add_dataframe_asset(schema.name)
+    bd = batch.add_batch_definition_whole_dataframe("whole")
+    suite = ctx.suites.add(gx.ExpectationSuite(name=f"{schema.name}_suite"))
+    rules: dict[str, str] = {}
+    for exp, rule in expectations:
+        added = suite.add_expectation(exp)
+        rules[str(added.id)] = rule
+    vd = ctx.validation_definitions.add(
+        gx.ValidationDefinition(name=f"{schema.name}_validation", data=bd, suite=suite)
+    )
+    res = vd.run(batch_parameters={"dataframe": df}, result_format="SUMMARY")
+    failures: list[Failure] = []
+    for r in res.results:
+        if r.success:
+            continue
+        cfg = r.expectation_config
+        kw = cfg.kwargs
+        column = kw.get("column") or ",".join(kw.get("column_list", []))
+        idx = list(r.result.get("partial_unexpected_index_list") or [])[:MAX_EXAMPLES]
+        vals = list(r.result.get("partial_unexpected_list") or [])[:MAX_EXAMPLES]
+        if cfg.type == "expect_compound_columns_to_be_unique" and idx:
+            vals = [tuple(df.loc[i, kw["column_list"]].tolist()) for i in idx]
+        count = r.result.get("unexpected_count")
+        if count is None:  # an exception inside the expectation: report it, never pass silently
+            msg = (r.exception_info or {}).get("exception_message", "expectation could not run")
+            failures.append(Failure(cfg.type, column, f"could not be checked ({msg})", len(df), [], []))
+            continue
+        failures.append(
+            Failure(
+                expectation=cfg.type,
+                column=column,
+                rule=rules.get(str(cfg.id), cfg.type),
+                unexpected_count=int(count),
+                rows=[int(i) + 1 for i in idx],
+                values=vals,
+            )
+        )
+    report = ValidationReport(
+        table=schema.name,
+        source=source,
+        n_rows=len(df),
+        n_expectations=len(expectations),
+        failures=failures,
+    )
+    log.info("validated %s (%d rows): %d failures", source, len(df), len(failures))
+    return report
+
+
+def require_valid(report: ValidationReport) -> None:
+    """Raise :class:`ValidationFailed` listing every failed expectation."""
+    if not report.success:
+        raise ValidationFailed(report.message(), failures=report.as_records())

@@ -1,0 +1,33 @@
+"""Export task: all tables of a run + manifest, written atomically into ``<out>/<pipeline>/<run_id>/``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from prefect import get_run_logger, task
+from prefect.cache_policies import NONE
+
+from crowdflow.io import write_run
+from schemas.tables import OUTPUTS
+from tasks import retry_transient
+from tasks.artifacts import markdown
+
+
+@task(name="export", retries=1, retry_delay_seconds=1, retry_condition_fn=retry_transient, cache_policy=NONE)
+def export_run(
+    out_dir: str, pipeline: str, run_id: str, tables: dict[str, pd.DataFrame], manifest: dict[str, Any]
+) -> str:
+    """Write the run; returns the run directory. Nothing is left behind on failure."""
+    logger = get_run_logger()
+    written = write_run(out_dir, pipeline, run_id, tables, manifest, schemas=OUTPUTS)
+    lines = [f"# Run `{run_id}` exported\n", f"Folder: `{written.path}`\n", "| table | rows | file |", "|---|---|---|"]
+    for name, info in written.outputs.items():
+        lines.append(f"| {name} | {info['rows']} | `{Path(written.path) / info['path']}` |")
+    metrics = manifest.get("metrics") or {}
+    if metrics:
+        lines.append("\n**Metrics vs gold:** " + ", ".join(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}" for k, v in metrics.items()))
+    markdown("run-outputs", "\n".join(lines), "exported Parquet tables and manifest")
+    logger.info("exported run to %s", written.path)
+    return str(written.path)

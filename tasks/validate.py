@@ -1,0 +1,38 @@
+"""Schema validation task: the table's Great Expectations suite, blocking or warning."""
+
+from __future__ import annotations
+
+import pandas as pd
+from prefect import get_run_logger, task
+from prefect.cache_policies import NONE
+
+from crowdflow.io import LoadedTable
+from schemas.tables import INPUTS
+from schemas.validation import ValidationReport, require_valid, validate_frame
+from tasks.artifacts import frame_to_markdown, markdown
+
+
+@task(name="validate", cache_policy=NONE, task_run_name="validate-{kind}")
+def validate(
+    table: LoadedTable,
+    kind: str,
+    mode: str = "block",
+    allowed: dict[str, list[str]] | None = None,
+) -> ValidationReport:
+    """Run the ``kind`` suite on ``table``; raise ``ValidationFailed`` if blocking and anything fails."""
+    logger = get_run_logger()
+    report = validate_frame(table.df, INPUTS[kind], table.source, allowed)
+    status = "passed" if report.success else ("FAILED" if mode == "block" else "failed (warn only)")
+    body = (
+        f"# Validation of `{kind}`: {status}\n\n"
+        f"Source `{table.source}` — {report.n_rows} rows, {report.n_expectations} expectations.\n\n"
+        + frame_to_markdown(pd.DataFrame(report.as_records()))
+    )
+    markdown(f"validation-{kind}", body, f"Great Expectations results for {kind}")
+    if report.success:
+        logger.info("%s: all %d expectations passed", kind, report.n_expectations)
+    elif mode == "warn":
+        logger.warning("%s", report.message())
+    else:
+        require_valid(report)
+    return report
