@@ -280,8 +280,9 @@ def agent_graph_report(edges: pd.DataFrame, agents: list[str] | np.ndarray) -> A
     both = e.merge(rev, on=["source", "target"], how="inner")
     asym = both[~np.isclose(both["weight"], both["reverse_weight"], rtol=1e-12, atol=0)]
     asym = asym[asym["source"] < asym["target"]].reset_index(drop=True)
-    idx = pd.Categorical(src, categories=agents_arr).codes
-    jdx = pd.Categorical(dst, categories=agents_arr).codes
+    index = pd.Index(agents_arr)
+    idx = index.get_indexer(src)
+    jdx = index.get_indexer(dst)
     ok = (idx >= 0) & (jdx >= 0) & (idx != jdx)
     n = agents_arr.size
     adj = sp.csr_matrix((np.ones(int(ok.sum())), (idx[ok], jdx[ok])), shape=(n, n))

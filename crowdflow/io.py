@@ -23,6 +23,7 @@ import logging
 import os
 import re
 import shutil
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,14 +128,20 @@ def _read_csv(p: Path) -> tuple[pd.DataFrame, str]:
         ) from None
     sep = "\t" if p.suffix.lower() == ".tsv" else ","
     try:
-        df = pd.read_csv(
-            io.StringIO(text),
-            sep=sep,
-            dtype=str,
-            keep_default_na=False,
-            na_values=[""],
-            quoting=csv.QUOTE_MINIMAL,
-        )
+        with warnings.catch_warnings():
+            # a row longer than the header must fail, not silently become an index or lose data
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            df = pd.read_csv(
+                io.StringIO(text),
+                sep=sep,
+                dtype=str,
+                keep_default_na=False,
+                na_values=[""],
+                quoting=csv.QUOTE_MINIMAL,
+                index_col=False,
+            )
+    except pd.errors.ParserWarning as exc:
+        raise InputError(f"cannot parse CSV: a row has more fields than the header ({exc})", path=str(p)) from None
     except pd.errors.ParserError as exc:
         raise InputError(f"cannot parse CSV: {exc}", path=str(p)) from None
     except pd.errors.EmptyDataError:

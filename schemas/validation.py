@@ -17,6 +17,7 @@ from schemas.tables import TableSchema
 log = logging.getLogger(__name__)
 
 MAX_EXAMPLES = 5
+_DISTINCT = "__distinct_pair__"
 
 
 @dataclass(frozen=True)
@@ -126,13 +127,11 @@ def _expectations(schema: TableSchema, present: list[str], allowed: dict[str, li
         out.append((exp, f"({', '.join(schema.unique)}) must be unique"))
     if schema.distinct and all(c in present for c in schema.distinct):
         a, b = schema.distinct
-        # GX has no "column pair values differ" expectation: restrict to rows where a == b and
-        # expect none (every such row is an unexpected non-null value of `a`).
+        # GX 1.24 has no "column pair values differ" expectation (column-to-column row conditions
+        # arrive in 1.25): validate a derived boolean column, reported under "a,b".
         out.append(
             (
-                gxe.ExpectColumnValuesToBeNull(
-                    column=a, row_condition=f"`{a}` == `{b}`", condition_parser="pandas"
-                ),
+                gxe.ExpectColumnValuesToBeInSet(column=_DISTINCT, value_set=[True]),
                 f"{a} must differ from {b}",
             )
         )
@@ -179,7 +178,11 @@ def validate_frame(
     vd = ctx.validation_definitions.add(
         gx.ValidationDefinition(name=f"{schema.name}_validation", data=bd, suite=suite)
     )
-    res = vd.run(batch_parameters={"dataframe": df}, result_format="SUMMARY")
+    frame = df
+    if schema.distinct and all(c in present for c in schema.distinct):
+        a, b = schema.distinct
+        frame = df.assign(**{_DISTINCT: (df[a] != df[b]).fillna(True).astype(bool)})
+    res = vd.run(batch_parameters={"dataframe": frame}, result_format="SUMMARY")
     failures: list[Failure] = []
     for r in res.results:
         if r.success:
@@ -191,6 +194,9 @@ def validate_frame(
         vals = list(r.result.get("partial_unexpected_list") or [])[:MAX_EXAMPLES]
         if cfg.type == "expect_compound_columns_to_be_unique" and idx:
             vals = [tuple(df.loc[i, kw["column_list"]].tolist()) for i in idx]
+        if column == _DISTINCT:
+            column = ",".join(schema.distinct)
+            vals = [tuple(df.loc[i, list(schema.distinct)].tolist()) for i in idx]
         count = r.result.get("unexpected_count")
         if count is None:  # an exception inside the expectation: report it, never pass silently
             msg = (r.exception_info or {}).get("exception_message", "expectation could not run")

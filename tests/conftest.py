@@ -1,0 +1,52 @@
+"""Test configuration: Prefect state goes to a temporary PREFECT_HOME, telemetry off.
+
+The environment is set before anything imports Prefect. Tests that run real flows request the
+session-scoped ``prefect_harness`` fixture (one temporary API server per session, ~15-35 s to start);
+library tests never pay for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+_HOME = tempfile.mkdtemp(prefix="crowdflow-prefect-home-")
+os.environ["PREFECT_HOME"] = _HOME
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+os.environ.pop("PREFECT_API_URL", None)
+
+import pytest  # noqa: E402
+from prefect.logging.configuration import setup_logging  # noqa: E402
+
+# Configure Prefect's console handlers now, bound to the session's streams; otherwise the first flow
+# run inside a test that uses capsys binds them to that test's stream, which is closed afterwards.
+setup_logging()
+
+DATA = Path(__file__).resolve().parents[1] / "crowdflow" / "data"
+
+
+@pytest.fixture(scope="session")
+def prefect_harness() -> Iterator[None]:
+    """A temporary Prefect API for flow tests (the default 30 s start-up timeout is too tight on 2 cores)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
+        # pytest has closed the captured streams by now; don't print logging's own tracebacks
+        # for Prefect's "Stopping temporary server" line
+        logging.raiseExceptions = False
+
+
+@pytest.fixture(scope="session")
+def rte_dir() -> Path:
+    return DATA / "snow_rte"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(_HOME, ignore_errors=True)

@@ -1,0 +1,138 @@
+"""The skills pipeline end to end under a temporary Prefect API (issue #2 acceptance checks)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from crowdflow.spec import parse_spec
+from flows.cli import main
+
+pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]
+
+
+def _runs(out: Path) -> list[Path]:
+    return sorted(p for p in out.rglob("manifest.json"))
+
+
+def _files(out: Path) -> list[Path]:
+    return sorted(p for p in out.rglob("*") if p.is_file()) if out.exists() else []
+
+
+def test_rte_mv_run(tmp_path: Path, rte_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    rc = main(["skills", "--labels", str(rte_dir / "labels.csv"), "--truth", str(rte_dir / "truth.csv"),
+               "--method", "mv", "--out", str(out)])
+    assert rc == 0
+    (manifest_path,) = _runs(out)
+    man = json.loads(manifest_path.read_text())
+    assert man["status"] == "completed" and man["method"] == "mv"
+    assert 0.093 <= man["metrics"]["error"] <= 0.135 and man["metrics"]["n_gold"] == 800
+    assert {i["name"]: i["rows"] for i in man["inputs"]} == {"labels": 8000, "truth": 800}
+    assert len(man["inputs"][0]["sha256"]) == 64
+    assert set(man["outputs"]) == {"consensus", "workers", "components"}
+    assert set(man["timings"]) == {"ingest", "validate", "check_graph", "fit"}  # export ends after the manifest
+    consensus = pd.read_parquet(manifest_path.parent / "consensus.parquet")
+    assert list(consensus.columns) == ["task", "label", "confidence", "n_labels"] and len(consensus) == 800
+    assert (consensus["n_labels"] == 10).all() and consensus["confidence"].between(0.5, 1.0).all()
+    assert "accuracy 0.90" in capsys.readouterr().out
+
+
+def test_missing_worker_column_fails_cleanly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "labels.csv"
+    bad.write_text("task,annotator,label\nt1,a,1\nt1,b,0\n")
+    out = tmp_path / "out"
+    rc = main(["skills", "--labels", str(bad), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "'worker'" in err and str(bad) in err and "Traceback" not in err
+    assert _files(out) == []
+
+
+def test_validation_failure_blocks_with_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "labels.csv"
+    bad.write_text("task,worker,label\nt1,a,1\nt1,a,0\nt2,,1\n")
+    out = tmp_path / "out"
+    assert main(["skills", "--labels", str(bad), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "column 'worker': must not be null/NaN: 1 rows fail; e.g. row 3" in err
+    assert "column 'task,worker': (task, worker) must be unique: 2 rows fail" in err
+    assert _files(out) == []
+
+
+def _bipartite_labels(path: Path) -> None:
+    # a, b, c share tasks pairwise (a triangle: identifiable); d and e only label tasks together.
+    rows = ["task,worker,label"]
+    for t, (u, v) in enumerate([("a", "b"), ("b", "c"), ("c", "a"), ("d", "e"), ("d", "e")]):
+        rows += [f"t{t},{u},1", f"t{t},{v},0"]
+    path.write_text("\n".join(rows) + "\n")
+
+
+def test_bipartite_component_blocks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    labels = tmp_path / "labels.csv"
+    _bipartite_labels(labels)
+    out = tmp_path / "out"
+    assert main(["skills", "--labels", str(labels), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "1 bipartite component(s)" in err
+    assert "component 1: bipartite_component, 2 workers, colour classes 1/1, 4 labels: [d,e]" in err
+    assert _files(out) == []
+    # downgraded to a warning, the run completes and the workers table carries the status
+    assert main(["skills", "--labels", str(labels), "--out", str(out), "--warn-identifiability"]) == 0
+    (man,) = _runs(out)
+    workers = pd.read_parquet(man.parent / "workers.parquet").set_index("worker")
+    assert workers.loc["d", "status"] == "bipartite_component" and workers.loc["a", "status"] == "ok"
+
+
+def test_transient_faults_are_retried(tmp_path: Path, rte_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import crowdflow.io as cio
+
+    calls = {"read": 0, "write": 0}
+    real_read, real_write = cio._read_csv, cio.write_parquet
+
+    def flaky_read(p: Path):  # type: ignore[no-untyped-def]
+        calls["read"] += 1
+        if calls["read"] == 1:
+            raise OSError("transient read error (injected)")
+        return real_read(p)
+
+    def flaky_write(df, path, schema=None):  # type: ignore[no-untyped-def]
+        calls["write"] += 1
+        if calls["write"] == 2:
+            raise OSError("transient write error (injected)")
+        return real_write(df, path, schema)
+
+    monkeypatch.setattr(cio, "_read_csv", flaky_read)
+    monkeypatch.setattr(cio, "write_parquet", flaky_write)
+    spec = parse_spec({"name": "retry", "labels": {"path": str(rte_dir / "labels.csv")}, "output": {"dir": str(tmp_path)}})
+    from flows.skills import skills_flow
+
+    summary = skills_flow(spec)
+    assert calls["read"] == 2 and calls["write"] == 5  # 1 failed + 1 retried read; 3 tables + 1 failed + 1 retry
+    assert json.loads((Path(summary["run_dir"]) / "manifest.json").read_text())["status"] == "completed"
+    assert [p.name for p in (tmp_path / "retry").iterdir()] == [Path(summary["run_dir"]).name]
+
+
+def test_persistent_export_fault_leaves_nothing(tmp_path: Path, rte_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import crowdflow.io as cio
+
+    spec = parse_spec({"name": "fault", "labels": {"path": str(rte_dir / "labels.csv")}, "output": {"dir": str(tmp_path)}})
+    from flows.skills import skills_flow
+
+    first = skills_flow(spec)
+    before = sorted(p.name for p in Path(first["run_dir"]).iterdir())
+    real = cio.write_parquet
+
+    def broken(df, path, schema=None):  # type: ignore[no-untyped-def]
+        if path.name.startswith("workers"):
+            raise OSError("disk full (injected)")
+        return real(df, path, schema)
+
+    monkeypatch.setattr(cio, "write_parquet", broken)
+    with pytest.raises(OSError, match="disk full"):
+        skills_flow(spec)
+    assert [p.name for p in (tmp_path / "fault").iterdir()] == [Path(first["run_dir"]).name]
+    assert sorted(p.name for p in Path(first["run_dir"]).iterdir()) == before
