@@ -190,10 +190,23 @@ def worker_graph_report(lm: LabelMatrix, max_listed: int = 20) -> WorkerGraphRep
     return WorkerGraphReport(workers=workers, components=comps, co_labels=n, graph=g)
 
 
-def describe_failures(report: WorkerGraphReport, limit: int = 10) -> str:
-    """One human-readable line per failing component (id, status, size, colour classes, workers)."""
+def describe_failures(
+    report: WorkerGraphReport,
+    statuses: tuple[str, ...] = ("bipartite_component", "isolated"),
+    limit: int = 10,
+) -> str:
+    """One human-readable line per failing component (id, status, size, colour classes, workers).
+
+    Parameters
+    ----------
+    report : WorkerGraphReport
+    statuses : tuple of str
+        Which component statuses to describe.
+    limit : int
+        At most this many lines, then a count of the rest.
+    """
     lines = []
-    failing = report.failing
+    failing = report.components[report.components["status"].isin(statuses)]
     for row in failing.head(limit).itertuples(index=False):
         more = row.n_workers - len(row.workers.split(",")) if row.workers else 0
         extra = f" (+{more} more)" if more > 0 else ""

@@ -43,3 +43,39 @@ def content_key(*parts: Any) -> str:
 
 def started_at() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def input_record(name: str, source: str, sha256: str, rows: int, fmt: str) -> dict[str, Any]:
+    """One entry of the manifest's ``inputs`` list."""
+    return {"name": name, "path": source, "sha256": sha256, "rows": rows, "format": fmt}
+
+
+def build_manifest(
+    *,
+    run_id: str,
+    pipeline: str,
+    job: str,
+    spec: dict[str, Any],
+    inputs: list[dict[str, Any]],
+    checks: dict[str, Any],
+    metrics: dict[str, Any],
+    timings: dict[str, float],
+    flow_run_id: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The run manifest minus ``outputs`` and ``status`` (added by the atomic writer)."""
+    manifest: dict[str, Any] = {
+        "run_id": run_id,
+        "pipeline": pipeline,
+        "job": job,
+        "started_at": started_at(),
+        "flow_run_id": flow_run_id,
+        "spec": spec,
+        "inputs": inputs,
+        "checks": checks,
+        "metrics": metrics,
+        "versions": versions(),
+        "timings": timings,
+    }
+    manifest.update(extra or {})
+    return manifest

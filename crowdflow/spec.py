@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from crowdflow.errors import SpecError
 
@@ -102,17 +102,51 @@ class OutputSpec(_Strict):
     dir: str = "crowdflow-out"
 
 
+Job = Literal["skills", "ranking", "personal_rankings", "personal_models", "assignment"]
+
+# Input tables each job needs (required, optional). Names are the table contracts in schemas.tables.
+JOB_INPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "skills": (("labels",), ("truth",)),
+    "ranking": (("comparisons",), ()),
+    "personal_rankings": (("comparisons",), ()),
+    "personal_models": (("agents", "edges"), ()),
+    "assignment": (("candidates",), ()),
+}
+
+
+JOB_INPUTS_ALL = ("labels", "truth", "comparisons", "agents", "edges", "candidates")
+
+
 class PipelineSpec(_Strict):
     """A crowdflow pipeline: inputs, the job and its options, checks and output."""
 
     name: str = Field(pattern=NAME_PATTERN, description="pipeline name, used as an output folder")
-    job: Literal["skills"] = "skills"
-    labels: SourceSpec
+    job: Job = "skills"
+    labels: SourceSpec | None = None
     truth: SourceSpec | None = None
+    comparisons: SourceSpec | None = None
+    agents: SourceSpec | None = None
+    edges: SourceSpec | None = None
+    candidates: SourceSpec | None = None
     skills: SkillsOptions = Field(default_factory=SkillsOptions)
     checks: ChecksSpec = Field(default_factory=ChecksSpec)
     output: OutputSpec = Field(default_factory=OutputSpec)
     base_dir: str = Field(".", description="folder relative paths are resolved against (the spec's folder)")
+
+    @model_validator(mode="after")
+    def _inputs_for_job(self) -> PipelineSpec:
+        required, optional = JOB_INPUTS[self.job]
+        missing = [k for k in required if getattr(self, k) is None]
+        if missing:
+            raise ValueError(f"job '{self.job}' needs input(s) {missing}")
+        extra = [k for k in JOB_INPUTS_ALL if getattr(self, k) is not None and k not in required + optional]
+        if extra:
+            raise ValueError(f"job '{self.job}' does not use input(s) {extra}")
+        return self
+
+    def inputs(self) -> dict[str, SourceSpec]:
+        """The declared input sources by table kind, in a fixed order."""
+        return {k: getattr(self, k) for k in JOB_INPUTS_ALL if getattr(self, k) is not None}
 
     def path_of(self, source: SourceSpec) -> Path:
         return source.resolved(Path(self.base_dir))

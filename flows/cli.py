@@ -63,7 +63,9 @@ def _configure_logging() -> None:
 
 def _quiet_tracebacks() -> None:
     for name in ("prefect.flow_runs", "prefect.task_runs", "prefect.flow_engine", "prefect.task_engine"):
-        logging.getLogger(name).addFilter(_NoTraceback())
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _NoTraceback) for f in logger.filters):
+            logger.addFilter(_NoTraceback())
 
 
 def _demo_spec_path() -> Path:

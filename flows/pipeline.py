@@ -21,9 +21,7 @@ def run_spec(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]:
 def check_locations(spec: PipelineSpec) -> None:
     """The output folder must not be an input's folder (a run must never overwrite its inputs)."""
     out = spec.output_dir().resolve()
-    for src in (spec.labels, spec.truth):
-        if src is None:
-            continue
+    for src in spec.inputs().values():
         p = spec.path_of(src).resolve()
         folder = p if p.is_dir() else p.parent
         if out == folder or folder in out.parents and p.is_dir():
@@ -43,6 +41,14 @@ def check_spec(spec: PipelineSpec) -> list[str]:
 
     check_locations(spec)
     lines = [f"spec {spec.name}: ok (job {spec.job})"]
+    if spec.job != "skills" or spec.labels is None:
+        for kind, src in spec.inputs().items():
+            t = read_table(spec.path_of(src), INPUTS[kind], src.columns, src.format)
+            rep = validate_frame(t.df, INPUTS[kind], t.source)
+            if spec.checks.validation == "block":
+                require_valid(rep)
+            lines.append(f"{kind} {t.source}: {rep.n_rows} rows, " + ("passed" if rep.success else "FAILED"))
+        return lines
     labels = read_table(spec.path_of(spec.labels), INPUTS["labels"], spec.labels.columns, spec.labels.format)
     df = labels.df
     if spec.skills.duplicates != "error":

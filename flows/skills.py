@@ -5,24 +5,20 @@ Nothing is written unless every blocking step passes; the export is one atomic s
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger
-from prefect.runtime import flow_run
 
 from crowdflow import __version__
+from crowdflow.io import LoadedTable
 from crowdflow.labels import deduplicate, encode_labels
-from crowdflow.manifest import content_key, new_run_id, started_at, versions
+from crowdflow.manifest import content_key
 from crowdflow.metrics import gold_metrics
 from crowdflow.spec import PipelineSpec
+from flows.common import Clock, finish_run, load_inputs, run_id_for
 from tasks.check_graph import check_worker_graph, components_frame
-from tasks.export import export_run
 from tasks.fit import fit_consensus
-from tasks.ingest import ingest
-from tasks.validate import validate
 
 
 @flow(name="crowdflow-skills", log_prints=True)
@@ -32,7 +28,7 @@ def skills_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]
     Parameters
     ----------
     spec : PipelineSpec
-        Inputs, options, check modes and output folder.
+        Inputs (``labels``, optional ``truth``), ``skills`` options, check modes and output folder.
     run_id : str, optional
         Defaults to ``<UTC timestamp>-<flow run id>``.
 
@@ -42,68 +38,44 @@ def skills_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]
         ``run_dir``, ``run_id`` and ``metrics`` of the completed run.
     """
     logger = get_run_logger()
-    run_id = run_id or new_run_id(str(flow_run.id or "") or None)
-    t0, timings = time.perf_counter(), {}
-
-    def lap(step: str, since: float) -> float:
-        now = time.perf_counter()
-        timings[step] = round(now - since, 4)
-        return now
-
-    t = t0
-    labels = ingest(spec, spec.labels, "labels")
-    truth = ingest(spec, spec.truth, "truth") if spec.truth else None
-    t = lap("ingest", t)
-
+    run_id = run_id_for(run_id)
+    clock = Clock()
     opts = spec.skills
-    labels_df, n_dropped = labels.df, 0
-    if opts.duplicates != "error":
-        labels_df, n_dropped = deduplicate(labels.df, opts.duplicates)
-    allowed = {"label": opts.classes} if opts.classes else None
-    validate(replace(labels, df=labels_df), "labels", spec.checks.validation, allowed)
-    if truth is not None:
-        validate(truth, "truth", spec.checks.validation)
-    t = lap("validate", t)
+    dropped = {"n": 0}
 
-    lm = encode_labels(labels_df.dropna(subset=["task", "worker", "label"]), opts.classes)
+    def dedupe(table: LoadedTable) -> LoadedTable:
+        if opts.duplicates == "error":
+            return table
+        df, dropped["n"] = deduplicate(table.df, opts.duplicates)
+        return replace(table, df=df)
+
+    allowed = {"labels": {"label": opts.classes}} if opts.classes else None
+    inputs = load_inputs(spec, prepare={"labels": dedupe}, allowed=allowed)
+    clock.lap("ingest_validate")
+    labels, truth = inputs["labels"], inputs.get("truth")
+
+    lm = encode_labels(labels.df.dropna(subset=["task", "worker", "label"]), opts.classes)
     graph = check_worker_graph(lm, spec.checks.identifiability, spec.checks.isolated_workers, labels.source)
-    t = lap("check_graph", t)
+    clock.lap("check_graph")
 
     key = content_key(labels.sha256, opts.model_dump(), __version__, "consensus")
     result = fit_consensus(lm, opts, key)
-    t = lap("fit", t)
+    clock.lap("fit")
 
-    metrics: dict[str, Any] = {"n_ties": result.n_ties, "n_duplicates_dropped": n_dropped}
+    metrics: dict[str, Any] = {"n_ties": result.n_ties, "n_duplicates_dropped": dropped["n"]}
     if truth is not None:
         metrics.update(gold_metrics(result.consensus, truth.df).as_dict())
         logger.info("accuracy on %d gold tasks: %.4f (error %.4f)", metrics["n_gold"], metrics["accuracy"], metrics["error"])
-
-    inputs = [
-        {"name": name, "path": str(Path(tbl.source).resolve()), "sha256": tbl.sha256, "rows": tbl.n_rows, "format": tbl.format}
-        for name, tbl in (("labels", labels), ("truth", truth))
-        if tbl is not None
-    ]
-    manifest = {
-        "run_id": run_id,
-        "pipeline": spec.name,
-        "job": spec.job,
-        "method": opts.method,
-        "started_at": started_at(),
-        "flow_run_id": str(flow_run.id) if flow_run.id else None,
-        "spec": spec.model_dump(mode="json"),
-        "inputs": inputs,
-        "checks": {
-            "validation": "passed",
-            "worker_components": int(len(graph.components)),
-            "bipartite_components": int((graph.components["status"] == "bipartite_component").sum()),
-            "isolated_workers": int((graph.components["status"] == "isolated").sum()),
-        },
-        "metrics": metrics,
-        "versions": versions(),
-        "timings": timings,
+    comps = graph.components
+    checks = {
+        "validation": "passed" if spec.checks.validation == "block" else "warn",
+        "worker_components": int(len(comps)),
+        "bipartite_components": int((comps["status"] == "bipartite_component").sum()),
+        "isolated_workers": int((comps["status"] == "isolated").sum()),
     }
     tables = {"consensus": result.consensus, "workers": graph.workers, "components": components_frame(graph)}
-    run_dir = export_run(str(spec.output_dir()), spec.name, run_id, tables, manifest)
-    lap("export", t)
-    logger.info("run %s completed in %.2f s → %s", run_id, time.perf_counter() - t0, run_dir)
+    run_dir = finish_run(
+        spec, run_id, inputs, tables, checks=checks, metrics=metrics, clock=clock, extra={"method": opts.method}
+    )
+    logger.info("run %s completed in %.2f s → %s", run_id, clock.total, run_dir)
     return {"run_id": run_id, "run_dir": run_dir, "metrics": metrics}

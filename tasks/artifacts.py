@@ -21,7 +21,8 @@ def markdown(key: str, body: str, description: str) -> None:
 
 def table(key: str, df: pd.DataFrame, description: str, max_rows: int = 200) -> None:
     """Publish the first ``max_rows`` rows of ``df`` as a table artifact."""
-    records: list[dict[str, Any]] = df.head(max_rows).astype(object).where(df.head(max_rows).notna(), None).to_dict("records")
+    head = df.head(max_rows).astype(object)
+    records: list[dict[str, Any]] = head.where(head.notna(), None).to_dict("records")
     create_table_artifact(key=_key(key), table=records, description=description)
 
 

@@ -9,7 +9,7 @@ from prefect.cache_policies import NONE
 from crowdflow.errors import GraphCheckFailed
 from crowdflow.graphs import WorkerGraphReport, describe_failures, worker_graph_report
 from crowdflow.labels import LabelMatrix
-from tasks.artifacts import frame_to_markdown, markdown
+from tasks.artifacts import frame_to_markdown, markdown, table
 
 
 @task(name="check-worker-graph", cache_policy=NONE)
@@ -33,16 +33,10 @@ def check_worker_graph(
         + frame_to_markdown(comps.sort_values("n_workers", ascending=False))
     )
     markdown("worker-graph", body, "identifiability of worker skills (non-bipartite components)")
+    table("worker-components", comps.sort_values("n_workers", ascending=False), "components of the worker graph")
     problems = []
     if n_bip:
-        msg = describe_failures(
-            WorkerGraphReport(
-                workers=report.workers,
-                components=comps[comps["status"] == "bipartite_component"],
-                co_labels=report.co_labels,
-                graph=report.graph,
-            )
-        )
+        msg = describe_failures(report, ("bipartite_component",))
         text = f"{n_bip} bipartite component(s) in the worker graph (skills not identifiable):\n{msg}"
         if identifiability == "block":
             problems.append(text)

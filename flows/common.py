@@ -1,0 +1,88 @@
+"""Steps every job flow shares: ingest + validate the declared inputs, then manifest + atomic export."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from prefect.runtime import flow_run
+
+from crowdflow.io import LoadedTable
+from crowdflow.manifest import build_manifest, input_record, new_run_id
+from crowdflow.spec import PipelineSpec
+from tasks.export import export_run
+from tasks.ingest import ingest
+from tasks.validate import validate
+
+
+@dataclass
+class Clock:
+    """Wall time per pipeline step, recorded into the manifest."""
+
+    timings: dict[str, float] = field(default_factory=dict)
+    _t: float = field(default_factory=time.perf_counter)
+    _t0: float = field(default_factory=time.perf_counter)
+
+    def lap(self, step: str) -> None:
+        now = time.perf_counter()
+        self.timings[step] = round(now - self._t, 4)
+        self._t = now
+
+    @property
+    def total(self) -> float:
+        return time.perf_counter() - self._t0
+
+
+def run_id_for(run_id: str | None) -> str:
+    return run_id or new_run_id(str(flow_run.id or "") or None)
+
+
+def load_inputs(
+    spec: PipelineSpec,
+    prepare: dict[str, Callable[[LoadedTable], LoadedTable]] | None = None,
+    allowed: dict[str, dict[str, list[str]]] | None = None,
+) -> dict[str, LoadedTable]:
+    """Ingest every declared input, apply an optional per-kind preparation, validate each table.
+
+    Validation failures block (raise) unless ``checks.validation`` is ``warn``.
+    """
+    tables = {kind: ingest(spec, src, kind) for kind, src in spec.inputs().items()}
+    for kind, prep in (prepare or {}).items():
+        if kind in tables:
+            tables[kind] = prep(tables[kind])
+    for kind, table in tables.items():
+        validate(table, kind, spec.checks.validation, (allowed or {}).get(kind))
+    return tables
+
+
+def finish_run(
+    spec: PipelineSpec,
+    run_id: str,
+    inputs: dict[str, LoadedTable],
+    tables: dict[str, pd.DataFrame],
+    *,
+    checks: dict[str, Any],
+    metrics: dict[str, Any],
+    clock: Clock,
+    extra: dict[str, Any] | None = None,
+) -> str:
+    """Build the manifest and export all tables atomically; returns the run folder."""
+    manifest = build_manifest(
+        run_id=run_id,
+        pipeline=spec.name,
+        job=spec.job,
+        spec=spec.model_dump(mode="json"),
+        inputs=[
+            input_record(kind, str(Path(t.source).resolve()), t.sha256, t.n_rows, t.format) for kind, t in inputs.items()
+        ],
+        checks=checks,
+        metrics=metrics,
+        timings=dict(clock.timings),
+        flow_run_id=str(flow_run.id) if flow_run.id else None,
+        extra=extra,
+    )
+    return export_run(str(spec.output_dir()), spec.name, run_id, tables, manifest)
