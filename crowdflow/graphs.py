@@ -172,8 +172,7 @@ def worker_graph_report(lm: LabelMatrix, max_listed: int = 20) -> WorkerGraphRep
         for s, sz in zip(starts, g.sizes, strict=True)
     ]
     colour_sizes = [
-        f"{int(sz - c1)}/{int(c1)}" if bip else ""
-        for sz, c1, bip in zip(g.sizes, colour1, g.bipartite, strict=True)
+        f"{int(sz - c1)}/{int(c1)}" if bip else "" for sz, c1, bip in zip(g.sizes, colour1, g.bipartite, strict=True)
     ]
     comps = pd.DataFrame(
         {

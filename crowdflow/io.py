@@ -204,9 +204,9 @@ def _apply_columns(
             )
         renamed[given] = canonical
     for alias, canonical in schema.aliases.items():
-        if canonical not in df.columns and canonical not in renamed.values() and alias in df.columns:
-            if alias not in renamed:
-                renamed[alias] = canonical
+        taken = canonical in df.columns or canonical in renamed.values()
+        if not taken and alias in df.columns and alias not in renamed:
+            renamed[alias] = canonical
     df = df.rename(columns=renamed)
     if schema.name == "comparisons" and "outcome" not in df.columns:
         for winner_col in ("winner", "label"):

@@ -115,9 +115,7 @@ class LabelMatrix:
     def incidence(self) -> sp.csr_matrix:
         """B: W×T 0/1 matrix, B[i, t] = 1 iff worker i labelled task t."""
         data = np.ones(self.n_labels, dtype=np.float64)
-        return sp.csr_matrix(
-            (data, (self.worker_idx, self.task_idx)), shape=(self.n_workers, self.n_tasks)
-        )
+        return sp.csr_matrix((data, (self.worker_idx, self.task_idx)), shape=(self.n_workers, self.n_tasks))
 
     def task_class_counts(self, worker_weights: np.ndarray | None = None) -> sp.csr_matrix:
         """T×M matrix of (weighted) votes: entry (t, l) = Σ_i v_i 1{Y_it = l}.
@@ -131,9 +129,7 @@ class LabelMatrix:
             data = np.ones(self.n_labels, dtype=np.float64)
         else:
             data = np.asarray(worker_weights, dtype=np.float64)[self.worker_idx]
-        return sp.csr_matrix(
-            (data, (self.task_idx, self.class_idx)), shape=(self.n_tasks, self.n_classes)
-        )
+        return sp.csr_matrix((data, (self.task_idx, self.class_idx)), shape=(self.n_tasks, self.n_classes))
 
     def labels_per_worker(self) -> np.ndarray:
         """n_i: number of labels given by each worker."""

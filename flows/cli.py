@@ -109,7 +109,12 @@ def cmd_skills(args: argparse.Namespace) -> int:
     data: dict[str, Any] = {
         "name": args.name,
         "labels": {"path": str(Path(args.labels).resolve())},
-        "skills": {"method": args.method, "tie_break": args.tie_break, "seed": args.seed, "duplicates": args.duplicates},
+        "skills": {
+            "method": args.method,
+            "tie_break": args.tie_break,
+            "seed": args.seed,
+            "duplicates": args.duplicates,
+        },
         "output": {"dir": str(Path(args.out).resolve())},
     }
     if args.truth:
@@ -158,7 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tie-break", default="random", choices=["random", "smallest"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--duplicates", default="error", choices=["error", "keep_last", "keep_first"])
-    p.add_argument("--warn-identifiability", action="store_true", help="warn instead of blocking on bipartite components")
+    p.add_argument(
+        "--warn-identifiability", action="store_true", help="warn instead of blocking on bipartite components"
+    )
     p.set_defaults(func=cmd_skills)
     return parser
 
@@ -184,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("crowdflow: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # noqa: BLE001 - last resort: one line, traceback on --debug
+    except Exception as exc:
         if args.debug:
             raise
         print(f"crowdflow: unexpected error: {type(exc).__name__}: {exc} (rerun with --debug)", file=sys.stderr)

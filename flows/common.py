@@ -77,7 +77,8 @@ def finish_run(
         job=spec.job,
         spec=spec.model_dump(mode="json"),
         inputs=[
-            input_record(kind, str(Path(t.source).resolve()), t.sha256, t.n_rows, t.format) for kind, t in inputs.items()
+            input_record(kind, str(Path(t.source).resolve()), t.sha256, t.n_rows, t.format)
+            for kind, t in inputs.items()
         ],
         checks=checks,
         metrics=metrics,

@@ -24,7 +24,7 @@ def check_locations(spec: PipelineSpec) -> None:
     for src in spec.inputs().values():
         p = spec.path_of(src).resolve()
         folder = p if p.is_dir() else p.parent
-        if out == folder or folder in out.parents and p.is_dir():
+        if out == folder or (folder in out.parents and p.is_dir()):
             raise SpecError(f"output dir {out} is the input folder of {p}; choose another output.dir")
 
 
@@ -58,7 +58,11 @@ def check_spec(spec: PipelineSpec) -> list[str]:
     report = validate_frame(df, INPUTS["labels"], labels.source, allowed)
     if spec.checks.validation == "block":
         require_valid(report)
-    lines.append(report.message() if not report.success else f"labels {labels.source}: {report.n_rows} rows, {report.n_expectations} expectations passed")
+    lines.append(
+        report.message()
+        if not report.success
+        else f"labels {labels.source}: {report.n_rows} rows, {report.n_expectations} expectations passed"
+    )
     if spec.truth is not None:
         truth = read_table(spec.path_of(spec.truth), INPUTS["truth"], spec.truth.columns, spec.truth.format)
         tr = validate_frame(truth.df, INPUTS["truth"], truth.source)

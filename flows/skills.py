@@ -65,11 +65,13 @@ def skills_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]
     metrics: dict[str, Any] = {"n_ties": result.n_ties, "n_duplicates_dropped": dropped["n"]}
     if truth is not None:
         metrics.update(gold_metrics(result.consensus, truth.df).as_dict())
-        logger.info("accuracy on %d gold tasks: %.4f (error %.4f)", metrics["n_gold"], metrics["accuracy"], metrics["error"])
+        logger.info(
+            "accuracy on %d gold tasks: %.4f (error %.4f)", metrics["n_gold"], metrics["accuracy"], metrics["error"]
+        )
     comps = graph.components
     checks = {
         "validation": "passed" if spec.checks.validation == "block" else "warn",
-        "worker_components": int(len(comps)),
+        "worker_components": len(comps),
         "bipartite_components": int((comps["status"] == "bipartite_component").sum()),
         "isolated_workers": int((comps["status"] == "isolated").sum()),
     }

@@ -149,9 +149,7 @@ CANDIDATES = TableSchema(
     unique=("task", "worker"),
 )
 
-INPUTS: dict[str, TableSchema] = {
-    s.name: s for s in (LABELS, TRUTH, COMPARISONS, AGENTS, EDGES, CANDIDATES)
-}
+INPUTS: dict[str, TableSchema] = {s.name: s for s in (LABELS, TRUTH, COMPARISONS, AGENTS, EDGES, CANDIDATES)}
 
 # Output tables: stable Parquet schemas (documented in the README).
 OUTPUTS: dict[str, pa.Schema] = {

@@ -71,8 +71,7 @@ class ValidationReport:
         for f in self.failures:
             ex = ", ".join(f"row {r} ({f.column}={v!r})" for r, v in zip(f.rows, f.values, strict=False))
             lines.append(
-                f"  - column '{f.column}': {f.rule}: {f.unexpected_count} rows fail"
-                + (f"; e.g. {ex}" if ex else "")
+                f"  - column '{f.column}': {f.rule}: {f.unexpected_count} rows fail" + (f"; e.g. {ex}" if ex else "")
             )
         return "\n".join(lines)
 
@@ -175,9 +174,7 @@ def validate_frame(
     for exp, rule in expectations:
         added = suite.add_expectation(exp)
         rules[str(added.id)] = rule
-    vd = ctx.validation_definitions.add(
-        gx.ValidationDefinition(name=f"{schema.name}_validation", data=bd, suite=suite)
-    )
+    vd = ctx.validation_definitions.add(gx.ValidationDefinition(name=f"{schema.name}_validation", data=bd, suite=suite))
     frame = df
     if schema.distinct and all(c in present for c in schema.distinct):
         a, b = schema.distinct

@@ -27,7 +27,10 @@ def export_run(
         lines.append(f"| {name} | {info['rows']} | `{Path(written.path) / info['path']}` |")
     metrics = manifest.get("metrics") or {}
     if metrics:
-        lines.append("\n**Metrics vs gold:** " + ", ".join(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}" for k, v in metrics.items()))
+        lines.append(
+            "\n**Metrics vs gold:** "
+            + ", ".join(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}" for k, v in metrics.items())
+        )
     markdown("run-outputs", "\n".join(lines), "exported Parquet tables and manifest")
     logger.info("exported run to %s", written.path)
     return str(written.path)

@@ -36,6 +36,9 @@ def fit_consensus(lm: LabelMatrix, options: SkillsOptions, fingerprint: str) -> 
     result = majority_vote(lm, tie_break=options.tie_break, seed=options.seed)
     logger.info(
         "majority vote on %d tasks (%d labels): %d ties broken by %s",
-        lm.n_tasks, lm.n_labels, result.n_ties, options.tie_break,
+        lm.n_tasks,
+        lm.n_labels,
+        result.n_ties,
+        options.tie_break,
     )
     return result

@@ -18,7 +18,10 @@ def _crowdflow() -> list[str]:
 
 
 def test_help_does_not_import_prefect() -> None:
-    code = "import sys; from flows.cli import build_parser; build_parser(); print('prefect' in sys.modules, 'great_expectations' in sys.modules)"
+    code = (
+        "import sys; from flows.cli import build_parser; build_parser(); "
+        "print('prefect' in sys.modules, 'great_expectations' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "False False"
     res = subprocess.run([*_crowdflow(), "--help"], capture_output=True, text=True)
@@ -26,8 +29,12 @@ def test_help_does_not_import_prefect() -> None:
 
 
 def test_validate_example_spec(tmp_path: Path) -> None:
-    res = subprocess.run([*_crowdflow(), "validate", str(ROOT / "deployments/specs/rte-skills.yaml")],
-                         capture_output=True, text=True, cwd=tmp_path)
+    res = subprocess.run(
+        [*_crowdflow(), "validate", str(ROOT / "deployments/specs/rte-skills.yaml")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stderr
     assert "8000 rows, 4 expectations passed" in res.stdout and "1 components {'ok': 1}" in res.stdout
     assert list(tmp_path.iterdir()) == []

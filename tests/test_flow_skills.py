@@ -24,8 +24,19 @@ def _files(out: Path) -> list[Path]:
 
 def test_rte_mv_run(tmp_path: Path, rte_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
-    rc = main(["skills", "--labels", str(rte_dir / "labels.csv"), "--truth", str(rte_dir / "truth.csv"),
-               "--method", "mv", "--out", str(out)])
+    rc = main(
+        [
+            "skills",
+            "--labels",
+            str(rte_dir / "labels.csv"),
+            "--truth",
+            str(rte_dir / "truth.csv"),
+            "--method",
+            "mv",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     (manifest_path,) = _runs(out)
     man = json.loads(manifest_path.read_text())
@@ -107,7 +118,9 @@ def test_transient_faults_are_retried(tmp_path: Path, rte_dir: Path, monkeypatch
 
     monkeypatch.setattr(cio, "_read_csv", flaky_read)
     monkeypatch.setattr(cio, "write_parquet", flaky_write)
-    spec = parse_spec({"name": "retry", "labels": {"path": str(rte_dir / "labels.csv")}, "output": {"dir": str(tmp_path)}})
+    spec = parse_spec(
+        {"name": "retry", "labels": {"path": str(rte_dir / "labels.csv")}, "output": {"dir": str(tmp_path)}}
+    )
     from flows.skills import skills_flow
 
     summary = skills_flow(spec)
@@ -119,7 +132,9 @@ def test_transient_faults_are_retried(tmp_path: Path, rte_dir: Path, monkeypatch
 def test_persistent_export_fault_leaves_nothing(tmp_path: Path, rte_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import crowdflow.io as cio
 
-    spec = parse_spec({"name": "fault", "labels": {"path": str(rte_dir / "labels.csv")}, "output": {"dir": str(tmp_path)}})
+    spec = parse_spec(
+        {"name": "fault", "labels": {"path": str(rte_dir / "labels.csv")}, "output": {"dir": str(tmp_path)}}
+    )
     from flows.skills import skills_flow
 
     first = skills_flow(spec)

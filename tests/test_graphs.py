@@ -66,8 +66,13 @@ def ring(n: int) -> list[tuple[int, int]]:
         ("star + leaf edge", 6, [(0, i) for i in range(1, 6)] + [(1, 2)], False),
         ("path", 5, [(i, i + 1) for i in range(4)], True),
         ("K5", 5, [(i, j) for i in range(5) for j in range(i + 1, 5)], False),
-        ("5x5 grid", 25, [(r * 5 + c, r * 5 + c + 1) for r in range(5) for c in range(4)]
-         + [(r * 5 + c, (r + 1) * 5 + c) for r in range(4) for c in range(5)], True),
+        (
+            "5x5 grid",
+            25,
+            [(r * 5 + c, r * 5 + c + 1) for r in range(5) for c in range(4)]
+            + [(r * 5 + c, (r + 1) * 5 + c) for r in range(4) for c in range(5)],
+            True,
+        ),
     ],
 )
 def test_known_graphs(name: str, n: int, edges: list[tuple[int, int]], bipartite: bool) -> None:
@@ -90,7 +95,14 @@ def test_disjoint_union_statuses() -> None:
     )
     rep = worker_graph_report(encode_labels(df))
     status = dict(zip(rep.workers["worker"], rep.workers["status"], strict=True))
-    assert status == {"a": "ok", "b": "ok", "c": "ok", "d": "bipartite_component", "e": "bipartite_component", "f": "isolated"}
+    assert status == {
+        "a": "ok",
+        "b": "ok",
+        "c": "ok",
+        "d": "bipartite_component",
+        "e": "bipartite_component",
+        "f": "isolated",
+    }
     comps = rep.components.set_index("component")
     assert comps.loc[1, "colour_sizes"] == "1/1"
     assert list(rep.workers["n_partners"]) == [2, 2, 2, 1, 1, 0]
@@ -138,5 +150,7 @@ def test_agent_graph_checks() -> None:
     assert rep.unknown_agents == ["x", "y"]
     assert rep.agents_without_edges == ["e"]
     assert rep.n_components == 2
-    good = agent_graph_report(pd.DataFrame({"source": ["a", "b"], "target": ["b", "c"], "weight": [1.0, 0.5]}), ["a", "b", "c"])
+    good = agent_graph_report(
+        pd.DataFrame({"source": ["a", "b"], "target": ["b", "c"], "weight": [1.0, 0.5]}), ["a", "b", "c"]
+    )
     assert good.ok

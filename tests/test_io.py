@@ -29,7 +29,7 @@ def test_csv_ids_stay_strings(tmp_path: Path) -> None:
 
 
 def test_column_mapping_and_bom_crlf(tmp_path: Path) -> None:
-    p = _write(tmp_path / "l.csv", b"\xef\xbb\xbfitem,annot,answer\r\nq1,w1,cat\r\nq1,w2,\"dog\"\r\n")
+    p = _write(tmp_path / "l.csv", b'\xef\xbb\xbfitem,annot,answer\r\nq1,w1,cat\r\nq1,w2,"dog"\r\n')
     t = read_table(p, LABELS, {"task": "item", "worker": "annot", "label": "answer"})
     assert list(t.df.columns) == ["task", "worker", "label"]
     assert t.df["label"].tolist() == ["cat", "dog"]
@@ -76,7 +76,11 @@ def test_non_numeric_outcome_names_rows(tmp_path: Path) -> None:
 def test_crowdkit_pairwise_names_and_winner(tmp_path: Path) -> None:
     p = _write(tmp_path / "p.csv", "worker,left,right,label\nu,a,b,a\nu,a,c,c\nv,b,c,tie\n")
     t = read_table(p, COMPARISONS)
-    assert t.df[["annotator", "item_a", "item_b"]].values.tolist() == [["u", "a", "b"], ["u", "a", "c"], ["v", "b", "c"]]
+    assert t.df[["annotator", "item_a", "item_b"]].values.tolist() == [
+        ["u", "a", "b"],
+        ["u", "a", "c"],
+        ["v", "b", "c"],
+    ]
     assert t.df["outcome"].tolist() == [1.0, -1.0, 0.0]
     bad = _write(tmp_path / "q.csv", "annotator,item_a,item_b,winner\nu,a,b,z\n")
     with pytest.raises(InputError, match="neither item_a, item_b nor 'tie'"):

@@ -56,8 +56,13 @@ def test_majority_vote_by_hand() -> None:
 
 def test_random_tie_break_is_seeded_and_order_free() -> None:
     rng = np.random.default_rng(0)
-    df = pd.DataFrame({"task": np.repeat(np.arange(300).astype(str), 2), "worker": np.tile(["u", "v"], 300),
-                       "label": rng.integers(0, 2, 600).astype(str)})
+    df = pd.DataFrame(
+        {
+            "task": np.repeat(np.arange(300).astype(str), 2),
+            "worker": np.tile(["u", "v"], 300),
+            "label": rng.integers(0, 2, 600).astype(str),
+        }
+    )
     a = majority_vote(encode_labels(df), "random", seed=5).consensus
     b = majority_vote(encode_labels(df.sample(frac=1.0, random_state=2)), "random", seed=5).consensus
     pd.testing.assert_frame_equal(a, b)
