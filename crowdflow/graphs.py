@@ -101,9 +101,9 @@ def co_label_counts(lm: LabelMatrix) -> sp.csr_matrix:
     """
     b = lm.incidence()
     n = (b @ b.T).tocsr()
-    n.setdiag(0)
+    n = n - sp.diags(n.diagonal(), format="csr")  # zero the diagonal without setdiag's re-sort
     n.eliminate_zeros()
-    return n
+    return sp.csr_matrix(n)
 
 
 @dataclass(frozen=True)

@@ -150,14 +150,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("spec")
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("demo", help="run the bundled example (Snow et al. RTE labels, majority vote)")
+    p = sub.add_parser("demo", help="run the bundled example (Snow et al. RTE labels, rank-one skills)")
     p.add_argument("--out", help="output folder (default ./crowdflow-out)")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("skills", help="consensus labels (and skills) from one labels file")
     p.add_argument("--labels", required=True, help="labels table: task, worker, label (CSV/Parquet/folder)")
     p.add_argument("--truth", help="gold labels: task, label (enables accuracy/error metrics)")
-    p.add_argument("--method", default="mv", choices=["mv", "pgd", "onecoin_ds", "ds"])
+    p.add_argument("--method", default="pgd", choices=["pgd", "onecoin_ds", "ds", "mv"],
+                   help="pgd = rank-one skills (default); onecoin_ds / ds = Dawid-Skene EM; mv = majority vote")
+    p.add_argument("--solver", default="scaled", choices=["scaled", "gd", "eg"], help="PGD solver")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--name", default="skills", help="pipeline name (output sub-folder)")
     p.add_argument("--tie-break", default="random", choices=["random", "smallest"])

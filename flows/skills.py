@@ -17,8 +17,11 @@ from crowdflow.manifest import content_key
 from crowdflow.metrics import gold_metrics
 from crowdflow.spec import PipelineSpec
 from flows.common import Clock, finish_run, load_inputs, run_id_for
-from tasks.check_graph import check_worker_graph, components_frame
-from tasks.fit import fit_consensus
+from tasks.check_graph import check_worker_graph
+from tasks.fit import fit_skills_task
+
+
+_FIT_KEYS = ("method", "solver", "iterations", "converged", "final_loss", "eta", "tau", "weighting", "n_classes", "classes")
 
 
 @flow(name="crowdflow-skills", log_prints=True)
@@ -58,11 +61,17 @@ def skills_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]
     graph = check_worker_graph(lm, spec.checks.identifiability, spec.checks.isolated_workers, labels.source)
     clock.lap("check_graph")
 
-    key = content_key(labels.sha256, opts.model_dump(), __version__, "consensus")
-    result = fit_consensus(lm, opts, key)
+    key = content_key(labels.sha256, opts.model_dump(), __version__, "skills")
+    result = fit_skills_task(lm, graph, opts, key)
     clock.lap("fit")
 
-    metrics: dict[str, Any] = {"n_ties": result.n_ties, "n_duplicates_dropped": dropped["n"]}
+    meta = result.metadata
+    metrics: dict[str, Any] = {
+        "n_ties": meta.get("n_ties", 0),
+        "n_fallback_tasks": meta.get("n_fallback_tasks", 0),
+        "n_duplicates_dropped": dropped["n"],
+        "frac_workers_identified": meta.get("frac_workers_identified"),
+    }
     if truth is not None:
         metrics.update(gold_metrics(result.consensus, truth.df).as_dict())
         logger.info(
@@ -75,9 +84,14 @@ def skills_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]
         "bipartite_components": int((comps["status"] == "bipartite_component").sum()),
         "isolated_workers": int((comps["status"] == "isolated").sum()),
     }
-    tables = {"consensus": result.consensus, "workers": graph.workers, "components": components_frame(graph)}
+    components = result.diagnostics.merge(
+        graph.components[["component", "colour_sizes", "workers"]], on="component", how="left"
+    )
+    tables = {"consensus": result.consensus, "skills": result.skills, "components": components}
+    fit = {k: v for k, v in meta.items() if k in _FIT_KEYS}
     run_dir = finish_run(
-        spec, run_id, inputs, tables, checks=checks, metrics=metrics, clock=clock, extra={"method": opts.method}
+        spec, run_id, inputs, tables, checks=checks, metrics=metrics, clock=clock,
+        extra={"method": opts.method, "fit": fit},
     )
     logger.info("run %s completed in %.2f s → %s", run_id, clock.total, run_dir)
     return {"run_id": run_id, "run_dir": run_dir, "metrics": metrics}

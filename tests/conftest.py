@@ -14,6 +14,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+# Multi-threaded BLAS is 10-100x slower when the 2 cores are contended (dense eigvalsh in diagnostics).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 _HOME = tempfile.mkdtemp(prefix="crowdflow-prefect-home-")
 os.environ["PREFECT_HOME"] = _HOME
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")

@@ -44,12 +44,28 @@ def test_rte_mv_run(tmp_path: Path, rte_dir: Path, capsys: pytest.CaptureFixture
     assert 0.093 <= man["metrics"]["error"] <= 0.135 and man["metrics"]["n_gold"] == 800
     assert {i["name"]: i["rows"] for i in man["inputs"]} == {"labels": 8000, "truth": 800}
     assert len(man["inputs"][0]["sha256"]) == 64
-    assert set(man["outputs"]) == {"consensus", "workers", "components"}
+    assert set(man["outputs"]) == {"consensus", "skills", "components"}
     assert set(man["timings"]) == {"ingest_validate", "check_graph", "fit"}  # export ends after the manifest
     consensus = pd.read_parquet(manifest_path.parent / "consensus.parquet")
-    assert list(consensus.columns) == ["task", "label", "confidence", "n_labels"] and len(consensus) == 800
+    assert list(consensus.columns) == ["task", "label", "confidence", "n_labels", "fallback"] and len(consensus) == 800
     assert (consensus["n_labels"] == 10).all() and consensus["confidence"].between(0.5, 1.0).all()
     assert "accuracy 0.90" in capsys.readouterr().out
+
+
+def test_rte_pgd_run(tmp_path: Path, rte_dir: Path) -> None:
+    """Issue #3 in the pipeline: rank-one PGD skills on RTE (paper Table 5: 0.07; spec AT-R1: <= 0.09)."""
+    out = tmp_path / "out"
+    rc = main(["skills", "--labels", str(rte_dir / "labels.csv"), "--truth", str(rte_dir / "truth.csv"),
+               "--method", "pgd", "--out", str(out)])
+    assert rc == 0
+    (manifest_path,) = _runs(out)
+    man = json.loads(manifest_path.read_text())
+    assert man["metrics"]["error"] <= 0.09 and man["fit"]["converged"] and man["fit"]["solver"] == "scaled"
+    skills = pd.read_parquet(manifest_path.parent / "skills.parquet")
+    assert len(skills) == 164 and (skills["status"] == "ok").all()
+    assert skills["skill"].between(-1, 1).all() and skills["skill"].mean() > 0.3
+    comps = pd.read_parquet(manifest_path.parent / "components.parquet")
+    assert comps.loc[0, "lambda_min_signless_unit"] > 0 and not comps.loc[0, "bipartite"]
 
 
 def test_missing_worker_column_fails_cleanly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -94,8 +110,11 @@ def test_bipartite_component_blocks(tmp_path: Path, capsys: pytest.CaptureFixtur
     # downgraded to a warning, the run completes and the workers table carries the status
     assert main(["skills", "--labels", str(labels), "--out", str(out), "--warn-identifiability"]) == 0
     (man,) = _runs(out)
-    workers = pd.read_parquet(man.parent / "workers.parquet").set_index("worker")
-    assert workers.loc["d", "status"] == "bipartite_component" and workers.loc["a", "status"] == "ok"
+    skills = pd.read_parquet(man.parent / "skills.parquet").set_index("worker")
+    assert skills.loc["d", "status"] == "bipartite_component" and skills.loc["a", "status"] == "ok"
+    assert pd.isna(skills.loc["d", "skill"]) and skills.loc["d", "vote_weight"] == 0.0
+    consensus = pd.read_parquet(man.parent / "consensus.parquet").set_index("task")
+    assert consensus.loc[["t3", "t4"], "fallback"].all() and not consensus.loc["t0", "fallback"]
 
 
 def test_transient_faults_are_retried(tmp_path: Path, rte_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -142,7 +161,7 @@ def test_persistent_export_fault_leaves_nothing(tmp_path: Path, rte_dir: Path, m
     real = cio.write_parquet
 
     def broken(df, path, schema=None):  # type: ignore[no-untyped-def]
-        if path.name.startswith("workers"):
+        if path.name.startswith("skills"):
             raise OSError("disk full (injected)")
         return real(df, path, schema)
 

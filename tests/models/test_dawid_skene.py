@@ -1,0 +1,174 @@
+"""Tests of the Dawid–Skene EM baselines (spec skills-rank-one.md §7)."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from crowdflow import synth
+from crowdflow.labels import encode_labels
+from crowdflow.models.dawid_skene import dawid_skene, one_coin_dawid_skene
+from crowdflow.models.skills import prediction_error, prepare_labels, vote_weights, weighted_consensus
+
+DATA = Path(__file__).resolve().parents[2] / "crowdflow" / "data"
+
+
+def _lm(df: pd.DataFrame, classes=None):
+    return prepare_labels(df, classes=classes)[0]
+
+
+def _reference_em_step(lm, post, smoothing):
+    """Loop-based reference of one M-step + E-step of the full model (obviously correct, slow)."""
+    m, w, t = lm.n_classes, lm.n_workers, lm.n_tasks
+    counts = np.full((w, m, m), smoothing)
+    for i, tk, y in zip(lm.worker_idx, lm.task_idx, lm.class_idx, strict=True):
+        for true in range(m):
+            counts[i, true, y] += post[tk, true]
+    pi = counts / counts.sum(axis=2, keepdims=True)
+    q = (post.sum(axis=0) + smoothing) / (t + m * smoothing)
+    logp = np.tile(np.log(q), (t, 1))
+    for i, tk, y in zip(lm.worker_idx, lm.task_idx, lm.class_idx, strict=True):
+        for true in range(m):
+            logp[tk, true] += np.log(pi[i, true, y])
+    new = np.exp(logp - logp.max(axis=1, keepdims=True))
+    return pi, q, new / new.sum(axis=1, keepdims=True)
+
+
+def test_full_ds_matches_loop_reference_one_iteration():
+    data = synth.one_coin_labels(np.linspace(0.0, 0.8, 6), *synth.random_assignment(6, 40, 3, seed=1), 3, seed=1)
+    lm = _lm(data.labels, data.classes)
+    counts = lm.task_class_counts().toarray()
+    post0 = counts / counts.sum(axis=1, keepdims=True)
+    _pi1, _q1, post1 = _reference_em_step(lm, post0, 0.01)
+    pi2, q2, _ = _reference_em_step(lm, post1, 0.01)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        res = dawid_skene(lm, max_iter=1, smoothing=0.01)
+    # after one iteration: params are the M-step on the first E-step posteriors
+    np.testing.assert_allclose(res.confusion, pi2, atol=1e-12)
+    np.testing.assert_allclose(res.class_prior, q2, atol=1e-12)
+
+
+def test_one_coin_matches_brute_force_posterior():
+    # tiny instance: posterior of each task by enumerating the class, with the returned p and q
+    data = synth.one_coin_labels(np.array([0.8, 0.5, 0.3, 0.6]), *synth.clique_assignment(4, 30), 3, seed=2)
+    lm = _lm(data.labels, data.classes)
+    res = one_coin_dawid_skene(lm)
+    p = res.workers["accuracy"].to_numpy()
+    q = res.class_prior
+    m = lm.n_classes
+    for t in range(lm.n_tasks):
+        on = lm.task_idx == t
+        like = np.array(
+            [
+                q[c]
+                * np.prod(
+                    [
+                        p[i] if y == c else (1 - p[i]) / (m - 1)
+                        for i, y in zip(lm.worker_idx[on], lm.class_idx[on], strict=True)
+                    ]
+                )
+                for c in range(m)
+            ]
+        )
+        np.testing.assert_allclose(res.posteriors[t], like / like.sum(), atol=1e-10)
+    # the one-coin vote weight is the MAP weight of spec §2.7
+    np.testing.assert_allclose(res.workers["vote_weight"], vote_weights(res.workers["skill"].to_numpy(), m), atol=1e-6)
+
+
+@pytest.mark.parametrize("m", [2, 4])
+def test_one_coin_recovers_skills(m):
+    rng = np.random.default_rng(3)
+    p = rng.uniform(1 / m + 0.05, 0.95, 25)
+    s = (m * p - 1) / (m - 1)
+    data = synth.one_coin_labels(s, *synth.random_assignment(25, 3000, 5, seed=3), m, seed=3)
+    lm = _lm(data.labels, data.classes)
+    res = one_coin_dawid_skene(lm)
+    assert res.converged
+    assert np.sqrt(np.mean((res.workers["skill"].to_numpy() - s) ** 2)) <= 0.05
+    oracle = weighted_consensus(lm, vote_weights(s, m), tie_break="random", seed=0)
+    err = prediction_error(res.consensus, data.truth)
+    assert err <= prediction_error(oracle.consensus, data.truth) + 0.01
+
+
+def test_full_ds_recovers_asymmetric_confusion():
+    # two classes, workers biased towards class 1 (not one-coin): full DS must find the asymmetry
+    rng = np.random.default_rng(4)
+    n_w, n_t = 12, 4000
+    pi = np.empty((n_w, 2, 2))
+    pi[:, 0, 0] = rng.uniform(0.55, 0.75, n_w)  # P(answer 0 | truth 0)
+    pi[:, 1, 1] = rng.uniform(0.85, 0.97, n_w)
+    pi[:, 0, 1] = 1 - pi[:, 0, 0]
+    pi[:, 1, 0] = 1 - pi[:, 1, 1]
+    truth = (rng.random(n_t) < 0.3).astype(int)
+    wi, ti = synth.random_assignment(n_w, n_t, 5, seed=4)
+    ans = (rng.random(wi.size) < pi[wi, truth[ti], 1]).astype(int)
+    df = pd.DataFrame({"task": ti.astype(str), "worker": [f"w{i:02d}" for i in wi], "label": ans.astype(str)})
+    lm = _lm(df)
+    res = dawid_skene(lm)
+    assert res.converged
+    assert np.max(np.abs(res.confusion - pi)) <= 0.06
+    np.testing.assert_allclose(res.class_prior, [0.7, 0.3], atol=0.03)
+    gold = pd.DataFrame({"task": np.arange(n_t).astype(str), "label": truth.astype(str)})
+    one = one_coin_dawid_skene(lm)
+    assert prediction_error(res.consensus, gold) <= prediction_error(one.consensus, gold)
+
+
+def test_em_likelihood_monotone_without_smoothing():
+    data = synth.one_coin_labels(np.linspace(0.1, 0.8, 10), *synth.random_assignment(10, 500, 4, seed=5), 3, seed=5)
+    lm = _lm(data.labels, data.classes)
+    for fn in (dawid_skene, one_coin_dawid_skene):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the cap may be hit at tol 1e-9
+            res = fn(lm, smoothing=0.0, tol=1e-9, max_iter=200)
+        ll = res.log_likelihood
+        assert np.all(np.diff(ll) >= -1e-8 * np.abs(ll).max())
+
+
+def test_not_converged_warns_and_flags():
+    data = synth.one_coin_labels(np.linspace(0.1, 0.8, 10), *synth.random_assignment(10, 300, 4, seed=6), 2, seed=6)
+    lm = _lm(data.labels, data.classes)
+    with pytest.warns(RuntimeWarning, match="without converging"):
+        res = dawid_skene(lm, max_iter=1)
+    assert not res.converged and res.iterations == 1
+    with pytest.raises(ValueError):
+        one_coin_dawid_skene(lm, tol=0)
+
+
+def test_label_permutation_and_row_order_invariance():
+    data = synth.one_coin_labels(np.linspace(0.2, 0.9, 8), *synth.random_assignment(8, 300, 3, seed=7), 3, seed=7)
+    base = one_coin_dawid_skene(_lm(data.labels, data.classes))
+    shuffled = one_coin_dawid_skene(_lm(data.labels.sample(frac=1, random_state=1), data.classes))
+    pd.testing.assert_frame_equal(base.consensus, shuffled.consensus)
+    pd.testing.assert_frame_equal(base.workers, shuffled.workers)
+    for perm in itertools.islice(itertools.permutations("abc"), 1, 3):
+        mapping = dict(zip(data.classes, perm, strict=True))
+        res = one_coin_dawid_skene(_lm(data.labels.assign(label=data.labels["label"].map(mapping))))
+        np.testing.assert_allclose(res.workers["accuracy"], base.workers["accuracy"], atol=1e-8)
+
+
+@pytest.mark.parametrize(
+    ("name", "max_err_one", "max_err_full"), [("snow_rte", 0.085, 0.08), ("snow_temp", 0.07, 0.07)]
+)
+def test_real_data_snow(name, max_err_one, max_err_full):
+    if not (DATA / name / "labels.csv").exists():
+        pytest.skip(f"{DATA / name} not available")
+    labels = pd.read_csv(DATA / name / "labels.csv", dtype=str)
+    truth = pd.read_csv(DATA / name / "truth.csv", dtype=str)
+    lm = _lm(labels)
+    one, full = one_coin_dawid_skene(lm), dawid_skene(lm)
+    assert one.converged and full.converged
+    assert prediction_error(one.consensus, truth) <= max_err_one
+    assert prediction_error(full.consensus, truth) <= max_err_full
+
+
+def test_toy_example_runs_with_declared_classes():
+    df = pd.DataFrame({"task": ["a", "a", "b", "b"], "worker": ["x", "y", "x", "y"], "label": ["1", "1", "1", "1"]})
+    res = dawid_skene(encode_labels(df, classes=["0", "1"]))
+    assert (res.consensus["label"] == "1").all()
+    assert res.posteriors.shape == (2, 2)
