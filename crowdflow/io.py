@@ -264,10 +264,12 @@ def _coerce(df: pd.DataFrame, schema: TableSchema, path: str) -> pd.DataFrame:
         elif col.type == "bool":
             out[col.name] = s.astype("boolean")
     keep = pd.DataFrame(out, index=df.index)
-    if schema.extra_columns:
+    if schema.extra_columns:  # e.g. feature columns of `agents`: numeric when every value parses
         for c in df.columns:
             if c not in keep.columns:
-                keep[c] = df[c]
+                col = df[c]
+                num = pd.to_numeric(col, errors="coerce") if col.dtype.kind not in "fiub" else col
+                keep[c] = num if num.isna().sum() == col.isna().sum() else col
     return keep.reset_index(drop=True)
 
 

@@ -106,12 +106,59 @@ class SkillsOptions(_Strict):
         return v
 
 
+class PersonalRankingsOptions(_Strict):
+    """Low-rank BTL per-user rankings (spec personal-rankings-manifold.md)."""
+
+    rank: int | list[int] = Field(5, description="rank r of X = L Rᵀ, or a small grid chosen on held-out data")
+    method: Literal["lbfgs", "rtr"] = Field("lbfgs", description="L-BFGS on (L, R), or Riemannian trust region")
+    sigma: float = Field(0.18, gt=0.0, description="BTL temperature: P(a beats b) = 1/(1+exp(-(X_a-X_b)/sigma))")
+    lambda_: float | None = Field(None, ge=0.0, description="weight of the smoothed ∞-norm penalty (default: spec)")
+    holdout_fraction: float = Field(0.2, gt=0.0, lt=1.0, description="held-out share when rank is a grid")
+    on_invalid: Literal["raise", "drop"] = Field("raise", description="rows the model cannot use")
+    max_iter: int | None = Field(None, ge=1)
+    seed: int = 0
+
+    @field_validator("rank")
+    @classmethod
+    def _positive(cls, v: int | list[int]) -> int | list[int]:
+        ranks = v if isinstance(v, list) else [v]
+        if not ranks or any(r < 1 for r in ranks):
+            raise ValueError("rank must be a positive integer or a non-empty list of them")
+        return v
+
+
+class PersonalModelsOptions(_Strict):
+    """Personal models on an agent graph (spec personal-models-djam.md)."""
+
+    loss: Literal["quadratic", "ridge", "huber", "logistic"] = "quadratic"
+    method: Literal["djam", "centralized", "cl_admm", "djam_blocked"] = Field(
+        "djam", description="DJAM (asynchronous Jacobi), the centralized optimum, CL-ADMM, or blocked DJAM"
+    )
+    reg: float | None = Field(None, ge=0.0, description="ridge / prior strength (default 0.1)")
+    tol: float = Field(1e-8, gt=0.0, description="certified relative-error tolerance of the stopping rule")
+    max_rounds: int | None = Field(None, ge=1)
+    rho: float = Field(0.316, gt=0.0, description="CL-ADMM penalty")
+    n_blocks: int = Field(4, ge=1, description="blocks of the partitioned (djam_blocked) mode")
+    features: list[str] | None = Field(None, description="feature columns of the agents table (default: all others)")
+    seed: int = 0
+
+
 class ChecksSpec(_Strict):
     """Blocking (default) or warning mode of each pre-fit check."""
 
     validation: CheckMode = Field("block", description="schema expectations (Great Expectations)")
     identifiability: CheckMode = Field("block", description="no bipartite component in the worker graph")
     isolated_workers: CheckMode = Field("warn", description="workers who share no task with anyone")
+    connectivity: CheckMode | None = Field(
+        None,
+        description="one connected comparison/agent graph; default: warn for ranking (scores per component), "
+        "block for personal_rankings (annotator-item graph) and personal_models (agent graph)",
+    )
+
+    def connectivity_for(self, job: str) -> CheckMode:
+        if self.connectivity is not None:
+            return self.connectivity
+        return "warn" if job == "ranking" else "block"
 
 
 class OutputSpec(_Strict):
@@ -147,6 +194,8 @@ class PipelineSpec(_Strict):
     edges: SourceSpec | None = None
     candidates: SourceSpec | None = None
     skills: SkillsOptions = Field(default_factory=SkillsOptions)
+    personal_rankings: PersonalRankingsOptions = Field(default_factory=PersonalRankingsOptions)
+    personal_models: PersonalModelsOptions = Field(default_factory=PersonalModelsOptions)
     checks: ChecksSpec = Field(default_factory=ChecksSpec)
     output: OutputSpec = Field(default_factory=OutputSpec)
     base_dir: str = Field(".", description="folder relative paths are resolved against (the spec's folder)")

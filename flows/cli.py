@@ -124,6 +124,36 @@ def cmd_skills(args: argparse.Namespace) -> int:
     return _run_spec(parse_spec(data, origin="command line", base_dir=Path.cwd()), args.debug)
 
 
+def cmd_personal_rank(args: argparse.Namespace) -> int:
+    from crowdflow.spec import parse_spec
+
+    ranks = [int(r) for r in args.rank.split(",")]
+    data: dict[str, Any] = {
+        "name": args.name,
+        "job": "personal_rankings",
+        "comparisons": {"path": str(Path(args.comparisons).resolve())},
+        "personal_rankings": {"rank": ranks[0] if len(ranks) == 1 else ranks, "method": args.method, "seed": args.seed},
+        "output": {"dir": str(Path(args.out).resolve())},
+    }
+    return _run_spec(parse_spec(data, origin="command line", base_dir=Path.cwd()), args.debug)
+
+
+def cmd_personal_models(args: argparse.Namespace) -> int:
+    from crowdflow.spec import parse_spec
+
+    data: dict[str, Any] = {
+        "name": args.name,
+        "job": "personal_models",
+        "agents": {"path": str(Path(args.agents).resolve())},
+        "edges": {"path": str(Path(args.edges).resolve())},
+        "personal_models": {"loss": args.loss, "method": args.method, "seed": args.seed},
+        "output": {"dir": str(Path(args.out).resolve())},
+    }
+    if args.reg is not None:
+        data["personal_models"]["reg"] = args.reg
+    return _run_spec(parse_spec(data, origin="command line", base_dir=Path.cwd()), args.debug)
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from flows.pipeline import check_spec
 
@@ -157,8 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("skills", help="consensus labels (and skills) from one labels file")
     p.add_argument("--labels", required=True, help="labels table: task, worker, label (CSV/Parquet/folder)")
     p.add_argument("--truth", help="gold labels: task, label (enables accuracy/error metrics)")
-    p.add_argument("--method", default="pgd", choices=["pgd", "onecoin_ds", "ds", "mv"],
-                   help="pgd = rank-one skills (default); onecoin_ds / ds = Dawid-Skene EM; mv = majority vote")
+    p.add_argument(
+        "--method",
+        default="pgd",
+        choices=["pgd", "onecoin_ds", "ds", "mv"],
+        help="pgd = rank-one skills (default); onecoin_ds / ds = Dawid-Skene EM; mv = majority vote",
+    )
     p.add_argument("--solver", default="scaled", choices=["scaled", "gd", "eg"], help="PGD solver")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--name", default="skills", help="pipeline name (output sub-folder)")
@@ -169,6 +203,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--warn-identifiability", action="store_true", help="warn instead of blocking on bipartite components"
     )
     p.set_defaults(func=cmd_skills)
+
+    p = sub.add_parser("personal-rank", help="per-user rankings from pairwise comparisons (low-rank BTL)")
+    p.add_argument("--comparisons", required=True, help="annotator, item_a, item_b, outcome (or winner)")
+    p.add_argument("--rank", default="5", help="rank r, or a comma list to choose on held-out data")
+    p.add_argument("--method", default="lbfgs", choices=["lbfgs", "rtr"])
+    p.add_argument("--out", required=True)
+    p.add_argument("--name", default="personal-rankings")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_personal_rank)
+
+    p = sub.add_parser("personal-models", help="per-agent models smoothed over an agent graph (DJAM)")
+    p.add_argument("--agents", required=True, help="agent, y, feature columns (several rows per agent)")
+    p.add_argument("--edges", required=True, help="source, target, weight (undirected, weight > 0)")
+    p.add_argument("--loss", default="quadratic", choices=["quadratic", "ridge", "huber", "logistic"])
+    p.add_argument("--method", default="djam", choices=["djam", "centralized", "cl_admm", "djam_blocked"])
+    p.add_argument("--reg", type=float, help="ridge / prior strength (default 0.1)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--name", default="personal-models")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_personal_models)
     return parser
 
 

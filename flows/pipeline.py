@@ -15,6 +15,14 @@ def run_spec(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]:
         from flows.skills import skills_flow
 
         return skills_flow(spec, run_id)
+    if spec.job == "personal_rankings":
+        from flows.personal_rankings import personal_rankings_flow
+
+        return personal_rankings_flow(spec, run_id)
+    if spec.job == "personal_models":
+        from flows.personal_models import personal_models_flow
+
+        return personal_models_flow(spec, run_id)
     raise SpecError(f"job '{spec.job}' has no flow yet")
 
 

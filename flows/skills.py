@@ -20,8 +20,18 @@ from flows.common import Clock, finish_run, load_inputs, run_id_for
 from tasks.check_graph import check_worker_graph
 from tasks.fit import fit_skills_task
 
-
-_FIT_KEYS = ("method", "solver", "iterations", "converged", "final_loss", "eta", "tau", "weighting", "n_classes", "classes")
+_FIT_KEYS = (
+    "method",
+    "solver",
+    "iterations",
+    "converged",
+    "final_loss",
+    "eta",
+    "tau",
+    "weighting",
+    "n_classes",
+    "classes",
+)
 
 
 @flow(name="crowdflow-skills", log_prints=True)
@@ -90,7 +100,13 @@ def skills_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]
     tables = {"consensus": result.consensus, "skills": result.skills, "components": components}
     fit = {k: v for k, v in meta.items() if k in _FIT_KEYS}
     run_dir = finish_run(
-        spec, run_id, inputs, tables, checks=checks, metrics=metrics, clock=clock,
+        spec,
+        run_id,
+        inputs,
+        tables,
+        checks=checks,
+        metrics=metrics,
+        clock=clock,
         extra={"method": opts.method, "fit": fit},
     )
     logger.info("run %s completed in %.2f s → %s", run_id, clock.total, run_dir)

@@ -131,7 +131,8 @@ COMPARISONS = TableSchema(
 )
 AGENTS = TableSchema(
     name="agents",
-    columns=(Column("agent", "id"), Column("y", "float")),
+    # y may be empty on a row that only declares an agent (no data; its prior/ridge pins it down)
+    columns=(Column("agent", "id"), Column("y", "float", nullable=True)),
     extra_columns=True,
 )
 EDGES = TableSchema(
@@ -151,6 +152,7 @@ CANDIDATES = TableSchema(
 
 INPUTS: dict[str, TableSchema] = {s.name: s for s in (LABELS, TRUTH, COMPARISONS, AGENTS, EDGES, CANDIDATES)}
 
+
 # Output tables: stable Parquet schemas (documented in the README).
 def _schema(*fields: tuple[str, pa.DataType]) -> pa.Schema:
     return pa.schema([pa.field(n, t) for n, t in fields])
@@ -161,16 +163,49 @@ _S, _F, _I, _B = pa.string(), pa.float64(), pa.int64(), pa.bool_()
 OUTPUTS: dict[str, pa.Schema] = {
     "consensus": _schema(("task", _S), ("label", _S), ("confidence", _F), ("n_labels", _I), ("fallback", _B)),
     "skills": _schema(
-        ("worker", _S), ("skill", _F), ("accuracy", _F), ("vote_weight", _F), ("n_labels", _I), ("n_partners", _I),
-        ("component", _I), ("status", _S), ("identifiable", _B), ("strength", _F), ("lower", _F), ("upper", _F),
+        ("worker", _S),
+        ("skill", _F),
+        ("accuracy", _F),
+        ("vote_weight", _F),
+        ("n_labels", _I),
+        ("n_partners", _I),
+        ("component", _I),
+        ("status", _S),
+        ("identifiable", _B),
+        ("strength", _F),
+        ("lower", _F),
+        ("upper", _F),
         ("fit_component", _I),
     ),
     "components": _schema(
-        ("component", _I), ("status", _S), ("n_workers", _I), ("n_ok_workers", _I), ("n_edges", _I), ("n_tasks", _I),
-        ("n_labels", _I), ("bipartite", _B), ("colour_sizes", _S), ("workers", _S), ("odd_cycle_witness_len", _I),
-        ("d_max", _I), ("D_sum", _I), ("N_min", _F), ("N_median", _F), ("N_max", _F), ("norm_N_inf", _F),
-        ("norm_N_2", _F), ("lambda_min_signless_unit", _F), ("lambda_min_signless_weighted", _F), ("eig_method", _S),
-        ("kappa", _F), ("K", _F), ("mu_hat", _F), ("lip_hat", _F), ("cond_hat", _F), ("error_bound_hat", _F),
+        ("component", _I),
+        ("status", _S),
+        ("n_workers", _I),
+        ("n_ok_workers", _I),
+        ("n_edges", _I),
+        ("n_tasks", _I),
+        ("n_labels", _I),
+        ("bipartite", _B),
+        ("colour_sizes", _S),
+        ("workers", _S),
+        ("odd_cycle_witness_len", _I),
+        ("d_max", _I),
+        ("D_sum", _I),
+        ("N_min", _F),
+        ("N_median", _F),
+        ("N_max", _F),
+        ("norm_N_inf", _F),
+        ("norm_N_2", _F),
+        ("lambda_min_signless_unit", _F),
+        ("lambda_min_signless_weighted", _F),
+        ("eig_method", _S),
+        ("kappa", _F),
+        ("K", _F),
+        ("mu_hat", _F),
+        ("lip_hat", _F),
+        ("cond_hat", _F),
+        ("error_bound_hat", _F),
     ),
+    "personal_rankings": _schema(("user", _S), ("item", _S), ("score", _F), ("rank", _I)),
 }
 """Stable Parquet schemas of the output tables (README "What a run writes")."""

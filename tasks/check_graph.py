@@ -7,7 +7,15 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
 from crowdflow.errors import GraphCheckFailed
-from crowdflow.graphs import WorkerGraphReport, describe_failures, worker_graph_report
+from crowdflow.graphs import (
+    AgentGraphReport,
+    ComparisonGraphReport,
+    WorkerGraphReport,
+    agent_graph_report,
+    comparison_graph_report,
+    describe_failures,
+    worker_graph_report,
+)
 from crowdflow.labels import LabelMatrix
 from tasks.artifacts import frame_to_markdown, markdown, table
 
@@ -56,6 +64,70 @@ def check_worker_graph(
     return report
 
 
-def components_frame(report: WorkerGraphReport) -> pd.DataFrame:
-    """The per-component diagnostics table exported with the run."""
-    return report.components.reset_index(drop=True)
+@task(name="check-comparison-graph", cache_policy=NONE)
+def check_comparison_graph(
+    comparisons: pd.DataFrame, mode: str, aggregate: bool, source: str = ""
+) -> ComparisonGraphReport:
+    """Components of the comparison graph.
+
+    ``aggregate=False`` (global ranking): scores are comparable only within a component of the item
+    graph; more than one component blocks when ``mode`` is ``block``, else every item gets its
+    component id. ``aggregate=True`` (personal rankings): the annotator–item graph must be connected.
+    """
+    logger = get_run_logger()
+    report = comparison_graph_report(comparisons)
+    comps = report.components
+    body = (
+        f"# Comparison graph\n\n{len(report.items)} items in {len(comps)} component(s); "
+        f"annotator–item graph: {report.n_user_item_components} component(s).\n\n"
+        + frame_to_markdown(comps.sort_values("n_items", ascending=False))
+    )
+    markdown("comparison-graph", body, "connectivity of the comparison graph")
+    n_parts = report.n_user_item_components if aggregate else len(comps)
+    if n_parts > 1:
+        what = "annotator–item graph" if aggregate else "item comparison graph"
+        listing = "\n".join(
+            f"component {r.component}: {r.n_items} items, {r.n_comparisons} comparisons: [{r.items}]"
+            for r in comps.head(10).itertuples(index=False)
+        )
+        text = f"the {what} has {n_parts} connected components; scores are not comparable across them:\n{listing}"
+        if mode == "block":
+            where = f"{source}: " if source else ""
+            raise GraphCheckFailed(where + text, check="connectivity")
+        logger.warning("%s", text)
+    return report
+
+
+@task(name="check-agent-graph", cache_policy=NONE)
+def check_agent_graph(agents: pd.DataFrame, edges: pd.DataFrame, mode: str, source: str = "") -> AgentGraphReport:
+    """Agent graph: weights positive and symmetric, endpoints known (always blocking), connected (per ``mode``)."""
+    logger = get_run_logger()
+    report = agent_graph_report(edges, agents["agent"].astype(str).unique())
+    problems = []
+    if not report.nonpositive_weights.empty:
+        problems.append(f"{len(report.nonpositive_weights)} edges with weight <= 0 or not finite")
+    if not report.asymmetric.empty:
+        pairs = ", ".join(f"({r.source},{r.target})" for r in report.asymmetric.head(5).itertuples(index=False))
+        problems.append(f"{len(report.asymmetric)} edges given in both directions with different weights: {pairs}")
+    if report.unknown_agents:
+        problems.append(f"edges name agents missing from the agents table: {report.unknown_agents[:10]}")
+    connected = report.n_components == 1
+    body = (
+        f"# Agent graph\n\n{report.n_agents} agents, {report.n_components} component(s); "
+        f"{len(report.agents_without_edges)} agents without edges.\n\n"
+        + ("\n".join(f"- {p}" for p in problems) or "weights positive and symmetric")
+    )
+    markdown("agent-graph", body, "checks on the agent similarity graph")
+    if not connected:
+        text = (
+            f"the agent graph has {report.n_components} connected components "
+            f"(agents without edges: {report.agents_without_edges[:10]})"
+        )
+        if mode == "block":
+            problems.append(text)
+        else:
+            logger.warning("%s; each component is fitted on its own", text)
+    if problems:
+        where = f"{source}: " if source else ""
+        raise GraphCheckFailed(where + "; ".join(problems), check="agent_graph")
+    return report

@@ -9,12 +9,15 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pandas as pd
 from prefect import get_run_logger, task
 
 from crowdflow.graphs import WorkerGraphReport
 from crowdflow.labels import LabelMatrix
+from crowdflow.models.btl import PersonalRankingResult, fit_personal_rankings
+from crowdflow.models.djam import PersonalModelsResult, fit_personal_models
 from crowdflow.models.skills import SkillsResult, fit_skills
-from crowdflow.spec import SkillsOptions
+from crowdflow.spec import PersonalModelsOptions, PersonalRankingsOptions, SkillsOptions
 
 
 def fingerprint_key(context: Any, parameters: dict[str, Any]) -> str:
@@ -63,4 +66,78 @@ def fit_skills_task(
             100 * meta.get("frac_workers_identified", 0.0),
         )
     logger.info("%s on %d tasks / %d labels: %d ties", o.method, lm.n_tasks, lm.n_labels, meta.get("n_ties", 0))
+    return result
+
+
+@task(
+    name="fit-personal-rankings", cache_key_fn=fingerprint_key, cache_expiration=timedelta(days=7), persist_result=True
+)
+def fit_personal_rankings_task(
+    comparisons: pd.DataFrame, options: PersonalRankingsOptions, fingerprint: str
+) -> PersonalRankingResult:
+    """Low-rank BTL per-user scores (spec personal-rankings-manifold.md)."""
+    logger = get_run_logger()
+    o = options
+    result = fit_personal_rankings(
+        comparisons,
+        rank=o.rank,
+        method=o.method,
+        sigma=o.sigma,
+        lambda_=o.lambda_,
+        holdout_fraction=o.holdout_fraction,
+        on_invalid=o.on_invalid,
+        max_iter=o.max_iter,
+        seed=o.seed,
+    )
+    d = result.diagnostics
+    logger.info(
+        "%s rank %d on %d users x %d items (%d comparisons): %s after %d iterations, objective %.6g",
+        d.method,
+        d.rank,
+        d.n_users,
+        d.n_items,
+        d.n_pairs,
+        "converged" if d.converged else "NOT converged",
+        d.iterations,
+        d.objective,
+    )
+    if len(result.excluded):
+        logger.warning("%d users/items without usable comparisons are not ranked", len(result.excluded))
+    return result
+
+
+@task(name="fit-personal-models", cache_key_fn=fingerprint_key, cache_expiration=timedelta(days=7), persist_result=True)
+def fit_personal_models_task(
+    agents: pd.DataFrame,
+    edges: pd.DataFrame,
+    options: PersonalModelsOptions,
+    allow_disconnected: bool,
+    fingerprint: str,
+) -> PersonalModelsResult:
+    """Personal models coupled over the agent graph (spec personal-models-djam.md)."""
+    logger = get_run_logger()
+    o = options
+    result = fit_personal_models(
+        agents,
+        edges,
+        loss=o.loss,
+        method=o.method,
+        reg=o.reg,
+        feature_cols=o.features,
+        allow_disconnected=allow_disconnected,
+        seed=o.seed,
+        tol=o.tol,
+        max_rounds=o.max_rounds,
+        rho=o.rho,
+        n_blocks=o.n_blocks,
+    )
+    logger.info(
+        "%s (%s loss): %s after %d rounds, KKT %.3g, certified relative error <= %.3g",
+        o.method,
+        o.loss,
+        "converged" if result.converged else "NOT converged",
+        result.iterations,
+        result.kkt_norm,
+        result.error_bound,
+    )
     return result

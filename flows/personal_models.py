@@ -1,0 +1,56 @@
+"""The personal-models job: ingest → validate → agent-graph checks → DJAM (or a reference) → export."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, get_run_logger
+
+from crowdflow import __version__
+from crowdflow.manifest import content_key
+from crowdflow.spec import PipelineSpec
+from flows.common import Clock, finish_run, load_inputs, run_id_for
+from tasks.check_graph import check_agent_graph
+from tasks.fit import fit_personal_models_task
+
+
+@flow(name="crowdflow-personal-models", log_prints=True)
+def personal_models_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]:
+    """One model per agent, smoothed over a weighted agent graph (``agents`` + ``edges`` inputs).
+
+    Outputs: ``personal_models`` (agent, one column per parameter, residual, component, n_samples) and
+    ``convergence`` (rounds, KKT norm, certified error bound).
+    """
+    logger = get_run_logger()
+    run_id = run_id_for(run_id)
+    clock = Clock()
+    inputs = load_inputs(spec)
+    clock.lap("ingest_validate")
+    agents, edges = inputs["agents"], inputs["edges"]
+    mode = spec.checks.connectivity_for(spec.job)
+    report = check_agent_graph(agents.df, edges.df, mode, edges.source)
+    clock.lap("check_graph")
+    opts = spec.personal_models
+    key = content_key(agents.sha256, edges.sha256, opts.model_dump(), mode, __version__, "personal_models")
+    result = fit_personal_models_task(agents.df, edges.df, opts, mode == "warn", key)
+    clock.lap("fit")
+    tables = {"personal_models": result.personal_models, "convergence": result.diagnostics}
+    metrics = {
+        "converged": bool(result.converged),
+        "iterations": int(result.iterations),
+        "kkt_norm": float(result.kkt_norm),
+        "error_bound": float(result.error_bound),
+    }
+    checks = {"validation": spec.checks.validation, "agent_components": report.n_components}
+    run_dir = finish_run(
+        spec,
+        run_id,
+        inputs,
+        tables,
+        checks=checks,
+        metrics=metrics,
+        clock=clock,
+        extra={"method": opts.method, "loss": opts.loss},
+    )
+    logger.info("run %s completed in %.2f s → %s", run_id, clock.total, run_dir)
+    return {"run_id": run_id, "run_dir": run_dir, "metrics": metrics}

@@ -1,0 +1,59 @@
+"""The personal-rankings job: ingest → validate → annotator–item connectivity → low-rank BTL → export."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from prefect import flow, get_run_logger
+
+from crowdflow import __version__
+from crowdflow.manifest import content_key
+from crowdflow.spec import PipelineSpec
+from flows.common import Clock, finish_run, load_inputs, run_id_for
+from tasks.check_graph import check_comparison_graph
+from tasks.fit import fit_personal_rankings_task
+
+
+@flow(name="crowdflow-personal-rankings", log_prints=True)
+def personal_rankings_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]:
+    """Per-user item scores and ranks from pairwise comparisons (``comparisons`` input).
+
+    Outputs: ``personal_rankings`` (user, item, score, rank; rank 1 = best per user), ``user_factors``,
+    ``item_factors`` (the rank-r factors L, R with X = L Rᵀ), ``excluded`` (users/items without usable
+    comparisons: listed, never ranked) and a one-row ``fit`` table.
+    """
+    logger = get_run_logger()
+    run_id = run_id_for(run_id)
+    clock = Clock()
+    inputs = load_inputs(spec)
+    clock.lap("ingest_validate")
+    cmp = inputs["comparisons"]
+    graph = check_comparison_graph(cmp.df, spec.checks.connectivity_for(spec.job), True, cmp.source)
+    clock.lap("check_graph")
+    opts = spec.personal_rankings
+    key = content_key(cmp.sha256, opts.model_dump(), __version__, "personal_rankings")
+    result = fit_personal_rankings_task(cmp.df, opts, key)
+    clock.lap("fit")
+    diag = asdict(result.diagnostics)
+    tables = {
+        "personal_rankings": result.personal_rankings,
+        "user_factors": result.user_factors,
+        "item_factors": result.item_factors,
+        "excluded": result.excluded,
+        "fit": result.diagnostics_table(),
+    }
+    checks = {"validation": spec.checks.validation, "annotator_item_components": graph.n_user_item_components}
+    metrics = {k: diag[k] for k in ("rank", "n_users", "n_items", "n_pairs", "n_excluded", "objective")}
+    run_dir = finish_run(
+        spec,
+        run_id,
+        inputs,
+        tables,
+        checks=checks,
+        metrics=metrics,
+        clock=clock,
+        extra={"method": opts.method, "fit": diag},
+    )
+    logger.info("run %s completed in %.2f s → %s", run_id, clock.total, run_dir)
+    return {"run_id": run_id, "run_dir": run_dir, "metrics": metrics}
