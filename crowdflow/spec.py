@@ -139,6 +139,10 @@ class PersonalModelsOptions(_Strict):
     max_rounds: int | None = Field(None, ge=1)
     rho: float = Field(0.316, gt=0.0, description="CL-ADMM penalty")
     n_blocks: int = Field(4, ge=1, description="blocks of the partitioned (djam_blocked) mode")
+    executor: Literal["inline", "dask"] = Field(
+        "inline", description="where djam_blocked runs its blocks: in process, or as Dask tasks"
+    )
+    dask_address: str | None = Field(None, description="scheduler address; a local cluster when omitted")
     features: list[str] | None = Field(None, description="feature columns of the agents table (default: all others)")
     seed: int = 0
 

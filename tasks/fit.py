@@ -18,6 +18,7 @@ from crowdflow.models.btl import PersonalRankingResult, fit_personal_rankings
 from crowdflow.models.djam import PersonalModelsResult, fit_personal_models
 from crowdflow.models.skills import SkillsResult, fit_skills
 from crowdflow.spec import PersonalModelsOptions, PersonalRankingsOptions, SkillsOptions
+from tasks.runners import dask_executor
 
 
 def fingerprint_key(context: Any, parameters: dict[str, Any]) -> str:
@@ -117,6 +118,21 @@ def fit_personal_models_task(
     """Personal models coupled over the agent graph (spec personal-models-djam.md)."""
     logger = get_run_logger()
     o = options
+    if o.method == "djam_blocked" and o.executor == "dask":
+        with dask_executor(o.dask_address) as run_on_dask:
+            logger.info("running %d DJAM blocks as Dask tasks (%s)", o.n_blocks, o.dask_address or "local cluster")
+            return _fit_personal_models(agents, edges, o, allow_disconnected, run_on_dask, logger)
+    return _fit_personal_models(agents, edges, o, allow_disconnected, None, logger)
+
+
+def _fit_personal_models(
+    agents: pd.DataFrame,
+    edges: pd.DataFrame,
+    o: PersonalModelsOptions,
+    allow_disconnected: bool,
+    executor: Any,
+    logger: Any,
+) -> PersonalModelsResult:
     result = fit_personal_models(
         agents,
         edges,
@@ -130,6 +146,7 @@ def fit_personal_models_task(
         max_rounds=o.max_rounds,
         rho=o.rho,
         n_blocks=o.n_blocks,
+        executor=executor,
     )
     logger.info(
         "%s (%s loss): %s after %d rounds, KKT %.3g, certified relative error <= %.3g",
