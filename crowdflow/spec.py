@@ -106,6 +106,21 @@ class SkillsOptions(_Strict):
         return v
 
 
+class RankingOptions(_Strict):
+    """Global ranking from pairwise comparisons (spec robust-hodgerank.md)."""
+
+    outliers: Literal["lbi", "hlasso", "none"] = Field(
+        "lbi", description="outlier detection: Linearized Bregman path, Huber-LASSO, or plain HodgeRank"
+    )
+    algorithm: Literal[2, 3, 4] = Field(3, description="LBI: 2 = joint, 3 = projected (exact θ), 4 = Sync-LBI")
+    kappa: float = Field(100.0, gt=0.0, description="LBI damping κ")
+    stop_rule: Literal["budget", "discrepancy", "cv", "time"] = Field("budget", description="LBI early stop")
+    budget: float = Field(0.05, gt=0.0, lt=1.0, description="share of comparisons allowed to be outliers")
+    lambda_rule: Literal["budget", "concomitant", "cv", "magnitude"] = Field("budget", description="HLASSO λ choice")
+    n_workers: int = Field(2, ge=1, description="threads of Sync-LBI (algorithm 4)")
+    seed: int = 0
+
+
 class PersonalRankingsOptions(_Strict):
     """Low-rank BTL per-user rankings (spec personal-rankings-manifold.md)."""
 
@@ -198,6 +213,7 @@ class PipelineSpec(_Strict):
     edges: SourceSpec | None = None
     candidates: SourceSpec | None = None
     skills: SkillsOptions = Field(default_factory=SkillsOptions)
+    ranking: RankingOptions = Field(default_factory=RankingOptions)
     personal_rankings: PersonalRankingsOptions = Field(default_factory=PersonalRankingsOptions)
     personal_models: PersonalModelsOptions = Field(default_factory=PersonalModelsOptions)
     checks: ChecksSpec = Field(default_factory=ChecksSpec)

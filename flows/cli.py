@@ -124,6 +124,21 @@ def cmd_skills(args: argparse.Namespace) -> int:
     return _run_spec(parse_spec(data, origin="command line", base_dir=Path.cwd()), args.debug)
 
 
+def cmd_rank(args: argparse.Namespace) -> int:
+    from crowdflow.spec import parse_spec
+
+    data: dict[str, Any] = {
+        "name": args.name,
+        "job": "ranking",
+        "comparisons": {"path": str(Path(args.comparisons).resolve())},
+        "ranking": {"outliers": args.outliers, "budget": args.budget},
+        "output": {"dir": str(Path(args.out).resolve())},
+    }
+    if args.require_connected:
+        data["checks"] = {"connectivity": "block"}
+    return _run_spec(parse_spec(data, origin="command line", base_dir=Path.cwd()), args.debug)
+
+
 def cmd_personal_rank(args: argparse.Namespace) -> int:
     from crowdflow.spec import parse_spec
 
@@ -203,6 +218,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--warn-identifiability", action="store_true", help="warn instead of blocking on bipartite components"
     )
     p.set_defaults(func=cmd_skills)
+
+    p = sub.add_parser("rank", help="robust global ranking from pairwise comparisons (HodgeRank + outliers)")
+    p.add_argument("--comparisons", required=True, help="annotator, item_a, item_b, outcome (or winner)")
+    p.add_argument("--outliers", default="lbi", choices=["lbi", "hlasso", "none"])
+    p.add_argument("--budget", type=float, default=0.05, help="share of comparisons allowed to be outliers")
+    p.add_argument("--require-connected", action="store_true", help="block on a disconnected comparison graph")
+    p.add_argument("--out", required=True)
+    p.add_argument("--name", default="ranking")
+    p.set_defaults(func=cmd_rank)
 
     p = sub.add_parser("personal-rank", help="per-user rankings from pairwise comparisons (low-rank BTL)")
     p.add_argument("--comparisons", required=True, help="annotator, item_a, item_b, outcome (or winner)")

@@ -15,6 +15,10 @@ def run_spec(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]:
         from flows.skills import skills_flow
 
         return skills_flow(spec, run_id)
+    if spec.job == "ranking":
+        from flows.ranking import ranking_flow
+
+        return ranking_flow(spec, run_id)
     if spec.job == "personal_rankings":
         from flows.personal_rankings import personal_rankings_flow
 

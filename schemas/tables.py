@@ -160,7 +160,7 @@ def _schema(*fields: tuple[str, pa.DataType]) -> pa.Schema:
 
 _S, _F, _I, _B = pa.string(), pa.float64(), pa.int64(), pa.bool_()
 
-OUTPUTS: dict[str, pa.Schema] = {
+_SKILLS_OUTPUTS: dict[str, pa.Schema] = {
     "consensus": _schema(("task", _S), ("label", _S), ("confidence", _F), ("n_labels", _I), ("fallback", _B)),
     "skills": _schema(
         ("worker", _S),
@@ -206,6 +206,19 @@ OUTPUTS: dict[str, pa.Schema] = {
         ("cond_hat", _F),
         ("error_bound_hat", _F),
     ),
-    "personal_rankings": _schema(("user", _S), ("item", _S), ("score", _F), ("rank", _I)),
 }
-"""Stable Parquet schemas of the output tables (README "What a run writes")."""
+
+OUTPUTS: dict[str, dict[str, pa.Schema]] = {
+    "skills": _SKILLS_OUTPUTS,
+    "ranking": {
+        "ranking": _schema(("item", _S), ("score", _F), ("rank", _I), ("component", _I), ("n_comparisons", _I)),
+        "annotators": _schema(("annotator", _S), ("n_comparisons", _I), ("n_outliers", _I), ("outlier_rate", _F)),
+    },
+    "personal_rankings": {
+        "personal_rankings": _schema(("user", _S), ("item", _S), ("score", _F), ("rank", _I)),
+    },
+    "personal_models": {},
+    "assignment": {},
+}
+"""Stable Parquet schemas of each job's output tables (README "What a run writes"); tables not listed
+(factors with one column per rank, parameters per agent) keep the columns the model produced."""

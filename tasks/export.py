@@ -21,7 +21,8 @@ def export_run(
 ) -> str:
     """Write the run; returns the run directory. Nothing is left behind on failure."""
     logger = get_run_logger()
-    written = write_run(out_dir, pipeline, run_id, tables, manifest, schemas=OUTPUTS)
+    schemas = OUTPUTS.get(str(manifest.get("job")), {})
+    written = write_run(out_dir, pipeline, run_id, tables, manifest, schemas=schemas)
     lines = [f"# Run `{run_id}` exported\n", f"Folder: `{written.path}`\n", "| table | rows | file |", "|---|---|---|"]
     for name, info in written.outputs.items():
         lines.append(f"| {name} | {info['rows']} | `{Path(written.path) / info['path']}` |")

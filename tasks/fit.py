@@ -16,8 +16,10 @@ from crowdflow.graphs import WorkerGraphReport
 from crowdflow.labels import LabelMatrix
 from crowdflow.models.btl import PersonalRankingResult, fit_personal_rankings
 from crowdflow.models.djam import PersonalModelsResult, fit_personal_models
+from crowdflow.models.hodgerank import fit_hlasso, fit_hodgerank
+from crowdflow.models.lbi import fit_lbi
 from crowdflow.models.skills import SkillsResult, fit_skills
-from crowdflow.spec import PersonalModelsOptions, PersonalRankingsOptions, SkillsOptions
+from crowdflow.spec import PersonalModelsOptions, PersonalRankingsOptions, RankingOptions, SkillsOptions
 from tasks.runners import dask_executor
 
 
@@ -158,3 +160,41 @@ def _fit_personal_models(
         result.error_bound,
     )
     return result
+
+
+@task(name="fit-ranking", cache_key_fn=fingerprint_key, cache_expiration=timedelta(days=7), persist_result=True)
+def fit_ranking_task(comparisons: pd.DataFrame, options: RankingOptions, fingerprint: str) -> dict[str, Any]:
+    """HodgeRank scores per component, with LBI / HLASSO outlier detection (spec robust-hodgerank.md).
+
+    Returns the output tables (``ranking``, ``outliers``, ``annotators``, ``components``, ``path``) and ``params``.
+    """
+    logger = get_run_logger()
+    o = options
+    if o.outliers == "none":
+        base = fit_hodgerank(comparisons, allow_disconnected=True)
+        tables = {"ranking": base.ranking, "components": base.diagnostics, "residuals": base.residuals}
+        logger.info("HodgeRank least squares on %d items", len(base.ranking))
+        return {"tables": tables, "params": {"method": "hodgerank"}}
+    if o.outliers == "lbi":
+        res = fit_lbi(
+            comparisons,
+            allow_disconnected=True,
+            algorithm=o.algorithm,
+            kappa=o.kappa,
+            stop_rule=o.stop_rule,
+            budget=o.budget,
+            n_workers=o.n_workers,
+            seed=o.seed,
+        )
+    else:
+        res = fit_hlasso(comparisons, allow_disconnected=True, lambda_rule=o.lambda_rule, budget=o.budget, seed=o.seed)
+    n_out = int(res.outliers["is_outlier"].sum())
+    logger.info("%s: %d of %d comparisons flagged as outliers", o.outliers.upper(), n_out, len(res.outliers))
+    tables = {
+        "ranking": res.ranking,
+        "outliers": res.outliers,
+        "annotators": res.annotators,
+        "components": res.diagnostics,
+        "path": res.path,
+    }
+    return {"tables": tables, "params": dict(res.params)}

@@ -126,3 +126,51 @@ def test_personal_models_on_dask_equal_in_process(tmp_path: Path) -> None:
     ref = fit_personal_models(inst.agents, inst.edges, loss="quadratic", reg=0.1, method="centralized")
     want = ref.personal_models.set_index("agent").loc[on_dask.index, theta].to_numpy()
     assert np.abs(on_dask[theta].to_numpy() - want).max() <= 1e-6 * np.abs(want).max()
+
+
+def _ranked_comparisons(seed: int, n_items: int = 20, m: int = 1500, outlier_share: float = 0.1) -> tuple:
+    rng = np.random.default_rng(seed)
+    theta = np.linspace(2.0, -2.0, n_items)  # item i0 best … last worst
+    a = rng.integers(0, n_items, m)
+    b = (a + rng.integers(1, n_items, m)) % n_items
+    y = np.sign(theta[a] - theta[b] + rng.normal(0, 0.5, m))
+    flip = rng.random(m) < outlier_share
+    y[flip] = -np.sign(theta[a[flip]] - theta[b[flip]])  # outliers: always against the true order
+    items = np.array([f"i{k:02d}" for k in range(n_items)])
+    df = pd.DataFrame(
+        {"annotator": rng.integers(0, 30, m).astype(str), "item_a": items[a], "item_b": items[b], "outcome": y}
+    )
+    return df, items, flip
+
+
+def test_ranking_recovers_order_and_flags_outliers(tmp_path: Path) -> None:
+    df, items, flip = _ranked_comparisons(0)
+    path = tmp_path / "cmp.csv"
+    df.to_csv(path, index=False)
+    out = tmp_path / "out"
+    assert main(["rank", "--comparisons", str(path), "--outliers", "lbi", "--budget", "0.1", "--out", str(out)]) == 0
+    run = _run_dir(out)
+    ranking = pd.read_parquet(run / "ranking.parquet").set_index("item")
+    assert list(ranking.columns[:4]) == ["score", "rank", "component", "n_comparisons"]
+    tau = kendalltau(ranking.loc[items, "score"], -np.arange(len(items))).statistic
+    assert tau > 0.95
+    outliers = pd.read_parquet(run / "outliers.parquet").sort_values("row_id")
+    flagged = outliers["is_outlier"].to_numpy()
+    precision = flip[flagged].mean()
+    assert flagged.sum() > 0 and precision > 0.8  # what LBI flags are mostly the injected flips
+    rates = pd.read_parquet(run / "annotators.parquet")
+    assert set(rates.columns) >= {"annotator", "n_comparisons", "n_outliers", "outlier_rate"}
+
+
+def test_ranking_disconnected_graph_scores_per_component(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "cmp.csv"
+    path.write_text("annotator,item_a,item_b,winner\nu,a,b,a\nu,b,c,b\nu,a,c,a\nv,x,y,x\nv,y,z,y\nv,x,z,x\n")
+    out = tmp_path / "out"
+    assert main(["rank", "--comparisons", str(path), "--outliers", "none", "--out", str(out)]) == 0
+    ranking = pd.read_parquet(_run_dir(out) / "ranking.parquet").set_index("item")
+    assert ranking.loc[["a", "b", "c"], "component"].nunique() == 1
+    assert ranking.loc["a", "component"] != ranking.loc["x", "component"]
+    assert ranking.loc["a", "rank"] == 1 and ranking.loc["x", "rank"] == 1  # ranks restart per component
+    out2 = tmp_path / "out2"
+    assert main(["rank", "--comparisons", str(path), "--require-connected", "--out", str(out2)]) == 2
+    assert "item comparison graph has 2 connected components" in capsys.readouterr().err

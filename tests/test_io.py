@@ -112,9 +112,11 @@ def test_truncated_parquet(tmp_path: Path) -> None:
 
 def test_write_run_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     good = {
-        "consensus": pd.DataFrame({"task": ["t"], "label": ["1"], "confidence": [1.0], "n_labels": [3], "fallback": [False]})  # noqa: E501
+        "consensus": pd.DataFrame(
+            {"task": ["t"], "label": ["1"], "confidence": [1.0], "n_labels": [3], "fallback": [False]}
+        )
     }
-    first = write_run(tmp_path, "p", "run1", good, {"run_id": "run1"}, schemas=OUTPUTS)
+    first = write_run(tmp_path, "p", "run1", good, {"run_id": "run1"}, schemas=OUTPUTS["skills"])
     man = json.loads((first.path / "manifest.json").read_text())
     assert man["status"] == "completed" and man["outputs"]["consensus"]["rows"] == 1
 

@@ -1,0 +1,56 @@
+"""The global-ranking job: ingest → validate → comparison-graph components → HodgeRank + outliers → export."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, get_run_logger
+
+from crowdflow import __version__
+from crowdflow.manifest import content_key
+from crowdflow.spec import PipelineSpec
+from flows.common import Clock, finish_run, load_inputs, run_id_for
+from tasks.check_graph import check_comparison_graph
+from tasks.fit import fit_ranking_task
+
+
+@flow(name="crowdflow-ranking", log_prints=True)
+def ranking_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]:
+    """Robust global scores from pairwise comparisons (``comparisons`` input).
+
+    Scores are computed per connected component of the comparison graph and are never compared across
+    components (each item carries its ``component``); with ``checks.connectivity: block`` a disconnected
+    graph stops the run instead. Outputs: ``ranking`` (item, score, rank, component, n_comparisons),
+    ``outliers`` (row_id, annotator, item_a, item_b, outcome, gamma, entry_time, is_outlier, …),
+    ``annotators`` (per-annotator outlier rate), ``components`` (Hodge diagnostics) and ``path``.
+    """
+    logger = get_run_logger()
+    run_id = run_id_for(run_id)
+    clock = Clock()
+    inputs = load_inputs(spec)
+    clock.lap("ingest_validate")
+    cmp = inputs["comparisons"]
+    graph = check_comparison_graph(cmp.df, spec.checks.connectivity_for(spec.job), False, cmp.source)
+    clock.lap("check_graph")
+    opts = spec.ranking
+    key = content_key(cmp.sha256, opts.model_dump(), __version__, "ranking")
+    fitted = fit_ranking_task(cmp.df, opts, key)
+    clock.lap("fit")
+    tables = fitted["tables"]
+    metrics: dict[str, Any] = {"n_items": len(tables["ranking"]), "n_components": graph.n_components}
+    if "outliers" in tables:
+        metrics["n_outliers"] = int(tables["outliers"]["is_outlier"].sum())
+        metrics["outlier_share"] = metrics["n_outliers"] / max(len(tables["outliers"]), 1)
+    checks = {"validation": spec.checks.validation, "item_components": graph.n_components}
+    run_dir = finish_run(
+        spec,
+        run_id,
+        inputs,
+        tables,
+        checks=checks,
+        metrics=metrics,
+        clock=clock,
+        extra={"method": opts.outliers, "fit": fitted["params"]},
+    )
+    logger.info("run %s completed in %.2f s → %s", run_id, clock.total, run_dir)
+    return {"run_id": run_id, "run_dir": run_dir, "metrics": metrics}
