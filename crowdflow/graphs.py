@@ -22,7 +22,7 @@ import pandas as pd
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from crowdflow.labels import LabelMatrix
+from crowdflow.labels import LabelMatrix, task_major_order
 
 log = logging.getLogger(__name__)
 
@@ -94,16 +94,120 @@ def components(adj: sp.spmatrix) -> Components:
     return Components(labels=comp, n_components=n_comp, bipartite=~odd, colour=colour, sizes=sizes)
 
 
+def labels_by_task(lm: LabelMatrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Labels grouped by task: row pointer over tasks (length T + 1), worker and class code per label.
+
+    Entries are in (task, worker) order; no sort when ``lm`` is already in that order.
+    """
+    order, _ = task_major_order(lm.task_idx, lm.worker_idx, lm.n_workers)
+    t = lm.task_idx[order]
+    indptr = np.zeros(lm.n_tasks + 1, dtype=np.int64)
+    np.cumsum(np.bincount(t, minlength=lm.n_tasks), out=indptr[1:])
+    return indptr, lm.worker_idx[order], lm.class_idx[order]
+
+
+def _symmetric_sorted(m: sp.csr_matrix) -> sp.csr_matrix:
+    """Canonical (sorted-index) CSR of a *symmetric* CSR matrix by one counting-sort transposition.
+
+    The CSC arrays of a symmetric matrix are its CSR arrays with sorted indices; ``csr_tocsc`` is
+    O(nnz + n), cheaper than sorting every row.
+    """
+    c = m.tocsc()
+    out = sp.csr_matrix((c.data, c.indices, c.indptr), shape=m.shape)
+    out.has_sorted_indices = True
+    return out
+
+
+def pair_counts(
+    task_indptr: np.ndarray, worker_idx: np.ndarray, class_idx: np.ndarray, n_workers: int, n_classes: int
+) -> tuple[sp.csr_matrix, np.ndarray]:
+    """Co-label counts N and agreement counts of labels grouped by task, from one sparse product.
+
+    Spec skills-rank-one.md §2.1. With X the (T·M)×W 0/1 matrix X[t·M + l, i] = 1{Y_it = l} and Z
+    the (T·M)×W matrix Z[t·M + l, j] = 1 + K·1{Y_jt = l} (one entry for every class l of every label
+    of j), the integer product P = Xᵀ Z has, for i ≠ j,
+
+        P_ij = Σ_t 1{i, j both label t} (1 + K·1{Y_it = Y_jt}) = N_ij + K·Agree_ij,
+
+    so N = P mod K and Agree = P div K for any K > max N_ij (K = T + 1). The product touches each
+    co-labelling pair of each task once, the same work Σ_t k_t² as N = B Bᵀ alone, and returns N and
+    the agreements on one shared sparsity pattern. Exact integer arithmetic (int64). Never a dense W×W.
+
+    Parameters
+    ----------
+    task_indptr : numpy.ndarray
+        Length T + 1: the labels of task t are entries ``task_indptr[t]:task_indptr[t+1]`` of
+        ``worker_idx`` / ``class_idx`` (one label per (task, worker)).
+    worker_idx, class_idx : numpy.ndarray
+        Worker and class code per label, grouped by task.
+    n_workers, n_classes : int
+
+    Returns
+    -------
+    (scipy.sparse.csr_matrix, numpy.ndarray)
+        N as int64 W×W CSR with zero diagonal and sorted indices, and the agreement count of every
+        stored entry of N (aligned with ``N.data``).
+    """
+    m = int(n_classes)
+    n_tasks = task_indptr.size - 1
+    k = np.diff(task_indptr)
+    big = np.int64(n_tasks + 1)
+    idx_t = np.int32 if max(int(worker_idx.size) * m, n_workers, n_tasks * m) < 2**31 - 1 else np.int64
+    # Z: row t·M + l holds every labeller of task t (labels of a task are contiguous)
+    row_len = np.repeat(k, m)
+    z_indptr = np.zeros(n_tasks * m + 1, dtype=np.int64)
+    np.cumsum(row_len, out=z_indptr[1:])
+    nz = int(z_indptr[-1])
+    rows = np.repeat(np.arange(n_tasks * m, dtype=np.int64), row_len)
+    src = np.arange(nz, dtype=np.int64) - z_indptr[rows] + task_indptr[rows // m]
+    del row_len
+    same = class_idx[src] == (rows % m)
+    del rows
+    z_ind = worker_idx[src].astype(idx_t)
+    del src
+    z = sp.csr_matrix((1 + big * same.astype(np.int64), z_ind, z_indptr.astype(idx_t)), shape=(n_tasks * m, n_workers))
+    # X = the entries of Z with Y_jt = l (one per label), same row structure
+    label_row = np.repeat(np.arange(n_tasks, dtype=np.int64), k) * m + class_idx
+    x_indptr = np.zeros(n_tasks * m + 1, dtype=np.int64)
+    np.cumsum(np.bincount(label_row, minlength=n_tasks * m), out=x_indptr[1:])
+    del label_row
+    x = sp.csr_matrix(
+        (np.ones(worker_idx.size, dtype=np.int64), z_ind[same], x_indptr.astype(idx_t)),
+        shape=(n_tasks * m, n_workers),
+    )
+    del same, z_ind
+    xt = sp.csr_matrix(x.T)  # W × T·M, counting-sort transposition
+    del x
+    prod = sp.csr_matrix(xt @ z)
+    del xt, z
+    prod = _symmetric_sorted(prod)
+    rows_p = np.repeat(np.arange(n_workers), np.diff(prod.indptr))
+    off = prod.indices != rows_p
+    indptr = np.zeros(n_workers + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows_p[off], minlength=n_workers), out=indptr[1:])
+    del rows_p
+    data = prod.data[off]
+    indices = prod.indices[off]
+    del prod, off
+    n_mat = sp.csr_matrix((data % big, indices, indptr), shape=(n_workers, n_workers))
+    n_mat.has_sorted_indices = True
+    return n_mat, data // big
+
+
 def co_label_counts(lm: LabelMatrix) -> sp.csr_matrix:
     """N = B Bᵀ with zero diagonal: N_ij = number of tasks labelled by both workers i and j.
 
-    Spec skills-rank-one.md §1.4/§2.1. Sparse product; never a dense W×W.
+    Spec skills-rank-one.md §1.4/§2.1. Sparse product on the labels grouped by task (see
+    :func:`pair_counts`); float64 CSR with sorted indices; never a dense W×W.
     """
-    b = lm.incidence()
-    n = (b @ b.T).tocsr()
-    n = n - sp.diags(n.diagonal(), format="csr")  # zero the diagonal without setdiag's re-sort
+    indptr, w, _ = labels_by_task(lm)
+    b_t = sp.csr_matrix((np.ones(w.size), w, indptr), shape=(lm.n_tasks, lm.n_workers))  # Bᵀ: T×W, rows = tasks
+    n = sp.csr_matrix(b_t.T @ b_t)
+    n = _symmetric_sorted(n)
+    rows = np.repeat(np.arange(lm.n_workers), np.diff(n.indptr))
+    n.data[n.indices == rows] = 0.0
     n.eliminate_zeros()
-    return sp.csr_matrix(n)
+    return n
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,28 @@ log = logging.getLogger(__name__)
 DuplicatePolicy = Literal["error", "keep_last", "keep_first"]
 
 
+def natural_order(values: np.ndarray) -> np.ndarray:
+    """Permutation that sorts unique string ids as :func:`natural_sort` does.
+
+    Numeric order when every id parses as a number (``float()``; equal numbers such as ``"1"`` and
+    ``"1.0"`` are ordered by their string), else lexicographic.
+    """
+    values = np.asarray(values, dtype=object)
+    if values.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    try:
+        numeric = values.astype(np.float64)
+    except (TypeError, ValueError):
+        numeric = None
+    if numeric is not None and not np.isnan(numeric).any():
+        order = np.argsort(numeric, kind="stable")
+        srt = numeric[order]
+        if srt.size < 2 or bool(np.all(srt[1:] > srt[:-1])):
+            return order
+        return np.lexsort((values.astype(str), numeric))
+    return np.argsort(values.astype(str), kind="stable")
+
+
 def natural_sort(values: np.ndarray) -> np.ndarray:
     """Sort string ids numerically when every id parses as a number, else lexicographically.
 
@@ -36,11 +58,7 @@ def natural_sort(values: np.ndarray) -> np.ndarray:
     values = np.asarray(values, dtype=object)
     if values.size == 0:
         return values
-    numeric = pd.to_numeric(pd.Series(values), errors="coerce")
-    if not numeric.isna().any():
-        order = np.lexsort((values.astype(str), numeric.to_numpy()))
-        return values[order]
-    return np.sort(values.astype(str)).astype(object)
+    return values[natural_order(values)].astype(str).astype(object)
 
 
 def deduplicate(labels: pd.DataFrame, policy: DuplicatePolicy = "error") -> tuple[pd.DataFrame, int]:
@@ -140,17 +158,75 @@ class LabelMatrix:
         return np.bincount(self.task_idx, minlength=self.n_tasks)
 
 
-def _codes(values: pd.Series, order: np.ndarray) -> np.ndarray:
-    return pd.Categorical(values, categories=order).codes.astype(np.int64)
+def factorize_ids(values: pd.Series | np.ndarray, what: str = "values") -> tuple[np.ndarray, np.ndarray]:
+    """Dense codes of an id column, the codes ordered as :func:`natural_sort` orders the ids.
+
+    Hash-based (``pandas.factorize``) on the raw column, then only the distinct values are
+    converted to ``str`` and sorted: O(n) + O(u log u) for n rows and u distinct ids, instead of
+    converting every row to ``str`` first. Values that become equal as strings (``1`` and ``"1"``)
+    share a code, exactly as ``astype(str)`` would make them equal.
+
+    Parameters
+    ----------
+    values : pandas.Series or numpy.ndarray
+        One id per row; nulls are rejected.
+    what : str
+        Column name used in the error message.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+        int64 code per row, and the sorted distinct ids (object array of ``str``); ``ids[code]``
+        is the row's id.
+    """
+    codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    codes = np.asarray(codes, dtype=np.int64)
+    if codes.size and codes.min() < 0:
+        raise ValueError(f"labels column '{what}' has {int((codes < 0).sum())} null values")
+    if pd.api.types.is_string_dtype(uniques.dtype) and not pd.api.types.is_object_dtype(uniques.dtype):
+        ustr = np.asarray(uniques, dtype=object)  # a string dtype: already distinct strings
+    else:
+        ustr = pd.Index(uniques).astype(str).to_numpy(dtype=object)
+        c2, u2 = pd.factorize(ustr)
+        if len(u2) != len(ustr):  # distinct raw values with the same string form: merge them
+            codes = np.asarray(c2, dtype=np.int64)[codes]
+            ustr = np.asarray(u2, dtype=object)
+    order = natural_order(ustr)
+    rank = np.empty(order.size, dtype=np.int64)
+    rank[order] = np.arange(order.size)
+    return rank[codes], ustr[order]
+
+
+def _columns(labels: pd.DataFrame) -> None:
+    for col in ("task", "worker", "label"):
+        if col not in labels.columns:
+            raise ValueError(f"labels table has no column '{col}' (columns: {list(labels.columns)})")
+    if len(labels) == 0:
+        raise ValueError("labels table is empty")
+
+
+def _class_codes(labels: pd.DataFrame, classes: list[str] | None) -> tuple[np.ndarray, np.ndarray]:
+    codes, observed = factorize_ids(labels["label"], "label")
+    if classes is None:
+        return codes, observed
+    cls = np.asarray([str(c) for c in classes], dtype=object)
+    pos = pd.Index(cls).get_indexer(observed)
+    if np.any(pos < 0):
+        unknown = sorted(observed[pos < 0].tolist())
+        raise ValueError(f"labels outside the declared label set {cls.tolist()}: {unknown[:5]}")
+    return pos.astype(np.int64)[codes], cls
 
 
 def encode_labels(labels: pd.DataFrame, classes: list[str] | None = None) -> LabelMatrix:
     """Encode a de-duplicated long label table.
 
+    Ids are compared as strings (``1`` and ``"1"`` are the same id); dense ids follow
+    :func:`natural_sort`. Entries stay in input row order.
+
     Parameters
     ----------
     labels : pandas.DataFrame
-        Columns ``task, worker, label``; values are converted to ``str``.
+        Columns ``task, worker, label``; values are converted to ``str`` (nulls are rejected).
     classes : list of str, optional
         The declared label set (spec §1.3: a declared M wins over the observed labels). Labels
         outside it raise ``ValueError``.
@@ -159,28 +235,100 @@ def encode_labels(labels: pd.DataFrame, classes: list[str] | None = None) -> Lab
     -------
     LabelMatrix
     """
-    for col in ("task", "worker", "label"):
-        if col not in labels.columns:
-            raise ValueError(f"labels table has no column '{col}'")
-    if len(labels) == 0:
-        raise ValueError("labels table is empty")
-    task = labels["task"].astype(str)
-    worker = labels["worker"].astype(str)
-    label = labels["label"].astype(str)
-    workers = natural_sort(worker.unique())
-    tasks = natural_sort(task.unique())
-    if classes is None:
-        cls = natural_sort(label.unique())
-    else:
-        cls = np.asarray([str(c) for c in classes], dtype=object)
-        unknown = sorted(set(label.unique()) - set(cls.tolist()))
-        if unknown:
-            raise ValueError(f"labels outside the declared label set {cls.tolist()}: {unknown[:5]}")
+    _columns(labels)
+    task_idx, tasks = factorize_ids(labels["task"], "task")
+    worker_idx, workers = factorize_ids(labels["worker"], "worker")
+    class_idx, cls = _class_codes(labels, classes)
     return LabelMatrix(
         workers=workers,
         tasks=tasks,
         classes=cls,
-        worker_idx=_codes(worker, workers),
-        task_idx=_codes(task, tasks),
-        class_idx=_codes(label, cls),
+        worker_idx=worker_idx,
+        task_idx=task_idx,
+        class_idx=class_idx,
+    )
+
+
+def task_major_order(task_idx: np.ndarray, worker_idx: np.ndarray, n_workers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stable order of the entries by (task, worker) and the sorted keys task·W + worker.
+
+    Returns the identity without sorting when the entries are already in that order.
+    """
+    key = np.asarray(task_idx, dtype=np.int64) * max(int(n_workers), 1) + np.asarray(worker_idx, dtype=np.int64)
+    if key.size < 2 or bool(np.all(key[1:] >= key[:-1])):
+        return np.arange(key.size), key
+    order = np.argsort(key, kind="stable")
+    return order, key[order]
+
+
+def encode_canonical(
+    labels: pd.DataFrame, classes: list[str] | None = None, duplicates: DuplicatePolicy = "error"
+) -> tuple[LabelMatrix, int]:
+    """Encode, apply the duplicate policy and sort the entries by (task, worker), in one pass.
+
+    Equivalent to ``encode_labels(deduplicate(labels, duplicates)[0], classes)`` followed by a
+    sort by (task, worker), but the duplicate check runs on the integer codes (one stable sort of
+    task·W + worker) instead of hashing string pairs. Entries sorted by (task, worker) make every
+    floating-point sum over a task's labels run in a fixed order, so results do not depend on the
+    input row order.
+
+    Parameters
+    ----------
+    labels : pandas.DataFrame
+        Columns ``task, worker, label``.
+    classes : list of str, optional
+        Declared label set.
+    duplicates : {"error", "keep_last", "keep_first"}
+        ``keep_last`` / ``keep_first`` keep the last / first answer of a repeated (task, worker)
+        pair in input row order.
+
+    Returns
+    -------
+    (LabelMatrix, int)
+        The canonically ordered matrix and the number of rows dropped as duplicates.
+    """
+    lm = encode_labels(labels, classes)
+    order, key = task_major_order(lm.task_idx, lm.worker_idx, lm.n_workers)
+    same = key[1:] == key[:-1]
+    dropped = 0
+    if same.any():
+        if duplicates == "error":
+            in_dup = np.zeros(key.size, dtype=bool)
+            in_dup[1:] |= same
+            in_dup[:-1] |= same
+            rows = np.sort(order[in_dup])
+            ex = ", ".join(
+                f"(task={lm.tasks[lm.task_idx[r]]}, worker={lm.workers[lm.worker_idx[r]]})" for r in rows[:5]
+            )
+            raise ValueError(
+                f"{rows.size} rows repeat a (task, worker) pair, e.g. {ex}; "
+                "set duplicates: keep_last or keep_first in the spec to keep one answer per pair"
+            )
+        if duplicates not in ("keep_last", "keep_first"):
+            raise ValueError(f"unknown duplicates policy {duplicates!r}; use 'error', 'keep_last' or 'keep_first'")
+        keep = np.ones(key.size, dtype=bool)
+        if duplicates == "keep_last":
+            keep[:-1] = ~same  # stable sort: the last of a run is the last in input order
+        else:
+            keep[1:] = ~same
+        order = order[keep]
+        dropped = int(key.size - order.size)
+        log.info("dropped %d duplicate (task, worker) rows (policy %s)", dropped, duplicates)
+    class_idx = lm.class_idx[order]
+    cls = lm.classes
+    if dropped and classes is None:  # a label seen only in dropped rows is not an observed class
+        used = np.bincount(class_idx, minlength=cls.size) > 0
+        if not used.all():
+            class_idx = (np.cumsum(used) - 1)[class_idx]
+            cls = cls[used]
+    return (
+        LabelMatrix(
+            workers=lm.workers,
+            tasks=lm.tasks,
+            classes=cls,
+            worker_idx=np.ascontiguousarray(lm.worker_idx[order]),
+            task_idx=np.ascontiguousarray(lm.task_idx[order]),
+            class_idx=np.ascontiguousarray(class_idx),
+        ),
+        dropped,
     )

@@ -82,3 +82,38 @@ def test_rte_majority_vote_error(rte_dir: Path) -> None:
     # "smallest" sends all 65 ties to label 0, of which 15 are wrong: (50 + 15) / 800
     smallest = gold_metrics(majority_vote(encode_labels(labels), "smallest").consensus, truth).error
     assert smallest == pytest.approx(65 / 800, abs=1e-12)
+
+
+def test_encode_canonical_equals_dedupe_then_encode() -> None:
+    from crowdflow.labels import encode_canonical
+
+    df = pd.DataFrame(
+        {
+            "task": ["t2", "t1", "t1", "t2", "t10", "t1"],
+            "worker": ["b", "a", "b", "b", "a", "a"],
+            "label": ["x", "y", "x", "z", "y", "x"],
+        }
+    )
+    for policy in ("keep_last", "keep_first"):
+        lm, dropped = encode_canonical(df, duplicates=policy)
+        ref = encode_labels(deduplicate(df, policy)[0])
+        assert dropped == 2
+        assert lm.tasks.tolist() == ref.tasks.tolist() and lm.workers.tolist() == ref.workers.tolist()
+        got = set(zip(lm.tasks[lm.task_idx], lm.workers[lm.worker_idx], lm.classes[lm.class_idx], strict=True))
+        want = set(zip(ref.tasks[ref.task_idx], ref.workers[ref.worker_idx], ref.classes[ref.class_idx], strict=True))
+        assert got == want
+        key = lm.task_idx * lm.n_workers + lm.worker_idx
+        assert np.all(np.diff(key) > 0)  # sorted by (task, worker), no repeats
+    # "z" only occurs in a dropped row under keep_first: not an observed class
+    assert encode_canonical(df, duplicates="keep_first")[0].classes.tolist() == ["x", "y"]
+    with pytest.raises(ValueError, match="repeat a"):
+        encode_canonical(df)
+
+
+def test_ids_are_compared_as_strings() -> None:
+    df = pd.DataFrame({"task": [1, "1", 2], "worker": ["w", "v", "w"], "label": [0, "0", 1.5]}, dtype=object)
+    lm = encode_labels(df)
+    assert lm.tasks.tolist() == ["1", "2"] and lm.task_idx.tolist() == [0, 0, 1]
+    assert lm.classes.tolist() == ["0", "1.5"]
+    with pytest.raises(ValueError, match="null"):
+        encode_labels(df.assign(worker=[None, "v", "w"]))

@@ -220,7 +220,7 @@ def dawid_skene(
     ll: list[float] = []
     converged = False
     it = 0
-    for it in range(1, max_iter + 1):  # noqa: B007 - `it` reports the iteration count after the loop
+    for it in range(1, max_iter + 1):
         with np.errstate(divide="ignore"):
             log_pi = np.log(pi).transpose(0, 2, 1).reshape(w * m, m)  # row (i, m), col l
             logp = np.log(q)[None, :] + np.asarray(rt @ log_pi)
@@ -300,7 +300,7 @@ def one_coin_dawid_skene(
     ll: list[float] = []
     converged = False
     it = 0
-    for it in range(1, max_iter + 1):  # noqa: B007 - `it` reports the iteration count after the loop
+    for it in range(1, max_iter + 1):
         post, loglik = e_step(p, q)
         ll.append(loglik)
         p_new, q_new = m_step(post)

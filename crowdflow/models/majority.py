@@ -68,17 +68,22 @@ def weighted_vote(
     (numpy.ndarray, numpy.ndarray, int)
         Winning class code per task, the T×M score matrix (dense, M is small), number of ties.
     """
-    scores = lm.task_class_counts(worker_weights).toarray()
+    m = lm.n_classes
+    cell = lm.task_idx * m + lm.class_idx
+    w = None if worker_weights is None else np.asarray(worker_weights, dtype=np.float64)[lm.worker_idx]
+    scores = np.bincount(cell, weights=w, minlength=lm.n_tasks * m).astype(np.float64).reshape(lm.n_tasks, m)
     top = scores.max(axis=1, keepdims=True)
-    is_top = np.isclose(scores, top, rtol=1e-12, atol=1e-12)
+    is_top = np.abs(scores - top) <= 1e-12 + 1e-12 * np.abs(top)  # = np.isclose(scores, top, 1e-12, 1e-12)
     n_top = is_top.sum(axis=1)
     ties = int((n_top > 1).sum())
     if tie_break == "smallest":
         winner = is_top.argmax(axis=1)
     elif tie_break == "random":
-        rng = np.random.default_rng(seed)
-        noise = rng.random(scores.shape)
-        winner = np.where(is_top, noise, -1.0).argmax(axis=1)
+        winner = is_top.argmax(axis=1)
+        if ties:  # the full (task, class) draw, so a task's draw does not depend on other tasks
+            noise = np.random.default_rng(seed).random(scores.shape)
+            tied = n_top > 1
+            winner[tied] = np.where(is_top[tied], noise[tied], -1.0).argmax(axis=1)
     else:
         raise ValueError(f"unknown tie_break {tie_break!r}; use 'smallest' or 'random'")
     return winner.astype(np.int64), scores, ties

@@ -75,7 +75,7 @@ def edge_labels(edges: np.ndarray, tasks_per_edge: int, skills: np.ndarray, seed
 
 def mv_expected_error(df: pd.DataFrame, truth: pd.DataFrame) -> float:
     """MV error with ties counted fractionally (= expected error of a fair random tie-break)."""
-    counts = df.groupby(["task", "label"]).size().unstack(fill_value=0)  # noqa: PD010
+    counts = df.groupby(["task", "label"]).size().unstack(fill_value=0)
     top = counts.max(axis=1)
     is_top = counts.eq(top, axis=0)
     gold = truth.set_index("task")["label"].astype(str)
@@ -209,7 +209,7 @@ def test_at_u5_memory_guard_20k_workers():
     wi, ti = synth.random_assignment(n_w, 7500, 3, seed=2)
     data = synth.one_coin_labels(np.full(n_w, 0.6), wi, ti, 2, seed=2)
     tracemalloc.start()
-    res = fit_quiet(data.labels, max_iter=20)
+    res = fit_quiet(data.labels, max_iter=20, spectral=True)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert len(res.skills) == data.labels["worker"].nunique()
@@ -352,18 +352,23 @@ def test_at_g4_eigsh_matches_dense():
 def test_diagnostics_report_eig_method_and_spectra():
     edges = synth.ring_edges(11)
     data = edge_labels(edges, 3, np.full(11, 0.7), seed=0)
-    res = fit_quiet(data.labels, weighting="binary")
+    assert fit_quiet(data.labels).diagnostics.iloc[0]["eig_method"] == "none"  # spectra are opt-in
+    res = fit_quiet(data.labels, weighting="binary", spectral=True)
     d = res.diagnostics.iloc[0]
     assert d["eig_method"] == "eigvalsh"
     assert d["lambda_min_signless_unit"] == pytest.approx(2 - 2 * math.cos(math.pi / 11), abs=1e-9)
     assert d["lambda_min_signless_weighted"] == pytest.approx(d["lambda_min_signless_unit"], abs=1e-9)
     assert d["N_min"] == d["N_max"] == 3 and d["d_max"] == 2 and d["D_sum"] == 22
     assert d["norm_N_2"] == pytest.approx(6.0) and d["norm_N_inf"] == 6
-    res2 = fit_quiet(data.labels, weighting="binary", dense_eig_max=5)
+    res2 = fit_quiet(data.labels, weighting="binary", spectral=True, dense_eig_max=5)
     assert res2.diagnostics.iloc[0]["eig_method"] == "eigsh"
     assert res2.diagnostics.iloc[0]["lambda_min_signless_unit"] == pytest.approx(
         d["lambda_min_signless_unit"], abs=1e-6
     )
+    # above the stored-entry limit the eigenvalues are skipped, and said so
+    res3 = fit_quiet(data.labels, weighting="binary", spectral=True, spectral_max_nnz=10)
+    assert res3.diagnostics.iloc[0]["eig_method"] == "skipped"
+    assert np.isnan(res3.diagnostics.iloc[0]["lambda_min_signless_unit"])
 
 
 def test_at_g5_non_identifiability_demo():
@@ -873,3 +878,150 @@ def test_graph_helpers_do_not_mutate_inputs():
     theorem12_error_bound(adj, 0.4, 0.6, 0.01)
     for arr, ref in zip((adj.data, adj.indices, adj.indptr), before, strict=True):
         np.testing.assert_array_equal(arr, ref)
+
+
+# ----------------------------------------------------------------------------------------------
+# issue #3 "Tests must show" additions, fast paths and streaming
+# ----------------------------------------------------------------------------------------------
+def test_skill_error_shrinks_as_tasks_grow():
+    """RMSE(ŝ, s) falls with the number of tasks (consistency of the moment estimator)."""
+    rmse = {}
+    for n_tasks in (150, 1500, 15000):
+        errs = []
+        for seed in range(4):
+            rng = np.random.default_rng(400 + seed)
+            s = rng.uniform(0.1, 0.8, 20)
+            data = synth.one_coin_labels(s, *synth.random_assignment(20, n_tasks, 4, seed=seed), 2, seed=seed)
+            res = fit_quiet(data.labels, classes=data.classes, solver="scaled")
+            errs.append(np.sqrt(np.mean((skills_of(res, data) - s) ** 2)))
+        rmse[n_tasks] = float(np.mean(errs))
+    assert rmse[150] > rmse[1500] > rmse[15000]
+    assert rmse[15000] < 0.35 * rmse[150]  # ~ 1/sqrt(T): 10x the tasks, ~1/3 the error
+
+
+def test_star_with_one_odd_cycle_identifies_skills():
+    n = 9
+    s = np.linspace(0.3, 0.9, n)
+    data = edge_labels(synth.star_triangle_edges(n), 2000, s, seed=2)
+    res = fit_quiet(data.labels, solver="scaled")
+    assert (res.skills["status"] == "ok").all() and np.isfinite(res.skills["skill"]).all()
+    est = skills_of(res, data)
+    # one triangle pins the hub's scale (s_0² = C01 C02 / C12, noisy); the leaves follow C_0j / s_0
+    assert np.max(np.abs(est - s)) < 0.25 and np.corrcoef(est, s)[0, 1] > 0.85
+    star = fit_quiet(edge_labels(synth.star_edges(n), 400, s, seed=2).labels)
+    assert (star.skills["status"] == "bipartite_component").all() and star.skills["skill"].isna().all()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sparse_moments_equal_naive_dense(seed):
+    rng = np.random.default_rng(seed)
+    m = int(rng.integers(2, 5))
+    w, t = int(rng.integers(5, 30)), int(rng.integers(20, 200))
+    data = synth.one_coin_labels(
+        rng.uniform(0, 0.9, w), *synth.random_assignment(w, t, int(rng.integers(1, min(w, 6) + 1)), seed=seed), m, seed
+    )
+    lm = encode_labels(data.labels.sample(frac=1.0, random_state=seed))  # unsorted entries
+    mo = label_moments(lm)
+    y = np.full((lm.n_workers, lm.n_tasks), -1)
+    y[lm.worker_idx, lm.task_idx] = lm.class_idx
+    b = (y >= 0).astype(float)
+    n = b @ b.T
+    agree = sum(((y == c).astype(float) @ (y == c).astype(float).T) for c in range(lm.n_classes))
+    np.fill_diagonal(n, 0)
+    np.fill_diagonal(agree, 0)
+    np.testing.assert_array_equal(mo.co_labels.toarray(), n)
+    np.testing.assert_array_equal(mo.agreements.toarray(), agree)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        c = np.where(n > 0, (lm.n_classes * agree / n - 1) / (lm.n_classes - 1), 0.0)
+    np.testing.assert_allclose(mo.c_hat.toarray(), c, rtol=0, atol=1e-15)
+    # one canonical pattern for all three
+    for mat in (mo.agreements, mo.c_hat):
+        assert np.array_equal(mat.indptr, mo.co_labels.indptr) and np.array_equal(mat.indices, mo.co_labels.indices)
+
+
+@pytest.mark.parametrize(("name", "floor"), [("snow_rte", 0.075), ("snow_temp", 0.065), ("snow_wsd", 0.0057)])
+def test_real_data_bundled_floors(name, floor):
+    """Issue #3 floors with defaults on the bundled sets: error <= floor and <= MV + 0.005."""
+    root = DATA / name
+    labels = pd.read_csv(root / "labels.csv", dtype=str)
+    truth = pd.read_csv(root / "truth.csv", dtype=str)
+    err = prediction_error(fit_quiet(labels).consensus, truth)
+    mv = prediction_error(fit_skills(labels, "mv").consensus, truth)
+    assert err <= floor
+    assert err <= mv + 0.005
+
+
+def test_scaled_solver_monotone_and_same_optimum():
+    data = synth.one_coin_labels(np.linspace(-0.2, 0.9, 30), *synth.random_assignment(30, 1500, 4, seed=6), 3, seed=6)
+    lm, _ = prepare_labels(data.labels)
+    mo = label_moments(lm)
+    lo, hi = skill_box(lm.labels_per_worker(), lm.n_classes, 1.0)
+    w = edge_weights(mo.co_labels)
+    fast = fit_rank_one(mo.c_hat, w, lo, hi, solver="scaled", tol=1e-12, max_iter=20_000)
+    slow = fit_rank_one(mo.c_hat, w, lo, hi, solver="gd", tol=1e-12, max_iter=200_000)
+    assert fast.converged and slow.converged and fast.iterations < slow.iterations / 10
+    assert np.all(np.diff(fast.loss_trace) <= 1e-9 * fast.loss_trace[0])
+    np.testing.assert_allclose(fast.x, slow.x, atol=1e-8)
+    # KKT: projected gradient vanishes at the optimum
+    g = rank_one_gradient(mo.c_hat, w, fast.x)
+    pg = np.clip(fast.x - g / (4 * np.asarray(w.sum(axis=1)).ravel()), lo, hi) - fast.x
+    assert np.abs(pg).max() < 1e-9
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_graph_structure_matches_components(seed):
+    from crowdflow.models.skills import graph_structure
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 60))
+    edges = synth.random_graph_edges(n, float(rng.uniform(0.01, 0.15)), seed=seed)
+    adj = synth.adjacency(edges, n) if len(edges) else sp.csr_matrix((n, n))
+    st = graph_structure(adj)
+    ref = components(adj)
+    np.testing.assert_array_equal(st.graph.labels, ref.labels)
+    np.testing.assert_array_equal(st.graph.bipartite, ref.bipartite)
+    np.testing.assert_array_equal(st.graph.sizes, ref.sizes)
+    dense = adj.toarray() != 0
+    for c in np.flatnonzero(ref.bipartite):  # level parity is a proper 2-colouring
+        members = np.flatnonzero(st.graph.labels == c)
+        sub = dense[np.ix_(members, members)]
+        col = st.graph.colour[members]
+        assert not np.any(sub & (col[:, None] == col[None, :]))
+    for c, cyc in odd_cycle_witnesses(adj).items():
+        assert cyc.size % 2 == 1 and not ref.bipartite[c] and len(set(cyc.tolist())) == cyc.size
+        assert all(dense[cyc[k], cyc[(k + 1) % cyc.size]] for k in range(cyc.size))
+
+
+def test_streaming_moments_skills_and_consensus_equal_in_memory():
+    from crowdflow.models.skills import accumulate_moments, skills_from_moments, stream_consensus
+
+    rng = np.random.default_rng(3)
+    s = np.where(rng.random(40) < 0.3, 0.0, rng.uniform(0.3, 0.9, 40))
+    data = synth.one_coin_labels(s, *synth.random_assignment(40, 600, 4, seed=1), 3, seed=1)
+    df = data.labels.sort_values("task", kind="stable").reset_index(drop=True)
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    streamed = accumulate_moments(table.to_batches(max_chunksize=97))  # tasks straddle batches
+    assert streamed.n_batches > 5 and streamed.n_tasks == 600 and streamed.n_rows == len(df)
+    lm, _ = prepare_labels(df)
+    mo = label_moments(lm)
+    np.testing.assert_array_equal(streamed.workers, lm.workers)
+    np.testing.assert_array_equal(streamed.n_labels, lm.labels_per_worker())
+    for attr in ("co_labels", "agreements", "c_hat"):
+        a, b = getattr(streamed.moments, attr), getattr(mo, attr)
+        np.testing.assert_array_equal(a.indptr, b.indptr)
+        np.testing.assert_array_equal(a.indices, b.indices)
+        np.testing.assert_array_equal(a.data, b.data)
+    table_sk, _ = skills_from_moments(streamed)
+    ref = fit_skills(df, solver="scaled", tie_break="smallest")
+    np.testing.assert_array_equal(table_sk["skill"].to_numpy(), ref.skills["skill"].to_numpy())
+    cons = stream_consensus(table.to_batches(max_chunksize=50), table_sk, streamed.classes)
+    a = cons.set_index("task").sort_index()
+    b = ref.consensus.set_index("task").sort_index()
+    assert (a["label"] == b["label"]).all()
+    np.testing.assert_allclose(a["confidence"], b["confidence"], rtol=1e-12)
+    # a task whose labels are split by another task cannot be streamed in one pass
+    bad = pd.concat([df.iloc[:102], df.iloc[300:], df.iloc[102:300]])
+    with pytest.raises(ValueError, match="sort or group the labels by task"):
+        accumulate_moments([bad.iloc[:150], bad.iloc[150:]])
+    with pytest.raises(ValueError, match="not contiguous"):
+        accumulate_moments([pd.DataFrame({"task": ["a", "b", "a", "c"], "worker": list("wxyz"), "label": "1"})])
