@@ -489,3 +489,25 @@ def comparison_graph_report(comparisons: pd.DataFrame, max_listed: int = 20) -> 
     bip = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(size, size))
     n_ui, _ = connected_components(bip, directed=False)
     return ComparisonGraphReport(items=item_table, components=comps, n_user_item_components=int(n_ui))
+
+
+def agent_graph_problems(report: AgentGraphReport, require_connected: bool = True) -> list[str]:
+    """Human-readable blocking problems of an agent graph (empty list: the graph is usable).
+
+    Non-positive or non-finite weights, asymmetric weights and unknown endpoints are always problems;
+    more than one connected component is one when ``require_connected``.
+    """
+    problems = []
+    if not report.nonpositive_weights.empty:
+        problems.append(f"{len(report.nonpositive_weights)} edges with weight <= 0 or not finite")
+    if not report.asymmetric.empty:
+        pairs = ", ".join(f"({r.source},{r.target})" for r in report.asymmetric.head(5).itertuples(index=False))
+        problems.append(f"{len(report.asymmetric)} edges given in both directions with different weights: {pairs}")
+    if report.unknown_agents:
+        problems.append(f"edges name agents missing from the agents table: {report.unknown_agents[:10]}")
+    if require_connected and report.n_components > 1:
+        problems.append(
+            f"the agent graph has {report.n_components} connected components "
+            f"(agents without edges: {report.agents_without_edges[:10]})"
+        )
+    return problems

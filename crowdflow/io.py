@@ -233,6 +233,7 @@ def _coerce(df: pd.DataFrame, schema: TableSchema, path: str) -> pd.DataFrame:
         if col.name not in df.columns:
             continue
         s = df[col.name]
+        _reject_nested(s, col.name, path)
         if col.type in ("id", "string"):
             if s.dtype.kind == "f":  # float ids from Parquet: 3.0 -> "3"
                 as_int = s.dropna()
@@ -266,11 +267,55 @@ def _coerce(df: pd.DataFrame, schema: TableSchema, path: str) -> pd.DataFrame:
     keep = pd.DataFrame(out, index=df.index)
     if schema.extra_columns:  # e.g. feature columns of `agents`: numeric when every value parses
         for c in df.columns:
-            if c not in keep.columns:
-                col = df[c]
-                num = pd.to_numeric(col, errors="coerce") if col.dtype.kind not in "fiub" else col
-                keep[c] = num if num.isna().sum() == col.isna().sum() else col
+            if c in keep.columns:
+                continue
+            col = df[c]
+            if c == "x" and schema.name == "agents" and not _is_nested(col).any():
+                raise InputError(
+                    "column 'x' is reserved for list-valued feature vectors (a Parquet list column); "
+                    "rename this scalar feature column (e.g. x1)",
+                    path=path,
+                    column=c,
+                )
+            if col.dtype.kind in "fiub" or _is_nested(col).any():
+                keep[c] = col
+                continue
+            text = col.astype("string").str.strip()
+            num = pd.to_numeric(text, errors="coerce")
+            bad = num.isna() & text.notna() & ~text.str.lower().isin(["nan", ""])
+            if not bad.any():
+                keep[c] = num.astype(np.float64)
+            elif int(num.notna().sum()) <= int(bad.sum()):
+                keep[c] = col  # a text column (e.g. a name): kept as it is, never used as a feature
+            else:  # mostly numbers with a few typos: never silently drop the column from the features
+                rows = (np.flatnonzero(bad.to_numpy()) + 1).tolist()
+                raise InputError(
+                    f"{int(bad.sum())} values are not numbers in a numeric column, e.g. {text[bad].head(3).tolist()}",
+                    path=path,
+                    column=c,
+                    rows=rows,
+                )
     return keep.reset_index(drop=True)
+
+
+def _is_nested(s: pd.Series) -> pd.Series:
+    """Which values are lists / arrays / mappings (Parquet list, struct or map columns)."""
+    if s.dtype != object:
+        return pd.Series(False, index=s.index)
+    return s.map(lambda v: isinstance(v, (list, tuple, dict, np.ndarray)))
+
+
+def _reject_nested(s: pd.Series, name: str, path: str) -> None:
+    nested = _is_nested(s)
+    if nested.any():
+        rows = (np.flatnonzero(nested.to_numpy()) + 1).tolist()
+        raise InputError(
+            f"nested values (list/struct) where a scalar is expected, e.g. {s[nested].head(2).tolist()}; "
+            "flatten the column",
+            path=path,
+            column=name,
+            rows=rows,
+        )
 
 
 def read_table(

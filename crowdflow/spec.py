@@ -162,6 +162,17 @@ class PersonalModelsOptions(_Strict):
     seed: int = 0
 
 
+class AssignmentOptions(_Strict):
+    """Task–worker assignment by exact projection onto a TVCS set (spec assignment-tvcs.md)."""
+
+    budget: int | None = Field(None, ge=0, description="total number of (task, worker) pairs; none = unlimited")
+    worker_cap: int | None = Field(None, ge=0, description="max tasks per worker; none = unlimited")
+    task_cap: int | None = Field(None, ge=0, description="max workers per task; none = unlimited")
+    backend: Literal["flow", "lp", "pgd"] = Field(
+        "flow", description="exact min-cost-flow selection (default), HiGHS LP reference, or the paper's iteration"
+    )
+
+
 class ChecksSpec(_Strict):
     """Blocking (default) or warning mode of each pre-fit check."""
 
@@ -216,6 +227,7 @@ class PipelineSpec(_Strict):
     ranking: RankingOptions = Field(default_factory=RankingOptions)
     personal_rankings: PersonalRankingsOptions = Field(default_factory=PersonalRankingsOptions)
     personal_models: PersonalModelsOptions = Field(default_factory=PersonalModelsOptions)
+    assignment: AssignmentOptions = Field(default_factory=AssignmentOptions)
     checks: ChecksSpec = Field(default_factory=ChecksSpec)
     output: OutputSpec = Field(default_factory=OutputSpec)
     base_dir: str = Field(".", description="folder relative paths are resolved against (the spec's folder)")

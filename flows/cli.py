@@ -169,6 +169,24 @@ def cmd_personal_models(args: argparse.Namespace) -> int:
     return _run_spec(parse_spec(data, origin="command line", base_dir=Path.cwd()), args.debug)
 
 
+def cmd_assign(args: argparse.Namespace) -> int:
+    from crowdflow.spec import parse_spec
+
+    data: dict[str, Any] = {
+        "name": args.name,
+        "job": "assignment",
+        "candidates": {"path": str(Path(args.candidates).resolve())},
+        "assignment": {
+            "budget": args.budget,
+            "worker_cap": args.worker_cap,
+            "task_cap": args.task_cap,
+            "backend": args.backend,
+        },
+        "output": {"dir": str(Path(args.out).resolve())},
+    }
+    return _run_spec(parse_spec(data, origin="command line", base_dir=Path.cwd()), args.debug)
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from flows.pipeline import check_spec
 
@@ -247,6 +265,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default="personal-models")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_personal_models)
+
+    p = sub.add_parser("assign", help="next-batch task-worker assignment (exact TVCS selection)")
+    p.add_argument("--candidates", required=True, help="task, worker, score")
+    p.add_argument("--budget", type=int, help="total pairs (default unlimited)")
+    p.add_argument("--worker-cap", type=int, help="max tasks per worker")
+    p.add_argument("--task-cap", type=int, help="max workers per task")
+    p.add_argument("--backend", default="flow", choices=["flow", "lp", "pgd"])
+    p.add_argument("--out", required=True)
+    p.add_argument("--name", default="assignment")
+    p.set_defaults(func=cmd_assign)
     return parser
 
 

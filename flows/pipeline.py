@@ -27,7 +27,11 @@ def run_spec(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]:
         from flows.personal_models import personal_models_flow
 
         return personal_models_flow(spec, run_id)
-    raise SpecError(f"job '{spec.job}' has no flow yet")
+    if spec.job == "assignment":
+        from flows.assignment import assignment_flow
+
+        return assignment_flow(spec, run_id)
+    raise SpecError(f"job '{spec.job}' has no flow")
 
 
 def check_locations(spec: PipelineSpec) -> None:
@@ -54,12 +58,15 @@ def check_spec(spec: PipelineSpec) -> list[str]:
     check_locations(spec)
     lines = [f"spec {spec.name}: ok (job {spec.job})"]
     if spec.job != "skills" or spec.labels is None:
+        tables = {}
         for kind, src in spec.inputs().items():
             t = read_table(spec.path_of(src), INPUTS[kind], src.columns, src.format)
             rep = validate_frame(t.df, INPUTS[kind], t.source)
             if spec.checks.validation == "block":
                 require_valid(rep)
             lines.append(f"{kind} {t.source}: {rep.n_rows} rows, " + ("passed" if rep.success else "FAILED"))
+            tables[kind] = t
+        lines += _graph_lines(spec, tables)
         return lines
     labels = read_table(spec.path_of(spec.labels), INPUTS["labels"], spec.labels.columns, spec.labels.format)
     df = labels.df
@@ -85,3 +92,27 @@ def check_spec(spec: PipelineSpec) -> list[str]:
     counts = graph.components["status"].value_counts().to_dict()
     lines.append(f"worker graph: {len(graph.components)} components {counts}")
     return lines
+
+
+def _graph_lines(spec: PipelineSpec, tables: dict[str, Any]) -> list[str]:
+    """The job's graph checks, as a run would do them (blocking ones raise ``GraphCheckFailed``)."""
+    from crowdflow.errors import GraphCheckFailed
+    from crowdflow.graphs import agent_graph_problems, agent_graph_report, comparison_graph_report
+
+    mode = spec.checks.connectivity_for(spec.job)
+    if spec.job in ("ranking", "personal_rankings"):
+        cmp = tables["comparisons"]
+        rep = comparison_graph_report(cmp.df)
+        parts = rep.n_user_item_components if spec.job == "personal_rankings" else rep.n_components
+        what = "annotator–item graph" if spec.job == "personal_rankings" else "item comparison graph"
+        if parts > 1 and mode == "block":
+            raise GraphCheckFailed(f"{cmp.source}: the {what} has {parts} connected components", "connectivity")
+        return [f"{what}: {parts} component(s)"]
+    if spec.job == "personal_models":
+        agents, edges = tables["agents"], tables["edges"]
+        rep = agent_graph_report(edges.df, agents.df["agent"].astype(str).unique())
+        problems = agent_graph_problems(rep, require_connected=mode == "block")
+        if problems:
+            raise GraphCheckFailed(f"{edges.source}: " + "; ".join(problems), "agent_graph")
+        return [f"agent graph: {rep.n_agents} agents, {rep.n_components} component(s)"]
+    return []

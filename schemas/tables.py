@@ -45,6 +45,11 @@ class Column:
         ``value > min_value`` instead of ``>=``.
     finite : bool
         Floats must be finite (no ±inf).
+    max_abs : float, optional
+        Bound on |value| (squares must stay finite in double precision: 1e150 for model inputs).
+    min_distinct : int, optional
+        At least this many distinct values (e.g. 2 classes in a labels table); skipped when the column
+        has a declared allowed set (the spec's ``classes``).
     """
 
     name: str
@@ -55,6 +60,8 @@ class Column:
     max_value: float | None = None
     strict_min: bool = False
     finite: bool = True
+    max_abs: float | None = None
+    min_distinct: int | None = None
 
     @property
     def arrow_type(self) -> pa.DataType:
@@ -108,7 +115,7 @@ class TableSchema:
 
 LABELS = TableSchema(
     name="labels",
-    columns=(Column("task", "id"), Column("worker", "id"), Column("label", "id")),
+    columns=(Column("task", "id"), Column("worker", "id"), Column("label", "id", min_distinct=2)),
     unique=("task", "worker"),
 )
 TRUTH = TableSchema(
@@ -132,7 +139,7 @@ COMPARISONS = TableSchema(
 AGENTS = TableSchema(
     name="agents",
     # y may be empty on a row that only declares an agent (no data; its prior/ridge pins it down)
-    columns=(Column("agent", "id"), Column("y", "float", nullable=True)),
+    columns=(Column("agent", "id"), Column("y", "float", nullable=True, max_abs=1e150)),
     extra_columns=True,
 )
 EDGES = TableSchema(
@@ -140,7 +147,7 @@ EDGES = TableSchema(
     columns=(
         Column("source", "id"),
         Column("target", "id"),
-        Column("weight", "float", min_value=0.0, strict_min=True),
+        Column("weight", "float", min_value=0.0, strict_min=True, max_abs=1e150),
     ),
     distinct=("source", "target"),
 )

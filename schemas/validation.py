@@ -111,11 +111,28 @@ def _expectations(schema: TableSchema, present: list[str], allowed: dict[str, li
                     rule,
                 )
             )
+        if col.type == "float" and col.max_abs is not None:
+            # finite but huge values overflow when squared (losses, Laplacians): a silent inf/NaN fit
+            out.append(
+                (
+                    gxe.ExpectColumnValuesToBeBetween(column=col.name, min_value=-col.max_abs, max_value=col.max_abs),
+                    f"|value| must be <= {col.max_abs:g} (squares must stay finite)",
+                )
+            )
         if col.name in allowed:
             out.append(
                 (
                     gxe.ExpectColumnValuesToBeInSet(column=col.name, value_set=list(allowed[col.name])),
                     f"must be one of {list(allowed[col.name])}",
+                )
+            )
+    for col in schema.columns:
+        if col.name in present and col.min_distinct and col.name not in allowed:
+            out.append(
+                (
+                    gxe.ExpectColumnUniqueValueCountToBeBetween(column=col.name, min_value=col.min_distinct),
+                    f"must have at least {col.min_distinct} distinct values (a single-class batch needs "
+                    "the label set declared: skills.classes in the spec)",
                 )
             )
     if schema.unique and all(c in present for c in schema.unique):
@@ -195,6 +212,12 @@ def validate_frame(
             column = ",".join(schema.distinct)
             vals = [tuple(df.loc[i, list(schema.distinct)].tolist()) for i in idx]
         count = r.result.get("unexpected_count")
+        if count is None and "observed_value" in r.result and not (r.exception_info or {}).get("raised_exception"):
+            # an aggregate expectation (e.g. distinct-value count): no rows to point at, report what was seen
+            observed = r.result["observed_value"]
+            rule = rules.get(str(cfg.id), cfg.type)
+            failures.append(Failure(cfg.type, column, f"{rule}; found {observed}", len(df), [], []))
+            continue
         if count is None:  # an exception inside the expectation: report it, never pass silently
             msg = (r.exception_info or {}).get("exception_message", "expectation could not run")
             failures.append(Failure(cfg.type, column, f"could not be checked ({msg})", len(df), [], []))

@@ -11,6 +11,7 @@ from crowdflow.graphs import (
     AgentGraphReport,
     ComparisonGraphReport,
     WorkerGraphReport,
+    agent_graph_problems,
     agent_graph_report,
     comparison_graph_report,
     describe_failures,
@@ -103,31 +104,16 @@ def check_agent_graph(agents: pd.DataFrame, edges: pd.DataFrame, mode: str, sour
     """Agent graph: weights positive and symmetric, endpoints known (always blocking), connected (per ``mode``)."""
     logger = get_run_logger()
     report = agent_graph_report(edges, agents["agent"].astype(str).unique())
-    problems = []
-    if not report.nonpositive_weights.empty:
-        problems.append(f"{len(report.nonpositive_weights)} edges with weight <= 0 or not finite")
-    if not report.asymmetric.empty:
-        pairs = ", ".join(f"({r.source},{r.target})" for r in report.asymmetric.head(5).itertuples(index=False))
-        problems.append(f"{len(report.asymmetric)} edges given in both directions with different weights: {pairs}")
-    if report.unknown_agents:
-        problems.append(f"edges name agents missing from the agents table: {report.unknown_agents[:10]}")
-    connected = report.n_components == 1
+    problems = agent_graph_problems(report, require_connected=mode == "block")
     body = (
         f"# Agent graph\n\n{report.n_agents} agents, {report.n_components} component(s); "
         f"{len(report.agents_without_edges)} agents without edges.\n\n"
         + ("\n".join(f"- {p}" for p in problems) or "weights positive and symmetric")
     )
     markdown("agent-graph", body, "checks on the agent similarity graph")
-    if not connected:
-        text = (
-            f"the agent graph has {report.n_components} connected components "
-            f"(agents without edges: {report.agents_without_edges[:10]})"
-        )
-        if mode == "block":
-            problems.append(text)
-        else:
-            logger.warning("%s; each component is fitted on its own", text)
     if problems:
         where = f"{source}: " if source else ""
         raise GraphCheckFailed(where + "; ".join(problems), check="agent_graph")
+    if report.n_components > 1:
+        logger.warning("the agent graph has %d components; each is fitted on its own", report.n_components)
     return report

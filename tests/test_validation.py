@@ -20,7 +20,7 @@ def test_every_contract_has_an_arrow_schema() -> None:
 def test_clean_labels_pass() -> None:
     df = pd.DataFrame({"task": ["a", "a", "b"], "worker": ["u", "v", "u"], "label": ["1", "0", "1"]})
     rep = validate_frame(df, LABELS, "labels.csv")
-    assert rep.success and rep.n_expectations == 4
+    assert rep.success and rep.n_expectations == 5
     require_valid(rep)
 
 
