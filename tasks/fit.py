@@ -19,7 +19,14 @@ from crowdflow.models.djam import PersonalModelsResult, fit_personal_models
 from crowdflow.models.hodgerank import fit_hlasso, fit_hodgerank
 from crowdflow.models.lbi import fit_lbi
 from crowdflow.models.skills import SkillsResult, fit_skills
-from crowdflow.spec import PersonalModelsOptions, PersonalRankingsOptions, RankingOptions, SkillsOptions
+from crowdflow.models.tvcs import AssignmentResult, assign_tasks
+from crowdflow.spec import (
+    AssignmentOptions,
+    PersonalModelsOptions,
+    PersonalRankingsOptions,
+    RankingOptions,
+    SkillsOptions,
+)
 from tasks.runners import dask_executor
 
 
@@ -198,3 +205,21 @@ def fit_ranking_task(comparisons: pd.DataFrame, options: RankingOptions, fingerp
         "path": res.path,
     }
     return {"tables": tables, "params": dict(res.params)}
+
+
+@task(name="fit-assignment", cache_key_fn=fingerprint_key, cache_expiration=timedelta(days=7), persist_result=True)
+def fit_assignment_task(candidates: pd.DataFrame, options: AssignmentOptions, fingerprint: str) -> AssignmentResult:
+    """Exact max-score assignment under budget, per-worker and per-task caps (spec assignment-tvcs.md)."""
+    logger = get_run_logger()
+    o = options
+    result = assign_tasks(candidates, o.budget, o.worker_cap, o.task_cap, backend=o.backend)
+    logger.info(
+        "assigned %d pairs (budget %s, worker cap %s, task cap %s): objective %.6g, %s",
+        result.n_selected,
+        o.budget,
+        o.worker_cap,
+        o.task_cap,
+        result.objective,
+        "certified optimal" if result.certified else "not certified",
+    )
+    return result

@@ -174,3 +174,48 @@ def test_ranking_disconnected_graph_scores_per_component(tmp_path: Path, capsys:
     out2 = tmp_path / "out2"
     assert main(["rank", "--comparisons", str(path), "--require-connected", "--out", str(out2)]) == 2
     assert "item comparison graph has 2 connected components" in capsys.readouterr().err
+
+
+def _brute_force_best(cand: pd.DataFrame, budget: int, wcap: int, tcap: int) -> float:
+    from itertools import combinations
+
+    best = 0.0
+    rows = list(cand.itertuples(index=False))
+    for k in range(budget + 1):
+        for pick in combinations(rows, k):
+            w = pd.Series([r.worker for r in pick]).value_counts()
+            t = pd.Series([r.task for r in pick]).value_counts()
+            if (w <= wcap).all() and (t <= tcap).all():
+                best = max(best, sum(r.score for r in pick))
+    return best
+
+
+def test_assignment_is_optimal_and_respects_caps(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    cand = pd.DataFrame([(f"t{t}", f"w{w}") for t in range(4) for w in range(3)], columns=["task", "worker"])
+    cand["score"] = np.round(rng.uniform(-0.2, 1.0, len(cand)), 3)
+    path = tmp_path / "cand.csv"
+    cand.to_csv(path, index=False)
+    out = tmp_path / "out"
+    rc = main(["assign", "--candidates", str(path), "--budget", "5", "--worker-cap", "2", "--task-cap", "2",
+               "--out", str(out)])
+    assert rc == 0
+    run = _run_dir(out)
+    a = pd.read_parquet(run / "assignment.parquet")
+    assert len(a) <= 5 and a["worker"].value_counts().max() <= 2 and a["task"].value_counts().max() <= 2
+    assert (a["score"] > 0).all()
+    assert a["score"].sum() == pytest.approx(_brute_force_best(cand, 5, 2, 2), abs=1e-9)
+    man = json.loads((run / "manifest.json").read_text())
+    assert man["metrics"]["certified"] and man["metrics"]["n_assigned"] == len(a)
+    loads = pd.read_parquet(run / "worker_load.parquet").set_index("worker")
+    assert loads["n_assigned"].sum() == len(a)
+
+
+def test_assignment_budget_zero_is_an_explicit_empty_result(tmp_path: Path) -> None:
+    path = tmp_path / "cand.csv"
+    path.write_text("task,worker,score\nt1,w1,0.5\nt2,w1,0.3\n")
+    out = tmp_path / "out"
+    assert main(["assign", "--candidates", str(path), "--budget", "0", "--out", str(out)]) == 0
+    run = _run_dir(out)
+    assert pd.read_parquet(run / "assignment.parquet").empty
+    assert json.loads((run / "manifest.json").read_text())["metrics"]["n_assigned"] == 0
