@@ -456,3 +456,24 @@ def write_run(
         raise
     log.info("wrote run %s (%d tables)", final, len(outputs))
     return WrittenRun(path=final, outputs=outputs)
+
+
+def latest_run(path: str | os.PathLike[str]) -> Path:
+    """The newest completed run under a pipeline folder (``<out>/<pipeline>``), or ``path`` itself.
+
+    A run counts when its ``manifest.json`` says ``status: completed``; run ids start with their UTC
+    start time, so the lexicographically last completed run is the newest. Raises :class:`InputError`
+    when there is none.
+    """
+    p = Path(path)
+    if (p / "manifest.json").is_file():
+        runs = [p]
+    else:
+        runs = sorted(d for d in p.iterdir() if d.is_dir() and (d / "manifest.json").is_file()) if p.is_dir() else []
+    for run in reversed(runs):
+        try:
+            if json.loads((run / "manifest.json").read_text()).get("status") == "completed":
+                return run
+        except (OSError, json.JSONDecodeError):
+            continue
+    raise InputError("no completed run (manifest.json with status completed) found", path=str(p))

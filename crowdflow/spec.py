@@ -197,7 +197,7 @@ class OutputSpec(_Strict):
     dir: str = "crowdflow-out"
 
 
-Job = Literal["skills", "ranking", "personal_rankings", "personal_models", "assignment"]
+Job = Literal["skills", "ranking", "personal_rankings", "personal_models", "assignment", "next_batch"]
 
 # Input tables each job needs (required, optional). Names are the table contracts in schemas.tables.
 JOB_INPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -206,10 +206,11 @@ JOB_INPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "personal_rankings": (("comparisons",), ()),
     "personal_models": (("agents", "edges"), ()),
     "assignment": (("candidates",), ()),
+    "next_batch": (("open_tasks", "workers"), ()),
 }
 
 
-JOB_INPUTS_ALL = ("labels", "truth", "comparisons", "agents", "edges", "candidates")
+JOB_INPUTS_ALL = ("labels", "truth", "comparisons", "agents", "edges", "candidates", "open_tasks", "workers")
 
 
 class PipelineSpec(_Strict):
@@ -223,6 +224,11 @@ class PipelineSpec(_Strict):
     agents: SourceSpec | None = None
     edges: SourceSpec | None = None
     candidates: SourceSpec | None = None
+    open_tasks: SourceSpec | None = None
+    workers: SourceSpec | None = None
+    skills_run: str | None = Field(
+        None, description="next_batch: a skills pipeline output folder (its newest completed run is used) or one run"
+    )
     skills: SkillsOptions = Field(default_factory=SkillsOptions)
     ranking: RankingOptions = Field(default_factory=RankingOptions)
     personal_rankings: PersonalRankingsOptions = Field(default_factory=PersonalRankingsOptions)
@@ -241,6 +247,8 @@ class PipelineSpec(_Strict):
         extra = [k for k in JOB_INPUTS_ALL if getattr(self, k) is not None and k not in required + optional]
         if extra:
             raise ValueError(f"job '{self.job}' does not use input(s) {extra}")
+        if (self.job == "next_batch") != (self.skills_run is not None):
+            raise ValueError("skills_run is required by job 'next_batch' and used by no other job")
         return self
 
     def inputs(self) -> dict[str, SourceSpec]:

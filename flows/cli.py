@@ -187,6 +187,21 @@ def cmd_assign(args: argparse.Namespace) -> int:
     return _run_spec(parse_spec(data, origin="command line", base_dir=Path.cwd()), args.debug)
 
 
+def cmd_next_batch(args: argparse.Namespace) -> int:
+    from crowdflow.spec import parse_spec
+
+    data: dict[str, Any] = {
+        "name": args.name,
+        "job": "next_batch",
+        "skills_run": str(Path(args.skills_run).resolve()),
+        "open_tasks": {"path": str(Path(args.open_tasks).resolve())},
+        "workers": {"path": str(Path(args.workers).resolve())},
+        "assignment": {"budget": args.budget, "worker_cap": args.worker_cap, "task_cap": args.task_cap},
+        "output": {"dir": str(Path(args.out).resolve())},
+    }
+    return _run_spec(parse_spec(data, origin="command line", base_dir=Path.cwd()), args.debug)
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from flows.pipeline import check_spec
 
@@ -275,6 +290,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--name", default="assignment")
     p.set_defaults(func=cmd_assign)
+
+    p = sub.add_parser("next-batch", help="closed loop: newest skills run + open tasks + workers -> assignment")
+    p.add_argument("--skills-run", required=True, help="a skills pipeline output folder (or one run folder)")
+    p.add_argument("--open-tasks", required=True, help="task (one row per open task)")
+    p.add_argument("--workers", required=True, help="worker[, capacity] (available workers)")
+    p.add_argument("--budget", type=int)
+    p.add_argument("--worker-cap", type=int)
+    p.add_argument("--task-cap", type=int)
+    p.add_argument("--out", required=True)
+    p.add_argument("--name", default="next-batch")
+    p.set_defaults(func=cmd_next_batch)
     return parser
 
 

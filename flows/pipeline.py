@@ -31,6 +31,10 @@ def run_spec(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]:
         from flows.assignment import assignment_flow
 
         return assignment_flow(spec, run_id)
+    if spec.job == "next_batch":
+        from flows.next_batch import next_batch_flow
+
+        return next_batch_flow(spec, run_id)
     raise SpecError(f"job '{spec.job}' has no flow")
 
 

@@ -157,7 +157,16 @@ CANDIDATES = TableSchema(
     unique=("task", "worker"),
 )
 
-INPUTS: dict[str, TableSchema] = {s.name: s for s in (LABELS, TRUTH, COMPARISONS, AGENTS, EDGES, CANDIDATES)}
+OPEN_TASKS = TableSchema(name="open_tasks", columns=(Column("task", "id"),), unique=("task",))
+WORKERS = TableSchema(
+    name="workers",
+    columns=(Column("worker", "id"), Column("capacity", "float", required=False, nullable=True, min_value=0.0)),
+    unique=("worker",),
+)
+
+INPUTS: dict[str, TableSchema] = {
+    s.name: s for s in (LABELS, TRUTH, COMPARISONS, AGENTS, EDGES, CANDIDATES, OPEN_TASKS, WORKERS)
+}
 
 
 # Output tables: stable Parquet schemas (documented in the README).
@@ -226,6 +235,7 @@ OUTPUTS: dict[str, dict[str, pa.Schema]] = {
     },
     "personal_models": {},
     "assignment": {},
+    "next_batch": {},
 }
 """Stable Parquet schemas of each job's output tables (README "What a run writes"); tables not listed
 (factors with one column per rank, parameters per agent) keep the columns the model produced."""

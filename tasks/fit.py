@@ -19,7 +19,7 @@ from crowdflow.models.djam import PersonalModelsResult, fit_personal_models
 from crowdflow.models.hodgerank import fit_hlasso, fit_hodgerank
 from crowdflow.models.lbi import fit_lbi
 from crowdflow.models.skills import SkillsResult, fit_skills
-from crowdflow.models.tvcs import AssignmentResult, assign_tasks
+from crowdflow.models.tvcs import AssignmentResult, assign_tasks, candidate_scores
 from crowdflow.spec import (
     AssignmentOptions,
     PersonalModelsOptions,
@@ -223,3 +223,41 @@ def fit_assignment_task(candidates: pd.DataFrame, options: AssignmentOptions, fi
         "certified optimal" if result.certified else "not certified",
     )
     return result
+
+
+@task(name="fit-next-batch", cache_key_fn=fingerprint_key, cache_expiration=timedelta(days=7), persist_result=True)
+def fit_next_batch_task(
+    open_tasks: pd.DataFrame,
+    workers: pd.DataFrame,
+    skills: pd.DataFrame,
+    consensus: pd.DataFrame,
+    options: AssignmentOptions,
+    fingerprint: str,
+) -> dict[str, Any]:
+    """Candidates from fitted skills × task uncertainty, then the exact capped assignment (spec §4).
+
+    Every open task × available worker pair is a candidate; its score is the predicted gain
+    π(1−π)(2Q−1)·log(Q/(1−Q)) of :func:`crowdflow.models.tvcs.candidate_scores` (Q = the worker's fitted
+    accuracy, π = the task's consensus confidence, 0.5 for a task never labelled). Workers without a
+    usable skill (new, or in an unidentifiable component) are left out and counted.
+    """
+    logger = get_run_logger()
+    pairs = open_tasks[["task"]].merge(workers[["worker"]], how="cross")
+    known = pairs["worker"].isin(skills.loc[skills["skill"].notna() | skills["accuracy"].notna(), "worker"])
+    n_unknown = int(workers["worker"].isin(pairs.loc[~known, "worker"]).sum())
+    cand = candidate_scores(skills, consensus[["task", "confidence"]], pairs[known], missing="drop")
+    caps: Any = options.worker_cap
+    if "capacity" in workers.columns and workers["capacity"].notna().any():
+        caps = workers.loc[workers["worker"].isin(cand["worker"]), ["worker", "capacity"]].copy()
+        caps["capacity"] = caps["capacity"].fillna(options.worker_cap if options.worker_cap is not None else 1e18)
+    result = assign_tasks(
+        cand[["task", "worker", "score"]], options.budget, caps, options.task_cap, backend=options.backend
+    )
+    logger.info(
+        "next batch: %d pairs from %d candidates (%d workers without a usable skill left out), objective %.6g",
+        result.n_selected,
+        len(cand),
+        n_unknown,
+        result.objective,
+    )
+    return {"candidates": cand, "result": result, "n_workers_without_skill": n_unknown}

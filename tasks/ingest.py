@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
+import pandas as pd
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
-from crowdflow.io import LoadedTable, read_table
+from crowdflow.errors import InputError
+from crowdflow.io import LoadedTable, latest_run, read_table
 from crowdflow.spec import PipelineSpec, SourceSpec
 from schemas.tables import INPUTS
 from tasks import retry_transient
@@ -25,3 +30,22 @@ def ingest(spec: PipelineSpec, source: SourceSpec, kind: str) -> LoadedTable:
     table = read_table(spec.path_of(source), INPUTS[kind], source.columns, source.format)
     logger.info("ingested %s: %d rows from %s (sha256 %s)", kind, table.n_rows, table.source, table.sha256[:12])
     return table
+
+
+@task(
+    name="load-skills-run",
+    retries=2,
+    retry_delay_seconds=1,
+    retry_condition_fn=retry_transient,
+    cache_policy=NONE,
+)
+def load_skills_run(path: str) -> dict[str, Any]:
+    """The newest completed skills run under ``path``: its ``skills`` and ``consensus`` tables and manifest."""
+    logger = get_run_logger()
+    run = latest_run(path)
+    manifest = json.loads((run / "manifest.json").read_text())
+    if manifest.get("job") != "skills":
+        raise InputError(f"run {run.name} is a '{manifest.get('job')}' run, not a skills run", path=str(run))
+    tables = {name: pd.read_parquet(run / f"{name}.parquet") for name in ("skills", "consensus")}
+    logger.info("using skills run %s (%d workers, %d tasks)", run, len(tables["skills"]), len(tables["consensus"]))
+    return {"run_dir": str(run), "run_id": manifest.get("run_id"), **tables}

@@ -197,8 +197,21 @@ def test_assignment_is_optimal_and_respects_caps(tmp_path: Path) -> None:
     path = tmp_path / "cand.csv"
     cand.to_csv(path, index=False)
     out = tmp_path / "out"
-    rc = main(["assign", "--candidates", str(path), "--budget", "5", "--worker-cap", "2", "--task-cap", "2",
-               "--out", str(out)])
+    rc = main(
+        [
+            "assign",
+            "--candidates",
+            str(path),
+            "--budget",
+            "5",
+            "--worker-cap",
+            "2",
+            "--task-cap",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     run = _run_dir(out)
     a = pd.read_parquet(run / "assignment.parquet")
@@ -219,3 +232,51 @@ def test_assignment_budget_zero_is_an_explicit_empty_result(tmp_path: Path) -> N
     run = _run_dir(out)
     assert pd.read_parquet(run / "assignment.parquet").empty
     assert json.loads((run / "manifest.json").read_text())["metrics"]["n_assigned"] == 0
+
+
+def test_closed_loop_next_batch_from_skills_run(tmp_path: Path, rte_dir: Path) -> None:
+    """Issue #7 closed loop: skills run (PGD on RTE) → open tasks × available workers → capped assignment."""
+    skills_out = tmp_path / "skills-out"
+    assert main(["skills", "--labels", str(rte_dir / "labels.csv"), "--out", str(skills_out), "--name", "rte"]) == 0
+    skills_run = _run_dir(skills_out)
+    skills = pd.read_parquet(skills_run / "skills.parquet")
+    consensus = pd.read_parquet(skills_run / "consensus.parquet")
+    open_tasks = consensus.sort_values("confidence").iloc[::40][["task"]]  # 20 tasks, a spread of confidences
+    good = skills.nlargest(5, "skill")["worker"].tolist()
+    weak = skills.nsmallest(5, "skill")["worker"].tolist()
+    pool = pd.DataFrame({"worker": good + weak + ["newcomer"]})
+    (tmp_path / "open.csv").write_text(open_tasks.to_csv(index=False))
+    (tmp_path / "workers.csv").write_text(pool.to_csv(index=False))
+    out = tmp_path / "out"
+    rc = main(
+        [
+            "next-batch",
+            "--skills-run",
+            str(skills_out / "rte"),
+            "--open-tasks",
+            str(tmp_path / "open.csv"),
+            "--workers",
+            str(tmp_path / "workers.csv"),
+            "--budget",
+            "20",
+            "--worker-cap",
+            "4",
+            "--task-cap",
+            "1",
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    run = _run_dir(out)
+    man = json.loads((run / "manifest.json").read_text())
+    assert man["skills_run"]["run_id"] == skills_run.name and man["metrics"]["n_workers_without_skill"] == 1
+    a = pd.read_parquet(run / "assignment.parquet")
+    assert len(a) == 20 and a["task"].is_unique and a["worker"].value_counts().max() <= 4
+    assert "newcomer" not in set(a["worker"])
+    # the budget goes to the most skilled workers first: 5 good workers x cap 4 = 20 pairs
+    assert set(a["worker"]) == set(good)
+    cand = pd.read_parquet(run / "candidates.parquet")
+    by_task = cand[cand["worker"] == good[0]].merge(consensus, on="task").sort_values("confidence")
+    assert np.all(np.diff(by_task["score"].to_numpy()) <= 1e-12)  # for one worker, less certain tasks score higher
+    assert by_task["score"].iloc[0] > 10 * by_task["score"].iloc[-1]

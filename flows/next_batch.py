@@ -1,0 +1,66 @@
+"""The closed loop: latest skills run + open tasks + available workers → the next batch's assignment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger
+
+from crowdflow import __version__
+from crowdflow.manifest import content_key
+from crowdflow.spec import PipelineSpec
+from flows.common import Clock, finish_run, load_inputs, run_id_for
+from tasks.fit import fit_next_batch_task
+from tasks.ingest import load_skills_run
+
+
+@flow(name="crowdflow-next-batch", log_prints=True)
+def next_batch_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]:
+    """Assign open tasks to available workers using the newest completed skills run.
+
+    Inputs: ``open_tasks`` (task), ``workers`` (worker[, capacity]) and ``skills_run`` (a skills pipeline
+    output folder). Scheduled after the skills deployment, each run turns fresh skills and consensus
+    confidences into the next batch: uncertain tasks go to skilled workers, within the budget and caps.
+    Outputs: ``assignment``, ``worker_load``, ``task_load``, ``candidates``.
+    """
+    logger = get_run_logger()
+    run_id = run_id_for(run_id)
+    clock = Clock()
+    inputs = load_inputs(spec)
+    skills_run = load_skills_run(str(Path(spec.base_dir) / Path(str(spec.skills_run)).expanduser()))
+    clock.lap("ingest_validate")
+    opts = spec.assignment
+    key = content_key(
+        inputs["open_tasks"].sha256, inputs["workers"].sha256, skills_run["run_id"], opts.model_dump(), __version__
+    )
+    out = fit_next_batch_task(
+        inputs["open_tasks"].df, inputs["workers"].df, skills_run["skills"], skills_run["consensus"], opts, key
+    )
+    clock.lap("fit")
+    result = out["result"]
+    tables = {
+        "assignment": result.assignment,
+        "worker_load": result.worker_load,
+        "task_load": result.task_load,
+        "candidates": out["candidates"],
+    }
+    metrics = {
+        "n_assigned": int(result.n_selected),
+        "objective": float(result.objective),
+        "certified": bool(result.certified),
+        "n_candidates": len(out["candidates"]),
+        "n_workers_without_skill": int(out["n_workers_without_skill"]),
+    }
+    run_dir = finish_run(
+        spec,
+        run_id,
+        inputs,
+        tables,
+        checks={"validation": spec.checks.validation},
+        metrics=metrics,
+        clock=clock,
+        extra={"method": "tvcs", "skills_run": {"run_id": skills_run["run_id"], "path": skills_run["run_dir"]}},
+    )
+    logger.info("run %s completed in %.2f s → %s", run_id, clock.total, run_dir)
+    return {"run_id": run_id, "run_dir": run_dir, "metrics": metrics}
