@@ -331,20 +331,34 @@ def zappos(splits: int) -> str:
 
         def score(p: np.ndarray) -> tuple[float, float]:
             p = np.clip(p, 1e-12, 1 - 1e-12)
-            return float(np.mean((p > 0.5) == y)), float(-np.mean(np.log(np.where(y, p, 1 - p))))  # noqa: B023
+            return float(np.mean((p > 0.5) == y)), float(-np.mean(np.log(np.where(y, p, 1 - p))))
 
         t0 = time.perf_counter()
         g = fit_global_btl(enc.pairs, enc.items)
         acc, nll = score(g.predict_proba(te))
         rows.append(
-            {"split": split, "model": "global BTL", "rank": np.nan, "acc": acc, "nll": nll, "time_s": time.perf_counter() - t0}  # noqa: E501
+            {
+                "split": split,
+                "model": "global BTL",
+                "rank": np.nan,
+                "acc": acc,
+                "nll": nll,
+                "time_s": time.perf_counter() - t0,
+            }
         )
         for r in (1, 2, 3, 4):
             t0 = time.perf_counter()
             res = fit_personal_rankings(enc, r)
             acc, nll = score(res.predict_proba(te))
             rows.append(
-                {"split": split, "model": f"personal r={r}", "rank": r, "acc": acc, "nll": nll, "time_s": time.perf_counter() - t0}  # noqa: E501
+                {
+                    "split": split,
+                    "model": f"personal r={r}",
+                    "rank": r,
+                    "acc": acc,
+                    "nll": nll,
+                    "time_s": time.perf_counter() - t0,
+                }
             )
         for crit in ("nll", "accuracy"):
             t0 = time.perf_counter()
@@ -395,7 +409,7 @@ def main(argv: list[str] | None = None) -> None:
     parts = [
         "# Personalized rankings benchmark (smoothed low-rank BTL)\n",
         f"Host: {platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} CPUs, "
-        f"load average {os.getloadavg()[0]:.1f} at start; OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}; "  # noqa: E501
+        f"load average {os.getloadavg()[0]:.1f} at start; OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}; "
         f"mode: {'quick' if args.quick else 'full'}, {seeds} seeds per E2/E3 cell. Errors: relative MSE of spec §3.2 "
         "(both matrices rescaled to ‖·‖_∞ = 1); τ: mean per-user Kendall τ. Times: wall seconds of one fit "
         "(encoding excluded, tables included).\n",

@@ -55,8 +55,19 @@ def test_rte_mv_run(tmp_path: Path, rte_dir: Path, capsys: pytest.CaptureFixture
 def test_rte_pgd_run(tmp_path: Path, rte_dir: Path) -> None:
     """Issue #3 in the pipeline: rank-one PGD skills on RTE (paper Table 5: 0.07; spec AT-R1: <= 0.09)."""
     out = tmp_path / "out"
-    rc = main(["skills", "--labels", str(rte_dir / "labels.csv"), "--truth", str(rte_dir / "truth.csv"),
-               "--method", "pgd", "--out", str(out)])
+    rc = main(
+        [
+            "skills",
+            "--labels",
+            str(rte_dir / "labels.csv"),
+            "--truth",
+            str(rte_dir / "truth.csv"),
+            "--method",
+            "pgd",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     (manifest_path,) = _runs(out)
     man = json.loads(manifest_path.read_text())

@@ -1191,7 +1191,7 @@ def fit_convex_spg(
     step = 1.0 / max(np.linalg.norm(g), 1e-12)
     status = "max_iter"
     k = 0
-    for k in range(1, max_iter + 1):  # noqa: B007
+    for k in range(1, max_iter + 1):
         Xp, _ = _project_nuclear_ball(X - step * g, tau)
         D = Xp - X
         gd = float(np.einsum("ij,ij->", g, D))

@@ -1064,7 +1064,11 @@ def lbfgs_factors(
             pt = last["pt"]
         rows.append(
             {
-                "iteration": len(rows), "objective": pt.f, "grad_norm": rgnorm(pt), "run": run, "time_s": time.perf_counter() - t_start  # noqa: E501
+                "iteration": len(rows),
+                "objective": pt.f,
+                "grad_norm": rgnorm(pt),
+                "run": run,
+                "time_s": time.perf_counter() - t_start,
             }
         )
         if time_limit is not None and time.perf_counter() - t_start > time_limit:

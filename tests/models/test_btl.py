@@ -126,7 +126,9 @@ def test_ingestion_outcome_form_sign_and_weights() -> None:
     enc = encode_personal_comparisons(df)
     p = enc.pairs
     assert list(enc.users) == ["x", "y"] and list(enc.items) == ["a", "b", "c"]
-    got = {(int(u), int(a), int(b)): (wp, wn) for u, a, b, wp, wn in zip(p.user, p.a, p.b, p.w_pos, p.w_neg, strict=False)}  # noqa: E501
+    got = {
+        (int(u), int(a), int(b)): (wp, wn) for u, a, b, wp, wn in zip(p.user, p.a, p.b, p.w_pos, p.w_neg, strict=False)
+    }
     # x: b beat a (w 1) and b beat a again (outcome −2.5 on (a, b), w 2) → pair (a, b): a won 0, b won 3
     # y: a beat c (w 1), c beat a (w 3)
     assert got == {(0, 0, 1): (0.0, 3.0), (1, 0, 2): (1.0, 3.0)}

@@ -293,7 +293,7 @@ def test_huber_local_solver_matches_brute_force():
             def phi(t, i=i, ys=ys, ws=ws):
                 r = np.abs(ys - t)
                 h = np.where(r <= L.kappa[i], 0.5 * r**2, L.kappa[i] * r - 0.5 * L.kappa[i] ** 2)
-                return np.sum(ws * h) + 0.5 * L.s[i] * (t - L.mu[i]) ** 2 + 0.5 * shift[i] * t * t - b[i, 0] * t  # noqa: B023
+                return np.sum(ws * h) + 0.5 * L.s[i] * (t - L.mu[i]) ** 2 + 0.5 * shift[i] * t * t - b[i, 0] * t
 
             best = minimize_scalar(phi, bracket=(-50, 50), method="brent", options={"xtol": 1e-14}).x
             assert got[i] == pytest.approx(best, abs=1e-6)  # Brent is only ~sqrt(ε) accurate

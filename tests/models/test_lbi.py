@@ -196,7 +196,9 @@ def _mm13_auc(op: float, seeds: range, t_max: float) -> float:
     return float(np.mean(aucs))
 
 
-@pytest.mark.parametrize(("op", "lo", "hi"), [(0.05, 0.99, 1.0), (0.20, 0.99, 1.0), (0.40, 0.93, 1.0), (0.50, 0.0, 0.60)])
+@pytest.mark.parametrize(
+    ("op", "lo", "hi"), [(0.05, 0.99, 1.0), (0.20, 0.99, 1.0), (0.40, 0.93, 1.0), (0.50, 0.0, 0.60)]
+)
 def test_mm13_protocol_auc(op, lo, hi):
     """Spec test 17 (default run: 10 seeds, t ≤ 10; the 20-seed version is marked slow)."""
     a = _mm13_auc(op, range(10), t_max=10.0)
@@ -204,7 +206,9 @@ def test_mm13_protocol_auc(op, lo, hi):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("op", "lo", "hi"), [(0.05, 0.99, 1.0), (0.20, 0.99, 1.0), (0.40, 0.93, 1.0), (0.50, 0.0, 0.60)])
+@pytest.mark.parametrize(
+    ("op", "lo", "hi"), [(0.05, 0.99, 1.0), (0.20, 0.99, 1.0), (0.40, 0.93, 1.0), (0.50, 0.0, 0.60)]
+)
 def test_mm13_protocol_auc_full(op, lo, hi):
     """Spec test 17: n=16, SN=2000, 20 seeds, Alg 3 κ=100, Δt=1/κ, 4,000 steps."""
     a = _mm13_auc(op, range(20), t_max=40.0)
