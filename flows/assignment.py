@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefect import flow, get_run_logger
+from prefect import flow
 
 from crowdflow import __version__
 from crowdflow.manifest import content_key
@@ -21,7 +21,6 @@ def assignment_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, 
     ``task_load`` (task, n_assigned, cap, slack). Budget 0, caps 0, no positive score: an explicit empty
     assignment (the empty set is optimal), never an error.
     """
-    logger = get_run_logger()
     run_id = run_id_for(run_id)
     clock = Clock()
     inputs = load_inputs(spec)
@@ -39,7 +38,7 @@ def assignment_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, 
         "certified": bool(result.certified),
         "n_excluded": int(result.n_excluded),
     }
-    run_dir = finish_run(
+    return finish_run(
         spec,
         run_id,
         inputs,
@@ -49,5 +48,3 @@ def assignment_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, 
         clock=clock,
         extra={"method": "tvcs", "backend": opts.backend},
     )
-    logger.info("run %s completed in %.2f s → %s", run_id, clock.total, run_dir)
-    return {"run_id": run_id, "run_dir": run_dir, "metrics": metrics}

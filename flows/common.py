@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from prefect import get_run_logger
 from prefect.runtime import flow_run
 
 from crowdflow.io import LoadedTable
@@ -69,8 +70,11 @@ def finish_run(
     metrics: dict[str, Any],
     clock: Clock,
     extra: dict[str, Any] | None = None,
-) -> str:
-    """Build the manifest and export all tables atomically; returns the run folder."""
+) -> dict[str, Any]:
+    """Build the manifest, export all tables atomically and log the run.
+
+    Returns the flow's summary: ``run_id``, ``run_dir`` and ``metrics``.
+    """
     manifest = build_manifest(
         run_id=run_id,
         pipeline=spec.name,
@@ -86,4 +90,6 @@ def finish_run(
         flow_run_id=str(flow_run.id) if flow_run.id else None,
         extra=extra,
     )
-    return export_run(str(spec.output_dir()), spec.name, run_id, tables, manifest)
+    run_dir = export_run(str(spec.output_dir()), spec.name, run_id, tables, manifest)
+    get_run_logger().info("run %s completed in %.2f s → %s", run_id, clock.total, run_dir)
+    return {"run_id": run_id, "run_dir": run_dir, "metrics": metrics}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger
+from prefect import flow
 
 from crowdflow import __version__
 from crowdflow.manifest import content_key
@@ -24,7 +24,6 @@ def next_batch_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, 
     confidences into the next batch: uncertain tasks go to skilled workers, within the budget and caps.
     Outputs: ``assignment``, ``worker_load``, ``task_load``, ``candidates``.
     """
-    logger = get_run_logger()
     run_id = run_id_for(run_id)
     clock = Clock()
     inputs = load_inputs(spec)
@@ -52,7 +51,7 @@ def next_batch_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, 
         "n_candidates": len(out["candidates"]),
         "n_workers_without_skill": int(out["n_workers_without_skill"]),
     }
-    run_dir = finish_run(
+    return finish_run(
         spec,
         run_id,
         inputs,
@@ -62,5 +61,3 @@ def next_batch_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, 
         clock=clock,
         extra={"method": "tvcs", "skills_run": {"run_id": skills_run["run_id"], "path": skills_run["run_dir"]}},
     )
-    logger.info("run %s completed in %.2f s → %s", run_id, clock.total, run_dir)
-    return {"run_id": run_id, "run_dir": run_dir, "metrics": metrics}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefect import flow, get_run_logger
+from prefect import flow
 
 from crowdflow import __version__
 from crowdflow.manifest import content_key
@@ -21,7 +21,6 @@ def personal_models_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[
     Outputs: ``personal_models`` (agent, one column per parameter, residual, component, n_samples) and
     ``convergence`` (rounds, KKT norm, certified error bound).
     """
-    logger = get_run_logger()
     run_id = run_id_for(run_id)
     clock = Clock()
     inputs = load_inputs(spec)
@@ -42,7 +41,7 @@ def personal_models_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[
         "error_bound": float(result.error_bound),
     }
     checks = {"validation": spec.checks.validation, "agent_components": report.n_components}
-    run_dir = finish_run(
+    return finish_run(
         spec,
         run_id,
         inputs,
@@ -52,5 +51,3 @@ def personal_models_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[
         clock=clock,
         extra={"method": opts.method, "loss": opts.loss},
     )
-    logger.info("run %s completed in %.2f s → %s", run_id, clock.total, run_dir)
-    return {"run_id": run_id, "run_dir": run_dir, "metrics": metrics}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from prefect import flow, get_run_logger
+from prefect import flow
 
 from crowdflow import __version__
 from crowdflow.manifest import content_key
@@ -23,7 +23,6 @@ def personal_rankings_flow(spec: PipelineSpec, run_id: str | None = None) -> dic
     ``item_factors`` (the rank-r factors L, R with X = L Rᵀ), ``excluded`` (users/items without usable
     comparisons: listed, never ranked) and a one-row ``fit`` table.
     """
-    logger = get_run_logger()
     run_id = run_id_for(run_id)
     clock = Clock()
     inputs = load_inputs(spec)
@@ -45,7 +44,7 @@ def personal_rankings_flow(spec: PipelineSpec, run_id: str | None = None) -> dic
     }
     checks = {"validation": spec.checks.validation, "annotator_item_components": graph.n_user_item_components}
     metrics = {k: diag[k] for k in ("rank", "n_users", "n_items", "n_pairs", "n_excluded", "objective")}
-    run_dir = finish_run(
+    return finish_run(
         spec,
         run_id,
         inputs,
@@ -55,5 +54,3 @@ def personal_rankings_flow(spec: PipelineSpec, run_id: str | None = None) -> dic
         clock=clock,
         extra={"method": opts.method, "fit": diag},
     )
-    logger.info("run %s completed in %.2f s → %s", run_id, clock.total, run_dir)
-    return {"run_id": run_id, "run_dir": run_dir, "metrics": metrics}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefect import flow, get_run_logger
+from prefect import flow
 
 from crowdflow import __version__
 from crowdflow.manifest import content_key
@@ -24,7 +24,6 @@ def ranking_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any
     ``outliers`` (row_id, annotator, item_a, item_b, outcome, gamma, entry_time, is_outlier, …),
     ``annotators`` (per-annotator outlier rate), ``components`` (Hodge diagnostics) and ``path``.
     """
-    logger = get_run_logger()
     run_id = run_id_for(run_id)
     clock = Clock()
     inputs = load_inputs(spec)
@@ -42,7 +41,7 @@ def ranking_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any
         metrics["n_outliers"] = int(tables["outliers"]["is_outlier"].sum())
         metrics["outlier_share"] = metrics["n_outliers"] / max(len(tables["outliers"]), 1)
     checks = {"validation": spec.checks.validation, "item_components": graph.n_components}
-    run_dir = finish_run(
+    return finish_run(
         spec,
         run_id,
         inputs,
@@ -52,5 +51,3 @@ def ranking_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any
         clock=clock,
         extra={"method": opts.outliers, "fit": fitted["params"]},
     )
-    logger.info("run %s completed in %.2f s → %s", run_id, clock.total, run_dir)
-    return {"run_id": run_id, "run_dir": run_dir, "metrics": metrics}

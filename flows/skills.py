@@ -99,7 +99,7 @@ def skills_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]
     )
     tables = {"consensus": result.consensus, "skills": result.skills, "components": components}
     fit = {k: v for k, v in meta.items() if k in _FIT_KEYS}
-    run_dir = finish_run(
+    return finish_run(
         spec,
         run_id,
         inputs,
@@ -109,5 +109,3 @@ def skills_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]
         clock=clock,
         extra={"method": opts.method, "fit": fit},
     )
-    logger.info("run %s completed in %.2f s → %s", run_id, clock.total, run_dir)
-    return {"run_id": run_id, "run_dir": run_dir, "metrics": metrics}

@@ -35,6 +35,7 @@ import logging
 import math
 import time
 import warnings
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -47,6 +48,7 @@ from scipy.sparse.linalg import eigsh
 
 from crowdflow.graphs import Components, WorkerGraphReport, components, labels_by_task, pair_counts
 from crowdflow.labels import DuplicatePolicy, LabelMatrix, encode_canonical, natural_order, task_major_order
+from crowdflow.metrics import gold_metrics
 from crowdflow.models import dawid_skene
 from crowdflow.models.majority import TieBreak, weighted_vote
 
@@ -823,12 +825,10 @@ def prediction_error(consensus: pd.DataFrame, truth: pd.DataFrame) -> float:
     truth : pandas.DataFrame
         Columns task, label (compared as strings).
     """
-    pred = consensus[["task", "label"]].astype(str)
-    gold = truth[["task", "label"]].astype(str).drop_duplicates("task")
-    both = pred.merge(gold, on="task", suffixes=("_pred", "_true"))
-    if both.empty:
+    m = gold_metrics(consensus, truth.drop_duplicates("task"))
+    if m.n_gold == 0:
         raise ValueError("no task has both a prediction and a gold label")
-    return float((both["label_pred"] != both["label_true"]).mean())
+    return m.error
 
 
 # --------------------------------------------------------------------------------------------
@@ -1874,6 +1874,33 @@ class _Codebook:
         return pos.astype(np.int64)[codes]
 
 
+def _whole_task_chunks(batches: Iterable[Any], counts: dict[str, int] | None = None) -> Iterator[pd.DataFrame]:
+    """Regroup a label stream into frames that each hold whole tasks.
+
+    The rows of the last task of a batch are carried over to the next batch, so a task split across
+    consecutive batches is processed once, complete. ``counts`` (optional) receives the number of rows
+    and batches read.
+    """
+    carry: pd.DataFrame | None = None
+    for batch in batches:
+        df = _batch_frame(batch)
+        if counts is not None:
+            counts["rows"] += len(df)
+            counts["batches"] += 1
+        if carry is not None:
+            df = pd.concat([carry, df], ignore_index=True)
+        if len(df) == 0:
+            carry = None
+            continue
+        tail = (df["task"] == df["task"].iloc[-1]).to_numpy()
+        start = len(df) - int(np.argmin(tail[::-1])) if not tail.all() else 0
+        carry = df.iloc[start:]
+        if start:
+            yield df.iloc[:start]
+    if carry is not None and len(carry):
+        yield carry
+
+
 def _batch_frame(batch: Any) -> pd.DataFrame:
     if isinstance(batch, pd.DataFrame):
         df = batch
@@ -1940,8 +1967,7 @@ def accumulate_moments(
     acc = sp.csr_matrix((0, 0), dtype=np.int64)
     n_lab = np.zeros(0, dtype=np.int64)
     task_hashes: list[np.ndarray] = []
-    n_tasks = n_rows = dropped = n_batches = 0
-    carry: pd.DataFrame | None = None
+    n_tasks = dropped = 0
 
     def process(df: pd.DataFrame) -> None:
         nonlocal acc, n_lab, n_tasks, dropped
@@ -1988,23 +2014,10 @@ def accumulate_moments(
         if check_tasks:
             task_hashes.append(pd.util.hash_array(np.asarray(t_uniq, dtype=object)))
 
-    for batch in batches:
-        df = _batch_frame(batch)
-        n_rows += len(df)
-        n_batches += 1
-        if carry is not None:
-            df = pd.concat([carry, df], ignore_index=True)
-        if len(df) == 0:
-            carry = None
-            continue
-        last = df["task"].iloc[-1]
-        tail = (df["task"] == last).to_numpy()
-        start = len(df) - int(np.argmin(tail[::-1])) if not tail.all() else 0
-        carry = df.iloc[start:]
-        if start:
-            process(df.iloc[:start])
-    if carry is not None and len(carry):
-        process(carry)
+    counts = {"rows": 0, "batches": 0}
+    for chunk in _whole_task_chunks(batches, counts):
+        process(chunk)
+    n_rows, n_batches = counts["rows"], counts["batches"]
     if n_rows == 0:
         raise ValueError("labels stream is empty")
     if check_tasks:
@@ -2141,7 +2154,6 @@ def stream_consensus(
     weight = skills["vote_weight"].to_numpy(dtype=np.float64)
     ident = skills["identifiable"].to_numpy(dtype=bool)
     out: list[pd.DataFrame] = []
-    carry: pd.DataFrame | None = None
 
     def vote(df: pd.DataFrame) -> None:
         t_codes, t_uniq = _factorize_str(df["task"].to_numpy())
@@ -2193,21 +2205,8 @@ def stream_consensus(
             )
         )
 
-    for batch in batches:
-        df = _batch_frame(batch)
-        if carry is not None:
-            df = pd.concat([carry, df], ignore_index=True)
-        if len(df) == 0:
-            carry = None
-            continue
-        last = df["task"].iloc[-1]
-        tail = (df["task"] == last).to_numpy()
-        start = len(df) - int(np.argmin(tail[::-1])) if not tail.all() else 0
-        carry = df.iloc[start:]
-        if start:
-            vote(df.iloc[:start])
-    if carry is not None and len(carry):
-        vote(carry)
+    for chunk in _whole_task_chunks(batches):
+        vote(chunk)
     if not out:
         raise ValueError("labels stream is empty")
     return pd.concat(out, ignore_index=True)
