@@ -166,8 +166,12 @@ class AssignmentOptions(_Strict):
     """Task–worker assignment by exact projection onto a TVCS set (spec assignment-tvcs.md)."""
 
     budget: int | None = Field(None, ge=0, description="total number of (task, worker) pairs; none = unlimited")
-    worker_cap: int | None = Field(None, ge=0, description="max tasks per worker; none = unlimited")
-    task_cap: int | None = Field(None, ge=0, description="max workers per task; none = unlimited")
+    worker_cap: int | None = Field(
+        None, ge=0, description="max tasks per worker; none = unlimited; with a worker_caps table: its default"
+    )
+    task_cap: int | None = Field(
+        None, ge=0, description="max workers per task; none = unlimited; with a task_caps table: its default"
+    )
     backend: Literal["flow", "lp", "pgd"] = Field(
         "flow", description="exact min-cost-flow selection (default), HiGHS LP reference, or the paper's iteration"
     )
@@ -205,12 +209,23 @@ JOB_INPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "ranking": (("comparisons",), ()),
     "personal_rankings": (("comparisons",), ()),
     "personal_models": (("agents", "edges"), ()),
-    "assignment": (("candidates",), ()),
+    "assignment": (("candidates",), ("worker_caps", "task_caps")),
     "next_batch": (("open_tasks", "workers"), ()),
 }
 
 
-JOB_INPUTS_ALL = ("labels", "truth", "comparisons", "agents", "edges", "candidates", "open_tasks", "workers")
+JOB_INPUTS_ALL = (
+    "labels",
+    "truth",
+    "comparisons",
+    "agents",
+    "edges",
+    "candidates",
+    "worker_caps",
+    "task_caps",
+    "open_tasks",
+    "workers",
+)
 
 
 class PipelineSpec(_Strict):
@@ -224,6 +239,8 @@ class PipelineSpec(_Strict):
     agents: SourceSpec | None = None
     edges: SourceSpec | None = None
     candidates: SourceSpec | None = None
+    worker_caps: SourceSpec | None = Field(None, description="assignment: per-worker caps table (worker, capacity)")
+    task_caps: SourceSpec | None = Field(None, description="assignment: per-task caps table (task, cap)")
     open_tasks: SourceSpec | None = None
     workers: SourceSpec | None = None
     skills_run: str | None = Field(

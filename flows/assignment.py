@@ -7,15 +7,32 @@ from typing import Any
 from prefect import flow
 
 from crowdflow import __version__
+from crowdflow.errors import InputError
+from crowdflow.io import LoadedTable
 from crowdflow.manifest import content_key
 from crowdflow.spec import PipelineSpec
 from flows.common import Clock, finish_run, load_inputs, run_id_for
 from tasks.fit import fit_assignment_task
 
 
+def _require_cap_rows(caps: LoadedTable, cand: LoadedTable, col: str, option: str) -> None:
+    """Without a scalar default every candidate's worker (task) needs a row in the caps table."""
+    missing = sorted(set(cand.df[col].astype(str)) - set(caps.df[col].astype(str)))
+    if missing:
+        raise InputError(
+            f"no row for {len(missing)} {col}(s) of {cand.source}, e.g. {missing[:5]}; add them or set "
+            f"assignment.{option.replace('-', '_')} (--{option}) as the default for ids the table omits",
+            path=caps.source,
+            column=col,
+        )
+
+
 @flow(name="crowdflow-assignment", log_prints=True)
 def assignment_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]:
     """Next-batch task–worker assignment from scored candidates (``candidates`` input: task, worker, score).
+
+    Optional inputs ``worker_caps`` (worker, capacity) and ``task_caps`` (task, cap) set per-entity caps;
+    the scalar ``assignment.worker_cap`` / ``task_cap`` options are then the default for ids they omit.
 
     Outputs: ``assignment`` (task, worker, score), ``worker_load`` (worker, n_assigned, capacity, slack),
     ``task_load`` (task, n_assigned, cap, slack). Budget 0, caps 0, no positive score: an explicit empty
@@ -27,8 +44,20 @@ def assignment_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, 
     clock.lap("ingest_validate")
     cand = inputs["candidates"]
     opts = spec.assignment
-    key = content_key(cand.sha256, opts.model_dump(), __version__, "assignment")
-    result = fit_assignment_task(cand.df, opts, key)
+    caps = {k: inputs[k] for k in ("worker_caps", "task_caps") if k in inputs}
+    for kind, col, default in (("worker_caps", "worker", opts.worker_cap), ("task_caps", "task", opts.task_cap)):
+        if kind in caps and default is None:
+            _require_cap_rows(caps[kind], cand, col, kind[:-1].replace("_", "-"))
+    key = content_key(
+        cand.sha256 + "".join(f"|{k}:{t.sha256}" for k, t in caps.items()), opts.model_dump(), __version__, "assignment"
+    )
+    result = fit_assignment_task(
+        cand.df,
+        opts,
+        key,
+        worker_caps=caps["worker_caps"].df if "worker_caps" in caps else None,
+        task_caps=caps["task_caps"].df if "task_caps" in caps else None,
+    )
     clock.lap("fit")
     tables = {"assignment": result.assignment, "worker_load": result.worker_load, "task_load": result.task_load}
     metrics = {

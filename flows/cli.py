@@ -184,6 +184,10 @@ def cmd_assign(args: argparse.Namespace) -> int:
         },
         "output": {"dir": str(Path(args.out).resolve())},
     }
+    if args.worker_caps:
+        data["worker_caps"] = {"path": str(Path(args.worker_caps).resolve())}
+    if args.task_caps:
+        data["task_caps"] = {"path": str(Path(args.task_caps).resolve())}
     return _run_spec(parse_spec(data, origin="command line", base_dir=Path.cwd()), args.debug)
 
 
@@ -284,8 +288,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("assign", help="next-batch task-worker assignment (exact TVCS selection)")
     p.add_argument("--candidates", required=True, help="task, worker, score")
     p.add_argument("--budget", type=int, help="total pairs (default unlimited)")
-    p.add_argument("--worker-cap", type=int, help="max tasks per worker")
-    p.add_argument("--task-cap", type=int, help="max workers per task")
+    p.add_argument("--worker-cap", type=int, help="max tasks per worker (default for workers --worker-caps omits)")
+    p.add_argument("--worker-caps", metavar="PATH", help="per-worker caps table: worker, capacity")
+    p.add_argument("--task-cap", type=int, help="max workers per task (default for tasks --task-caps omits)")
+    p.add_argument("--task-caps", metavar="PATH", help="per-task caps table: task, cap")
     p.add_argument("--backend", default="flow", choices=["flow", "lp", "pgd"])
     p.add_argument("--out", required=True)
     p.add_argument("--name", default="assignment")

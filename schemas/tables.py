@@ -164,8 +164,20 @@ WORKERS = TableSchema(
     unique=("worker",),
 )
 
+WORKER_CAPS = TableSchema(
+    name="worker_caps",
+    columns=(Column("worker", "id"), Column("capacity", "float", min_value=0.0)),
+    unique=("worker",),
+)
+TASK_CAPS = TableSchema(
+    name="task_caps",
+    columns=(Column("task", "id"), Column("cap", "float", min_value=0.0)),
+    unique=("task",),
+)
+
 INPUTS: dict[str, TableSchema] = {
-    s.name: s for s in (LABELS, TRUTH, COMPARISONS, AGENTS, EDGES, CANDIDATES, OPEN_TASKS, WORKERS)
+    s.name: s
+    for s in (LABELS, TRUTH, COMPARISONS, AGENTS, EDGES, CANDIDATES, OPEN_TASKS, WORKERS, WORKER_CAPS, TASK_CAPS)
 }
 
 

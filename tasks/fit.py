@@ -19,7 +19,7 @@ from crowdflow.models.djam import PersonalModelsResult, fit_personal_models
 from crowdflow.models.hodgerank import fit_hlasso, fit_hodgerank
 from crowdflow.models.lbi import fit_lbi
 from crowdflow.models.skills import SkillsResult, fit_skills
-from crowdflow.models.tvcs import AssignmentResult, assign_tasks, candidate_scores
+from crowdflow.models.tvcs import AssignmentResult, assign_tasks, candidate_scores, caps_with_default
 from crowdflow.spec import (
     AssignmentOptions,
     PersonalModelsOptions,
@@ -208,17 +208,29 @@ def fit_ranking_task(comparisons: pd.DataFrame, options: RankingOptions, fingerp
 
 
 @task(name="fit-assignment", cache_key_fn=fingerprint_key, cache_expiration=timedelta(days=7), persist_result=True)
-def fit_assignment_task(candidates: pd.DataFrame, options: AssignmentOptions, fingerprint: str) -> AssignmentResult:
-    """Exact max-score assignment under budget, per-worker and per-task caps (spec assignment-tvcs.md)."""
+def fit_assignment_task(
+    candidates: pd.DataFrame,
+    options: AssignmentOptions,
+    fingerprint: str,
+    worker_caps: pd.DataFrame | None = None,
+    task_caps: pd.DataFrame | None = None,
+) -> AssignmentResult:
+    """Exact max-score assignment under budget, per-worker and per-task caps (spec assignment-tvcs.md).
+
+    Caps tables (``worker_caps``: worker, capacity; ``task_caps``: task, cap) give per-entity caps;
+    the scalar ``worker_cap`` / ``task_cap`` options are then the default for ids the tables omit.
+    """
     logger = get_run_logger()
     o = options
-    result = assign_tasks(candidates, o.budget, o.worker_cap, o.task_cap, backend=o.backend)
+    wcaps = caps_with_default(worker_caps, candidates["worker"], "worker", "capacity", o.worker_cap)
+    tcaps = caps_with_default(task_caps, candidates["task"], "task", "cap", o.task_cap)
+    result = assign_tasks(candidates, o.budget, wcaps, tcaps, backend=o.backend)
     logger.info(
         "assigned %d pairs (budget %s, worker cap %s, task cap %s): objective %.6g, %s",
         result.n_selected,
         o.budget,
-        o.worker_cap,
-        o.task_cap,
+        "table" if worker_caps is not None else o.worker_cap,
+        "table" if task_caps is not None else o.task_cap,
         result.objective,
         "certified optimal" if result.certified else "not certified",
     )

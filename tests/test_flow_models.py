@@ -176,16 +176,20 @@ def test_ranking_disconnected_graph_scores_per_component(tmp_path: Path, capsys:
     assert "item comparison graph has 2 connected components" in capsys.readouterr().err
 
 
-def _brute_force_best(cand: pd.DataFrame, budget: int, wcap: int, tcap: int) -> float:
+def _brute_force_best(cand: pd.DataFrame, budget: int, wcap: int | dict[str, int], tcap: int | dict[str, int]) -> float:
+    """Best total score by enumerating every support (caps: one number or a cap per id)."""
     from itertools import combinations
+
+    def ok(counts: pd.Series, cap: int | dict[str, int]) -> bool:
+        return all(n <= (cap[k] if isinstance(cap, dict) else cap) for k, n in counts.items())
 
     best = 0.0
     rows = list(cand.itertuples(index=False))
     for k in range(budget + 1):
         for pick in combinations(rows, k):
-            w = pd.Series([r.worker for r in pick]).value_counts()
-            t = pd.Series([r.task for r in pick]).value_counts()
-            if (w <= wcap).all() and (t <= tcap).all():
+            w = pd.Series([r.worker for r in pick], dtype=object).value_counts()
+            t = pd.Series([r.task for r in pick], dtype=object).value_counts()
+            if ok(w, wcap) and ok(t, tcap):
                 best = max(best, sum(r.score for r in pick))
     return best
 
@@ -222,6 +226,35 @@ def test_assignment_is_optimal_and_respects_caps(tmp_path: Path) -> None:
     assert man["metrics"]["certified"] and man["metrics"]["n_assigned"] == len(a)
     loads = pd.read_parquet(run / "worker_load.parquet").set_index("worker")
     assert loads["n_assigned"].sum() == len(a)
+
+
+def test_assignment_with_caps_tables_and_defaults(tmp_path: Path) -> None:
+    """--worker-caps / --task-caps tables set per-entity caps; --worker-cap is the default for the
+    workers the table omits; the optimum equals brute force under exactly those caps."""
+    rng = np.random.default_rng(11)
+    cand = pd.DataFrame([(f"t{t}", f"w{w}") for t in range(4) for w in range(3)], columns=["task", "worker"])
+    cand["score"] = np.round(rng.uniform(0.05, 1.0, len(cand)), 3)
+    cand.to_csv(tmp_path / "cand.csv", index=False)
+    (tmp_path / "wcaps.csv").write_text("worker,capacity\nw0,0\nw1,3\n")  # w2 omitted -> default 1
+    (tmp_path / "tcaps.csv").write_text("task,cap\nt0,1\nt1,2\nt2,1\nt3,2\n")
+    out = tmp_path / "out"
+    args = ["assign", "--candidates", str(tmp_path / "cand.csv"), "--budget", "5", "--out", str(out)]
+    caps = ["--worker-caps", str(tmp_path / "wcaps.csv"), "--task-caps", str(tmp_path / "tcaps.csv")]
+    assert main([*args, *caps, "--worker-cap", "1"]) == 0
+    a = pd.read_parquet(_run_dir(out) / "assignment.parquet")
+    wcap = {"w0": 0, "w1": 3, "w2": 1}
+    tcap = {"t0": 1, "t1": 2, "t2": 1, "t3": 2}
+    assert "w0" not in set(a["worker"])
+    assert all(n <= wcap[w] for w, n in a["worker"].value_counts().items())
+    assert all(n <= tcap[t] for t, n in a["task"].value_counts().items())
+    assert a["score"].sum() == pytest.approx(_brute_force_best(cand, 5, wcap, tcap), abs=1e-9)
+    loads = pd.read_parquet(_run_dir(out) / "worker_load.parquet").set_index("worker")
+    assert loads.loc["w2", "capacity"] == 1 and loads.loc["w1", "capacity"] == 3
+    # without a default, a worker missing from the table is an error naming it, and nothing is written
+    out2 = tmp_path / "out2"
+    args2 = ["assign", "--candidates", str(tmp_path / "cand.csv"), "--budget", "5", "--out", str(out2)]
+    assert main([*args2, *caps]) == 2
+    assert not any(out2.rglob("*.parquet"))
 
 
 def test_assignment_budget_zero_is_an_explicit_empty_result(tmp_path: Path) -> None:

@@ -68,6 +68,7 @@ Backend = Literal["flow", "lp", "pgd", "brute"]
 BACKENDS: tuple[str, ...] = ("flow", "lp", "pgd", "brute")
 
 _CERT_RTOL = 1e-9  # spec §2.4 / T2: objective agreement tolerance used for the certificate
+PRUNE_MIN_P = 50_000  # flow backend: reduced-cost column generation from this many elements on
 _BRUTE_MAX_P = 20
 
 
@@ -937,6 +938,10 @@ class TVCSProjector:
         ``power_iters`` (100), ``fallback`` ("lp" | "raise" | "none"), ``max_seconds`` (None:
         wall-clock cap checked at every certificate check), ``polish_dual`` (True: the
         certificate also tries a block-coordinate-polished dual bound; False = spec bound only).
+    prune_factor, prune_min_p : float, int
+        Flow backend on ``p ≥ prune_min_p`` (default ``PRUNE_MIN_P``) elements: the first reduced problem keeps the
+        ``prune_factor·s_total`` largest weights (see :meth:`_solve_flow`; the result is exact
+        whatever the value, which only trades first-solve size against extra rounds).
     """
 
     def __init__(
@@ -951,7 +956,13 @@ class TVCSProjector:
         backend: str = "flow",
         lp_method: str = "highs-ipm",
         pgd_options: dict[str, Any] | None = None,
+        prune_factor: float = 1.25,
+        prune_min_p: int = PRUNE_MIN_P,
     ) -> None:
+        if not prune_factor >= 1.0:
+            raise ValueError(f"prune_factor must be >= 1, got {prune_factor!r}")
+        self.prune_factor = float(prune_factor)
+        self.prune_min_p = int(prune_min_p)
         if isinstance(view1, TVCSConstraints):
             cons = view1
         else:
@@ -1034,10 +1045,8 @@ class TVCSProjector:
             obj = float(u[x].sum())
             trace = {"closed_form": f"view {self._free_view} never binds: laminar-matroid greedy"}
         elif backend == "flow":
-            if self._net is None:
-                self._net = _FlowNetwork(cons)
             try:
-                x, stats = self._net.solve(u)
+                x, stats = self._solve_flow(u)
             except RuntimeError as exc:  # numerical safety net; never expected
                 log.warning("flow backend failed (%s); falling back to the HiGHS LP", exc)
                 return self._select_lp(u, "flow->lp")
@@ -1087,6 +1096,56 @@ class TVCSProjector:
             return SelectResult(x, obj, ub, True, "pgd", iters, trace)
         trace["seconds"] = time.perf_counter() - t0
         return SelectResult(x, obj, ub, _certified(obj, ub), backend, iters, trace)
+
+    def _solve_flow(self, u: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+        """Exact flow solve, on a reduced candidate set when that is provably enough.
+
+        Large instances (``p ≥ prune_min_p``) are solved by *reduced-cost column generation*: the
+        flow is solved on the ``⌈prune_factor·s_total⌉`` largest positive weights only; its optimal
+        duals ``(a, b, λ)`` are dual-feasible for the full LP exactly when no left-out element has a
+        positive reduced gain ``u_i − a_{g(i)} − b_{h(i)} − λ`` (then ``y_i = 0`` for all of them and
+        the full bound equals the reduced optimum, so the reduced selection is optimal for the full
+        problem). Violators are added and the reduced problem re-solved until none is left (at
+        worst the full set). The weak-duality certificate is always evaluated on the full problem.
+        """
+        cons = self.cons
+        pos = np.flatnonzero(u > 0)
+        q = math.ceil(self.prune_factor * cons.total) + 1
+        if cons.p < self.prune_min_p or q >= 0.7 * pos.shape[0]:
+            if self._net is None:
+                self._net = _FlowNetwork(cons)
+            return self._net.solve(u)
+        kth = pos.shape[0] - q
+        sub = pos[u[pos] >= np.partition(u[pos], kth)[kth]]
+        umax = float(u[pos].max())
+        rounds = 0
+        while True:
+            rounds += 1
+            sc = TVCSConstraints(
+                view1=cons.view1[sub], view2=cons.view2[sub], caps1=cons.caps1, caps2=cons.caps2, total=cons.total
+            )
+            xs, stats = _FlowNetwork(sc).solve(u[sub])
+            a, b, lam = stats["duals"]
+            red = u - max(lam, 0.0)
+            if cons.n1:
+                red = red - np.where(cons.view1 >= 0, np.maximum(a, 0.0)[np.maximum(cons.view1, 0)], 0.0)
+            if cons.n2:
+                red = red - np.where(cons.view2 >= 0, np.maximum(b, 0.0)[np.maximum(cons.view2, 0)], 0.0)
+            red[sub] = 0.0
+            viol = np.flatnonzero(red > 1e-12 * umax)
+            if viol.shape[0] == 0 or sub.shape[0] + viol.shape[0] >= 0.7 * pos.shape[0]:
+                break
+            sub = np.union1d(sub, viol)
+        if viol.shape[0]:  # reduction no longer pays: solve the full network once
+            if self._net is None:
+                self._net = _FlowNetwork(cons)
+            x, stats = self._net.solve(u)
+            stats["pruning"] = {"rounds": rounds, "abandoned": True}
+            return x, stats
+        x = np.zeros(cons.p, bool)
+        x[sub[xs]] = True
+        stats["pruning"] = {"rounds": rounds, "candidates": int(sub.shape[0])}
+        return x, stats
 
     def _select_lp(self, u: np.ndarray, label: str) -> SelectResult:
         t0 = time.perf_counter()
@@ -1330,6 +1389,29 @@ def _caps_vector(
     if math.isnan(val) or val < 0:
         raise ValueError(f"{entity} cap must be >= 0, got {caps!r}")
     return cand_ids.astype(object), np.full(cand_ids.shape[0], math.floor(val) if math.isfinite(val) else np.inf)
+
+
+def caps_with_default(
+    caps: pd.DataFrame | None, ids: Any, id_col: str, cap_col: str, default: float | None
+) -> pd.DataFrame | float | None:
+    """Per-entity caps from a caps table, with a scalar default for the ids the table omits.
+
+    ``caps`` is the user's (id, cap) table (or ``None``); ``ids`` are the entities that need a cap
+    (e.g. the candidates' workers). Without a table the scalar ``default`` is returned as is (None =
+    unlimited). With a table, ids without a row get ``default`` when it is given; when it is not,
+    the table is returned unchanged and :func:`assign_tasks` reports the missing rows by id.
+    """
+    if caps is None:
+        return default
+    if default is None:
+        return caps
+    table = caps[[id_col, cap_col]].copy()
+    table[id_col] = table[id_col].astype(str)
+    missing = np.setdiff1d(pd.unique(pd.Series(ids, dtype=object).astype(str)), table[id_col].to_numpy(dtype=str))
+    if missing.size == 0:
+        return table
+    fill = pd.DataFrame({id_col: missing.astype(object), cap_col: float(default)})
+    return pd.concat([table, fill], ignore_index=True)
 
 
 def _check_budget(budget: Any) -> int | None:
