@@ -13,8 +13,9 @@ file's folder (for ``run_spec_file``); a relative ``base_dir`` is taken from the
 directory, which is the project folder for ``prefect deploy`` (its pull step) and ``crowdflow serve``.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: a worker loads this file by path (the deployment's
+# entrypoint), and Prefect builds the parameter model from the annotations, which must be real types.
+from pathlib import Path
 from typing import Any
 
 from prefect import flow
@@ -51,9 +52,10 @@ def run_spec_file(spec_path: str, out: str | None = None) -> dict[str, Any]:
     spec_path : str
         Path of the spec (relative to the flow run's working directory, or absolute).
     out : str, optional
-        Output folder overriding the spec's ``output.dir``.
+        Output folder overriding the spec's ``output.dir`` (relative to the working directory).
     """
     spec = load_spec(spec_path)
     if out:
-        spec = spec.model_copy(update={"output": spec.output.model_copy(update={"dir": out})})
+        out_dir = str(Path(out).resolve())
+        spec = spec.model_copy(update={"output": spec.output.model_copy(update={"dir": out_dir})})
     return run_spec(spec)
