@@ -31,6 +31,7 @@ _FIT_KEYS = (
     "weighting",
     "n_classes",
     "classes",
+    "moments_partitions",
 )
 
 
