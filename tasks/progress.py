@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.context import FlowRunContext, TaskRunContext
 
 Listener = Callable[[str, float], None]
 
@@ -41,13 +42,15 @@ def fit_progress(key: str, description: str, min_interval: float = 0.5) -> Itera
 
     The artifact is created at 0 % on entry and set to 100 % when the block exits without an error.
     Artifact updates are throttled to one per ``min_interval`` seconds (each is an API call); the
-    listeners see every value. A failure to talk to the API never fails the fit.
+    listeners see every value. Outside a flow or task run (a plain ``.fn`` call) there is no artifact.
+    A failure to talk to the API never fails the fit.
     """
     artifact_id: Any = None
-    try:
-        artifact_id = create_progress_artifact(progress=0.0, key=key, description=description)
-    except Exception:  # pragma: no cover - reporting must not break a fit
-        artifact_id = None
+    if TaskRunContext.get() is not None or FlowRunContext.get() is not None:  # not in plain ``.fn`` calls
+        try:
+            artifact_id = create_progress_artifact(progress=0.0, key=key, description=description)
+        except Exception:  # pragma: no cover - reporting must not break a fit
+            artifact_id = None
     state = {"sent": 0.0, "at": time.monotonic()}
 
     def report(fraction: float) -> None:
