@@ -195,6 +195,29 @@ class ChecksSpec(_Strict):
         return "warn" if job == "ranking" else "block"
 
 
+class RunnerSpec(_Strict):
+    """Where the fan-out steps of a run execute (design.md §4 scale-out).
+
+    ``inline`` (default) computes everything in the flow's process. ``dask`` sends the steps that split
+    into independent pieces to a Dask cluster: the skills job's co-label statistics (one task per
+    Parquet partition of the labels, summed exactly) and the blocks of ``personal_models`` with
+    ``method: djam_blocked``. Results are identical to ``inline``; only the place of computation changes.
+    """
+
+    kind: Literal["inline", "dask"] = Field("inline", description="inline = in the flow process; dask = a Dask cluster")
+    address: str | None = Field(
+        None, description="scheduler address (tcp://host:8786) of an existing cluster; a local cluster when empty"
+    )
+    n_workers: int = Field(2, ge=1, description="workers of the local cluster (ignored with an address)")
+    processes: bool = Field(True, description="local cluster of processes (true) or threads in this process (false)")
+    partitions: int | None = Field(
+        None, ge=1, description="skills: Parquet partitions of the labels (default: 2 per worker)"
+    )
+    scratch_dir: str | None = Field(
+        None, description="folder for the partition files; must be visible to the workers of a remote cluster"
+    )
+
+
 class OutputSpec(_Strict):
     """Where results go: ``<dir>/<pipeline name>/<run id>/``."""
 
@@ -253,6 +276,7 @@ class PipelineSpec(_Strict):
     assignment: AssignmentOptions = Field(default_factory=AssignmentOptions)
     checks: ChecksSpec = Field(default_factory=ChecksSpec)
     output: OutputSpec = Field(default_factory=OutputSpec)
+    runner: RunnerSpec = Field(default_factory=RunnerSpec)
     base_dir: str = Field(".", description="folder relative paths are resolved against (the spec's folder)")
 
     @model_validator(mode="after")

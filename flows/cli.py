@@ -2,6 +2,7 @@
 
     crowdflow run SPEC.yaml [--out DIR]       run a pipeline spec (Prefect flow, embedded API)
     crowdflow validate SPEC.yaml              check the spec and its inputs (schema + graph); writes nothing
+    crowdflow serve SPEC.yaml [--cron CRON]   serve the spec as a deployment (needs PREFECT_API_URL)
     crowdflow demo [--out DIR]                the bundled Snow et al. RTE example
     crowdflow skills --labels PATH [--truth PATH] [--method M] --out DIR
 
@@ -81,13 +82,40 @@ def _load(spec_path: str, out: str | None) -> Any:
     return spec
 
 
+class _ProgressBar:
+    """``description [#####-----]  50%`` redrawn in place on a terminal's stderr (fit progress)."""
+
+    def __init__(self, stream: Any, width: int = 30) -> None:
+        self.stream = stream
+        self.width = width
+        self.shown: tuple[str, int] | None = None
+
+    def __call__(self, description: str, fraction: float) -> None:
+        pct = round(100 * fraction)
+        if self.shown == (description, pct):
+            return
+        self.shown = (description, pct)
+        done = round(self.width * fraction)
+        bar = "#" * done + "-" * (self.width - done)
+        self.stream.write(f"\r{description} [{bar}] {pct:3d}%" + ("\n" if pct >= 100 else ""))
+        self.stream.flush()
+
+
 def _run_spec(spec: Any, debug: bool) -> int:
     _prefect_env()
     if not debug:
         _quiet_tracebacks()
     from flows.pipeline import run_spec
+    from tasks.progress import add_listener, remove_listener
 
-    summary = run_spec(spec)
+    bar = _ProgressBar(sys.stderr) if sys.stderr.isatty() else None
+    if bar is not None:
+        add_listener(bar)
+    try:
+        summary = run_spec(spec)
+    finally:
+        if bar is not None:
+            remove_listener(bar)
     print(f"run {summary['run_id']} completed: {summary['run_dir']}")
     metrics = summary.get("metrics") or {}
     if "error" in metrics:
@@ -206,6 +234,23 @@ def cmd_next_batch(args: argparse.Namespace) -> int:
     return _run_spec(parse_spec(data, origin="command line", base_dir=Path.cwd()), args.debug)
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Serve ``run_pipeline`` with this spec as its default parameters (blocks until interrupted)."""
+    _prefect_env()
+    spec = _load(args.spec, args.out)
+    from flows.deploy import run_pipeline
+
+    run_pipeline.serve(
+        name=args.name or spec.name,
+        cron=args.cron,
+        parameters={"spec": spec.model_dump(mode="json")},
+        description=f"crowdflow {spec.job} pipeline from {Path(args.spec).resolve()}",
+        tags=["crowdflow", spec.job.replace("_", "-")],
+        pause_on_shutdown=False,
+    )
+    return 0
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from flows.pipeline import check_spec
 
@@ -231,6 +276,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check a spec and its inputs without fitting or writing")
     p.add_argument("spec")
     p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("serve", help="serve a spec as a Prefect deployment (with --cron: on a schedule)")
+    p.add_argument("spec", help="path to the pipeline spec")
+    p.add_argument("--cron", help='cron schedule, e.g. "0 2 * * *" (UTC); without it runs start from the UI/API')
+    p.add_argument("--name", help="deployment name (default: the spec's name)")
+    p.add_argument("--out", help="output folder (overrides output.dir of the spec)")
+    p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("demo", help="run the bundled example (Snow et al. RTE labels, rank-one skills)")
     p.add_argument("--out", help="output folder (default ./crowdflow-out)")

@@ -30,8 +30,10 @@ def personal_models_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[
     report = check_agent_graph(agents.df, edges.df, mode, edges.source)
     clock.lap("check_graph")
     opts = spec.personal_models
-    key = content_key(agents.sha256, edges.sha256, opts.model_dump(), mode, __version__, "personal_models")
-    result = fit_personal_models_task(agents.df, edges.df, opts, mode == "warn", key)
+    key = content_key(
+        agents.sha256, edges.sha256, opts.model_dump(), mode, __version__, "personal_models", spec.runner.kind
+    )
+    result = fit_personal_models_task(agents.df, edges.df, opts, mode == "warn", key, spec.runner)
     clock.lap("fit")
     tables = {"personal_models": result.personal_models, "convergence": result.diagnostics}
     metrics = {

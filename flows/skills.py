@@ -31,6 +31,7 @@ _FIT_KEYS = (
     "weighting",
     "n_classes",
     "classes",
+    "moments_partitions",
 )
 
 
@@ -71,8 +72,9 @@ def skills_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]
     graph = check_worker_graph(lm, spec.checks.identifiability, spec.checks.isolated_workers, labels.source)
     clock.lap("check_graph")
 
-    key = content_key(labels.sha256, opts.model_dump(), __version__, "skills")
-    result = fit_skills_task(lm, graph, opts, key)
+    # the runner is in the key so a Dask run really computes on Dask (the result is the same)
+    key = content_key(labels.sha256, opts.model_dump(), __version__, "skills", spec.runner.kind)
+    result = fit_skills_task(lm, graph, opts, key, spec.runner)
     clock.lap("fit")
 
     meta = result.metadata

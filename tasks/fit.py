@@ -6,6 +6,8 @@ the flow; the DataFrames are never hashed. Cached results live in Prefect's loca
 
 from __future__ import annotations
 
+import functools
+import tempfile
 from datetime import timedelta
 from typing import Any
 
@@ -18,15 +20,24 @@ from crowdflow.models.btl import PersonalRankingResult, fit_personal_rankings
 from crowdflow.models.djam import PersonalModelsResult, fit_personal_models
 from crowdflow.models.hodgerank import fit_hlasso, fit_hodgerank
 from crowdflow.models.lbi import fit_lbi
-from crowdflow.models.skills import SkillsResult, fit_skills
+from crowdflow.models.skills import (
+    LabelMoments,
+    SkillsResult,
+    fit_skills,
+    moments_from_partitions,
+    partition_pair_counts,
+    write_label_partitions,
+)
 from crowdflow.models.tvcs import AssignmentResult, assign_tasks, candidate_scores, caps_with_default
 from crowdflow.spec import (
     AssignmentOptions,
     PersonalModelsOptions,
     PersonalRankingsOptions,
     RankingOptions,
+    RunnerSpec,
     SkillsOptions,
 )
+from tasks.progress import fit_progress
 from tasks.runners import dask_executor
 
 
@@ -37,35 +48,55 @@ def fingerprint_key(context: Any, parameters: dict[str, Any]) -> str:
 
 @task(name="fit-skills", cache_key_fn=fingerprint_key, cache_expiration=timedelta(days=7), persist_result=True)
 def fit_skills_task(
-    lm: LabelMatrix, graph: WorkerGraphReport, options: SkillsOptions, fingerprint: str
+    lm: LabelMatrix,
+    graph: WorkerGraphReport,
+    options: SkillsOptions,
+    fingerprint: str,
+    runner: RunnerSpec | None = None,
 ) -> SkillsResult:
     """Worker skills and consensus labels with the configured method (spec skills-rank-one.md).
 
     Unidentifiable components reach this step only when the identifiability check is ``warn``; their
     workers then get no skill (NaN, weight 0) and their tasks fall back per ``options.fallback``.
+    With a Dask ``runner`` the co-label statistics are summed over Parquet partitions on the cluster
+    (:func:`skills_moments_on_dask`); the result is the same. Progress of the PGD iterations goes to
+    a progress artifact.
     """
     logger = get_run_logger()
     o = options
-    result = fit_skills(
-        lm,
-        o.method,
-        weighting=o.weighting,
-        tau=o.tau,
-        x0=o.x0,
-        eta=o.eta,
-        tol=o.tol,
-        max_iter=o.max_iter,
-        solver=o.solver,
-        sign_mode=o.sign_mode,
-        identifiability_policy="flag",
-        fallback=o.fallback,
-        tie_break=o.tie_break,
-        seed=o.seed,
-        min_pair_count=o.min_pair_count,
-        spectral=o.spectral,
-        graph_report=graph,
-    )
+    moments, n_parts = None, 0
+    if runner is not None and runner.kind == "dask":
+        moments, n_parts = skills_moments_on_dask(lm, o.min_pair_count, runner)
+        logger.info(
+            "co-label statistics summed over %d Parquet partitions on Dask (%s)",
+            n_parts,
+            runner.address or f"local cluster, {runner.n_workers} workers",
+        )
+    with fit_progress("fit-skills-progress", f"skills fit ({o.method})") as progress:
+        result = fit_skills(
+            lm,
+            o.method,
+            weighting=o.weighting,
+            tau=o.tau,
+            x0=o.x0,
+            eta=o.eta,
+            tol=o.tol,
+            max_iter=o.max_iter,
+            solver=o.solver,
+            sign_mode=o.sign_mode,
+            identifiability_policy="flag",
+            fallback=o.fallback,
+            tie_break=o.tie_break,
+            seed=o.seed,
+            min_pair_count=o.min_pair_count,
+            spectral=o.spectral,
+            graph_report=graph,
+            moments=moments,
+            progress=progress,
+        )
     meta = result.metadata
+    if n_parts:
+        meta["moments_partitions"] = n_parts
     if o.method == "pgd":
         logger.info(
             "PGD (%s): %s after %d iterations, loss %.6g; %.1f%% of workers identified",
@@ -77,6 +108,22 @@ def fit_skills_task(
         )
     logger.info("%s on %d tasks / %d labels: %d ties", o.method, lm.n_tasks, lm.n_labels, meta.get("n_ties", 0))
     return result
+
+
+def skills_moments_on_dask(lm: LabelMatrix, min_pair_count: int, runner: RunnerSpec) -> tuple[LabelMoments, int]:
+    """N, agreements and C^ of ``lm`` summed over whole-task Parquet partitions, one Dask task per file.
+
+    The partition files (encoded labels, ``crowdflow.models.skills.write_label_partitions``) go to a
+    temporary folder under ``runner.scratch_dir``; the workers receive their paths, never DataFrames,
+    and send back one packed sparse count matrix each. Integer sums: equal to the in-process statistics.
+    """
+    n_parts = runner.partitions or 2 * runner.n_workers
+    with tempfile.TemporaryDirectory(prefix="crowdflow-parts-", dir=runner.scratch_dir) as tmp:
+        paths = write_label_partitions(lm, tmp, n_parts)
+        count = functools.partial(partition_pair_counts, n_workers=lm.n_workers, n_classes=lm.n_classes)
+        with dask_executor(runner.address, runner.n_workers, processes=runner.processes) as run_map:
+            parts = run_map(count, paths)
+    return moments_from_partitions(parts, lm.n_classes, min_pair_count), len(paths)
 
 
 @task(
@@ -123,13 +170,22 @@ def fit_personal_models_task(
     options: PersonalModelsOptions,
     allow_disconnected: bool,
     fingerprint: str,
+    runner: RunnerSpec | None = None,
 ) -> PersonalModelsResult:
-    """Personal models coupled over the agent graph (spec personal-models-djam.md)."""
+    """Personal models coupled over the agent graph (spec personal-models-djam.md).
+
+    ``djam_blocked`` runs its blocks as Dask tasks with ``executor: dask`` or a Dask ``runner``
+    (the runner's cluster settings win). Progress of the rounds goes to a progress artifact.
+    """
     logger = get_run_logger()
     o = options
-    if o.method == "djam_blocked" and o.executor == "dask":
-        with dask_executor(o.dask_address) as run_on_dask:
-            logger.info("running %d DJAM blocks as Dask tasks (%s)", o.n_blocks, o.dask_address or "local cluster")
+    if o.method == "djam_blocked" and (o.executor == "dask" or (runner is not None and runner.kind == "dask")):
+        if runner is not None and runner.kind == "dask":
+            address, n_workers, processes = runner.address, runner.n_workers, runner.processes
+        else:
+            address, n_workers, processes = o.dask_address, 2, True
+        with dask_executor(address, n_workers, processes=processes) as run_on_dask:
+            logger.info("running %d DJAM blocks as Dask tasks (%s)", o.n_blocks, address or "local cluster")
             return _fit_personal_models(agents, edges, o, allow_disconnected, run_on_dask, logger)
     return _fit_personal_models(agents, edges, o, allow_disconnected, None, logger)
 
@@ -142,7 +198,29 @@ def _fit_personal_models(
     executor: Any,
     logger: Any,
 ) -> PersonalModelsResult:
-    result = fit_personal_models(
+    with fit_progress("fit-personal-models-progress", f"personal models ({o.method})") as progress:
+        result = _call_fit_personal_models(agents, edges, o, allow_disconnected, executor, progress)
+    logger.info(
+        "%s (%s loss): %s after %d rounds, KKT %.3g, certified relative error <= %.3g",
+        o.method,
+        o.loss,
+        "converged" if result.converged else "NOT converged",
+        result.iterations,
+        result.kkt_norm,
+        result.error_bound,
+    )
+    return result
+
+
+def _call_fit_personal_models(
+    agents: pd.DataFrame,
+    edges: pd.DataFrame,
+    o: PersonalModelsOptions,
+    allow_disconnected: bool,
+    executor: Any,
+    progress: Any,
+) -> PersonalModelsResult:
+    return fit_personal_models(
         agents,
         edges,
         loss=o.loss,
@@ -156,17 +234,8 @@ def _fit_personal_models(
         rho=o.rho,
         n_blocks=o.n_blocks,
         executor=executor,
+        progress=progress,
     )
-    logger.info(
-        "%s (%s loss): %s after %d rounds, KKT %.3g, certified relative error <= %.3g",
-        o.method,
-        o.loss,
-        "converged" if result.converged else "NOT converged",
-        result.iterations,
-        result.kkt_norm,
-        result.error_bound,
-    )
-    return result
 
 
 @task(name="fit-ranking", cache_key_fn=fingerprint_key, cache_expiration=timedelta(days=7), persist_result=True)

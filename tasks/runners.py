@@ -16,7 +16,7 @@ MapFn = Callable[[Callable[[Any], Any], list[Any]], list[Any]]
 
 
 @contextmanager
-def dask_executor(address: str | None = None, n_workers: int = 2) -> Iterator[MapFn]:
+def dask_executor(address: str | None = None, n_workers: int = 2, processes: bool = True) -> Iterator[MapFn]:
     """Yield ``map(fn, items)`` running each item as a Dask task (results in input order).
 
     Parameters
@@ -24,6 +24,11 @@ def dask_executor(address: str | None = None, n_workers: int = 2) -> Iterator[Ma
     address : str, optional
         Scheduler address of an existing cluster; a ``LocalCluster`` of ``n_workers`` single-threaded
         processes (dashboard on a random port, scratch in a temporary folder) when omitted.
+    n_workers : int
+        Workers of the local cluster.
+    processes : bool
+        Local cluster of worker processes (default) or of threads in this process (cheap to start;
+        the GIL limits the gain to code that releases it, e.g. sparse products and Parquet I/O).
     """
     try:
         from distributed import Client, LocalCluster
@@ -37,7 +42,7 @@ def dask_executor(address: str | None = None, n_workers: int = 2) -> Iterator[Ma
             cluster = LocalCluster(
                 n_workers=n_workers,
                 threads_per_worker=1,
-                processes=True,
+                processes=processes,
                 dashboard_address=":0",
                 local_directory=scratch.name,
             )

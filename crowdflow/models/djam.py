@@ -62,6 +62,7 @@ from scipy.sparse.linalg import spsolve
 from scipy.special import expit
 
 from crowdflow.graphs import agent_graph_report
+from crowdflow.progress import IterationProgress, ProgressFn
 
 log = logging.getLogger(__name__)
 
@@ -1452,6 +1453,7 @@ def djam(
     check_every: int | None = None,
     refresh_every: int | None = None,
     inner_tol: float = 1e-12,
+    progress: ProgressFn | None = None,
 ) -> PersonalModelsResult:
     """Fit personal models with DJAM (spec §2), reference simulation engine with a certified stop.
 
@@ -1527,6 +1529,7 @@ def djam(
     else:
         kn, bound, _ = certificate(problem, state.th[0])  # noqa: RUF059
         converged = bound <= tol * max(1.0, float(np.linalg.norm(state.th[0])))
+    tracker = IterationProgress(progress, max_rounds, tol)
     while not converged and t < max_rounds:
         nxt = [max_rounds, (t // trace_every + 1) * trace_every, (t // check_every + 1) * check_every]
         if refresh_every > 0:
@@ -1541,8 +1544,11 @@ def djam(
             trace.append(_trace_row(problem, t, state.th[0], state.C[0], reference))
         if t % check_every == 0 or t == max_rounds:
             _kn, bound, _ = certificate(problem, state.th[0])
-            if bound <= tol * max(1.0, float(np.linalg.norm(state.th[0]))):
+            scale = max(1.0, float(np.linalg.norm(state.th[0])))
+            tracker.update(t, bound / scale)
+            if bound <= tol * scale:
                 converged = True
+    tracker.done()
     if not converged:
         warnings.warn(
             f"DJAM stopped at max_rounds = {max_rounds} without certifying tol = {tol:g} "
@@ -1719,6 +1725,7 @@ def djam_blocked(
     init: str | np.ndarray = "zeros",
     reference: np.ndarray | None = None,
     inner_tol: float = 1e-12,
+    progress: ProgressFn | None = None,
 ) -> PersonalModelsResult:
     """DJAM on a partitioned agent graph: block work items through a pluggable executor.
 
@@ -1785,6 +1792,7 @@ def djam_blocked(
     sweeps = 0
     kn, bound, _ = certificate(problem, th)  # noqa: RUF059
     converged = bound <= tol * max(1.0, float(np.linalg.norm(th)))
+    tracker = IterationProgress(progress, max_sweeps, tol)
     while not converged and sweeps < max_sweeps:
         sweeps += 1
         tasks = []
@@ -1816,7 +1824,10 @@ def djam_blocked(
         C, b, th = state.C[0], state.b[0], state.th[0]
         trace.append(_trace_row(problem, rounds, th, C, reference))
         _kn, bound, _ = certificate(problem, th)
-        converged = bound <= tol * max(1.0, float(np.linalg.norm(th)))
+        scale = max(1.0, float(np.linalg.norm(th)))
+        tracker.update(sweeps, bound / scale)
+        converged = bound <= tol * scale
+    tracker.done()
     if not converged:
         warnings.warn(
             f"blocked DJAM stopped after {max_sweeps} sweeps without certifying tol = {tol:g} (bound {bound:.3g})",
@@ -1863,6 +1874,7 @@ def fit_personal_models(
     rho: float = 0.316,
     n_blocks: int = 4,
     executor: Any = None,
+    progress: ProgressFn | None = None,
     **kwargs: Any,
 ) -> PersonalModelsResult:
     """Validate, build and fit personal models on an agent graph (the pipeline entry point).
@@ -1876,6 +1888,9 @@ def fit_personal_models(
         ``djam_blocked`` the partitioned mode; ``cl_admm`` the baseline (penalty ``rho``).
     seed, tol, max_rounds, rho, n_blocks, executor
         Passed to the chosen solver; extra ``kwargs`` too.
+    progress : callable, optional
+        ``progress(fraction)`` during DJAM rounds / blocked sweeps (certificate bound against ``tol``);
+        the other methods report 1.0 when done.
 
     Returns
     -------
@@ -1901,16 +1916,21 @@ def fit_personal_models(
         feature_cols=feature_cols,
         allow_disconnected=allow_disconnected,
     )
-    if method == "centralized":
-        return centralized(problem, **kwargs)
     if method == "djam":
-        return djam(problem, seed=seed, tol=tol, max_rounds=max_rounds, **kwargs)
+        return djam(problem, seed=seed, tol=tol, max_rounds=max_rounds, progress=progress, **kwargs)
     if method == "djam_blocked":
-        return djam_blocked(problem, n_blocks=n_blocks, executor=executor, seed=seed, tol=tol, **kwargs)
-    if method == "cl_admm":
-        from crowdflow.models.djam_baselines import cl_admm
+        return djam_blocked(
+            problem, n_blocks=n_blocks, executor=executor, seed=seed, tol=tol, progress=progress, **kwargs
+        )
+    if method in ("centralized", "cl_admm"):
+        if method == "centralized":
+            result = centralized(problem, **kwargs)
+        else:
+            from crowdflow.models.djam_baselines import cl_admm
 
-        return cl_admm(problem, rho=rho, seed=seed, tol=tol, max_rounds=max_rounds, **kwargs)
+            result = cl_admm(problem, rho=rho, seed=seed, tol=tol, max_rounds=max_rounds, **kwargs)
+        IterationProgress(progress, 1).done()
+        return result
     raise ValueError(f"unknown method '{method}' (djam | centralized | cl_admm | djam_blocked)")
 
 

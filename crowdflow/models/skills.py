@@ -37,6 +37,7 @@ import time
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -51,6 +52,7 @@ from crowdflow.labels import DuplicatePolicy, LabelMatrix, encode_canonical, nat
 from crowdflow.metrics import gold_metrics
 from crowdflow.models import dawid_skene
 from crowdflow.models.majority import TieBreak, weighted_vote
+from crowdflow.progress import IterationProgress, ProgressFn
 
 log = logging.getLogger(__name__)
 
@@ -411,6 +413,7 @@ def fit_rank_one(
     tol: float = 1e-7,
     max_iter: int = 5000,
     solver: Solver = "gd",
+    progress: ProgressFn | None = None,
 ) -> RankOneFit:
     """Fit x xᵀ to C^ on the observed entries by projected (or exponentiated) gradient descent.
 
@@ -460,6 +463,9 @@ def fit_rank_one(
     max_iter : int
         Update cap.
     solver : {"gd", "scaled", "eg"}
+    progress : callable, optional
+        ``progress(fraction)``: called as the iterations go (``crowdflow.progress.IterationProgress``:
+        iteration share or log-distance of max|Δx| to ``tol``, whichever is further) and with 1.0 at the end.
 
     Returns
     -------
@@ -525,6 +531,7 @@ def fit_rank_one(
     last_step = 0.0
     n_fallback = 0
     k = 0
+    tracker = IterationProgress(progress, max_iter, tol)
 
     # small dense-ish problems: dense mat-vecs (no sparse dispatch overhead; ≤ 8 MB per matrix)
     if solver == "scaled" and nw <= 1000 and w.nnz >= 0.05 * nw * nw:
@@ -559,6 +566,7 @@ def fit_rank_one(
                 a_new, b_new, loss_new = evaluate(x_new)
             last_step = float(np.abs(x_new - x).max())
             x, a, b, loss = x_new, a_new, b_new, loss_new
+            tracker.update(k + 1, last_step)
             if last_step < tol:
                 converged = True
                 k += 1
@@ -579,6 +587,7 @@ def fit_rank_one(
             np.minimum(np.maximum(x_new, lo, out=x_new), hi, out=x_new)
             last_step = float(np.abs(x_new - x).max())
             x = x_new
+            tracker.update(k + 1, last_step)
             if last_step < tol:
                 converged = True
                 k += 1
@@ -589,6 +598,7 @@ def fit_rank_one(
     final = 0.25 * float(np.sum(w.data * (c_on_w - x[rows] * x[w.indices]) ** 2))
     trace = trace[: k + 1].copy()
     trace[k] = final
+    tracker.done()
     if not converged:
         warnings.warn(
             f"rank-one {solver} stopped after {max_iter} iterations without converging "
@@ -1360,6 +1370,7 @@ def _fit_active(
     max_iter: int,
     solver: Solver,
     sign_mode: SignMode,
+    progress: ProgressFn | None = None,
 ) -> tuple[np.ndarray, np.ndarray, RankOneFit | None]:
     """PGD on the active subgraph, signs per component, skills clipped into the box (spec §2.3–2.4)."""
     n_workers = active.size
@@ -1380,12 +1391,16 @@ def _fit_active(
         eps = 1e-3
         lo_fit = np.minimum(np.full(idx.size, eps), hi_s)
         c_fit = sp.csr_matrix((np.abs(c_sub.data), c_sub.indices, c_sub.indptr), shape=c_sub.shape)
-        fit = fit_rank_one(c_fit, w_sub, lo_fit, hi_s, x0=x0, eta=eta, tol=tol, max_iter=max_iter, solver=solver)
+        fit = fit_rank_one(
+            c_fit, w_sub, lo_fit, hi_s, x0=x0, eta=eta, tol=tol, max_iter=max_iter, solver=solver, progress=progress
+        )
         wt = w_sub.tocoo()
         conf = sp.csr_matrix((fit.x[wt.row] * fit.x[wt.col] * np.sqrt(wt.data), (wt.row, wt.col)), shape=w_sub.shape)
         x = resolve_signs(fit.x, sub_labels, "bfs", c_hat=c_sub, confidence=conf)
     else:
-        fit = fit_rank_one(c_sub, w_sub, lo_s, hi_s, x0=x0, eta=eta, tol=tol, max_iter=max_iter, solver=solver)
+        fit = fit_rank_one(
+            c_sub, w_sub, lo_s, hi_s, x0=x0, eta=eta, tol=tol, max_iter=max_iter, solver=solver, progress=progress
+        )
         x = resolve_signs(fit.x, sub_labels, "sum_rule")
     x = np.clip(x, lo_s, hi_s)  # multiclass box is asymmetric: keep the flipped solution inside
     skills[idx] = x
@@ -1421,6 +1436,8 @@ def fit_skills(
     ds_max_iter: int = 100,
     ds_smoothing: float = 0.01,
     graph_report: WorkerGraphReport | None = None,
+    moments: LabelMoments | None = None,
+    progress: ProgressFn | None = None,
 ) -> SkillsResult:
     """Estimate worker skills and consensus labels (spec skills-rank-one.md §2.8, §3, §7).
 
@@ -1500,6 +1517,13 @@ def fit_skills(
     graph_report : WorkerGraphReport, optional
         The interaction-graph report of these labels when the caller already has it (the pipeline's
         graph check), so N = B Bᵀ and the components are not computed twice.
+    moments : LabelMoments, optional
+        N, agreements and C^ of these labels computed elsewhere (e.g. summed over partitions by
+        :func:`partition_pair_counts` / :func:`moments_from_partitions`), with workers in the order of
+        the encoded labels and ``min_pair_count`` already applied; skips :func:`label_moments`.
+    progress : callable, optional
+        ``progress(fraction)`` with a fraction in [0, 1], called during the PGD iterations (see
+        :func:`fit_rank_one`) and with 1.0 at the end.
 
     Returns
     -------
@@ -1529,7 +1553,13 @@ def fit_skills(
     lm, dropped = prepare_labels(labels, classes, duplicates)
     m = lm.n_classes
     lap("encode")
-    moments = label_moments(lm, min_pair_count=min_pair_count)
+    if moments is None:
+        moments = label_moments(lm, min_pair_count=min_pair_count)
+    elif moments.co_labels.shape != (lm.n_workers, lm.n_workers) or moments.n_classes != m:
+        raise ValueError(
+            f"moments are for {moments.co_labels.shape[0]} workers / {moments.n_classes} classes, "
+            f"the labels have {lm.n_workers} / {m}"
+        )
     n_pruned = 0
     if prune_spammers is not None:
         moments, n_pruned = prune_spammer_edges(moments, *prune_spammers)
@@ -1633,6 +1663,7 @@ def fit_skills(
         max_iter=max_iter,
         solver=solver,
         sign_mode=sign_mode,
+        progress=progress,
     )
     if fit is None:
         log.warning("no identifiable worker: every task falls back to %s", fallback)
@@ -2210,3 +2241,81 @@ def stream_consensus(
     if not out:
         raise ValueError("labels stream is empty")
     return pd.concat(out, ignore_index=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Partitioned statistics (design.md §4 scale-out): N and the agreements summed over partitions
+# --------------------------------------------------------------------------------------------
+def write_label_partitions(lm: LabelMatrix, folder: str | Path, n_partitions: int) -> list[str]:
+    """Write the encoded labels as Parquet files, each holding whole tasks (task code mod ``n_partitions``).
+
+    Columns ``task, worker, label`` are the dense int64 codes of ``lm``. Because no task is split
+    across files, the pair statistics of the files add up exactly to those of ``lm``
+    (:func:`partition_pair_counts`, :func:`moments_from_partitions`). Empty partitions are not written.
+
+    Returns
+    -------
+    list of str
+        The written file paths, in partition order.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if n_partitions < 1:
+        raise ValueError("n_partitions must be >= 1")
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    part = lm.task_idx % n_partitions
+    order = np.argsort(part, kind="stable")
+    bounds = np.searchsorted(part[order], np.arange(n_partitions + 1))
+    paths = []
+    for p in range(n_partitions):
+        rows = order[bounds[p] : bounds[p + 1]]
+        if not rows.size:
+            continue
+        table = pa.table({"task": lm.task_idx[rows], "worker": lm.worker_idx[rows], "label": lm.class_idx[rows]})
+        path = out / f"part-{p:05d}.parquet"
+        pq.write_table(table, path)
+        paths.append(str(path))
+    return paths
+
+
+def partition_pair_counts(path: str, n_workers: int, n_classes: int) -> sp.csr_matrix:
+    """P = N + 2³²·Agree (int64, W×W CSR) of the tasks in one partition file of :func:`write_label_partitions`.
+
+    Runs anywhere (e.g. a Dask worker): it reads the file, groups its labels by task and makes one
+    integer sparse product (``crowdflow.graphs.pair_counts``). Partitions are summed by
+    :func:`moments_from_partitions`.
+    """
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(path, columns=["task", "worker", "label"])
+    task = t.column("task").to_numpy().astype(np.int64)
+    worker = t.column("worker").to_numpy().astype(np.int64)
+    label = t.column("label").to_numpy().astype(np.int64)
+    order, _ = task_major_order(task, worker, n_workers)
+    _, local = np.unique(task[order], return_inverse=True)
+    indptr = np.zeros(int(local.max()) + 2 if local.size else 1, dtype=np.int64)
+    np.cumsum(np.bincount(local, minlength=indptr.size - 1), out=indptr[1:])
+    n_b, ag_b = pair_counts(indptr, worker[order], label[order], n_workers, n_classes)
+    return sp.csr_matrix((n_b.data + _STREAM_K * ag_b, n_b.indices, n_b.indptr), shape=n_b.shape)
+
+
+def moments_from_partitions(parts: Iterable[sp.csr_matrix], n_classes: int, min_pair_count: int = 1) -> LabelMoments:
+    """Sum the packed counts of :func:`partition_pair_counts` and build N, agreements and C^.
+
+    Integer sums, so the result equals :func:`label_moments` on all the labels entry for entry,
+    provided every task lies in exactly one partition.
+    """
+    total: sp.csr_matrix | None = None
+    for p in parts:
+        total = p.copy() if total is None else total + p
+    if total is None:
+        raise ValueError("no partitions to sum")
+    total = sp.csr_matrix(total)
+    total.sum_duplicates()
+    total.sort_indices()
+    n_mat = sp.csr_matrix((total.data & (_STREAM_K - 1), total.indices, total.indptr), shape=total.shape)
+    n_mat.has_sorted_indices = True
+    agree = total.data >> np.int64(32)
+    return moments_from_counts(n_mat, agree, n_classes, min_pair_count)

@@ -1,0 +1,156 @@
+"""Scale-out (runner: dask) gives the in-process results; long fits report progress (library, flow, CLI)."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from crowdflow.labels import encode_labels
+from crowdflow.models.djam import field_estimation_instance, fit_personal_models
+from crowdflow.models.skills import (
+    fit_skills,
+    label_moments,
+    moments_from_partitions,
+    partition_pair_counts,
+    write_label_partitions,
+)
+from crowdflow.progress import IterationProgress
+from crowdflow.spec import parse_spec
+
+
+@pytest.fixture(scope="module")
+def rte_lm(rte_dir: Path):  # type: ignore[no-untyped-def]
+    return encode_labels(pd.read_csv(rte_dir / "labels.csv", dtype=str))
+
+
+def _same_csr(a, b) -> None:  # type: ignore[no-untyped-def]
+    assert a.shape == b.shape
+    np.testing.assert_array_equal(a.indptr, b.indptr)
+    np.testing.assert_array_equal(a.indices, b.indices)
+    np.testing.assert_array_equal(a.data, b.data)  # exact: integer sums, same float operations after
+
+
+@pytest.mark.parametrize("n_parts", [1, 3, 8])
+def test_partitioned_moments_equal_in_memory(rte_lm, tmp_path: Path, n_parts: int) -> None:  # type: ignore[no-untyped-def]
+    paths = write_label_partitions(rte_lm, tmp_path, n_parts)
+    assert len(paths) == n_parts
+    tasks = [set(pd.read_parquet(p)["task"]) for p in paths]
+    assert sum(map(len, tasks)) == rte_lm.n_tasks  # every task in exactly one partition
+    parts = [partition_pair_counts(p, rte_lm.n_workers, rte_lm.n_classes) for p in paths]
+    got = moments_from_partitions(parts, rte_lm.n_classes)
+    want = label_moments(rte_lm)
+    for name in ("co_labels", "agreements", "c_hat"):
+        _same_csr(getattr(got, name), getattr(want, name))
+
+
+def test_fit_skills_with_given_moments_is_identical(rte_lm, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    paths = write_label_partitions(rte_lm, tmp_path, 4)
+    moments = moments_from_partitions(
+        [partition_pair_counts(p, rte_lm.n_workers, rte_lm.n_classes) for p in paths], rte_lm.n_classes
+    )
+    a = fit_skills(rte_lm, "pgd", solver="scaled", seed=0)
+    b = fit_skills(rte_lm, "pgd", solver="scaled", seed=0, moments=moments)
+    pd.testing.assert_frame_equal(a.skills, b.skills)
+    pd.testing.assert_frame_equal(a.consensus, b.consensus)
+    other = pd.DataFrame({"task": ["t1", "t1", "t2", "t2"], "worker": ["a", "b", "a", "b"], "label": list("xyxx")})
+    with pytest.raises(ValueError, match="moments are for"):
+        fit_skills(rte_lm, "pgd", moments=label_moments(encode_labels(other)))
+
+
+def test_iteration_progress_is_monotone_throttled_and_ends_at_one() -> None:
+    seen: list[float] = []
+    tr = IterationProgress(seen.append, max_iter=10_000, target=1e-8)
+    for k, r in enumerate(np.logspace(0, -9, 5000), start=1):
+        tr.update(k, float(r))
+    tr.done()
+    assert seen[-1] == 1.0 and all(b > a for a, b in itertools.pairwise(seen))
+    assert 10 < len(seen) <= 101  # one call per >= 1 % step, not one per iteration
+    assert max(seen[:-1]) <= 0.99  # only done() reports completion
+    IterationProgress(None, 10).update(3, 0.1)  # no callback: no-op
+
+
+def test_solvers_report_progress(rte_lm) -> None:  # type: ignore[no-untyped-def]
+    seen: list[float] = []
+    fit_skills(rte_lm, "pgd", solver="gd", max_iter=300, tol=1e-7, progress=seen.append)
+    assert len(seen) > 3 and seen[-1] == 1.0 and seen == sorted(seen)
+    inst = field_estimation_instance(3, n=15)
+    seen_djam: list[float] = []
+    res = fit_personal_models(inst.agents, inst.edges, reg=0.1, method="djam", progress=seen_djam.append)
+    assert res.converged and seen_djam[-1] == 1.0 and seen_djam == sorted(seen_djam) and len(seen_djam) > 2
+
+
+def _outputs(run_dir: str) -> dict[str, pd.DataFrame]:
+    return {p.stem: pd.read_parquet(p) for p in sorted(Path(run_dir).glob("*.parquet"))}
+
+
+@pytest.mark.flow
+@pytest.mark.usefixtures("prefect_harness")
+def test_dask_runner_gives_identical_outputs(rte_dir: Path, tmp_path: Path) -> None:
+    """RTE skills (PGD) and blocked DJAM, each run in process and on a Dask LocalCluster: equal outputs."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.deploy import run_pipeline
+
+    dask = {"kind": "dask", "n_workers": 2, "processes": False, "partitions": 4}
+    base = {
+        "name": "rte",
+        "labels": {"path": str(rte_dir / "labels.csv")},
+        "truth": {"path": str(rte_dir / "truth.csv")},
+        "skills": {"method": "pgd", "seed": 0},
+    }
+    inline = run_pipeline(parse_spec({**base, "output": {"dir": str(tmp_path / "inline")}}))
+    on_dask = run_pipeline(parse_spec({**base, "runner": dask, "output": {"dir": str(tmp_path / "dask")}}))
+    a, b = _outputs(inline["run_dir"]), _outputs(on_dask["run_dir"])
+    assert set(a) == {"consensus", "skills", "components"} == set(b)
+    for name in a:
+        pd.testing.assert_frame_equal(a[name], b[name], check_exact=True)
+    man = json.loads((Path(on_dask["run_dir"]) / "manifest.json").read_text())
+    assert man["fit"]["moments_partitions"] == 4 and man["spec"]["runner"]["kind"] == "dask"
+    assert "moments_partitions" not in json.loads((Path(inline["run_dir"]) / "manifest.json").read_text())["fit"]
+
+    with get_client(sync_client=True) as client:
+        arts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["fit-skills-progress"]))
+        )
+    assert arts and all(art.type == "progress" for art in arts) and max(float(art.data) for art in arts) == 100.0
+
+    inst = field_estimation_instance(5, n=30)
+    inst.agents.to_csv(tmp_path / "agents.csv", index=False)
+    inst.edges.to_csv(tmp_path / "edges.csv", index=False)
+    pm = {
+        "name": "pm",
+        "job": "personal_models",
+        "agents": {"path": str(tmp_path / "agents.csv")},
+        "edges": {"path": str(tmp_path / "edges.csv")},
+        "personal_models": {"method": "djam_blocked", "n_blocks": 3, "reg": 0.1, "seed": 4},
+    }
+    pa = run_pipeline(parse_spec({**pm, "output": {"dir": str(tmp_path / "pm-inline")}}))
+    pb = run_pipeline(parse_spec({**pm, "runner": dask, "output": {"dir": str(tmp_path / "pm-dask")}}))
+    pd.testing.assert_frame_equal(
+        _outputs(pa["run_dir"])["personal_models"], _outputs(pb["run_dir"])["personal_models"], check_exact=True
+    )
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.flow
+@pytest.mark.usefixtures("prefect_harness")
+def test_cli_draws_a_progress_bar_on_a_terminal(rte_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from flows.cli import main
+
+    err = _Tty()
+    monkeypatch.setattr("sys.stderr", err)
+    args = ["skills", "--labels", str(rte_dir / "labels.csv"), "--seed", "11", "--out", str(tmp_path)]
+    assert main(args) == 0
+    text = err.getvalue()
+    assert "\rskills fit (pgd) [" in text and text.count("100%") == 1 and "] 100%\n" in text
