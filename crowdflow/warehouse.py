@@ -140,6 +140,15 @@ def _pg_engine(url: str, password: str | None) -> Any:
     return sa.create_engine(u, poolclass=NullPool)
 
 
+_NOT_TRANSIENT = ("authentication failed", "no password supplied", "does not exist", "permission denied")
+
+
+def _refused(exc: Exception) -> bool:
+    """A connection error that a retry cannot fix (bad credentials, unknown database or role)."""
+    text = str(getattr(exc, "orig", None) or exc).lower()
+    return any(marker in text for marker in _NOT_TRANSIENT)
+
+
 def table_fingerprint(table: pa.Table) -> str:
     """SHA-256 of a table's content: Arrow IPC stream of its columns (schema metadata and chunking ignored)."""
     clean = table.replace_schema_metadata(None).combine_chunks()
@@ -214,7 +223,7 @@ def fetch_query(
             names = list(result.keys())
             rows = result.fetchall()
     except (sa.exc.StatementError, sa.exc.ArgumentError) as exc:
-        if isinstance(exc, sa.exc.OperationalError):  # connection problems: transient, the caller may retry
+        if isinstance(exc, sa.exc.OperationalError) and not _refused(exc):  # network trouble: the caller may retry
             raise
         raise WarehouseError(f"{where}: query failed: {getattr(exc, 'orig', None) or exc}") from None
     finally:
@@ -390,7 +399,7 @@ def _load_postgresql(
                 if rows:
                     conn.execute(sa.insert(target), rows)
     except sa.exc.DBAPIError as exc:
-        if isinstance(exc, sa.exc.OperationalError) and exc.connection_invalidated:
+        if isinstance(exc, sa.exc.OperationalError) and not _refused(exc):  # network trouble: the caller may retry
             raise
         raise WarehouseError(
             f"{redact_url(url)}: loading run {run_id} failed, nothing was loaded: {getattr(exc, 'orig', exc)}"
