@@ -329,6 +329,17 @@ JOB_INPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
+# Output table names of all jobs: with layout hive each is a dataset folder <out>/<table>, so a pipeline
+# (whose run folders are <out>/<pipeline>) must not take one of these names.
+OUTPUT_TABLES = frozenset(
+    {
+        "consensus", "skills", "components", "ranking", "outliers", "annotators", "path", "residuals",
+        "personal_rankings", "user_factors", "item_factors", "excluded", "fit", "personal_models",
+        "convergence", "assignment", "worker_load", "task_load", "candidates",
+    }
+)  # fmt: skip
+
+
 JOB_INPUTS_ALL = ("labels", "truth", "comparisons", "agents", "edges", "candidates", "open_tasks", "workers")
 
 
@@ -368,6 +379,11 @@ class PipelineSpec(_Strict):
             raise ValueError(f"job '{self.job}' does not use input(s) {extra}")
         if (self.job == "next_batch") != (self.skills_run is not None):
             raise ValueError("skills_run is required by job 'next_batch' and used by no other job")
+        if self.output.layout == "hive" and self.name in OUTPUT_TABLES:
+            raise ValueError(
+                f"with output.layout hive the pipeline name {self.name!r} would share the folder of the "
+                f"'{self.name}' dataset; choose another name"
+            )
         return self
 
     def inputs(self) -> dict[str, SourceSpec]:

@@ -16,6 +16,7 @@ import yaml
 from crowdflow.spec import parse_spec
 from flows.cli import main
 from flows.pipeline import run_spec
+from tasks.ingest import load_skills_run
 
 pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -112,6 +113,11 @@ def test_duckdb_sourced_spec_hive_parquet_and_duckdb_tables(tmp_path: Path, rte_
     assert len(db) == n_tasks and set(db["run_id"]) == {run_id}
     pd.testing.assert_frame_equal(_sorted(db), _sorted(parquet), check_dtype=False)
     assert n_skills == (man["outputs"]["skills"]["rows"],)
+
+    # the closed loop reads a hive run through its manifest (what next_batch's skills_run does)
+    loaded = load_skills_run(str(out / "rte-duck"))
+    assert loaded["run_id"] == run_id and len(loaded["skills"]) == man["outputs"]["skills"]["rows"]
+    pd.testing.assert_frame_equal(_sorted(loaded["consensus"]), _sorted(parquet), check_dtype=False)
 
 
 def test_postgresql_sourced_spec_append_replace_and_no_password_in_outputs(

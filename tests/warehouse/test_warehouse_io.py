@@ -131,6 +131,8 @@ def test_warehouse_spec_schema_alias(tmp_path: Path) -> None:
     assert wh is not None and wh.db_schema == "crowd" and wh.mode == "replace" and wh.prefix == ""
     again = parse_spec(spec.model_dump(mode="json"))  # the flow-parameter round trip
     assert again.output.warehouse == wh
+    with pytest.raises(SpecError, match="share the folder of the 'consensus' dataset"):
+        parse_spec({"name": "consensus", "labels": {"path": "l.csv"}, "output": {"layout": "hive"}})
     with pytest.raises(SpecError, match="schema"):
         parse_spec(
             {
