@@ -13,10 +13,12 @@ import pytest
 import sqlalchemy as sa
 import yaml
 
-from crowdflow.spec import parse_spec
+from crowdflow.errors import SpecError
+from crowdflow.spec import WarehouseSpec, parse_spec
 from flows.cli import main
 from flows.pipeline import run_spec
 from tasks.ingest import load_skills_run
+from tasks.sources import resolve_password
 
 pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]
 
@@ -175,6 +177,8 @@ def test_postgresql_sourced_spec_append_replace_and_no_password_in_outputs(
     # replace, with the password from a Prefect Secret block this time: only the latest run stays
     Secret(value=pg_server.password).save("crowdflow-test-pg", overwrite=True)
     by_secret = {"password_secret": "crowdflow-test-pg"}
+    with pytest.raises(SpecError, match=r"Prefect Secret block 'no-such-block' .* not found"):
+        resolve_password(WarehouseSpec(connection=pg_server.url, password_secret="no-such-block"), "output.warehouse")
     replace = parse_spec(
         {
             **data,

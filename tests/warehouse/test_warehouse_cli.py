@@ -74,3 +74,18 @@ def test_example_warehouse_spec_validates(capsys: pytest.CaptureFixture[str]) ->
     assert spec.output.warehouse.connection.startswith("duckdb:///")
     assert main(["validate", str(path)]) == 0
     assert "labels" in capsys.readouterr().out
+
+
+def test_query_result_goes_through_the_validation_suite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A fetched table is validated like a file: a null worker id fails the labels suite (exit 2)."""
+    import duckdb
+
+    con = duckdb.connect(str(tmp_path / "in.duckdb"))
+    con.execute(
+        "CREATE TABLE l AS SELECT * FROM (VALUES ('t1', 'w1', 'a'), ('t1', NULL, 'b'), ('t2', 'w2', 'a')) v(task, worker, label)"
+    )
+    con.close()
+    spec = _spec(tmp_path, {"sql": "SELECT * FROM l", "connection": "duckdb:///in.duckdb"})
+    assert main(["validate", spec]) == 2
+    err = capsys.readouterr().err
+    assert "duckdb:///in.duckdb" in err and "worker" in err
