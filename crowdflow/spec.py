@@ -32,15 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import (
-    AliasChoices,
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from crowdflow.errors import SpecError
 
@@ -138,7 +130,7 @@ class SourceSpec(Credentials):
             raise ValueError("a sql source needs a connection (duckdb:///file.duckdb or postgresql://user@host/db)")
         if self.format != "auto":
             raise ValueError("format applies to file sources only")
-        if isinstance(self.params, list) and not self.connection.startswith("duckdb:"):
+        if isinstance(self.params, list) and not self.connection.lower().startswith("duckdb"):
             raise ValueError("PostgreSQL queries take named params (a mapping, used as :name in the sql)")
         return self
 
