@@ -12,6 +12,7 @@ import pyarrow.dataset as pads
 import pytest
 import sqlalchemy as sa
 import yaml
+from prefect import flow
 
 from crowdflow.errors import SpecError
 from crowdflow.spec import WarehouseSpec, parse_spec
@@ -117,7 +118,7 @@ def test_duckdb_sourced_spec_hive_parquet_and_duckdb_tables(tmp_path: Path, rte_
     assert n_skills == (man["outputs"]["skills"]["rows"],)
 
     # the closed loop reads a hive run through its manifest (what next_batch's skills_run does)
-    loaded = load_skills_run(str(out / "rte-duck"))
+    loaded = flow(name="read-hive-skills-run")(lambda path: load_skills_run(path))(str(out / "rte-duck"))
     assert loaded["run_id"] == run_id and len(loaded["skills"]) == man["outputs"]["skills"]["rows"]
     pd.testing.assert_frame_equal(_sorted(loaded["consensus"]), _sorted(parquet), check_dtype=False)
 
