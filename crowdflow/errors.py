@@ -67,3 +67,10 @@ class GraphCheckFailed(CrowdflowError):
     def __init__(self, message: str, check: str) -> None:
         self.check = check
         super().__init__(message)
+
+
+class WarehouseError(CrowdflowError):
+    """A database query or load failed (bad SQL, unknown table, refused load), or a driver is missing.
+
+    Messages name the connection with any password redacted; a failed load has been rolled back.
+    """

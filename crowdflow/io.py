@@ -26,6 +26,7 @@ import shutil
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,6 +45,8 @@ Format = Literal["auto", "csv", "parquet"]
 _CSV_SUFFIXES = {".csv", ".tsv", ".txt"}
 _PARQUET_SUFFIXES = {".parquet", ".pq", ".parq"}
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_RUN_DATE_RE = re.compile(r"^(\d{4})(\d{2})(\d{2})T")
+RUN_ID_COLUMN = "run_id"
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,9 @@ class LoadedTable:
         ``csv`` or ``parquet``.
     renamed : dict
         Input column → canonical column for every renamed column.
+    query : dict, optional
+        For a table fetched from a database: ``sql`` and ``params`` (``source`` is then the connection
+        URL, ``format`` the database kind and ``sha256`` a fingerprint of the fetched Arrow table).
     """
 
     df: pd.DataFrame
@@ -69,6 +75,7 @@ class LoadedTable:
     sha256: str
     format: str
     renamed: dict[str, str] = field(default_factory=dict)
+    query: dict[str, Any] | None = None
 
     @property
     def n_rows(self) -> int:
@@ -160,12 +167,16 @@ def _read_parquet(p: Path) -> tuple[pd.DataFrame, str]:
             table = pq.read_table(pa.BufferReader(raw))
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
         raise InputError(f"cannot read Parquet: {exc}", path=str(p)) from None
+    return _arrow_to_frame(table), digest
+
+
+def _arrow_to_frame(table: pa.Table) -> pd.DataFrame:
     # ids stay strings: dictionary/categorical columns are decoded, not kept as pandas categories
     df = table.to_pandas(types_mapper=None, categories=None)
     for col in df.columns:
         if isinstance(df[col].dtype, pd.CategoricalDtype):
             df[col] = df[col].astype(object)
-    return df, digest
+    return df
 
 
 def _winner_to_outcome(df: pd.DataFrame, col: str, path: str) -> pd.Series:
@@ -357,6 +368,57 @@ def read_table(
     return LoadedTable(df=df, source=str(p), sha256=digest, format=kind, renamed=renamed)
 
 
+def read_query(
+    url: str,
+    sql: str,
+    schema: TableSchema,
+    params: Mapping[str, Any] | list[Any] | None = None,
+    columns: Mapping[str, str] | None = None,
+    *,
+    password: str | None = None,
+    base_dir: str | os.PathLike[str] = ".",
+) -> LoadedTable:
+    """Run a query against DuckDB or PostgreSQL and read its result like a file (:func:`read_table`).
+
+    The result goes through the same column mapping, aliases and type coercion as a file; errors name
+    the connection (password redacted) and the query. Parameters are bound by the driver.
+
+    Parameters
+    ----------
+    url : str
+        ``duckdb:///file.duckdb`` or ``postgresql://user@host:port/db``, without a password.
+    sql : str
+        Query with ``:name`` (PostgreSQL) or ``$name`` / ``?`` (DuckDB) placeholders.
+    schema : TableSchema
+    params : mapping or list, optional
+    columns : mapping, optional
+        Canonical column → the column's name in the result.
+    password : str, optional
+        From the environment or a secret store, never from the spec.
+    base_dir : path
+        Folder a relative DuckDB file is resolved against.
+
+    Returns
+    -------
+    LoadedTable
+        ``source`` = the redacted URL, ``format`` = ``duckdb`` or ``postgresql``, ``sha256`` = content
+        fingerprint of the fetched Arrow table, ``query`` = ``{"sql", "params"}``.
+    """
+    from crowdflow.warehouse import check_connection_url, fetch_query, redact_url, table_fingerprint
+
+    kind = check_connection_url(url)
+    where = f"{redact_url(url)} (query of the {schema.name} source)"
+    table = fetch_query(url, sql, params, password=password, base_dir=base_dir)
+    digest = table_fingerprint(table)
+    df, renamed = _apply_columns(_arrow_to_frame(table), schema, columns or {}, where)
+    if len(df) == 0:
+        raise InputError(f"the query returned no rows for a {schema.name} table", path=where)
+    df = _coerce(df, schema, where)
+    log.info("fetched %s: %d rows (%s, fingerprint %s)", redact_url(url), len(df), kind, digest[:12])
+    query = {"sql": sql, "params": params if params is not None else {}}
+    return LoadedTable(df=df, source=redact_url(url), sha256=digest, format=kind, renamed=renamed, query=query)
+
+
 def check_name(name: str, what: str = "name") -> str:
     """Validate a pipeline or run name used in output paths (no separators, no traversal)."""
     if not _NAME_RE.match(name) or name in {".", ".."}:
@@ -383,15 +445,35 @@ def _fsync_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def write_parquet(df: pd.DataFrame, path: Path, schema: pa.Schema | None = None) -> int:
-    """Write one table atomically (temp name + rename); returns its row count."""
+def _to_arrow(df: pd.DataFrame, schema: pa.Schema | None, run_id: str | None = None) -> pa.Table:
     table = pa.Table.from_pandas(df, preserve_index=False)
     if schema is not None:
         table = table.select(schema.names).cast(schema)
+    if run_id is not None and RUN_ID_COLUMN not in table.column_names:
+        table = table.append_column(RUN_ID_COLUMN, pa.array([run_id] * table.num_rows, type=pa.string()))
+    return table
+
+
+def write_parquet(df: pd.DataFrame, path: Path, schema: pa.Schema | None = None) -> int:
+    """Write one table atomically (temp name + rename); returns its row count."""
+    table = _to_arrow(df, schema)
     tmp = path.with_name(path.name + ".tmp")
     pq.write_table(table, tmp)
     os.replace(tmp, path)
     return table.num_rows
+
+
+def run_date_of(run_id: str) -> str:
+    """``YYYY-MM-DD`` of a run: the UTC start date in a crowdflow run id, else today's UTC date."""
+    m = _RUN_DATE_RE.match(run_id)
+    if m:
+        return f"{m[1]}-{m[2]}-{m[3]}"
+    return datetime.now(UTC).date().isoformat()
+
+
+def hive_part(out_dir: str | os.PathLike[str], table: str, pipeline: str, run_date: str, run_id: str) -> Path:
+    """``<out>/<table>/pipeline=<pipeline>/run_date=<YYYY-MM-DD>/part-<run_id>.parquet``."""
+    return Path(out_dir) / table / f"pipeline={pipeline}" / f"run_date={run_date}" / f"part-{run_id}.parquet"
 
 
 def write_run(
@@ -402,12 +484,22 @@ def write_run(
     manifest: dict[str, Any],
     schemas: Mapping[str, pa.Schema] | None = None,
     extra_files: Mapping[str, bytes] | None = None,
+    layout: Literal["flat", "hive"] = "flat",
+    run_date: str | None = None,
 ) -> WrittenRun:
     """Write all tables of a run and its manifest, atomically, to ``<out>/<pipeline>/<run_id>/``.
 
-    The manifest gets ``outputs`` (table → relative path, rows) and ``status: completed``; it is the last
-    file written, and the staging folder is renamed into place only after it. On any error the staging
-    folder is removed and the exception propagates.
+    The manifest gets ``outputs`` (table → path relative to the run folder, rows) and ``status:
+    completed``; it is the last file written, and the staging folder is renamed into place only after
+    it. On any error the staging folder is removed and the exception propagates.
+
+    With ``layout="hive"`` each table is written instead as one part of a hive-partitioned dataset,
+    ``<out>/<table>/pipeline=<pipeline>/run_date=<date>/part-<run_id>.parquet`` with a ``run_id``
+    column (DuckDB ``read_parquet(..., hive_partitioning=true)``, ``pyarrow.dataset(...,
+    partitioning="hive")``, Spark and Trino read it directly); the run folder holds the manifest.
+    Parts are written under hidden temporary names (``.part-….tmp``, ignored by those readers),
+    renamed into place only after every table and the manifest are written, and the run folder is
+    renamed last; a failure removes every part of the run.
 
     Parameters
     ----------
@@ -421,6 +513,9 @@ def write_run(
         Stable output schemas to cast to.
     extra_files : mapping of file name → bytes, optional
         Other files of the run (reports).
+    layout : {"flat", "hive"}
+    run_date : str, optional
+        Hive partition date (default: :func:`run_date_of` the run id).
 
     Returns
     -------
@@ -428,34 +523,85 @@ def write_run(
     """
     check_name(pipeline, "pipeline name")
     check_name(run_id, "run id")
+    if layout not in ("flat", "hive"):
+        raise ValueError(f"layout must be flat or hive, got {layout!r}")
     base = Path(out_dir) / pipeline
     final = base / run_id
     if final.exists():
         raise FileExistsError(f"run directory {final} already exists; run ids must be unique")
+    parts: dict[str, Path] = {}
+    if layout == "hive":
+        if pipeline in tables:
+            raise ValueError(
+                f"pipeline name {pipeline!r} is also an output table name: with layout hive the table's "
+                f"dataset folder {Path(out_dir) / pipeline} would hold the run folders; rename the pipeline"
+            )
+        date = run_date or run_date_of(run_id)
+        for name in tables:
+            check_name(name, "table name")
+            parts[name] = hive_part(out_dir, name, pipeline, date, run_id)
+            if parts[name].exists():
+                raise FileExistsError(f"dataset part {parts[name]} already exists; run ids must be unique")
     staging = base / f".{run_id}.partial"
     base.mkdir(parents=True, exist_ok=True)
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir()
+    placed: list[Path] = []
     try:
         outputs: dict[str, dict[str, Any]] = {}
         for name, df in tables.items():
             check_name(name, "table name")
-            rows = write_parquet(df, staging / f"{name}.parquet", (schemas or {}).get(name))
-            outputs[name] = {"path": f"{name}.parquet", "rows": rows}
+            schema = (schemas or {}).get(name)
+            if layout == "flat":
+                rows = write_parquet(df, staging / f"{name}.parquet", schema)
+                outputs[name] = {"path": f"{name}.parquet", "rows": rows}
+                continue
+            part = parts[name]
+            part.parent.mkdir(parents=True, exist_ok=True)
+            table = _to_arrow(df, schema, run_id)
+            pq.write_table(table, _hidden_tmp(part))
+            outputs[name] = {
+                "path": os.path.relpath(part, final),
+                "rows": table.num_rows,
+                "dataset": os.path.relpath(Path(out_dir) / name, final),
+                "partition": {"pipeline": pipeline, "run_date": part.parent.name.split("=", 1)[1]},
+            }
         for fname, data in (extra_files or {}).items():
             check_name(fname, "file name")
             _fsync_write(staging / fname, data)
         full = dict(manifest)
         full["outputs"] = outputs
+        full["layout"] = layout
         full["status"] = "completed"
         _fsync_write(staging / "manifest.json", json.dumps(full, indent=2, default=str).encode())
+        for part in parts.values():
+            os.replace(_hidden_tmp(part), part)
+            placed.append(part)
         os.rename(staging, final)
     except BaseException:
+        for part in parts.values():
+            for f in (_hidden_tmp(part), part) if part in placed else (_hidden_tmp(part),):
+                f.unlink(missing_ok=True)
+            _remove_empty_dirs(part.parent, Path(out_dir))
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    log.info("wrote run %s (%d tables)", final, len(outputs))
+    log.info("wrote run %s (%d tables, %s layout)", final, len(outputs), layout)
     return WrittenRun(path=final, outputs=outputs)
+
+
+def _hidden_tmp(part: Path) -> Path:
+    return part.with_name(f".{part.name}.tmp")
+
+
+def _remove_empty_dirs(folder: Path, stop: Path) -> None:
+    """Remove ``folder`` and its empty parents up to (not including) ``stop``."""
+    try:
+        while folder != stop and stop in folder.parents:
+            folder.rmdir()
+            folder = folder.parent
+    except OSError:
+        pass
 
 
 def latest_run(path: str | os.PathLike[str]) -> Path:

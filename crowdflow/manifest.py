@@ -45,9 +45,25 @@ def started_at() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def input_record(name: str, source: str, sha256: str, rows: int, fmt: str) -> dict[str, Any]:
-    """One entry of the manifest's ``inputs`` list."""
-    return {"name": name, "path": source, "sha256": sha256, "rows": rows, "format": fmt}
+def input_record(
+    name: str, source: str, sha256: str, rows: int, fmt: str, query: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One entry of the manifest's ``inputs`` list.
+
+    A file is recorded by its path; a query by its connection URL (password already redacted by the
+    reader), ``sql`` and ``params``; both with the content fingerprint ``sha256``, rows and format.
+    """
+    if query is None:
+        return {"name": name, "path": source, "sha256": sha256, "rows": rows, "format": fmt}
+    return {
+        "name": name,
+        "connection": source,
+        "sql": query["sql"],
+        "params": query["params"],
+        "sha256": sha256,
+        "rows": rows,
+        "format": fmt,
+    }
 
 
 def build_manifest(

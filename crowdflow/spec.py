@@ -32,35 +32,115 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from crowdflow.errors import SpecError
 
 CheckMode = Literal["block", "warn"]
+Scalar = str | int | float | bool | None
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+SQL_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class SourceSpec(_Strict):
-    """Where a table comes from.
+class Credentials(_Strict):
+    """Where a database password comes from: never from the spec file itself.
 
     Attributes
     ----------
-    path : str
+    password_env : str, optional
+        Name of an environment variable holding the password (e.g. ``CROWDFLOW_PG_PASSWORD``).
+    password_secret : str, optional
+        Name of a Prefect ``Secret`` block holding the password (resolved by the task layer).
+    """
+
+    password_env: str | None = Field(
+        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="environment variable holding the password"
+    )
+    password_secret: str | None = Field(None, min_length=1, description="Prefect Secret block holding the password")
+
+    @model_validator(mode="after")
+    def _one_password_source(self) -> Credentials:
+        if self.password_env is not None and self.password_secret is not None:
+            raise ValueError("give password_env or password_secret, not both")
+        return self
+
+
+def _check_connection(url: str) -> str:
+    # the library's own check (crowdflow.warehouse) names the scheme and rejects inline passwords
+    from crowdflow.warehouse import check_connection_url
+
+    try:
+        check_connection_url(url)
+    except SpecError as exc:  # pydantic reports ValueErrors with the offending key
+        raise ValueError(str(exc)) from None
+    return url
+
+
+class SourceSpec(Credentials):
+    """Where a table comes from: a file (``path``) or a SQL query against a database (``sql``).
+
+    Attributes
+    ----------
+    path : str, optional
         CSV/TSV file, Parquet file or Parquet folder; relative to the spec file.
     format : {"auto", "csv", "parquet"}
+        File format (files only).
+    sql : str, optional
+        A query whose result is the table; parameters are bound by the driver, never formatted in:
+        ``:name`` for PostgreSQL, ``$name`` (or ``?`` with a list of params) for DuckDB.
+    params : dict or list
+        Values of the query's parameters.
+    connection : str, optional
+        ``duckdb:///path/file.duckdb`` (relative to the spec file; ``duckdb:////abs/path``) or
+        ``postgresql://user@host:port/db``; never with a password in it.
+    password_env, password_secret : str, optional
+        Where the database password comes from (see :class:`Credentials`).
     columns : dict
         Canonical column → the column's name in the source (only the ones that differ).
     """
 
-    path: str = Field(min_length=1, description="CSV/TSV file, Parquet file or Parquet folder")
+    path: str | None = Field(None, min_length=1, description="CSV/TSV file, Parquet file or Parquet folder")
     format: Literal["auto", "csv", "parquet"] = "auto"
+    sql: str | None = Field(None, min_length=1, description="SQL query (bound parameters: :name / $name / ?)")
+    params: dict[str, Scalar] | list[Scalar] = Field(
+        default_factory=dict, description="query parameters, bound by the database driver"
+    )
+    connection: str | None = Field(None, description="duckdb:///file.duckdb or postgresql://user@host:port/db")
     columns: dict[str, str] = Field(default_factory=dict, description="canonical name → your column name")
 
+    @field_validator("connection")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        return None if v is None else _check_connection(v)
+
+    @model_validator(mode="after")
+    def _file_or_query(self) -> SourceSpec:
+        if (self.path is None) == (self.sql is None):
+            raise ValueError("a source needs exactly one of path (a file) or sql (a query)")
+        if self.sql is None:
+            used = [k for k in ("params", "connection", "password_env", "password_secret") if getattr(self, k)]
+            if used:
+                raise ValueError(f"{used} only apply to a sql source")
+            return self
+        if self.connection is None:
+            raise ValueError("a sql source needs a connection (duckdb:///file.duckdb or postgresql://user@host/db)")
+        if self.format != "auto":
+            raise ValueError("format applies to file sources only")
+        if isinstance(self.params, list) and not self.connection.lower().startswith("duckdb"):
+            raise ValueError("PostgreSQL queries take named params (a mapping, used as :name in the sql)")
+        return self
+
+    @property
+    def is_query(self) -> bool:
+        return self.sql is not None
+
     def resolved(self, base: Path) -> Path:
+        if self.path is None:
+            raise ValueError("a sql source has no path")
         p = Path(self.path).expanduser()
         return p if p.is_absolute() else (base / p)
 
@@ -218,10 +298,41 @@ class RunnerSpec(_Strict):
     )
 
 
+class WarehouseSpec(Credentials):
+    """Load every output table into DuckDB or PostgreSQL after the Parquet export.
+
+    Each table gets a ``run_id`` column. ``replace`` recreates the table with this run's rows only;
+    ``append`` adds this run's rows after deleting any earlier rows of the same run id (a rerun of a
+    run id is idempotent). All tables are loaded in one transaction.
+    """
+
+    connection: str = Field(description="duckdb:///file.duckdb or postgresql://user@host:port/db (no password)")
+    mode: Literal["replace", "append"] = Field("append", description="replace the tables, or append by run id")
+    db_schema: str | None = Field(
+        None,
+        validation_alias=AliasChoices("schema", "db_schema"),
+        pattern=SQL_NAME_PATTERN,
+        description="database schema of the tables (created if missing); default: the database's default",
+    )
+    prefix: str = Field("", pattern=r"^[A-Za-z0-9_]{0,40}$", description="table name prefix, e.g. crowdflow_")
+
+    @field_validator("connection")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        return _check_connection(v)
+
+
 class OutputSpec(_Strict):
-    """Where results go: ``<dir>/<pipeline name>/<run id>/``."""
+    """Where results go.
+
+    ``layout: flat`` (default) writes ``<dir>/<pipeline>/<run id>/<table>.parquet``; ``layout: hive``
+    writes each table as a hive-partitioned dataset ``<dir>/<table>/pipeline=<name>/run_date=<YYYY-MM-DD>/
+    part-<run id>.parquet`` (with a ``run_id`` column) and keeps the manifest in ``<dir>/<pipeline>/<run id>/``.
+    """
 
     dir: str = "crowdflow-out"
+    layout: Literal["flat", "hive"] = Field("flat", description="flat run folders, or hive-partitioned datasets")
+    warehouse: WarehouseSpec | None = Field(None, description="also load the output tables into a database")
 
 
 Job = Literal["skills", "ranking", "personal_rankings", "personal_models", "assignment", "next_batch"]
@@ -235,6 +346,17 @@ JOB_INPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "assignment": (("candidates",), ("worker_caps", "task_caps")),
     "next_batch": (("open_tasks", "workers"), ()),
 }
+
+
+# Output table names of all jobs: with layout hive each is a dataset folder <out>/<table>, so a pipeline
+# (whose run folders are <out>/<pipeline>) must not take one of these names.
+OUTPUT_TABLES = frozenset(
+    {
+        "consensus", "skills", "components", "ranking", "outliers", "annotators", "path", "residuals",
+        "personal_rankings", "user_factors", "item_factors", "excluded", "fit", "personal_models",
+        "convergence", "assignment", "worker_load", "task_load", "candidates",
+    }
+)  # fmt: skip
 
 
 JOB_INPUTS_ALL = (
@@ -290,6 +412,11 @@ class PipelineSpec(_Strict):
             raise ValueError(f"job '{self.job}' does not use input(s) {extra}")
         if (self.job == "next_batch") != (self.skills_run is not None):
             raise ValueError("skills_run is required by job 'next_batch' and used by no other job")
+        if self.output.layout == "hive" and self.name in OUTPUT_TABLES:
+            raise ValueError(
+                f"with output.layout hive the pipeline name {self.name!r} would share the folder of the "
+                f"'{self.name}' dataset; choose another name"
+            )
         return self
 
     def inputs(self) -> dict[str, SourceSpec]:

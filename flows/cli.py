@@ -254,6 +254,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from flows.pipeline import check_spec
 
+    _prefect_env()  # a password_secret source reads its Prefect Secret block through the API
     spec = _load(args.spec, None)
     lines = check_spec(spec)
     print("\n".join(lines))

@@ -15,9 +15,11 @@ from prefect.runtime import flow_run
 from crowdflow.io import LoadedTable
 from crowdflow.manifest import build_manifest, input_record, new_run_id
 from crowdflow.spec import PipelineSpec
+from crowdflow.warehouse import redact_url
 from tasks.export import export_run
 from tasks.ingest import ingest
 from tasks.validate import validate
+from tasks.warehouse import load_warehouse
 
 
 @dataclass
@@ -81,7 +83,9 @@ def finish_run(
         job=spec.job,
         spec=spec.model_dump(mode="json"),
         inputs=[
-            input_record(kind, str(Path(t.source).resolve()), t.sha256, t.n_rows, t.format)
+            input_record(
+                kind, t.source if t.query else str(Path(t.source).resolve()), t.sha256, t.n_rows, t.format, t.query
+            )
             for kind, t in inputs.items()
         ],
         checks=checks,
@@ -90,6 +94,18 @@ def finish_run(
         flow_run_id=str(flow_run.id) if flow_run.id else None,
         extra=extra,
     )
-    run_dir = export_run(str(spec.output_dir()), spec.name, run_id, tables, manifest)
+    wh = spec.output.warehouse
+    if wh is not None:  # the target, recorded before the load (which runs after the export); never a password
+        manifest["warehouse"] = {
+            "connection": redact_url(wh.connection),
+            "mode": wh.mode,
+            "schema": wh.db_schema,
+            "tables": {
+                name: f"{wh.db_schema}.{wh.prefix}{name}" if wh.db_schema else wh.prefix + name for name in tables
+            },
+        }
+    run_dir = export_run(str(spec.output_dir()), spec.name, run_id, tables, manifest, spec.output.layout)
+    if wh is not None:
+        load_warehouse(run_dir, run_id, wh, spec.base_dir)
     get_run_logger().info("run %s completed in %.2f s → %s", run_id, clock.total, run_dir)
     return {"run_id": run_id, "run_dir": run_dir, "metrics": metrics}

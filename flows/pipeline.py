@@ -42,6 +42,8 @@ def check_locations(spec: PipelineSpec) -> None:
     """The output folder must not be an input's folder (a run must never overwrite its inputs)."""
     out = spec.output_dir().resolve()
     for src in spec.inputs().values():
+        if src.is_query:
+            continue
         p = spec.path_of(src).resolve()
         folder = p if p.is_dir() else p.parent
         if out == folder or (folder in out.parents and p.is_dir()):
@@ -54,17 +56,17 @@ def check_spec(spec: PipelineSpec) -> list[str]:
     Returns the report lines printed by ``crowdflow validate``.
     """
     from crowdflow.graphs import worker_graph_report
-    from crowdflow.io import read_table
     from crowdflow.labels import deduplicate, encode_labels
     from schemas.tables import INPUTS
     from schemas.validation import require_valid, validate_frame
+    from tasks.sources import read_source
 
     check_locations(spec)
     lines = [f"spec {spec.name}: ok (job {spec.job})"]
     if spec.job != "skills" or spec.labels is None:
         tables = {}
         for kind, src in spec.inputs().items():
-            t = read_table(spec.path_of(src), INPUTS[kind], src.columns, src.format)
+            t = read_source(spec, src, kind)
             rep = validate_frame(t.df, INPUTS[kind], t.source)
             if spec.checks.validation == "block":
                 require_valid(rep)
@@ -72,7 +74,7 @@ def check_spec(spec: PipelineSpec) -> list[str]:
             tables[kind] = t
         lines += _graph_lines(spec, tables)
         return lines
-    labels = read_table(spec.path_of(spec.labels), INPUTS["labels"], spec.labels.columns, spec.labels.format)
+    labels = read_source(spec, spec.labels, "labels")
     df = labels.df
     if spec.skills.duplicates != "error":
         df, dropped = deduplicate(df, spec.skills.duplicates)
@@ -87,7 +89,7 @@ def check_spec(spec: PipelineSpec) -> list[str]:
         else f"labels {labels.source}: {report.n_rows} rows, {report.n_expectations} expectations passed"
     )
     if spec.truth is not None:
-        truth = read_table(spec.path_of(spec.truth), INPUTS["truth"], spec.truth.columns, spec.truth.format)
+        truth = read_source(spec, spec.truth, "truth")
         tr = validate_frame(truth.df, INPUTS["truth"], truth.source)
         if spec.checks.validation == "block":
             require_valid(tr)

@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pandas as pd
+import pyarrow.parquet as pq
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
 from crowdflow.errors import InputError
-from crowdflow.io import LoadedTable, latest_run, read_table
+from crowdflow.io import LoadedTable, latest_run
 from crowdflow.spec import PipelineSpec, SourceSpec
-from schemas.tables import INPUTS
 from tasks import retry_transient
+from tasks.sources import read_source
 
 
 @task(
@@ -25,9 +25,9 @@ from tasks import retry_transient
     task_run_name="ingest-{kind}",
 )
 def ingest(spec: PipelineSpec, source: SourceSpec, kind: str) -> LoadedTable:
-    """Read ``source`` as a ``kind`` table (labels, truth, comparisons, …)."""
+    """Read ``source`` as a ``kind`` table (labels, truth, comparisons, …): a file or a database query."""
     logger = get_run_logger()
-    table = read_table(spec.path_of(source), INPUTS[kind], source.columns, source.format)
+    table = read_source(spec, source, kind)
     logger.info("ingested %s: %d rows from %s (sha256 %s)", kind, table.n_rows, table.source, table.sha256[:12])
     return table
 
@@ -46,6 +46,11 @@ def load_skills_run(path: str) -> dict[str, Any]:
     manifest = json.loads((run / "manifest.json").read_text())
     if manifest.get("job") != "skills":
         raise InputError(f"run {run.name} is a '{manifest.get('job')}' run, not a skills run", path=str(run))
-    tables = {name: pd.read_parquet(run / f"{name}.parquet") for name in ("skills", "consensus")}
+    outputs = manifest.get("outputs") or {}
+    # flat runs hold <table>.parquet; hive runs point at their dataset parts
+    tables = {
+        name: pq.ParquetFile(run / outputs.get(name, {}).get("path", f"{name}.parquet")).read().to_pandas()
+        for name in ("skills", "consensus")
+    }
     logger.info("using skills run %s (%d workers, %d tasks)", run, len(tables["skills"]), len(tables["consensus"]))
     return {"run_dir": str(run), "run_id": manifest.get("run_id"), **tables}

@@ -1,0 +1,408 @@
+"""Warehouse I/O: run a SQL query against DuckDB or PostgreSQL into Arrow, load output tables back.
+
+Connections are URLs without a password: ``duckdb:///path/file.duckdb`` (relative to the spec's
+folder; ``duckdb:////abs/path.duckdb`` for an absolute path) or ``postgresql://user@host:port/db``
+(SQLAlchemy + psycopg 3; ``postgresql+psycopg://`` is the same). A URL with an inline password
+(``user:secret@host`` or ``?password=``) is refused: the password is passed separately by the caller,
+which reads it from an environment variable or a Prefect Secret block.
+
+Query parameters are always bound by the driver, never formatted into the SQL: PostgreSQL takes
+``:name`` placeholders (SQLAlchemy ``text()``), DuckDB ``$name`` (a mapping) or ``?`` (a list).
+
+Loads are one transaction per run: every output table gets a ``run_id`` column; ``replace`` recreates
+each table with this run's rows, ``append`` deletes the rows of the same run id (a rerun is
+idempotent) and inserts this run's rows. A failure rolls back every table of the run.
+
+``duckdb``, ``sqlalchemy`` and ``psycopg`` are imported only inside the functions that need them
+(``pip install 'crowdflow[warehouse]'``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import logging
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+import pyarrow as pa
+
+from crowdflow.errors import SpecError, WarehouseError
+
+log = logging.getLogger(__name__)
+
+Kind = Literal["duckdb", "postgresql"]
+Params = Mapping[str, Any] | Sequence[Any] | None
+RUN_ID_COLUMN = "run_id"
+_SQL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_PG_SCHEMES = {"postgresql", "postgres"}
+_HINT = "pip install 'crowdflow[warehouse]'"
+
+
+def _require(module: str, package: str) -> ModuleType:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise WarehouseError(
+            f"warehouse I/O needs the optional dependency '{package}', which is not installed: {_HINT}"
+        ) from None
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password (in the user part or a ``password=`` query parameter) replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+        has_password = parts.password is not None
+    except ValueError:
+        return "<unparsable URL>"
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    if not has_password and not any(k.lower() == "password" for k, _ in pairs):
+        return url
+    netloc = parts.netloc
+    if has_password:
+        userinfo, _, hostport = netloc.rpartition("@")
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}:***@{hostport}"
+    query = "&".join(f"{k}=***" if k.lower() == "password" else f"{k}={v}" for k, v in pairs)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def check_connection_url(url: str) -> Kind:
+    """The kind of database a URL names; raise :class:`SpecError` on an unknown scheme or an inline password.
+
+    Parameters
+    ----------
+    url : str
+        ``duckdb:///file.duckdb`` or ``postgresql://user@host:port/db``.
+
+    Returns
+    -------
+    {"duckdb", "postgresql"}
+    """
+    try:
+        parts = urlsplit(url)
+        has_password = parts.password is not None
+        parts.port  # noqa: B018  (raises ValueError on a malformed port)
+    except ValueError as exc:
+        raise SpecError(f"connection {redact_url(url)!r} is not a valid URL: {exc}") from None
+    scheme = parts.scheme.lower().split("+", 1)[0]
+    if scheme == "duckdb":
+        kind: Kind = "duckdb"
+    elif scheme in _PG_SCHEMES:
+        kind = "postgresql"
+    else:
+        raise SpecError(
+            f"connection {redact_url(url)!r}: unsupported scheme '{parts.scheme}'; "
+            "use duckdb:///path/file.duckdb or postgresql://user@host:port/db"
+        )
+    in_query = any(k.lower() == "password" for k, _ in parse_qsl(parts.query, keep_blank_values=True))
+    if has_password or in_query:
+        raise SpecError(
+            f"connection {redact_url(url)!r} contains a password; never put credentials in a spec: "
+            "name an environment variable with password_env (or a Prefect Secret block with password_secret)"
+        )
+    return kind
+
+
+def password_from_env(variable: str, what: str = "connection") -> str:
+    """The password held by environment variable ``variable``; :class:`SpecError` when it is unset."""
+    value = os.environ.get(variable)
+    if value is None:
+        raise SpecError(f"{what}: environment variable {variable} (password_env) is not set")
+    return value
+
+
+def duckdb_path(url: str, base_dir: str | os.PathLike[str] = ".") -> str:
+    """Database file of a ``duckdb:///`` URL (relative paths resolved against ``base_dir``), or ``:memory:``."""
+    path = urlsplit(url).path
+    path = path[1:] if path.startswith("/") else path
+    if path in ("", ":memory:"):
+        return ":memory:"
+    p = Path(path).expanduser()
+    return str(p if p.is_absolute() else Path(base_dir) / p)
+
+
+def _pg_engine(url: str, password: str | None) -> Any:
+    sa = _require("sqlalchemy", "sqlalchemy")
+    _require("psycopg", "psycopg[binary]")
+    from sqlalchemy.pool import NullPool
+
+    u = sa.engine.make_url(url)
+    if u.drivername in _PG_SCHEMES:
+        u = u.set(drivername="postgresql+psycopg")
+    if password is not None:
+        u = u.set(password=password)
+    return sa.create_engine(u, poolclass=NullPool)
+
+
+_NOT_TRANSIENT = ("authentication failed", "no password supplied", "does not exist", "permission denied")
+
+
+def _refused(exc: Exception) -> bool:
+    """A connection error that a retry cannot fix (bad credentials, unknown database or role)."""
+    text = str(getattr(exc, "orig", None) or exc).lower()
+    return any(marker in text for marker in _NOT_TRANSIENT)
+
+
+def table_fingerprint(table: pa.Table) -> str:
+    """SHA-256 of a table's content: Arrow IPC stream of its columns (schema metadata and chunking ignored)."""
+    clean = table.replace_schema_metadata(None).combine_chunks()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, clean.schema) as writer:
+        writer.write_table(clean)
+    return hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()
+
+
+def _column_to_arrow(values: list[Any]) -> pa.Array:
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):  # e.g. UUIDs, ranges: kept as text
+        return pa.array([None if v is None else str(v) for v in values], type=pa.string())
+
+
+def fetch_query(
+    url: str,
+    sql: str,
+    params: Params = None,
+    *,
+    password: str | None = None,
+    base_dir: str | os.PathLike[str] = ".",
+) -> pa.Table:
+    """Run ``sql`` with bound ``params`` and return the result as an Arrow table.
+
+    Parameters
+    ----------
+    url : str
+        Connection URL without a password (see :func:`check_connection_url`).
+    sql : str
+        The query; placeholders ``:name`` (PostgreSQL), ``$name`` or ``?`` (DuckDB).
+    params : mapping or sequence, optional
+        Values bound by the driver.
+    password : str, optional
+        Database password (PostgreSQL), from the environment or a secret store.
+    base_dir : path
+        Folder a relative DuckDB file is resolved against.
+
+    Raises
+    ------
+    WarehouseError
+        The query failed (syntax, unknown table or column, missing parameter, missing database file).
+    """
+    kind = check_connection_url(url)
+    where = redact_url(url)
+    if kind == "duckdb":
+        duckdb = _require("duckdb", "duckdb")
+        path = duckdb_path(url, base_dir)
+        if path != ":memory:" and not Path(path).is_file():
+            raise WarehouseError(f"{where}: DuckDB database file {path} not found")
+        con = duckdb.connect(path, read_only=path != ":memory:")
+        try:
+            rel = con.sql(sql, params=params if params else None)
+            if rel is None:
+                raise WarehouseError(f"{where}: the statement returned no rows (a source needs a SELECT query)")
+            # duckdb >= 2 names it to_arrow_table; 1.x fetch_arrow_table
+            to_arrow = getattr(rel, "to_arrow_table", None) or rel.fetch_arrow_table
+            table = to_arrow()
+        except duckdb.Error as exc:
+            raise WarehouseError(f"{where}: query failed: {exc}") from None
+        finally:
+            con.close()
+        return table
+    if not isinstance(params, Mapping) and params:
+        raise WarehouseError(f"{where}: PostgreSQL queries take named parameters (:name), not a list")
+    sa = _require("sqlalchemy", "sqlalchemy")
+    engine = _pg_engine(url, password)
+    try:
+        with engine.connect() as conn:
+            result = conn.execute(sa.text(sql), dict(params or {}))
+            names = list(result.keys())
+            rows = result.fetchall()
+    except (sa.exc.StatementError, sa.exc.ArgumentError) as exc:
+        if isinstance(exc, sa.exc.OperationalError) and not _refused(exc):  # network trouble: the caller may retry
+            raise
+        raise WarehouseError(f"{where}: query failed: {getattr(exc, 'orig', None) or exc}") from None
+    finally:
+        engine.dispose()
+    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in names]
+    arrays = [_column_to_arrow(list(c)) for c in columns]
+    return pa.Table.from_arrays(arrays, names=names)
+
+
+def _qident(name: str) -> str:
+    if not _SQL_NAME.match(name):
+        raise ValueError(f"invalid SQL identifier {name!r}: use letters, digits and '_' (not starting with a digit)")
+    return f'"{name}"'
+
+
+def _with_run_id(table: pa.Table, run_id: str) -> pa.Table:
+    table = table.replace_schema_metadata(None)
+    if RUN_ID_COLUMN in table.column_names:
+        return table
+    return table.append_column(RUN_ID_COLUMN, pa.array([run_id] * table.num_rows, type=pa.string()))
+
+
+def load_tables(
+    url: str,
+    tables: Mapping[str, pa.Table],
+    run_id: str,
+    *,
+    mode: Literal["replace", "append"] = "append",
+    schema: str | None = None,
+    prefix: str = "",
+    password: str | None = None,
+    base_dir: str | os.PathLike[str] = ".",
+) -> dict[str, str]:
+    """Load a run's output tables into DuckDB or PostgreSQL in one transaction.
+
+    Parameters
+    ----------
+    url : str
+        Connection URL without a password.
+    tables : mapping of name → pyarrow.Table
+        The run's tables (as written to Parquet); a ``run_id`` column is added when absent.
+    run_id : str
+    mode : {"replace", "append"}
+        ``replace``: each table is recreated with this run's rows only. ``append``: rows of ``run_id``
+        already in the table are deleted, then this run's rows are inserted.
+    schema : str, optional
+        Database schema (created if missing).
+    prefix : str
+        Prefix of the table names.
+    password : str, optional
+    base_dir : path
+        Folder a relative DuckDB file is resolved against.
+
+    Returns
+    -------
+    dict
+        Table name → qualified database table it was loaded into.
+
+    Raises
+    ------
+    WarehouseError
+        The database refused the load; nothing of this run is left in any table (rolled back).
+    """
+    if mode not in ("replace", "append"):
+        raise ValueError(f"mode must be replace or append, got {mode!r}")
+    kind = check_connection_url(url)
+    names = {name: prefix + name for name in tables}
+    for target in names.values():
+        _qident(target)
+    if schema is not None:
+        _qident(schema)
+    data = {name: _with_run_id(t, run_id) for name, t in tables.items()}
+    if kind == "duckdb":
+        _load_duckdb(url, data, names, run_id, mode, schema, base_dir)
+    else:
+        _load_postgresql(url, data, names, run_id, mode, schema, password)
+    qualified = {n: f"{schema}.{t}" if schema else t for n, t in names.items()}
+    log.info("loaded %d tables of run %s into %s (%s)", len(data), run_id, redact_url(url), mode)
+    return qualified
+
+
+def _load_duckdb(
+    url: str,
+    data: Mapping[str, pa.Table],
+    names: Mapping[str, str],
+    run_id: str,
+    mode: str,
+    schema: str | None,
+    base_dir: str | os.PathLike[str],
+) -> None:
+    duckdb = _require("duckdb", "duckdb")
+    path = duckdb_path(url, base_dir)
+    if path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect(path)
+    view = "__crowdflow_rows"
+    try:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            if schema is not None:
+                con.execute(f"CREATE SCHEMA IF NOT EXISTS {_qident(schema)}")
+            for name, table in data.items():
+                target = (f"{_qident(schema)}." if schema else "") + _qident(names[name])
+                con.register(view, table)
+                if mode == "replace":
+                    con.execute(f"CREATE OR REPLACE TABLE {target} AS SELECT * FROM {view}")
+                else:
+                    con.execute(f"CREATE TABLE IF NOT EXISTS {target} AS SELECT * FROM {view} LIMIT 0")
+                    con.execute(f"DELETE FROM {target} WHERE {RUN_ID_COLUMN} = ?", [run_id])
+                    con.execute(f"INSERT INTO {target} BY NAME SELECT * FROM {view}")
+                con.unregister(view)
+            con.execute("COMMIT")
+        except duckdb.Error as exc:
+            con.execute("ROLLBACK")
+            raise WarehouseError(f"{redact_url(url)}: loading run {run_id} failed, nothing was loaded: {exc}") from None
+    finally:
+        con.close()
+
+
+def _pg_type(sa: ModuleType, field: pa.Field) -> Any:
+    from sqlalchemy.dialects import postgresql as pg
+
+    t = field.type
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return sa.Text()
+    if pa.types.is_boolean(t):
+        return sa.Boolean()
+    if pa.types.is_integer(t):
+        return sa.BigInteger() if t.bit_width > 16 or pa.types.is_unsigned_integer(t) else sa.Integer()
+    if pa.types.is_floating(t):
+        return pg.DOUBLE_PRECISION() if t.bit_width == 64 else pg.REAL()
+    if pa.types.is_decimal(t):
+        return sa.Numeric(t.precision, t.scale)
+    if pa.types.is_timestamp(t):
+        return sa.DateTime(timezone=t.tz is not None)
+    if pa.types.is_date(t):
+        return sa.Date()
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pg.ARRAY(_pg_type(sa, pa.field(field.name, t.value_type)))
+    if pa.types.is_struct(t) or pa.types.is_map(t):
+        return pg.JSONB()
+    raise WarehouseError(f"column '{field.name}': Arrow type {t} has no PostgreSQL mapping")
+
+
+def _load_postgresql(
+    url: str,
+    data: Mapping[str, pa.Table],
+    names: Mapping[str, str],
+    run_id: str,
+    mode: str,
+    schema: str | None,
+    password: str | None,
+) -> None:
+    sa = _require("sqlalchemy", "sqlalchemy")
+    engine = _pg_engine(url, password)
+    metadata = sa.MetaData(schema=schema)
+    try:
+        with engine.begin() as conn:  # one transaction: commits at the end, rolls back on any error
+            if schema is not None:
+                conn.execute(sa.schema.CreateSchema(schema, if_not_exists=True))
+            for name, table in data.items():
+                cols = [sa.Column(f.name, _pg_type(sa, f)) for f in table.schema]
+                target = sa.Table(names[name], metadata, *cols)
+                if mode == "replace":
+                    target.drop(conn, checkfirst=True)
+                    target.create(conn)
+                else:
+                    target.create(conn, checkfirst=True)
+                    conn.execute(sa.delete(target).where(target.c[RUN_ID_COLUMN] == run_id))
+                rows = table.to_pylist()
+                if rows:
+                    conn.execute(sa.insert(target), rows)
+    except sa.exc.DBAPIError as exc:
+        if isinstance(exc, sa.exc.OperationalError) and not _refused(exc):  # network trouble: the caller may retry
+            raise
+        raise WarehouseError(
+            f"{redact_url(url)}: loading run {run_id} failed, nothing was loaded: {getattr(exc, 'orig', exc)}"
+        ) from None
+    finally:
+        engine.dispose()
