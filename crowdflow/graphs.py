@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
+from crowdflow._typing import SparseMatrix
 from crowdflow.labels import LabelMatrix, task_major_order
 
 log = logging.getLogger(__name__)
@@ -51,15 +53,17 @@ class Components:
     sizes: np.ndarray
 
 
-def _symmetric_pattern(adj: sp.spmatrix) -> sp.csr_matrix:
+def _symmetric_pattern(adj: SparseMatrix) -> sp.csr_matrix:
     a = sp.csr_matrix(adj, copy=True)
     a.setdiag(0)
     a.eliminate_zeros()
-    a = ((a != 0) + (a.T != 0)).astype(np.int8)
+    # scipy-stubs leave sparse `!=` as object.__ne__ (bool); at runtime it is elementwise
+    nz: Any = a
+    a = ((nz != 0) + (nz.T != 0)).astype(np.int8)
     return sp.csr_matrix(a)
 
 
-def components(adj: sp.spmatrix) -> Components:
+def components(adj: SparseMatrix) -> Components:
     """Connected components and bipartiteness of the undirected graph with adjacency ``adj``.
 
     Bipartite double cover: nodes (i, 0) and (i, 1); each edge {i, j} becomes (i,0)–(j,1) and
@@ -84,7 +88,7 @@ def components(adj: sp.spmatrix) -> Components:
     remap = np.empty(n_comp, dtype=np.int64)
     remap[np.argsort(first, kind="stable")] = np.arange(n_comp)
     comp = remap[raw]
-    cover = sp.bmat([[None, a], [a, None]], format="csr")
+    cover = cast(sp.csr_matrix, sp.bmat([[None, a], [a, None]], format="csr"))  # stubs: spmatrix
     _, cov = connected_components(cover, directed=False)
     same = cov[:n] == cov[n:]  # node meets its own copy: odd cycle in its component
     odd = np.zeros(n_comp, dtype=bool)
@@ -310,6 +314,7 @@ def describe_failures(
     """
     lines = []
     failing = report.components[report.components["status"].isin(statuses)]
+    row: Any  # itertuples rows: namedtuples of the report's columns
     for row in failing.head(limit).itertuples(index=False):
         more = row.n_workers - len(row.workers.split(",")) if row.workers else 0
         extra = f" (+{more} more)" if more > 0 else ""
@@ -481,7 +486,7 @@ def comparison_graph_report(comparisons: pd.DataFrame, max_listed: int = 20) -> 
             "items": listed,
         }
     )
-    uidx = pd.Index(np.unique(users)).get_indexer(users)
+    uidx = pd.Index(np.unique(users)).get_indexer(pd.Index(users))
     n_u = int(uidx.max()) + 1 if uidx.size else 0
     rows = np.concatenate([uidx, uidx])
     cols = n_u + np.concatenate([ia, ib])

@@ -172,7 +172,7 @@ def _read_parquet(p: Path) -> tuple[pd.DataFrame, str]:
 
 def _arrow_to_frame(table: pa.Table) -> pd.DataFrame:
     # ids stay strings: dictionary/categorical columns are decoded, not kept as pandas categories
-    df = table.to_pandas(types_mapper=None, categories=None)
+    df: pd.DataFrame = table.to_pandas(types_mapper=None, categories=None)
     for col in df.columns:
         if isinstance(df[col].dtype, pd.CategoricalDtype):
             df[col] = df[col].astype(object)
@@ -184,7 +184,7 @@ def _winner_to_outcome(df: pd.DataFrame, col: str, path: str) -> pd.Series:
     w = df[col].astype("string")
     a = df["item_a"].astype("string")
     b = df["item_b"].astype("string")
-    out = pd.Series(np.nan, index=df.index, dtype=np.float64)
+    out: pd.Series = pd.Series(np.nan, index=df.index, dtype=np.float64)
     out[(w == a).fillna(False).to_numpy()] = 1.0
     out[(w == b).fillna(False).to_numpy()] = -1.0
     out[(w.str.lower() == "tie").fillna(False).to_numpy()] = 0.0
@@ -239,7 +239,7 @@ def _apply_columns(
 
 
 def _coerce(df: pd.DataFrame, schema: TableSchema, path: str) -> pd.DataFrame:
-    out = {}
+    out: dict[str, pd.Series] = {}
     for col in schema.columns:
         if col.name not in df.columns:
             continue
@@ -280,24 +280,24 @@ def _coerce(df: pd.DataFrame, schema: TableSchema, path: str) -> pd.DataFrame:
         for c in df.columns:
             if c in keep.columns:
                 continue
-            col = df[c]
-            if c == "x" and schema.name == "agents" and not _is_nested(col).any():
+            extra = df[c]
+            if c == "x" and schema.name == "agents" and not _is_nested(extra).any():
                 raise InputError(
                     "column 'x' is reserved for list-valued feature vectors (a Parquet list column); "
                     "rename this scalar feature column (e.g. x1)",
                     path=path,
                     column=c,
                 )
-            if col.dtype.kind in "fiub" or _is_nested(col).any():
-                keep[c] = col
+            if extra.dtype.kind in "fiub" or _is_nested(extra).any():
+                keep[c] = extra
                 continue
-            text = col.astype("string").str.strip()
+            text = extra.astype("string").str.strip()
             num = pd.to_numeric(text, errors="coerce")
             bad = num.isna() & text.notna() & ~text.str.lower().isin(["nan", ""])
             if not bad.any():
                 keep[c] = num.astype(np.float64)
             elif int(num.notna().sum()) <= int(bad.sum()):
-                keep[c] = col  # a text column (e.g. a name): kept as it is, never used as a feature
+                keep[c] = extra  # a text column (e.g. a name): kept as it is, never used as a feature
             else:  # mostly numbers with a few typos: never silently drop the column from the features
                 rows = (np.flatnonzero(bad.to_numpy()) + 1).tolist()
                 raise InputError(
@@ -460,7 +460,7 @@ def write_parquet(df: pd.DataFrame, path: Path, schema: pa.Schema | None = None)
     tmp = path.with_name(path.name + ".tmp")
     pq.write_table(table, tmp)
     os.replace(tmp, path)
-    return table.num_rows
+    return int(table.num_rows)
 
 
 def run_date_of(run_id: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 import pandas as pd
@@ -58,7 +58,7 @@ def natural_sort(values: np.ndarray) -> np.ndarray:
     values = np.asarray(values, dtype=object)
     if values.size == 0:
         return values
-    return values[natural_order(values)].astype(str).astype(object)
+    return cast(np.ndarray, values[natural_order(values)].astype(str).astype(object))
 
 
 def deduplicate(labels: pd.DataFrame, policy: DuplicatePolicy = "error") -> tuple[pd.DataFrame, int]:
@@ -88,7 +88,7 @@ def deduplicate(labels: pd.DataFrame, policy: DuplicatePolicy = "error") -> tupl
             f"{n_dup_rows} rows repeat a (task, worker) pair, e.g. {examples}; "
             "set duplicates: keep_last or keep_first in the spec to keep one answer per pair"
         )
-    keep = "last" if policy == "keep_last" else "first"
+    keep: Literal["first", "last"] = "last" if policy == "keep_last" else "first"
     out = labels[~labels.duplicated(["task", "worker"], keep=keep)]
     dropped = len(labels) - len(out)
     log.info("dropped %d duplicate (task, worker) rows (policy %s)", dropped, policy)

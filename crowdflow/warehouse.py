@@ -228,7 +228,7 @@ def fetch_query(
         raise WarehouseError(f"{where}: query failed: {getattr(exc, 'orig', None) or exc}") from None
     finally:
         engine.dispose()
-    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in names]
+    columns: list[tuple[Any, ...]] = list(zip(*rows, strict=True)) if rows else [() for _ in names]
     arrays = [_column_to_arrow(list(c)) for c in columns]
     return pa.Table.from_arrays(arrays, names=names)
 

@@ -44,7 +44,7 @@ class _NoTraceback(logging.Filter):
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """Writes to whatever ``sys.stderr`` is at emit time (safe when the CLI runs in-process, e.g. tests)."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> Any:
         return sys.stderr
 

@@ -116,9 +116,9 @@ def _graph_lines(spec: PipelineSpec, tables: dict[str, Any]) -> list[str]:
         return [f"{what}: {parts} component(s)"]
     if spec.job == "personal_models":
         agents, edges = tables["agents"], tables["edges"]
-        rep = agent_graph_report(edges.df, agents.df["agent"].astype(str).unique())
-        problems = agent_graph_problems(rep, require_connected=mode == "block")
+        agent_rep = agent_graph_report(edges.df, agents.df["agent"].astype(str).unique())
+        problems = agent_graph_problems(agent_rep, require_connected=mode == "block")
         if problems:
             raise GraphCheckFailed(f"{edges.source}: " + "; ".join(problems), "agent_graph")
-        return [f"agent graph: {rep.n_agents} agents, {rep.n_components} component(s)"]
+        return [f"agent graph: {agent_rep.n_agents} agents, {agent_rep.n_components} component(s)"]
     return []

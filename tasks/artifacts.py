@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -22,7 +22,8 @@ def markdown(key: str, body: str, description: str) -> None:
 def table(key: str, df: pd.DataFrame, description: str, max_rows: int = 200) -> None:
     """Publish the first ``max_rows`` rows of ``df`` as a table artifact."""
     head = df.head(max_rows).astype(object)
-    records: list[dict[str, Any]] = head.where(head.notna(), None).to_dict("records")
+    # column names are strings here; pandas-stubs types record keys as Hashable
+    records = cast(list[dict[str, Any]], head.where(head.notna(), None).to_dict("records"))
     create_table_artifact(key=_key(key), table=records, description=description)
 
 

@@ -8,6 +8,8 @@ so ``crowdflow validate`` stays free of it.
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from crowdflow.errors import SpecError
 from crowdflow.io import LoadedTable, read_query, read_table
 from crowdflow.spec import Credentials, PipelineSpec, SourceSpec
@@ -36,7 +38,8 @@ def resolve_password(creds: Credentials, what: str) -> str | None:
         from prefect.blocks.system import Secret
 
         try:
-            block = Secret.load(creds.password_secret, _sync=True)
+            # _sync=True: the synchronous path of Prefect's sync/async dual API (stubs only know the async one)
+            block = cast(Secret[Any], Secret.load(creds.password_secret, _sync=True))  # type: ignore[call-arg]
         except ValueError:
             raise SpecError(
                 f"{what}: Prefect Secret block '{creds.password_secret}' (password_secret) not found"

@@ -1,7 +1,9 @@
-"""Guard rails run with the tests (issue #11): ruff lint + format, and the layer contracts.
+"""Guard rails run with the tests (issue #11): ruff lint + format, mypy, and the layer contracts.
 
 The contracts (pyproject.toml [tool.importlinter]): crowdflow/ never imports prefect,
 great_expectations, tasks or flows; crowdflow.models never imports schemas; flows -> tasks -> schemas.
+mypy (pyproject.toml [tool.mypy]) is strict on crowdflow/, tasks/, flows/ and schemas/; its incremental
+cache lives in .mypy_cache/ (gitignored): ~40 s of CPU on a fresh checkout, ~2 s once warm.
 """
 
 from __future__ import annotations
@@ -30,3 +32,8 @@ def test_layer_contracts() -> None:
     res = _run(str(exe))
     assert res.returncode == 0, res.stdout + res.stderr
     assert "0 broken" in res.stdout
+
+
+def test_mypy() -> None:
+    res = _run(sys.executable, "-m", "mypy")
+    assert res.returncode == 0, res.stdout + res.stderr

@@ -41,7 +41,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import pandas as pd
@@ -289,8 +289,12 @@ def encode_personal_comparisons(
     ann_a = ann.to_numpy(dtype=object)
     ia_a = ia.to_numpy(dtype=object)
     ib_a = ib.to_numpy(dtype=object)
-    fit_users = natural_sort(pd.unique(ann_a[used])) if n_used else np.array([], dtype=object)
-    fit_items = natural_sort(pd.unique(np.r_[ia_a[used], ib_a[used]])) if n_used else np.array([], dtype=object)
+    fit_users = natural_sort(cast(np.ndarray, pd.unique(ann_a[used]))) if n_used else np.array([], dtype=object)
+    fit_items = (
+        natural_sort(cast(np.ndarray, pd.unique(np.r_[ia_a[used], ib_a[used]])))
+        if n_used
+        else np.array([], dtype=object)
+    )
 
     # entities seen or declared but not fitted, with the reason
     def _excluded(
@@ -456,9 +460,11 @@ def mean_kendall_tau(X_hat: np.ndarray, X_star: np.ndarray, block_entries: int =
     -------
     float
     """
+    m: int
+    n: int
     m, n = X_hat.shape
     j, k = np.triu_indices(n, 1)
-    npairs = j.size
+    npairs: int = j.size
     rb = max(1, block_entries // max(1, npairs))
     total = 0.0
     for i0 in range(0, m, rb):
@@ -580,7 +586,7 @@ class PersonalRankingResult:
 
     def score_matrix(self, rescaled: bool = True) -> np.ndarray:
         """Dense ``X̂`` (m×n, users × items in ``users``/``items`` order); rescaled to ``‖·‖_∞ = α``."""
-        X = self.L @ self.R.T
+        X: np.ndarray = self.L @ self.R.T
         if rescaled:
             X *= self.diagnostics.alpha / max(self.diagnostics.scale, np.finfo(float).tiny)
         return X
@@ -1188,7 +1194,7 @@ def fit_convex_spg(
     X = np.zeros((m, n))
     f, g = fg(X)
     hist = [f]
-    step = 1.0 / max(np.linalg.norm(g), 1e-12)
+    step = 1.0 / max(float(np.linalg.norm(g)), 1e-12)
     status = "max_iter"
     k = 0
     for k in range(1, max_iter + 1):
@@ -1209,7 +1215,7 @@ def fit_convex_spg(
         ss = float(np.einsum("ij,ij->", S, S))
         step = ss / sy if sy > 0 else 1e3 * step
         step = float(np.clip(step, 1e-10, 1e10))
-        done = np.sqrt(ss) <= tol * max(1.0, np.linalg.norm(X)) or abs(f - fn) <= tol * max(1.0, abs(f))
+        done = np.sqrt(ss) <= tol * max(1.0, float(np.linalg.norm(X))) or abs(f - fn) <= tol * max(1.0, abs(f))
         X, f, g = Xn, fn, gn
         hist.append(f)
         if done:

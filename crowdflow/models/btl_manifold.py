@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import pandas as pd
@@ -49,6 +49,8 @@ __all__ = [
 ]
 
 Tangent = tuple[np.ndarray, np.ndarray]
+# single-block cache of a point: (X, Y = X²/μ, W, Q, G); W and Q are None when λ = 0
+_DenseCache = tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray]
 
 DEFAULT_BLOCK_ENTRIES = 1 << 21  # ~2M entries (16 MB of float64) per dense row block
 
@@ -317,7 +319,7 @@ class PointEval:
     zs: float = 1.0
     QR: np.ndarray | None = field(default=None, repr=False)
     QtL: np.ndarray | None = field(default=None, repr=False)
-    dense: tuple[np.ndarray, ...] | None = field(default=None, repr=False)
+    dense: _DenseCache | None = field(default=None, repr=False)
 
 
 class SmoothedBTLObjective:
@@ -451,6 +453,7 @@ class SmoothedBTLObjective:
             xf = X.ravel()
             loss, c1, h = self._pairs(xf[self.fa] - xf[self.fb], 0, P)
             G = self._scatter(c1, self.fa, self.fb, m)
+            dense: _DenseCache | None
             reg, q, zs, dense, QR, QtL = 0.0, 0.0, 1.0, None, None, None
             if lam > 0:
                 q = float(Y.max())
@@ -542,6 +545,7 @@ class SmoothedBTLObjective:
             ef = E.ravel()
             DG = self._scatter(pt.h * (ef[self.fa] - ef[self.fb]), self.fa, self.fb, m)
             if lam > 0:
+                assert W is not None and Q is not None  # cached whenever λ > 0
                 inner = _dot(Q, E)
                 DG += lam * (2.0 * W * E * (1.0 + 2.0 * Y) - (inner / mu) * Q)
             return DG @ R + G @ xiR, DG.T @ L + G.T @ xiL
@@ -570,6 +574,7 @@ class SmoothedBTLObjective:
             hL[i0:i1] = D1 @ R + G @ xiR
             hR += D1.T @ Lb + G.T @ xb
         if lam > 0:
+            assert pt.QR is not None and pt.QtL is not None  # computed whenever λ > 0
             hL -= (lam * inner / mu) * pt.QR
             hR -= (lam * inner / mu) * pt.QtL
         return hL, hR
@@ -625,7 +630,7 @@ class SmoothedBTLObjective:
 
 
 def _sym(M: np.ndarray) -> np.ndarray:
-    return 0.5 * (M + M.T)
+    return cast(np.ndarray, 0.5 * (M + M.T))
 
 
 class TwoFactorGeometry:
@@ -664,7 +669,7 @@ class TwoFactorGeometry:
 
     def solve_sylvester(self, C: np.ndarray) -> np.ndarray:
         """Solve ``P Ω + Ω P = C`` for ``P = (LᵀL)(RᵀR)`` (equals ``scipy.linalg.solve_sylvester(P, P, C)``)."""
-        return self._T @ ((self._Ti @ C @ self._T) / self._den) @ self._Ti
+        return cast(np.ndarray, self._T @ ((self._Ti @ C @ self._T) / self._den) @ self._Ti)
 
     def inner(self, xi: Tangent, zeta: Tangent) -> float:
         """Metric ``g_x(ξ, ζ)``."""
@@ -696,7 +701,8 @@ class TwoFactorGeometry:
     def _conn(self, Z: np.ndarray, Zi: np.ndarray, G: np.ndarray, xi: np.ndarray, g: np.ndarray) -> np.ndarray:
         # Christoffel term Γ(ξ, g) of g(ξ,ζ) = tr(G⁻¹ ξᵀζ), G = ZᵀZ, derived from the Koszul formula:
         # Γ(ξ, ζ) = −ζ G⁻¹ sym(Zᵀξ) − ξ G⁻¹ sym(Zᵀζ) + Z sym(G⁻¹ ξᵀζ G⁻¹) G
-        return -g @ (Zi @ _sym(Z.T @ xi)) - xi @ (Zi @ _sym(Z.T @ g)) + Z @ (_sym(Zi @ (xi.T @ g) @ Zi) @ G)
+        out: np.ndarray = -g @ (Zi @ _sym(Z.T @ xi)) - xi @ (Zi @ _sym(Z.T @ g)) + Z @ (_sym(Zi @ (xi.T @ g) @ Zi) @ G)
+        return out
 
     def rhess(self, egrad: Tangent, ehess: Tangent, grad: Tangent, xi: Tangent) -> Tangent:
         """Riemannian Hessian ``Π_x(D grad[ξ] + Γ(ξ, grad))`` (spec §2.5, paper eqs. 17–18).
@@ -892,7 +898,7 @@ def riemannian_trust_region(
     gnorm = geo.norm(grad)
     radius = delta0
     eps = np.finfo(float).eps
-    rows: list[dict] = [
+    rows: list[dict[str, Any]] = [
         {
             "iteration": 0,
             "objective": pt.f,
@@ -1052,14 +1058,14 @@ def lbfgs_factors(
             return L / c, R * c
         return L, R
 
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     timed_out = False
 
     def callback(intermediate_result: Any) -> None:
         nonlocal timed_out
         z = intermediate_result.x
         pt = last.get("pt")
-        if pt is None or not np.array_equal(last.get("z"), z):
+        if pt is None or not np.array_equal(cast(Any, last.get("z")), z):
             fun(z)
             pt = last["pt"]
         rows.append(

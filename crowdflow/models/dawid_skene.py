@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import warnings
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -92,7 +93,7 @@ def _normalise_log(logp: np.ndarray) -> tuple[np.ndarray, float]:
 
 def _mv_init(lm: LabelMatrix) -> np.ndarray:
     counts = lm.task_class_counts().toarray()
-    return counts / counts.sum(axis=1, keepdims=True)
+    return cast(np.ndarray, counts / counts.sum(axis=1, keepdims=True))
 
 
 def _pick(post: np.ndarray, tie_break: TieBreak, seed: int) -> tuple[np.ndarray, int]:

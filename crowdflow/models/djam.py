@@ -52,7 +52,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import pandas as pd
@@ -121,7 +121,7 @@ def _fmt_ids(ids: Iterable[Any], limit: int = 10) -> str:
 
 def _matvec(m: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Batched ``m[k] @ v[k]`` for m (K, p, p), v (K, p)."""
-    return np.matmul(m, v[..., None])[..., 0]
+    return cast(np.ndarray, np.matmul(m, v[..., None])[..., 0])
 
 
 # --------------------------------------------------------------------------------------------
@@ -151,11 +151,11 @@ class QuadraticLosses:
     def value(self, theta: np.ndarray) -> np.ndarray:
         """f_i(θ_i) for every agent (theta: (n, p))."""
         quad = 0.5 * np.einsum("ki,kij,kj->k", theta, self.A, theta)
-        return quad - np.einsum("ki,ki->k", self.e, theta) + self.const
+        return cast(np.ndarray, quad - np.einsum("ki,ki->k", self.e, theta) + self.const)
 
     def grad(self, idx: np.ndarray, theta: np.ndarray) -> np.ndarray:
         """∇f_i(θ) = A_iθ − e_i for the agents ``idx`` (theta: (K, p))."""
-        return _matvec(self.A[idx], theta) - self.e[idx]
+        return cast(np.ndarray, _matvec(self.A[idx], theta) - self.e[idx])
 
     def hess(self, theta: np.ndarray) -> np.ndarray:
         """Hessian blocks A_i (n, p, p)."""
@@ -263,14 +263,17 @@ class HuberLosses:
         agent, r, k = self._clip_sums(theta)
         a = np.abs(r)
         h = np.where(a <= k, 0.5 * r * r, k * a - 0.5 * k * k)
-        return np.bincount(agent, weights=self.w * h, minlength=self.n) + 0.5 * self.s * (theta[:, 0] - self.mu) ** 2
+        return cast(
+            np.ndarray,
+            np.bincount(agent, weights=self.w * h, minlength=self.n) + 0.5 * self.s * (theta[:, 0] - self.mu) ** 2,
+        )
 
     def grad(self, idx: np.ndarray, theta: np.ndarray) -> np.ndarray:
         seg, pos = _ragged(self.ptr, idx)
         k = self.kappa[idx][seg]
         r = np.clip(self.y[pos] - theta[seg, 0], -k, k)
         g = -np.bincount(seg, weights=self.w[pos] * r, minlength=idx.size)
-        return (g + self.s[idx] * (theta[:, 0] - self.mu[idx]))[:, None]
+        return cast(np.ndarray, (g + self.s[idx] * (theta[:, 0] - self.mu[idx]))[:, None])
 
     def hess(self, theta: np.ndarray) -> np.ndarray:
         """Generalised Hessian: λ_i + Σ_{inliers} ω̃_s (spec §4.1)."""
@@ -317,7 +320,7 @@ class HuberSolver:
         if self.padded is not None:
             tp, s0p, s1p = self.padded
             k = np.count_nonzero(tp[idx] <= q[:, None], axis=1)
-            return ((q + s0p[idx, k]) / (self.a[idx] + s1p[idx, k]))[:, None]
+            return cast(np.ndarray, ((q + s0p[idx, k]) / (self.a[idx] + s1p[idx, k]))[:, None])
         seg, pos = _ragged(2 * h.ptr, idx)
         kstar = np.bincount(seg, weights=(self.tau[pos] <= q[seg]), minlength=idx.size).astype(np.int64)
         at = 2 * h.ptr[idx] + kstar - 1
@@ -329,7 +332,7 @@ class HuberSolver:
         else:
             s0 = h.s0_base[idx]
             s1 = np.zeros(idx.size)
-        return ((q + s0) / (self.a[idx] + s1))[:, None]
+        return cast(np.ndarray, ((q + s0) / (self.a[idx] + s1))[:, None])
 
 
 @dataclass(frozen=True)
@@ -363,14 +366,16 @@ class LogisticLosses:
         agent = self._agent()
         m = np.einsum("sj,sj->s", self.d, theta[agent])
         loss = np.bincount(agent, weights=self.w * np.logaddexp(0.0, -self.z * m), minlength=self.n)
-        return loss + 0.5 * self.lam * np.sum((theta - self.prior) ** 2, axis=1)
+        return cast(np.ndarray, loss + 0.5 * self.lam * np.sum((theta - self.prior) ** 2, axis=1))
 
     def grad(self, idx: np.ndarray, theta: np.ndarray) -> np.ndarray:
         seg, pos = _ragged(self.ptr, idx)
         d = self.d[pos]
         m = np.einsum("sj,sj->s", d, theta[seg])
         coef = -self.w[pos] * self.z[pos] * expit(-self.z[pos] * m)
-        return _segsum(coef[:, None] * d, seg, idx.size) + self.lam[idx, None] * (theta - self.prior[idx])
+        return cast(
+            np.ndarray, _segsum(coef[:, None] * d, seg, idx.size) + self.lam[idx, None] * (theta - self.prior[idx])
+        )
 
     def hess(self, theta: np.ndarray) -> np.ndarray:
         agent = self._agent()
@@ -439,7 +444,7 @@ class LogisticSolver:
         thresh = self.tol * np.maximum(1.0, np.linalg.norm(b, axis=1))
         eye = np.eye(p)[None]
 
-        def phi(xx: np.ndarray, mm: np.ndarray, sl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        def phi(xx: np.ndarray, mm: np.ndarray, sl: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray]:
             t1 = np.einsum("ks,ks->k", w[sl], np.logaddexp(0.0, -z[sl] * mm))
             t2 = 0.5 * reg[sl, 0] * np.einsum("kj,kj->k", xx, xx)
             t3 = np.einsum("kj,kj->k", lin[sl], xx)
@@ -564,7 +569,7 @@ class AgentGraph:
     @cached_property
     def lap(self) -> sp.csr_matrix:
         """L = D − W (cached)."""
-        return (sp.diags(self.degree) - self.weights()).tocsr()
+        return cast(sp.csr_matrix, (sp.diags(self.degree) - self.weights()).tocsr())
 
     def laplacian(self) -> sp.csr_matrix:
         """L = D − W."""
@@ -636,7 +641,7 @@ class PersonalProblem:
     @property
     def m(self) -> np.ndarray:
         """Strong-convexity moduli m_i."""
-        return self.losses.strong_convexity()
+        return cast(np.ndarray, self.losses.strong_convexity())
 
     @property
     def beta(self) -> float:
@@ -652,7 +657,7 @@ class PersonalProblem:
 
     def kkt(self, theta: np.ndarray) -> np.ndarray:
         """Per-agent KKT residual r_i = ∇f_i(θ_i) + Σ_j W_ij(θ_i − θ_j) (spec §2.6), shape (n, p)."""
-        return self.losses.grad(np.arange(self.n), theta) + self.graph.laplacian() @ theta
+        return cast(np.ndarray, self.losses.grad(np.arange(self.n), theta) + self.graph.laplacian() @ theta)
 
 
 def _per_agent(
@@ -692,7 +697,8 @@ def _features(rows: pd.DataFrame, feature_cols: Sequence[str] | None, loss: str)
             raise ValueError("huber loss is scalar (p = 1): drop the 'x' column")
         return np.ones((len(rows), 1)), ("theta",)
     if feature_cols is None and "x" in rows.columns:
-        lens = rows["x"].map(lambda v: -1 if v is None or (np.isscalar(v) and pd.isna(v)) else len(v))
+        # pandas-stubs cannot type a lambda over an object column (values are lists here)
+        lens = rows["x"].map(lambda v: -1 if v is None or (np.isscalar(v) and pd.isna(v)) else len(v))  # type: ignore[misc, arg-type]
         obs = rows["y"].notna().to_numpy()
         lens_obs = lens[obs]
         if lens_obs.size and ((lens_obs < 0).any() or lens_obs.nunique() != 1):
@@ -779,7 +785,7 @@ def _validate_edges(
     dup = key.duplicated(["lo", "hi", "d"], keep=False)
     if dup.any():
         ex = key[dup].drop_duplicates(["lo", "hi"]).head(5)
-        pairs = ", ".join(f"({agents[r.lo]}, {agents[r.hi]})" for r in ex.itertuples())
+        pairs = ", ".join(f"({agents[r.lo]}, {agents[r.hi]})" for r in ex.itertuples())  # type: ignore[index]
         raise ValueError(f"edges: duplicate pair {pairs}")
     key = key.drop_duplicates(["lo", "hi"])  # both directions with equal weight: keep one
     u, v, w = key["lo"].to_numpy(), key["hi"].to_numpy(), key["w"].to_numpy()
@@ -857,9 +863,9 @@ def build_problem(
     if "agent" not in rows.columns and "agent_id" in rows.columns:
         rows = rows.rename(columns={"agent_id": "agent"})
     edges = edges.rename(columns={"u": "source", "v": "target"}) if "u" in edges.columns else edges
-    for c in ("agent", "y"):
-        if c not in rows.columns:
-            raise ValueError(f"agents: missing column '{c}' (need agent, y and features)")
+    for colname in ("agent", "y"):
+        if colname not in rows.columns:
+            raise ValueError(f"agents: missing column '{colname}' (need agent, y and features)")
     if rows["agent"].isna().any():
         bad_rows = np.flatnonzero(rows["agent"].isna().to_numpy())
         raise ValueError(f"agents: duplicate/null agent_id: null agent id on rows {_fmt_ids(bad_rows)}")
@@ -974,7 +980,7 @@ def _canonical_components(lab: np.ndarray) -> np.ndarray:
     np.minimum.at(first, lab, np.arange(lab.size))
     remap = np.empty_like(first)
     remap[np.argsort(first, kind="stable")] = np.arange(first.size)
-    return remap[lab]
+    return cast(np.ndarray, remap[lab])
 
 
 # --------------------------------------------------------------------------------------------
@@ -1054,7 +1060,7 @@ def rel_errors(theta: np.ndarray, reference: np.ndarray) -> np.ndarray:
     """Per-agent ‖θ̂_i − θ_i*‖/‖θ_i*‖ (absolute error where θ_i* = 0), for theta (..., n, p)."""
     den = np.linalg.norm(reference, axis=-1)
     den = np.where(den > 0, den, 1.0)
-    return np.linalg.norm(theta - reference, axis=-1) / den
+    return cast(np.ndarray, np.linalg.norm(theta - reference, axis=-1) / den)
 
 
 def _make_result(
@@ -1271,7 +1277,7 @@ class _EdgeStream:
             a = self.active[rng.integers(0, self.active.size, size=k)]
             deg = g.ptr[a + 1] - g.ptr[a]
             pick = np.minimum((rng.random(k) * deg).astype(np.int64), deg - 1)
-            return g.edge_of_arc[g.ptr[a] + pick]
+            return cast(np.ndarray, g.edge_of_arc[g.ptr[a] + pick])
         raise ValueError(f"unknown sampling '{self.sampling}'")
 
     def take(self, k: int) -> np.ndarray:
@@ -1997,7 +2003,7 @@ def field_estimation_instance(
     w = rng.uniform(weight_range[0], weight_range[1], size=u.size)
     W = sp.csr_matrix((w, (u, v)), shape=(n, n))
     W = W + W.T
-    Q = (sp.diags(np.asarray(W.sum(axis=1)).ravel()) - W + s * sp.identity(n)).toarray()
+    Q = cast(sp.csr_matrix, sp.diags(np.asarray(W.sum(axis=1)).ravel()) - W + s * sp.identity(n)).toarray()
     R = np.linalg.cholesky(Q)
     z = rng.standard_normal(n)
     field_ = mu0 + np.linalg.solve(R.T, z)
@@ -2085,12 +2091,12 @@ def worker_calibration_tables(
     >>> bool(acc.between(0, 1).all())
     True
     """
-    for c in ("task", "worker", "label"):
-        if c not in labels.columns:
-            raise ValueError(f"labels: missing column '{c}'")
-    for c in ("task", "label"):
-        if c not in truth.columns:
-            raise ValueError(f"truth: missing column '{c}'")
+    for colname in ("task", "worker", "label"):
+        if colname not in labels.columns:
+            raise ValueError(f"labels: missing column '{colname}'")
+    for colname in ("task", "label"):
+        if colname not in truth.columns:
+            raise ValueError(f"truth: missing column '{colname}'")
     lab = labels[["task", "worker", "label"]].copy()
     lab["task"] = lab["task"].astype(str)
     lab["worker"] = lab["worker"].astype(str)
@@ -2107,8 +2113,8 @@ def worker_calibration_tables(
     if target == "accuracy":
         codes, _ = pd.factorize(lab["label"].astype(str))
         agree = sp.csr_matrix((nw, nw))
-        for c in range(int(codes.max(initial=-1)) + 1):
-            sel = codes == c
+        for code in range(int(codes.max(initial=-1)) + 1):
+            sel = codes == code
             Bc = sp.csr_matrix((np.ones(int(sel.sum())), (wi[sel], ti[sel])), shape=(nw, nt))
             agree = agree + Bc @ Bc.T
         sim_num = agree.tocsr()
@@ -2219,8 +2225,8 @@ def preference_tables(
     if not np.all(np.isfinite(feats)):
         raise ValueError("items: non-finite features")
     index = pd.Index(it["item"].astype(str))
-    ia = index.get_indexer(comps["item_a"].astype(str))
-    ib = index.get_indexer(comps["item_b"].astype(str))
+    ia = index.get_indexer(pd.Index(comps["item_a"].astype(str)))
+    ib = index.get_indexer(pd.Index(comps["item_b"].astype(str)))
     missing = sorted(set(comps["item_a"].astype(str)[ia < 0]) | set(comps["item_b"].astype(str)[ib < 0]))
     if missing:
         raise ValueError(f"comparisons: unknown item id(s) {_fmt_ids(missing)}")

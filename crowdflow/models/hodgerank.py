@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import pandas as pd
@@ -35,6 +35,7 @@ import scipy.sparse as sp
 from scipy.sparse import csgraph
 from scipy.sparse import linalg as spla
 
+from crowdflow._typing import SparseMatrix
 from crowdflow.labels import natural_sort
 
 logger = logging.getLogger(__name__)
@@ -80,6 +81,9 @@ __all__ = [
     "wdot",
 ]
 
+# cycle projector: op(v, θ_prev) -> (P v, θ), see cycle_projector
+CycleOp = Callable[[np.ndarray, np.ndarray | None], tuple[np.ndarray, np.ndarray]]
+
 HUBER_M = 1.35
 #: Huber's Fisher-consistent constant E[min(Z², M²)] for M = 1.35, Z ~ N(0, 1) (spec §3.4.1).
 HUBER_A = 0.7126
@@ -116,7 +120,7 @@ def shrink(z: np.ndarray, tau: float | np.ndarray = 1.0) -> np.ndarray:
 
     Computed as ``z − clip(z, −τ, τ)``, which is exactly equal in floating point and cheaper.
     """
-    return z - np.clip(z, -tau, tau)
+    return cast(np.ndarray, z - np.clip(z, -tau, tau))
 
 
 def _bad_rows_message(mask: np.ndarray, limit: int = 5) -> str:
@@ -274,7 +278,7 @@ def incidence_matrix(i: np.ndarray, j: np.ndarray, n: int) -> sp.csr_matrix:
     return sp.csr_matrix((data, cols.astype(np.int64), indptr), shape=(m, n))
 
 
-def laplacian(X: sp.spmatrix, w: np.ndarray | None = None) -> sp.csr_matrix:
+def laplacian(X: SparseMatrix, w: np.ndarray | None = None) -> sp.csr_matrix:
     """Weighted graph Laplacian ``L = XᵀWX`` (n×n, sparse, zero row sums; spec §2.1)."""
     X = sp.csr_matrix(X)
     if w is None:
@@ -362,11 +366,11 @@ class ComparisonGraph:
 
     def gradient(self, theta: np.ndarray) -> np.ndarray:
         """``Xθ`` (length m)."""
-        return self.X @ theta
+        return cast(np.ndarray, self.X @ theta)
 
     def divergence(self, v: np.ndarray) -> np.ndarray:
         """``XᵀWv`` (length n)."""
-        return self.XT @ (self.w * v)
+        return cast(np.ndarray, self.XT @ (self.w * v))
 
     @classmethod
     def from_arrays(
@@ -492,7 +496,7 @@ def _relabel_by_min(labels: np.ndarray, n_comp: int) -> np.ndarray:
     order = np.argsort(first, kind="stable")
     new = np.empty(n_comp, dtype=np.int64)
     new[order] = np.arange(n_comp, dtype=np.int64)
-    return new[labels]
+    return cast(np.ndarray, new[labels])
 
 
 def build_comparison_graph(comparisons: pd.DataFrame, *, items: Sequence[Any] | None = None) -> ComparisonGraph:
@@ -630,7 +634,7 @@ class LaplacianSolver:
 
     def __init__(
         self,
-        L: sp.spmatrix,
+        L: SparseMatrix,
         component: np.ndarray,
         n_components: int,
         *,
@@ -704,7 +708,7 @@ class LaplacianSolver:
         ``einsum`` (see :func:`wdot`), so no multi-threaded BLAS call sits in the loop.
         """
         A, dinv = self._Lg, self._dinv
-        dot = lambda a, b: float(np.einsum("i,i->", a, b))  # noqa: E731
+        dot: Callable[[np.ndarray, np.ndarray], float] = lambda a, b: float(np.einsum("i,i->", a, b))  # noqa: E731
         bnorm = np.sqrt(dot(bg, bg))
         if x0 is not None:
             x0 = np.asarray(x0, dtype=float)
@@ -746,7 +750,7 @@ class LaplacianSolver:
                 RuntimeWarning,
                 stacklevel=3,
             )
-        return x
+        return cast(np.ndarray, x)
 
     def _log_cg(self, it: int) -> None:
         self.cg_iterations.append(int(it))
@@ -754,7 +758,7 @@ class LaplacianSolver:
             del self.cg_iterations[:-1000]
 
 
-def laplacian_lambda_max(L: sp.spmatrix, *, dense_max_n: int = 1500) -> float:
+def laplacian_lambda_max(L: SparseMatrix, *, dense_max_n: int = 1500) -> float:
     """Largest eigenvalue of the Laplacian (step-size guard of Algorithm 2, spec §4.1).
 
     Dense ``eigvalsh`` for ``n ≤ dense_max_n``; otherwise Lanczos (``eigsh``), falling back to the
@@ -766,7 +770,8 @@ def laplacian_lambda_max(L: sp.spmatrix, *, dense_max_n: int = 1500) -> float:
     if n <= dense_max_n:
         return float(np.linalg.eigvalsh(sp.csr_matrix(L).toarray())[-1])
     try:
-        val = spla.eigsh(sp.csr_matrix(L, dtype=float), k=1, which="LA", tol=1e-8, return_eigenvectors=False)
+        # scipy-stubs finds no eigsh overload for a csr_matrix of unknown dtype
+        val = spla.eigsh(sp.csr_matrix(L, dtype=float), k=1, which="LA", tol=1e-8, return_eigenvectors=False)  # type: ignore[call-overload]
         return float(val[0])
     except Exception:  # pragma: no cover - ARPACK failure is rare
         logger.warning("eigsh failed for lambda_max(L); using the 2·max degree bound")
@@ -782,10 +787,12 @@ def hodgerank_scores(g: ComparisonGraph, solver: LaplacianSolver | None = None) 
     return solver.solve(g.divergence(g.y))
 
 
-def _project_cycles(g: ComparisonGraph, solver: LaplacianSolver, v: np.ndarray, x0: np.ndarray | None = None):
+def _project_cycles(
+    g: ComparisonGraph, solver: LaplacianSolver, v: np.ndarray, x0: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """``P v = v − X L† XᵀW v`` (W-orthogonal projection onto the cycle space) and ``θ = L†XᵀWv``."""
     theta = solver.solve(g.divergence(v), x0=x0)
-    return v - g.X @ theta, theta
+    return cast(np.ndarray, v - g.X @ theta), theta
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -905,7 +912,7 @@ def _bridges(g: ComparisonGraph, seed: int = 12345) -> np.ndarray:
     # BFS levels from the roots, then fold subtree XORs bottom-up one level at a time
     children_of = sp.csr_matrix((np.ones(tree_children.size), (parent[has_tree_edge], tree_children)), shape=(n, n))
     levels: list[np.ndarray] = []
-    frontier = roots
+    frontier: np.ndarray = roots
     while frontier.size:
         levels.append(frontier)
         frontier = children_of[frontier].indices
@@ -939,7 +946,7 @@ def undetectable_rows(g: ComparisonGraph) -> np.ndarray:
     np.minimum.at(ymin, g.edge, yo)
     np.maximum.at(ymax, g.edge, yo)
     edge_undet = bridge & (ymin == ymax)
-    return edge_undet[g.edge]
+    return cast(np.ndarray, edge_undet[g.edge])
 
 
 def enumerate_triangles(
@@ -1068,13 +1075,13 @@ def _curl_projection(
     return curl, rank
 
 
-def _cgls_projection(A: sp.spmatrix, b: np.ndarray, *, rtol: float, maxiter: int) -> np.ndarray:
+def _cgls_projection(A: SparseMatrix, b: np.ndarray, *, rtol: float, maxiter: int) -> np.ndarray:
     """Orthogonal projection of ``b`` onto ``range(A)`` by CGLS (CG on ``AᵀAu = Aᵀb``, from u = 0).
 
     Stopping rule: ``‖Aᵀr‖ ≤ rtol·‖Aᵀb‖`` with ``r = b − Au``; cap ``maxiter`` (RuntimeWarning). Returns
     ``Au = b − r``. Inner products by ``einsum`` (no multi-threaded BLAS in the loop).
     """
-    dot = lambda a, c: float(np.einsum("i,i->", a, c))  # noqa: E731
+    dot: Callable[[np.ndarray, np.ndarray], float] = lambda a, c: float(np.einsum("i,i->", a, c))  # noqa: E731
     AT = sp.csr_matrix(A.T)
     A = sp.csr_matrix(A)
     r = b.copy()
@@ -1209,7 +1216,7 @@ def hodge_decomposition(
     curl = s * curl_e[g.edge]
     harm = s * harm_e[g.edge]
     rcomp = g.component[g.i]
-    sq = lambda v: np.bincount(rcomp, weights=w * v * v, minlength=C)  # noqa: E731
+    sq: Callable[[np.ndarray], np.ndarray] = lambda v: np.bincount(rcomp, weights=w * v * v, minlength=C)  # noqa: E731
     ynorm = sq(y)
     with np.errstate(invalid="ignore", divide="ignore"):
         den = np.where(ynorm > 0, ynorm, np.nan)
@@ -1307,7 +1314,7 @@ class LassoFit:
     @property
     def support(self) -> np.ndarray:
         """Bool mask of flagged rows ``γ̂_k ≠ 0``."""
-        return self.gamma != 0
+        return cast(np.ndarray, self.gamma != 0)
 
 
 def _fista(
@@ -1355,7 +1362,7 @@ def _fista(
     return gam, aux, it, converged, res
 
 
-def cycle_projector(g: ComparisonGraph, solver: LaplacianSolver, *, dense_max_entries: int = 100_000):
+def cycle_projector(g: ComparisonGraph, solver: LaplacianSolver, *, dense_max_entries: int = 100_000) -> CycleOp:
     """Operator ``op(v, θ_prev) -> (P v, θ)`` with ``θ = L†XᵀWv`` and ``Pv = v − Xθ`` (spec §2.2).
 
     For tiny problems (LU solver, ``n ≤ 400`` and ``n·m ≤ dense_max_entries``) the n×m matrix
@@ -1367,13 +1374,13 @@ def cycle_projector(g: ComparisonGraph, solver: LaplacianSolver, *, dense_max_en
         K = solver.solve(g.XT.multiply(g.w[None, :]).toarray())
         X = g.X
 
-        def dense_op(v: np.ndarray, theta: np.ndarray | None):
+        def dense_op(v: np.ndarray, theta: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
             th = K @ v
             return v - X @ th, th
 
         return dense_op
 
-    def op(v: np.ndarray, theta: np.ndarray | None):
+    def op(v: np.ndarray, theta: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         return _project_cycles(g, solver, v, x0=theta)
 
     return op
@@ -1687,7 +1694,7 @@ def _solve_scale(r: np.ndarray, w: np.ndarray, M: float, a: float) -> float:
     r2 = r * r
     if M * M * w[r2 > 0].sum() <= a * W:
         return 0.0
-    f = lambda s: float(np.sum(w * np.minimum(r2 / (s * s), M * M)) - a * W)  # noqa: E731
+    f: Callable[[float], float] = lambda s: float(np.sum(w * np.minimum(r2 / (s * s), M * M)) - a * W)  # noqa: E731
     hi = float(np.sqrt(np.sum(w * r2) / (a * W))) * 1.0001 + 1e-300
     lo = hi
     while f(lo) <= 0:
@@ -2362,7 +2369,9 @@ def fit_hlasso(
             "converged": path.converged,
         }
     )
-    cps = [(k, float(_inv(path.lambdas[k])), path.gammas[:, k]) for k in range(path.lambdas.size)]
+    cps: list[tuple[int, float, sp.csc_matrix | np.ndarray]] = [
+        (k, float(_inv(path.lambdas[k])), path.gammas[:, k]) for k in range(path.lambdas.size)
+    ]
     cps.append((path.lambdas.size, 1.0 / fit.lam if fit.lam > 0 else np.inf, fit.gamma))
     return assemble_robust_result(
         method="hlasso",

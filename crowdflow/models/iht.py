@@ -20,7 +20,7 @@ import logging
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 from scipy.optimize import minimize
@@ -91,7 +91,7 @@ class Loss:
             z[cols] = np.linalg.lstsq(Xs, self.y, rcond=None)[0]
             return z
         sub = Loss(self.kind, Xs, self.y)
-        res = minimize(lambda v: sub.value_grad(v), w0[cols], jac=True, method="L-BFGS-B", options={"maxiter": maxiter})
+        res = minimize(sub.value_grad, w0[cols], jac=True, method="L-BFGS-B", options={"maxiter": maxiter})
         z[cols] = res.x
         return z
 
@@ -124,7 +124,7 @@ class SparseFitResult:
 
     @property
     def support(self) -> np.ndarray:
-        return self.w != 0
+        return cast(np.ndarray, self.w != 0)
 
 
 def _projector(constraints: TVCSConstraints | TVCSProjector, backend: str) -> TVCSProjector:

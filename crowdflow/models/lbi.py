@@ -39,7 +39,7 @@ import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import pandas as pd
@@ -146,7 +146,7 @@ class LBIPath:
     @property
     def support(self) -> np.ndarray:
         """Bool mask of rows flagged at the stop iterate."""
-        return self.gamma != 0
+        return cast(np.ndarray, self.gamma != 0)
 
 
 class _Monitor:
@@ -194,7 +194,9 @@ class _Monitor:
         self.exhausted = False
         self.res_floor = 1e-13 * (np.sqrt(wdot(g.w, g.y, g.y)) + 1e-300)
 
-    def record(self, sl: slice, k1: int, z: np.ndarray, gamma: np.ndarray, dz: np.ndarray) -> tuple[int, float]:
+    def record(
+        self, sl: slice, k1: int, z: np.ndarray, gamma: np.ndarray, dz: np.ndarray | _DZView
+    ) -> tuple[int, float]:
         """Record first entries among rows ``sl`` at iterate ``k1``; return (support size, weight) of ``sl``.
 
         ``dz`` is the z-increment of this step (for the interpolated crossing time). Thread-safe for
@@ -230,8 +232,10 @@ class _Monitor:
             if rule == "budget":
                 fire = weight >= self.budget_w * (1 - 1e-12)
             elif rule in ("time", "cv"):
+                assert self.t_stop is not None  # required for these rules (checked on entry)
                 fire = k * self.dt >= self.t_stop * (1 - 1e-12)
             elif rule == "discrepancy":
+                assert self.resid_target is not None  # set from sigma for this rule (checked on entry)
                 fire = resid * resid <= self.resid_target
             elif rule == "none":
                 fire = k >= (self.k_tmax if self.k_tmax is not None else self.max_iter)
@@ -239,7 +243,7 @@ class _Monitor:
                 self.stop_iter = k
                 self.snapshot = state()
         if fire or k % self.every == 0:
-            gam = state()[1] if not fire else self.snapshot[1]
+            gam = state()[1] if not fire else self.snapshot[1]  # type: ignore[index]  # taken just above
             nz = np.flatnonzero(gam)
             self.cp_iters.append(k)
             self.cp_cols.append(nz)
@@ -292,6 +296,7 @@ class _Monitor:
                 self.cp_iters.append(k_last)
                 self.cp_cols.append(nz)
                 self.cp_vals.append(end_state[1][nz])
+        assert self.snapshot is not None and self.stop_iter is not None  # set at the stop or just above
         theta, gamma, z = self.snapshot
         t_end = k_last * self.dt
         entry_time = np.where(self.entry_iter >= 0, self.entry_iter * self.dt, np.inf)
@@ -722,7 +727,7 @@ class _DZView:
         self.dz = dz
 
     def __getitem__(self, idx: np.ndarray) -> np.ndarray:
-        return self.dz[np.asarray(idx) - self.start]
+        return cast(np.ndarray, self.dz[np.asarray(idx) - self.start])
 
 
 def lbi(g: ComparisonGraph, *, algorithm: Literal[2, 3, 4] = 3, **kwargs: Any) -> LBIPath:
@@ -872,7 +877,7 @@ def fit_lbi(
         dt_cv = dt if (dt is not None and algorithm == 3) else 1.0 / kappa
         t_stop, _ = cv_stop_time(gf, kappa=kappa, dt=dt_cv, t_max=t_max, folds=cv_folds, seed=seed, rescale=cv_rescale)
         params.update(cv_folds=cv_folds, cv_rescale=cv_rescale)
-    common = {
+    common: dict[str, Any] = {
         "kappa": kappa,
         "dt": dt,
         "stop_rule": stop_rule,

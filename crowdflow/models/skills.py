@@ -38,7 +38,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import pandas as pd
@@ -47,6 +47,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import breadth_first_order, connected_components, dijkstra, minimum_spanning_tree
 from scipy.sparse.linalg import eigsh
 
+from crowdflow._typing import SparseMatrix
 from crowdflow.graphs import Components, WorkerGraphReport, components, labels_by_task, pair_counts
 from crowdflow.labels import DuplicatePolicy, LabelMatrix, encode_canonical, natural_order, task_major_order
 from crowdflow.metrics import gold_metrics
@@ -194,7 +195,7 @@ class LabelMoments:
     n_classes: int
 
 
-def _zero_diag_canonical(m: sp.spmatrix) -> sp.csr_matrix:
+def _zero_diag_canonical(m: SparseMatrix) -> sp.csr_matrix:
     """Zero the diagonal (O(nnz) mask, no re-sorting as in ``setdiag``) and canonicalise."""
     m = sp.csr_matrix(m, copy=True)
     rows = np.repeat(np.arange(m.shape[0]), np.diff(m.indptr))
@@ -329,7 +330,7 @@ def edge_weights(co_labels: sp.csr_matrix, weighting: Weighting = "count") -> sp
 # --------------------------------------------------------------------------------------------
 # §2.2 Objective and gradient
 # --------------------------------------------------------------------------------------------
-def rank_one_loss(c_hat: sp.spmatrix, weights: sp.spmatrix, x: np.ndarray) -> float:
+def rank_one_loss(c_hat: SparseMatrix, weights: SparseMatrix, x: np.ndarray) -> float:
     """L(x) = 1/2 Σ_{i<j} w_ij (C^_ij − x_i x_j)² over the stored (symmetric) entries (spec §2.2).
 
     Computed from the residuals directly (no cancellation). ``weights`` and ``c_hat`` must be
@@ -343,12 +344,12 @@ def rank_one_loss(c_hat: sp.spmatrix, weights: sp.spmatrix, x: np.ndarray) -> fl
     return float(0.25 * np.sum(wt.data[mask] * res * res))
 
 
-def rank_one_gradient(c_hat: sp.spmatrix, weights: sp.spmatrix, x: np.ndarray) -> np.ndarray:
+def rank_one_gradient(c_hat: SparseMatrix, weights: SparseMatrix, x: np.ndarray) -> np.ndarray:
     """∇L(x)_i = −Σ_j w_ij (C^_ij − x_i x_j) x_j = −((w∘C^) x − x ∘ (w (x∘x)))_i (spec §2.3)."""
     w = sp.csr_matrix(weights)
     wc = sp.csr_matrix(w.multiply(c_hat))
     x = np.asarray(x, dtype=np.float64)
-    return -(wc @ x - x * (w @ (x * x)))
+    return cast(np.ndarray, -(wc @ x - x * (w @ (x * x))))
 
 
 # --------------------------------------------------------------------------------------------
@@ -391,7 +392,7 @@ class RankOneFit:
     n_fallback_steps: int = 0
 
 
-def _top_eigenvalue(a: sp.spmatrix, dense_max: int = 2000) -> float:
+def _top_eigenvalue(a: SparseMatrix, dense_max: int = 2000) -> float:
     """Largest eigenvalue of a symmetric matrix (||A||_2 for a nonnegative one)."""
     n = a.shape[0]
     if n == 0 or sp.csr_matrix(a).nnz == 0:
@@ -403,8 +404,8 @@ def _top_eigenvalue(a: sp.spmatrix, dense_max: int = 2000) -> float:
 
 
 def fit_rank_one(
-    c_hat: sp.spmatrix,
-    weights: sp.spmatrix,
+    c_hat: SparseMatrix,
+    weights: SparseMatrix,
     lower: np.ndarray | float,
     upper: np.ndarray | float,
     *,
@@ -645,9 +646,9 @@ def resolve_signs(
     x: np.ndarray,
     component_labels: np.ndarray,
     mode: SignMode = "sum_rule",
-    c_hat: sp.spmatrix | None = None,
+    c_hat: SparseMatrix | None = None,
     active: np.ndarray | None = None,
-    confidence: sp.spmatrix | None = None,
+    confidence: SparseMatrix | None = None,
 ) -> np.ndarray:
     """Fix the global sign of each connected component (spec §2.4).
 
@@ -685,7 +686,8 @@ def resolve_signs(
         top = float(vals.max()) if vals.size else 0.0
         cost = sp.csr_matrix((1.0 + top - vals, (cc.row, cc.col)), shape=c.shape)
         tree = minimum_spanning_tree(cost)
-        pattern = sp.csr_matrix(((tree != 0) + (tree.T != 0)).astype(np.float64))
+        nz: Any = tree  # scipy-stubs leave sparse `!=` as object.__ne__ (bool); at runtime it is elementwise
+        pattern = sp.csr_matrix(((nz != 0) + (nz.T != 0)).astype(np.float64))
         ncomp = int(lab.max()) + 1 if lab.size else 0
         roots = np.full(ncomp, x.size, dtype=np.int64)
         idx = np.flatnonzero(act)
@@ -844,14 +846,14 @@ def prediction_error(consensus: pd.DataFrame, truth: pd.DataFrame) -> float:
 # --------------------------------------------------------------------------------------------
 # §3 Identifiability diagnostics
 # --------------------------------------------------------------------------------------------
-def signless_laplacian(adj: sp.spmatrix) -> sp.csr_matrix:
+def signless_laplacian(adj: SparseMatrix) -> sp.csr_matrix:
     """L_s = Deg(w) + Adj(w) (spec §3.4); xᵀ L_s x = Σ_{i<j} w_ij (x_i + x_j)²."""
     a = _zero_diag_canonical(adj).astype(np.float64)
     deg = np.asarray(a.sum(axis=1)).ravel()
     return sp.csr_matrix(sp.diags(deg) + a)
 
 
-def signless_lambda_min(adj: sp.spmatrix, dense_max: int = 2000) -> tuple[float, str]:
+def signless_lambda_min(adj: SparseMatrix, dense_max: int = 2000) -> tuple[float, str]:
     """Smallest eigenvalue of the signless Laplacian of ``adj`` (spec §3.4).
 
     Dense LAPACK ``eigvalsh`` (``scipy.linalg``, smallest eigenvalue only) for n ≤ ``dense_max``;
@@ -901,7 +903,7 @@ class GraphStructure:
     odd_edge: np.ndarray
 
 
-def graph_structure(adj: sp.spmatrix, symmetric: bool = False) -> GraphStructure:
+def graph_structure(adj: SparseMatrix, symmetric: bool = False) -> GraphStructure:
     """Components, bipartiteness and odd-cycle edges from one BFS per component (spec §3.2).
 
     Steps (all O(n + |E|), no Python loop over nodes or edges): connected components
@@ -925,7 +927,8 @@ def graph_structure(adj: sp.spmatrix, symmetric: bool = False) -> GraphStructure
         a = sp.csr_matrix(adj)
     else:
         a = _zero_diag_canonical(adj)
-        a = sp.csr_matrix(((a != 0) + (a.T != 0)).astype(np.float64))
+        nz: Any = a  # scipy-stubs leave sparse `!=` as object.__ne__ (bool); at runtime it is elementwise
+        a = sp.csr_matrix(((nz != 0) + (nz.T != 0)).astype(np.float64))
         a.sort_indices()
     n = a.shape[0]
     if n == 0:
@@ -1002,7 +1005,7 @@ def _witness_cycles(structure: GraphStructure) -> dict[int, np.ndarray]:
     return out
 
 
-def odd_cycle_witnesses(adj: sp.spmatrix, graph: Components | None = None) -> dict[int, np.ndarray]:
+def odd_cycle_witnesses(adj: SparseMatrix, graph: Components | None = None) -> dict[int, np.ndarray]:
     """One odd cycle per non-bipartite component (spec §3.2 step 2).
 
     A BFS from the smallest node of each component assigns levels; a non-bipartite component
@@ -1028,7 +1031,7 @@ def odd_cycle_witnesses(adj: sp.spmatrix, graph: Components | None = None) -> di
     return _witness_cycles(graph_structure(adj))
 
 
-def theorem12_error_bound(co_labels: sp.spmatrix, kappa: float, big_k: float, max_delta: float) -> float:
+def theorem12_error_bound(co_labels: SparseMatrix, kappa: float, big_k: float, max_delta: float) -> float:
     """Theorem 12 limit-error bound ||x* − s||_2 ≤ K √W ||N||_∞ / μ · max|Δ| (spec §3.4).
 
     μ = κ² λ_min(L_s^unit) N_min with L_s^unit the unit-weight signless Laplacian of the pattern
@@ -1185,10 +1188,10 @@ def component_diagnostics(
             whole = nc == 1
             pn = n_mat if whole else n_mat[order][:, order]
             pw = w_mat if whole else w_mat[order][:, order]
-            for c in bip2:  # ||N||_2 still needs a solve; λ_min = 0
+            for c in bip2:  # type: ignore[assignment]  # numpy ints, indices like c above; ||N||_2 still needs a solve; λ_min = 0
                 s, e = starts[c], starts[c + 1]
                 norm2[c] = _top_eigenvalue(pn[s:e, s:e], dense_max)
-            for c in todo:
+            for c in todo:  # type: ignore[assignment]  # numpy ints, indices like c above
                 s, e = starts[c], starts[c + 1]
                 sub_n = pn if whole else pn[s:e, s:e]
                 sub_w = pw if whole else pw[s:e, s:e]
@@ -1892,7 +1895,7 @@ class _Codebook:
 
     def codes(self, values: np.ndarray, what: str) -> np.ndarray:
         codes, uniq = _factorize_str(values)
-        pos = self.index.get_indexer(uniq)
+        pos = self.index.get_indexer(pd.Index(uniq))
         new = pos < 0
         if new.any():
             if self.fixed:
@@ -1902,7 +1905,7 @@ class _Codebook:
             start = len(self.index)
             self.index = self.index.append(pd.Index(np.asarray(uniq, dtype=object)[new], dtype=object))
             pos[new] = np.arange(start, start + int(new.sum()))
-        return pos.astype(np.int64)[codes]
+        return cast(np.ndarray, pos.astype(np.int64)[codes])
 
 
 def _whole_task_chunks(batches: Iterable[Any], counts: dict[str, int] | None = None) -> Iterator[pd.DataFrame]:
@@ -1995,7 +1998,7 @@ def accumulate_moments(
     """
     worker_book = _Codebook()
     class_book = _Codebook(classes)
-    acc = sp.csr_matrix((0, 0), dtype=np.int64)
+    acc = sp.csr_matrix((0, 0), dtype=np.int64)  # type: ignore[arg-type]  # (M, N) shape form; not in the stubs
     n_lab = np.zeros(0, dtype=np.int64)
     task_hashes: list[np.ndarray] = []
     n_tasks = dropped = 0
@@ -2189,7 +2192,7 @@ def stream_consensus(
     def vote(df: pd.DataFrame) -> None:
         t_codes, t_uniq = _factorize_str(df["task"].to_numpy())
         wc_, wu = _factorize_str(df["worker"].to_numpy())
-        w = wid.get_indexer(wu)[wc_]
+        w = wid.get_indexer(pd.Index(wu))[wc_]
         if np.any(w < 0):
             raise ValueError("the second pass sees workers that the skills table does not have")
         cc_, cu = _factorize_str(df["label"].to_numpy())

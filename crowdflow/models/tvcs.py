@@ -54,13 +54,15 @@ import math
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 from scipy.sparse.csgraph import dijkstra, maximum_flow
+
+from crowdflow._typing import SparseMatrix
 
 log = logging.getLogger(__name__)
 
@@ -404,7 +406,7 @@ class _FlowNetwork:
         V = self.V
         inflow = np.bincount(self.head, weights=flow, minlength=V)
         outflow = np.bincount(self.tail, weights=flow, minlength=V)
-        return self.supply + np.rint(inflow - outflow).astype(np.int64)
+        return cast(np.ndarray, self.supply + np.rint(inflow - outflow).astype(np.int64))
 
     def repair(
         self,
@@ -459,7 +461,7 @@ class _FlowNetwork:
             pos_c = c > 0
             keep = np.flatnonzero(pos_c | pos_c[self.prev])
             g = self._csr(keep, c[keep].astype(np.int32))
-            res = maximum_flow(g, V, V + 1)
+            res = maximum_flow(g, V, V + 1)  # type: ignore[arg-type]  # stubs list csr_array only
             fl = res.flow
             if fl.nnz != keep.shape[0] or not np.array_equal(fl.indices, g.indices):
                 fl = fl.tocsr()
@@ -570,7 +572,8 @@ def _lp_select(
     if keep.shape[0] == 0:
         return x, np.zeros(A.shape[0]), 0, "empty"
     Ak = A[:, keep]
-    res = linprog(-u[keep], A_ub=Ak, b_ub=s, bounds=(0.0, 1.0), method=method)
+    # scipy-stubs: A_ub dense only and method a Literal; HiGHS takes a sparse A_ub and `method` is checked by scipy
+    res = linprog(-u[keep], A_ub=Ak, b_ub=s, bounds=(0.0, 1.0), method=method)  # type: ignore[call-overload]
     if res.status != 0:
         raise RuntimeError(f"HiGHS LP failed: {res.message}")
     xr = np.asarray(res.x)
@@ -590,7 +593,7 @@ def _lp_select(
     res2 = milp(
         -u[keep],
         constraints=LinearConstraint(Ak, -np.inf, s),
-        integrality=np.ones(keep.shape[0]),
+        integrality=np.ones(keep.shape[0], dtype=np.int64),
         bounds=Bounds(0, 1),
     )
     if res2.status != 0:
@@ -606,7 +609,7 @@ def _lp_select(
 
 
 def tvcs_penalty(
-    u: np.ndarray, A: sp.spmatrix, s: np.ndarray, x: np.ndarray, yG: np.ndarray, yB: np.ndarray
+    u: np.ndarray, A: SparseMatrix, s: np.ndarray, x: np.ndarray, yG: np.ndarray, yB: np.ndarray
 ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
     """Penalty ``F(x, y)`` of spec §2.2 and its gradient.
 
@@ -627,7 +630,7 @@ def tvcs_penalty(
 
 def _power_lipschitz(u: np.ndarray, A: sp.csr_matrix, s: np.ndarray, iters: int, seed: int) -> float:
     """``L = ‖J‖₂²`` by power iteration on ``JᵀJ`` (spec §2.2), times 1.01."""
-    p = u.shape[0]
+    p: int = u.shape[0]
     G = A.shape[0]
     AT = A.T.tocsr()
     rng = np.random.default_rng(seed)
@@ -1407,7 +1410,8 @@ def caps_with_default(
         return caps
     table = caps[[id_col, cap_col]].copy()
     table[id_col] = table[id_col].astype(str)
-    missing = np.setdiff1d(pd.unique(pd.Series(ids, dtype=object).astype(str)), table[id_col].to_numpy(dtype=str))
+    wanted = np.unique(pd.Series(ids, dtype=object).astype(str).to_numpy(dtype=str))
+    missing = np.setdiff1d(wanted, table[id_col].to_numpy(dtype=str))
     if missing.size == 0:
         return table
     fill = pd.DataFrame({id_col: missing.astype(object), cap_col: float(default)})
