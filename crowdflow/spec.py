@@ -195,6 +195,10 @@ class OutputSpec(_Strict):
     """Where results go: ``<dir>/<pipeline name>/<run id>/``."""
 
     dir: str = "crowdflow-out"
+    report: bool = Field(
+        default=True,
+        description="write report.html (figures need the 'report' extra: matplotlib) next to the tables",
+    )
 
 
 Job = Literal["skills", "ranking", "personal_rankings", "personal_models", "assignment", "next_batch"]

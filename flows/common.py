@@ -14,9 +14,12 @@ from prefect.runtime import flow_run
 
 from crowdflow.io import LoadedTable
 from crowdflow.manifest import build_manifest, input_record, new_run_id
+from crowdflow.report import REPORT_FILE
 from crowdflow.spec import PipelineSpec
+from tasks.artifacts import report_artifacts
 from tasks.export import export_run
 from tasks.ingest import ingest
+from tasks.report import render_report_task
 from tasks.validate import validate
 
 
@@ -71,7 +74,7 @@ def finish_run(
     clock: Clock,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Build the manifest, export all tables atomically and log the run.
+    """Build the manifest, render report.html, export all tables and the report atomically, log the run.
 
     Returns the flow's summary: ``run_id``, ``run_dir`` and ``metrics``.
     """
@@ -90,6 +93,13 @@ def finish_run(
         flow_run_id=str(flow_run.id) if flow_run.id else None,
         extra=extra,
     )
-    run_dir = export_run(str(spec.output_dir()), spec.name, run_id, tables, manifest)
+    outcome = render_report_task(manifest, tables, spec.output.report)
+    clock.lap("report")
+    manifest["report"] = outcome.record
+    manifest["timings"]["report"] = clock.timings["report"]
+    files = {REPORT_FILE: outcome.report.html.encode("utf-8")} if outcome.report is not None else None
+    run_dir = export_run(str(spec.output_dir()), spec.name, run_id, tables, manifest, files)
+    if outcome.report is not None:
+        report_artifacts(outcome.report, Path(run_dir) / REPORT_FILE)
     get_run_logger().info("run %s completed in %.2f s → %s", run_id, clock.total, run_dir)
     return {"run_id": run_id, "run_dir": run_dir, "metrics": metrics}

@@ -17,15 +17,23 @@ from tasks.artifacts import markdown
 
 @task(name="export", retries=1, retry_delay_seconds=1, retry_condition_fn=retry_transient, cache_policy=NONE)
 def export_run(
-    out_dir: str, pipeline: str, run_id: str, tables: dict[str, pd.DataFrame], manifest: dict[str, Any]
+    out_dir: str,
+    pipeline: str,
+    run_id: str,
+    tables: dict[str, pd.DataFrame],
+    manifest: dict[str, Any],
+    extra_files: dict[str, bytes] | None = None,
 ) -> str:
-    """Write the run; returns the run directory. Nothing is left behind on failure."""
+    """Write the run (tables, ``extra_files`` such as report.html, manifest last); returns the run directory.
+
+    Nothing is left behind on failure.
+    """
     logger = get_run_logger()
     schemas = OUTPUTS.get(str(manifest.get("job")), {})
-    written = write_run(out_dir, pipeline, run_id, tables, manifest, schemas=schemas)
-    lines = [f"# Run `{run_id}` exported\n", f"Folder: `{written.path}`\n", "| table | rows | file |", "|---|---|---|"]
+    written = write_run(out_dir, pipeline, run_id, tables, manifest, schemas=schemas, extra_files=extra_files)
+    lines = [f"# Run `{run_id}` exported\n", f"Folder: `{written.path}`\n", "| output | rows | file |", "|---|---|---|"]
     for name, info in written.outputs.items():
-        lines.append(f"| {name} | {info['rows']} | `{Path(written.path) / info['path']}` |")
+        lines.append(f"| {name} | {info.get('rows', '')} | `{Path(written.path) / info['path']}` |")
     metrics = manifest.get("metrics") or {}
     if metrics:
         lines.append(
