@@ -563,20 +563,25 @@ def _ranking_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any])
         flagged = o["is_outlier"].to_numpy(dtype=bool)
         fit = manifest.get("fit") or {}
         t_stop = fit.get("t_stop")
+        use_path = path is not None and not path.empty and path["t"].nunique() > 1
         caption = (
             f"Comparisons entering the robust path (LBI/HLASSO): {int(entered.sum())} of {len(o)} rows entered, "
             f"{int(flagged.sum())} are flagged as outliers at the stop"
             + (f" (t = {float(t_stop):.3g}, dashed)" if t_stop is not None else "")
-            + ". Left: γ of each row along the path (from path.parquet, first 60 rows to enter). "
-            "Right: final γ against the row's entry time (outliers.parquet); rows that enter early are the most "
-            "inconsistent with the ranking."
+            + ". "
+            + (
+                "Left: γ of each row along the path (path.parquet, the first 60 rows to enter). Right: "
+                if use_path
+                else ""
+            )
+            + "final γ (outlier magnitude) against the row's entry time (outliers.parquet); rows that enter early are "
+            "the most inconsistent with the ranking."
         )
         data = (
             o.loc[entered, ["row_id", "item_a", "item_b", "entry_time", "gamma", "is_outlier"]]
             .sort_values("entry_time")
             .head(20)
         )
-        use_path = path is not None and not path.empty and path["t"].nunique() > 1
 
         def draw(fig: Any, o: pd.DataFrame = o, entered: np.ndarray = entered, flagged: np.ndarray = flagged) -> None:
             axes = fig.subplots(1, 2) if use_path else [None, fig.add_subplot()]
