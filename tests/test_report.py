@@ -400,3 +400,32 @@ def test_demo_report_renders_in_headless_chromium(demo_run: Path, tmp_path: Path
     assert gray.std() > 0.05  # not blank
     # the figures were painted: rows below the header hold many non-background (plot) pixels
     assert (np.abs(gray[300:1800] - np.median(gray)) > 0.2).mean() > 0.01
+
+
+@pytest.mark.flow
+def test_other_jobs_write_their_report(prefect_harness: None, tmp_path: Path) -> None:
+    from flows.cli import main
+
+    rng = np.random.default_rng(5)
+    cand = pd.DataFrame([(f"t{t}", f"w{w}") for t in range(10) for w in range(4)], columns=["task", "worker"])
+    cand["score"] = rng.uniform(0, 1, len(cand)).round(4)
+    cand.to_csv(tmp_path / "cand.csv", index=False)
+    items = np.array(list("abcdefgh"))
+    a = rng.integers(0, 8, 300)
+    b = (a + rng.integers(1, 8, 300)) % 8
+    cmp = pd.DataFrame({"annotator": "u", "item_a": items[a], "item_b": items[b], "outcome": np.sign(b - a)})
+    cmp.to_csv(tmp_path / "cmp.csv", index=False)
+    runs = {
+        "assignment": ["assign", "--candidates", str(tmp_path / "cand.csv"), "--budget", "12", "--worker-cap", "4"],
+        "ranking": ["rank", "--comparisons", str(tmp_path / "cmp.csv"), "--outliers", "none"],
+    }
+    for job, argv in runs.items():
+        out = tmp_path / job
+        assert main([*argv, "--out", str(out)]) == 0
+        (manifest,) = sorted(out.rglob("manifest.json"))
+        man = json.loads(manifest.read_text())
+        assert man["report"]["figures"] == list(FIGURE_IDS[job]) and "report" in man["outputs"]
+        page = parse((manifest.parent / REPORT_FILE).read_text(encoding="utf-8"))
+        check_self_contained(page)
+        drawn = {"fig-ranking-intervals"} if job == "ranking" else None  # outliers: none → no path to plot
+        assert_figures(page, job, drawn=drawn)
