@@ -429,3 +429,23 @@ def test_other_jobs_write_their_report(prefect_harness: None, tmp_path: Path) ->
         check_self_contained(page)
         drawn = {"fig-ranking-intervals"} if job == "ranking" else None  # outliers: none → no path to plot
         assert_figures(page, job, drawn=drawn)
+
+
+@pytest.mark.flow
+def test_demo_run_publishes_report_artifacts(demo_run: Path) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+
+    man = json.loads((demo_run / "manifest.json").read_text())
+    with get_client(sync_client=True) as client:
+        arts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=["run-report", "run-report-file"]),
+                flow_run_id=ArtifactFilterFlowRunId(any_=[man["flow_run_id"]]),
+            )
+        )
+    by_key = {a.key: a for a in arts}
+    md = str(by_key["run-report"].data)
+    assert md.count("](data:image/png;base64,") == len(FIGURE_IDS["skills"])
+    assert "Worker skill distribution" in md and "| consensus | consensus.parquet | 800 |" in md
+    assert (demo_run / REPORT_FILE).resolve().as_uri() in str(by_key["run-report-file"].data)
