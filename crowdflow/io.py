@@ -512,7 +512,8 @@ def write_run(
     schemas : mapping of name → pyarrow.Schema, optional
         Stable output schemas to cast to.
     extra_files : mapping of file name → bytes, optional
-        Other files of the run (reports).
+        Other files of the run (the report): written into the staging folder before the manifest and
+        listed in its ``outputs`` under the file's stem (``path``, ``bytes``).
     layout : {"flat", "hive"}
     run_date : str, optional
         Hive partition date (default: :func:`run_date_of` the run id).
@@ -569,7 +570,11 @@ def write_run(
             }
         for fname, data in (extra_files or {}).items():
             check_name(fname, "file name")
+            key = Path(fname).stem
+            if key in outputs:
+                raise ValueError(f"extra file {fname!r} clashes with the output table {key!r}")
             _fsync_write(staging / fname, data)
+            outputs[key] = {"path": fname, "bytes": len(data)}
         full = dict(manifest)
         full["outputs"] = outputs
         full["layout"] = layout

@@ -333,6 +333,10 @@ class OutputSpec(_Strict):
     dir: str = "crowdflow-out"
     layout: Literal["flat", "hive"] = Field("flat", description="flat run folders, or hive-partitioned datasets")
     warehouse: WarehouseSpec | None = Field(None, description="also load the output tables into a database")
+    report: bool = Field(
+        default=True,
+        description="write report.html (figures need the 'report' extra: matplotlib) next to the tables",
+    )
 
 
 Job = Literal["skills", "ranking", "personal_rankings", "personal_models", "assignment", "next_batch"]

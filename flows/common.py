@@ -14,10 +14,13 @@ from prefect.runtime import flow_run
 
 from crowdflow.io import LoadedTable
 from crowdflow.manifest import build_manifest, input_record, new_run_id
+from crowdflow.report import REPORT_FILE
 from crowdflow.spec import PipelineSpec
 from crowdflow.warehouse import redact_url
+from tasks.artifacts import report_artifacts
 from tasks.export import export_run
 from tasks.ingest import ingest
+from tasks.report import render_report_task
 from tasks.validate import validate
 from tasks.warehouse import load_warehouse
 
@@ -73,7 +76,7 @@ def finish_run(
     clock: Clock,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Build the manifest, export all tables atomically and log the run.
+    """Build the manifest, render report.html, export all tables and the report atomically, log the run.
 
     Returns the flow's summary: ``run_id``, ``run_dir`` and ``metrics``.
     """
@@ -94,6 +97,11 @@ def finish_run(
         flow_run_id=str(flow_run.id) if flow_run.id else None,
         extra=extra,
     )
+    outcome = render_report_task(manifest, tables, spec.output.report)
+    clock.lap("report")
+    manifest["report"] = outcome.record
+    manifest["timings"]["report"] = clock.timings["report"]
+    files = {REPORT_FILE: outcome.report.html.encode("utf-8")} if outcome.report is not None else None
     wh = spec.output.warehouse
     if wh is not None:  # the target, recorded before the load (which runs after the export); never a password
         manifest["warehouse"] = {
@@ -104,7 +112,9 @@ def finish_run(
                 name: f"{wh.db_schema}.{wh.prefix}{name}" if wh.db_schema else wh.prefix + name for name in tables
             },
         }
-    run_dir = export_run(str(spec.output_dir()), spec.name, run_id, tables, manifest, spec.output.layout)
+    run_dir = export_run(str(spec.output_dir()), spec.name, run_id, tables, manifest, spec.output.layout, files)
+    if outcome.report is not None:
+        report_artifacts(outcome.report, Path(run_dir) / REPORT_FILE)
     if wh is not None:
         load_warehouse(run_dir, run_id, wh, spec.base_dir)
     get_run_logger().info("run %s completed in %.2f s → %s", run_id, clock.total, run_dir)

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any, cast
 
 import pandas as pd
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+
+from crowdflow.report import RunReport
+
+# Images of the report embedded in its markdown artifact, at most this many bytes in all (base64 included):
+# the artifact is stored in Prefect's database.
+MAX_ARTIFACT_IMAGE_BYTES = 1_500_000
 
 
 def _key(text: str) -> str:
@@ -40,3 +47,36 @@ def frame_to_markdown(df: pd.DataFrame, max_rows: int = 20) -> str:
     if len(df) > max_rows:
         lines.append(f"\n… {len(df) - max_rows} more rows")
     return "\n".join(lines)
+
+
+def report_artifacts(report: RunReport, path: Path) -> None:
+    """Publish the run report's key figures as a markdown artifact, and a link artifact to ``report.html``.
+
+    Each figure becomes a markdown image with a ``data:image/png;base64`` URI (the Prefect UI's markdown
+    renderer does not strip ``data:`` image sources), its caption and a small table of the plotted
+    numbers; past :data:`MAX_ARTIFACT_IMAGE_BYTES` only the tables are kept.
+    """
+    uri = path.resolve().as_uri()
+    lines = [
+        "# Run report\n",
+        f"Full page (static, self-contained): [{path.name}]({uri}) — `{path}`\n",
+        frame_to_markdown(report.summary, max_rows=50),
+    ]
+    budget = MAX_ARTIFACT_IMAGE_BYTES
+    for fig in report.figures:
+        lines.append(f"\n## {fig.title}\n")
+        data_uri = fig.data_uri()
+        if data_uri is not None and len(data_uri) <= budget:
+            budget -= len(data_uri)
+            lines.append(f"![{fig.alt}]({data_uri})\n")
+        elif data_uri is not None:
+            lines.append(f"_(image left out of the artifact to keep it small: see {path.name})_\n")
+        elif fig.note:
+            lines.append(f"_{fig.note}_\n")
+        lines.append(fig.caption + "\n")
+        if fig.data is not None and not fig.data.empty:
+            lines.append(frame_to_markdown(fig.data, max_rows=10))
+    markdown("run-report", "\n".join(lines), "key figures of the run report")
+    create_link_artifact(
+        key=_key("run-report-file"), link=uri, link_text=path.name, description="the run's static report.html"
+    )

@@ -23,17 +23,21 @@ def export_run(
     tables: dict[str, pd.DataFrame],
     manifest: dict[str, Any],
     layout: Literal["flat", "hive"] = "flat",
+    extra_files: dict[str, bytes] | None = None,
 ) -> str:
-    """Write the run (flat run folder or hive-partitioned datasets); returns the run directory.
+    """Write the run (flat run folder or hive-partitioned datasets; ``extra_files`` such as report.html;
+    manifest last); returns the run directory.
 
     Nothing is left behind on failure.
     """
     logger = get_run_logger()
     schemas = OUTPUTS.get(str(manifest.get("job")), {})
-    written = write_run(out_dir, pipeline, run_id, tables, manifest, schemas=schemas, layout=layout)
-    lines = [f"# Run `{run_id}` exported\n", f"Folder: `{written.path}`\n", "| table | rows | file |", "|---|---|---|"]
+    written = write_run(
+        out_dir, pipeline, run_id, tables, manifest, schemas=schemas, extra_files=extra_files, layout=layout
+    )
+    lines = [f"# Run `{run_id}` exported\n", f"Folder: `{written.path}`\n", "| output | rows | file |", "|---|---|---|"]
     for name, info in written.outputs.items():
-        lines.append(f"| {name} | {info['rows']} | `{(Path(written.path) / info['path']).resolve()}` |")
+        lines.append(f"| {name} | {info.get('rows', '')} | `{(Path(written.path) / info['path']).resolve()}` |")
     metrics = manifest.get("metrics") or {}
     if metrics:
         lines.append(

@@ -22,6 +22,8 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ.pop("PREFECT_API_URL", None)
+# A run report that fails to render fails the run in tests (in production it is logged and skipped).
+os.environ.setdefault("CROWDFLOW_REPORT_STRICT", "1")
 
 import pytest  # noqa: E402
 from prefect.logging.configuration import setup_logging  # noqa: E402

@@ -44,8 +44,9 @@ def test_rte_mv_run(tmp_path: Path, rte_dir: Path, capsys: pytest.CaptureFixture
     assert 0.093 <= man["metrics"]["error"] <= 0.135 and man["metrics"]["n_gold"] == 800
     assert {i["name"]: i["rows"] for i in man["inputs"]} == {"labels": 8000, "truth": 800}
     assert len(man["inputs"][0]["sha256"]) == 64
-    assert set(man["outputs"]) == {"consensus", "skills", "components"}
-    assert set(man["timings"]) == {"ingest_validate", "check_graph", "fit"}  # export ends after the manifest
+    assert set(man["outputs"]) == {"consensus", "skills", "components", "report"}
+    assert man["outputs"]["report"]["path"] == "report.html" and (manifest_path.parent / "report.html").is_file()
+    assert set(man["timings"]) == {"ingest_validate", "check_graph", "fit", "report"}  # export ends after the manifest
     consensus = pd.read_parquet(manifest_path.parent / "consensus.parquet")
     assert list(consensus.columns) == ["task", "label", "confidence", "n_labels", "fallback"] and len(consensus) == 800
     assert (consensus["n_labels"] == 10).all() and consensus["confidence"].between(0.5, 1.0).all()
