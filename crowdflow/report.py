@@ -36,6 +36,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import splu
 
 from crowdflow import __version__
+from crowdflow.io import run_date_of
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +202,7 @@ def _skills_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) 
             data = pd.DataFrame({"bin_from": edges[:-1], "bin_to": edges[1:], "workers": counts})
             data = data[data["workers"] > 0]
 
-            def draw(fig: Any, vals: np.ndarray = vals, lo: float = lo, hi: float = hi, col: str = col) -> None:
+            def draw_1(fig: Any, vals: np.ndarray = vals, lo: float = lo, hi: float = hi, col: str = col) -> None:
                 ax = fig.add_subplot()
                 ax.hist(vals, bins=40, range=(lo, hi), color=_BLUE, edgecolor="white")
                 if col == "skill":
@@ -212,7 +213,7 @@ def _skills_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) 
                 ax.legend(frameon=False)
                 _style(ax)
 
-            out.append(_Plot(fid, title, caption, draw, data, margins={"bottom": 0.27}))
+            out.append(_Plot(fid, title, caption, draw_1, data, margins={"bottom": 0.27}))
 
     # per-worker label counts
     fid, title = "fig-worker-label-counts", "Labels per worker"
@@ -231,7 +232,7 @@ def _skills_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) 
         status = s["status"].astype(str).to_numpy() if "status" in s else np.full(len(s), "ok")
         data = s[["worker", "n_labels"] + (["status"] if "status" in s else [])].head(20)
 
-        def draw(fig: Any, n: np.ndarray = n, status: np.ndarray = status) -> None:
+        def draw_2(fig: Any, n: np.ndarray = n, status: np.ndarray = status) -> None:
             ax = fig.add_subplot()
             x = np.arange(1, len(n) + 1)
             for st in dict.fromkeys(status):  # one filled step area per status (fast: no patch per worker)
@@ -248,7 +249,7 @@ def _skills_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) 
                 ax.legend(frameon=False, fontsize=8)
             _style(ax)
 
-        out.append(_Plot(fid, title, caption, draw, data))
+        out.append(_Plot(fid, title, caption, draw_2, data))
 
     # worker-graph components
     fid, title = "fig-worker-components", "Worker-graph components"
@@ -257,11 +258,11 @@ def _skills_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) 
     else:
         c = comps.sort_values("n_workers", ascending=False, kind="stable").reset_index(drop=True)
         cstat = c["status"].astype(str).to_numpy() if "status" in c else np.full(len(c), "ok")
-        counts = pd.Series(cstat).value_counts()
+        status_counts = pd.Series(cstat).value_counts()
         caption = (
             f"Connected components of the worker interaction graph (workers linked when they labelled a common "
             f"task), largest first: {len(c)} component(s), "
-            + ", ".join(f"{v} {k}" for k, v in counts.items())
+            + ", ".join(f"{v} {k}" for k, v in status_counts.items())
             + ". Skills are identifiable only in non-bipartite components with at least two workers"
             + (" (largest 30 shown)." if len(c) > 30 else ".")
         )
@@ -275,16 +276,16 @@ def _skills_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) 
             else np.array([], dtype=float)
         )
         if "lambda_min_signless_unit" in c and c["lambda_min_signless_unit"].notna().any():
-            lam = c.loc[0, "lambda_min_signless_unit"]
-            if pd.notna(lam):
+            lam = float(pd.to_numeric(c["lambda_min_signless_unit"], errors="coerce").iloc[0])
+            if not math.isnan(lam):
                 caption += (
-                    f" Largest component: smallest eigenvalue of the signless Laplacian {float(lam):.3g} "
+                    f" Largest component: smallest eigenvalue of the signless Laplacian {lam:.3g} "
                     "(> 0 proves it is not bipartite)."
                 )
         if partners.size:
             caption += " Right: how many other workers each worker shares a task with (its degree in the graph)."
 
-        def draw(
+        def draw_3(
             fig: Any, shown: pd.DataFrame = shown, cstat: np.ndarray = cstat[:30], partners: np.ndarray = partners
         ) -> None:
             axes = fig.subplots(1, 2, width_ratios=[1, 1.3]) if partners.size else [fig.add_subplot()]
@@ -309,7 +310,7 @@ def _skills_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) 
                 ax.set_ylabel("workers")
                 _style(ax)
 
-        out.append(_Plot(fid, title, caption, draw, data))
+        out.append(_Plot(fid, title, caption, draw_3, data))
 
     # identifiability status counts
     fid, title = "fig-identifiability", "Identifiability status of workers"
@@ -325,7 +326,7 @@ def _skills_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) 
             "only determined up to a sign flip between its two sides; `isolated`: shares no task with anyone."
         )
 
-        def draw(fig: Any, vc: pd.Series = vc) -> None:
+        def draw_4(fig: Any, vc: pd.Series = vc) -> None:
             ax = fig.add_subplot()
             ax.barh(vc.index[::-1], vc.to_numpy()[::-1], color=[_STATUS_COLOURS.get(s, _GREY) for s in vc.index[::-1]])
             for y, v in enumerate(vc.to_numpy()[::-1]):
@@ -333,7 +334,7 @@ def _skills_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) 
             ax.set_xlabel("workers")
             ax.spines[["top", "right"]].set_visible(False)
 
-        out.append(_Plot(fid, title, caption, draw, data, size=(6.4, 2.4), margins={"left": 0.27, "bottom": 0.2}))
+        out.append(_Plot(fid, title, caption, draw_4, data, size=(6.4, 2.4), margins={"left": 0.27, "bottom": 0.2}))
 
     # consensus confidence
     fid, title = "fig-consensus-confidence", "Consensus confidence"
@@ -359,7 +360,7 @@ def _skills_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) 
         if "accuracy" in metrics:
             caption += f" Accuracy on {metrics.get('n_gold')} gold tasks: {metrics['accuracy']:.4f}."
 
-        def draw(fig: Any, conf: np.ndarray = conf[ok], fb: np.ndarray = fb[ok]) -> None:
+        def draw_5(fig: Any, conf: np.ndarray = conf[ok], fb: np.ndarray = fb[ok]) -> None:
             ax = fig.add_subplot()
             parts = [conf[~fb]] + ([conf[fb]] if fb.any() else [])
             colours = [_BLUE] + ([_ORANGE] if fb.any() else [])
@@ -376,7 +377,7 @@ def _skills_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) 
                 ax.legend(frameon=False)
             _style(ax)
 
-        out.append(_Plot(fid, title, caption, draw, data))
+        out.append(_Plot(fid, title, caption, draw_5, data))
     return out
 
 
@@ -493,7 +494,7 @@ def _ranking_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any])
             shown = comp
             which = f"all {len(comp)} items"
         iv = score_intervals(ranking, rows, list(shown["item"].astype(str)))
-        iv = iv.set_index("item").loc[shown["item"].astype(str)].reset_index()
+        iv = iv.set_index("item").loc[list(shown["item"].astype(str))].reset_index()
         has_iv = bool(iv["se"].notna().any())
         caption = (
             f"Scores of the largest connected component of the comparison graph (component {main}; {which}"
@@ -516,7 +517,7 @@ def _ranking_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any])
             caption += "No intervals: the run has no per-comparison residuals (or no residual degrees of freedom)."
         data = iv[["item", "score", "lower", "upper"]].copy()
 
-        def draw(fig: Any, iv: pd.DataFrame = iv, has_iv: bool = has_iv) -> None:
+        def draw_6(fig: Any, iv: pd.DataFrame = iv, has_iv: bool = has_iv) -> None:
             ax = fig.add_subplot()
             y = np.arange(len(iv))[::-1]
             if has_iv:
@@ -543,7 +544,7 @@ def _ranking_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any])
         height = min(max(3.0, 0.16 * len(iv) + 1.0), 8.0)
         width = max(len(str(x)[:24]) for x in iv["item"])
         margins = {"left": min(0.4, 0.05 + 0.011 * width), "bottom": 0.6 / height, "top": 1 - 0.15 / height}
-        out.append(_Plot(fid, title, caption, draw, data, size=(6.4, height), margins=margins))
+        out.append(_Plot(fid, title, caption, draw_6, data, size=(6.4, height), margins=margins))
 
     fid, title = "fig-outlier-path", "Outlier regularisation path"
     if outliers is None or outliers.empty or "entry_time" not in outliers:
@@ -583,9 +584,10 @@ def _ranking_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any])
             .head(20)
         )
 
-        def draw(fig: Any, o: pd.DataFrame = o, entered: np.ndarray = entered, flagged: np.ndarray = flagged) -> None:
+        def draw_7(fig: Any, o: pd.DataFrame = o, entered: np.ndarray = entered, flagged: np.ndarray = flagged) -> None:
             axes = fig.subplots(1, 2) if use_path else [None, fig.add_subplot()]
             if use_path:
+                assert path is not None  # use_path implies a path table
                 ax = axes[0]
                 first = o.loc[entered].sort_values("entry_time")["row_id"].head(60)
                 p = path[path["row_id"].isin(first)]
@@ -613,7 +615,7 @@ def _ranking_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any])
             ax.legend(frameon=False, fontsize=8)
             _style(ax)
 
-        out.append(_Plot(fid, title, caption, draw, data, size=(7.2, 3.4)))
+        out.append(_Plot(fid, title, caption, draw_7, data, size=(7.2, 3.4)))
 
     fid, title = "fig-annotator-outliers", "Outlier rate per annotator"
     ann = t.get("annotators")
@@ -628,7 +630,7 @@ def _ranking_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any])
         )
         overall = float(ann["n_outliers"].sum() / max(ann["n_comparisons"].sum(), 1))
 
-        def draw(fig: Any, a: pd.DataFrame = a, overall: float = overall) -> None:
+        def draw_8(fig: Any, a: pd.DataFrame = a, overall: float = overall) -> None:
             ax = fig.add_subplot()
             ax.barh(a["annotator"].astype(str)[::-1], a["outlier_rate"][::-1], color=_ORANGE)
             ax.axvline(overall, color=_GREY, ls="--", lw=1)
@@ -642,7 +644,7 @@ def _ranking_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any])
                 fid,
                 title,
                 caption,
-                draw if len(a) else None,
+                draw_8 if len(a) else None,
                 a,
                 note=None if len(a) else "no annotator with ≥ 5 comparisons",
                 margins={"left": min(0.4, 0.06 + 0.011 * width)},
@@ -689,7 +691,7 @@ def _personal_rankings_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[
         pr.groupby("item")["score"].agg(["mean", "std", "min", "max"]).sort_values("mean", ascending=False).head(20)
     ).reset_index()
 
-    def draw(fig: Any, H: pd.DataFrame = H) -> None:
+    def draw_9(fig: Any, H: pd.DataFrame = H) -> None:
         ax = fig.add_subplot()
         im = ax.imshow(H.to_numpy(dtype=float), aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
         ax.set_xlabel("item (sorted by mean score)")
@@ -702,7 +704,7 @@ def _personal_rankings_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[
         ax.set_yticks([])
         fig.colorbar(im, ax=ax, label="score")
 
-    out.append(_Plot(fid, title, caption, draw, data, size=(6.4, 4.2), margins={"left": 0.06, "bottom": 0.2}))
+    out.append(_Plot(fid, title, caption, draw_9, data, size=(6.4, 4.2), margins={"left": 0.06, "bottom": 0.2}))
 
     fid, title = "fig-item-score-spread", "Item scores across users"
     top = X.columns[:30] if X.shape[1] <= 30 else X.columns[np.linspace(0, X.shape[1] - 1, 30).round().astype(int)]
@@ -747,7 +749,7 @@ def _personal_models_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[st
         data = pd.DataFrame({"bin_from": edges[:-1], "bin_to": edges[1:], "agents": counts})
         data = data[data["agents"] > 0]
 
-        def draw(fig: Any, r: np.ndarray = r) -> None:
+        def draw_10(fig: Any, r: np.ndarray = r) -> None:
             ax = fig.add_subplot()
             ax.hist(r, bins=30, color=_BLUE, edgecolor="white")
             ax.set_xlabel("residual norm")
@@ -755,7 +757,7 @@ def _personal_models_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[st
             _style(ax)
 
         out.append(
-            _Plot(fid, title, caption, draw if len(r) else None, data, note=None if len(r) else "nothing to plot")
+            _Plot(fid, title, caption, draw_10 if len(r) else None, data, note=None if len(r) else "nothing to plot")
         )
 
     fid, title = "fig-convergence", "Convergence trace"
@@ -774,7 +776,7 @@ def _personal_models_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[st
         )
         data = conv[["round", *cols]].tail(20)
 
-        def draw(fig: Any, conv: pd.DataFrame = conv, cols: list[str] = cols) -> None:
+        def draw_11(fig: Any, conv: pd.DataFrame = conv, cols: list[str] = cols) -> None:
             ax = fig.add_subplot()
             for c, colour in zip(cols, (_BLUE, _ORANGE, _RED), strict=False):
                 v = conv[c].to_numpy(dtype=float)
@@ -785,7 +787,7 @@ def _personal_models_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[st
             ax.legend(frameon=False)
             _style(ax)
 
-        out.append(_Plot(fid, title, caption, draw, data))
+        out.append(_Plot(fid, title, caption, draw_11, data))
     return out
 
 
@@ -804,7 +806,7 @@ def _assignment_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, An
     else:
         w = wl.sort_values("n_assigned", ascending=False, kind="stable")
         shown = w.head(40)
-        cap = pd.to_numeric(shown.get("capacity"), errors="coerce") if "capacity" in shown else None
+        cap = pd.to_numeric(shown["capacity"], errors="coerce") if "capacity" in shown else None
         full = int((w["slack"] <= 0).sum()) if "slack" in w else 0
         caption = (
             f"Tasks assigned to each worker (bars) against the worker's capacity (ticks); {len(w)} workers, "
@@ -820,7 +822,7 @@ def _assignment_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, An
         )
         data = shown[[c for c in ("worker", "n_assigned", "capacity", "slack") if c in shown]].head(20)
 
-        def draw(fig: Any, shown: pd.DataFrame = shown, cap: Any = cap) -> None:
+        def draw_12(fig: Any, shown: pd.DataFrame = shown, cap: Any = cap) -> None:
             ax = fig.add_subplot()
             x = np.arange(len(shown))
             ax.bar(x, shown["n_assigned"], color=_BLUE, label="assigned")
@@ -832,7 +834,7 @@ def _assignment_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, An
             ax.legend(frameon=False, fontsize=8)
             _style(ax)
 
-        out.append(_Plot(fid, title, caption, draw, data))
+        out.append(_Plot(fid, title, caption, draw_12, data))
 
     fid, title = "fig-task-load", "Per-task load"
     if tl is None or tl.empty:
@@ -848,7 +850,7 @@ def _assignment_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, An
         )
         data = vc.rename_axis("workers_assigned").reset_index(name="tasks")
 
-        def draw(fig: Any, vc: pd.Series = vc, caps: pd.Series = caps) -> None:
+        def draw_13(fig: Any, vc: pd.Series = vc, caps: pd.Series = caps) -> None:
             ax = fig.add_subplot()
             ax.bar(vc.index.astype(int), vc.to_numpy(), color=_BLUE, width=0.8)
             if caps.notna().any() and caps.nunique() == 1:
@@ -858,7 +860,7 @@ def _assignment_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, An
             ax.xaxis.get_major_locator().set_params(integer=True)
             _style(ax)
 
-        out.append(_Plot(fid, title, caption, draw, data, size=(6.4, 3.0)))
+        out.append(_Plot(fid, title, caption, draw_13, data, size=(6.4, 3.0)))
 
     if manifest.get("job") == "next_batch":
         fid, title = "fig-candidate-scores", "Candidate scores"
@@ -879,7 +881,7 @@ def _assignment_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, An
             )
             data = pd.DataFrame({"selected": [True, False], "n": [int(is_sel.sum()), int((~is_sel).sum())]})
 
-            def draw(fig: Any, sc: np.ndarray = sc, is_sel: np.ndarray = is_sel) -> None:
+            def draw_14(fig: Any, sc: np.ndarray = sc, is_sel: np.ndarray = is_sel) -> None:
                 ax = fig.add_subplot()
                 rng = (float(np.nanmin(sc)), float(np.nanmax(sc)) + 1e-12)
                 ax.hist(
@@ -895,7 +897,7 @@ def _assignment_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, An
                 ax.legend(frameon=False)
                 _style(ax)
 
-            out.append(_Plot(fid, title, caption, draw, data))
+            out.append(_Plot(fid, title, caption, draw_14, data))
     return out
 
 
@@ -1005,8 +1007,20 @@ def _figure_html(f: ReportFigure, has_mpl: bool) -> str:
     return "".join(parts)
 
 
-def planned_outputs(tables: Mapping[str, pd.DataFrame]) -> dict[str, dict[str, Any]]:
-    """The manifest ``outputs`` the atomic writer will record for these tables (name → path, rows)."""
+def planned_outputs(
+    tables: Mapping[str, pd.DataFrame], layout: str = "flat", pipeline: str = "", run_id: str = ""
+) -> dict[str, dict[str, Any]]:
+    """The manifest ``outputs`` the atomic writer will record for these tables (name → path, rows).
+
+    Paths are relative to the run folder ``<out>/<pipeline>/<run_id>``; with the hive layout a table
+    is the part ``<out>/<table>/pipeline=<pipeline>/run_date=<date>/part-<run_id>.parquet``.
+    """
+    if layout == "hive":
+        date = run_date_of(run_id)
+        return {
+            name: {"path": f"../../{name}/pipeline={pipeline}/run_date={date}/part-{run_id}.parquet", "rows": len(df)}
+            for name, df in tables.items()
+        }
     return {name: {"path": f"{name}.parquet", "rows": len(df)} for name, df in tables.items()}
 
 
@@ -1109,8 +1123,10 @@ def render_report(
     t0 = time.perf_counter()
     job = str(manifest.get("job", ""))
     if outputs is None:
+        layout = str(((manifest.get("spec") or {}).get("output") or {}).get("layout", "flat"))
+        planned = planned_outputs(tables, layout, str(manifest.get("pipeline", "")), str(manifest.get("run_id", "")))
         outputs = manifest.get("outputs") or {
-            **planned_outputs(tables),
+            **planned,
             "report": {"path": REPORT_FILE, "rows": None},
         }
     figure_cls = _matplotlib() if plots else None
@@ -1153,7 +1169,8 @@ def render_report(
     for name, df in tables.items():
         body.append(
             f'<details id="table-{_e(name)}"><summary>{_e(name)} — {len(df)} rows × {df.shape[1]} columns '
-            f"(<a href={_q(f'{name}.parquet')}>{_e(name)}.parquet</a>)</summary>{_table_html(df, 15)}</details>"
+            f"(<a href={_q(str(outputs.get(name, {}).get('path', f'{name}.parquet')))}>{_e(name)}.parquet</a>)"
+            f"</summary>{_table_html(df, 15)}</details>"
         )
     body.append("</section>")
     versions = manifest.get("versions") or {}

@@ -33,7 +33,9 @@ def load_warehouse(run_dir: str, run_id: str, warehouse: WarehouseSpec, base_dir
     run = Path(run_dir)
     manifest = json.loads((run / "manifest.json").read_text())
     # ParquetFile reads the part itself: hive partition keys stay in the path, not in the columns
-    tables = {name: pq.ParquetFile(run / info["path"]).read() for name, info in manifest["outputs"].items()}
+    tables = {  # the run's tables (entries with a row count); other outputs such as report.html are not loaded
+        name: pq.ParquetFile(run / info["path"]).read() for name, info in manifest["outputs"].items() if "rows" in info
+    }
     password = resolve_password(warehouse, "output.warehouse")
     loaded = load_tables(
         warehouse.connection,

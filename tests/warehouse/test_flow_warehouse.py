@@ -4,6 +4,7 @@ Parquet (hive or flat) and loaded into the database (issue #8, items 3-5)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import duckdb
@@ -94,6 +95,10 @@ def test_duckdb_sourced_spec_hive_parquet_and_duckdb_tables(tmp_path: Path, rte_
     date = f"{run_id[0:4]}-{run_id[4:6]}-{run_id[6:8]}"
     part = out / "consensus" / "pipeline=rte-duck" / f"run_date={date}" / f"part-{run_id}.parquet"
     assert (man_path.parent / man["outputs"]["consensus"]["path"]).resolve() == part.resolve()
+    # the run report (in the run folder) links every table to its hive part
+    links = re.findall(r'href="([^"]+\.parquet)"', (man_path.parent / "report.html").read_text())
+    assert links and all((man_path.parent / href).resolve().is_file() for href in links)
+    assert any(Path(href).name == part.name and "pipeline=rte-duck" in href for href in links)
     ds = pads.dataset(str(out / "consensus"), format="parquet", partitioning="hive").to_table().to_pandas()
     assert len(ds) == n_tasks and set(ds["pipeline"]) == {"rte-duck"} and set(ds["run_id"]) == {run_id}
     glob = str(out / "consensus" / "**" / "*.parquet")
@@ -201,5 +206,5 @@ def test_postgresql_sourced_spec_append_replace_and_no_password_in_outputs(
 
     # the password is nowhere in what the runs wrote
     written = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
-    assert len(written) == 12  # 3 runs x (3 tables + manifest)
+    assert len(written) == 15  # 3 runs x (3 tables + report.html + manifest)
     assert all(pg_server.password.encode() not in p.read_bytes() for p in written)
