@@ -21,8 +21,9 @@ import io
 import json
 import logging
 import os
-import re
 import shutil
+import socket
+import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from crowdflow.errors import InputError
+from crowdflow.spec import check_name
 from schemas.tables import TableSchema
 
 log = logging.getLogger(__name__)
@@ -43,7 +45,6 @@ log = logging.getLogger(__name__)
 Format = Literal["auto", "csv", "parquet"]
 _CSV_SUFFIXES = {".csv", ".tsv", ".txt"}
 _PARQUET_SUFFIXES = {".parquet", ".pq", ".parq"}
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
 @dataclass(frozen=True)
@@ -357,13 +358,52 @@ def read_table(
     return LoadedTable(df=df, source=str(p), sha256=digest, format=kind, renamed=renamed)
 
 
-def check_name(name: str, what: str = "name") -> str:
-    """Validate a pipeline or run name used in output paths (no separators, no traversal)."""
-    if not _NAME_RE.match(name) or name in {".", ".."}:
-        raise ValueError(
-            f"invalid {what} {name!r}: use 1-128 letters, digits, '_', '-', '.', starting with a letter or digit"
-        )
-    return name
+_OWNER = ".owner"
+TEST_PAUSE_ENV = "CROWDFLOW_TEST_PAUSE_EXPORT"
+
+
+def _test_pause(staging: Path) -> None:
+    """TEST-ONLY fault hook, inert unless ``CROWDFLOW_TEST_PAUSE_EXPORT`` is set (tests/test_faults.py).
+
+    With the variable set to a file path, the writer stops after its first table: it writes that
+    file (the staging folder's path) and waits until the file is deleted, so a test can kill the
+    process mid-export and check what a crash leaves behind.
+    """
+    flag = os.environ.get(TEST_PAUSE_ENV)
+    if not flag:
+        return
+    marker = Path(flag)
+    if marker.exists():  # already paused once in this run: don't stop again
+        return
+    marker.write_text(str(staging))
+    while marker.exists():
+        time.sleep(0.05)
+    marker.write_text("resumed")
+
+
+def remove_stale_staging(base: Path) -> list[Path]:
+    """Remove staging folders ``.<run_id>.partial`` left by a killed writer on this machine.
+
+    A staging folder is stale when the process that created it (``.owner``: host and pid) is no
+    longer alive on this host. Folders of live writers, of other hosts (a shared file system) or
+    without an owner file are left alone; readers ignore staging folders anyway (:func:`latest_run`).
+    Returns the removed folders.
+    """
+    removed: list[Path] = []
+    host = socket.gethostname()
+    for d in base.glob(".*.partial"):
+        try:
+            owner_host, pid = (d / _OWNER).read_text().split()
+            if owner_host != host or int(pid) == os.getpid():
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+            log.warning("removed the staging folder %s of a killed run (pid %s)", d, pid)
+        except (OSError, ValueError):
+            continue
+    return removed
 
 
 @dataclass(frozen=True)
@@ -434,15 +474,18 @@ def write_run(
         raise FileExistsError(f"run directory {final} already exists; run ids must be unique")
     staging = base / f".{run_id}.partial"
     base.mkdir(parents=True, exist_ok=True)
+    remove_stale_staging(base)
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir()
     try:
+        (staging / _OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n")
         outputs: dict[str, dict[str, Any]] = {}
         for name, df in tables.items():
             check_name(name, "table name")
             rows = write_parquet(df, staging / f"{name}.parquet", (schemas or {}).get(name))
             outputs[name] = {"path": f"{name}.parquet", "rows": rows}
+            _test_pause(staging)
         for fname, data in (extra_files or {}).items():
             check_name(fname, "file name")
             _fsync_write(staging / fname, data)
@@ -450,6 +493,7 @@ def write_run(
         full["outputs"] = outputs
         full["status"] = "completed"
         _fsync_write(staging / "manifest.json", json.dumps(full, indent=2, default=str).encode())
+        (staging / _OWNER).unlink()
         os.rename(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -469,7 +513,16 @@ def latest_run(path: str | os.PathLike[str]) -> Path:
     if (p / "manifest.json").is_file():
         runs = [p]
     else:
-        runs = sorted(d for d in p.iterdir() if d.is_dir() and (d / "manifest.json").is_file()) if p.is_dir() else []
+        runs = (
+            sorted(
+                d
+                for d in p.iterdir()
+                # staging folders (.<run_id>.partial) of unfinished or killed runs are never runs
+                if d.is_dir() and not d.name.startswith(".") and (d / "manifest.json").is_file()
+            )
+            if p.is_dir()
+            else []
+        )
     for run in reversed(runs):
         try:
             if json.loads((run / "manifest.json").read_text()).get("status") == "completed":

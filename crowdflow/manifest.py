@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
+import re
 import uuid
 from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any
+
+REDACTED = "***"
+# scheme://user:password@host → the password part; also ?password=… / &token=… query parameters
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:)(?P<secret>[^/\s@]+)(?P<at>@)")
+_QUERY_SECRET = re.compile(
+    r"(?P<head>[?&;](?:password|passwd|pwd|secret|token|access_token|api_key|apikey|key)=)(?P<secret>[^&;#\s]+)",
+    re.IGNORECASE,
+)
+_SECRET_ENV = re.compile(r"PASSWORD|PASSWD|SECRET|TOKEN|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL", re.IGNORECASE)
 
 _PACKAGES = ("crowdflow", "prefect", "pandas", "numpy", "scipy", "pyarrow", "great-expectations", "cvxpy", "pydantic")
 
@@ -45,9 +56,42 @@ def started_at() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+def secret_env_values(environ: dict[str, str] | None = None, min_length: int = 6) -> list[str]:
+    """Values of environment variables whose names look like secrets (``*PASSWORD*``, ``*TOKEN*``…)."""
+    env = os.environ if environ is None else environ
+    return sorted({v for k, v in env.items() if _SECRET_ENV.search(k) and len(v) >= min_length}, key=len, reverse=True)
+
+
+def redact(value: Any, secrets: list[str] | None = None) -> Any:
+    """A copy of ``value`` (str / mapping / list, nested) safe to record: no password ever written.
+
+    Replaces the password of any URL-like string ``scheme://user:password@host`` (the user stays),
+    secret query parameters (``?password=…``, ``&token=…``) and every occurrence of a secret-looking
+    environment variable's value (:func:`secret_env_values`, or ``secrets`` when given) with ``***``.
+
+    Examples
+    --------
+    >>> redact({"url": "postgresql://ana:s3cr3t@db:5432/crowd?sslmode=require"}, secrets=[])
+    {'url': 'postgresql://ana:***@db:5432/crowd?sslmode=require'}
+    """
+    if secrets is None:
+        secrets = secret_env_values()
+    if isinstance(value, str):
+        out = _URL_PASSWORD.sub(lambda m: m["head"] + REDACTED + m["at"], value)
+        out = _QUERY_SECRET.sub(lambda m: m["head"] + REDACTED, out)
+        for s in secrets:
+            out = out.replace(s, REDACTED)
+        return out
+    if isinstance(value, dict):
+        return {redact(k, secrets) if isinstance(k, str) else k: redact(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(redact(v, secrets) for v in value)
+    return value
+
+
 def input_record(name: str, source: str, sha256: str, rows: int, fmt: str) -> dict[str, Any]:
-    """One entry of the manifest's ``inputs`` list."""
-    return {"name": name, "path": source, "sha256": sha256, "rows": rows, "format": fmt}
+    """One entry of the manifest's ``inputs`` list (``source`` redacted: no password in a URL is recorded)."""
+    return {"name": name, "path": redact(source), "sha256": sha256, "rows": rows, "format": fmt}
 
 
 def build_manifest(
@@ -63,7 +107,12 @@ def build_manifest(
     flow_run_id: str | None = None,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The run manifest minus ``outputs`` and ``status`` (added by the atomic writer)."""
+    """The run manifest minus ``outputs`` and ``status`` (added by the atomic writer).
+
+    Everything recorded passes through :func:`redact`: passwords in URL-like strings (connection
+    strings of sources, scheduler addresses) and values of secret-looking environment variables
+    never reach the manifest.
+    """
     manifest: dict[str, Any] = {
         "run_id": run_id,
         "pipeline": pipeline,
@@ -78,4 +127,4 @@ def build_manifest(
         "timings": timings,
     }
     manifest.update(extra or {})
-    return manifest
+    return redact(manifest)

@@ -28,6 +28,7 @@ Relative paths are resolved against the spec file's folder.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,6 +39,28 @@ from crowdflow.errors import SpecError
 
 CheckMode = Literal["block", "warn"]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+
+
+def check_name(name: str, what: str = "name") -> str:
+    """A pipeline name or run id that is safe as one path component, or ``ValueError`` saying why.
+
+    1-128 characters of ``A-Z a-z 0-9 _ - .``, starting with a letter or digit: no ``/`` or ``\\``, no
+    ``..``, no absolute path, no NUL, nothing a shell or a file system treats specially.
+    """
+    if not isinstance(name, str) or re.fullmatch(NAME_PATTERN, name) is None:
+        shown = repr(name) if len(str(name)) <= 60 else repr(str(name)[:60]) + "..."
+        why = ""
+        if isinstance(name, str):
+            if "\x00" in name:
+                why = " (contains a NUL byte)"
+            elif "/" in name or "\\" in name or name.startswith(("~", ".")):
+                why = " (a name is one folder, not a path)"
+            elif len(name) > 128:
+                why = f" ({len(name)} characters, at most 128)"
+        raise ValueError(
+            f"invalid {what} {shown}{why}: use 1-128 letters, digits, '_', '-', '.', starting with a letter or digit"
+        )
+    return name
 
 
 class _Strict(BaseModel):
@@ -216,7 +239,7 @@ JOB_INPUTS_ALL = ("labels", "truth", "comparisons", "agents", "edges", "candidat
 class PipelineSpec(_Strict):
     """A crowdflow pipeline: inputs, the job and its options, checks and output."""
 
-    name: str = Field(pattern=NAME_PATTERN, description="pipeline name, used as an output folder")
+    name: str = Field(description="pipeline name, used as an output folder: 1-128 of A-Z a-z 0-9 _ - .")
     job: Job = "skills"
     labels: SourceSpec | None = None
     truth: SourceSpec | None = None
@@ -237,6 +260,11 @@ class PipelineSpec(_Strict):
     checks: ChecksSpec = Field(default_factory=ChecksSpec)
     output: OutputSpec = Field(default_factory=OutputSpec)
     base_dir: str = Field(".", description="folder relative paths are resolved against (the spec's folder)")
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, v: str) -> str:
+        return check_name(v, "pipeline name")
 
     @model_validator(mode="after")
     def _inputs_for_job(self) -> PipelineSpec:
@@ -290,6 +318,12 @@ def load_spec(path: str | Path) -> PipelineSpec:
         raise SpecError(f"{p}: spec file not found")
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.constructor.ConstructorError as exc:
+        # safe_load only: a tag such as !!python/object would run code, so it is refused, not guessed at
+        raise SpecError(
+            f"{p}: not valid YAML: {exc.problem} at line {exc.problem_mark.line + 1 if exc.problem_mark else '?'} "
+            "(specs are plain YAML: tags like !!python/... are not allowed)"
+        ) from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise SpecError(f"{p}: not valid YAML: {exc}") from None
     return parse_spec(data, origin=str(p), base_dir=p.resolve().parent)

@@ -42,9 +42,7 @@ def agent_problems(draw: st.DrawFn, connected: bool = True) -> tuple[pd.DataFram
         for _ in range(draw(st.integers(1, 3))):
             rows.append((f"a{i}", draw(FLOATS)))
     agents = pd.DataFrame(rows, columns=["agent", "y"])
-    e = pd.DataFrame(
-        [(f"a{a}", f"a{b}", w) for (a, b), w in edges.items()], columns=["source", "target", "weight"]
-    )
+    e = pd.DataFrame([(f"a{a}", f"a{b}", w) for (a, b), w in edges.items()], columns=["source", "target", "weight"])
     reg = draw(st.sampled_from([0.0, 0.1, 1.0]))
     return agents, e, reg
 
@@ -105,9 +103,7 @@ def candidate_tables(draw: st.DrawFn) -> tuple[pd.DataFrame, int | None, int | N
     cells = [(t, w) for t in range(n_tasks) for w in range(n_workers)]
     chosen = draw(st.lists(st.sampled_from(cells), min_size=1, max_size=min(len(cells), 9), unique=True))
     scores = draw(st.lists(st.floats(-2, 2, allow_nan=False), min_size=len(chosen), max_size=len(chosen)))
-    cand = pd.DataFrame(
-        {"task": [f"t{t}" for t, _ in chosen], "worker": [f"{w}" for _, w in chosen], "score": scores}
-    )
+    cand = pd.DataFrame({"task": [f"t{t}" for t, _ in chosen], "worker": [f"{w}" for _, w in chosen], "score": scores})
     cap = st.one_of(st.none(), st.integers(0, 3))
     return cand, draw(cap), draw(cap), draw(cap)
 
@@ -130,7 +126,9 @@ def brute_best(cand: pd.DataFrame, budget: int | None, wcap: int | None, tcap: i
 
 @settings(max_examples=40)
 @given(inst=candidate_tables(), backend=st.sampled_from(["flow", "lp"]))
-def test_assignment_equals_brute_force(inst: tuple[pd.DataFrame, int | None, int | None, int | None], backend: str) -> None:
+def test_assignment_equals_brute_force(
+    inst: tuple[pd.DataFrame, int | None, int | None, int | None], backend: str
+) -> None:
     cand, budget, wcap, tcap = inst
     res = assign_tasks(cand, budget, wcap, tcap, backend=backend)
     assert np.isfinite(res.objective)
