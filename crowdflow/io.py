@@ -37,6 +37,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from crowdflow.errors import InputError
+from crowdflow.manifest import json_safe
 from crowdflow.spec import check_name
 from schemas.tables import TableSchema
 
@@ -492,7 +493,8 @@ def write_run(
         full = dict(manifest)
         full["outputs"] = outputs
         full["status"] = "completed"
-        _fsync_write(staging / "manifest.json", json.dumps(full, indent=2, default=str).encode())
+        text = json.dumps(json_safe(full), indent=2, default=str, allow_nan=False)  # strict JSON: no NaN
+        _fsync_write(staging / "manifest.json", text.encode())
         (staging / _OWNER).unlink()
         os.rename(staging, final)
     except BaseException:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
 import re
@@ -11,6 +12,8 @@ import uuid
 from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any
+
+import numpy as np
 
 REDACTED = "***"
 # scheme://user:password@host → the password part; also ?password=… / &token=… query parameters
@@ -54,6 +57,21 @@ def content_key(*parts: Any) -> str:
 
 def started_at() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def json_safe(value: Any) -> Any:
+    """A copy of ``value`` that strict JSON can hold: NaN / ±inf floats become ``None`` (null).
+
+    ``json.dumps`` writes NaN as the bare token ``NaN``, which jq, JavaScript and most JSON parsers
+    reject; a manifest states "not defined" as null instead (e.g. the step size of a majority vote).
+    """
+    if isinstance(value, float | np.floating):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def secret_env_values(environ: dict[str, str] | None = None, min_length: int = 6) -> list[str]:

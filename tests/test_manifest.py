@@ -67,3 +67,22 @@ def test_manifest_never_records_secrets(monkeypatch: pytest.MonkeyPatch) -> None
     assert m["inputs"][0]["path"] == "postgresql://ana:***@db/crowd"
     assert m["spec"]["labels"]["path"] == "postgresql://ana:***@db/crowd"
     assert m["metrics"] == {"accuracy": 0.9} and m["run_id"] == "r1"
+
+
+def test_written_manifest_is_strict_json(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Undefined numbers (a majority vote has no PGD step size) are null, never the NaN token."""
+    import numpy as np
+    import pandas as pd
+
+    from crowdflow.io import write_run
+
+    manifest = {"fit": {"eta": float("nan"), "final_loss": np.float64("inf"), "iterations": 0}, "x": [1.5, -np.inf]}
+    run = write_run(tmp_path, "p", "r1", {"t": pd.DataFrame({"a": [1]})}, manifest)
+    text = (run.path / "manifest.json").read_text()
+
+    def strict(token: str) -> None:
+        raise ValueError(f"non-standard JSON token {token}")
+
+    m = json.loads(text, parse_constant=strict)
+    assert m["fit"] == {"eta": None, "final_loss": None, "iterations": 0} and m["x"] == [1.5, None]
+    assert m["status"] == "completed"
