@@ -294,7 +294,7 @@ def _format_pydantic(exc: ValidationError, origin: str) -> str:
     parts = []
     for err in exc.errors():
         loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
-        parts.append(f"{loc}: {err['msg']}")
+        parts.append(f"{loc}: {err['msg'].removeprefix('Value error, ')}")
     return f"{origin}: invalid spec: " + "; ".join(parts)
 
 
