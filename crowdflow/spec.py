@@ -239,7 +239,10 @@ JOB_INPUTS_ALL = ("labels", "truth", "comparisons", "agents", "edges", "candidat
 class PipelineSpec(_Strict):
     """A crowdflow pipeline: inputs, the job and its options, checks and output."""
 
-    name: str = Field(description="pipeline name, used as an output folder: 1-128 of A-Z a-z 0-9 _ - .")
+    name: str = Field(
+        description="pipeline name, used as an output folder: 1-128 of A-Z a-z 0-9 _ - .",
+        json_schema_extra={"pattern": NAME_PATTERN},  # the form in Prefect's UI; checked by _safe_name
+    )
     job: Job = "skills"
     labels: SourceSpec | None = None
     truth: SourceSpec | None = None
