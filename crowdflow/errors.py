@@ -53,6 +53,25 @@ class InputError(CrowdflowError):
         super().__init__(f"{where}: {message}" if where else message)
 
 
+class DegenerateInput(CrowdflowError, ValueError):
+    """Valid tables that admit no fit: only ties, fewer items than the rank, an agent without data or prior.
+
+    Raised by the models (it is a ``ValueError``, so library callers that catch bad arguments keep
+    working); the CLI reports it like any input error (exit 2) and a task never retries it.
+
+    Parameters
+    ----------
+    message : str
+        What the data lack and which option or input change fixes it.
+    reason : str
+        Short machine-readable code (``no_usable_comparison``, ``rank_too_large``, …).
+    """
+
+    def __init__(self, message: str, reason: str) -> None:
+        self.reason = reason
+        super().__init__(message)
+
+
 class ValidationFailed(CrowdflowError):
     """A table failed its schema expectations (Great Expectations suite or Arrow schema)."""
 

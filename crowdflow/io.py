@@ -23,6 +23,8 @@ import logging
 import os
 import re
 import shutil
+import socket
+import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -37,6 +39,8 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from crowdflow.errors import InputError
+from crowdflow.manifest import json_safe
+from crowdflow.spec import check_name
 from schemas.tables import TableSchema
 
 log = logging.getLogger(__name__)
@@ -44,7 +48,6 @@ log = logging.getLogger(__name__)
 Format = Literal["auto", "csv", "parquet"]
 _CSV_SUFFIXES = {".csv", ".tsv", ".txt"}
 _PARQUET_SUFFIXES = {".parquet", ".pq", ".parq"}
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _RUN_DATE_RE = re.compile(r"^(\d{4})(\d{2})(\d{2})T")
 RUN_ID_COLUMN = "run_id"
 
@@ -419,13 +422,52 @@ def read_query(
     return LoadedTable(df=df, source=redact_url(url), sha256=digest, format=kind, renamed=renamed, query=query)
 
 
-def check_name(name: str, what: str = "name") -> str:
-    """Validate a pipeline or run name used in output paths (no separators, no traversal)."""
-    if not _NAME_RE.match(name) or name in {".", ".."}:
-        raise ValueError(
-            f"invalid {what} {name!r}: use 1-128 letters, digits, '_', '-', '.', starting with a letter or digit"
-        )
-    return name
+_OWNER = ".owner"
+TEST_PAUSE_ENV = "CROWDFLOW_TEST_PAUSE_EXPORT"
+
+
+def _test_pause(staging: Path) -> None:
+    """TEST-ONLY fault hook, inert unless ``CROWDFLOW_TEST_PAUSE_EXPORT`` is set (tests/test_faults.py).
+
+    With the variable set to a file path, the writer stops after its first table: it writes that
+    file (the staging folder's path) and waits until the file is deleted, so a test can kill the
+    process mid-export and check what a crash leaves behind.
+    """
+    flag = os.environ.get(TEST_PAUSE_ENV)
+    if not flag:
+        return
+    marker = Path(flag)
+    if marker.exists():  # already paused once in this run: don't stop again
+        return
+    marker.write_text(str(staging))
+    while marker.exists():
+        time.sleep(0.05)
+    marker.write_text("resumed")
+
+
+def remove_stale_staging(base: Path) -> list[Path]:
+    """Remove staging folders ``.<run_id>.partial`` left by a killed writer on this machine.
+
+    A staging folder is stale when the process that created it (``.owner``: host and pid) is no
+    longer alive on this host. Folders of live writers, of other hosts (a shared file system) or
+    without an owner file are left alone; readers ignore staging folders anyway (:func:`latest_run`).
+    Returns the removed folders.
+    """
+    removed: list[Path] = []
+    host = socket.gethostname()
+    for d in base.glob(".*.partial"):
+        try:
+            owner_host, pid = (d / _OWNER).read_text().split()
+            if owner_host != host or int(pid) == os.getpid():
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+            log.warning("removed the staging folder %s of a killed run (pid %s)", d, pid)
+        except (OSError, ValueError):
+            continue
+    return removed
 
 
 @dataclass(frozen=True)
@@ -545,11 +587,13 @@ def write_run(
                 raise FileExistsError(f"dataset part {parts[name]} already exists; run ids must be unique")
     staging = base / f".{run_id}.partial"
     base.mkdir(parents=True, exist_ok=True)
+    remove_stale_staging(base)
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir()
     placed: list[Path] = []
     try:
+        (staging / _OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n")
         outputs: dict[str, dict[str, Any]] = {}
         for name, df in tables.items():
             check_name(name, "table name")
@@ -557,6 +601,7 @@ def write_run(
             if layout == "flat":
                 rows = write_parquet(df, staging / f"{name}.parquet", schema)
                 outputs[name] = {"path": f"{name}.parquet", "rows": rows}
+                _test_pause(staging)
                 continue
             part = parts[name]
             part.parent.mkdir(parents=True, exist_ok=True)
@@ -568,6 +613,7 @@ def write_run(
                 "dataset": os.path.relpath(Path(out_dir) / name, final),
                 "partition": {"pipeline": pipeline, "run_date": part.parent.name.split("=", 1)[1]},
             }
+            _test_pause(staging)
         for fname, data in (extra_files or {}).items():
             check_name(fname, "file name")
             key = Path(fname).stem
@@ -579,10 +625,12 @@ def write_run(
         full["outputs"] = outputs
         full["layout"] = layout
         full["status"] = "completed"
-        _fsync_write(staging / "manifest.json", json.dumps(full, indent=2, default=str).encode())
+        text = json.dumps(json_safe(full), indent=2, default=str, allow_nan=False)  # strict JSON: no NaN
+        _fsync_write(staging / "manifest.json", text.encode())
         for part in parts.values():
             os.replace(_hidden_tmp(part), part)
             placed.append(part)
+        (staging / _OWNER).unlink()
         os.rename(staging, final)
     except BaseException:
         for part in parts.values():
@@ -620,7 +668,16 @@ def latest_run(path: str | os.PathLike[str]) -> Path:
     if (p / "manifest.json").is_file():
         runs = [p]
     else:
-        runs = sorted(d for d in p.iterdir() if d.is_dir() and (d / "manifest.json").is_file()) if p.is_dir() else []
+        runs = (
+            sorted(
+                d
+                for d in p.iterdir()
+                # staging folders (.<run_id>.partial) of unfinished or killed runs are never runs
+                if d.is_dir() and not d.name.startswith(".") and (d / "manifest.json").is_file()
+            )
+            if p.is_dir()
+            else []
+        )
     for run in reversed(runs):
         try:
             if json.loads((run / "manifest.json").read_text()).get("status") == "completed":

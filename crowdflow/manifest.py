@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import platform
+import re
 import uuid
 from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any
+
+import numpy as np
+
+REDACTED = "***"
+# scheme://user:password@host → the password part; also ?password=… / &token=… query parameters
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:)(?P<secret>[^/\s@]+)(?P<at>@)")
+_QUERY_SECRET = re.compile(
+    r"(?P<head>[?&;](?:password|passwd|pwd|secret|token|access_token|api_key|apikey|key)=)(?P<secret>[^&;#\s]+)",
+    re.IGNORECASE,
+)
+_SECRET_ENV = re.compile(r"PASSWORD|PASSWD|SECRET|TOKEN|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL", re.IGNORECASE)
 
 _PACKAGES = ("crowdflow", "prefect", "pandas", "numpy", "scipy", "pyarrow", "great-expectations", "cvxpy", "pydantic")
 
@@ -45,21 +59,70 @@ def started_at() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+def json_safe(value: Any) -> Any:
+    """A copy of ``value`` that strict JSON can hold: NaN / ±inf floats become ``None`` (null).
+
+    ``json.dumps`` writes NaN as the bare token ``NaN``, which jq, JavaScript and most JSON parsers
+    reject; a manifest states "not defined" as null instead (e.g. the step size of a majority vote).
+    """
+    if isinstance(value, float | np.floating):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def secret_env_values(environ: dict[str, str] | None = None, min_length: int = 6) -> list[str]:
+    """Values of environment variables whose names look like secrets (``*PASSWORD*``, ``*TOKEN*``…)."""
+    env = os.environ if environ is None else environ
+    return sorted({v for k, v in env.items() if _SECRET_ENV.search(k) and len(v) >= min_length}, key=len, reverse=True)
+
+
+def redact(value: Any, secrets: list[str] | None = None) -> Any:
+    """A copy of ``value`` (str / mapping / list, nested) safe to record: no password ever written.
+
+    Replaces the password of any URL-like string ``scheme://user:password@host`` (the user stays),
+    secret query parameters (``?password=…``, ``&token=…``) and every occurrence of a secret-looking
+    environment variable's value (:func:`secret_env_values`, or ``secrets`` when given) with ``***``.
+
+    Examples
+    --------
+    >>> redact({"url": "postgresql://ana:s3cr3t@db:5432/crowd?sslmode=require"}, secrets=[])
+    {'url': 'postgresql://ana:***@db:5432/crowd?sslmode=require'}
+    """
+    if secrets is None:
+        secrets = secret_env_values()
+    if isinstance(value, str):
+        out = _URL_PASSWORD.sub(lambda m: m["head"] + REDACTED + m["at"], value)
+        out = _QUERY_SECRET.sub(lambda m: m["head"] + REDACTED, out)
+        for s in secrets:
+            out = out.replace(s, REDACTED)
+        return out
+    if isinstance(value, dict):
+        return {redact(k, secrets) if isinstance(k, str) else k: redact(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(redact(v, secrets) for v in value)
+    return value
+
+
 def input_record(
     name: str, source: str, sha256: str, rows: int, fmt: str, query: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """One entry of the manifest's ``inputs`` list.
 
     A file is recorded by its path; a query by its connection URL (password already redacted by the
-    reader), ``sql`` and ``params``; both with the content fingerprint ``sha256``, rows and format.
+    reader; :func:`redact` again), ``sql`` and ``params``; both with the content fingerprint ``sha256``,
+    rows and format.
     """
     if query is None:
-        return {"name": name, "path": source, "sha256": sha256, "rows": rows, "format": fmt}
+        return {"name": name, "path": redact(source), "sha256": sha256, "rows": rows, "format": fmt}
     return {
         "name": name,
-        "connection": source,
-        "sql": query["sql"],
-        "params": query["params"],
+        "connection": redact(source),
+        "sql": redact(query["sql"]),
+        "params": redact(query["params"]),
         "sha256": sha256,
         "rows": rows,
         "format": fmt,
@@ -79,7 +142,12 @@ def build_manifest(
     flow_run_id: str | None = None,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The run manifest minus ``outputs`` and ``status`` (added by the atomic writer)."""
+    """The run manifest minus ``outputs`` and ``status`` (added by the atomic writer).
+
+    Everything recorded passes through :func:`redact`: passwords in URL-like strings (connection
+    strings of sources, scheduler addresses) and values of secret-looking environment variables
+    never reach the manifest.
+    """
     manifest: dict[str, Any] = {
         "run_id": run_id,
         "pipeline": pipeline,
@@ -94,4 +162,5 @@ def build_manifest(
         "timings": timings,
     }
     manifest.update(extra or {})
-    return manifest
+    safe: dict[str, Any] = redact(manifest)
+    return safe

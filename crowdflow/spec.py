@@ -28,6 +28,7 @@ Relative paths are resolved against the spec file's folder.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,6 +41,28 @@ CheckMode = Literal["block", "warn"]
 Scalar = str | int | float | bool | None
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 SQL_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"
+
+
+def check_name(name: str, what: str = "name") -> str:
+    """A pipeline name or run id that is safe as one path component, or ``ValueError`` saying why.
+
+    1-128 characters of ``A-Z a-z 0-9 _ - .``, starting with a letter or digit: no ``/`` or ``\\``, no
+    ``..``, no absolute path, no NUL, nothing a shell or a file system treats specially.
+    """
+    if not isinstance(name, str) or re.fullmatch(NAME_PATTERN, name) is None:
+        shown = repr(name) if len(str(name)) <= 60 else repr(str(name)[:60]) + "..."
+        why = ""
+        if isinstance(name, str):
+            if "\x00" in name:
+                why = " (contains a NUL byte)"
+            elif "/" in name or "\\" in name or name.startswith(("~", ".")):
+                why = " (a name is one folder, not a path)"
+            elif len(name) > 128:
+                why = f" ({len(name)} characters, at most 128)"
+        raise ValueError(
+            f"invalid {what} {shown}{why}: use 1-128 letters, digits, '_', '-', '.', starting with a letter or digit"
+        )
+    return name
 
 
 class _Strict(BaseModel):
@@ -380,7 +403,10 @@ JOB_INPUTS_ALL = (
 class PipelineSpec(_Strict):
     """A crowdflow pipeline: inputs, the job and its options, checks and output."""
 
-    name: str = Field(pattern=NAME_PATTERN, description="pipeline name, used as an output folder")
+    name: str = Field(
+        description="pipeline name, used as an output folder: 1-128 of A-Z a-z 0-9 _ - .",
+        json_schema_extra={"pattern": NAME_PATTERN},  # the form in Prefect's UI; checked by _safe_name
+    )
     job: Job = "skills"
     labels: SourceSpec | None = None
     truth: SourceSpec | None = None
@@ -404,6 +430,11 @@ class PipelineSpec(_Strict):
     output: OutputSpec = Field(default_factory=OutputSpec)
     runner: RunnerSpec = Field(default_factory=RunnerSpec)
     base_dir: str = Field(".", description="folder relative paths are resolved against (the spec's folder)")
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, v: str) -> str:
+        return check_name(v, "pipeline name")
 
     @model_validator(mode="after")
     def _inputs_for_job(self) -> PipelineSpec:
@@ -438,7 +469,7 @@ def _format_pydantic(exc: ValidationError, origin: str) -> str:
     parts = []
     for err in exc.errors():
         loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
-        parts.append(f"{loc}: {err['msg']}")
+        parts.append(f"{loc}: {err['msg'].removeprefix('Value error, ')}")
     return f"{origin}: invalid spec: " + "; ".join(parts)
 
 
@@ -462,6 +493,12 @@ def load_spec(path: str | Path) -> PipelineSpec:
         raise SpecError(f"{p}: spec file not found")
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.constructor.ConstructorError as exc:
+        # safe_load only: a tag such as !!python/object would run code, so it is refused, not guessed at
+        raise SpecError(
+            f"{p}: not valid YAML: {exc.problem} at line {exc.problem_mark.line + 1 if exc.problem_mark else '?'} "
+            "(specs are plain YAML: tags like !!python/... are not allowed)"
+        ) from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise SpecError(f"{p}: not valid YAML: {exc}") from None
     return parse_spec(data, origin=str(p), base_dir=p.resolve().parent)

@@ -12,10 +12,11 @@ import pandas as pd
 from prefect import get_run_logger
 from prefect.runtime import flow_run
 
+from crowdflow.errors import SpecError
 from crowdflow.io import LoadedTable
 from crowdflow.manifest import build_manifest, input_record, new_run_id
 from crowdflow.report import REPORT_FILE
-from crowdflow.spec import PipelineSpec
+from crowdflow.spec import PipelineSpec, check_name
 from crowdflow.warehouse import redact_url
 from tasks.artifacts import report_artifacts
 from tasks.export import export_run
@@ -44,7 +45,13 @@ class Clock:
 
 
 def run_id_for(run_id: str | None) -> str:
-    return run_id or new_run_id(str(flow_run.id or "") or None)
+    """The given run id (validated: one safe folder name, else ``SpecError``) or a new one."""
+    if run_id is None:
+        return new_run_id(str(flow_run.id or "") or None)
+    try:
+        return check_name(run_id, "run id")
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
 
 
 def load_inputs(

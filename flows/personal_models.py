@@ -7,6 +7,7 @@ from typing import Any
 from prefect import flow
 
 from crowdflow import __version__
+from crowdflow.errors import DegenerateInput
 from crowdflow.manifest import content_key
 from crowdflow.spec import PipelineSpec
 from flows.common import Clock, finish_run, load_inputs, run_id_for
@@ -33,7 +34,10 @@ def personal_models_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[
     key = content_key(
         agents.sha256, edges.sha256, opts.model_dump(), mode, __version__, "personal_models", spec.runner.kind
     )
-    result = fit_personal_models_task(agents.df, edges.df, opts, mode == "warn", key, spec.runner)
+    try:
+        result = fit_personal_models_task(agents.df, edges.df, opts, mode == "warn", key, spec.runner)
+    except DegenerateInput as exc:  # the data admit no fit: say which file, exit 2
+        raise DegenerateInput(f"{agents.source}: {exc}", exc.reason) from None
     clock.lap("fit")
     tables = {"personal_models": result.personal_models, "convergence": result.diagnostics}
     metrics = {

@@ -8,6 +8,7 @@ from typing import Any
 from prefect import flow
 
 from crowdflow import __version__
+from crowdflow.errors import DegenerateInput
 from crowdflow.manifest import content_key
 from crowdflow.spec import PipelineSpec
 from flows.common import Clock, finish_run, load_inputs, run_id_for
@@ -32,7 +33,10 @@ def personal_rankings_flow(spec: PipelineSpec, run_id: str | None = None) -> dic
     clock.lap("check_graph")
     opts = spec.personal_rankings
     key = content_key(cmp.sha256, opts.model_dump(), __version__, "personal_rankings")
-    result = fit_personal_rankings_task(cmp.df, opts, key)
+    try:
+        result = fit_personal_rankings_task(cmp.df, opts, key)
+    except DegenerateInput as exc:  # the data admit no fit: say which file, exit 2
+        raise DegenerateInput(f"{cmp.source}: {exc}", exc.reason) from None
     clock.lap("fit")
     diag = asdict(result.diagnostics)
     tables = {

@@ -5,12 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from crowdflow.errors import SpecError
-from crowdflow.spec import PipelineSpec
+from crowdflow.spec import PipelineSpec, check_name
 
 
 def run_spec(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]:
     """Run the flow of ``spec.job`` and return its summary (``run_id``, ``run_dir``, ``metrics``)."""
     check_locations(spec)
+    if run_id is not None:
+        try:
+            check_name(run_id, "run id")
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
     if spec.job == "skills":
         from flows.skills import skills_flow
 
@@ -39,15 +44,26 @@ def run_spec(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]:
 
 
 def check_locations(spec: PipelineSpec) -> None:
-    """The output folder must not be an input's folder (a run must never overwrite its inputs)."""
+    """Inputs and outputs never overlap, so a run can never overwrite, list or clean up its inputs.
+
+    Refused: the output folder is an input file's folder, is an input Parquet folder or lies inside
+    one (the dataset would pick up run files), is an input file; an input lies inside the output
+    folder (results and data are kept apart). An output folder next to the inputs (a sibling or a
+    sub-folder of a file's folder, e.g. ``./crowdflow-out`` beside ``labels.csv``) is fine.
+    """
     out = spec.output_dir().resolve()
     for src in spec.inputs().values():
         if src.is_query:
             continue
         p = spec.path_of(src).resolve()
         folder = p if p.is_dir() else p.parent
-        if out == folder or (folder in out.parents and p.is_dir()):
+        if out in (folder, p) or (p.is_dir() and p in out.parents):
             raise SpecError(f"output dir {out} is the input folder of {p}; choose another output.dir")
+        if out in p.parents:
+            raise SpecError(
+                f"input {p} is inside the output dir {out}; keep inputs out of the output folder "
+                "(move the input or choose another output.dir)"
+            )
 
 
 def check_spec(spec: PipelineSpec) -> list[str]:

@@ -21,6 +21,7 @@ from tasks.check_graph import check_worker_graph
 from tasks.fit import fit_skills_task
 
 _FIT_KEYS = (
+    "fit_status",
     "method",
     "solver",
     "iterations",

@@ -26,7 +26,22 @@ os.environ.pop("PREFECT_API_URL", None)
 os.environ.setdefault("CROWDFLOW_REPORT_STRICT", "1")
 
 import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 from prefect.logging.configuration import setup_logging  # noqa: E402
+
+# Property tests are reproducible by default (CI): a fixed example sequence, no example database, no
+# per-example deadline (the 2 cores are shared). HYPOTHESIS_PROFILE=explore runs more, random examples.
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    max_examples=30,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("explore", deadline=None, max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # Configure Prefect's console handlers now, bound to the session's streams; otherwise the first flow
 # run inside a test that uses capsys binds them to that test's stream, which is closed afterwards.

@@ -49,6 +49,7 @@ import scipy.sparse as sp
 from scipy.optimize import minimize
 from scipy.special import expit
 
+from crowdflow.errors import DegenerateInput
 from crowdflow.labels import natural_sort
 from crowdflow.models.btl_manifold import (
     DEFAULT_BLOCK_ENTRIES,
@@ -337,9 +338,13 @@ def encode_personal_comparisons(
         excluded = excluded.sort_values(["kind", "id"], kind="stable").reset_index(drop=True)
         logger.warning("%d user(s)/item(s) have no usable comparison and are excluded from the fit", len(excluded))
     if n_used == 0:
-        raise ValueError(f"no usable comparison: {n_rows} row(s), {n_ties} tie(s), {n_invalid} invalid row(s)")
+        raise DegenerateInput(
+            f"no usable comparison: {n_rows} row(s), {n_ties} tie(s), {n_invalid} invalid row(s); "
+            "personal rankings need comparisons with a winner",
+            "no_usable_comparison",
+        )
     if fit_items.size < 2:
-        raise ValueError("need at least two compared items")
+        raise DegenerateInput("need at least two compared items", "too_few_items")
     uix = pd.Index(fit_users).get_indexer(ann_a[used])
     aix = pd.Index(fit_items).get_indexer(ia_a[used])
     bix = pd.Index(fit_items).get_indexer(ib_a[used])
@@ -690,8 +695,14 @@ def fit_low_rank_btl(
     """
     m, n = pairs.m, pairs.n
     rank = int(rank)
-    if not 1 <= rank <= min(m, n):
+    if rank < 1:
         raise ValueError(f"rank must be between 1 and min(users, items) = {min(m, n)}, got {rank}")
+    if rank > min(m, n):
+        raise DegenerateInput(
+            f"rank must be between 1 and min(users, items) = {min(m, n)}, got {rank}: the comparisons have "
+            f"{m} user(s) and {n} item(s) with usable comparisons; choose a rank <= {min(m, n)}",
+            "rank_too_large",
+        )
     if method not in ("lbfgs", "rtr"):
         raise ValueError(f"method must be 'lbfgs' or 'rtr', got {method!r}")
     lam = float(lambda_) if lambda_ is not None else lambda_scale * paper_lambda(m, n, rank, K)
@@ -810,7 +821,10 @@ def select_rank(
         raise ValueError("ranks must not be empty")
     train, test = split_holdout(pairs, holdout_fraction, seed)
     if test.n_pairs == 0:
-        raise ValueError("held-out split is empty (too few comparisons per user/item for rank selection)")
+        raise DegenerateInput(
+            "held-out split is empty (too few comparisons per user/item for rank selection); give one rank",
+            "holdout_empty",
+        )
     sigma = fit_kwargs.get("sigma", DEFAULT_SIGMA)
     rows = []
     for r in ranks:
@@ -829,7 +843,9 @@ def select_rank(
             }
         )
     if not rows:
-        raise ValueError(f"no candidate rank ≤ min(users, items) = {min(pairs.m, pairs.n)}")
+        raise DegenerateInput(
+            f"no candidate rank <= min(users, items) = {min(pairs.m, pairs.n)}; choose smaller ranks", "rank_too_large"
+        )
     tab = pd.DataFrame(rows)
     key = tab["heldout_nll"].to_numpy() if criterion == "nll" else -tab["heldout_accuracy"].to_numpy()
     tab["selected"] = np.arange(len(tab)) == int(np.argmin(key))  # first minimum = smallest rank

@@ -61,6 +61,7 @@ from scipy.sparse.csgraph import breadth_first_order, connected_components
 from scipy.sparse.linalg import spsolve
 from scipy.special import expit
 
+from crowdflow.errors import DegenerateInput
 from crowdflow.graphs import agent_graph_report
 from crowdflow.progress import IterationProgress, ProgressFn
 
@@ -917,8 +918,10 @@ def build_problem(
     np.cumsum(n_samples, out=ptr[1:])
     no_prior = (n_samples == 0) & (lam <= 0)
     if no_prior.any():
-        raise ValueError(
-            f"agent(s) {_fmt_ids(ids[no_prior])}: no data and no prior (reg = 0): loss not strongly convex"
+        raise DegenerateInput(
+            f"agent(s) {_fmt_ids(ids[no_prior])}: no data and no prior (reg = 0): loss not strongly convex; "
+            "give these agents data or set reg > 0",
+            "no_data_no_prior",
         )
 
     if name == "quadratic":

@@ -1277,6 +1277,9 @@ class SkillsResult:
     diagnostics : pandas.DataFrame
         Per-component table (:func:`component_diagnostics`).
     metadata : dict
+        fit_status (``converged`` | ``not_converged`` (max_iter hit) | ``no_identifiable_worker`` (nothing
+        to fit: every task falls back) | ``closed_form`` (mv)), undefined numbers are NaN (``eta`` of
+        mv/DS, ``final_loss`` of mv),
         method, solver, iterations, converged, final_loss, eta, tau, weighting, x0, tol, max_iter,
         sign_mode, fallback, identifiability_policy, n_classes, classes, n_workers, n_tasks,
         n_labels, n_duplicates_dropped, n_ties, n_fallback_tasks, frac_workers_identified,
@@ -1299,6 +1302,10 @@ class SkillsResult:
         """The metadata as a one-row DataFrame (lists are joined with ``,``)."""
         row = {k: (",".join(map(str, v)) if isinstance(v, list | tuple) else v) for k, v in self.metadata.items()}
         return pd.DataFrame([row])
+
+
+def _fit_status(converged: bool) -> str:
+    return "converged" if converged else "not_converged"
 
 
 def _failure_message(
@@ -1721,6 +1728,7 @@ def fit_skills(
             "frac_labels_identified": labels_ok,
             "frac_tasks_identified": float(1.0 - cons.n_fallback / lm.n_tasks),
             "n_fallback_steps": fit.n_fallback_steps if fit else 0,
+            "fit_status": "no_identifiable_worker" if fit is None else _fit_status(fit.converged),
         }
     )
     if cons.n_ties:
@@ -1778,7 +1786,15 @@ def _fit_baseline(
                 "fallback": np.zeros(lm.n_tasks, dtype=bool),
             }
         )
-        meta.update({"iterations": 0, "converged": True, "final_loss": float("nan"), "n_ties": n_ties})
+        meta.update(
+            {
+                "iterations": 0,
+                "converged": True,
+                "final_loss": float("nan"),
+                "n_ties": n_ties,
+                "fit_status": "closed_form",
+            }
+        )
     else:
         fn = dawid_skene.one_coin_dawid_skene if method == "onecoin_ds" else dawid_skene.dawid_skene
         ds = fn(lm, tol=ds_tol, max_iter=ds_max_iter, smoothing=ds_smoothing, tie_break=tie_break, seed=seed)
@@ -1793,6 +1809,7 @@ def _fit_baseline(
                 "converged": ds.converged,
                 "final_loss": float(-ds.log_likelihood[-1]) if ds.log_likelihood.size else float("nan"),
                 "n_ties": ds.n_ties,
+                "fit_status": _fit_status(ds.converged),
             }
         )
     ok = status == "ok"
