@@ -1293,7 +1293,7 @@ class _EdgeStream:
         return out
 
 
-def matching_batches(seq: np.ndarray, u: np.ndarray, v: np.ndarray, n: int) -> list[np.ndarray]:
+def matching_batches(seq: np.ndarray, u: np.ndarray, v: np.ndarray) -> list[np.ndarray]:
     """Split a sequence of edge activations into matchings whose in-order application equals the sequence.
 
     Round t activates edge ``seq[t] = {u, v}``. Its *level* is ``ℓ(t) = 1 + max ℓ(s)`` over the earlier
@@ -1326,9 +1326,7 @@ def matching_batches(seq: np.ndarray, u: np.ndarray, v: np.ndarray, n: int) -> l
     seq : array of int
         Edge indices in activation order.
     u, v : array of int
-        Endpoints per edge index (agent ids in ``[0, n)``).
-    n : int
-        Number of agents.
+        Endpoints per edge index (agent ids).
 
     Returns
     -------
@@ -1363,11 +1361,11 @@ def _level_batches(a: np.ndarray, b: np.ndarray) -> list[np.ndarray]:
     next_sorted[:-1][same] = st[1:][same]
     prev = np.empty(2 * k, dtype=np.int64)
     prev[order] = prev_sorted
-    nxt = np.empty(2 * k + 1, dtype=np.int64)  # + sentinel slot: nxt[2k] unused
+    nxt = np.empty(2 * k, dtype=np.int64)
     nxt[order] = next_sorted
     indeg = np.zeros(k + 1, dtype=np.int64)  # indeg[k] absorbs releases of the "none" sentinel
     indeg[:k] = (prev[:k] < k).astype(np.int64) + (prev[k:] < k)
-    na, nb = nxt[:k], nxt[k : 2 * k]
+    na, nb = nxt[:k], nxt[k:]
     batches: list[np.ndarray] = []
     front = np.flatnonzero(indeg[:k] == 0)
     while front.size:
@@ -1459,7 +1457,7 @@ def _batched_rounds(
     gj: np.ndarray,
 ) -> None:
     """The rounds of :func:`_serial_rounds`, applied as :func:`matching_batches` (vectorised, same result)."""
-    for pos in matching_batches(np.arange(li.size), li, lj, b.shape[0]):
+    for pos in matching_batches(np.arange(li.size), li, lj):
         i, j, a1, a2 = li[pos], lj[pos], aij[pos], aji[pos]
         ti = th[i]  # fancy indexing copies: the values sent, read before any write
         tj = th[j]
@@ -1582,7 +1580,8 @@ def djam(
         ``simulation`` applies one round at a time (spec §2.4); ``matching`` splits the same edge sequence
         (between two checks) into :func:`matching_batches` — batches of vertex-disjoint rounds whose
         in-order application equals the sequence — and applies each batch at once (vectorised, same
-        result, spec §6; ~7× faster at n = 10⁴). Same rounds, same stopping checks, same trace.
+        result, spec §6; ~40× faster per round at n = 10⁴). Same rounds, same stopping checks, same
+        trace; the default stays the reference ``simulation`` engine.
     init : {"zeros", "local"} or array (n, p)
         Initial copies: zeros, local minimisers ``argmin f_k``, or the given models (``C_i[k] = init[k]``).
     schedule : array of edge indices, optional

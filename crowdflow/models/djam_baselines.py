@@ -140,7 +140,7 @@ class _AdmmState:
             g = self.problem.graph
             seq = seqs[0]
             zero = np.zeros(1, dtype=np.int64)
-            for pos in matching_batches(seq, g.u, g.v, self.problem.n):
+            for pos in matching_batches(seq, g.u, g.v):
                 self.step(np.broadcast_to(zero, pos.shape), seq[pos])
             return
         reps = np.arange(self.R)

@@ -78,7 +78,7 @@ def test_matching_batches_are_matchings_in_sequence_order(scaled):
     for u, v in _star_and_path():
         cases.append((u, v, 10, np.random.default_rng(1).integers(0, u.size, 300)))
     for u, v, n, seq in cases:
-        batches = matching_batches(seq, u, v, n)
+        batches = matching_batches(seq, u, v)
         pos = np.concatenate(batches)
         assert np.array_equal(np.sort(pos), np.arange(seq.size))  # every round exactly once
         level = np.empty(seq.size, dtype=np.int64)
@@ -92,9 +92,9 @@ def test_matching_batches_are_matchings_in_sequence_order(scaled):
         for x in range(min(n, 50)):
             touching = np.flatnonzero((u[seq] == x) | (v[seq] == x))
             assert np.all(np.diff(level[touching]) > 0)
-    assert matching_batches(np.zeros(0, dtype=np.int64), g.u, g.v, g.n) == []
+    assert matching_batches(np.zeros(0, dtype=np.int64), g.u, g.v) == []
     # on the field graph the batches are large: far fewer batches than rounds
-    assert len(matching_batches(cases[0][3], g.u, g.v, g.n)) < cases[0][3].size / 20
+    assert len(matching_batches(cases[0][3], g.u, g.v)) < cases[0][3].size / 20
 
 
 def test_one_batch_equals_its_rounds_one_by_one(scaled):
@@ -106,7 +106,7 @@ def test_one_batch_equals_its_rounds_one_by_one(scaled):
     b0 = np.asarray(g.holder_matrix() @ C0)
     th0 = solver.solve(np.arange(g.n), b0, b0)
     seq = rng.integers(0, g.n_edges, g.n_edges)
-    batch = seq[matching_batches(seq, g.u, g.v, g.n)[0]]
+    batch = seq[matching_batches(seq, g.u, g.v)[0]]
     assert batch.size > 20
     i, j = g.u[batch], g.v[batch]
     args = (i, j, g.a_uv[batch], g.a_vu[batch], g.w[batch], i, j)
