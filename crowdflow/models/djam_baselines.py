@@ -43,6 +43,7 @@ from crowdflow.models.djam import (
     _ragged,
     _trace_row,
     certificate,
+    matching_batches,
     rel_errors,
 )
 
@@ -126,7 +127,22 @@ class _AdmmState:
         self.lam_own[ar] = lo_r + rho * (uj - Zj)
         self.lam_copy[al] = lc_l + rho * (xl - Zj)
 
-    def run(self, seqs: np.ndarray) -> None:
+    def run(self, seqs: np.ndarray, engine: str = "simulation") -> None:
+        """Activate ``seqs[r, t]`` in replica r, t = 0, 1, ...
+
+        ``engine="matching"`` (one replica): the sequence is applied as
+        :func:`crowdflow.models.djam.matching_batches`. That is exact for CL-ADMM too: activating
+        {i, j} reads and writes only variables on arcs with an endpoint in {i, j} (``u_i, u_j``, the
+        copies ``x`` held by i and j, ``Z``/duals of arcs into or out of i and j) and writes ``Z``/duals
+        only on the two arcs of {i, j}; so rounds on vertex-disjoint edges touch disjoint state.
+        """
+        if engine == "matching" and self.R == 1:
+            g = self.problem.graph
+            seq = seqs[0]
+            zero = np.zeros(1, dtype=np.int64)
+            for pos in matching_batches(seq, g.u, g.v):
+                self.step(np.broadcast_to(zero, pos.shape), seq[pos])
+            return
         reps = np.arange(self.R)
         for t in range(seqs.shape[1]):
             self.step(reps, seqs[:, t])
@@ -140,6 +156,7 @@ def cl_admm(
     tol: float = 1e-8,
     max_rounds: int | None = None,
     sampling: Sampling = "edge",
+    engine: str = "simulation",
     reference: np.ndarray | None = None,
     trace_every: int | None = None,
     check_every: int | None = None,
@@ -159,6 +176,9 @@ def cl_admm(
     max_rounds : int, optional
         Default 500·|E|; reaching it gives ``converged=False`` and a ``RuntimeWarning``.
     sampling : {"edge", "agent", "colour"}
+    engine : {"simulation", "matching"}
+        ``matching`` applies the same activations in batches of vertex-disjoint rounds (same result as
+        one at a time, see ``_AdmmState.run``); use it for large graphs.
     reference : array (n, p), optional
         Adds ``mean_rel_err``/``max_rel_err`` to the trace.
     trace_every, check_every : int, optional
@@ -176,6 +196,8 @@ def cl_admm(
     max_rounds = 500 * K if max_rounds is None else int(max_rounds)
     trace_every = K if trace_every is None else max(1, int(trace_every))
     check_every = K if check_every is None else max(1, int(check_every))
+    if engine not in ("simulation", "matching"):
+        raise ValueError(f"unknown engine '{engine}' (simulation | matching)")
     st = _AdmmState(problem, np.array([rho], dtype=np.float64), inner_tol)
     # u starts at 0 (spec); readout of isolated agents is argmin f_i: they are never activated
     iso = np.flatnonzero(g.n_neighbours == 0)
@@ -190,7 +212,7 @@ def cl_admm(
     while not converged and t < max_rounds:
         stop = min(max_rounds, (t // trace_every + 1) * trace_every, (t // check_every + 1) * check_every)
         assert stream is not None
-        st.run(stream.take(stop - t))
+        st.run(stream.take(stop - t), engine)
         t = stop
         if t % trace_every == 0 or t == max_rounds:
             trace.append(_trace_row(problem, t, st.u[0], None, reference))
@@ -217,6 +239,7 @@ def cl_admm(
             "seed": seed,
             "tol": tol,
             "sampling": sampling,
+            "engine": engine,
             "max_rounds": max_rounds,
             "wall_time_s": time.perf_counter() - t0,
         },
