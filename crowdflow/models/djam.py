@@ -2215,7 +2215,7 @@ def field_estimation_instance_scaled(
             members = np.flatnonzero(lab == c)
             dist, near = tree.query(pos[members], k=1)
             k = int(np.argmin(dist))
-            a, b = int(members[k]), int(in_giant[near[k]])
+            a, b = int(members[k]), int(in_giant[np.atleast_1d(near)[k]])
             extra_u.append(min(a, b))
             extra_v.append(max(a, b))
     u = np.concatenate([u, np.asarray(extra_u, dtype=np.int64)])
