@@ -120,6 +120,9 @@ def _run_spec(spec: Any, debug: bool) -> int:
     metrics = summary.get("metrics") or {}
     if "error" in metrics:
         print(f"gold tasks: {metrics['n_gold']}, accuracy {metrics['accuracy']:.4f}, error {metrics['error']:.4f}")
+    report = Path(summary["run_dir"]) / "report.html"
+    if report.is_file():
+        print(f"report: {report}")
     return 0
 
 
