@@ -257,6 +257,11 @@ class PersonalModelsOptions(_Strict):
     max_rounds: int | None = Field(None, ge=1)
     rho: float = Field(0.316, gt=0.0, description="CL-ADMM penalty")
     n_blocks: int = Field(4, ge=1, description="blocks of the partitioned (djam_blocked) mode")
+    engine: Literal["matching", "simulation"] = Field(
+        "matching",
+        description="djam / djam_blocked / cl_admm: the same activations applied in vertex-disjoint batches "
+        "(matching, equal results, much faster) or one at a time (simulation, the reference)",
+    )
     executor: Literal["inline", "dask"] = Field(
         "inline", description="where djam_blocked runs its blocks: in process, or as Dask tasks"
     )

@@ -220,6 +220,8 @@ def _call_fit_personal_models(
     executor: Any,
     progress: Any,
 ) -> PersonalModelsResult:
+    # the centralized solver has no activation engine; the others take one
+    engine: dict[str, Any] = {} if o.method == "centralized" else {"engine": o.engine}
     return fit_personal_models(
         agents,
         edges,
@@ -235,6 +237,7 @@ def _call_fit_personal_models(
         n_blocks=o.n_blocks,
         executor=executor,
         progress=progress,
+        **engine,
     )
 
 
