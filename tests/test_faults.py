@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-import tasks.ingest
+import tasks.sources
 from crowdflow.errors import InputError
 from crowdflow.io import TEST_PAUSE_ENV, latest_run, remove_stale_staging
 from flows.cli import main
@@ -121,9 +121,9 @@ def test_stale_staging_of_live_or_foreign_writers_is_kept(tmp_path: Path) -> Non
 
 
 def _counting_reader(monkeypatch: pytest.MonkeyPatch, fail_first: BaseException | None) -> list[str]:
-    """Wrap the ingest task's reader: record each call, raise ``fail_first`` on the first one."""
+    """Wrap the ingest task's file reader: record each call, raise ``fail_first`` on the first one."""
     calls: list[str] = []
-    real = tasks.ingest.read_table
+    real = tasks.sources.read_table
 
     def reader(path: Any, *args: Any, **kwargs: Any) -> Any:
         calls.append(str(path))
@@ -131,7 +131,7 @@ def _counting_reader(monkeypatch: pytest.MonkeyPatch, fail_first: BaseException 
             raise fail_first
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(tasks.ingest, "read_table", reader)
+    monkeypatch.setattr(tasks.sources, "read_table", reader)
     return calls
 
 
