@@ -361,7 +361,8 @@ def _run_cell(method: str, n: int, m: int, repeats: int, cap: float) -> dict:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
     recs = [json.loads(line[5:]) for line in out.splitlines() if line.startswith("CELL ")]
     runs = [r for r in recs if r["kind"] == "run"]
-    res = {"status": status, "runs": runs, "error": err.strip().splitlines()[-1] if status == "error" and err else ""}
+    err_lines = [ln for ln in err.strip().splitlines() if "failed" in ln or "Error" in ln] or err.strip().splitlines()
+    res = {"status": status, "runs": runs, "error": err_lines[0] if status == "error" and err_lines else ""}
     for r in recs:
         if r["kind"] == "base":
             res["base_mb"] = r["rss_mb"]
@@ -401,14 +402,12 @@ def bench_peers(quick: bool, large: bool) -> tuple[str, dict]:
     for n, m in pts:
         ours_wall = None
         for key, label in peers:
-            if key != "ours" and n * n * 8 > MEM_LIMIT_GB * 1024**3:
+            if key == "choix_ilsr" and n * n * 8 > MEM_LIMIT_GB * 1024**3:
+                # choix/lsr.py allocates the LSR chain as a dense n×n float array (np.ones((n, n)))
                 lines.append(
-                    f"| {n:,} | {m:,} | {label} | — | — | — | — | — | not run: its dense n×n matrix needs "
+                    f"| {n:,} | {m:,} | {label} | — | — | — | — | — | not run: its dense n×n LSR chain needs "
                     f"{n * n * 8 / 1e9:.0f} GB |\n"
                 )
-                continue
-            if key == "evalica_elo" and m > 1_000_000:
-                lines.append(f"| {n:,} | {m:,} | {label} | — | — | — | — | — | skipped |\n")
                 continue
             res = _run_cell(key, n, m, 3, cap)
             summary[(key, n, m)] = res
@@ -418,7 +417,7 @@ def bench_peers(quick: bool, large: bool) -> tuple[str, dict]:
                 if "one_step" in res:
                     note += f"; one ILSR iteration alone took {res['one_step']:.1f} s"
             elif res["status"] == "error":
-                note = f"failed: {res['error'][:80]}"
+                note = f"failed (RLIMIT_AS {MEM_LIMIT_GB} GB): `{res['error'][:70]}`"
             elif "one_step" in res:
                 note = f"one ILSR iteration {res['one_step']:.1f} s"
             if "wall" in res:

@@ -312,7 +312,10 @@ def _unique_edges(
     ukey = ks[starts]
     edge = np.empty(m, dtype=np.int64)
     edge[order] = np.cumsum(new, dtype=np.int64) - 1
-    edge_weight = np.add.reduceat(w[order], starts) if m else np.zeros(0)
+    if m and np.all(w == 1.0):  # unit weights: the pair weight is the multiplicity
+        edge_weight = np.diff(np.r_[starts, m]).astype(np.float64)
+    else:
+        edge_weight = np.add.reduceat(w[order], starts) if m else np.zeros(0)
     return edge, ukey // n, ukey % n, edge_weight
 
 
