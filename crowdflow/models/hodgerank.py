@@ -371,7 +371,7 @@ class ComparisonGraph:
     X : scipy.sparse.csr_matrix
         (m×n) incidence, row k = ``e_i − e_j`` (built on first access).
     XT : scipy.sparse.csr_matrix
-        ``Xᵀ`` stored as CSR (for fast ``XᵀWv``; built on first access).
+        ``Xᵀ`` stored as CSR (built on first access; the LBI loops use the cheaper CSC view ``X.T``).
     L : scipy.sparse.csr_matrix
         (n×n) weighted Laplacian ``XᵀWX`` (sorted indices, int32 indices when they fit).
     component : numpy.ndarray
