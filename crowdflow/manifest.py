@@ -17,7 +17,8 @@ import numpy as np
 
 REDACTED = "***"
 # scheme://user:password@host → the password part; also ?password=… / &token=… query parameters
-_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:)(?P<secret>[^/\s@]+)(?P<at>@)")
+# (the secret runs to the last '@' before the path, so an unencoded '@' in a password is redacted whole)
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:)(?P<secret>[^/\s]+)(?P<at>@)")
 _QUERY_SECRET = re.compile(
     r"(?P<head>[?&;](?:password|passwd|pwd|secret|token|access_token|api_key|apikey|key)=)(?P<secret>[^&;#\s]+)",
     re.IGNORECASE,

@@ -28,11 +28,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
-from urllib.parse import parse_qsl, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import pyarrow as pa
 
 from crowdflow.errors import SpecError, WarehouseError
+from crowdflow.manifest import redact
 
 log = logging.getLogger(__name__)
 
@@ -54,22 +55,17 @@ def _require(module: str, package: str) -> ModuleType:
 
 
 def redact_url(url: str) -> str:
-    """``url`` with any password (in the user part or a ``password=`` query parameter) replaced by ``***``."""
+    """``url`` with any password (in the user part or a secret query parameter) replaced by ``***``.
+
+    The redaction itself is :func:`crowdflow.manifest.redact` (one rule for every recorded string); a URL
+    that cannot be parsed is not echoed at all.
+    """
     try:
-        parts = urlsplit(url)
-        has_password = parts.password is not None
+        urlsplit(url).port  # noqa: B018 - raises ValueError on a malformed netloc
     except ValueError:
         return "<unparsable URL>"
-    pairs = parse_qsl(parts.query, keep_blank_values=True)
-    if not has_password and not any(k.lower() == "password" for k, _ in pairs):
-        return url
-    netloc = parts.netloc
-    if has_password:
-        userinfo, _, hostport = netloc.rpartition("@")
-        user = userinfo.split(":", 1)[0]
-        netloc = f"{user}:***@{hostport}"
-    query = "&".join(f"{k}=***" if k.lower() == "password" else f"{k}={v}" for k, v in pairs)
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    out: str = redact(url, secrets=[])
+    return out
 
 
 def check_connection_url(url: str) -> Kind:

@@ -21,6 +21,7 @@ from crowdflow.manifest import REDACTED, build_manifest, input_record, redact, s
         ("tcp://user:pw@scheduler:8786", "tcp://user:***@scheduler:8786"),
         ("duckdb:///data/x.db?password=hunter22&mode=ro", "duckdb:///data/x.db?password=***&mode=ro"),
         ("https://host/api?token=abc123#frag", "https://host/api?token=***#frag"),
+        ("postgresql://ana:p@ss@db:5432/crowd", "postgresql://ana:***@db:5432/crowd"),  # unencoded '@': all of it
         ("postgresql://ana@db/crowd", "postgresql://ana@db/crowd"),  # no password: unchanged
         ("/data/labels.csv", "/data/labels.csv"),
         ("a:b@c is not a URL", "a:b@c is not a URL"),
