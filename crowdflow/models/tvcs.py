@@ -231,6 +231,15 @@ class TVCSConstraints:
         tot, c1, c2 = self.counts(x)
         return bool(tot <= self.total and np.all(c1 <= self.caps1) and np.all(c2 <= self.caps2))
 
+    def reduced_gain(self, u: np.ndarray, a: np.ndarray, b: np.ndarray, lam: float) -> np.ndarray:
+        """``u_i − a_{g(i)} − b_{h(i)} − λ`` per element (a missing group contributes 0)."""
+        red = np.asarray(u, dtype=np.float64) - lam
+        if self.n1:
+            red = red - np.where(self.view1 >= 0, a[np.maximum(self.view1, 0)], 0.0)
+        if self.n2:
+            red = red - np.where(self.view2 >= 0, b[np.maximum(self.view2, 0)], 0.0)
+        return cast(np.ndarray, red)
+
     def dual_bound(self, u: np.ndarray, a: np.ndarray, b: np.ndarray, lam: float) -> float:
         """Weak-duality upper bound on OPT (spec §2.2) for any duals ``a, b, λ`` (clipped at 0).
 
@@ -240,9 +249,7 @@ class TVCSConstraints:
         a = np.maximum(np.asarray(a, dtype=np.float64), 0.0)
         b = np.maximum(np.asarray(b, dtype=np.float64), 0.0)
         lam = max(float(lam), 0.0)
-        red = np.asarray(u, dtype=np.float64) - lam
-        red = red - np.where(self.view1 >= 0, a[np.maximum(self.view1, 0)] if self.n1 else 0.0, 0.0)
-        red = red - np.where(self.view2 >= 0, b[np.maximum(self.view2, 0)] if self.n2 else 0.0, 0.0)
+        red = self.reduced_gain(u, a, b, lam)
         # caps clipped at s_total: Σ_{i∈g} x_i ≤ s_total is implied by the total row (same LP)
         c1 = np.minimum(self.caps1, self.total)
         c2 = np.minimum(self.caps2, self.total)
@@ -744,11 +751,9 @@ def _polish_duals(
     best = cons.dual_bound(u, a, b, lam)
     best_duals = (a.copy(), b.copy(), lam)
 
-    def amap(vec: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        return np.where(idx >= 0, vec[np.maximum(idx, 0)], 0.0) if vec.size else np.zeros(idx.shape[0])
-
+    no_a, no_b = np.zeros(cons.n1), np.zeros(cons.n2)
     for _ in range(sweeps):
-        w = u - amap(a, v1) - amap(b, v2)
+        w = cons.reduced_gain(u, a, b, 0.0)
         lam = (
             float(np.partition(w, w.shape[0] - cons.total - 1)[w.shape[0] - cons.total - 1])
             if cons.total < w.shape[0]
@@ -756,9 +761,9 @@ def _polish_duals(
         )
         lam = max(lam, 0.0)
         if cons.n1:
-            a = np.maximum(_kth_by_group(u - amap(b, v2) - lam, v1, cons.n1, c1), 0.0)
+            a = np.maximum(_kth_by_group(cons.reduced_gain(u, no_a, b, lam), v1, cons.n1, c1), 0.0)
         if cons.n2:
-            b = np.maximum(_kth_by_group(u - amap(a, v1) - lam, v2, cons.n2, c2), 0.0)
+            b = np.maximum(_kth_by_group(cons.reduced_gain(u, a, no_b, lam), v2, cons.n2, c2), 0.0)
         ub = cons.dual_bound(u, a, b, lam)
         if ub < best:
             best, best_duals = ub, (a.copy(), b.copy(), lam)
@@ -769,12 +774,7 @@ def _dual_guided_fill(u: np.ndarray, cons: TVCSConstraints, duals: tuple[np.ndar
     """Primal candidate from duals (complementary slackness, our addition [C]): greedy fill by
     descending reduced gain ``u_i − a_g − b_h − λ`` over the elements with gain > −0.05 (``u``
     scaled to max 1)."""
-    a, b, lam = duals
-    rc = u - lam
-    if cons.n1:
-        rc = rc - np.where(cons.view1 >= 0, a[np.maximum(cons.view1, 0)], 0.0)
-    if cons.n2:
-        rc = rc - np.where(cons.view2 >= 0, b[np.maximum(cons.view2, 0)], 0.0)
+    rc = cons.reduced_gain(u, *duals)
     cand = np.flatnonzero(rc > -0.05)
     return _greedy_fill(cand[np.lexsort((-u[cand], -rc[cand]))], cons)
 
@@ -1129,11 +1129,7 @@ class TVCSProjector:
             )
             xs, stats = _FlowNetwork(sc).solve(u[sub])
             a, b, lam = stats["duals"]
-            red = u - max(lam, 0.0)
-            if cons.n1:
-                red = red - np.where(cons.view1 >= 0, np.maximum(a, 0.0)[np.maximum(cons.view1, 0)], 0.0)
-            if cons.n2:
-                red = red - np.where(cons.view2 >= 0, np.maximum(b, 0.0)[np.maximum(cons.view2, 0)], 0.0)
+            red = cons.reduced_gain(u, np.maximum(a, 0.0), np.maximum(b, 0.0), max(lam, 0.0))
             red[sub] = 0.0
             viol = np.flatnonzero(red > 1e-12 * umax)
             if viol.shape[0] == 0 or sub.shape[0] + viol.shape[0] >= 0.7 * pos.shape[0]:
