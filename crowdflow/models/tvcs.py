@@ -1100,6 +1100,12 @@ class TVCSProjector:
         trace["seconds"] = time.perf_counter() - t0
         return SelectResult(x, obj, ub, _certified(obj, ub), backend, iters, trace)
 
+    def _solve_full_network(self, u: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+        """The flow solve on every element (network built once per projector, reused across calls)."""
+        if self._net is None:
+            self._net = _FlowNetwork(self.cons)
+        return self._net.solve(u)
+
     def _solve_flow(self, u: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
         """Exact flow solve, on a reduced candidate set when that is provably enough.
 
@@ -1115,9 +1121,7 @@ class TVCSProjector:
         pos = np.flatnonzero(u > 0)
         q = math.ceil(self.prune_factor * cons.total) + 1
         if cons.p < self.prune_min_p or q >= 0.7 * pos.shape[0]:
-            if self._net is None:
-                self._net = _FlowNetwork(cons)
-            return self._net.solve(u)
+            return self._solve_full_network(u)
         kth = pos.shape[0] - q
         sub = pos[u[pos] >= np.partition(u[pos], kth)[kth]]
         umax = float(u[pos].max())
@@ -1136,9 +1140,7 @@ class TVCSProjector:
                 break
             sub = np.union1d(sub, viol)
         if viol.shape[0]:  # reduction no longer pays: solve the full network once
-            if self._net is None:
-                self._net = _FlowNetwork(cons)
-            x, stats = self._net.solve(u)
+            x, stats = self._solve_full_network(u)
             stats["pruning"] = {"rounds": rounds, "abandoned": True}
             return x, stats
         x = np.zeros(cons.p, bool)
