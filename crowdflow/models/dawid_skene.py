@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
@@ -172,6 +173,35 @@ def _result(
     )
 
 
+def _em(
+    post: np.ndarray,
+    m_step: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+    e_step: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, float]],
+    tol: float,
+    max_iter: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[float], int, bool]:
+    """EM loop shared by both Dawid–Skene variants: M-step from the initial posteriors, then E/M steps
+    until the largest parameter change (worker parameters and class prior) is below ``tol``, and a final
+    E-step from the final parameters. Returns (posteriors, worker parameters, prior, log-likelihood
+    trace, iterations, converged)."""
+    theta, q = m_step(post)
+    ll: list[float] = []
+    converged = False
+    it = 0
+    for it in range(1, max_iter + 1):
+        post, loglik = e_step(theta, q)
+        ll.append(loglik)
+        theta_new, q_new = m_step(post)
+        change = max(float(np.max(np.abs(theta_new - theta))), float(np.max(np.abs(q_new - q))))
+        theta, q = theta_new, q_new
+        if change < tol:
+            converged = True
+            break
+    post, loglik = e_step(theta, q)  # final posteriors from the final parameters
+    ll.append(loglik)
+    return post, theta, q, ll, it, converged
+
+
 def dawid_skene(
     lm: LabelMatrix,
     tol: float = 1e-6,
@@ -217,27 +247,13 @@ def dawid_skene(
         q = (post.sum(axis=0) + smoothing) / (lm.n_tasks + m * smoothing)
         return pi, q
 
-    pi, q = m_step(post)
-    ll: list[float] = []
-    converged = False
-    it = 0
-    for it in range(1, max_iter + 1):
+    def e_step(pi: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, float]:
         with np.errstate(divide="ignore"):
             log_pi = np.log(pi).transpose(0, 2, 1).reshape(w * m, m)  # row (i, m), col l
             logp = np.log(q)[None, :] + np.asarray(rt @ log_pi)
-        post, loglik = _normalise_log(logp)
-        ll.append(loglik)
-        pi_new, q_new = m_step(post)
-        change = max(float(np.max(np.abs(pi_new - pi))), float(np.max(np.abs(q_new - q))))
-        pi, q = pi_new, q_new
-        if change < tol:
-            converged = True
-            break
-    # final posteriors from the final parameters
-    with np.errstate(divide="ignore"):
-        log_pi = np.log(pi).transpose(0, 2, 1).reshape(w * m, m)
-        post, loglik = _normalise_log(np.log(q)[None, :] + np.asarray(rt @ log_pi))
-    ll.append(loglik)
+        return _normalise_log(logp)
+
+    post, pi, q, ll, it, converged = _em(post, m_step, e_step, tol, max_iter)
     accuracy = np.einsum("l,ill->i", q, pi)
     return _result(lm, post, pi, q, accuracy, np.full(w, np.nan), ll, it, converged, "ds", tie_break, seed)
 
@@ -297,21 +313,7 @@ def one_coin_dawid_skene(
             logp = np.log(q)[None, :] + base[:, None] + votes
         return _normalise_log(logp)
 
-    p, q = m_step(post)
-    ll: list[float] = []
-    converged = False
-    it = 0
-    for it in range(1, max_iter + 1):
-        post, loglik = e_step(p, q)
-        ll.append(loglik)
-        p_new, q_new = m_step(post)
-        change = max(float(np.max(np.abs(p_new - p))), float(np.max(np.abs(q_new - q))))
-        p, q = p_new, q_new
-        if change < tol:
-            converged = True
-            break
-    post, loglik = e_step(p, q)
-    ll.append(loglik)
+    post, p, q, ll, it, converged = _em(post, m_step, e_step, tol, max_iter)
     off = (1 - p) / (m - 1)
     confusion = np.repeat(off[:, None, None], m, axis=1).repeat(m, axis=2)
     idx = np.arange(m)
