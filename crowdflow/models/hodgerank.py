@@ -2159,6 +2159,18 @@ def _group_or_identity(g: ComparisonGraph, group_identical: bool) -> tuple[Compa
     return g, np.arange(g.m, dtype=np.int64), np.ones(g.m)
 
 
+def _row_columns(g: ComparisonGraph) -> dict[str, Any]:
+    """The columns that identify each comparison row in the output tables (row id, who, which pair, outcome)."""
+    return {
+        "row_id": g.row_id.astype(np.int64),
+        "annotator": _str(g.annotator),
+        "item_a": _str(g.items[g.i]),
+        "item_b": _str(g.items[g.j]),
+        "outcome": g.y,
+        "weight": g.w,
+    }
+
+
 def assemble_robust_result(
     *,
     method: str,
@@ -2195,12 +2207,7 @@ def assemble_robust_result(
     fitted = score[g.i] - score[g.j]
     outl = pd.DataFrame(
         {
-            "row_id": g.row_id.astype(np.int64),
-            "annotator": _str(g.annotator),
-            "item_a": _str(g.items[g.i]),
-            "item_b": _str(g.items[g.j]),
-            "outcome": g.y,
-            "weight": g.w,
+            **_row_columns(g),
             "gamma": gamma,
             "entry_time": np.asarray(entry_time_fit, dtype=float)[group],
             "entry_sign": (sign * np.asarray(entry_sign_fit, dtype=float)[group]).astype(np.int8),
@@ -2320,12 +2327,7 @@ def fit_hodgerank(
     fitted = theta[g.i] - theta[g.j]
     res = pd.DataFrame(
         {
-            "row_id": g.row_id.astype(np.int64),
-            "annotator": _str(g.annotator),
-            "item_a": _str(g.items[g.i]),
-            "item_b": _str(g.items[g.j]),
-            "outcome": g.y,
-            "weight": g.w,
+            **_row_columns(g),
             "fitted": fitted,
             "residual": g.y - fitted,
             "undetectable": undet,
