@@ -60,9 +60,9 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
-from scipy.sparse.csgraph import dijkstra, maximum_flow
 
 from crowdflow._typing import SparseMatrix
+from crowdflow.models.min_cost_flow import cost_scaling_flow, residual_pattern
 
 log = logging.getLogger(__name__)
 
@@ -364,123 +364,7 @@ class _FlowNetwork:
         self.supply = np.zeros(V, np.int64)
         self.supply[S] = k
         self.supply[T] = -k
-        self._build_pattern()
-
-    def _build_pattern(self) -> None:
-        """One sorted CSR pattern on V+2 nodes holding every residual arc and super arcs.
-
-        Entries: forward arcs, backward arcs, σ→v, v→τ and their reverses (so the pattern is
-        closed under reversal and ``maximum_flow`` returns its flow on the same pattern).
-        """
-        V, M = self.V, self.n_arcs
-        sig, tau = V, V + 1
-        nodes = np.arange(V, dtype=np.int64)
-        rows = np.concatenate([self.tail, self.head, np.full(V, sig), nodes, nodes, np.full(V, tau)])
-        cols = np.concatenate([self.head, self.tail, nodes, np.full(V, tau), np.full(V, sig), nodes])
-        n = rows.shape[0]
-        rev_raw = np.concatenate(
-            [
-                np.arange(M, 2 * M),
-                np.arange(M),
-                np.arange(2 * M + 2 * V, 2 * M + 3 * V),
-                np.arange(2 * M + 3 * V, 2 * M + 4 * V),
-                np.arange(2 * M, 2 * M + V),
-                np.arange(2 * M + V, 2 * M + 2 * V),
-            ]
-        )
-        order = np.lexsort((cols, rows))
-        pos = np.empty(n, np.int64)
-        pos[order] = np.arange(n)
-        self.prow = rows[order]
-        self.pcol = cols[order].astype(np.int32)
-        self.prev = pos[rev_raw[order]]
-        self.pos_fwd = pos[:M]
-        self.pos_bwd = pos[M : 2 * M]
-        self.pos_src = pos[2 * M : 2 * M + V]
-        self.pos_snk = pos[2 * M + V : 2 * M + 2 * V]
-        self.n_entries = n
-        self.Vt = V + 2
-
-    def _csr(self, keep: np.ndarray, data: np.ndarray) -> sp.csr_matrix:
-        counts = np.bincount(self.prow[keep], minlength=self.Vt)
-        indptr = np.zeros(self.Vt + 1, np.int64)
-        np.cumsum(counts, out=indptr[1:])
-        g = sp.csr_matrix((data, self.pcol[keep], indptr.astype(np.int32)), shape=(self.Vt, self.Vt))
-        g.has_sorted_indices = True
-        return g
-
-    def excess(self, flow: np.ndarray) -> np.ndarray:
-        V = self.V
-        inflow = np.bincount(self.head, weights=flow, minlength=V)
-        outflow = np.bincount(self.tail, weights=flow, minlength=V)
-        return cast(np.ndarray, self.supply + np.rint(inflow - outflow).astype(np.int64))
-
-    def repair(
-        self,
-        cost: np.ndarray,
-        cap: np.ndarray,
-        flow: np.ndarray,
-        pi: np.ndarray,
-        tol: float,
-        max_phases: int,
-    ) -> tuple[np.ndarray, np.ndarray, int]:
-        """Turn a pseudo-flow satisfying reduced-cost optimality into a min-cost flow.
-
-        Invariant: every residual arc has reduced cost ``c_a + π(tail) − π(head) ≥ −tol``.
-        One phase: multi-source Dijkstra from all excess nodes on reduced costs, potentials
-        ``π ← π + min(d, D)`` (D = largest distance to a reachable deficit node; every arc on a
-        shortest-path tree then has zero reduced cost, and reduced costs stay ≥ 0), then a
-        maximum flow from excess to deficit nodes on the zero-reduced-cost ("admissible") arcs.
-        Augmenting on admissible arcs keeps the invariant, and each phase moves ≥ 1 unit.
-        """
-        tail, head = self.tail, self.head
-        V = self.V
-        phases = 0
-        while True:
-            exc = self.excess(flow)
-            if not np.any(exc > 0):
-                return flow, pi, phases
-            if phases >= max_phases:
-                raise RuntimeError(f"flow backend: no convergence after {phases} phases")
-            phases += 1
-            rc = cost + pi[tail] - pi[head]
-            fr = flow < cap
-            br = flow > 0
-            w = np.full(self.n_entries, np.inf)
-            w[self.pos_fwd] = np.where(fr, np.maximum(rc, 0.0), np.inf)
-            w[self.pos_bwd] = np.where(br, np.maximum(-rc, 0.0), np.inf)
-            keep = np.flatnonzero(np.isfinite(w))
-            src = np.flatnonzero(exc > 0)
-            dst = np.flatnonzero(exc < 0)
-            d = dijkstra(self._csr(keep, w[keep]), directed=True, indices=src, min_only=True)[:V]
-            dd = d[dst]
-            reach = np.isfinite(dd)
-            if not np.any(reach):  # cannot happen: x = 0 plus the bypass is always feasible
-                raise RuntimeError("flow backend: excess cannot reach any deficit node")
-            D = float(dd[reach].max())
-            pi = pi + np.minimum(d, D)
-            rc = cost + pi[tail] - pi[head]
-            c = np.zeros(self.n_entries, np.int64)
-            c[self.pos_fwd] = np.where(fr & (rc <= tol), cap - flow, 0)
-            c[self.pos_bwd] = np.where(br & (rc >= -tol), flow, 0)
-            c[self.pos_src[src]] = exc[src]
-            c[self.pos_snk[dst]] = -exc[dst]
-            pos_c = c > 0
-            keep = np.flatnonzero(pos_c | pos_c[self.prev])
-            g = self._csr(keep, c[keep].astype(np.int32))
-            res = maximum_flow(g, V, V + 1)  # type: ignore[arg-type]  # stubs list csr_array only
-            fl = res.flow
-            if fl.nnz != keep.shape[0] or not np.array_equal(fl.indices, g.indices):
-                fl = fl.tocsr()
-                f = np.asarray(fl[tail, head]).ravel().astype(np.int64)
-            else:
-                cpos = np.full(self.n_entries, -1, np.int64)
-                cpos[keep] = np.arange(keep.shape[0])
-                ca = cpos[self.pos_fwd]
-                f = np.where(ca >= 0, fl.data[np.maximum(ca, 0)], 0).astype(np.int64)
-            if res.flow_value <= 0:
-                raise RuntimeError("flow backend: admissible network carried no flow (numerical trouble)")
-            flow = flow + f
+        self.pattern = residual_pattern(self.tail, self.head, V)
 
     def solve(
         self,
@@ -498,31 +382,26 @@ class _FlowNetwork:
         umax = float(u[pos].max()) if np.any(pos) else 0.0
         cap = self.base_cap.copy()
         cap[self.elem_arc] = pos.astype(np.int64)
-        M = self.n_arcs
+        arc_cost = np.zeros(self.n_arcs)
+        arc_cost[self.elem_arc] = -np.where(pos, u, 0.0) / (umax if umax > 0 else 1.0)
+        _, _, _, arc, sign = self.pattern
+        forward = sign > 0
+        residual = np.where(forward, cap[arc], 0)  # the zero flow
+        excess = self.supply.copy()
         pi = np.zeros(self.V)
-        flow = np.zeros(M, np.int64)
-        uu = np.where(pos, u, 0.0) / (umax if umax > 0 else 1.0)
-        phases_per_scale = []
+        steps = np.array([2.0**-b for b in scale_bits] + [0.0])
+        tols = np.array([0.25 * 2.0**-b for b in scale_bits] + [tol])
         max_phases = 4 * (self.cons.total + self.V) + 10
-        for b in [*scale_bits, None]:
-            if b is None:
-                ue, t = uu, tol
-            else:
-                step = 2.0**-b
-                ue, t = np.round(uu / step) * step, 0.25 * step
-            cost = np.zeros(M)
-            cost[self.elem_arc] = -ue
-            rc = cost + pi[self.tail] - pi[self.head]
-            flow = np.where(rc < -t, cap, np.where(rc > t, 0, flow))
-            flow, pi, ph = self.repair(cost, cap, flow, pi, t, max_phases)
-            phases_per_scale.append(ph)
+        phases_per_scale = cost_scaling_flow(self.pattern, arc_cost, residual, excess, pi, steps, tols, max_phases)
+        flow = np.zeros(self.n_arcs, np.int64)
+        flow[arc[~forward]] = residual[~forward]
         x = flow[self.elem_arc] > 0
         # duals in original units: a_g = π(L_g) − π(S), b_h = π(T) − π(R_h), λ = π(S) − π(T)
         S, T = 0, 1
         a = (pi[self.head[self.sl_arc]] - pi[S]) * umax
         b = (pi[T] - pi[self.tail[self.rt_arc]]) * umax
         lam = (pi[S] - pi[T]) * umax
-        stats = {"phases_per_scale": phases_per_scale, "phases": int(sum(phases_per_scale))}
+        stats = {"phases_per_scale": phases_per_scale.tolist(), "phases": int(phases_per_scale.sum())}
         stats["duals"] = (a, b, lam)
         return x, stats
 
@@ -910,8 +789,8 @@ class TVCSProjector:
     ``2^-b`` for ``b = 0, 2, …, 20`` and finally used exactly. At each scale the previous
     potentials ``π`` define a pseudo-flow (arcs with negative reduced cost saturated, positive
     ones emptied), whose node imbalances are removed by phases of multi-source Dijkstra (reduced
-    costs ≥ 0) followed by a maximum flow on the zero-reduced-cost arcs (scipy.sparse.csgraph,
-    C code). At termination the flow is conservative and every residual arc has reduced cost
+    costs ≥ 0) followed by a maximum flow on the zero-reduced-cost arcs (Dinic on shortest
+    augmenting paths), compiled with numba in :mod:`crowdflow.models.min_cost_flow`. At termination the flow is conservative and every residual arc has reduced cost
     ≥ 0 — the classical optimality condition — and the potentials give the LP dual
     ``a_g = π(L_g) − π(S)``, ``b_h = π(T) − π(R_h)``, ``λ = π(S) − π(T)`` used for the certificate.
     Complexity: each phase costs ``O(E log V)`` (Dijkstra) plus a Dinic max flow on the
