@@ -11,6 +11,9 @@ Assignments (who labels which task) are given as two aligned integer arrays (wor
   :func:`star_triangle_edges`, :func:`grid_edges`, :func:`random_graph_edges`;
 - :func:`random_assignment`: k distinct workers per task, optionally with unequal sampling weights.
 
+Moment matrices with injected noise (no labels behind them): :func:`rank_one_moments` (Figs. 4–5)
+and :func:`star_triangle_injected` (Table 2, with separate evaluation labels).
+
 Ids: workers ``w0000…``, tasks ``t0000000…`` (zero-padded, so sorted-id order = generation order);
 labels are the class indices ``"0" … "M−1"`` unless ``classes`` is given.
 """
@@ -249,3 +252,90 @@ def rank_one_moments(edges: np.ndarray, skills: np.ndarray, noise: float = 0.0, 
 def beta_skills(alpha: float, beta: float, n_workers: int, seed: int = 0) -> np.ndarray:
     """s_i = 2 Beta(α, β) − 1 (spec §5.2 reading of Table 1)."""
     return 2.0 * np.random.default_rng(seed).beta(alpha, beta, size=n_workers) - 1.0
+
+
+@dataclass(frozen=True)
+class InjectedNoiseInstance:
+    """A moment matrix with injected noise plus evaluation labels drawn from the same skills.
+
+    Attributes
+    ----------
+    data : SyntheticLabels
+        Evaluation labels, their truth and the true skills (worker i = ``data.workers[i]``).
+    c_hat : scipy.sparse.csr_matrix
+        C_ij = s_i s_j + ξ_ij on the edges of ``support`` (symmetric, zero diagonal, same
+        canonical sparsity pattern as ``support``, so the two ``data`` arrays are aligned).
+    support : scipy.sparse.csr_matrix
+        Unit weight on every edge of the interaction graph.
+    edges : numpy.ndarray
+        The undirected edge list (|E| × 2).
+    """
+
+    data: SyntheticLabels
+    c_hat: sp.csr_matrix
+    support: sp.csr_matrix
+    edges: np.ndarray
+
+
+def star_triangle_injected(
+    n_workers: int,
+    seed: int = 0,
+    *,
+    n_tasks: int = 3000,
+    per_task: int = 12,
+    half_width: float = 0.2,
+    skills: np.ndarray | None = None,
+) -> InjectedNoiseInstance:
+    """Paper Table 2 (spec §5.3): star plus one triangle, noise injected into C.
+
+    Graph: :func:`star_triangle_edges` (hub 0, leaves 1…W−1, leaf–leaf edge (1, 2)). Moments:
+    C_ij = s_i s_j + ξ_ij on the edges, ξ_ij ~ U[−h, h] i.i.d. per undirected edge (one draw for
+    C_ij = C_ji), h = ``half_width`` (paper: 0.2), via :func:`rank_one_moments`.
+
+    Reading of the spec's [AMBIG] items (chosen by simulation, see ``benchmarks/results/skills.md``):
+
+    - skills: the evenly spaced grid over [−0.3, 0.8] of spec §5.1, listed from the top,
+      s = linspace(0.8, −0.3, W), so the hub (worker 0) is the most skilled worker and workers 1, 2,
+      which close the triangle, the next two. (Listed from the bottom, the hub would have s = −0.3 and
+      every leaf estimate s_j ≈ C_0j/s_0 would carry noise up to ±0.2/0.3.)
+    - evaluation labels (not stated in the paper): ``n_tasks`` tasks, each labelled by ``per_task``
+      distinct uniformly random workers (:func:`random_assignment`), one-coin binary labels
+      (:func:`one_coin_labels`). With 12 labels per task the Bayes error (MAP vote with the true
+      skills) is 0.052–0.061 for W = 21…91 (50 runs), the paper's level (0.0425–0.0634); it stays roughly
+      constant in W because the number of labels per task does not grow with W.
+
+    The labels are independent of ``c_hat``: the skills are to be fitted from ``c_hat`` on
+    ``support`` and then used to vote on the labels. Under this reading PGD (library defaults) is
+    +0.016 to +0.018 above the Bayes error, not within the issue's 0.01 (paper: ≤ +0.0044).
+
+    Parameters
+    ----------
+    n_workers : int
+        W ≥ 3.
+    seed : int
+        One seed for the noise, the assignment and the labels (independent streams).
+    n_tasks : int
+        Evaluation tasks T.
+    per_task : int
+        Distinct workers per evaluation task (≤ W).
+    half_width : float
+        h in ξ ~ U[−h, h].
+    skills : numpy.ndarray, optional
+        Override the grid (length W; worker 0 is the hub).
+
+    Returns
+    -------
+    InjectedNoiseInstance
+    """
+    if n_workers < 3:
+        raise ValueError(f"a star plus a triangle needs n_workers >= 3, got {n_workers}")
+    s = np.linspace(0.8, -0.3, n_workers) if skills is None else np.asarray(skills, dtype=np.float64)
+    if s.shape != (n_workers,):
+        raise ValueError(f"skills must have length n_workers={n_workers}, got shape {s.shape}")
+    noise_seed, assign_seed, label_seed = (int(v) for v in np.random.SeedSequence(seed).generate_state(3))
+    edges = star_triangle_edges(n_workers)
+    c_hat = rank_one_moments(edges, s, noise=2.0 * half_width, seed=noise_seed)
+    support = adjacency(edges, n_workers)
+    wi, ti = random_assignment(n_workers, n_tasks, per_task, seed=assign_seed)
+    data = one_coin_labels(s, wi, ti, 2, seed=label_seed, n_tasks=n_tasks)
+    return InjectedNoiseInstance(data=data, c_hat=c_hat, support=support, edges=edges)

@@ -101,3 +101,29 @@ def test_ids_sort_in_generation_order():
     assert list(w) == sorted(w)
     t = synth.task_ids(100)
     assert list(t) == sorted(t) and t[0] == "t0000000"
+
+
+def test_star_triangle_injected_table2():
+    inst = synth.star_triangle_injected(91, seed=3, n_tasks=500)
+    s = inst.data.skills
+    np.testing.assert_allclose(s, np.linspace(0.8, -0.3, 91))  # hub (worker 0) is the most skilled
+    assert np.array_equal(inst.edges, synth.star_triangle_edges(91))
+    # C on the star+triangle support only, aligned with the unit support, noise within U[-0.2, 0.2]
+    assert inst.support.nnz == 2 * 91 and np.all(inst.support.data == 1.0)
+    assert np.array_equal(inst.c_hat.indptr, inst.support.indptr)
+    assert np.array_equal(inst.c_hat.indices, inst.support.indices)
+    c = inst.c_hat.toarray()
+    assert np.allclose(c, c.T) and np.all(np.diag(c) == 0)
+    i, j = inst.edges.T
+    xi = c[i, j] - s[i] * s[j]
+    assert np.max(np.abs(xi)) <= 0.2 and np.max(np.abs(xi)) > 0.18 and abs(xi.mean()) < 0.03
+    # evaluation labels: 12 distinct workers per task, independent of the support
+    per_task = inst.data.labels.groupby("task")["worker"].nunique()
+    assert len(per_task) == 500 and (per_task == 12).all() and len(inst.data.truth) == 500
+    again = synth.star_triangle_injected(91, seed=3, n_tasks=500)
+    assert np.array_equal(again.c_hat.toarray(), c) and again.data.labels.equals(inst.data.labels)
+    assert not np.array_equal(synth.star_triangle_injected(91, seed=4, n_tasks=500).c_hat.toarray(), c)
+    with pytest.raises(ValueError, match="n_workers >= 3"):
+        synth.star_triangle_injected(2)
+    with pytest.raises(ValueError, match="length"):
+        synth.star_triangle_injected(5, skills=np.zeros(4))

@@ -24,6 +24,7 @@ from crowdflow import synth
 from crowdflow.graphs import components
 from crowdflow.labels import encode_labels
 from crowdflow.models.skills import (
+    LabelMoments,
     edge_weights,
     fit_rank_one,
     fit_skills,
@@ -616,6 +617,74 @@ def test_at_s4_ring_more_tasks_helps():
         mean_err[t], mean_mv[t] = np.mean(errs), np.mean(mv)
     assert mean_err[330] < mean_err[11]
     assert mean_err[330] < mean_mv[330]
+
+
+# Table 2 (spec §5.3): star plus one triangle, noise injected into C, W = 21 and 91 (paper: 50 runs
+# at W = 21/51/71/91; the full table: python -m benchmarks.skills_table2, results/skills.md)
+TABLE2_WORKERS = (21, 91)
+TABLE2_SEEDS = range(10)
+
+
+def injected_moments(inst: synth.InjectedNoiseInstance) -> LabelMoments:
+    """The injected C on the star+triangle support as label moments.
+
+    N = 1 on every edge (so weights "count", "binary" and "square" coincide), agreement rate
+    a = (1 + C)/2 so that C^ = 2a − 1 = C.
+    """
+    agree = inst.support.copy()
+    agree.data = (1.0 + inst.c_hat.data) / 2.0
+    return LabelMoments(co_labels=inst.support, agreements=agree, c_hat=inst.c_hat, n_classes=2)
+
+
+def table2_errors(n_workers: int, seed: int) -> tuple[float, float]:
+    """(Bayes error, PGD error) of one Table-2 run: library defaults (gd, τ = 1 box from the
+    evaluation labels' n_i, sum rule, MAP vote), skills fitted from the injected C only."""
+    inst = synth.star_triangle_injected(n_workers, seed)
+    data = inst.data
+    res = fit_quiet(data.labels, classes=data.classes, moments=injected_moments(inst))
+    assert (res.skills["status"] == "ok").all()
+    return oracle_error(data), prediction_error(res.consensus, data.truth)
+
+
+@pytest.fixture(scope="module")
+def table2_runs() -> dict[int, np.ndarray]:
+    """W -> array (runs, 2) of (Bayes error, PGD error)."""
+    return {w: np.array([table2_errors(w, seed) for seed in TABLE2_SEEDS]) for w in TABLE2_WORKERS}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue #3 'within 0.01 of the Bayes error' is not met under the reading of "
+    "synth.star_triangle_injected: mean PGD - Bayes = +0.016 to +0.018 over 50 runs per W "
+    "(benchmarks/results/skills.md); leaves fitted as C_0j / s_0 with the TRUE hub skill still "
+    "leave +0.012 to +0.015, so the gap comes from the U[-0.2, 0.2] noise on the star edges, not from PGD",
+)
+@pytest.mark.parametrize("n_workers", TABLE2_WORKERS)
+def test_table2_star_triangle_within_001_of_bayes(table2_runs, n_workers):
+    """Issue #3 acceptance criterion on paper Table 2 (spec §5.3), as a strict xfail.
+
+    Reading (:func:`crowdflow.synth.star_triangle_injected`): skills on the grid linspace(0.8, −0.3, W)
+    (hub = worker 0 = most skilled, triangle closed by workers 1, 2); C_ij = s_i s_j + ξ_ij,
+    ξ_ij ~ U[−0.2, 0.2] per edge of the star+triangle; PGD fits C on that support only; evaluation
+    on T = 3000 tasks, each labelled by 12 distinct uniformly random workers (Bayes error at the
+    paper's level, ~0.05–0.06). Asserts mean PGD error − mean Bayes error ≤ 0.01 (10 runs per W).
+    """
+    bayes, pgd = table2_runs[n_workers].mean(axis=0)
+    assert pgd - bayes <= 0.01
+
+
+@pytest.mark.parametrize("n_workers", TABLE2_WORKERS)
+def test_table2_star_triangle_regression(table2_runs, n_workers):
+    """Regression guard for the Table 2 reproduction (same reading and runs as the xfail above).
+
+    Not the issue's criterion (see the strict xfail): pins what the reading does reproduce. The
+    Bayes error is at the paper's level (paper 0.0425–0.0634; measured 0.052–0.061 over 50 runs)
+    and PGD stays within 0.03 of it (measured +0.016 to +0.018 over 50 runs). Constant skills
+    (plain vote: +0.13) or the sign-flipped solution (+0.86) break it.
+    """
+    bayes, pgd = table2_runs[n_workers].mean(axis=0)
+    assert 0.035 <= bayes <= 0.075
+    assert pgd - bayes <= 0.03
 
 
 def test_at_m1_multiclass():
