@@ -370,10 +370,14 @@ class _FlowNetwork:
         self,
         u: np.ndarray,
         tol: float = 1e-11,
-        scale_bits: tuple[int, ...] = tuple(range(0, 21, 2)),
+        scale_bits: tuple[int, ...] = tuple(range(0, 31, 2)),
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Cost-scaling SSP: solve with costs rounded to 2^-b·max(u) for b in ``scale_bits``,
         then with the exact costs, each time warm-started from the previous potentials/flow.
+
+        The grids go down to 2^-30·max(u): with heavy-tailed weights most ``u`` are far below the
+        maximum, and stopping at 2^-20 left hundreds of phases to the exact scale (10^6 Pareto
+        weights: 457 phases, 4.3 s; with 2^-30: 10 phases, 0.6 s). An idle scale costs one pass.
 
         ``tol`` is the reduced-cost tolerance of the exact scale (costs normalised to max 1).
         Returns the selection and stats including the duals ``(a, b, λ)`` in the units of ``u``.
@@ -786,7 +790,7 @@ class TVCSProjector:
 
     Flow backend algorithm (exact). Min-cost flow on the network of :class:`_FlowNetwork` by
     *cost-scaling successive shortest paths*: the costs ``−u/max(u)`` are rounded to the grids
-    ``2^-b`` for ``b = 0, 2, …, 20`` and finally used exactly. At each scale the previous
+    ``2^-b`` for ``b = 0, 2, …, 30`` and finally used exactly. At each scale the previous
     potentials ``π`` define a pseudo-flow (arcs with negative reduced cost saturated, positive
     ones emptied), whose node imbalances are removed by phases of multi-source Dijkstra (reduced
     costs ≥ 0) followed by a maximum flow on the zero-reduced-cost arcs (Dinic on shortest
