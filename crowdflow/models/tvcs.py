@@ -794,15 +794,16 @@ class TVCSProjector:
     potentials ``π`` define a pseudo-flow (arcs with negative reduced cost saturated, positive
     ones emptied), whose node imbalances are removed by phases of multi-source Dijkstra (reduced
     costs ≥ 0) followed by a maximum flow on the zero-reduced-cost arcs (Dinic on shortest
-    augmenting paths), compiled with numba in :mod:`crowdflow.models.min_cost_flow`. At termination the flow is conservative and every residual arc has reduced cost
-    ≥ 0 — the classical optimality condition — and the potentials give the LP dual
+    augmenting paths), compiled with numba in :mod:`crowdflow.models.min_cost_flow`. At
+    termination the flow is conservative and every residual arc has reduced cost ≥ 0 — the
+    classical optimality condition — and the potentials give the LP dual
     ``a_g = π(L_g) − π(S)``, ``b_h = π(T) − π(R_h)``, ``λ = π(S) − π(T)`` used for the certificate.
     Complexity: each phase costs ``O(E log V)`` (Dijkstra) plus a Dinic max flow on the
     admissible subgraph, with ``E = p + n1 + n2 + 1`` and ``V = n1 + n2 + 2`` (+ private nodes);
     every phase moves ≥ 1 unit so there are at most ``O(s_total + V)`` phases per scale (worst
     case = plain SSP, ``O(s_total·E log V)``). In practice coarse scales have many ties, so phases
     move many units, and finer scales start near-optimal: a few dozen phases in total for
-    ``p = 10^5`` over the 12 scales (see ``benchmarks/assignment.py``). When one view can never
+    ``p = 10^5`` over the 16 grids plus the exact scale (see ``benchmarks/assignment.py``). When one view can never
     bind (every cap ≥ its group size, or the view is absent) the problem is a laminar matroid
     and the flow backend uses the exact ``O(p log p)`` greedy closed form instead
     (:func:`_laminar_greedy`). Every flow result carries the weak-duality certificate; if it
