@@ -1020,6 +1020,38 @@ def test_real_data_bundled_floors(name, floor):
     assert err <= mv + 0.005
 
 
+@pytest.mark.parametrize("name", ["snow_rte", "snow_temp"])
+def test_default_start_reaches_the_best_of_random_restarts_on_real_data(name):
+    """The Table-5 gap is not an optimisation gap: on the bundled RTE and Temp sets, 20 random starts
+    in the box (signs included) never reach a lower loss L than the default start x^0 = 0.5, and the
+    default fit equals what ``fit_skills`` returns. So a "better solver for the same objective" cannot
+    move PGD's error there (RTE 0.0725, Temp 0.0628 vs the paper's 0.070 / 0.0512). Measured: on RTE
+    19 of 20 starts stop in worse local minima (L higher by 58–445), one reaches the default's; on Temp
+    all 20 reach ± the same x."""
+    root = DATA / name
+    labels = pd.read_csv(root / "labels.csv", dtype=str)
+    lm, _ = prepare_labels(labels)
+    mo = label_moments(lm)
+    lo, hi = skill_box(lm.labels_per_worker(), lm.n_classes, 1.0)
+    w = edge_weights(mo.co_labels)
+    base = fit_rank_one(mo.c_hat, w, lo, hi, solver="scaled")
+    assert base.converged
+    res = fit_quiet(labels, solver="scaled")
+    assert res.metadata["final_loss"] == pytest.approx(base.final_loss, rel=1e-12)
+    rng = np.random.default_rng(3)
+    losses, dist = [], []
+    for _ in range(20):
+        x0 = rng.uniform(lo, hi)
+        fit = fit_rank_one(mo.c_hat, w, lo, hi, x0=np.where(np.abs(x0) < 1e-3, 0.1, x0), solver="scaled")
+        losses.append(fit.final_loss)
+        dist.append(min(np.abs(fit.x - base.x).max(), np.abs(fit.x + base.x).max()))  # up to the global sign
+    assert min(losses) >= base.final_loss - 1e-9 * abs(base.final_loss)
+    if name == "snow_rte":  # non-convex here: most random starts stop in worse local minima (mixed signs)
+        assert sum(loss > base.final_loss + 1.0 for loss in losses) >= 10
+    else:  # Temp: every start reaches ± the same optimum
+        assert max(dist) < 1e-5
+
+
 def test_scaled_solver_monotone_and_same_optimum():
     data = synth.one_coin_labels(np.linspace(-0.2, 0.9, 30), *synth.random_assignment(30, 1500, 4, seed=6), 3, seed=6)
     lm, _ = prepare_labels(data.labels)
