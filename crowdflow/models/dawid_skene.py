@@ -32,6 +32,7 @@ import scipy.sparse as sp
 
 from crowdflow.labels import LabelMatrix
 from crowdflow.models.majority import TieBreak
+from crowdflow.models.rows import row_argmax, row_max, row_sum, softmax_rows
 
 log = logging.getLogger(__name__)
 
@@ -85,27 +86,20 @@ def _answer_matrix(lm: LabelMatrix) -> sp.csr_matrix:
     )
 
 
-def _normalise_log(logp: np.ndarray) -> tuple[np.ndarray, float]:
-    top = logp.max(axis=1, keepdims=True)
-    e = np.exp(logp - top)
-    z = e.sum(axis=1, keepdims=True)
-    return e / z, float(np.sum(np.log(z) + top))
-
-
 def _mv_init(lm: LabelMatrix) -> np.ndarray:
     counts = lm.task_class_counts().toarray()
-    return cast(np.ndarray, counts / counts.sum(axis=1, keepdims=True))
+    return cast(np.ndarray, counts / row_sum(counts)[:, None])
 
 
 def _pick(post: np.ndarray, tie_break: TieBreak, seed: int) -> tuple[np.ndarray, int]:
-    top = post.max(axis=1, keepdims=True)
+    top = row_max(post)[:, None]
     is_top = np.isclose(post, top, rtol=1e-12, atol=1e-12)
-    ties = int((is_top.sum(axis=1) > 1).sum())
+    ties = int((row_sum(is_top) > 1).sum())
     if tie_break == "smallest":
-        return is_top.argmax(axis=1).astype(np.int64), ties
+        return row_argmax(is_top), ties
     if tie_break == "random":
         noise = np.random.default_rng(seed).random(post.shape)
-        return np.where(is_top, noise, -1.0).argmax(axis=1).astype(np.int64), ties
+        return row_argmax(np.where(is_top, noise, -1.0)), ties
     raise ValueError(f"unknown tie_break {tie_break!r}; use 'smallest' or 'random'")
 
 
@@ -251,7 +245,7 @@ def dawid_skene(
         with np.errstate(divide="ignore"):
             log_pi = np.log(pi).transpose(0, 2, 1).reshape(w * m, m)  # row (i, m), col l
             logp = np.log(q)[None, :] + np.asarray(rt @ log_pi)
-        return _normalise_log(logp)
+        return softmax_rows(logp)
 
     post, pi, q, ll, it, converged = _em(post, m_step, e_step, tol, max_iter)
     accuracy = np.einsum("l,ill->i", q, pi)
@@ -311,7 +305,7 @@ def one_coin_dawid_skene(
         votes = np.bincount(cell, weights=v[lm.worker_idx], minlength=lm.n_tasks * m).reshape(lm.n_tasks, m)
         with np.errstate(divide="ignore"):
             logp = np.log(q)[None, :] + base[:, None] + votes
-        return _normalise_log(logp)
+        return softmax_rows(logp)
 
     post, p, q, ll, it, converged = _em(post, m_step, e_step, tol, max_iter)
     off = (1 - p) / (m - 1)

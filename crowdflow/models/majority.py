@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from crowdflow.labels import LabelMatrix
+from crowdflow.models.rows import row_argmax, row_max, row_sum
 
 log = logging.getLogger(__name__)
 
@@ -72,18 +73,18 @@ def weighted_vote(
     cell = lm.task_idx * m + lm.class_idx
     w = None if worker_weights is None else np.asarray(worker_weights, dtype=np.float64)[lm.worker_idx]
     scores = np.bincount(cell, weights=w, minlength=lm.n_tasks * m).astype(np.float64).reshape(lm.n_tasks, m)
-    top = scores.max(axis=1, keepdims=True)
+    top = row_max(scores)[:, None]
     is_top = np.abs(scores - top) <= 1e-12 + 1e-12 * np.abs(top)  # = np.isclose(scores, top, 1e-12, 1e-12)
-    n_top = is_top.sum(axis=1)
+    n_top = row_sum(is_top)
     ties = int((n_top > 1).sum())
     if tie_break == "smallest":
-        winner = is_top.argmax(axis=1)
+        winner = row_argmax(is_top)
     elif tie_break == "random":
-        winner = is_top.argmax(axis=1)
+        winner = row_argmax(is_top)
         if ties:  # the full (task, class) draw, so a task's draw does not depend on other tasks
             noise = np.random.default_rng(seed).random(scores.shape)
             tied = n_top > 1
-            winner[tied] = np.where(is_top[tied], noise[tied], -1.0).argmax(axis=1)
+            winner[tied] = row_argmax(np.where(is_top[tied], noise[tied], -1.0))
     else:
         raise ValueError(f"unknown tie_break {tie_break!r}; use 'smallest' or 'random'")
     return winner.astype(np.int64), scores, ties

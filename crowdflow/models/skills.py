@@ -53,6 +53,7 @@ from crowdflow.labels import DuplicatePolicy, LabelMatrix, encode_canonical, nat
 from crowdflow.metrics import gold_metrics
 from crowdflow.models import dawid_skene
 from crowdflow.models.majority import TieBreak, weighted_vote
+from crowdflow.models.rows import row_argmax, row_max, row_sum
 from crowdflow.progress import IterationProgress, ProgressFn
 
 log = logging.getLogger(__name__)
@@ -800,13 +801,13 @@ def weighted_consensus(
     ident = np.ones(lm.n_workers, dtype=bool) if identified is None else np.asarray(identified, dtype=bool)
     v = np.where(ident, v, 0.0)
     winner, scores, _ = weighted_vote(lm, v, tie_break, seed)
-    top = scores.max(axis=1, keepdims=True)
+    top = row_max(scores)[:, None]
     post = np.exp(scores - top)
-    post /= post.sum(axis=1, keepdims=True)
+    post /= row_sum(post)[:, None]
     n_ident = np.bincount(lm.task_idx, weights=ident[lm.worker_idx].astype(np.float64), minlength=lm.n_tasks)
     is_fb = n_ident == 0
     is_top = np.isclose(scores, top, rtol=1e-12, atol=1e-12)
-    n_ties = int(((is_top.sum(axis=1) > 1) & ~is_fb).sum())
+    n_ties = int(((row_sum(is_top) > 1) & ~is_fb).sum())
     tasks_range = np.arange(lm.n_tasks)
     confidence = post[tasks_range, winner]
     n_labels = lm.labels_per_task()
@@ -2233,15 +2234,15 @@ def stream_consensus(
         nt = len(t_uniq)
         cell = t * m + c
         scores = np.bincount(cell, weights=np.where(ident[w], weight[w], 0.0), minlength=nt * m).reshape(nt, m)
-        winner = scores.argmax(axis=1)
-        post = np.exp(scores - scores.max(axis=1, keepdims=True))
-        post /= post.sum(axis=1, keepdims=True)
+        winner = row_argmax(scores)
+        post = np.exp(scores - row_max(scores)[:, None])
+        post /= row_sum(post)[:, None]
         confidence = post[np.arange(nt), winner]
         n_labels = np.bincount(t, minlength=nt)
         is_fb = np.bincount(t, weights=ident[w].astype(np.float64), minlength=nt) == 0
         if fallback == "mv" and is_fb.any():
             counts = np.bincount(cell, minlength=nt * m).reshape(nt, m)
-            mv = counts.argmax(axis=1)
+            mv = row_argmax(counts)
             winner = np.where(is_fb, mv, winner)
             confidence = np.where(is_fb, counts[np.arange(nt), mv] / np.maximum(n_labels, 1), confidence)
         out.append(
