@@ -24,6 +24,10 @@ Algorithm (per cost scale ``ε``)
    levels, then current-arc DFS augmentations) from excess to deficit nodes on the admissible
    entries. Entries created by pushes are reverses of admissible ones, hence admissible too, so the
    max flow runs on a fixed network and the invariant is kept; each phase moves at least one unit.
+   That network is extracted once per phase, row by row when the BFS first reaches a node, so the
+   Dinic rounds scan only admissible entries (on the dense 2 000 × 500 worker × task network a
+   row has 500–2 000 entries, a handful of them admissible; full-row scans in every BFS took 75 %
+   of the 10^6-candidate solve).
 
 This is the same method the backend ran before through ``scipy.sparse.csgraph.dijkstra`` and
 ``maximum_flow``; compiled, a phase is one pass over the touched entries instead of ~30 full-array
@@ -193,6 +197,41 @@ def _dijkstra_potentials(
 
 
 @_compiled
+def _admissible_row(
+    u: int,
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    ecost: np.ndarray,
+    r: np.ndarray,
+    pi: np.ndarray,
+    tol: float,
+    astart: np.ndarray,
+    aend: np.ndarray,
+    aent: np.ndarray,
+    fill: int,
+) -> int:
+    """Append the entries of row ``u`` that the current max flow can use to ``aent[fill:]``.
+
+    Entry ``e = (u → v)`` is kept when ``rc_e = c_e + π(u) − π(v) ≤ tol`` and it is residual now
+    (``r_e > 0``) or can become residual during the max flow, which needs a push on its partner,
+    so the partner must be admissible too (``−c_e + π(v) − π(u) ≤ tol``). The potentials do not
+    change during a max flow, so no other entry of the row can ever be used by it. Sets
+    ``astart[u], aend[u]`` (row order kept) and returns the new fill position.
+    """
+    k = fill
+    pu = pi[u]
+    for e in range(indptr[u], indptr[u + 1]):
+        pv = pi[indices[e]]
+        c = ecost[e]
+        if c + pu - pv <= tol and (r[e] > 0 or -c + pv - pu <= tol):
+            aent[k] = e
+            k += 1
+    astart[u] = fill
+    aend[u] = k
+    return k
+
+
+@_compiled
 def _admissible_max_flow(
     indptr: np.ndarray,
     indices: np.ndarray,
@@ -202,6 +241,9 @@ def _admissible_max_flow(
     pi: np.ndarray,
     exc: np.ndarray,
     tol: float,
+    astart: np.ndarray,
+    aend: np.ndarray,
+    aent: np.ndarray,
     level: np.ndarray,
     cursor: np.ndarray,
     queue: np.ndarray,
@@ -210,9 +252,15 @@ def _admissible_max_flow(
 ) -> int:
     """Dinic max flow from excess to deficit nodes on the entries with ``r > 0``, ``rc ≤ tol``.
 
-    Updates ``r`` and ``exc`` in place; returns the number of units moved.
+    The admissible entries of a node are extracted once per call, the first time a BFS or DFS
+    reaches the node (:func:`_admissible_row`); the Dinic rounds of the phase then scan only
+    those (on dense networks the full rows are ~10^3 times longer). Updates ``r`` and ``exc``
+    in place; returns the number of units moved.
     """
     n = pi.shape[0]
+    for v in range(n):
+        astart[v] = -1
+    fill = 0
     moved = 0
     while True:
         head = 0
@@ -233,11 +281,13 @@ def _admissible_max_flow(
             lu = level[u] + 1
             if lu > last:
                 break
-            pu = pi[u]
-            for e in range(indptr[u], indptr[u + 1]):
+            if astart[u] < 0:
+                fill = _admissible_row(u, indptr, indices, ecost, r, pi, tol, astart, aend, aent, fill)
+            for k in range(astart[u], aend[u]):
+                e = aent[k]
                 if r[e] > 0:
                     v = indices[e]
-                    if level[v] < 0 and ecost[e] + pu - pi[v] <= tol:
+                    if level[v] < 0:
                         level[v] = lu
                         queue[tail] = v
                         tail += 1
@@ -247,7 +297,7 @@ def _admissible_max_flow(
         if not reached:
             return moved
         for v in range(n):
-            cursor[v] = indptr[v]
+            cursor[v] = astart[v]
         for i in range(n_sources):
             s = queue[i]  # BFS order: the sources come first
             while exc[s] > 0:
@@ -272,19 +322,22 @@ def _admissible_max_flow(
                         break
                     advanced = False
                     lu = level[u] + 1
-                    pu = pi[u]
-                    end = indptr[u + 1]
-                    while cursor[u] < end:
-                        e = cursor[u]
-                        v = indices[e]
-                        if r[e] > 0 and level[v] == lu and ecost[e] + pu - pi[v] <= tol:
-                            path_e[depth] = e
-                            depth += 1
-                            path_v[depth] = v
-                            u = v
-                            advanced = True
-                            break
-                        cursor[u] += 1
+                    if lu <= last:  # no node has a level beyond the deficit level
+                        if astart[u] < 0:
+                            fill = _admissible_row(u, indptr, indices, ecost, r, pi, tol, astart, aend, aent, fill)
+                            cursor[u] = astart[u]
+                        end = aend[u]
+                        while cursor[u] < end:
+                            e = aent[cursor[u]]
+                            v = indices[e]
+                            if r[e] > 0 and level[v] == lu:
+                                path_e[depth] = e
+                                depth += 1
+                                path_v[depth] = v
+                                u = v
+                                advanced = True
+                                break
+                            cursor[u] += 1
                     if not advanced:
                         level[u] = -1  # dead end for this level graph
                         if depth == 0:
@@ -319,6 +372,9 @@ def _cost_scaling(
     settled = np.zeros(n, np.bool_)
     hkeys = np.empty(m2 + n + 1)
     hvals = np.empty(m2 + n + 1, np.int64)
+    astart = np.empty(n, np.int64)
+    aend = np.empty(n, np.int64)
+    aent = np.empty(m2, np.int64)
     level = np.empty(n, np.int64)
     cursor = np.empty(n, np.int64)
     queue = np.empty(n, np.int64)
@@ -359,7 +415,9 @@ def _cost_scaling(
             if not _dijkstra_potentials(indptr, indices, ecost, r, pi, exc, dist, settled, hkeys, hvals):
                 return UNREACHABLE
             if (
-                _admissible_max_flow(indptr, indices, rev, ecost, r, pi, exc, t, level, cursor, queue, path_e, path_v)
+                _admissible_max_flow(
+                    indptr, indices, rev, ecost, r, pi, exc, t, astart, aend, aent, level, cursor, queue, path_e, path_v
+                )
                 <= 0
             ):
                 return NO_PROGRESS
