@@ -50,7 +50,7 @@ NO_PROGRESS = -3
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def _compiled(fn: _F) -> _F:
+def compiled_kernel(fn: _F) -> _F:
     """``numba.njit`` (cached on disk, GIL released) keeping the Python signature for mypy."""
     return cast(_F, numba.njit(cache=True, nogil=True)(fn))
 
@@ -93,7 +93,7 @@ def residual_pattern(
     return indptr, cols[order], pos[raw_rev[order]], arc, sign
 
 
-@_compiled
+@compiled_kernel
 def _heap_push(keys: np.ndarray, vals: np.ndarray, size: int, key: float, val: int) -> int:
     i = size
     keys[i] = key
@@ -110,7 +110,7 @@ def _heap_push(keys: np.ndarray, vals: np.ndarray, size: int, key: float, val: i
     return size + 1
 
 
-@_compiled
+@compiled_kernel
 def _heap_pop(keys: np.ndarray, vals: np.ndarray, size: int) -> int:
     """Remove the root (the caller has read ``keys[0], vals[0]``); returns the new size."""
     size -= 1
@@ -134,7 +134,7 @@ def _heap_pop(keys: np.ndarray, vals: np.ndarray, size: int) -> int:
     return size
 
 
-@_compiled
+@compiled_kernel
 def _dijkstra_potentials(
     indptr: np.ndarray,
     indices: np.ndarray,
@@ -196,7 +196,7 @@ def _dijkstra_potentials(
     return True
 
 
-@_compiled
+@compiled_kernel
 def _admissible_row(
     u: int,
     indptr: np.ndarray,
@@ -231,7 +231,7 @@ def _admissible_row(
     return k
 
 
-@_compiled
+@compiled_kernel
 def _admissible_max_flow(
     indptr: np.ndarray,
     indices: np.ndarray,
@@ -349,7 +349,7 @@ def _admissible_max_flow(
                     break
 
 
-@_compiled
+@compiled_kernel
 def _cost_scaling(
     indptr: np.ndarray,
     indices: np.ndarray,

@@ -62,7 +62,7 @@ import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
 from crowdflow._typing import SparseMatrix
-from crowdflow.models.min_cost_flow import _compiled, cost_scaling_flow, residual_pattern
+from crowdflow.models.min_cost_flow import compiled_kernel, cost_scaling_flow, residual_pattern
 
 log = logging.getLogger(__name__)
 
@@ -460,7 +460,7 @@ class _FlowNetwork:
         return x, stats
 
 
-@_compiled
+@compiled_kernel
 def _greedy_windows(
     g1: np.ndarray, g2: np.ndarray, caps1: np.ndarray, caps2: np.ndarray, total: int, w1: np.ndarray, w2: np.ndarray
 ) -> np.ndarray:
