@@ -166,18 +166,25 @@ def test_t2_brute_force_optimality(weights):
             assert cons.is_feasible(r.x.astype(np.int8))
 
 
+def generic_instance(rng: np.random.Generator, i: int, positive: bool = False):
+    """A tiny TVCS instance with repeated (view1, view2) keys and ungrouped elements (key −1):
+    weights continuous on odd ``i``, small integers (ties) on even ``i``; ``positive`` keeps every
+    weight and the budget ≥ 1."""
+    p = int(rng.integers(1, 13))
+    v1 = rng.integers(-1, 3, size=p)
+    v2 = rng.integers(-1, 3, size=p)
+    c1 = rng.integers(0, 4, size=3)
+    c2 = rng.integers(0, 4, size=3)
+    tot = int(rng.integers(int(positive), p + 1))
+    u = rng.standard_normal(p) ** 2 if i % 2 else rng.integers(int(positive), 3, size=p).astype(float)
+    return u, v1, v2, c1, c2, tot, TVCSConstraints.build(p, v1, v2, c1, c2, tot)
+
+
 def test_flow_with_repeated_pairs_and_ungrouped_elements():
     """Generic structures: several elements share (view1, view2) keys, some have no group."""
     rng = np.random.default_rng(4)
     for i in range(150):
-        p = int(rng.integers(1, 13))
-        v1 = rng.integers(-1, 3, size=p)
-        v2 = rng.integers(-1, 3, size=p)
-        c1 = rng.integers(0, 4, size=3)
-        c2 = rng.integers(0, 4, size=3)
-        tot = int(rng.integers(0, p + 1))
-        u = rng.standard_normal(p) ** 2 if i % 2 else rng.integers(0, 3, size=p).astype(float)
-        cons = TVCSConstraints.build(p, v1, v2, c1, c2, tot)
+        u, v1, v2, c1, c2, tot, cons = generic_instance(rng, i)
         opt = brute_opt(u, cons)
         for bk in ("flow", "lp"):
             r = tvcs_select(u, v1, v2, c1, c2, tot, backend=bk)
@@ -365,14 +372,7 @@ def test_flow_network_warm_start_from_any_duals_is_exact(bits):
     certify it."""
     rng = np.random.default_rng(11)
     for i in range(120):
-        p = int(rng.integers(1, 13))
-        v1 = rng.integers(-1, 3, size=p)
-        v2 = rng.integers(-1, 3, size=p)
-        c1 = rng.integers(0, 4, size=3)
-        c2 = rng.integers(0, 4, size=3)
-        tot = int(rng.integers(1, p + 1))
-        u = rng.standard_normal(p) ** 2 if i % 2 else rng.integers(1, 3, size=p).astype(float)
-        cons = TVCSConstraints.build(p, v1, v2, c1, c2, tot)
+        u, _, _, _, _, _, cons = generic_instance(rng, i, positive=True)
         opt = brute_opt(u, cons)
         net = _FlowNetwork(cons)
         _, cold = net.solve(u)
