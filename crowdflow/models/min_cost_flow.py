@@ -2,8 +2,9 @@
 
 The TVCS projection (spec ``assignment-tvcs.md`` §2.4) is a min-cost flow on a bipartite network
 with one unit-capacity arc per candidate. ``crowdflow.models.tvcs._FlowNetwork`` builds the network
-and reads the selection and the duals; this module holds the only hot loop: successive-shortest-path
-*phases* under cost scaling, compiled with numba.
+and reads the selection and the duals; this module holds the solver's hot loop: successive-shortest-path
+*phases* under cost scaling, compiled with numba (``compiled_kernel``). The only other compiled loop of
+the backend, the column generation's capped-greedy seed, is ``tvcs._greedy_windows``.
 
 Residual representation
 -----------------------
