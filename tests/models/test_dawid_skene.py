@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from crowdflow import synth
-from crowdflow.labels import encode_labels
+from crowdflow.labels import LabelMatrix, encode_labels
 from crowdflow.models.dawid_skene import dawid_skene, one_coin_dawid_skene
 from crowdflow.models.skills import prediction_error, prepare_labels, vote_weights, weighted_consensus
 
@@ -172,3 +172,77 @@ def test_toy_example_runs_with_declared_classes():
     res = dawid_skene(encode_labels(df, classes=["0", "1"]))
     assert (res.consensus["label"] == "1").all()
     assert res.posteriors.shape == (2, 2)
+
+
+def _observed_log_likelihood(lm, confusion, prior):
+    """Σ_t log Σ_l q_l Π_{i labels t} π_i[l, Y_it], one task at a time (slow, obviously correct)."""
+    total = 0.0
+    for t in range(lm.n_tasks):
+        on = lm.task_idx == t
+        joint = prior.copy()
+        for i, y in zip(lm.worker_idx[on], lm.class_idx[on], strict=True):
+            joint = joint * confusion[i, :, y]
+        total += np.log(joint.sum())
+    return total
+
+
+@pytest.mark.parametrize("m", [2, 3, 5])
+@pytest.mark.parametrize("fn", [dawid_skene, one_coin_dawid_skene])
+def test_trace_ends_at_the_observed_log_likelihood_and_posteriors_are_bayes(fn, m):
+    # the compiled E-step has a binary path and a general one: both against the definition
+    data = synth.one_coin_labels(np.linspace(0.1, 0.9, 7), *synth.random_assignment(7, 120, 4, seed=m), m, seed=m)
+    lm = _lm(data.labels, data.classes)
+    res = fn(lm)
+    assert res.log_likelihood[-1] == pytest.approx(
+        _observed_log_likelihood(lm, res.confusion, res.class_prior), rel=1e-12
+    )
+    for t in range(lm.n_tasks):
+        on = lm.task_idx == t
+        joint = res.class_prior.copy()
+        for i, y in zip(lm.worker_idx[on], lm.class_idx[on], strict=True):
+            joint = joint * res.confusion[i, :, y]
+        np.testing.assert_allclose(res.posteriors[t], joint / joint.sum(), rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("fn", [dawid_skene, one_coin_dawid_skene])
+def test_entries_in_any_order_give_the_same_fit(fn):
+    # the kernels group the labels by task; a matrix whose entries are not in task order is
+    # regrouped (stable sort), so only the rounding of the sums may differ
+    data = synth.one_coin_labels(np.linspace(0.2, 0.9, 9), *synth.random_assignment(9, 200, 3, seed=8), 2, seed=8)
+    lm = _lm(data.labels, data.classes)
+    perm = np.random.default_rng(8).permutation(lm.n_labels)
+    shuffled = LabelMatrix(
+        workers=lm.workers,
+        tasks=lm.tasks,
+        classes=lm.classes,
+        worker_idx=lm.worker_idx[perm],
+        task_idx=lm.task_idx[perm],
+        class_idx=lm.class_idx[perm],
+    )
+    a, b = fn(lm), fn(shuffled)
+    assert a.iterations == b.iterations
+    np.testing.assert_allclose(b.posteriors, a.posteriors, atol=1e-12)
+    np.testing.assert_allclose(b.confusion, a.confusion, atol=1e-12)
+    pd.testing.assert_frame_equal(a.consensus, b.consensus, check_exact=False, atol=1e-12)
+
+
+@pytest.mark.parametrize("classes", [None, ["0", "1", "2"]])
+def test_impossible_labels_give_zero_posterior_not_nan(classes):
+    # without smoothing, worker y's π[1, 0] is 0, so tasks where y answers 0 have a −inf log joint
+    # for class 1 and posterior exactly 0 there (binary path); a declared class nobody uses has
+    # q = 0, a −inf column (general path); nothing may be NaN
+    df = pd.DataFrame(
+        {
+            "task": ["a", "a", "b", "b", "c", "c"],
+            "worker": ["x", "y", "x", "y", "x", "y"],
+            "label": ["0", "0", "0", "1", "0", "0"],
+        }
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        res = dawid_skene(encode_labels(df, classes=classes), smoothing=0.0, max_iter=5)
+    assert np.isfinite(res.posteriors).all()
+    np.testing.assert_allclose(res.posteriors.sum(axis=1), 1.0)
+    assert res.posteriors[0, 1] == 0.0 and res.posteriors[2, 1] == 0.0
+    if classes is not None:
+        assert (res.posteriors[:, 2] == 0.0).all()
