@@ -7,10 +7,10 @@ Full model: class prior q_l; worker i answers m on a task of true class l with p
 π_i[l, m]. One-coin model (the model of the rank-one PGD paper): π_i[l, l] = p_i and
 π_i[l, m] = (1 − p_i)/(M − 1) for m ≠ l; its skill is s_i = (M p_i − 1)/(M − 1).
 
-EM, each step one pass over the labels in a compiled loop (numba, ``crowdflow.models.compiled``;
-the whole EM loop runs compiled, so a small set pays no per-iteration Python or scipy overhead —
-on the 25k-label zheng_product set, 100 iterations took 55 ms as sparse products and take a few ms
-now):
+EM, each step one pass over the labels, the whole loop compiled (numba,
+``crowdflow.models.compiled``), so no step pays Python, numpy or scipy overhead per iteration (on
+the 25k-label zheng_product set, 100 full-model iterations took 55 ms as sparse products and
+take 22 ms compiled; libm's scalar exp and log are now a third of it):
 - E-step: log T_tl = log q_l + Σ_{i labels t} log π_i[l, Y_it] − log Z_t (T×M posteriors);
 - M-step (full): π_i[l, m] ∝ Σ_t T_tl 1{Y_it = m} + α, q_l ∝ Σ_t T_tl + α;
 - M-step (one-coin): p_i = (Σ_{t: i labels t} T_{t, Y_it} + α)/(n_i + 2α), q as above.
@@ -227,11 +227,7 @@ def _e_step(indptr: np.ndarray, rows: np.ndarray, log_pi_t: np.ndarray, log_q: n
             z += e
         for c in range(m):
             post_t[c, t] /= z
-        shift += top
-        prod *= z
-        if prod > _FOLD:
-            shift += math.log(prod)
-            prod = 1.0
+        shift, prod = _fold(shift, prod, top, z)
     return shift + math.log(prod)
 
 
@@ -249,12 +245,19 @@ def _normalise_binary(post_t: np.ndarray) -> float:
         hi, lo = 1.0 / z, e / z
         post_t[0, t] = hi if a >= b else lo
         post_t[1, t] = lo if a >= b else hi
-        shift += top
-        prod *= z
-        if prod > _FOLD:
-            shift += math.log(prod)
-            prod = 1.0
+        shift, prod = _fold(shift, prod, top, z)
     return shift + math.log(prod)
+
+
+@compiled_kernel
+def _fold(shift: float, prod: float, top: float, z: float) -> tuple[float, float]:
+    """One task's term of Σ_t (top_t + log Z_t) = shift + log prod, with Z_t ∈ [1, M] multiplied into
+    ``prod`` and folded into ``shift`` before the product can overflow (one log per ~250/log10 M
+    tasks instead of one per task)."""
+    prod *= z
+    if prod > _FOLD:
+        return shift + top + math.log(prod), 1.0
+    return shift + top, prod
 
 
 @compiled_kernel
@@ -302,43 +305,6 @@ def _full_log_pi(pi: np.ndarray, log_pi_t: np.ndarray) -> None:
 
 
 @compiled_kernel
-def _full_em(
-    indptr: np.ndarray,
-    task: np.ndarray,
-    rows: np.ndarray,
-    post_t: np.ndarray,
-    n_workers: int,
-    alpha: float,
-    tol: float,
-    max_iter: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, bool]:
-    """EM of the full model from the posteriors ``post_t`` (M×T, updated in place): M-step, then E/M
-    steps until max(|Δπ|, |Δq|) < tol or ``max_iter`` iterations, then a final E-step from the final
-    parameters. Returns (π, q, log-likelihood trace, iterations, converged)."""
-    m = post_t.shape[0]
-    pi, pi_new = np.empty((n_workers, m, m)), np.empty((n_workers, m, m))
-    q, q_new = np.empty(m), np.empty(m)
-    table = np.empty((m, n_workers * m))
-    trace = np.empty(max_iter + 1)
-    _full_m_step(task, rows, post_t, alpha, table, pi)
-    _class_prior(post_t, alpha, q)
-    it, converged = 0, False
-    while True:
-        _full_log_pi(pi, table)
-        trace[it] = _e_step(indptr, rows, table, np.log(q), post_t)
-        if it == max_iter or converged:
-            break
-        it += 1
-        _full_m_step(task, rows, post_t, alpha, table, pi_new)
-        _class_prior(post_t, alpha, q_new)
-        change = max(np.max(np.abs(pi_new - pi)), np.max(np.abs(q_new - q)))
-        pi, pi_new = pi_new, pi
-        q, q_new = q_new, q
-        converged = change < tol
-    return pi, q, trace[: it + 1], it, converged
-
-
-@compiled_kernel
 def _one_coin_m_step(
     task: np.ndarray,
     worker: np.ndarray,
@@ -347,28 +313,24 @@ def _one_coin_m_step(
     n_labels: np.ndarray,
     alpha: float,
     p: np.ndarray,
+    pi: np.ndarray,
 ) -> None:
-    """p_i = clip((Σ_{labels (i, t, m)} T_tm + α)/(n_i + 2α), ε, 1 − ε), into ``p``."""
+    """p_i = clip((Σ_{labels (i, t, m)} T_tm + α)/(n_i + 2α), ε, 1 − ε) into ``p``, and the one-coin
+    confusion π_i[l, l] = p_i, π_i[l, m] = (1 − p_i)/(M − 1) into ``pi``."""
+    m = pi.shape[1]
     p[:] = 0.0
     for k in range(task.size):
         p[worker[k]] += post_t[given[k], task[k]]
     for i in range(p.size):
         p[i] = min(max((p[i] + alpha) / (n_labels[i] + 2 * alpha), _EPS), 1 - _EPS)
-
-
-@compiled_kernel
-def _one_coin_log_pi(p: np.ndarray, log_pi_t: np.ndarray) -> None:
-    """log_pi_t[l, i·M + m] = log p_i if m = l else log((1 − p_i)/(M − 1))."""
-    m = log_pi_t.shape[0]
-    for i in range(p.size):
-        right, wrong = np.log(p[i]), np.log((1 - p[i]) / (m - 1))
+        wrong = (1 - p[i]) / (m - 1)
         for c in range(m):
             for y in range(m):
-                log_pi_t[c, i * m + y] = right if c == y else wrong
+                pi[i, c, y] = p[i] if c == y else wrong
 
 
 @compiled_kernel
-def _one_coin_em(
+def _em(
     indptr: np.ndarray,
     task: np.ndarray,
     worker: np.ndarray,
@@ -376,32 +338,40 @@ def _one_coin_em(
     rows: np.ndarray,
     post_t: np.ndarray,
     n_labels: np.ndarray,
+    one_coin: bool,
     alpha: float,
     tol: float,
     max_iter: int,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, bool]:
-    """EM of the one-coin model, as :func:`_full_em` with the accuracies p instead of π."""
+    """EM from the posteriors ``post_t`` (M×T, updated in place): M-step, then E/M steps until
+    max(|Δπ|, |Δq|) < tol or ``max_iter`` iterations, then a final E-step from the final parameters.
+    Both models run through the same π (for the one-coin model max |Δπ| = max |Δp|: the
+    off-diagonal entries move by |Δp|/(M − 1)). Returns (π, q, log-likelihood trace, iterations,
+    converged)."""
     m = post_t.shape[0]
-    p, p_new = np.empty(n_labels.size), np.empty(n_labels.size)
+    n_workers = n_labels.size
+    pi, pi_new = np.empty((n_workers, m, m)), np.empty((n_workers, m, m))
     q, q_new = np.empty(m), np.empty(m)
-    table = np.empty((m, n_labels.size * m))
+    table = np.empty((m, n_workers * m))  # M-step counts, then E-step log π (class-major)
+    p = np.empty(n_workers)
     trace = np.empty(max_iter + 1)
-    _one_coin_m_step(task, worker, given, post_t, n_labels, alpha, p)
-    _class_prior(post_t, alpha, q)
     it, converged = 0, False
     while True:
-        _one_coin_log_pi(p, table)
+        if one_coin:
+            _one_coin_m_step(task, worker, given, post_t, n_labels, alpha, p, pi_new)
+        else:
+            _full_m_step(task, rows, post_t, alpha, table, pi_new)
+        _class_prior(post_t, alpha, q_new)
+        if it > 0:
+            converged = max(np.max(np.abs(pi_new - pi)), np.max(np.abs(q_new - q))) < tol
+        pi, pi_new = pi_new, pi
+        q, q_new = q_new, q
+        _full_log_pi(pi, table)
         trace[it] = _e_step(indptr, rows, table, np.log(q), post_t)
         if it == max_iter or converged:
             break
         it += 1
-        _one_coin_m_step(task, worker, given, post_t, n_labels, alpha, p_new)
-        _class_prior(post_t, alpha, q_new)
-        change = max(np.max(np.abs(p_new - p)), np.max(np.abs(q_new - q)))
-        p, p_new = p_new, p
-        q, q_new = q_new, q
-        converged = change < tol
-    return p, q, trace[: it + 1], it, converged
+    return pi, q, trace[: it + 1], it, converged
 
 
 def dawid_skene(
@@ -437,11 +407,9 @@ def dawid_skene(
     DawidSkeneResult
     """
     _check(lm, tol, max_iter, smoothing)
-    indptr, task, _, _, rows = _label_arrays(lm)
     post_t = np.ascontiguousarray(_mv_init(lm).T)
-    pi, q, ll, it, converged = _full_em(
-        indptr, task, rows, post_t, lm.n_workers, float(smoothing), float(tol), int(max_iter)
-    )
+    n_i = lm.labels_per_worker().astype(np.float64)
+    pi, q, ll, it, converged = _em(*_label_arrays(lm), post_t, n_i, False, float(smoothing), float(tol), int(max_iter))
     post = np.ascontiguousarray(post_t.T)
     accuracy = np.einsum("l,ill->i", q, pi)
     return _result(lm, post, pi, q, accuracy, np.full(lm.n_workers, np.nan), ll, it, converged, "ds", tie_break, seed)
@@ -482,11 +450,10 @@ def one_coin_dawid_skene(
     m = lm.n_classes
     n_i = lm.labels_per_worker().astype(np.float64)
     post_t = np.ascontiguousarray(_mv_init(lm).T)
-    p, q, ll, it, converged = _one_coin_em(*_label_arrays(lm), post_t, n_i, float(smoothing), float(tol), int(max_iter))
+    confusion, q, ll, it, converged = _em(
+        *_label_arrays(lm), post_t, n_i, True, float(smoothing), float(tol), int(max_iter)
+    )
     post = np.ascontiguousarray(post_t.T)
-    off = (1 - p) / (m - 1)
-    confusion = np.repeat(off[:, None, None], m, axis=1).repeat(m, axis=2)
-    idx = np.arange(m)
-    confusion[:, idx, idx] = p[:, None]
+    p = confusion[:, 0, 0].copy()
     vote = np.log((m - 1) * p / (1 - p))
     return _result(lm, post, confusion, q, p, vote, ll, it, converged, "onecoin_ds", tie_break, seed)
