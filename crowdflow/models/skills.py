@@ -53,7 +53,7 @@ from crowdflow.labels import DuplicatePolicy, LabelMatrix, encode_canonical, nat
 from crowdflow.metrics import gold_metrics
 from crowdflow.models import dawid_skene
 from crowdflow.models.majority import TieBreak, weighted_vote
-from crowdflow.models.rows import row_argmax, row_max, row_sum
+from crowdflow.models.rows import row_argmax, row_max, row_sum, softmax_rows
 from crowdflow.progress import IterationProgress, ProgressFn
 
 log = logging.getLogger(__name__)
@@ -801,9 +801,8 @@ def weighted_consensus(
     ident = np.ones(lm.n_workers, dtype=bool) if identified is None else np.asarray(identified, dtype=bool)
     v = np.where(ident, v, 0.0)
     winner, scores, _ = weighted_vote(lm, v, tie_break, seed)
+    post, _ = softmax_rows(scores)
     top = row_max(scores)[:, None]
-    post = np.exp(scores - top)
-    post /= row_sum(post)[:, None]
     n_ident = np.bincount(lm.task_idx, weights=ident[lm.worker_idx].astype(np.float64), minlength=lm.n_tasks)
     is_fb = n_ident == 0
     is_top = np.isclose(scores, top, rtol=1e-12, atol=1e-12)
@@ -2235,8 +2234,7 @@ def stream_consensus(
         cell = t * m + c
         scores = np.bincount(cell, weights=np.where(ident[w], weight[w], 0.0), minlength=nt * m).reshape(nt, m)
         winner = row_argmax(scores)
-        post = np.exp(scores - row_max(scores)[:, None])
-        post /= row_sum(post)[:, None]
+        post, _ = softmax_rows(scores)
         confidence = post[np.arange(nt), winner]
         n_labels = np.bincount(t, minlength=nt)
         is_fb = np.bincount(t, weights=ident[w].astype(np.float64), minlength=nt) == 0
