@@ -31,6 +31,7 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
+from crowdflow.graphs import labels_by_task
 from crowdflow.labels import LabelMatrix
 from crowdflow.models.compiled import compiled_kernel
 from crowdflow.models.majority import TieBreak
@@ -166,25 +167,15 @@ def _result(
 def _label_arrays(lm: LabelMatrix) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The labels grouped by task for the kernels: (indptr, task, worker, given class, row), int64.
 
-    Labels of task t are entries ``indptr[t]:indptr[t + 1]``, in input order within the task
-    (a stable sort; ``encode_canonical`` already delivers them in (task, worker) order);
+    Labels of task t are entries ``indptr[t]:indptr[t + 1]`` in (task, worker) order
+    (``graphs.labels_by_task``: no sort when ``lm`` comes from ``encode_canonical``);
     ``row = worker · M + given`` indexes the columns of the (M, W·M) log-likelihood tables.
     """
-    task = np.asarray(lm.task_idx, dtype=np.int64)
-    worker = np.asarray(lm.worker_idx, dtype=np.int64)
-    given = np.asarray(lm.class_idx, dtype=np.int64)
-    if task.size > 1 and np.any(task[1:] < task[:-1]):
-        order = np.argsort(task, kind="stable")
-        task, worker, given = task[order], worker[order], given[order]
-    indptr = np.zeros(lm.n_tasks + 1, dtype=np.int64)
-    np.cumsum(np.bincount(task, minlength=lm.n_tasks), out=indptr[1:])
-    return (
-        indptr,
-        np.ascontiguousarray(task),
-        np.ascontiguousarray(worker),
-        np.ascontiguousarray(given),
-        worker * lm.n_classes + given,
-    )
+    indptr, worker, given = labels_by_task(lm)
+    worker = np.ascontiguousarray(worker, dtype=np.int64)
+    given = np.ascontiguousarray(given, dtype=np.int64)
+    task = np.repeat(np.arange(lm.n_tasks, dtype=np.int64), np.diff(indptr))
+    return indptr, task, worker, given, worker * lm.n_classes + given
 
 
 #: the running product of the normalisers Z_t ∈ [1, M] is folded into its logarithm past this value

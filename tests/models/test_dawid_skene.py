@@ -206,8 +206,8 @@ def test_trace_ends_at_the_observed_log_likelihood_and_posteriors_are_bayes(fn, 
 
 @pytest.mark.parametrize("fn", [dawid_skene, one_coin_dawid_skene])
 def test_entries_in_any_order_give_the_same_fit(fn):
-    # the kernels group the labels by task; a matrix whose entries are not in task order is
-    # regrouped (stable sort), so only the rounding of the sums may differ
+    # the kernels group the labels by (task, worker) (graphs.labels_by_task); a matrix whose entries
+    # are in another order is regrouped, so every sum runs in the same order
     data = synth.one_coin_labels(np.linspace(0.2, 0.9, 9), *synth.random_assignment(9, 200, 3, seed=8), 2, seed=8)
     lm = _lm(data.labels, data.classes)
     perm = np.random.default_rng(8).permutation(lm.n_labels)
