@@ -17,6 +17,26 @@ import pyarrow as pa
 
 LogicalType = Literal["id", "string", "float", "int", "bool"]
 
+# Text that spells a missing value (spreadsheet exports, pandas' own defaults, ``str(None)``, ``str(nan)``).
+# The CSV reader keeps them as text (an id is a string, never guessed to be null); as an entity id they
+# would silently pool unrelated rows under one worker, task or item, so validation rejects them there.
+NA_SPELLINGS: tuple[str, ...] = (
+    "#N/A",
+    "#N/A N/A",
+    "#NA",
+    "<NA>",
+    "N/A",
+    "n/a",
+    "NA",
+    "NULL",
+    "null",
+    "NaN",
+    "nan",
+    "-NaN",
+    "-nan",
+    "None",
+)
+
 _ARROW: dict[str, pa.DataType] = {
     "id": pa.string(),
     "string": pa.string(),
@@ -50,6 +70,10 @@ class Column:
     min_distinct : int, optional
         At least this many distinct values (e.g. 2 classes in a labels table); skipped when the column
         has a declared allowed set (the spec's ``classes``).
+    na_spelling_ok : bool
+        For ``id`` columns: whether a value may be one of :data:`NA_SPELLINGS`. False for entity ids
+        (rows sharing ``#N/A`` would be fitted as one worker); True for label values, where ``N/A``
+        can be an answer class.
     """
 
     name: str
@@ -62,6 +86,7 @@ class Column:
     finite: bool = True
     max_abs: float | None = None
     min_distinct: int | None = None
+    na_spelling_ok: bool = False
 
     @property
     def arrow_type(self) -> pa.DataType:
@@ -115,12 +140,12 @@ class TableSchema:
 
 LABELS = TableSchema(
     name="labels",
-    columns=(Column("task", "id"), Column("worker", "id"), Column("label", "id", min_distinct=2)),
+    columns=(Column("task", "id"), Column("worker", "id"), Column("label", "id", min_distinct=2, na_spelling_ok=True)),
     unique=("task", "worker"),
 )
 TRUTH = TableSchema(
     name="truth",
-    columns=(Column("task", "id"), Column("label", "id")),
+    columns=(Column("task", "id"), Column("label", "id", na_spelling_ok=True)),
     unique=("task",),
 )
 COMPARISONS = TableSchema(

@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from crowdflow.errors import ValidationFailed
-from schemas.tables import TableSchema
+from schemas.tables import NA_SPELLINGS, TableSchema
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,14 @@ def _expectations(schema: TableSchema, present: list[str], allowed: dict[str, li
             continue
         if not col.nullable:
             out.append((gxe.ExpectColumnValuesToNotBeNull(column=col.name), "must not be null/NaN"))
+        if col.type == "id" and not col.na_spelling_ok:
+            out.append(
+                (
+                    gxe.ExpectColumnValuesToNotBeInSet(column=col.name, value_set=list(NA_SPELLINGS)),
+                    f"must be a real id, not text for a missing value ({', '.join(NA_SPELLINGS[:3])}, NULL, nan, "
+                    f"...): those rows would be fitted as one {col.name}; drop them or give them ids",
+                )
+            )
         if col.type == "float" and (col.min_value is not None or col.max_value is not None or col.finite):
             lo = col.min_value if col.min_value is not None else -1.7976931348623157e308
             hi = col.max_value if col.max_value is not None else 1.7976931348623157e308

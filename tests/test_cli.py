@@ -36,7 +36,7 @@ def test_validate_example_spec(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert res.returncode == 0, res.stderr
-    assert "8000 rows, 5 expectations passed" in res.stdout and "1 components {'ok': 1}" in res.stdout
+    assert "8000 rows, 7 expectations passed" in res.stdout and "1 components {'ok': 1}" in res.stdout
     assert list(tmp_path.iterdir()) == []
 
 

@@ -48,7 +48,7 @@ def test_output_dir_may_not_be_input_dir(tmp_path: Path) -> None:
 def test_check_spec_reports_graph(tmp_path: Path, rte_dir: Path) -> None:
     spec = parse_spec({"name": "p", "labels": {"path": str(rte_dir / "labels.csv")}, "output": {"dir": str(tmp_path)}})
     lines = check_spec(spec)
-    assert "8000 rows, 5 expectations passed" in lines[1]
+    assert "8000 rows, 7 expectations passed" in lines[1]
     assert lines[-1] == "worker graph: 1 components {'ok': 1}"
 
 

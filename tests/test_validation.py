@@ -20,8 +20,32 @@ def test_every_contract_has_an_arrow_schema() -> None:
 def test_clean_labels_pass() -> None:
     df = pd.DataFrame({"task": ["a", "a", "b"], "worker": ["u", "v", "u"], "label": ["1", "0", "1"]})
     rep = validate_frame(df, LABELS, "labels.csv")
-    assert rep.success and rep.n_expectations == 5
+    # not null x3, real ids (no NA spellings) for task and worker, >= 2 classes, unique (task, worker)
+    assert rep.success and rep.n_expectations == 7
     require_valid(rep)
+
+
+def test_na_spellings_are_rejected_as_ids_but_allowed_as_labels() -> None:
+    """'#N/A' as a worker id pools unrelated rows into one worker (gal_trec2011_vuurens has 235 such
+    rows): rejected, with the rows named. 'N/A' as a label is an answer class and passes."""
+    df = pd.DataFrame(
+        {
+            "task": ["a", "a", "b", "b", "nan", "c"],
+            "worker": ["u", "#N/A", "u", "#N/A", "v", "v"],
+            "label": ["1", "N/A", "1", "0", "1", "N/A"],
+        }
+    ).astype("string")
+    rep = validate_frame(df, LABELS, "lab.csv")
+    by_column = {f.column: f for f in rep.failures if f.expectation == "expect_column_values_to_not_be_in_set"}
+    assert set(by_column) == {"task", "worker"}
+    assert by_column["worker"].unexpected_count == 2 and by_column["worker"].rows == [2, 4]
+    assert by_column["worker"].values == ["#N/A", "#N/A"]
+    assert by_column["task"].rows == [5] and by_column["task"].values == ["nan"]
+    assert len(rep.failures) == 2  # the 'N/A' labels pass
+    with pytest.raises(ValidationFailed, match="column 'worker': must be a real id"):
+        require_valid(rep)
+    clean = df.assign(task=["a", "a", "b", "b", "d", "c"], worker=["u", "w", "u", "w", "v", "v"])
+    assert validate_frame(clean, LABELS, "lab.csv").success
 
 
 def test_label_failures_are_listed_with_rows() -> None:
