@@ -67,22 +67,33 @@ def _iid(n: int, seed: int) -> np.ndarray:
     return np.random.default_rng([n, seed, 2]).uniform(-0.3, 0.8, n)
 
 
-# alternative readings: name -> (skills(W, seed), None = the default grid; labels per task; fit_skills options)
-ALTERNATIVES: dict[str, tuple[SkillsFn, int, dict[str, object]]] = {
-    "chosen: grid from the top (hub s = 0.8), 12 per task": (lambda n, seed: None, 12, {}),
-    "grid from the top, 13 per task": (lambda n, seed: None, 13, {}),
-    "grid from the top, 12 per task, tau = 0 (box [-1, 1])": (lambda n, seed: None, 12, {"tau": 0.0}),
+HALF_WIDTH = 0.2  # the spec's ξ ~ U[−0.2, 0.2]
+# The same paper writes its other injected noise as "0.01 · U[−1/2, 1/2]" (Figs. 4–5, spec §5.7); read
+# that way, Table 2's noise level 0.2 would be U[−0.1, 0.1]. The spec states U[−0.2, 0.2]: shown as an
+# alternative, not used by the tests.
+NOISE_AS_FIG45 = (
+    "grid from the top, 12 per task, noise 0.2·U[−1/2, 1/2] = U[−0.1, 0.1] (the paper's Figs. 4–5 notation)"
+)
+# alternative readings: name -> (skills(W, seed), None = the default grid; labels per task; fit_skills
+# options; noise half-width h of ξ ~ U[−h, h])
+ALTERNATIVES: dict[str, tuple[SkillsFn, int, dict[str, object], float]] = {
+    "chosen: grid from the top (hub s = 0.8), 12 per task": (lambda n, seed: None, 12, {}, HALF_WIDTH),
+    "grid from the top, 13 per task": (lambda n, seed: None, 13, {}, HALF_WIDTH),
+    "grid from the top, 12 per task, tau = 0 (box [-1, 1])": (lambda n, seed: None, 12, {"tau": 0.0}, HALF_WIDTH),
     "grid from the bottom (hub s = -0.3, triangle -0.3+d, -0.3+2d), 12 per task": (
         lambda n, seed: np.linspace(-0.3, 0.8, n),
         12,
         {},
+        HALF_WIDTH,
     ),
-    "i.i.d. U[-0.3, 0.8], hub = worker 0 (random skill), 12 per task": (_iid, 12, {}),
+    "i.i.d. U[-0.3, 0.8], hub = worker 0 (random skill), 12 per task": (_iid, 12, {}, HALF_WIDTH),
     "i.i.d. U[-0.3, 0.8] sorted from the top (hub = most skilled), 12 per task": (
         lambda n, seed: np.sort(_iid(n, seed))[::-1].copy(),
         12,
         {},
+        HALF_WIDTH,
     ),
+    NOISE_AS_FIG45: (lambda n, seed: None, 12, {}, 0.1),
 }
 
 
@@ -100,10 +111,11 @@ def one_run(
     per_task: int = 12,
     fit_options: dict[str, object] | None = None,
     diagnostics: bool = True,
+    half_width: float = HALF_WIDTH,
 ) -> dict[str, float]:
     """Errors of one seeded run: Bayes, PGD (``fit_skills`` defaults + ``fit_options``) and, with
     ``diagnostics``, PGD with ``solver="scaled"`` (converges on these graphs) and the star floor."""
-    inst = synth.star_triangle_injected(n_workers, seed, per_task=per_task, skills=skills)
+    inst = synth.star_triangle_injected(n_workers, seed, per_task=per_task, skills=skills, half_width=half_width)
     data = inst.data
     mo = injected_moments(inst)
 
@@ -144,6 +156,7 @@ def runs(
     per_task: int = 12,
     fit_options: dict[str, object] | None = None,
     diagnostics: bool = True,
+    half_width: float = HALF_WIDTH,
 ) -> dict[str, np.ndarray]:
     rows = [
         one_run(
@@ -153,6 +166,7 @@ def runs(
             per_task,
             fit_options,
             diagnostics,
+            half_width,
         )
         for seed in range(n_runs)
     ]
@@ -170,8 +184,8 @@ def report(n_runs: int, alt_runs: int) -> str:
     t_main = time.perf_counter() - t0
     alts: dict[str, dict[int, dict[str, np.ndarray]]] = {}
     if alt_runs > 0:
-        for name, (fn, k, options) in ALTERNATIVES.items():
-            alts[name] = {w: runs(w, alt_runs, fn, k, options, diagnostics=False) for w in WORKERS}
+        for name, (fn, k, options, h) in ALTERNATIVES.items():
+            alts[name] = {w: runs(w, alt_runs, fn, k, options, diagnostics=False, half_width=h) for w in WORKERS}
     t_all = time.perf_counter() - t0
     lines = [
         START,
@@ -236,6 +250,18 @@ def report(n_runs: int, alt_runs: int) -> str:
                 for w in WORKERS
             ]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        if NOISE_AS_FIG45 in alts:
+            g45 = [
+                float(alts[NOISE_AS_FIG45][w]["pgd"].mean() - alts[NOISE_AS_FIG45][w]["bayes"].mean()) for w in WORKERS
+            ]
+            lines += [
+                "",
+                "The last row reads the noise as the paper writes its other injected noise (Figs. 4–5: "
+                '"0.01 · U[−1/2, 1/2]", spec §5.7), i.e. noise level 0.2 = U[−0.1, 0.1]. There PGD − Bayes is '
+                f"{min(g45):+.4f} to {max(g45):+.4f}: within 0.01, and near the paper's +0.0000 to +0.0044, where the "
+                "spec's U[−0.2, 0.2] gives the flat +0.016 to +0.018 above. The spec states U[−0.2, 0.2], so the tests "
+                "keep it; which one the paper meant needs the paper's text.",
+            ]
         lines += [
             "",
             "Not rerun by this script (throwaway scratch runs while choosing the reading, 10–20 runs per W, "

@@ -636,10 +636,10 @@ def injected_moments(inst: synth.InjectedNoiseInstance) -> LabelMoments:
     return LabelMoments(co_labels=inst.support, agreements=agree, c_hat=inst.c_hat, n_classes=2)
 
 
-def table2_errors(n_workers: int, seed: int) -> tuple[float, float]:
+def table2_errors(n_workers: int, seed: int, half_width: float = 0.2) -> tuple[float, float]:
     """(Bayes error, PGD error) of one Table-2 run: library defaults (gd, τ = 1 box from the
     evaluation labels' n_i, sum rule, MAP vote), skills fitted from the injected C only."""
-    inst = synth.star_triangle_injected(n_workers, seed)
+    inst = synth.star_triangle_injected(n_workers, seed, half_width=half_width)
     data = inst.data
     res = fit_quiet(data.labels, classes=data.classes, moments=injected_moments(inst))
     assert (res.skills["status"] == "ok").all()
@@ -670,6 +670,22 @@ def test_table2_star_triangle_within_001_of_bayes(table2_runs, n_workers):
     paper's level, ~0.05–0.06). Asserts mean PGD error − mean Bayes error ≤ 0.01 (10 runs per W).
     """
     bayes, pgd = table2_runs[n_workers].mean(axis=0)
+    assert pgd - bayes <= 0.01
+
+
+@pytest.mark.parametrize("n_workers", TABLE2_WORKERS)
+def test_table2_within_001_of_bayes_with_the_noise_in_fig45_notation(n_workers):
+    """The same setup with ξ ~ 0.2·U[−1/2, 1/2] = U[−0.1, 0.1], the way the paper writes its other
+    injected noise (Figs. 4–5, spec §5.7), instead of the spec's U[−0.2, 0.2]: PGD is within 0.01 of
+    the Bayes error (measured +0.0035 to +0.0060 over 20 runs per W; the paper: +0.0000 to +0.0044).
+
+    Not the spec's criterion (that stays the strict xfail above): it shows the gap there comes from
+    the noise level on the star edges, and pins PGD's estimation at this level. The evaluation labels
+    are those of the test above, so a plain vote (+0.13) or the sign-flipped solution fails it.
+    """
+    runs = np.array([table2_errors(n_workers, seed, half_width=0.1) for seed in TABLE2_SEEDS])
+    bayes, pgd = runs.mean(axis=0)
+    assert 0.035 <= bayes <= 0.075
     assert pgd - bayes <= 0.01
 
 
