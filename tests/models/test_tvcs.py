@@ -992,7 +992,9 @@ def test_t16_tiny_brute_force_benchmark():
         ).mean()
         gaps.append(best - acc)
         assert acc >= best - 0.1, (seed, best, acc)
-    assert max(gaps) >= -1e-12  # brute force is the optimum
+    assert min(gaps) >= -1e-12  # brute force is the optimum: SIHT never beats it
+    # measured mean gap 0.016 (0.024/0/0/0.066/0.006/0.002); a random feasible selection is 0.12-0.15
+    assert float(np.mean(gaps)) <= 0.03, np.round(gaps, 3)
     print("T16 SIHT gaps to the exact optimum:", np.round(gaps, 3))
 
 
