@@ -267,7 +267,7 @@ def budget_section(df: pd.DataFrame) -> list[str]:
     theirs = df.loc[ok & (df["CK MV s"] > df["50x budget s"]), "data"].tolist()
     return [
         f"`50x budget ms` = CK DS time / 50, the time a whole call may take for issue #3's 50x. On {len(ours)} of "
-        f"{int(ok.sum())} sets our majority vote alone (no model: read, encode, vote, identifiability check, "
+        f"{int(ok.sum())} sets our majority vote alone (no model: validate, encode, vote, identifiability check, "
         f"output tables) takes longer than that ({', '.join(ours) or '-'}); Crowd-Kit's own MajorityVote "
         f"takes longer on {len(theirs)} ({', '.join(theirs) or '-'}).",
         "",
