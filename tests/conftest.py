@@ -67,5 +67,32 @@ def rte_dir() -> Path:
     return DATA / "snow_rte"
 
 
+@pytest.fixture
+def dask_spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Wrap ``tasks.fit.dask_executor`` (the real cluster still runs) and record how many items each
+    ``map`` sent to Dask: tests of the Dask path assert that it was taken, not only that the outputs
+    equal the in-process ones (which they would if the Dask branch were skipped)."""
+    import contextlib
+
+    import tasks.fit
+
+    real = tasks.fit.dask_executor
+    mapped: list[int] = []
+
+    @contextlib.contextmanager
+    def spy(*args: object, **kwargs: object) -> Iterator[object]:
+        with real(*args, **kwargs) as run_map:  # type: ignore[arg-type]
+
+            def counted(fn: object, items: object) -> object:
+                items = list(items)  # type: ignore[call-overload]
+                mapped.append(len(items))
+                return run_map(fn, items)  # type: ignore[arg-type]
+
+            yield counted
+
+    monkeypatch.setattr(tasks.fit, "dask_executor", spy)
+    return mapped
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(_HOME, ignore_errors=True)

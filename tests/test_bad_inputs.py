@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -46,7 +47,7 @@ def test_corpus_is_complete() -> None:
     folders = {p.name for p in CORPUS.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
     assert folders == set(ids)
     for c in CASES:
-        assert set(c) <= {"id", "args", "exit", "stderr", "stdout", "description", "xfail"}, c["id"]
+        assert set(c) <= {"id", "args", "exit", "stderr", "stdout", "outputs", "description", "xfail"}, c["id"]
         assert c["description"] and isinstance(c["exit"], int) and c["args"]
         assert c["exit"] == 0 or c.get("stderr"), f"{c['id']}: a failing case must name the words of its message"
 
@@ -81,4 +82,10 @@ def test_bad_input(case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureF
         manifests = [*out.rglob("manifest.json"), *folder.rglob("manifest.json")]
         assert len(manifests) == 1
         assert json.loads(manifests[0].read_text())["status"] == "completed"
+        for table, checks in case.get("outputs", {}).items():  # what the description claims of the outputs
+            df = pd.read_parquet(manifests[0].parent / f"{table}.parquet")
+            for expr in checks:
+                got = df.eval(expr, engine="python")
+                ok = bool(got.all()) if isinstance(got, pd.Series) else bool(got)
+                assert ok, f"{case['id']}: {table}: {expr!r} fails:\n{df.to_string()[:2000]}"
         assert {k: v for k, v in _snapshot(folder).items() if k in before} == before

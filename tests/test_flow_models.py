@@ -93,7 +93,7 @@ def test_personal_models_asymmetric_edges_block(tmp_path: Path, capsys: pytest.C
     assert "different weights: (a,b)" in err and str(edges) in err
 
 
-def test_personal_models_on_dask_equal_in_process(tmp_path: Path) -> None:
+def test_personal_models_on_dask_equal_in_process(tmp_path: Path, dask_spy: list[int]) -> None:
     """Issue #6: blocked DJAM with its blocks run as Dask tasks (a real local cluster, 2 processes)
     gives the in-process result; both match the centralized optimum to the stopping tolerance."""
     from crowdflow.spec import parse_spec
@@ -115,6 +115,7 @@ def test_personal_models_on_dask_equal_in_process(tmp_path: Path) -> None:
         }
     )
     summary = personal_models_flow(spec)
+    assert dask_spy and set(dask_spy) == {3}  # every block round went through Dask, 3 blocks each
     on_dask = pd.read_parquet(Path(summary["run_dir"]) / "personal_models.parquet").set_index("agent")
     inline = fit_personal_models(
         inst.agents, inst.edges, **{k: v for k, v in opts.items() if k != "n_blocks"}, n_blocks=3

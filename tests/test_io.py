@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -25,7 +26,8 @@ def test_csv_ids_stay_strings(tmp_path: Path) -> None:
     t = read_table(p, LABELS)
     assert t.df["task"].tolist() == ["007", "7"]  # no int conversion: "007" and "7" stay distinct
     assert t.df["worker"].tolist() == ["01", "1"]
-    assert t.sha256 == fingerprint(p) and t.n_rows == 2 and t.format == "csv"
+    assert t.sha256 == hashlib.sha256(p.read_bytes()).hexdigest() == fingerprint(p)
+    assert t.n_rows == 2 and t.format == "csv"
 
 
 def test_column_mapping_and_bom_crlf(tmp_path: Path) -> None:

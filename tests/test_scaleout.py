@@ -58,6 +58,12 @@ def test_fit_skills_with_given_moments_is_identical(rte_lm, tmp_path: Path) -> N
     b = fit_skills(rte_lm, "pgd", solver="scaled", seed=0, moments=moments)
     pd.testing.assert_frame_equal(a.skills, b.skills)
     pd.testing.assert_frame_equal(a.consensus, b.consensus)
+    # the given moments are the ones used: counts from half the partitions give other skills
+    half = moments_from_partitions(
+        [partition_pair_counts(p, rte_lm.n_workers, rte_lm.n_classes) for p in paths[:2]], rte_lm.n_classes
+    )
+    c = fit_skills(rte_lm, "pgd", solver="scaled", seed=0, moments=half)
+    assert np.abs(c.skills["skill"].to_numpy() - a.skills["skill"].to_numpy()).max() > 0.05
     other = pd.DataFrame({"task": ["t1", "t1", "t2", "t2"], "worker": ["a", "b", "a", "b"], "label": list("xyxx")})
     with pytest.raises(ValueError, match="moments are for"):
         fit_skills(rte_lm, "pgd", moments=label_moments(encode_labels(other)))
@@ -91,10 +97,12 @@ def _outputs(run_dir: str) -> dict[str, pd.DataFrame]:
 
 @pytest.mark.flow
 @pytest.mark.usefixtures("prefect_harness")
-def test_dask_runner_gives_identical_outputs(rte_dir: Path, tmp_path: Path) -> None:
+def test_dask_runner_gives_identical_outputs(rte_dir: Path, tmp_path: Path, dask_spy: list[int]) -> None:
     """RTE skills (PGD) and blocked DJAM, each run in process and on a Dask LocalCluster: equal outputs."""
+    from uuid import UUID
+
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
 
     from flows.deploy import run_pipeline
 
@@ -106,7 +114,9 @@ def test_dask_runner_gives_identical_outputs(rte_dir: Path, tmp_path: Path) -> N
         "skills": {"method": "pgd", "seed": 0},
     }
     inline = run_pipeline(parse_spec({**base, "output": {"dir": str(tmp_path / "inline")}}))
+    assert dask_spy == []  # the in-process run never touches Dask
     on_dask = run_pipeline(parse_spec({**base, "runner": dask, "output": {"dir": str(tmp_path / "dask")}}))
+    assert dask_spy == [4]  # the moments: one Dask task per partition
     a, b = _outputs(inline["run_dir"]), _outputs(on_dask["run_dir"])
     assert set(a) == {"consensus", "skills", "components"} == set(b)
     for name in a:
@@ -115,9 +125,12 @@ def test_dask_runner_gives_identical_outputs(rte_dir: Path, tmp_path: Path) -> N
     assert man["fit"]["moments_partitions"] == 4 and man["spec"]["runner"]["kind"] == "dask"
     assert "moments_partitions" not in json.loads((Path(inline["run_dir"]) / "manifest.json").read_text())["fit"]
 
-    with get_client(sync_client=True) as client:
+    with get_client(sync_client=True) as client:  # the Dask run's own progress artifact
         arts = client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["fit-skills-progress"]))
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=["fit-skills-progress"]),
+                flow_run_id=ArtifactFilterFlowRunId(any_=[UUID(man["flow_run_id"])]),
+            )
         )
     assert arts and all(art.type == "progress" for art in arts) and max(float(art.data) for art in arts) == 100.0
 
@@ -132,7 +145,9 @@ def test_dask_runner_gives_identical_outputs(rte_dir: Path, tmp_path: Path) -> N
         "personal_models": {"method": "djam_blocked", "n_blocks": 3, "reg": 0.1, "seed": 4},
     }
     pa = run_pipeline(parse_spec({**pm, "output": {"dir": str(tmp_path / "pm-inline")}}))
+    assert dask_spy == [4]
     pb = run_pipeline(parse_spec({**pm, "runner": dask, "output": {"dir": str(tmp_path / "pm-dask")}}))
+    assert len(dask_spy) > 1 and set(dask_spy[1:]) == {3}  # the DJAM block rounds, 3 blocks each
     pd.testing.assert_frame_equal(
         _outputs(pa["run_dir"])["personal_models"], _outputs(pb["run_dir"])["personal_models"], check_exact=True
     )

@@ -92,6 +92,13 @@ def test_rank_one_moments_and_beta_skills():
     assert c[0, 1] == pytest.approx(0.2) and c[0, 2] == 0
     noisy = synth.rank_one_moments(edges, s, noise=0.01, seed=1).toarray()
     assert np.allclose(noisy, noisy.T) and np.max(np.abs(noisy - c)) <= 0.005
+    # noise 0.01·U[−1/2, 1/2] on every edge and only there: all 4 ring edges moved, non-edges stay 0
+    delta = (noisy - c)[np.triu_indices(4, 1)]
+    on_edge = c[np.triu_indices(4, 1)] != 0
+    assert np.all(np.abs(delta[on_edge]) > 0) and np.all(delta[~on_edge] == 0)
+    # and it is U[−0.005, 0.005]: mean |Δ| = 0.0025 over the 1001 edges of a large ring
+    big = synth.rank_one_moments(synth.ring_edges(1001), np.full(1001, 0.5), noise=0.01, seed=2)
+    assert np.mean(np.abs(big.data - 0.25)) == pytest.approx(0.0025, abs=0.0003)
     b = synth.beta_skills(5, 1, 1000, seed=0)
     assert b.min() >= -1 and b.max() <= 1 and b.mean() == pytest.approx(2 * 5 / 6 - 1, abs=0.03)
 

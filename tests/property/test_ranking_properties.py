@@ -110,6 +110,12 @@ def test_personal_rankings_finite(df: pd.DataFrame, rank: int) -> None:
         reason = str(exc)
     else:
         reason = ""
+    # a refusal exactly when nothing is left to fit: no row with a winner (all ties), or a rank above
+    # min(users, items) of the rows that have one
+    used = df["outcome"].to_numpy() != 0
+    n_users = df.loc[used, "annotator"].nunique()
+    n_items = pd.unique(np.r_[df.loc[used, "item_a"].to_numpy(), df.loc[used, "item_b"].to_numpy()]).size
+    assert bool(reason) == (not used.any() or rank > min(n_users, n_items)), (reason, n_users, n_items, rank)
     if reason:
         assert any(w in reason for w in ("comparison", "tie", "rank must be between")), reason
         return

@@ -12,6 +12,7 @@ from collections import deque
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -131,7 +132,7 @@ def test_pgd_finite_boxed_and_identifiability(df: pd.DataFrame, solver: str, tau
     _assert_consensus(res, df)
     fallback = res.consensus["fallback"].to_numpy()
     assert res.metadata["n_fallback_tasks"] == int(fallback.sum())
-    assert 0.0 <= res.metadata["frac_workers_identified"] <= 1.0
+    assert res.metadata["frac_workers_identified"] == pytest.approx(len(active) / len(sk))
     assert np.isfinite(res.metadata["final_loss"])
 
 
