@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 # Multi-threaded BLAS is 10-100x slower when the 2 cores are contended (dense eigvalsh in diagnostics).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -80,13 +81,13 @@ def dask_spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     mapped: list[int] = []
 
     @contextlib.contextmanager
-    def spy(*args: object, **kwargs: object) -> Iterator[object]:
-        with real(*args, **kwargs) as run_map:  # type: ignore[arg-type]
+    def spy(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        with real(*args, **kwargs) as run_map:
 
-            def counted(fn: object, items: object) -> object:
-                items = list(items)  # type: ignore[call-overload]
+            def counted(fn: Any, items: Any) -> Any:
+                items = list(items)
                 mapped.append(len(items))
-                return run_map(fn, items)  # type: ignore[arg-type]
+                return run_map(fn, items)
 
             yield counted
 
