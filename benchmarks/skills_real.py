@@ -22,7 +22,8 @@ majority vote excluded) whose error on that set is not above Crowd-Kit DS's, wit
 column ``50x budget`` (Crowd-Kit DS time / 50) is the time a whole call may take for that ratio; the
 report counts the sets where even a majority vote, ours or Crowd-Kit's, takes longer.
 
-``MV E[coin]`` is the exact expected error of majority vote under fair-coin tie-breaks. The paper's
+``MV E[coin]`` (``crowdflow.metrics.majority_vote_expected_error``) is the exact expected error of
+majority vote under fair-coin tie-breaks. The paper's
 MV column equals it on RTE, Temp and WSD, which shows our copies are the paper's rows; the report
 also reads the paper's PGD errors as counts of wrong gold tasks (Temp's 0.0512 is no whole count).
 
@@ -48,6 +49,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from crowdflow.metrics import gold_metrics, majority_vote_expected_error  # noqa: E402
 from crowdflow.models.skills import fit_skills, prediction_error  # noqa: E402
 
 DATA = Path("/work/shared/data")
@@ -82,24 +84,6 @@ def _median_time(fn, repeats: int) -> tuple[object, float]:
             out = fn()
         times.append(time.perf_counter() - t0)
     return out, float(np.median(times))
-
-
-def mv_fair_coin_error(labels: pd.DataFrame, truth: pd.DataFrame) -> float:
-    """Expected error of majority vote when ties are broken by a fair coin (exact, not a draw).
-
-    E[PE] = (1/T) Σ_t (1 − 1{g_t ∈ A_t} / |A_t|), A_t = the most frequent labels of task t, over the
-    gold tasks that have labels (the denominator of ``prediction_error``). Compared with the paper's MV
-    column it tells whether our copy of a data set is the paper's: the paper's MV numbers are this
-    expectation, not one draw.
-    """
-    gold = truth.drop_duplicates("task").set_index("task")["label"].astype(str)
-    counts = labels.groupby(["task", "label"]).size().rename("n").reset_index()
-    counts = counts[counts["task"].isin(gold.index)]
-    tied = counts[counts["n"] == counts.groupby("task")["n"].transform("max")]
-    size = tied.groupby("task")["label"].transform("size").to_numpy()
-    hit = tied["label"].astype(str).to_numpy() == gold.reindex(tied["task"]).to_numpy()
-    p_right = pd.Series(hit / size).groupby(tied["task"].to_numpy()).sum()
-    return float(1.0 - p_right.mean())
 
 
 def _crowdkit():
@@ -159,6 +143,7 @@ def run(
             row[name] = prediction_error(res.consensus, truth)  # type: ignore[attr-defined]
             row[f"{name} s"] = secs
             row[f"{name} ties"] = res.metadata.get("n_ties", np.nan)  # type: ignore[attr-defined]
+        row["gold"] = gold_metrics(res.consensus, truth.drop_duplicates("task")).n_gold  # type: ignore[attr-defined]
         if ck is not None:
             for name, cls in ck.items():
                 if name in SLOW_CK and slow_ck_max_labels is not None and len(labels) > slow_ck_max_labels:
@@ -184,10 +169,9 @@ def run(
                     warnings.simplefilter("ignore")
                     res = fit_skills(labels, method, **kw)
                 row[name] = prediction_error(res.consensus, truth)
-        row["MV E[coin]"] = mv_fair_coin_error(labels, truth)
+        row["MV E[coin]"] = majority_vote_expected_error(labels, truth)
         row["paper MV"] = float(TABLE5_MV.get(folder.name, "nan"))
         row["paper PGD"] = float(TABLE5.get(folder.name, "nan"))
-        row["gold"] = truth["task"].isin(labels["task"]).sum()
         rows.append(row)
         print(f"  {folder.name} done", flush=True)
     return pd.DataFrame(rows)

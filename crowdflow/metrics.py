@@ -44,3 +44,30 @@ def gold_metrics(consensus: pd.DataFrame, truth: pd.DataFrame) -> GoldMetrics:
     correct = (merged.loc[has, "label_true"] == merged.loc[has, "label_pred"]).sum()
     acc = float(correct) / n
     return GoldMetrics(accuracy=acc, error=1.0 - acc, n_gold=n, n_gold_unlabelled=int((~has).sum()))
+
+
+def majority_vote_expected_error(labels: pd.DataFrame, truth: pd.DataFrame) -> float:
+    """Expected prediction error of majority vote when ties are broken by a fair coin (exact, no draw).
+
+    E[PE] = (1/|G|) Σ_{t∈G} (1 − 1{g_t ∈ A_t} / |A_t|), with A_t the most frequent labels of task t and
+    G the gold tasks that have labels (the denominator of :func:`gold_metrics`). This is how the
+    literature reports majority vote (spec skills-rank-one.md §5.5: the paper's MV column equals it on
+    Snow et al. RTE, 82.5/800, and Temp, 29.5/462), while ``majority_vote`` gives one seeded draw.
+
+    Parameters
+    ----------
+    labels : pandas.DataFrame
+        task, worker, label (one answer per (task, worker)).
+    truth : pandas.DataFrame
+        task, label; ids and labels compared as strings, the first row of a repeated task kept.
+    """
+    gold = truth.drop_duplicates("task").astype({"task": str, "label": str}).set_index("task")["label"]
+    counts = labels.astype({"task": str, "label": str}).groupby(["task", "label"]).size().rename("n").reset_index()
+    counts = counts[counts["task"].isin(gold.index)]
+    if counts.empty:
+        return float("nan")
+    tied = counts[counts["n"] == counts.groupby("task")["n"].transform("max")]
+    size = tied.groupby("task")["label"].transform("size").to_numpy()
+    hit = tied["label"].to_numpy() == gold.reindex(tied["task"]).to_numpy()
+    p_right = pd.Series(hit / size).groupby(tied["task"].to_numpy()).sum()
+    return float(1.0 - p_right.mean())

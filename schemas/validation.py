@@ -103,8 +103,8 @@ def _expectations(schema: TableSchema, present: list[str], allowed: dict[str, li
             out.append(
                 (
                     gxe.ExpectColumnValuesToNotBeInSet(column=col.name, value_set=list(NA_SPELLINGS)),
-                    f"must be a real id, not text for a missing value ({', '.join(NA_SPELLINGS[:3])}, NULL, nan, "
-                    f"...): those rows would be fitted as one {col.name}; drop them or give them ids",
+                    "must be a real id, not text for a missing value (#N/A, NA, NULL, nan, None, ...): those "
+                    f"rows would be fitted as one {col.name}; drop them or give them ids",
                 )
             )
         if col.type == "float" and (col.min_value is not None or col.max_value is not None or col.finite):

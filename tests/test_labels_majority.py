@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from crowdflow.labels import deduplicate, encode_labels, natural_sort
-from crowdflow.metrics import gold_metrics
+from crowdflow.metrics import gold_metrics, majority_vote_expected_error
 from crowdflow.models.majority import majority_vote
 
 
@@ -85,6 +85,23 @@ def test_rte_majority_vote_error(rte_dir: Path) -> None:
     # "smallest" sends all 65 ties to label 0, of which 15 are wrong: (50 + 15) / 800
     smallest = gold_metrics(majority_vote(encode_labels(labels), "smallest").consensus, truth).error
     assert smallest == pytest.approx(65 / 800, abs=1e-12)
+    # a fair coin gets each binary tie wrong with probability 1/2: (50 + 65/2) / 800 = 0.1031, the paper's MV
+    assert majority_vote_expected_error(labels, truth) == pytest.approx(82.5 / 800, abs=1e-12)
+
+
+def test_majority_vote_expected_error_by_hand() -> None:
+    labels = pd.DataFrame(
+        {
+            "task": ["t1", "t1", "t1", "t2", "t2", "t3", "t3", "t3", "t3", "t4", "t5"],
+            "worker": ["a", "b", "c", "a", "b", "a", "b", "c", "d", "a", "a"],
+            "label": ["1", "1", "0", "0", "1", "2", "2", "1", "1", "1", "0"],
+        }
+    )
+    # t1: 1 wins (truth 1, right); t2: 0/1 tie, truth 0 (wrong w.p. 1/2); t3: 2/1 tie, truth 0 (wrong);
+    # t4: no gold (ignored); gold t6 has no labels (ignored); t5: right
+    truth = pd.DataFrame({"task": ["t1", "t2", "t3", "t5", "t6"], "label": ["1", "0", "0", "0", "1"]})
+    assert majority_vote_expected_error(labels, truth) == pytest.approx((0 + 0.5 + 1 + 0) / 4, abs=1e-15)
+    assert np.isnan(majority_vote_expected_error(labels, truth[truth["task"] == "t6"]))
 
 
 def test_encode_canonical_equals_dedupe_then_encode() -> None:

@@ -23,6 +23,7 @@ from scipy.optimize import minimize
 from crowdflow import synth
 from crowdflow.graphs import components
 from crowdflow.labels import encode_labels
+from crowdflow.metrics import majority_vote_expected_error
 from crowdflow.models.skills import (
     LabelMoments,
     edge_weights,
@@ -72,18 +73,6 @@ def skills_of(result, data: synth.SyntheticLabels) -> np.ndarray:
 def edge_labels(edges: np.ndarray, tasks_per_edge: int, skills: np.ndarray, seed: int = 0):
     wi, ti = synth.edge_assignment(edges, tasks_per_edge * len(edges))
     return synth.one_coin_labels(skills, wi, ti, 2, seed)
-
-
-def mv_expected_error(df: pd.DataFrame, truth: pd.DataFrame) -> float:
-    """MV error with ties counted fractionally (= expected error of a fair random tie-break)."""
-    counts = df.groupby(["task", "label"]).size().unstack(fill_value=0)
-    top = counts.max(axis=1)
-    is_top = counts.eq(top, axis=0)
-    gold = truth.set_index("task")["label"].astype(str)
-    common = counts.index.intersection(gold.index)
-    hit = np.array([is_top.loc[t, gold[t]] if gold[t] in is_top.columns else False for t in common], dtype=float)
-    share = hit / is_top.loc[common].sum(axis=1).to_numpy()
-    return float(1.0 - share.mean())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -912,7 +901,7 @@ def test_at_r1_real_data(name, threshold):
     err = prediction_error(res.consensus, truth)
     assert err <= threshold
     # PGD <= MV, MV counted as the paper does (random tie-break in expectation: ties fractional)
-    assert err <= mv_expected_error(labels, truth) + 1e-12
+    assert err <= majority_vote_expected_error(labels, truth) + 1e-12
     # the faster solver of the same objective gives the same predictions
     fast = fit_skills(labels, solver="scaled")
     assert fast.metadata["converged"]
