@@ -4,7 +4,7 @@ Run: ``python -m benchmarks.pipeline_overhead`` (``--sizes 4 6`` = 10^4 and 10^6
 writes ``benchmarks/results/pipeline_overhead.md``).
 
 1. **Flow vs. library** (skills job, rank-one PGD with the ``scaled`` solver). Synthetic one-coin binary
-   labels from :mod:`crowdflow.synth` (10 labels per task, 30 % near-spammers) are written to Parquet.
+   labels from :mod:`crowdflow.synth.skills` (10 labels per task, 30 % near-spammers) are written to Parquet.
    The peer is what a notebook user runs: ``pd.read_parquet`` + ``fit_skills(df, "pgd", solver="scaled")``.
    The flow is ``skills_flow(spec)`` in the same process on the same file: ingest, Great Expectations
    validation, worker-graph check, fit, manifest, ``report.html``, atomic Parquet export, Prefect task
@@ -53,7 +53,7 @@ SPEC = ROOT / "deployments" / "specs" / "rte-skills.yaml"
 
 
 def _labels(exp: int, path: Path) -> int:
-    from crowdflow import synth
+    from crowdflow.synth import skills as synth
 
     n_labels = 10**exp
     per_task = 10

@@ -3,7 +3,7 @@
 Run: ``python -m benchmarks.skills_scale`` (``--sizes 5 6 7`` = 10^5, 10^6, 10^7 labels; writes
 ``benchmarks/results/skills_scale.md``).
 
-Synthetic one-coin binary data (``crowdflow.synth``): 10 labels per task, 2,000 workers, 10^(k−1)
+Synthetic one-coin binary data (``crowdflow.synth.skills``): 10 labels per task, 2,000 workers, 10^(k−1)
 tasks; 30 % near-spammers (s ~ U[−0.05, 0.05]), the rest s ~ U[0.3, 0.9]. Each size runs in its
 own subprocess so peak memory is that size's own:
 
@@ -79,8 +79,8 @@ def _peak_rss() -> int:
 def child(exp: int, n_workers: int) -> dict:
     import pyarrow as pa
 
-    from crowdflow import synth
     from crowdflow.models import skills as sk
+    from crowdflow.synth import skills as synth
 
     warnings.simplefilter("ignore", RuntimeWarning)
     n_labels = 10**exp

@@ -39,7 +39,6 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from crowdflow import synth  # noqa: E402
 from crowdflow.models.skills import (  # noqa: E402
     LabelMoments,
     SkillsResult,
@@ -49,6 +48,7 @@ from crowdflow.models.skills import (  # noqa: E402
     vote_weights,
     weighted_consensus,
 )
+from crowdflow.synth import skills as synth  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "skills.md"
 START, END = "<!-- table2:start -->", "<!-- table2:end -->"

@@ -31,9 +31,9 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
+from crowdflow.compiled import compiled_kernel
 from crowdflow.graphs import labels_by_task
 from crowdflow.labels import LabelMatrix
-from crowdflow.models.compiled import compiled_kernel
 from crowdflow.models.majority import TieBreak
 from crowdflow.models.rows import row_argmax, row_max, row_sum
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crowdflow.models.compiled import compiled_kernel
+from crowdflow.compiled import compiled_kernel
 
 #: kernel status codes (``>= 0`` = total number of phases)
 NO_CONVERGENCE = -1

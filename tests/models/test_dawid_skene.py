@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crowdflow import synth
 from crowdflow.labels import LabelMatrix, encode_labels
 from crowdflow.models.dawid_skene import dawid_skene, one_coin_dawid_skene
 from crowdflow.models.skills import prediction_error, prepare_labels, vote_weights, weighted_consensus
+from crowdflow.synth import skills as synth
 
 DATA = Path(__file__).resolve().parents[2] / "crowdflow" / "data"
 

@@ -20,7 +20,6 @@ import pytest
 import scipy.sparse as sp
 from scipy.optimize import minimize
 
-from crowdflow import synth
 from crowdflow.graphs import components
 from crowdflow.labels import encode_labels
 from crowdflow.metrics import majority_vote_expected_error
@@ -43,6 +42,7 @@ from crowdflow.models.skills import (
     vote_weights,
     weighted_consensus,
 )
+from crowdflow.synth import skills as synth
 
 DATA = Path(__file__).resolve().parents[2] / "crowdflow" / "data"
 SHARED = Path("/work/shared/data")
@@ -658,7 +658,7 @@ def table2_runs() -> dict[int, np.ndarray]:
 def test_table2_star_triangle_within_001_of_bayes(table2_runs, n_workers):
     """Issue #3 acceptance criterion on paper Table 2 (spec §5.3), as a strict xfail.
 
-    Reading (:func:`crowdflow.synth.star_triangle_injected`): skills on the grid linspace(0.8, −0.3, W)
+    Reading (:func:`crowdflow.synth.skills.star_triangle_injected`): skills on the grid linspace(0.8, −0.3, W)
     (hub = worker 0 = most skilled, triangle closed by workers 1, 2); C_ij = s_i s_j + ξ_ij,
     ξ_ij ~ U[−0.2, 0.2] per edge of the star+triangle; PGD fits C on that support only; evaluation
     on T = 3000 tasks, each labelled by 12 distinct uniformly random workers (Bayes error at the

@@ -1,4 +1,4 @@
-"""Tests of the seeded synthetic generators (crowdflow.synth)."""
+"""Tests of the seeded synthetic generators (crowdflow.synth.skills)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crowdflow import synth
 from crowdflow.graphs import components
+from crowdflow.synth import skills as synth
 
 
 def test_one_coin_accuracy_and_uniform_errors():

@@ -1,0 +1,63 @@
+"""The base of every method's options model: declared once, range-checked where declared.
+
+Each job package declares its options once, as a frozen pydantic model deriving from :class:`Options`
+(``crowdflow.skills.SkillsOptions``, ``crowdflow.ranking.RankingOptions``, …). The same model is
+
+- the ``options=`` argument of the job's ``fit_*`` entry point (a notebook call),
+- a field of the pipeline spec (:mod:`crowdflow.spec`, so a YAML spec and the Prefect UI form),
+- the source of the ``crowdflow <job>`` command-line flags (``flows/cli.py`` generates them),
+
+so a default, a range or a choice cannot differ between the three doors.
+
+Rules every options model follows:
+
+- unknown keys are refused (``extra="forbid"``) and instances are immutable (``frozen=True``);
+- every float is finite (``allow_inf_nan=False``) and carries its range on the field (``ge``/``gt``/``le``/``lt``);
+- choices are ``Literal`` types; each field has a one-sentence ``description`` written for a person;
+- a combination of fields that the method cannot run is refused by a model validator, so it is a spec
+  error (exit 2) rather than a failure inside the fit.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Options(BaseModel):
+    """Base class of the per-method options models (frozen, strict keys, finite floats)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, populate_by_name=True)
+
+    @classmethod
+    def resolve(cls, options: Self | None = None, /, **overrides: Any) -> Self:
+        """``options`` (default: all defaults) with keyword ``overrides`` applied and validated.
+
+        ``fit_skills(lm, method="ds")`` and ``fit_skills(lm, options=SkillsOptions(method="ds"))`` are the
+        same call: a keyword override goes through the same validation as a spec field.
+
+        Parameters
+        ----------
+        options : Options, optional
+            A validated options object; ``None`` means the model's defaults.
+        **overrides
+            Field values that replace those of ``options``.
+
+        Returns
+        -------
+        Options
+            A new validated, frozen instance (``options`` itself when there is nothing to override).
+
+        Raises
+        ------
+        pydantic.ValidationError
+            An unknown field, a value of the wrong type, or one outside the field's range.
+        """
+        if options is None:
+            return cls.model_validate(overrides)
+        if not isinstance(options, cls):
+            raise TypeError(f"options must be a {cls.__name__}, got {type(options).__name__}")
+        if not overrides:
+            return options
+        return cls.model_validate({**options.model_dump(exclude_unset=True), **overrides})

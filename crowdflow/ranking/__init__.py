@@ -1,0 +1,4 @@
+"""Robust global rankings from pairwise comparisons: HodgeRank, Hodge diagnostics, outliers.
+
+See docs/methods/ranking.md.
+"""
