@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import crowdflow.report as report_mod
+import crowdflow.report.page as report_mod
 from crowdflow.io import write_run
 from crowdflow.report import FIGURE_IDS, REPORT_FILE, render_report, report_from_run_dir, score_intervals
 
