@@ -147,7 +147,7 @@ def test_skills_page_is_valid_and_self_contained(skills_tables: dict[str, pd.Dat
 def test_without_matplotlib_the_page_keeps_figures_as_tables(
     skills_tables: dict[str, pd.DataFrame], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(report_mod, "_matplotlib", lambda: None)
+    monkeypatch.setattr(report_mod, "matplotlib_figure", lambda: None)
     rep = render_report(_manifest("skills"), skills_tables)
     page = parse(rep.html)
     assert not page.images and not rep.has_plots

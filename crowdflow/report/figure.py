@@ -1,0 +1,111 @@
+"""What every figure builder of the report shares: the figure record, the optional matplotlib canvas, colours.
+
+A builder (one module per job: :mod:`~crowdflow.report.skills`, :mod:`~crowdflow.report.ranking`,
+:mod:`~crowdflow.report.personal`, :mod:`~crowdflow.report.assignment`) turns a run's tables into
+:class:`Plot` records; :mod:`crowdflow.report.page` renders them with :func:`png` when matplotlib is
+installed and lays out the page. Figures are drawn with the Agg canvas through matplotlib's object-oriented
+API (no pyplot, no global backend state).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+INSTALL_HINT = "pip install 'crowdflow[report]'"
+
+STATUS_COLOURS = {
+    "ok": "#2a9d8f",
+    "bipartite_component": "#e76f51",
+    "isolated": "#9e9e9e",
+    "too_few_labels": "#e9c46a",
+}
+BLUE, ORANGE, GREY, RED = "#3a6ea5", "#f4a261", "#9e9e9e", "#c0392b"
+
+
+@dataclass
+class ReportFigure:
+    """One figure of the report.
+
+    Attributes
+    ----------
+    id : str
+        Stable HTML id (``fig-…``), also the artifact's reference.
+    title, caption : str
+        The caption says what is plotted and how any derived quantity was computed.
+    png : bytes or None
+        The rendered image; None without matplotlib or when there is nothing to plot.
+    note : str or None
+        Why there is no image (nothing to plot, matplotlib missing).
+    data : DataFrame or None
+        A small table of the plotted numbers (shown without matplotlib, and in the Prefect artifacts).
+    """
+
+    id: str
+    title: str
+    caption: str
+    png: bytes | None = None
+    note: str | None = None
+    data: pd.DataFrame | None = None
+
+    @property
+    def alt(self) -> str:
+        return f"{self.title} ({self.id})"
+
+    def data_uri(self) -> str | None:
+        if self.png is None:
+            return None
+        return "data:image/png;base64," + base64.b64encode(self.png).decode("ascii")
+
+
+# --------------------------------------------------------------------------------------------------
+# matplotlib (optional)
+
+
+def matplotlib_figure() -> Any | None:
+    """``matplotlib.figure.Figure`` when matplotlib is installed, else None."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        return None
+    return Figure
+
+
+MARGINS = {"left": 0.11, "right": 0.97, "bottom": 0.15, "top": 0.95, "wspace": 0.32}
+
+
+def png(
+    figure_cls: Any, draw: Callable[[Any], None], size: tuple[float, float], margins: Mapping[str, float] | None = None
+) -> bytes:
+    # Fixed margins instead of a layout engine: constrained/tight layout doubles the drawing time.
+    fig = figure_cls(figsize=size, dpi=100)
+    fig.subplots_adjust(**{**MARGINS, **(margins or {})})
+    draw(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    return buf.getvalue()
+
+
+def style(ax: Any) -> None:
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+
+
+@dataclass
+class Plot:
+    """What a figure builder returns: text, the data table and a draw callback (None: nothing to plot)."""
+
+    id: str
+    title: str
+    caption: str
+    draw: Callable[[Any], None] | None = None
+    data: pd.DataFrame | None = None
+    note: str | None = None
+    size: tuple[float, float] = (6.4, 3.6)
+    margins: dict[str, float] | None = None

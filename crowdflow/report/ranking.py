@@ -1,0 +1,278 @@
+"""Figures of a ranking run: score intervals, the outlier path, annotators' outlier rates."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+from scipy.sparse.linalg import splu
+
+from crowdflow.report.figure import BLUE, GREY, ORANGE, RED, Plot, style
+
+
+def score_intervals(
+    ranking: pd.DataFrame, rows: pd.DataFrame | None, items: list[str] | None = None, z: float = 1.96
+) -> pd.DataFrame:
+    """Normal-theory least-squares standard errors and intervals of the (centred) item scores.
+
+    For the comparisons kept in the fit (``is_outlier`` False when that column exists), with weights
+    ``w`` and residuals ``r = outcome − (score_a − score_b)``, the weighted least-squares score of a
+    component with ``n`` items has covariance ``σ̂² L⁺``, where ``L = Σ w (e_a − e_b)(e_a − e_b)ᵀ`` is
+    the weighted graph Laplacian of the component and ``σ̂² = Σ w r² / (m − n + 1)``. The interval is
+    ``score ± z·σ̂·√(L⁺)_ii``. It assumes independent, equal-variance noise and ignores the uncertainty of
+    the outlier selection, so it is a lower bound on the real uncertainty of a robust fit.
+
+    ``(L⁺)_ii`` is computed from one sparse LU factorisation of the grounded Laplacian per component:
+    ``x = L⁺ e_i`` solves ``L x = e_i − 1/n`` with ``Σ x = 0``.
+
+    Parameters
+    ----------
+    ranking : DataFrame
+        ``item, score, component``.
+    rows : DataFrame or None
+        Comparison rows with ``item_a, item_b, residual`` (optional ``weight``, ``is_outlier``): the
+        ``outliers`` or ``residuals`` table of a ranking run. None gives NaN intervals.
+    items : list of str, optional
+        Only these items (default: all).
+    z : float
+        Normal quantile (1.96: 95 %).
+
+    Returns
+    -------
+    DataFrame
+        ``item, score, component, se, lower, upper, sigma, dof``.
+    """
+    r = ranking if items is None else ranking[ranking["item"].astype(str).isin(items)]
+    res = r[["item", "score", "component"]].copy()
+    res["item"] = res["item"].astype(str)
+    res["se"] = np.nan
+    res["sigma"] = np.nan
+    res["dof"] = 0
+    if rows is None or rows.empty or "residual" not in rows:
+        res["lower"] = np.nan
+        res["upper"] = np.nan
+        return res.reset_index(drop=True)
+    keep = ~rows["is_outlier"].to_numpy(dtype=bool) if "is_outlier" in rows else np.ones(len(rows), bool)
+    kept = rows[keep]
+    comp_of = dict(zip(ranking["item"].astype(str), ranking["component"].astype(int), strict=True))
+    a = kept["item_a"].astype(str).to_numpy()
+    b = kept["item_b"].astype(str).to_numpy()
+    w = kept["weight"].to_numpy(dtype=float) if "weight" in kept else np.ones(len(kept))
+    resid = kept["residual"].to_numpy(dtype=float)
+    row_comp = np.array([comp_of.get(x, -1) for x in a], dtype=np.int64)
+    for comp, idx in res.groupby("component").groups.items():
+        members = ranking.loc[ranking["component"] == comp, "item"].astype(str).to_numpy()
+        n = len(members)
+        sel = row_comp == comp
+        m = int(sel.sum())
+        dof = m - n + 1
+        if n < 2 or dof <= 0:
+            continue
+        pos = {it: k for k, it in enumerate(members)}
+        ia = np.array([pos[x] for x in a[sel]])
+        ib = np.array([pos[x] for x in b[sel]])
+        ws = w[sel]
+        sigma2 = float(np.sum(ws * resid[sel] ** 2) / dof)
+        rows_idx = np.concatenate([ia, ib, ia, ib])
+        cols_idx = np.concatenate([ia, ib, ib, ia])
+        vals = np.concatenate([ws, ws, -ws, -ws])
+        L = sp.csc_matrix((vals, (rows_idx, cols_idx)), shape=(n, n))
+        grounded = L[1:, 1:].tocsc()
+        try:
+            lu = splu(grounded)
+        except RuntimeError:  # singular: the kept rows leave the component disconnected
+            continue
+        wanted = res.loc[idx, "item"].to_numpy()
+        rhs = np.full((n, len(wanted)), -1.0 / n)
+        for j, it in enumerate(wanted):
+            rhs[pos[it], j] += 1.0
+        sol = np.zeros((n, len(wanted)))
+        sol[1:] = lu.solve(rhs[1:])
+        sol -= sol.mean(axis=0, keepdims=True)
+        diag = np.array([sol[pos[it], j] for j, it in enumerate(wanted)])
+        res.loc[idx, "se"] = np.sqrt(sigma2 * np.maximum(diag, 0.0))
+        res.loc[idx, "sigma"] = math.sqrt(sigma2)
+        res.loc[idx, "dof"] = dof
+    res["lower"] = res["score"] - z * res["se"]
+    res["upper"] = res["score"] + z * res["se"]
+    return res.reset_index(drop=True)
+
+
+def ranking_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) -> list[Plot]:
+    ranking = t.get("ranking")
+    outliers = t.get("outliers")
+    rows = outliers if outliers is not None else t.get("residuals")
+    path = t.get("path")
+    out: list[Plot] = []
+
+    fid, title = "fig-ranking-intervals", "Ranking with score intervals"
+    if ranking is None or ranking.empty:
+        out.append(Plot(fid, title, "No ranking table in this run.", note="nothing to plot"))
+    else:
+        sizes = ranking["component"].value_counts()
+        main = int(sizes.index[0])
+        comp = ranking[ranking["component"] == main].sort_values("score", ascending=False, kind="stable")
+        if len(comp) > 40:
+            shown = pd.concat([comp.head(20), comp.tail(20)])
+            which = f"the top 20 and bottom 20 of its {len(comp)} items"
+        else:
+            shown = comp
+            which = f"all {len(comp)} items"
+        iv = score_intervals(ranking, rows, list(shown["item"].astype(str)))
+        iv = iv.set_index("item").loc[list(shown["item"].astype(str))].reset_index()
+        has_iv = bool(iv["se"].notna().any())
+        caption = (
+            f"Scores of the largest connected component of the comparison graph (component {main}; {which}"
+            + (
+                f"; {len(sizes)} components in all, scores are not comparable across components"
+                if len(sizes) > 1
+                else ""
+            )
+            + "). "
+        )
+        if has_iv:
+            caption += (
+                f"Bars: 95 % normal-theory intervals score ± 1.96·σ̂·√(L⁺)ᵢᵢ of the weighted least-squares fit on "
+                f"the {'inlier ' if outliers is not None else ''}comparisons, with L the comparison-graph Laplacian "
+                f"and σ̂ = {float(iv['sigma'].dropna().iloc[0]):.3g} the residual standard deviation "
+                f"({int(iv['dof'].max())} degrees of freedom). They assume independent equal-variance noise and "
+                "ignore the uncertainty of the outlier selection, so they understate it."
+            )
+        else:
+            caption += "No intervals: the run has no per-comparison residuals (or no residual degrees of freedom)."
+        data = iv[["item", "score", "lower", "upper"]].copy()
+
+        def draw_6(fig: Any, iv: pd.DataFrame = iv, has_iv: bool = has_iv) -> None:
+            ax = fig.add_subplot()
+            y = np.arange(len(iv))[::-1]
+            if has_iv:
+                ax.errorbar(
+                    iv["score"],
+                    y,
+                    xerr=1.96 * iv["se"].fillna(0.0),
+                    fmt="o",
+                    color=BLUE,
+                    ecolor=ORANGE,
+                    elinewidth=2,
+                    capsize=2,
+                    ms=4,
+                )
+            else:
+                ax.plot(iv["score"], y, "o", color=BLUE)
+            ax.set_yticks(y)
+            ax.set_yticklabels([str(s)[:24] for s in iv["item"]], fontsize=7 if len(iv) > 25 else 8)
+            ax.axvline(0.0, color=GREY, lw=0.8, ls="--")
+            ax.set_xlabel("score (centred in its component)")
+            ax.grid(axis="x", alpha=0.3)
+            ax.spines[["top", "right"]].set_visible(False)
+
+        height = min(max(3.0, 0.16 * len(iv) + 1.0), 8.0)
+        width = max(len(str(x)[:24]) for x in iv["item"])
+        margins = {"left": min(0.4, 0.05 + 0.011 * width), "bottom": 0.6 / height, "top": 1 - 0.15 / height}
+        out.append(Plot(fid, title, caption, draw_6, data, size=(6.4, height), margins=margins))
+
+    fid, title = "fig-outlier-path", "Outlier regularisation path"
+    if outliers is None or outliers.empty or "entry_time" not in outliers:
+        method = (manifest.get("spec") or {}).get("ranking", {}).get("outliers", "none")
+        out.append(
+            Plot(
+                fid,
+                title,
+                f"No outlier path in this run (ranking.outliers: {method}).",
+                note="nothing to plot: outlier detection was off",
+            )
+        )
+    else:
+        o = outliers
+        et = o["entry_time"].to_numpy(dtype=float)
+        entered = np.isfinite(et)
+        flagged = o["is_outlier"].to_numpy(dtype=bool)
+        fit = manifest.get("fit") or {}
+        t_stop = fit.get("t_stop")
+        use_path = path is not None and not path.empty and path["t"].nunique() > 1
+        caption = (
+            f"Comparisons entering the robust path (LBI/HLASSO): {int(entered.sum())} of {len(o)} rows entered, "
+            f"{int(flagged.sum())} are flagged as outliers at the stop"
+            + (f" (t = {float(t_stop):.3g}, dashed)" if t_stop is not None else "")
+            + ". "
+            + (
+                "Left: γ of each row along the path (path.parquet, the first 60 rows to enter). Right: "
+                if use_path
+                else ""
+            )
+            + "final γ (outlier magnitude) against the row's entry time (outliers.parquet); rows that enter early are "
+            "the most inconsistent with the ranking."
+        )
+        data = (
+            o.loc[entered, ["row_id", "item_a", "item_b", "entry_time", "gamma", "is_outlier"]]
+            .sort_values("entry_time")
+            .head(20)
+        )
+
+        def draw_7(fig: Any, o: pd.DataFrame = o, entered: np.ndarray = entered, flagged: np.ndarray = flagged) -> None:
+            axes = fig.subplots(1, 2) if use_path else [None, fig.add_subplot()]
+            if use_path:
+                assert path is not None  # use_path implies a path table
+                ax = axes[0]
+                first = o.loc[entered].sort_values("entry_time")["row_id"].head(60)
+                p = path[path["row_id"].isin(first)]
+                ts = np.sort(path["t"].unique())
+                for rid, g in p.groupby("row_id"):
+                    gam = pd.Series(0.0, index=ts)
+                    gam.loc[g["t"].to_numpy()] = g["gamma"].to_numpy()
+                    ax.plot(ts, gam.to_numpy(), lw=0.9, alpha=0.8)
+                if t_stop is not None:
+                    ax.axvline(float(t_stop), color=GREY, ls="--", lw=1)
+                ax.set_xlabel("path time t")
+                ax.set_ylabel("γ (outlier magnitude)")
+                style(ax)
+            ax = axes[1]
+            ax.scatter(et[entered & ~flagged], o["gamma"].to_numpy()[entered & ~flagged], s=8, color=BLUE, label="kept")
+            ax.scatter(et[entered & flagged], o["gamma"].to_numpy()[entered & flagged], s=8, color=RED, label="outlier")
+            if t_stop is not None:
+                ax.axvline(float(t_stop), color=GREY, ls="--", lw=1)
+            ax.set_xlabel("entry time")
+            ax.set_ylabel("final γ")
+            ax.legend(frameon=False, fontsize=8)
+            style(ax)
+
+        out.append(Plot(fid, title, caption, draw_7, data, size=(7.2, 3.4)))
+
+    fid, title = "fig-annotator-outliers", "Outlier rate per annotator"
+    ann = t.get("annotators")
+    if ann is None or ann.empty:
+        out.append(Plot(fid, title, "No per-annotator outlier counts in this run.", note="nothing to plot"))
+    else:
+        a = ann[ann["n_comparisons"] >= 5].sort_values(["outlier_rate", "n_comparisons"], ascending=False).head(20)
+        caption = (
+            f"The 20 annotators with the highest share of comparisons flagged as outliers (at least 5 comparisons; "
+            f"{len(ann)} annotators in all, overall rate "
+            f"{ann['n_outliers'].sum() / max(ann['n_comparisons'].sum(), 1):.1%}, dashed)."
+        )
+        overall = float(ann["n_outliers"].sum() / max(ann["n_comparisons"].sum(), 1))
+
+        def draw_8(fig: Any, a: pd.DataFrame = a, overall: float = overall) -> None:
+            ax = fig.add_subplot()
+            ax.barh(a["annotator"].astype(str)[::-1], a["outlier_rate"][::-1], color=ORANGE)
+            ax.axvline(overall, color=GREY, ls="--", lw=1)
+            ax.set_xlabel("outlier rate")
+            ax.tick_params(axis="y", labelsize=7)
+            ax.spines[["top", "right"]].set_visible(False)
+
+        width = max([len(str(x)) for x in a["annotator"]] or [4])
+        out.append(
+            Plot(
+                fid,
+                title,
+                caption,
+                draw_8 if len(a) else None,
+                a,
+                note=None if len(a) else "no annotator with ≥ 5 comparisons",
+                margins={"left": min(0.4, 0.06 + 0.011 * width)},
+            )
+        )
+    return out
