@@ -1,7 +1,7 @@
 """Reading input tables and writing run outputs.
 
 Readers accept CSV/TSV files, Parquet files and Parquet folders (``pyarrow.dataset``), map the user's
-column names onto the canonical ones of a table contract (``schemas.tables``), accept Crowd-Kit's
+column names onto the canonical ones of a table contract (``crowdflow.tables``), accept Crowd-Kit's
 names as they are, keep ids as strings and coerce typed columns, raising :class:`InputError` that names
 the file, the column and example rows. Each file is read from disk once: its bytes are hashed and
 parsed from the same buffer.
@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 from crowdflow.errors import InputError
 from crowdflow.manifest import json_safe
 from crowdflow.spec import check_name
-from schemas.tables import TableSchema
+from crowdflow.tables import TableSchema
 
 log = logging.getLogger(__name__)
 

@@ -369,7 +369,7 @@ class OutputSpec(_Strict):
 
 Job = Literal["skills", "ranking", "personal_rankings", "personal_models", "assignment", "next_batch"]
 
-# Input tables each job needs (required, optional). Names are the table contracts in schemas.tables.
+# Input tables each job needs (required, optional). Names are the table contracts in crowdflow.tables.
 JOB_INPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "skills": (("labels",), ("truth",)),
     "ranking": (("comparisons",), ()),

@@ -73,7 +73,7 @@ def check_spec(spec: PipelineSpec) -> list[str]:
     """
     from crowdflow.graphs import worker_graph_report
     from crowdflow.labels import deduplicate, encode_labels
-    from schemas.tables import INPUTS
+    from crowdflow.tables import INPUTS
     from schemas.validation import require_valid, validate_frame
     from tasks.sources import read_source
 

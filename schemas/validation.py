@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from crowdflow.errors import ValidationFailed
-from schemas.tables import NA_SPELLINGS, TableSchema
+from crowdflow.tables import NA_SPELLINGS, TableSchema
 
 log = logging.getLogger(__name__)
 

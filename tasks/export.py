@@ -10,7 +10,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
 from crowdflow.io import write_run
-from schemas.tables import OUTPUTS
+from crowdflow.tables import OUTPUTS
 from tasks import retry_transient
 from tasks.artifacts import markdown
 

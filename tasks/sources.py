@@ -13,8 +13,8 @@ from typing import Any, cast
 from crowdflow.errors import SpecError
 from crowdflow.io import LoadedTable, read_query, read_table
 from crowdflow.spec import Credentials, PipelineSpec, SourceSpec
+from crowdflow.tables import INPUTS
 from crowdflow.warehouse import password_from_env
-from schemas.tables import INPUTS
 
 
 def resolve_password(creds: Credentials, what: str) -> str | None:

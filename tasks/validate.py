@@ -7,7 +7,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
 from crowdflow.io import LoadedTable
-from schemas.tables import INPUTS
+from crowdflow.tables import INPUTS
 from schemas.validation import ValidationReport, require_valid, validate_frame
 from tasks.artifacts import frame_to_markdown, markdown
 

@@ -1,7 +1,8 @@
 """Guard rails run with the tests (issue #11): ruff lint + format, mypy, and the layer contracts.
 
 The contracts (pyproject.toml [tool.importlinter]): crowdflow/ never imports prefect,
-great_expectations, tasks or flows; crowdflow.models never imports schemas; flows -> tasks -> schemas.
+great_expectations, tasks or flows; layers flows -> tasks -> schemas -> crowdflow; no import cycle
+between the modules of a job package.
 mypy (pyproject.toml [tool.mypy]) is strict on crowdflow/, tasks/, flows/ and schemas/; its incremental
 cache lives in .mypy_cache/ (gitignored): ~40 s of CPU on a fresh checkout, ~2 s once warm.
 """

@@ -13,7 +13,7 @@ import pytest
 
 from crowdflow.errors import InputError
 from crowdflow.io import fingerprint, read_table, write_run
-from schemas.tables import COMPARISONS, LABELS, OUTPUTS
+from crowdflow.tables import COMPARISONS, LABELS, OUTPUTS
 
 
 def _write(p: Path, text: str | bytes) -> Path:

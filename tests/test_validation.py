@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from crowdflow.errors import ValidationFailed
-from schemas.tables import COMPARISONS, EDGES, INPUTS, LABELS
+from crowdflow.tables import COMPARISONS, EDGES, INPUTS, LABELS
 from schemas.validation import require_valid, validate_frame
 
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from crowdflow.errors import CrowdflowError, InputError
 from crowdflow.io import read_table
-from schemas.tables import AGENTS, COMPARISONS, LABELS
+from crowdflow.tables import AGENTS, COMPARISONS, LABELS
 
 # ids: anything printable that is not blank and carries no outer whitespace (the reader strips it by
 # design: " 7" and "7" are the same id); numeric-looking strings are drawn on purpose, and must stay

@@ -1,9 +1,9 @@
-"""Table contracts, declared once.
+"""Table contracts, declared once: pure data, usable without Great Expectations.
 
 Each :class:`TableSchema` names its canonical columns with their logical types and constraints. From it
-come the Arrow schema (for typed reads and stable Parquet outputs), the Great Expectations suite
-(``schemas.validation``) and the column aliases accepted on input (Crowd-Kit's names, so users of
-Crowd-Kit can switch without renaming).
+come the Arrow schema (for typed reads and stable Parquet outputs), the Great Expectations suite (built by
+``schemas.validation`` in the orchestration layer) and the column aliases accepted on input (Crowd-Kit's
+names, so users of Crowd-Kit can switch without renaming).
 
 Logical types: ``id`` (string identifier, never null), ``string``, ``float``, ``int``, ``bool``.
 """
