@@ -23,6 +23,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import socket
 import time
 import warnings
@@ -424,25 +425,40 @@ def read_query(
 
 _OWNER = ".owner"
 TEST_PAUSE_ENV = "CROWDFLOW_TEST_PAUSE_EXPORT"
+TEST_KILL_ENV = "CROWDFLOW_TEST_KILL_AT_STEP"
 
 
-def _test_pause(staging: Path) -> None:
-    """TEST-ONLY fault hook, inert unless ``CROWDFLOW_TEST_PAUSE_EXPORT`` is set (tests/test_faults.py).
+class _ExportSteps:
+    """TEST-ONLY fault hooks at each file-system step of an export, inert unless an environment variable is set.
 
-    With the variable set to a file path, the writer stops after its first table: it writes that
-    file (the staging folder's path) and waits until the file is deleted, so a test can kill the
-    process mid-export and check what a crash leaves behind.
+    - ``CROWDFLOW_TEST_PAUSE_EXPORT=<file>`` (tests/test_faults.py): after the first table the writer writes
+      the staging folder's path into ``<file>`` and waits until the file is deleted, so a test can kill the
+      whole command at that point.
+    - ``CROWDFLOW_TEST_KILL_AT_STEP=<k>``: the process SIGKILLs itself right after its k-th step (1-based),
+      so a test can crash a writer at every step and check what a reader sees and what the next run repairs.
     """
-    flag = os.environ.get(TEST_PAUSE_ENV)
-    if not flag:
-        return
-    marker = Path(flag)
-    if marker.exists():  # already paused once in this run: don't stop again
-        return
-    marker.write_text(str(staging))
-    while marker.exists():
-        time.sleep(0.05)
-    marker.write_text("resumed")
+
+    def __init__(self, staging: Path) -> None:
+        self.staging = staging
+        self.count = 0
+        self.pause = os.environ.get(TEST_PAUSE_ENV)
+        kill = os.environ.get(TEST_KILL_ENV)
+        self.kill_at = int(kill) if kill else None
+
+    def done(self, label: str) -> None:
+        self.count += 1
+        if self.kill_at is not None and self.count == self.kill_at:
+            log.warning("test hook: killing the writer after step %d (%s)", self.count, label)
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.pause and label.startswith("table"):
+            marker = Path(self.pause)
+            if marker.exists():  # already paused once in this run: don't stop again
+                return
+            marker.write_text(str(self.staging))
+            while marker.exists():
+                time.sleep(0.05)
+            marker.write_text("resumed")
+            self.pause = None
 
 
 def remove_stale_staging(base: Path) -> list[Path]:
@@ -539,9 +555,12 @@ def write_run(
     ``<out>/<table>/pipeline=<pipeline>/run_date=<date>/part-<run_id>.parquet`` with a ``run_id``
     column (DuckDB ``read_parquet(..., hive_partitioning=true)``, ``pyarrow.dataset(...,
     partitioning="hive")``, Spark and Trino read it directly); the run folder holds the manifest.
-    Parts are written under hidden temporary names (``.part-….tmp``, ignored by those readers),
-    renamed into place only after every table and the manifest are written, and the run folder is
-    renamed last; a failure removes every part of the run.
+    Parts are written under hidden names (``.part-<run_id>.parquet.pending``, which those readers skip);
+    the run folder with its completed manifest is renamed into place (the commit point), and only then are
+    the parts renamed to their visible names. So a reader of a dataset never sees a part of a run whose
+    manifest is not completed. A failure before the commit removes every part of the run; a process killed
+    before it leaves hidden parts that the next hive export of the pipeline removes, and one killed after it
+    leaves hidden parts that the next export publishes (:func:`recover_hive_parts`).
 
     Parameters
     ----------
@@ -588,10 +607,12 @@ def write_run(
     staging = base / f".{run_id}.partial"
     base.mkdir(parents=True, exist_ok=True)
     remove_stale_staging(base)
+    if layout == "hive":
+        recover_hive_parts(out_dir, pipeline)
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir()
-    placed: list[Path] = []
+    steps = _ExportSteps(staging)
     try:
         (staging / _OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n")
         outputs: dict[str, dict[str, Any]] = {}
@@ -601,19 +622,19 @@ def write_run(
             if layout == "flat":
                 rows = write_parquet(df, staging / f"{name}.parquet", schema)
                 outputs[name] = {"path": f"{name}.parquet", "rows": rows}
-                _test_pause(staging)
+                steps.done(f"table {name}")
                 continue
             part = parts[name]
             part.parent.mkdir(parents=True, exist_ok=True)
             table = _to_arrow(df, schema, run_id)
-            pq.write_table(table, _hidden_tmp(part))
+            pq.write_table(table, _pending(part))
             outputs[name] = {
                 "path": os.path.relpath(part, final),
                 "rows": table.num_rows,
                 "dataset": os.path.relpath(Path(out_dir) / name, final),
                 "partition": {"pipeline": pipeline, "run_date": part.parent.name.split("=", 1)[1]},
             }
-            _test_pause(staging)
+            steps.done(f"table {name}")
         for fname, data in (extra_files or {}).items():
             check_name(fname, "file name")
             key = Path(fname).stem
@@ -621,30 +642,78 @@ def write_run(
                 raise ValueError(f"extra file {fname!r} clashes with the output table {key!r}")
             _fsync_write(staging / fname, data)
             outputs[key] = {"path": fname, "bytes": len(data)}
+            steps.done(f"file {fname}")
         full = dict(manifest)
         full["outputs"] = outputs
         full["layout"] = layout
         full["status"] = "completed"
         text = json.dumps(json_safe(full), indent=2, default=str, allow_nan=False)  # strict JSON: no NaN
         _fsync_write(staging / "manifest.json", text.encode())
-        for part in parts.values():
-            os.replace(_hidden_tmp(part), part)
-            placed.append(part)
+        steps.done("manifest")
         (staging / _OWNER).unlink()
-        os.rename(staging, final)
+        os.rename(staging, final)  # the commit point: from here on the run is completed
     except BaseException:
         for part in parts.values():
-            for f in (_hidden_tmp(part), part) if part in placed else (_hidden_tmp(part),):
-                f.unlink(missing_ok=True)
+            _pending(part).unlink(missing_ok=True)
             _remove_empty_dirs(part.parent, Path(out_dir))
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    steps.done("commit")
+    # hive parts become visible only now, after the manifest says completed: a reader of a dataset never
+    # sees a part of an uncommitted run; a crash from here on is finished by the next run's recovery
+    for name, part in parts.items():
+        os.replace(_pending(part), part)
+        steps.done(f"publish {name}")
     log.info("wrote run %s (%d tables, %s layout)", final, len(outputs), layout)
     return WrittenRun(path=final, outputs=outputs)
 
 
-def _hidden_tmp(part: Path) -> Path:
-    return part.with_name(f".{part.name}.tmp")
+def _pending(part: Path) -> Path:
+    """The hidden name a hive part has until its run commits (``.part-<run>.parquet.pending``).
+
+    Hidden from every reader: pyarrow datasets skip names starting with ``.``, and globs such as DuckDB's
+    ``**/*.parquet`` do not match the suffix.
+    """
+    return part.with_name(f".{part.name}.pending")
+
+
+def recover_hive_parts(out_dir: str | os.PathLike[str], pipeline: str) -> tuple[list[Path], list[Path]]:
+    """Finish or undo what a killed hive export of ``pipeline`` left in the datasets under ``out_dir``.
+
+    A pending part ``<out>/<table>/pipeline=<pipeline>/run_date=<d>/.part-<run>.parquet.pending`` is
+    published (renamed to its visible name) when its run folder ``<out>/<pipeline>/<run>`` exists with a
+    completed manifest: the writer was killed after the commit point. It is removed when the run never
+    committed and no live writer owns it (its staging folder is gone, or belongs to a dead process on this
+    host); parts of a live writer's run are left alone. Leftover temporary files (``.*.tmp``) of dead
+    writers go too, and folders left empty.
+
+    Returns
+    -------
+    (published, removed) : lists of Path
+    """
+    out = Path(out_dir)
+    base = out / pipeline
+    published: list[Path] = []
+    removed: list[Path] = []
+    for pending in sorted(out.glob(f"*/pipeline={pipeline}/run_date=*/.part-*.parquet.pending")):
+        run_id = pending.name[len(".part-") : -len(".parquet.pending")]
+        if _run_completed(base / run_id):
+            os.replace(pending, pending.with_name(pending.name[1 : -len(".pending")]))
+            published.append(pending)
+            log.warning("published %s of run %s, whose export was interrupted after it committed", pending, run_id)
+        elif not (base / f".{run_id}.partial").exists():
+            pending.unlink(missing_ok=True)
+            _remove_empty_dirs(pending.parent, out)
+            removed.append(pending)
+            log.warning("removed %s: a part of run %s, which never committed", pending, run_id)
+    return published, removed
+
+
+def _run_completed(run_dir: Path) -> bool:
+    try:
+        return bool(json.loads((run_dir / "manifest.json").read_text()).get("status") == "completed")
+    except (OSError, json.JSONDecodeError):
+        return False
 
 
 def _remove_empty_dirs(folder: Path, stop: Path) -> None:
