@@ -5,9 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import platform
-import re
 import uuid
 from datetime import UTC, datetime
 from importlib import metadata
@@ -15,15 +13,7 @@ from typing import Any
 
 import numpy as np
 
-REDACTED = "***"
-# scheme://user:password@host → the password part; also ?password=… / &token=… query parameters
-# (the secret runs to the last '@' before the path, so an unencoded '@' in a password is redacted whole)
-_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:)(?P<secret>[^/\s]+)(?P<at>@)")
-_QUERY_SECRET = re.compile(
-    r"(?P<head>[?&;](?:password|passwd|pwd|secret|token|access_token|api_key|apikey|key)=)(?P<secret>[^&;#\s]+)",
-    re.IGNORECASE,
-)
-_SECRET_ENV = re.compile(r"PASSWORD|PASSWD|SECRET|TOKEN|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIAL", re.IGNORECASE)
+from crowdflow.secrets import redact
 
 _PACKAGES = ("crowdflow", "prefect", "pandas", "numpy", "scipy", "pyarrow", "great-expectations", "cvxpy", "pydantic")
 
@@ -72,39 +62,6 @@ def json_safe(value: Any) -> Any:
         return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [json_safe(v) for v in value]
-    return value
-
-
-def secret_env_values(environ: dict[str, str] | None = None, min_length: int = 6) -> list[str]:
-    """Values of environment variables whose names look like secrets (``*PASSWORD*``, ``*TOKEN*``…)."""
-    env = os.environ if environ is None else environ
-    return sorted({v for k, v in env.items() if _SECRET_ENV.search(k) and len(v) >= min_length}, key=len, reverse=True)
-
-
-def redact(value: Any, secrets: list[str] | None = None) -> Any:
-    """A copy of ``value`` (str / mapping / list, nested) safe to record: no password ever written.
-
-    Replaces the password of any URL-like string ``scheme://user:password@host`` (the user stays),
-    secret query parameters (``?password=…``, ``&token=…``) and every occurrence of a secret-looking
-    environment variable's value (:func:`secret_env_values`, or ``secrets`` when given) with ``***``.
-
-    Examples
-    --------
-    >>> redact({"url": "postgresql://ana:s3cr3t@db:5432/crowd?sslmode=require"}, secrets=[])
-    {'url': 'postgresql://ana:***@db:5432/crowd?sslmode=require'}
-    """
-    if secrets is None:
-        secrets = secret_env_values()
-    if isinstance(value, str):
-        out = _URL_PASSWORD.sub(lambda m: m["head"] + REDACTED + m["at"], value)
-        out = _QUERY_SECRET.sub(lambda m: m["head"] + REDACTED, out)
-        for s in secrets:
-            out = out.replace(s, REDACTED)
-        return out
-    if isinstance(value, dict):
-        return {redact(k, secrets) if isinstance(k, str) else k: redact(v, secrets) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(redact(v, secrets) for v in value)
     return value
 
 

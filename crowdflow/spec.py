@@ -36,6 +36,7 @@ import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from crowdflow.errors import SpecError
+from crowdflow.secrets import NO_INLINE_SECRET_PATTERN, NO_USERINFO_PATTERN, refuse_inline_secret
 
 CheckMode = Literal["block", "warn"]
 Scalar = str | int | float | bool | None
@@ -97,7 +98,7 @@ def _check_connection(url: str) -> str:
     from crowdflow.warehouse import check_connection_url
 
     try:
-        check_connection_url(url)
+        check_connection_url(url, field="the URL")
     except SpecError as exc:  # pydantic reports ValueErrors with the offending key
         raise ValueError(str(exc)) from None
     return url
@@ -132,7 +133,11 @@ class SourceSpec(Credentials):
     params: dict[str, Scalar] | list[Scalar] = Field(
         default_factory=dict, description="query parameters, bound by the database driver"
     )
-    connection: str | None = Field(None, description="duckdb:///file.duckdb or postgresql://user@host:port/db")
+    connection: str | None = Field(
+        None,
+        description="duckdb:///file.duckdb or postgresql://user@host:port/db (no password: see password_env)",
+        json_schema_extra={"pattern": NO_INLINE_SECRET_PATTERN},
+    )
     columns: dict[str, str] = Field(default_factory=dict, description="canonical name → your column name")
 
     @field_validator("connection")
@@ -314,7 +319,9 @@ class RunnerSpec(_Strict):
 
     kind: Literal["inline", "dask"] = Field("inline", description="inline = in the flow process; dask = a Dask cluster")
     address: str | None = Field(
-        None, description="scheduler address (tcp://host:8786) of an existing cluster; a local cluster when empty"
+        None,
+        description="scheduler address (tcp://host:8786) of an existing cluster; a local cluster when empty",
+        json_schema_extra={"pattern": NO_USERINFO_PATTERN},
     )
     n_workers: int = Field(2, ge=1, description="workers of the local cluster (ignored with an address)")
     processes: bool = Field(True, description="local cluster of processes (true) or threads in this process (false)")
@@ -325,6 +332,11 @@ class RunnerSpec(_Strict):
         None, description="folder for the partition files; must be visible to the workers of a remote cluster"
     )
 
+    @field_validator("address")
+    @classmethod
+    def _no_credentials(cls, v: str | None) -> str | None:
+        return refuse_inline_secret(v, "the address", allow_user=False)
+
 
 class WarehouseSpec(Credentials):
     """Load every output table into DuckDB or PostgreSQL after the Parquet export.
@@ -334,7 +346,10 @@ class WarehouseSpec(Credentials):
     run id is idempotent). All tables are loaded in one transaction.
     """
 
-    connection: str = Field(description="duckdb:///file.duckdb or postgresql://user@host:port/db (no password)")
+    connection: str = Field(
+        description="duckdb:///file.duckdb or postgresql://user@host:port/db (no password: see password_env)",
+        json_schema_extra={"pattern": NO_INLINE_SECRET_PATTERN},
+    )
     mode: Literal["replace", "append"] = Field("append", description="replace the tables, or append by run id")
     db_schema: str | None = Field(
         None,

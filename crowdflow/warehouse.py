@@ -28,12 +28,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 
 from crowdflow.errors import SpecError, WarehouseError
-from crowdflow.manifest import redact
+from crowdflow.secrets import inline_secret, redact, refusal
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def _require(module: str, package: str) -> ModuleType:
 def redact_url(url: str) -> str:
     """``url`` with any password (in the user part or a secret query parameter) replaced by ``***``.
 
-    The redaction itself is :func:`crowdflow.manifest.redact` (one rule for every recorded string); a URL
+    The redaction itself is :func:`crowdflow.secrets.redact` (one rule for every recorded string); a URL
     that cannot be parsed is not echoed at all.
     """
     try:
@@ -68,41 +68,40 @@ def redact_url(url: str) -> str:
     return out
 
 
-def check_connection_url(url: str) -> Kind:
-    """The kind of database a URL names; raise :class:`SpecError` on an unknown scheme or an inline password.
+def check_connection_url(url: str, field: str = "connection") -> Kind:
+    """The kind of database a URL names; :class:`SpecError` on an inline credential or an unknown scheme.
+
+    The credential rule (:func:`crowdflow.secrets.inline_secret`) runs on the raw text first, and no
+    message ever repeats the URL or a parser's error about it: a password containing a space or ``/``
+    cannot leak through either.
 
     Parameters
     ----------
     url : str
         ``duckdb:///file.duckdb`` or ``postgresql://user@host:port/db``.
+    field : str
+        Name of the spec field holding it, for the messages.
 
     Returns
     -------
     {"duckdb", "postgresql"}
     """
+    kind_of_secret = inline_secret(url)
+    if kind_of_secret is not None:
+        raise SpecError(refusal(field, kind_of_secret))
     try:
         parts = urlsplit(url)
-        has_password = parts.password is not None
         parts.port  # noqa: B018  (raises ValueError on a malformed port)
-    except ValueError as exc:
-        raise SpecError(f"connection {redact_url(url)!r} is not a valid URL: {exc}") from None
+    except ValueError:
+        raise SpecError(f"{field} is not a valid URL: its host:port part cannot be read") from None
     scheme = parts.scheme.lower().split("+", 1)[0]
     if scheme == "duckdb":
-        kind: Kind = "duckdb"
-    elif scheme in _PG_SCHEMES:
-        kind = "postgresql"
-    else:
-        raise SpecError(
-            f"connection {redact_url(url)!r}: unsupported scheme '{parts.scheme}'; "
-            "use duckdb:///path/file.duckdb or postgresql://user@host:port/db"
-        )
-    in_query = any(k.lower() == "password" for k, _ in parse_qsl(parts.query, keep_blank_values=True))
-    if has_password or in_query:
-        raise SpecError(
-            f"connection {redact_url(url)!r} contains a password; never put credentials in a spec: "
-            "name an environment variable with password_env (or a Prefect Secret block with password_secret)"
-        )
-    return kind
+        return "duckdb"
+    if scheme in _PG_SCHEMES:
+        return "postgresql"
+    raise SpecError(
+        f"{field}: unsupported scheme {parts.scheme!r}; use duckdb:///path/file.duckdb or postgresql://user@host:port/db"
+    )
 
 
 def password_from_env(variable: str, what: str = "connection") -> str:

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from crowdflow.manifest import REDACTED, build_manifest, input_record, redact, secret_env_values
+from crowdflow.manifest import build_manifest, input_record
+from crowdflow.secrets import REDACTED, redact, secret_env_values
 
 
 @pytest.mark.parametrize(
