@@ -160,6 +160,12 @@ class SourceSpec(Credentials):
             raise ValueError("format applies to file sources only")
         if isinstance(self.params, list) and not self.connection.lower().startswith("duckdb"):
             raise ValueError("PostgreSQL queries take named params (a mapping, used as :name in the sql)")
+        from crowdflow.warehouse import check_connection_url, check_read_only_query
+
+        try:
+            check_read_only_query(self.sql, check_connection_url(self.connection))
+        except SpecError as exc:
+            raise ValueError(str(exc)) from None
         return self
 
     @property

@@ -104,6 +104,43 @@ def check_connection_url(url: str, field: str = "connection") -> Kind:
     )
 
 
+_DIALECT: dict[Kind, str] = {"duckdb": "duckdb", "postgresql": "postgres"}
+# statements (or parts of one) that write, change settings, load code or leave the query's transaction
+_WRITES = (
+    "DDL", "DML", "Command", "Set", "Pragma", "Attach", "Detach", "Install", "Use", "Grant", "Into",
+    "Transaction", "Commit", "Rollback", "Analyze", "Kill",
+)  # fmt: skip
+
+
+def check_read_only_query(sql: str, kind: Kind, field: str = "sql") -> None:
+    """Refuse a source query that is not one read-only SELECT (``SpecError`` naming ``field``).
+
+    The query is parsed with sqlglot in the database's dialect. Accepted: exactly one statement whose root is
+    a SELECT (``WITH …``, ``FROM …``, ``UNION``/``INTERSECT``/``EXCEPT`` included). Refused: several
+    statements, anything that does not parse, and a query holding, anywhere in its tree, a statement that
+    writes or changes state (``COPY … TO``, ``INSERT``/``UPDATE``/``DELETE`` in a data-modifying CTE,
+    ``SELECT … INTO``, ``CREATE``, ``ATTACH``, ``SET``, ``PRAGMA``, ``INSTALL``/``LOAD``, ``CALL``…).
+    The engines enforce the same at run time (:func:`fetch_query`): PostgreSQL runs the query in a
+    read-only transaction, DuckDB opens a database file read-only with external file access disabled.
+    """
+    sqlglot = _require("sqlglot", "sqlglot")
+    exp = sqlglot.expressions
+    try:
+        statements = [s for s in sqlglot.parse(sql, read=_DIALECT[kind]) if s is not None]
+    except sqlglot.errors.SqlglotError as exc:
+        raise SpecError(f"{field}: not a query crowdflow can read ({str(exc).splitlines()[0]})") from None
+    if len(statements) != 1:
+        raise SpecError(f"{field}: a source is one SELECT query; this holds {len(statements)} statements")
+    root = statements[0]
+    writes = tuple(getattr(exp, name) for name in _WRITES if hasattr(exp, name))
+    offending = next((n for n in root.walk() if isinstance(n, writes)), None)
+    if offending is None and isinstance(root, exp.Select) and root.args.get("into"):
+        offending = root.args["into"]
+    if offending is not None or not isinstance(root, exp.Query):
+        what = type(offending if offending is not None else root).__name__.upper()
+        raise SpecError(f"{field}: a source query must be a read-only SELECT; it holds a {what} statement")
+
+
 def password_from_env(variable: str, what: str = "connection") -> str:
     """The password held by environment variable ``variable``; :class:`SpecError` when it is unset."""
     value = os.environ.get(variable)
@@ -195,7 +232,11 @@ def fetch_query(
         path = duckdb_path(url, base_dir)
         if path != ":memory:" and not Path(path).is_file():
             raise WarehouseError(f"{where}: DuckDB database file {path} not found")
-        con = duckdb.connect(path, read_only=path != ":memory:")
+        check_read_only_query(sql, kind)
+        # a database file: read-only, and no other file reachable from SQL (no COPY TO, no read_csv of the
+        # host's files); an in-memory database can read data files (read_parquet) but the query is a SELECT
+        config = {} if path == ":memory:" else {"enable_external_access": False}
+        con = duckdb.connect(path, read_only=path != ":memory:", config=config)
         try:
             rel = con.sql(sql, params=params if params else None)
             if rel is None:
@@ -211,9 +252,10 @@ def fetch_query(
     if not isinstance(params, Mapping) and params:
         raise WarehouseError(f"{where}: PostgreSQL queries take named parameters (:name), not a list")
     sa = _require("sqlalchemy", "sqlalchemy")
+    check_read_only_query(sql, kind)
     engine = _pg_engine(url, password)
     try:
-        with engine.connect() as conn:
+        with engine.connect().execution_options(postgresql_readonly=True) as conn:
             result = conn.execute(sa.text(sql), dict(params or {}))
             names = list(result.keys())
             rows = result.fetchall()

@@ -362,3 +362,70 @@ def test_hive_failure_leaves_no_part(tmp_path: Path) -> None:
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
     with pytest.raises(ValueError, match="also an output table name"):
         write_run(tmp_path, "consensus", "r1", _frames(), {}, layout="hive")
+
+
+# --- a source query is read-only by construction (issue #18, class 6) --------------------------------
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "COPY (SELECT 1 AS task) TO '{out}'",
+        "SELECT 1 AS task; COPY (SELECT 1) TO '{out}'",
+        "SELECT * INTO t2 FROM labels",
+        "CREATE TABLE t2 AS SELECT * FROM labels",
+        "INSERT INTO labels VALUES ('t', 'w', 'l')",
+        "ATTACH '{out}' AS other",
+        "SET enable_external_access = true",
+        "PRAGMA enable_profiling",
+        "INSTALL httpfs",
+        "CALL pragma_version()",
+        "WITH d AS (DELETE FROM labels RETURNING *) SELECT * FROM d",
+        "EXPORT DATABASE '{out}'",
+    ],
+)
+def test_source_query_must_be_one_read_only_select(sql: str, tmp_path: Path) -> None:
+    from crowdflow.warehouse import check_read_only_query
+
+    out = tmp_path / "written.csv"
+    db = tmp_path / "src.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE labels AS SELECT 't1' AS task, 'w1' AS worker, 'a' AS label")
+    con.close()
+    text = sql.replace("{out}", str(out))
+    for kind in ("duckdb", "postgresql"):
+        with pytest.raises(SpecError, match=r"sql: (a source|not a query)"):
+            check_read_only_query(text, kind)  # type: ignore[arg-type]
+    for url in ("duckdb:///:memory:", f"duckdb:///{db}"):  # the spec refuses it; so does the reader
+        data = {"name": "x", "labels": {"sql": text, "connection": url}}
+        with pytest.raises(SpecError, match="labels: "):
+            parse_spec(data, base_dir=tmp_path)
+        with pytest.raises(SpecError):
+            read_query(url, text, INPUTS["labels"])
+    assert not out.exists()
+
+
+def test_read_only_selects_still_work(tmp_path: Path) -> None:
+    from crowdflow.warehouse import check_read_only_query
+
+    for sql in (
+        "SELECT * FROM labels",
+        "FROM labels",
+        "WITH a AS (SELECT * FROM labels) SELECT * FROM a",
+        "SELECT * FROM labels UNION ALL SELECT * FROM labels",
+        "SELECT * FROM labels WHERE task = $task",
+    ):
+        check_read_only_query(sql, "duckdb")
+    check_read_only_query("SELECT * FROM labels WHERE task = :task", "postgresql")
+    # an in-memory DuckDB source may still read data files, and a database file is opened read-only
+    part = tmp_path / "labels.parquet"
+    duckdb.sql("SELECT 't1' AS task, 'w1' AS worker, 'a' AS label").write_parquet(str(part))
+    got = read_query("duckdb:///:memory:", f"SELECT * FROM read_parquet('{part}')", INPUTS["labels"])
+    assert got.df[["task", "worker", "label"]].values.tolist() == [["t1", "w1", "a"]]
+    db = tmp_path / "src.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("CREATE TABLE labels AS SELECT 't1' AS task, 'w1' AS worker, 'a' AS label")
+    con.close()
+    assert read_query(f"duckdb:///{db}", "SELECT * FROM labels", INPUTS["labels"]).n_rows == 1
+    with pytest.raises(WarehouseError, match="query failed"):  # no other file is reachable from a database file
+        read_query(f"duckdb:///{db}", f"SELECT * FROM read_parquet('{part}')", INPUTS["labels"])
