@@ -1,10 +1,21 @@
-"""Errors the pipeline reports to users.
+"""Errors the pipeline reports to users, and the one rule that sorts every failure.
 
-Each carries enough context (file, row, column, component) for a one-line CLI message. Library
+Each error class carries enough context (file, row, column, component) for a one-line CLI message. Library
 functions raise ``ValueError`` for bad arguments; the pipeline layers turn bad *inputs* into these.
+
+Two functions hold the rule every layer uses (tasks' retry conditions, the CLI's exit codes):
+
+- :func:`is_transient`: a fault that may pass (a database or scheduler not reachable, a connection reset,
+  a timeout, an I/O error): the only kind of failure a task retries;
+- :func:`user_error`: the :class:`CrowdflowError` a failure means to a user (exit 2 with one line naming
+  the file, column, option or path): bad input or spec, and the environment's refusals (disk full,
+  read-only file system, permission denied, a symbolic link loop, out of memory, a database that stays
+  down after the retries); ``None`` for anything else, which is a bug (exit 1, "unexpected error").
 """
 
 from __future__ import annotations
+
+import errno
 
 
 class CrowdflowError(Exception):
@@ -93,3 +104,91 @@ class WarehouseError(CrowdflowError):
 
     Messages name the connection with any password redacted; a failed load has been rolled back.
     """
+
+
+class TransientError(CrowdflowError):
+    """A fault of the environment that may pass: a database not reachable, a timeout, an I/O error.
+
+    Tasks retry it; once the retries are spent it is reported like any other error (exit 2).
+    """
+
+
+class ResourceError(CrowdflowError):
+    """The machine refused: no space left, a read-only file system, permission denied, out of memory."""
+
+
+# errno values a retry can fix: the device or the network hiccuped
+_TRANSIENT_ERRNO = frozenset(
+    getattr(errno, name)
+    for name in (
+        "EIO", "EAGAIN", "EBUSY", "EINTR", "ETIMEDOUT", "ECONNRESET", "ECONNREFUSED", "ECONNABORTED",
+        "EHOSTUNREACH", "ENETUNREACH", "ENETDOWN", "ENETRESET", "EPIPE", "ESTALE",
+    )
+    if hasattr(errno, name)
+)  # fmt: skip
+
+_OS_MESSAGES = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.ELOOP: "symbolic link loop",
+    errno.ENOENT: "not found",
+    errno.ENOTDIR: "a file stands where a folder is needed",
+    errno.EEXIST: "already exists",
+    errno.EISDIR: "is a folder, not a file",
+    errno.ENAMETOOLONG: "file name too long",
+    errno.EMFILE: "too many open files",
+}
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a retry can fix ``exc`` (the retry condition of every retried task).
+
+    True for :class:`TransientError`, connection errors, timeouts and ``OSError`` of a transient kind (EIO,
+    EAGAIN, ECONNREFUSED, ETIMEDOUT, …). False for everything else: bad input or spec, a ``ValueError`` or
+    ``TypeError``, ``MemoryError``, a full or read-only disk, a missing file, a permission.
+    """
+    if isinstance(exc, TransientError):
+        return True
+    if isinstance(exc, CrowdflowError):
+        return False
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return True
+    return isinstance(exc, OSError) and exc.errno in _TRANSIENT_ERRNO
+
+
+def user_error(exc: BaseException) -> CrowdflowError | None:
+    """The :class:`CrowdflowError` that ``exc`` means to a user, or ``None`` when it is a bug.
+
+    Parameters
+    ----------
+    exc : BaseException
+        A failure that reached the command line.
+
+    Returns
+    -------
+    CrowdflowError or None
+        ``exc`` itself when it is one; a :class:`ResourceError` for out-of-memory and for ``OSError`` (the
+        message names the path and says what the system refused); an :class:`InputError` for input nested
+        too deeply to parse and for a feature not implemented for this input; ``None`` otherwise.
+    """
+    if isinstance(exc, CrowdflowError):
+        return exc
+    if isinstance(exc, MemoryError):
+        return ResourceError(
+            "out of memory: the input does not fit this machine's memory; run on a Dask cluster "
+            "(runner: {kind: dask}) or on a machine with more memory"
+        )
+    if isinstance(exc, RecursionError):
+        return InputError("the input is nested too deeply to read")
+    if isinstance(exc, NotImplementedError):
+        return InputError(str(exc) or "not supported for this input")
+    if isinstance(exc, OSError):
+        what = _OS_MESSAGES.get(exc.errno or 0) or exc.strerror or str(exc) or type(exc).__name__
+        paths = [str(p) for p in (exc.filename, exc.filename2) if p is not None]
+        where = " -> ".join(paths) if paths else "(the system did not say which file)"
+        cls = TransientError if is_transient(exc) else ResourceError
+        return cls(f"{where}: {what}")
+    return None

@@ -16,6 +16,7 @@ with ``status: completed``; earlier runs are never touched.
 from __future__ import annotations
 
 import csv
+import errno
 import hashlib
 import io
 import json
@@ -25,6 +26,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import time
 import warnings
 from collections.abc import Mapping
@@ -157,13 +159,53 @@ def _read_csv(p: Path) -> tuple[pd.DataFrame, str]:
         raise InputError(f"cannot parse CSV: {exc}", path=str(p)) from None
     except pd.errors.EmptyDataError:
         raise InputError("file is empty (no header, no rows)", path=str(p)) from None
+    try:
+        header = next(csv.reader(io.StringIO(text, newline=""), delimiter=sep), [])
+    except csv.Error:  # pandas parsed it; the csv module's stricter reader is only asked for the names
+        header = [str(c) for c in df.columns]
+    _check_header([h.strip() for h in header], str(p))
     return df, digest
+
+
+def _check_header(names: list[str], path: str) -> None:
+    """A column named twice is refused (pandas and Arrow would silently keep one of them)."""
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names, start=1):
+        if name in seen:
+            raise InputError(
+                f"the header names column '{name}' twice (columns {seen[name]} and {i}); rename one of them",
+                path=path,
+                column=name,
+            )
+        seen[name] = i
+
+
+def _repeated_header_rows(df: pd.DataFrame, path: str) -> None:
+    """A data row that repeats the header (two exports concatenated) is refused, never read as data."""
+    names = [str(c) for c in df.columns]
+    if not len(df) or not names:
+        return
+    same = np.ones(len(df), dtype=bool)
+    for c in names:
+        col = df[c]
+        if col.dtype.kind in "fiub":  # a numeric column cannot hold its own name
+            return
+        same &= (col.astype("string").str.strip() == c).fillna(False).to_numpy(dtype=bool)
+    if same.any():
+        rows = (np.flatnonzero(same) + 1).tolist()
+        raise InputError(
+            f"{int(same.sum())} data row(s) repeat the header (were two exports concatenated?); remove them",
+            path=path,
+            rows=rows,
+        )
 
 
 def _read_parquet(p: Path) -> tuple[pd.DataFrame, str]:
     try:
         if p.is_dir():
-            table = pads.dataset(str(p), format="parquet").to_table()
+            dataset = pads.dataset(str(p), format="parquet")
+            _check_parts(dataset, p)
+            table = dataset.to_table()
             digest = fingerprint(p)
         else:
             raw = p.read_bytes()
@@ -171,7 +213,25 @@ def _read_parquet(p: Path) -> tuple[pd.DataFrame, str]:
             table = pq.read_table(pa.BufferReader(raw))
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
         raise InputError(f"cannot read Parquet: {exc}", path=str(p)) from None
+    _check_header(list(table.column_names), str(p))
     return _arrow_to_frame(table), digest
+
+
+def _check_parts(dataset: pads.FileSystemDataset, folder: Path) -> None:
+    """Every part of a Parquet folder has the same column names (else one would be read as nulls)."""
+    first: tuple[str, list[str]] | None = None
+    for fragment in dataset.get_fragments():
+        names = list(fragment.physical_schema.names)
+        if first is None:
+            first = (fragment.path, names)
+        elif set(names) != set(first[1]):
+            missing = sorted(set(first[1]) - set(names))
+            extra = sorted(set(names) - set(first[1]))
+            raise InputError(
+                f"the parts of this Parquet folder disagree on their columns: {fragment.path} "
+                f"lacks {missing} and adds {extra} compared with {first[0]}; give every part the same columns",
+                path=str(folder),
+            )
 
 
 def _arrow_to_frame(table: pa.Table) -> pd.DataFrame:
@@ -251,10 +311,10 @@ def _coerce(df: pd.DataFrame, schema: TableSchema, path: str) -> pd.DataFrame:
         _reject_nested(s, col.name, path)
         if col.type in ("id", "string"):
             if s.dtype.kind == "f":  # float ids from Parquet: 3.0 -> "3"
-                as_int = s.dropna()
-                if (as_int == np.floor(as_int)).all():
-                    s = s.astype("Int64")
-            out[col.name] = s.astype("string").str.strip()
+                s = _float_ids(s, col.name, path)
+            text = s.astype("string").str.strip()
+            # an id (or label) that is only whitespace is missing, not the id '' shared by every such row
+            out[col.name] = text.mask(text == "")
         elif col.type in ("float", "int"):
             if s.dtype.kind in "fiu":
                 num = s.astype(np.float64)
@@ -313,6 +373,32 @@ def _coerce(df: pd.DataFrame, schema: TableSchema, path: str) -> pd.DataFrame:
     return keep.reset_index(drop=True)
 
 
+_EXACT_INT = 2**53  # every whole float below this is exactly one integer
+
+
+def _float_ids(s: pd.Series, name: str, path: str) -> pd.Series:
+    """Float ids (a Parquet float column) as integers when every value is a whole number float64 holds exactly.
+
+    ``3.0`` is the id ``3``; a non-finite value or one beyond 2**53 (where float64 no longer tells
+    neighbouring integers apart, so two ids could merge) is refused, naming the rows; a column with
+    fractional values keeps their shortest decimal text (``0.5``).
+    """
+    v = s.to_numpy(dtype=np.float64, na_value=np.nan)
+    present = ~np.isnan(v)
+    bad = present & ~(np.isfinite(v) & (np.abs(np.where(np.isfinite(v), v, 0.0)) < _EXACT_INT))
+    if bad.any():
+        raise InputError(
+            f"{int(bad.sum())} float ids are infinite or too large to be exact (|id| >= 2**53), e.g. "
+            f"{v[bad][:3].tolist()}; store ids as text or integers",
+            path=path,
+            column=name,
+            rows=(np.flatnonzero(bad) + 1).tolist(),
+        )
+    if np.all(v[present] == np.floor(v[present])):
+        return s.astype("Int64")
+    return s
+
+
 def _is_nested(s: pd.Series) -> pd.Series:
     """Which values are lists / arrays / mappings (Parquet list, struct or map columns)."""
     if s.dtype != object:
@@ -330,6 +416,24 @@ def _reject_nested(s: pd.Series, name: str, path: str) -> None:
             path=path,
             column=name,
             rows=rows,
+        )
+
+
+def _check_readable(p: Path) -> None:
+    """The input is a regular file or a folder, refused up front otherwise (a FIFO would block forever)."""
+    try:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        raise InputError("file not found", path=str(p)) from None
+    except OSError as exc:  # a symbolic link loop, a permission, a path through a file
+        raise InputError(
+            f"cannot open: {exc.strerror or exc}" + (" (a symbolic link loop)" if exc.errno == errno.ELOOP else ""),
+            path=str(p),
+        ) from None
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise InputError(
+            "not a regular file or folder (a FIFO, socket or device); crowdflow reads files and Parquet folders",
+            path=str(p),
         )
 
 
@@ -360,10 +464,10 @@ def read_table(
         Missing file or column, unreadable bytes, empty table, non-numeric values in numeric columns.
     """
     p = Path(path)
-    if not p.exists():
-        raise InputError("file not found", path=str(p))
+    _check_readable(p)
     kind = _detect_format(p, fmt)
     df, digest = _read_csv(p) if kind == "csv" else _read_parquet(p)
+    _repeated_header_rows(df, str(p))
     df, renamed = _apply_columns(df, schema, columns or {}, str(p))
     if len(df) == 0:
         raise InputError(f"no data rows (header only) in a {schema.name} table", path=str(p))
@@ -589,6 +693,9 @@ def write_run(
         raise ValueError(f"layout must be flat or hive, got {layout!r}")
     base = Path(out_dir) / pipeline
     final = base / run_id
+    for folder in (Path(out_dir), base):
+        if folder.exists() and not folder.is_dir():
+            raise InputError("the output folder is a file; choose another output dir", path=str(folder))
     if final.exists():
         raise FileExistsError(f"run directory {final} already exists; run ids must be unique")
     parts: dict[str, Path] = {}
@@ -652,11 +759,13 @@ def write_run(
         steps.done("manifest")
         (staging / _OWNER).unlink()
         os.rename(staging, final)  # the commit point: from here on the run is completed
-    except BaseException:
+    except BaseException as exc:
         for part in parts.values():
             _pending(part).unlink(missing_ok=True)
             _remove_empty_dirs(part.parent, Path(out_dir))
         shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(exc, OSError) and exc.filename is None:  # e.g. ENOSPC from a writer: say where
+            raise OSError(exc.errno, exc.strerror or str(exc), str(final)) from exc
         raise
     steps.done("commit")
     # hive parts become visible only now, after the manifest says completed: a reader of a dataset never

@@ -512,19 +512,49 @@ def parse_spec(data: Any, origin: str = "<spec>", base_dir: str | Path | None = 
         raise SpecError(_format_pydantic(exc, origin)) from None
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping naming a key twice (the last one would win silently)."""
+
+
+def _mapping_without_duplicates(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} is given twice (lines {seen[key]} and {line})", key_node.start_mark
+            )
+        seen[key] = line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
+MAX_SPEC_BYTES = 1 << 20  # a spec is a page of YAML; a bigger file is not one
+
+
 def load_spec(path: str | Path) -> PipelineSpec:
-    """Read a YAML spec with ``yaml.safe_load``; relative paths resolve against its folder."""
+    """Read a YAML spec safely; relative paths resolve against its folder.
+
+    Plain YAML only (``safe_load`` semantics: no ``!!python`` tags), every key at most once per mapping,
+    at most 1 MiB and no pathological nesting; each refusal is a :class:`SpecError` naming the file and line.
+    """
     p = Path(path)
     if not p.is_file():
         raise SpecError(f"{p}: spec file not found")
+    raw = p.read_bytes()
+    if len(raw) > MAX_SPEC_BYTES:
+        raise SpecError(f"{p}: {len(raw)} bytes is not a spec (at most {MAX_SPEC_BYTES} bytes)")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = yaml.load(raw.decode("utf-8"), Loader=_UniqueKeyLoader)
     except yaml.constructor.ConstructorError as exc:
-        # safe_load only: a tag such as !!python/object would run code, so it is refused, not guessed at
-        raise SpecError(
-            f"{p}: not valid YAML: {exc.problem} at line {exc.problem_mark.line + 1 if exc.problem_mark else '?'} "
-            "(specs are plain YAML: tags like !!python/... are not allowed)"
-        ) from None
+        # safe loading only: a tag such as !!python/object would run code, so it is refused, not guessed at
+        where = f" at line {exc.problem_mark.line + 1}" if exc.problem_mark else ""
+        hint = " (specs are plain YAML: tags like !!python/... are not allowed)" if "tag" in str(exc.problem) else ""
+        raise SpecError(f"{p}: not valid YAML: {exc.problem}{where}{hint}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise SpecError(f"{p}: not valid YAML: {exc}") from None
+    except RecursionError:
+        raise SpecError(f"{p}: not valid YAML: nested too deeply") from None
     return parse_spec(data, origin=str(p), base_dir=p.resolve().parent)

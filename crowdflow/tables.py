@@ -37,6 +37,19 @@ NA_SPELLINGS: tuple[str, ...] = (
     "None",
 )
 
+
+
+def _case_variants(word: str) -> set[str]:
+    out = {""}
+    for ch in word:
+        out = {w + c for w in out for c in {ch.lower(), ch.upper()}}
+    return out
+
+
+#: Every upper/lower-case spelling of :data:`NA_SPELLINGS` (``Null``, ``NONE``, ``#n/a`` …): text that means
+#: "missing" is recognised whatever its case.
+NA_SPELLINGS_ANY_CASE: frozenset[str] = frozenset(v for word in NA_SPELLINGS for v in _case_variants(word))
+
 _ARROW: dict[str, pa.DataType] = {
     "id": pa.string(),
     "string": pa.string(),
@@ -154,8 +167,9 @@ COMPARISONS = TableSchema(
         Column("annotator", "id"),
         Column("item_a", "id"),
         Column("item_b", "id"),
-        Column("outcome", "float"),
-        Column("weight", "float", required=False, min_value=0.0, strict_min=True),
+        # bounded so squares and sums over many rows stay finite (1e160 gave NaN statistics, 1e300 overflowed ranks)
+        Column("outcome", "float", max_abs=1e100),
+        Column("weight", "float", required=False, min_value=0.0, strict_min=True, max_abs=1e100),
     ),
     # Crowd-Kit pairwise names; `label` there is the winner's id and is converted by the reader.
     aliases={"worker": "annotator", "left": "item_a", "right": "item_b"},
@@ -174,29 +188,31 @@ EDGES = TableSchema(
         Column("target", "id"),
         Column("weight", "float", min_value=0.0, strict_min=True, max_abs=1e150),
     ),
+    unique=("source", "target"),  # an edge listed twice is ambiguous (which weight?)
     distinct=("source", "target"),
 )
 CANDIDATES = TableSchema(
     name="candidates",
-    columns=(Column("task", "id"), Column("worker", "id"), Column("score", "float")),
+    columns=(Column("task", "id"), Column("worker", "id"), Column("score", "float", max_abs=1e100)),
     unique=("task", "worker"),
 )
 
 OPEN_TASKS = TableSchema(name="open_tasks", columns=(Column("task", "id"),), unique=("task",))
 WORKERS = TableSchema(
     name="workers",
-    columns=(Column("worker", "id"), Column("capacity", "float", required=False, nullable=True, min_value=0.0)),
+    # caps are whole numbers: a fractional cap (1.5) is refused by the reader, never floored
+    columns=(Column("worker", "id"), Column("capacity", "int", required=False, nullable=True, min_value=0.0)),
     unique=("worker",),
 )
 
 WORKER_CAPS = TableSchema(
     name="worker_caps",
-    columns=(Column("worker", "id"), Column("capacity", "float", min_value=0.0)),
+    columns=(Column("worker", "id"), Column("capacity", "int", min_value=0.0)),
     unique=("worker",),
 )
 TASK_CAPS = TableSchema(
     name="task_caps",
-    columns=(Column("task", "id"), Column("cap", "float", min_value=0.0)),
+    columns=(Column("task", "id"), Column("cap", "int", min_value=0.0)),
     unique=("task",),
 )
 

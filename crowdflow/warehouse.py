@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 
 import pyarrow as pa
 
-from crowdflow.errors import SpecError, WarehouseError
+from crowdflow.errors import SpecError, TransientError, WarehouseError
 from crowdflow.secrets import inline_secret, redact, refusal
 
 log = logging.getLogger(__name__)
@@ -175,6 +175,12 @@ def _pg_engine(url: str, password: str | None) -> Any:
 _NOT_TRANSIENT = ("authentication failed", "no password supplied", "does not exist", "permission denied")
 
 
+def _first_line(exc: Exception) -> str:
+    """The driver's own message, first line only, with any secret redacted."""
+    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return str(redact(text[0] if text else type(exc).__name__))
+
+
 def _refused(exc: Exception) -> bool:
     """A connection error that a retry cannot fix (bad credentials, unknown database or role)."""
     text = str(getattr(exc, "orig", None) or exc).lower()
@@ -261,7 +267,7 @@ def fetch_query(
             rows = result.fetchall()
     except (sa.exc.StatementError, sa.exc.ArgumentError) as exc:
         if isinstance(exc, sa.exc.OperationalError) and not _refused(exc):  # network trouble: the caller may retry
-            raise
+            raise TransientError(f"{where}: cannot reach the database: {_first_line(exc)}") from None
         raise WarehouseError(f"{where}: query failed: {getattr(exc, 'orig', None) or exc}") from None
     finally:
         engine.dispose()
@@ -437,7 +443,7 @@ def _load_postgresql(
                     conn.execute(sa.insert(target), rows)
     except sa.exc.DBAPIError as exc:
         if isinstance(exc, sa.exc.OperationalError) and not _refused(exc):  # network trouble: the caller may retry
-            raise
+            raise TransientError(f"{redact_url(url)}: cannot reach the database: {_first_line(exc)}") from None
         raise WarehouseError(
             f"{redact_url(url)}: loading run {run_id} failed, nothing was loaded: {getattr(exc, 'orig', exc)}"
         ) from None

@@ -367,31 +367,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``crowdflow`` console script."""
+    """Entry point of the ``crowdflow`` console script.
+
+    Exit codes follow one rule (:func:`crowdflow.errors.user_error`): 0 success; 2 for anything the user or
+    the environment can fix (a bad spec, option or input, a full or read-only disk, a missing permission,
+    out of memory, a database still down after the retries), with one line naming the file, column,
+    option or path; 1 for a bug ("unexpected error", ``--debug`` shows the traceback); 130 when interrupted.
+    """
     args = build_parser().parse_args(argv)
     _configure_logging()
-    from crowdflow.errors import CrowdflowError
+    from crowdflow.errors import user_error
 
     try:
         return int(args.func(args))
-    except CrowdflowError as exc:
-        if args.debug:
-            raise
-        print(f"crowdflow: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except (NotImplementedError, FileExistsError) as exc:
-        if args.debug:
-            raise
-        print(f"crowdflow: error: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("crowdflow: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:
         if args.debug:
             raise
-        print(f"crowdflow: unexpected error: {type(exc).__name__}: {exc} (rerun with --debug)", file=sys.stderr)
-        return 1
+        err = user_error(exc)
+        if err is None:
+            print(f"crowdflow: unexpected error: {type(exc).__name__}: {exc} (rerun with --debug)", file=sys.stderr)
+            return 1
+        print(f"crowdflow: error: {err}", file=sys.stderr)
+        return err.exit_code
 
 
 if __name__ == "__main__":

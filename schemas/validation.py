@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from crowdflow.errors import ValidationFailed
-from crowdflow.tables import NA_SPELLINGS, TableSchema
+from crowdflow.tables import NA_SPELLINGS_ANY_CASE, TableSchema
 
 log = logging.getLogger(__name__)
 
@@ -102,12 +102,12 @@ def _expectations(schema: TableSchema, present: list[str], allowed: dict[str, li
         if col.type == "id" and not col.na_spelling_ok:
             out.append(
                 (
-                    gxe.ExpectColumnValuesToNotBeInSet(column=col.name, value_set=list(NA_SPELLINGS)),
+                    gxe.ExpectColumnValuesToNotBeInSet(column=col.name, value_set=sorted(NA_SPELLINGS_ANY_CASE)),
                     "must be a real id, not text for a missing value (#N/A, NA, NULL, nan, None, ...): those "
                     f"rows would be fitted as one {col.name}; drop them or give them ids",
                 )
             )
-        if col.type == "float" and (col.min_value is not None or col.max_value is not None or col.finite):
+        if col.type in ("float", "int") and (col.min_value is not None or col.max_value is not None or col.finite):
             lo = col.min_value if col.min_value is not None else -1.7976931348623157e308
             hi = col.max_value if col.max_value is not None else 1.7976931348623157e308
             rule = f"must be {'>' if col.strict_min else '>='} {lo}" if col.min_value is not None else "must be finite"
@@ -119,7 +119,7 @@ def _expectations(schema: TableSchema, present: list[str], allowed: dict[str, li
                     rule,
                 )
             )
-        if col.type == "float" and col.max_abs is not None:
+        if col.type in ("float", "int") and col.max_abs is not None:
             # finite but huge values overflow when squared (losses, Laplacians): a silent inf/NaN fit
             out.append(
                 (

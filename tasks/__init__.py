@@ -7,10 +7,14 @@ a content fingerprint (input sha256s + options + crowdflow version) computed by 
 
 from typing import Any
 
-from crowdflow.errors import CrowdflowError
+from crowdflow.errors import is_transient
 
 
 def retry_transient(task: Any, task_run: Any, state: Any) -> bool:
-    """``retry_condition_fn``: retry I/O failures, never bad input (a retry cannot fix a wrong column)."""
+    """``retry_condition_fn``: retry transient faults only (:func:`crowdflow.errors.is_transient`).
+
+    A connection refused or reset, a timeout or an I/O error is retried; bad input, a ``ValueError`` or
+    ``TypeError``, ``MemoryError``, a full or read-only disk never are (a retry cannot fix them).
+    """
     exc = getattr(state, "data", None)
-    return not isinstance(exc, (CrowdflowError, ValueError))
+    return isinstance(exc, BaseException) and is_transient(exc)
