@@ -38,7 +38,6 @@ NA_SPELLINGS: tuple[str, ...] = (
 )
 
 
-
 def _case_variants(word: str) -> set[str]:
     out = {""}
     for ch in word:
