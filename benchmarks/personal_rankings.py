@@ -4,7 +4,7 @@ Run: ``python -m benchmarks.personal_rankings`` (``--quick`` = smaller sizes / f
 ``--seeds N`` realizations per cell; ``--skip-e1 --skip-e2 --skip-e3 --skip-convex --skip-scale
 --skip-data``). Prints markdown and writes ``benchmarks/results/personal_rankings.md``.
 
-Methods (all from ``crowdflow.models.btl``, same data, same run, same initialization of spec §2.7):
+Methods (all from ``crowdflow.personal_rankings``, same data, same run, same initialization of spec §2.7):
 
 * **L-BFGS** (default solver) and **RTR** (Riemannian trust region + tCG, the paper's PRTRS) on the
   smoothed problem 𝒫 with the paper's λ = r² √K ln K, σ = 0.18;
@@ -52,7 +52,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from crowdflow.models.btl import (  # noqa: E402
+from crowdflow.personal_rankings import (  # noqa: E402
     PersonalComparisons,
     encode_personal_comparisons,
     fit_convex_baseline,
@@ -214,7 +214,7 @@ def e2(quick: bool, seeds: int) -> str:
 
 def _child_k1000(threads: int) -> dict | None:
     code = (
-        "import json,time;from crowdflow.models.btl import *;"
+        "import json,time;from crowdflow.personal_rankings import *;"
         "s=synthetic_personal_comparisons(1000,10,5,seed=1);t=time.perf_counter();"
         "r=fit_personal_rankings(s.comparisons,10);w=time.perf_counter()-t;"
         "print(json.dumps(dict(wall=w,solver=r.diagnostics.time_s,it=r.diagnostics.iterations,"

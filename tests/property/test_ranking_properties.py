@@ -13,9 +13,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from crowdflow.models.btl import fit_personal_rankings
 from crowdflow.models.hodgerank import fit_hlasso, fit_hodgerank
 from crowdflow.models.lbi import fit_lbi
+from crowdflow.personal_rankings import fit_personal_rankings
 
 
 @st.composite

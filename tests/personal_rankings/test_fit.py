@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crowdflow.models.btl import (
+from crowdflow.personal_rankings.fit import (
     PairData,
     PersonalComparisons,
     SmoothedBTLObjective,
@@ -36,7 +36,7 @@ from crowdflow.models.btl import (
     split_holdout,
     synthetic_personal_comparisons,
 )
-from crowdflow.models.btl_manifold import TwoFactorGeometry, balance_factors, retract
+from crowdflow.personal_rankings.solvers import TwoFactorGeometry, balance_factors, retract
 
 SIGMA = 0.18
 

@@ -10,7 +10,7 @@ with bounded entries. Estimator (spec §2.3, problem 𝒫):
     minimize over rank-r X = L Rᵀ:   F(X) = 𝓛(X) + λ · μ log Σ_ij exp(X_ij²/μ),
     𝓛(X) = Σ_{(i,a,b,y)} log(1 + exp(−y (X[i,a] − X[i,b]) / σ)),   λ = r² √K ln K,  K = max(m, n),  μ = 1.
 
-Solvers (the numerics live in :mod:`crowdflow.models.btl_manifold`):
+Solvers (the numerics live in :mod:`crowdflow.personal_rankings.solvers`):
 
 * ``method="lbfgs"`` (default): L-BFGS on the factors ``(L, R)`` (spec §2.10.1), started from the
   norm-balanced factors. Measured (``benchmarks/personal_rankings.py``, 1 BLAS thread) as fast or faster
@@ -51,7 +51,7 @@ from scipy.special import expit
 
 from crowdflow.errors import DegenerateInput
 from crowdflow.labels import natural_sort
-from crowdflow.models.btl_manifold import (
+from crowdflow.personal_rankings.solvers import (
     DEFAULT_BLOCK_ENTRIES,
     PairData,
     SmoothedBTLObjective,
@@ -683,8 +683,8 @@ def fit_low_rank_btl(
     time_limit : float, optional
         Wall-clock cap in seconds.
     solver_options : dict, optional
-        Extra keyword arguments of :func:`~crowdflow.models.btl_manifold.riemannian_trust_region` /
-        :func:`~crowdflow.models.btl_manifold.lbfgs_factors`.
+        Extra keyword arguments of :func:`~crowdflow.personal_rankings.solvers.riemannian_trust_region` /
+        :func:`~crowdflow.personal_rankings.solvers.lbfgs_factors`.
     warn : bool
         Emit a ``RuntimeWarning`` when the solver stops without converging.
 

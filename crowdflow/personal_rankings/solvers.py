@@ -1,6 +1,6 @@
 """Smoothed low-rank BTL objective, two-factor quotient geometry and its solvers.
 
-Numerical core of :mod:`crowdflow.models.btl` (personalized rankings). Spec
+Numerical core of :mod:`crowdflow.personal_rankings.fit` (personalized rankings). Spec
 ``personal-rankings-manifold.md`` (Dong, Yang, Shi, "Ranking from Crowdsourced Pairwise Comparisons via
 Smoothed Matrix Manifold Optimization"):
 
