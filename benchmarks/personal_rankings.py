@@ -61,8 +61,8 @@ from crowdflow.personal_rankings import (  # noqa: E402
     fit_personal_rankings,
     mean_kendall_tau,
     relative_error,
-    synthetic_personal_comparisons,
 )
+from crowdflow.synth.personal_rankings import synthetic_personal_comparisons  # noqa: E402
 
 DATA = Path("/work/shared/data/zappos5_pairwise/comparisons.csv")
 OUT = Path(__file__).resolve().parent / "results" / "personal_rankings.md"
@@ -214,7 +214,8 @@ def e2(quick: bool, seeds: int) -> str:
 
 def _child_k1000(threads: int) -> dict | None:
     code = (
-        "import json,time;from crowdflow.personal_rankings import *;"
+        "import json,time;from crowdflow.personal_rankings import fit_personal_rankings,relative_error;"
+        "from crowdflow.synth.personal_rankings import synthetic_personal_comparisons;"
         "s=synthetic_personal_comparisons(1000,10,5,seed=1);t=time.perf_counter();"
         "r=fit_personal_rankings(s.comparisons,10);w=time.perf_counter()-t;"
         "print(json.dumps(dict(wall=w,solver=r.diagnostics.time_s,it=r.diagnostics.iterations,"

@@ -17,10 +17,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crowdflow.personal_rankings.fit import (
+from crowdflow.personal_rankings import (
     PairData,
     PersonalComparisons,
-    SmoothedBTLObjective,
     borda_scores,
     encode_personal_comparisons,
     fit_convex_baseline,
@@ -29,14 +28,15 @@ from crowdflow.personal_rankings.fit import (
     fit_low_rank_btl,
     fit_personal_rankings,
     mean_kendall_tau,
-    paper_lambda,
     rankings_from_scores,
     relative_error,
     select_rank,
     split_holdout,
-    synthetic_personal_comparisons,
 )
-from crowdflow.personal_rankings.solvers import TwoFactorGeometry, balance_factors, retract
+from crowdflow.personal_rankings.btl import paper_lambda
+from crowdflow.personal_rankings.manifold import TwoFactorGeometry, balance_factors, retract
+from crowdflow.personal_rankings.objective import SmoothedBTLObjective
+from crowdflow.synth.personal_rankings import synthetic_personal_comparisons
 
 SIGMA = 0.18
 
