@@ -22,7 +22,8 @@ import scipy.sparse as sp
 from scipy.optimize import minimize
 from scipy.special import expit
 
-from crowdflow.personal_rankings.encoding import _ALIASES
+from crowdflow.personal_rankings.encoding import rename_aliases
+from crowdflow.personal_rankings.objective import pair_nll, pair_nll_slope
 from crowdflow.personal_rankings.types import DEFAULT_SIGMA, PairData
 
 __all__ = ["ConvexBaselineResult", "GlobalBTLResult", "fit_convex_baseline", "fit_convex_spg", "fit_global_btl"]
@@ -63,10 +64,13 @@ class ConvexBaselineResult:
 
 
 def _nll_dense(pairs: PairData, X: np.ndarray, sigma: float) -> float:
-    d = (X[pairs.user, pairs.a] - X[pairs.user, pairs.b]) / sigma
-    return float(
-        np.einsum("i,i->", pairs.w_pos, np.logaddexp(0.0, -d)) + np.einsum("i,i->", pairs.w_neg, np.logaddexp(0.0, d))
-    )
+    return pair_nll((X[pairs.user, pairs.a] - X[pairs.user, pairs.b]) / sigma, pairs.w_pos, pairs.w_neg)
+
+
+def _rescaled(X: np.ndarray, alpha: float) -> np.ndarray:
+    """``α X / ‖X‖_∞`` (the rescaling applied to every method before the error is computed)."""
+    out: np.ndarray = alpha * X / max(np.abs(X).max(), np.finfo(float).tiny)
+    return out
 
 
 def fit_convex_baseline(
@@ -136,7 +140,7 @@ def fit_convex_baseline(
         its = int(prob.solver_stats.num_iters or -1)
     return ConvexBaselineResult(
         X=Xv,
-        X_rescaled=alpha * Xv / max(np.abs(Xv).max(), np.finfo(float).tiny),
+        X_rescaled=_rescaled(Xv, alpha),
         objective=_nll_dense(pairs, Xv, sigma),
         radius=tau,
         status=str(prob.status),
@@ -206,11 +210,8 @@ def fit_convex_spg(
     def fg(X: np.ndarray) -> tuple[float, np.ndarray]:
         xf = X.ravel()
         z = (xf[fa] - xf[fb]) / sigma
-        f = float(
-            np.einsum("i,i->", pairs.w_pos, np.logaddexp(0.0, -z))
-            + np.einsum("i,i->", pairs.w_neg, np.logaddexp(0.0, z))
-        )
-        c = (pairs.w_neg * expit(z) - pairs.w_pos * expit(-z)) / sigma
+        f = pair_nll(z, pairs.w_pos, pairs.w_neg)
+        c = pair_nll_slope(z, pairs.w_pos, pairs.w_neg, sigma)
         g = np.bincount(fa, weights=c, minlength=m * n) - np.bincount(fb, weights=c, minlength=m * n)
         return f, g.reshape(m, n)
 
@@ -251,7 +252,7 @@ def fit_convex_spg(
         warnings.warn(f"convex SPG baseline stopped without converging ({status})", RuntimeWarning, stacklevel=2)
     return ConvexBaselineResult(
         X=X,
-        X_rescaled=alpha * X / max(np.abs(X).max(), np.finfo(float).tiny),
+        X_rescaled=_rescaled(X, alpha),
         objective=f,
         radius=tau,
         status=status,
@@ -287,9 +288,7 @@ class GlobalBTLResult:
 
     def predict_proba(self, comparisons: pd.DataFrame) -> np.ndarray:
         """Probability that ``item_a`` is preferred (NaN for unknown items)."""
-        df = comparisons.rename(
-            columns={k: v for k, v in _ALIASES.items() if k in comparisons.columns and v not in comparisons.columns}
-        )
+        df = rename_aliases(comparisons)
         a = pd.Index(self.items).get_indexer(df["item_a"].astype(str))
         b = pd.Index(self.items).get_indexer(df["item_b"].astype(str))
         ok = (a >= 0) & (b >= 0)
@@ -323,9 +322,9 @@ def fit_global_btl(
 
     def fg(th: np.ndarray) -> tuple[float, np.ndarray]:
         z = (th[a] - th[b]) / sigma
-        f = float(np.einsum("i,i->", wp, np.logaddexp(0.0, -z)) + np.einsum("i,i->", wn, np.logaddexp(0.0, z)))
+        f = pair_nll(z, wp, wn)
         f += 0.5 * ridge * float(np.einsum("i,i->", th, th))
-        c = (wn * expit(z) - wp * expit(-z)) / sigma
+        c = pair_nll_slope(z, wp, wn, sigma)
         g = np.bincount(a, weights=c, minlength=n) - np.bincount(b, weights=c, minlength=n) + ridge * th
         return f, g
 

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from crowdflow.errors import DegenerateInput
-from crowdflow.personal_rankings.objective import DEFAULT_BLOCK_ENTRIES, SmoothedBTLObjective
+from crowdflow.personal_rankings.objective import DEFAULT_BLOCK_ENTRIES, SmoothedBTLObjective, pair_nll
 from crowdflow.personal_rankings.solvers import SolverOutput, lbfgs_factors, riemannian_trust_region
 from crowdflow.personal_rankings.types import DEFAULT_SIGMA, Method, PairData, Tangent
 
@@ -224,10 +224,7 @@ def split_holdout(pairs: PairData, fraction: float = 0.2, seed: int = 0) -> tupl
 def _heldout_metrics(L: np.ndarray, R: np.ndarray, test: PairData, sigma: float) -> tuple[float, float]:
     d = np.einsum("ij,ij->i", L[test.user], R[test.a] - R[test.b]) / sigma
     wt = test.w_pos + test.w_neg
-    nll = float(
-        (np.einsum("i,i->", test.w_pos, np.logaddexp(0.0, -d)) + np.einsum("i,i->", test.w_neg, np.logaddexp(0.0, d)))
-        / wt.sum()
-    )
+    nll = float(pair_nll(d, test.w_pos, test.w_neg) / wt.sum())
     correct = np.where(d > 0, test.w_pos, np.where(d < 0, test.w_neg, 0.5 * wt))
     return nll, float(correct.sum() / wt.sum())
 

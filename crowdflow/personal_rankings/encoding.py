@@ -27,11 +27,11 @@ from crowdflow.personal_rankings.types import PairData
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["InvalidPolicy", "PersonalComparisons", "encode_personal_comparisons"]
+__all__ = ["COLUMN_ALIASES", "InvalidPolicy", "PersonalComparisons", "encode_personal_comparisons", "rename_aliases"]
 
 InvalidPolicy = Literal["raise", "drop"]
 
-_ALIASES = {
+COLUMN_ALIASES = {
     # spec §1.1 names
     "user": "annotator",
     "item_i": "item_a",
@@ -42,6 +42,16 @@ _ALIASES = {
     "right": "item_b",
     "annotator_id": "annotator",
 }
+
+
+def rename_aliases(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with the alias columns of :data:`COLUMN_ALIASES` renamed to the canonical names.
+
+    An alias is renamed only when its canonical name is absent (``user`` → ``annotator`` unless the
+    table already has an ``annotator`` column). The input is never modified.
+    """
+    ren = {k: v for k, v in COLUMN_ALIASES.items() if k in df.columns and v not in df.columns}
+    return df.rename(columns=ren) if ren else df
 
 
 def _rows_message(mask: np.ndarray, limit: int = 5) -> str:
@@ -148,10 +158,7 @@ def encode_personal_comparisons(
         raise ValueError(f"comparisons must be a pandas DataFrame, got {type(comparisons).__name__}")
     if on_invalid not in ("raise", "drop"):
         raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
-    df = comparisons
-    ren = {k: v for k, v in _ALIASES.items() if k in df.columns and v not in df.columns}
-    if ren:
-        df = df.rename(columns=ren)
+    df = rename_aliases(comparisons)
     if "outcome" not in df.columns and "winner" not in df.columns and "label" in df.columns:
         df = df.rename(columns={"label": "winner"})
     need = ["annotator", "item_a", "item_b"]

@@ -35,10 +35,10 @@ from scipy.special import expit
 
 from crowdflow.personal_rankings.btl import fit_low_rank_btl, select_rank
 from crowdflow.personal_rankings.encoding import (
-    _ALIASES,
     InvalidPolicy,
     PersonalComparisons,
     encode_personal_comparisons,
+    rename_aliases,
 )
 from crowdflow.personal_rankings.manifold import balance_factors
 from crowdflow.personal_rankings.metrics import rankings_from_scores
@@ -175,9 +175,7 @@ class PersonalRankingResult:
         numpy.ndarray
             One probability per row; NaN where the user or an item was not fitted.
         """
-        df = comparisons.rename(
-            columns={k: v for k, v in _ALIASES.items() if k in comparisons.columns and v not in comparisons.columns}
-        )
+        df = rename_aliases(comparisons)
         u = pd.Index(self.users).get_indexer(df["annotator"].astype(str))
         a = pd.Index(self.items).get_indexer(df["item_a"].astype(str))
         b = pd.Index(self.items).get_indexer(df["item_b"].astype(str))

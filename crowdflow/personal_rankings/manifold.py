@@ -18,7 +18,7 @@ import numpy as np
 
 from crowdflow.personal_rankings.types import Tangent, dot
 
-__all__ = ["TwoFactorGeometry", "balance_factors", "retract"]
+__all__ = ["TwoFactorGeometry", "balance_factors", "rebalance_norms", "retract", "riemannian_grad_norm"]
 
 
 def balance_factors(L: np.ndarray, R: np.ndarray) -> Tangent:
@@ -116,8 +116,7 @@ class TwoFactorGeometry:
 
     def grad_norm(self, egrad_L: np.ndarray, egrad_R: np.ndarray) -> float:
         """``‖grad‖_x = sqrt(tr(A egrad_Lᵀ egrad_L A A⁻¹) + …) = sqrt(⟨egrad_L A, egrad_L⟩ + ⟨egrad_R B, egrad_R⟩)``."""
-        v = dot(egrad_L @ self.A, egrad_L) + dot(egrad_R @ self.B, egrad_R)
-        return float(np.sqrt(max(v, 0.0)))
+        return riemannian_grad_norm(self.A, self.B, egrad_L, egrad_R)
 
     def _conn(self, Z: np.ndarray, Zi: np.ndarray, G: np.ndarray, xi: np.ndarray, g: np.ndarray) -> np.ndarray:
         # Christoffel term Γ(ξ, g) of g(ξ,ζ) = tr(G⁻¹ ξᵀζ), G = ZᵀZ, derived from the Koszul formula:
@@ -142,8 +141,26 @@ def retract(L: np.ndarray, R: np.ndarray, xi: Tangent, rebalance: bool = True) -
     Ln = L + xi[0]
     Rn = R + xi[1]
     if rebalance:
-        c = np.sqrt(np.linalg.norm(Ln) / np.linalg.norm(Rn))
-        if np.isfinite(c) and c > 0:
-            Ln = Ln / c
-            Rn = Rn * c
+        return rebalance_norms(Ln, Rn)
     return Ln, Rn
+
+
+def rebalance_norms(L: np.ndarray, R: np.ndarray) -> Tangent:
+    """``(L/c, R·c)`` with ``c = sqrt(‖L‖_F/‖R‖_F)``, so that ``‖L‖_F = ‖R‖_F`` and ``L Rᵀ`` is unchanged.
+
+    Returns the factors as given when ``c`` is not a finite positive number (a zero factor).
+    """
+    c = np.sqrt(np.linalg.norm(L) / np.linalg.norm(R))
+    if np.isfinite(c) and c > 0:
+        return L / c, R * c
+    return L, R
+
+
+def riemannian_grad_norm(A: np.ndarray, B: np.ndarray, egrad_L: np.ndarray, egrad_R: np.ndarray) -> float:
+    """``‖grad‖_x = sqrt(⟨egrad_L A, egrad_L⟩ + ⟨egrad_R B, egrad_R⟩)`` from the Gram matrices ``A = LᵀL``, ``B = RᵀR``.
+
+    The norm of the Riemannian gradient in the quotient metric, without building the geometry (no
+    inverse or eigendecomposition of the Gram matrices): the stopping quantity of every solver.
+    """
+    v = dot(egrad_L @ A, egrad_L) + dot(egrad_R @ B, egrad_R)
+    return float(np.sqrt(max(v, 0.0)))

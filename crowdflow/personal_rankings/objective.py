@@ -19,15 +19,32 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.special import expit
 
 from crowdflow.personal_rankings.types import PairData, Tangent, dot
 
-__all__ = ["DEFAULT_BLOCK_ENTRIES", "PointEval", "SmoothedBTLObjective"]
+__all__ = ["DEFAULT_BLOCK_ENTRIES", "PointEval", "SmoothedBTLObjective", "pair_nll", "pair_nll_slope"]
 
 # single-block cache of a point: (X, Y = X²/μ, W, Q, G); W and Q are None when λ = 0
 _DenseCache = tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray]
 
 DEFAULT_BLOCK_ENTRIES = 1 << 21  # ~2M entries (16 MB of float64) per dense row block
+
+
+def pair_nll(z: np.ndarray, w_pos: np.ndarray, w_neg: np.ndarray) -> float:
+    """``Σ w_pos·log(1 + e^{−z}) + w_neg·log(1 + e^{z})`` for scaled differences ``z = Δ/σ``.
+
+    The plain (``logaddexp``) form of the negative log-likelihood 𝓛, used by the baselines and by the
+    held-out scores; :class:`SmoothedBTLObjective` evaluates the same sum fused with its derivatives
+    (and is checked against it in the tests).
+    """
+    return float(np.einsum("i,i->", w_pos, np.logaddexp(0.0, -z)) + np.einsum("i,i->", w_neg, np.logaddexp(0.0, z)))
+
+
+def pair_nll_slope(z: np.ndarray, w_pos: np.ndarray, w_neg: np.ndarray, sigma: float) -> np.ndarray:
+    """``d/dΔ`` of each term of :func:`pair_nll`: ``(w_neg·f(z) − w_pos·f(−z))/σ`` with ``f`` the logistic."""
+    out: np.ndarray = (w_neg * expit(z) - w_pos * expit(-z)) / sigma
+    return out
 
 
 @dataclass

@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import minimize
 
-from crowdflow.personal_rankings.manifold import TwoFactorGeometry, retract
+from crowdflow.personal_rankings.manifold import TwoFactorGeometry, rebalance_norms, retract, riemannian_grad_norm
 from crowdflow.personal_rankings.objective import PointEval, SmoothedBTLObjective
-from crowdflow.personal_rankings.types import Tangent, dot
+from crowdflow.personal_rankings.types import Tangent
 
 logger = logging.getLogger(__name__)
 
@@ -346,16 +346,7 @@ def lbfgs_factors(
         return pt.f, np.concatenate([pt.egrad_L.ravel(), pt.egrad_R.ravel()])
 
     def rgnorm(pt: PointEval) -> float:
-        A = pt.L.T @ pt.L
-        B = pt.R.T @ pt.R
-        v = dot(pt.egrad_L @ A, pt.egrad_L) + dot(pt.egrad_R @ B, pt.egrad_R)
-        return float(np.sqrt(max(v, 0.0)))
-
-    def rebalanced(L: np.ndarray, R: np.ndarray) -> Tangent:
-        c = np.sqrt(np.linalg.norm(L) / np.linalg.norm(R))
-        if np.isfinite(c) and c > 0:
-            return L / c, R * c
-        return L, R
+        return riemannian_grad_norm(pt.L.T @ pt.L, pt.R.T @ pt.R, pt.egrad_L, pt.egrad_R)
 
     rows: list[dict[str, Any]] = []
     timed_out = False
@@ -380,7 +371,7 @@ def lbfgs_factors(
             timed_out = True
             raise StopIteration
 
-    L, R = rebalanced(np.array(L0, dtype=float), np.array(R0, dtype=float))
+    L, R = rebalance_norms(np.array(L0, dtype=float), np.array(R0, dtype=float))
     z = np.concatenate([L.ravel(), R.ravel()])
     f0, _ = fun(z)
     g0 = rgnorm(last["pt"])
@@ -423,7 +414,7 @@ def lbfgs_factors(
         if not res.success or total_it >= max_iter:
             break
         logger.info("L-BFGS stopped (%s) with |grad|=%.3e > %.3e: restart %d", msg, gnorm, target, run + 1)
-        L, R = rebalanced(L, R)
+        L, R = rebalance_norms(L, R)
         z = np.concatenate([L.ravel(), R.ravel()])
     else:
         msg = f"{msg}; |grad| {gnorm:.3e} > {target:.3e} after {max_restarts} restarts"
