@@ -90,7 +90,7 @@ def _instance(K: int, r: int, d: float, seed: int) -> tuple[PersonalComparisons,
 
 def _ours(enc: PersonalComparisons, r: int, method: str, Xs: np.ndarray) -> dict:
     t0 = time.perf_counter()
-    res = fit_personal_rankings(enc, r, method=method)  # type: ignore[arg-type]
+    res = fit_personal_rankings(enc, rank=r, method=method)
     wall = time.perf_counter() - t0
     Xh = res.score_matrix()
     return {
@@ -217,7 +217,7 @@ def _child_k1000(threads: int) -> dict | None:
         "import json,time;from crowdflow.personal_rankings import fit_personal_rankings,relative_error;"
         "from crowdflow.synth.personal_rankings import synthetic_personal_comparisons;"
         "s=synthetic_personal_comparisons(1000,10,5,seed=1);t=time.perf_counter();"
-        "r=fit_personal_rankings(s.comparisons,10);w=time.perf_counter()-t;"
+        "r=fit_personal_rankings(s.comparisons, rank=10);w=time.perf_counter()-t;"
         "print(json.dumps(dict(wall=w,solver=r.diagnostics.time_s,it=r.diagnostics.iterations,"
         "conv=r.diagnostics.converged,err=relative_error(r.score_matrix(),s.X_star))))"
     )
@@ -349,7 +349,7 @@ def zappos(splits: int) -> str:
         )
         for r in (1, 2, 3, 4):
             t0 = time.perf_counter()
-            res = fit_personal_rankings(enc, r)
+            res = fit_personal_rankings(enc, rank=r)
             acc, nll = score(res.predict_proba(te))
             rows.append(
                 {
@@ -363,7 +363,7 @@ def zappos(splits: int) -> str:
             )
         for crit in ("nll", "accuracy"):
             t0 = time.perf_counter()
-            res = fit_personal_rankings(enc, [1, 2, 3, 4], rank_criterion=crit)  # type: ignore[arg-type]
+            res = fit_personal_rankings(enc, rank=[1, 2, 3, 4], rank_criterion=crit)
             acc, nll = score(res.predict_proba(te))
             rows.append(
                 {

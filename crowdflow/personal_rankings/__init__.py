@@ -19,6 +19,7 @@ from crowdflow.personal_rankings.btl import fit_low_rank_btl, select_rank, split
 from crowdflow.personal_rankings.encoding import PersonalComparisons, encode_personal_comparisons
 from crowdflow.personal_rankings.fit import PersonalRankingDiagnostics, PersonalRankingResult, fit_personal_rankings
 from crowdflow.personal_rankings.metrics import borda_scores, mean_kendall_tau, rankings_from_scores, relative_error
+from crowdflow.personal_rankings.options import PersonalRankingsOptions
 from crowdflow.personal_rankings.types import PairData
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "PersonalComparisons",
     "PersonalRankingDiagnostics",
     "PersonalRankingResult",
+    "PersonalRankingsOptions",
     "borda_scores",
     "encode_personal_comparisons",
     "fit_convex_baseline",

@@ -24,7 +24,7 @@ from scipy.special import expit
 
 from crowdflow.personal_rankings.encoding import rename_aliases
 from crowdflow.personal_rankings.objective import pair_nll, pair_nll_slope
-from crowdflow.personal_rankings.types import DEFAULT_SIGMA, PairData
+from crowdflow.personal_rankings.types import DEFAULT_ALPHA, DEFAULT_SIGMA, PairData
 
 __all__ = ["ConvexBaselineResult", "GlobalBTLResult", "fit_convex_baseline", "fit_convex_spg", "fit_global_btl"]
 
@@ -77,7 +77,7 @@ def fit_convex_baseline(
     pairs: PairData,
     rank: int,
     *,
-    alpha: float = 1.0,
+    alpha: float = DEFAULT_ALPHA,
     sigma: float = DEFAULT_SIGMA,
     solver: str = "SCS",
     box: bool = False,
@@ -169,7 +169,7 @@ def fit_convex_spg(
     pairs: PairData,
     rank: int,
     *,
-    alpha: float = 1.0,
+    alpha: float = DEFAULT_ALPHA,
     sigma: float = DEFAULT_SIGMA,
     radius: float | None = None,
     max_iter: int = 500,

@@ -15,15 +15,16 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from crowdflow.errors import DegenerateInput
 from crowdflow.personal_rankings.objective import DEFAULT_BLOCK_ENTRIES, SmoothedBTLObjective, pair_nll
+from crowdflow.personal_rankings.options import PersonalRankingsOptions
 from crowdflow.personal_rankings.solvers import SolverOutput, lbfgs_factors, riemannian_trust_region
-from crowdflow.personal_rankings.types import DEFAULT_SIGMA, Method, PairData, Tangent
+from crowdflow.personal_rankings.types import DEFAULT_MAX_ITER, PairData, Tangent
 
 logger = logging.getLogger(__name__)
 
@@ -89,21 +90,13 @@ def _blocked_absmax(L: np.ndarray, R: np.ndarray, block_entries: int = DEFAULT_B
 def fit_low_rank_btl(
     pairs: PairData,
     rank: int,
+    options: PersonalRankingsOptions | None = None,
     *,
-    method: Method = "lbfgs",
-    sigma: float = DEFAULT_SIGMA,
-    lambda_: float | None = None,
-    lambda_scale: float = 1.0,
-    K: int | None = None,
-    mu: float = 1.0,
-    max_iter: int | None = None,
-    gtol: float = 1e-6,
-    seed: int | None = 0,
     init: tuple[np.ndarray, np.ndarray] | None = None,
     block_entries: int = DEFAULT_BLOCK_ENTRIES,
-    time_limit: float | None = None,
     solver_options: dict[str, Any] | None = None,
     warn: bool = True,
+    **overrides: Any,
 ) -> tuple[SolverOutput, float]:
     """Minimize the smoothed objective 𝒫 (spec §2.3) over rank-``rank`` factors.
 
@@ -112,42 +105,34 @@ def fit_low_rank_btl(
     pairs : PairData
         Encoded comparisons.
     rank : int
-        Target rank r, ``1 ≤ r ≤ min(m, n)``.
-    method : {"lbfgs", "rtr"}
-        L-BFGS on the factors (default; spec §2.10.1) or the Riemannian trust region (spec §2.6).
-    sigma : float
-        Logistic scale σ.
-    lambda_ : float, optional
-        Regularization weight; default ``lambda_scale · r² √K ln K`` (spec §2.3).
-    lambda_scale : float
-        Multiplier of the paper's λ (ignored when ``lambda_`` is given).
-    K : int, optional
-        Size parameter of the λ rule; default ``max(m, n)``.
-    mu : float
-        Log-sum-exp smoothing μ (spec §2.3; 1 in the paper).
-    max_iter : int, optional
-        Iteration cap; default 2000 (L-BFGS) / 500 (RTR, paper).
-    gtol : float
-        Gradient tolerance (RTR: Riemannian norm, absolute; L-BFGS: scipy's max-abs projected gradient).
-    seed : int, optional
-        Seed of the paper's initialization (spec §2.7).
+        Target rank r, ``1 ≤ r ≤ min(m, n)`` (``options.rank`` is not read: a rank grid is resolved by
+        :func:`select_rank` first).
+    options : PersonalRankingsOptions, optional
+        The model and solver settings used here: ``method`` (L-BFGS on the factors, spec §2.10.1, or the
+        Riemannian trust region, spec §2.6), ``sigma``, the λ rule (``lambda_``, or
+        ``lambda_scale · r² √K ln K`` with ``K``, spec §2.3), ``mu``, ``max_iter`` (default 2000 for
+        L-BFGS, 500 for RTR), ``gtol`` (RTR: Riemannian norm, absolute; L-BFGS: scipy's max-abs projected
+        gradient), ``seed`` of the paper's initialization (spec §2.7) and ``time_limit``. Default: all
+        defaults.
     init : (numpy.ndarray, numpy.ndarray), optional
         Explicit initial factors (overrides ``seed``).
     block_entries : int
-        Row-block size of the dense regularizer evaluation (spec §5).
-    time_limit : float, optional
-        Wall-clock cap in seconds.
+        Row-block size of the dense regularizer evaluation (memory only; spec §5).
     solver_options : dict, optional
-        Extra keyword arguments of :func:`~crowdflow.personal_rankings.solvers.riemannian_trust_region` /
-        :func:`~crowdflow.personal_rankings.solvers.lbfgs_factors`.
+        Expert keyword arguments of :func:`~crowdflow.personal_rankings.solvers.riemannian_trust_region` /
+        :func:`~crowdflow.personal_rankings.solvers.lbfgs_factors` (trust-region radii, tCG and L-BFGS
+        memory settings).
     warn : bool
         Emit a ``RuntimeWarning`` when the solver stops without converging.
+    **overrides
+        Fields of :class:`PersonalRankingsOptions` replacing those of ``options`` (validated the same way).
 
     Returns
     -------
     (SolverOutput, float)
         Solver output and the λ used.
     """
+    o = PersonalRankingsOptions.resolve(options, **overrides)
     m, n = pairs.m, pairs.n
     rank = int(rank)
     if rank < 1:
@@ -158,21 +143,21 @@ def fit_low_rank_btl(
             f"{m} user(s) and {n} item(s) with usable comparisons; choose a rank <= {min(m, n)}",
             "rank_too_large",
         )
-    if method not in ("lbfgs", "rtr"):
-        raise ValueError(f"method must be 'lbfgs' or 'rtr', got {method!r}")
-    lam = float(lambda_) if lambda_ is not None else lambda_scale * paper_lambda(m, n, rank, K)
-    obj = SmoothedBTLObjective(pairs, sigma=sigma, lam=lam, mu=mu, block_entries=block_entries)
+    method = o.method
+    lam = float(o.lambda_) if o.lambda_ is not None else o.lambda_scale * paper_lambda(m, n, rank, o.K)
+    obj = SmoothedBTLObjective(pairs, sigma=o.sigma, lam=lam, mu=o.mu, block_entries=block_entries)
     if init is None:
-        L0, R0 = paper_init(m, n, rank, seed=0 if seed is None else seed)
+        L0, R0 = paper_init(m, n, rank, seed=o.seed)
     else:
         L0, R0 = (np.array(init[0], dtype=float), np.array(init[1], dtype=float))
         if L0.shape != (m, rank) or R0.shape != (n, rank):
             raise ValueError(f"init shapes must be ({m}, {rank}) and ({n}, {rank}); got {L0.shape}, {R0.shape}")
     opts = dict(solver_options or {})
+    max_iter = o.max_iter or DEFAULT_MAX_ITER[method]
     if method == "lbfgs":
-        out = lbfgs_factors(obj, L0, R0, max_iter=max_iter or 2000, gtol=gtol, time_limit=time_limit, **opts)
+        out = lbfgs_factors(obj, L0, R0, max_iter=max_iter, gtol=o.gtol, time_limit=o.time_limit, **opts)
     else:
-        out = riemannian_trust_region(obj, L0, R0, max_iter=max_iter or 500, gtol=gtol, time_limit=time_limit, **opts)
+        out = riemannian_trust_region(obj, L0, R0, max_iter=max_iter, gtol=o.gtol, time_limit=o.time_limit, **opts)
     logger.info(
         "%s: %d iterations, F=%.10g, |grad|=%.3e, %s (%.2fs)",
         method,
@@ -189,7 +174,7 @@ def fit_low_rank_btl(
     return out, lam
 
 
-def split_holdout(pairs: PairData, fraction: float = 0.2, seed: int = 0) -> tuple[PairData, PairData]:
+def split_holdout(pairs: PairData, fraction: float, seed: int) -> tuple[PairData, PairData]:
     """Random held-out split of (user, pair) groups that keeps every user and item in training.
 
     Held-out groups whose user or one of whose items would have no training comparison are returned
@@ -200,9 +185,9 @@ def split_holdout(pairs: PairData, fraction: float = 0.2, seed: int = 0) -> tupl
     pairs : PairData
         All comparisons.
     fraction : float
-        Target held-out fraction of pair groups, in (0, 1).
+        Target held-out fraction of pair groups, in (0, 1) (the fit passes ``options.holdout_fraction``).
     seed : int
-        Randomness.
+        Randomness (the fit passes ``options.seed``).
 
     Returns
     -------
@@ -232,11 +217,11 @@ def _heldout_metrics(L: np.ndarray, R: np.ndarray, test: PairData, sigma: float)
 def select_rank(
     pairs: PairData,
     ranks: Sequence[int],
+    options: PersonalRankingsOptions | None = None,
     *,
-    holdout_fraction: float = 0.2,
-    seed: int = 0,
-    criterion: Literal["nll", "accuracy"] = "nll",
-    **fit_kwargs: Any,
+    block_entries: int = DEFAULT_BLOCK_ENTRIES,
+    solver_options: dict[str, Any] | None = None,
+    **overrides: Any,
 ) -> pd.DataFrame:
     """Held-out choice of the rank among a small grid.
 
@@ -248,17 +233,17 @@ def select_rank(
     pairs : PairData
         All comparisons.
     ranks : sequence of int
-        Candidate ranks.
-    holdout_fraction : float
-        Held-out fraction of (user, pair) groups.
-    seed : int
-        Split and initialization seed.
-    criterion : {"nll", "accuracy"}
-        Smallest held-out NLL (default) or largest held-out accuracy (ties → smaller rank). With the
-        fixed σ = 0.18 the fitted probabilities can be over-confident, and NLL then favours small ranks
-        even where accuracy prefers larger ones (seen on Zappos).
-    **fit_kwargs
+        Candidate ranks (``options.rank`` is not read).
+    options : PersonalRankingsOptions, optional
+        ``holdout_fraction`` (held-out fraction of (user, pair) groups), ``seed`` (split and
+        initialization), ``rank_criterion``: smallest held-out NLL (default) or largest held-out accuracy
+        (ties → smaller rank; with the fixed σ = 0.18 the fitted probabilities can be over-confident, and
+        NLL then favours small ranks even where accuracy prefers larger ones, seen on Zappos), and the
+        model and solver settings of each fit (:func:`fit_low_rank_btl`).
+    block_entries, solver_options :
         Passed to :func:`fit_low_rank_btl`.
+    **overrides
+        Fields of :class:`PersonalRankingsOptions` replacing those of ``options``.
 
     Returns
     -------
@@ -266,24 +251,22 @@ def select_rank(
         ``rank, lambda_, heldout_nll, heldout_accuracy, n_heldout, converged, selected`` (one row per
         rank; ``selected`` marks the chosen rank).
     """
-    if criterion not in ("nll", "accuracy"):
-        raise ValueError(f"criterion must be 'nll' or 'accuracy', got {criterion!r}")
+    o = PersonalRankingsOptions.resolve(options, **overrides)
     ranks = sorted({int(r) for r in ranks})
     if not ranks:
         raise ValueError("ranks must not be empty")
-    train, test = split_holdout(pairs, holdout_fraction, seed)
+    train, test = split_holdout(pairs, o.holdout_fraction, o.seed)
     if test.n_pairs == 0:
         raise DegenerateInput(
             "held-out split is empty (too few comparisons per user/item for rank selection); give one rank",
             "holdout_empty",
         )
-    sigma = fit_kwargs.get("sigma", DEFAULT_SIGMA)
     rows = []
     for r in ranks:
         if r > min(pairs.m, pairs.n):
             continue
-        out, lam = fit_low_rank_btl(train, r, seed=seed, **fit_kwargs)
-        nll, acc = _heldout_metrics(out.L, out.R, test, sigma)
+        out, lam = fit_low_rank_btl(train, r, o, block_entries=block_entries, solver_options=solver_options)
+        nll, acc = _heldout_metrics(out.L, out.R, test, o.sigma)
         rows.append(
             {
                 "rank": r,
@@ -299,7 +282,7 @@ def select_rank(
             f"no candidate rank <= min(users, items) = {min(pairs.m, pairs.n)}; choose smaller ranks", "rank_too_large"
         )
     tab = pd.DataFrame(rows)
-    key = tab["heldout_nll"].to_numpy() if criterion == "nll" else -tab["heldout_accuracy"].to_numpy()
+    key = tab["heldout_nll"].to_numpy() if o.rank_criterion == "nll" else -tab["heldout_accuracy"].to_numpy()
     tab["selected"] = np.arange(len(tab)) == int(np.argmin(key))  # first minimum = smallest rank
     logger.info("rank selection:\n%s", tab.to_string(index=False))
     return tab

@@ -16,20 +16,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 
 from crowdflow.errors import DegenerateInput
 from crowdflow.labels import natural_sort
-from crowdflow.personal_rankings.types import PairData
+from crowdflow.personal_rankings.types import InvalidPolicy, PairData
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["COLUMN_ALIASES", "InvalidPolicy", "PersonalComparisons", "encode_personal_comparisons", "rename_aliases"]
+__all__ = ["COLUMN_ALIASES", "PersonalComparisons", "encode_personal_comparisons", "rename_aliases"]
 
-InvalidPolicy = Literal["raise", "drop"]
 
 COLUMN_ALIASES = {
     # spec §1.1 names

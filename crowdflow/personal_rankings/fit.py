@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -35,7 +35,6 @@ from scipy.special import expit
 
 from crowdflow.personal_rankings.btl import fit_low_rank_btl, select_rank
 from crowdflow.personal_rankings.encoding import (
-    InvalidPolicy,
     PersonalComparisons,
     encode_personal_comparisons,
     rename_aliases,
@@ -43,7 +42,7 @@ from crowdflow.personal_rankings.encoding import (
 from crowdflow.personal_rankings.manifold import balance_factors
 from crowdflow.personal_rankings.metrics import rankings_from_scores
 from crowdflow.personal_rankings.objective import DEFAULT_BLOCK_ENTRIES, SmoothedBTLObjective
-from crowdflow.personal_rankings.types import DEFAULT_SIGMA, Method
+from crowdflow.personal_rankings.options import PersonalRankingsOptions
 
 logger = logging.getLogger(__name__)
 
@@ -192,27 +191,13 @@ class PersonalRankingResult:
 
 def fit_personal_rankings(
     comparisons: pd.DataFrame | PersonalComparisons,
-    rank: int | Sequence[int] = 5,
+    options: PersonalRankingsOptions | None = None,
     *,
-    method: Method = "lbfgs",
-    sigma: float = DEFAULT_SIGMA,
-    lambda_: float | None = None,
-    lambda_scale: float = 1.0,
-    K: int | None = None,
-    mu: float = 1.0,
-    alpha: float = 1.0,
-    max_iter: int | None = None,
-    gtol: float = 1e-6,
-    seed: int | None = 0,
-    init: tuple[np.ndarray, np.ndarray] | None = None,
-    on_invalid: InvalidPolicy = "raise",
     users: Sequence[Any] | None = None,
     items: Sequence[Any] | None = None,
-    holdout_fraction: float = 0.2,
-    rank_criterion: Literal["nll", "accuracy"] = "nll",
+    init: tuple[np.ndarray, np.ndarray] | None = None,
     block_entries: int = DEFAULT_BLOCK_ENTRIES,
-    time_limit: float | None = None,
-    solver_options: dict[str, Any] | None = None,
+    **overrides: Any,
 ) -> PersonalRankingResult:
     """Per-user rankings from pairwise comparisons by smoothed low-rank BTL (spec §2, §3.1).
 
@@ -220,29 +205,30 @@ def fit_personal_rankings(
     Riemannian trust region, rescales ``X̂`` to ``‖X̂‖_∞ = α`` (spec §2.8) and ranks every fitted item
     for every fitted user by decreasing score (spec §3.1).
 
+    ``fit_personal_rankings(df, rank=3, method="rtr")`` and
+    ``fit_personal_rankings(df, PersonalRankingsOptions(rank=3, method="rtr"))`` are the same call; a
+    pipeline passes its spec's ``personal_rankings`` block as ``options``.
+
     Parameters
     ----------
     comparisons : pandas.DataFrame or PersonalComparisons
         Comparison table (see :func:`encode_personal_comparisons` for the accepted layouts) or an
         already encoded one.
-    rank : int or sequence of int
-        Target rank r. A sequence of several ranks selects one by held-out NLL (:func:`select_rank`)
-        and refits on all data with it.
-    method : {"lbfgs", "rtr"}
-        Solver (default L-BFGS, measured faster; see the module docstring).
-    sigma, lambda_, lambda_scale, K, mu :
-        Model constants (spec §2.3): σ = 0.18, λ = ``lambda_scale · r² √K ln K`` with
-        ``K = max(m, n)`` unless ``lambda_`` is given, μ = 1.
-    alpha : float
-        ∞-norm of the exported scores (spec §2.8).
-    max_iter, gtol, seed, init, block_entries, time_limit, solver_options :
-        Solver controls, see :func:`fit_low_rank_btl`.
-    on_invalid : {"raise", "drop"}
-        Policy for invalid rows.
+    options : PersonalRankingsOptions, optional
+        Everything that changes the fit (default: all defaults): ``rank`` (an int, or a list of ranks
+        to choose from by held-out ``rank_criterion`` on a ``holdout_fraction`` split, :func:`select_rank`,
+        then refit on all data), ``method``, the model constants ``sigma``, ``lambda_`` (or the rule
+        ``lambda_scale · r² √K ln K`` with ``K``), ``mu``, the score scale ``alpha`` (spec §2.8), the
+        solver controls ``max_iter``, ``gtol``, ``time_limit``, ``seed``, and ``on_invalid`` (the policy
+        for invalid rows).
     users, items : sequence, optional
         Full id universes; ids without usable comparisons are listed in ``excluded``.
-    holdout_fraction, rank_criterion :
-        Held-out fraction and criterion for rank selection (:func:`select_rank`).
+    init : (numpy.ndarray, numpy.ndarray), optional
+        Explicit initial factors of the final fit (overrides ``seed``), see :func:`fit_low_rank_btl`.
+    block_entries : int
+        Row-block size of the dense regularizer evaluation (memory only).
+    **overrides
+        Fields of :class:`PersonalRankingsOptions` replacing those of ``options`` (validated the same way).
 
     Returns
     -------
@@ -251,52 +237,30 @@ def fit_personal_rankings(
     Raises
     ------
     ValueError
-        Bad input table, bad rank, or no usable comparison.
+        Bad input table, bad rank, or no usable comparison; a ``pydantic.ValidationError`` (a
+        ``ValueError``) for an option outside its range.
     """
-    if alpha <= 0 or not np.isfinite(alpha):
-        raise ValueError(f"alpha must be > 0, got {alpha}")
+    o = PersonalRankingsOptions.resolve(options, **overrides)
     enc = (
         comparisons
         if isinstance(comparisons, PersonalComparisons)
-        else encode_personal_comparisons(comparisons, on_invalid=on_invalid, users=users, items=items)
+        else encode_personal_comparisons(comparisons, on_invalid=o.on_invalid, users=users, items=items)
     )
     pairs = enc.pairs
-    fit_kw: dict[str, Any] = {
-        "method": method,
-        "sigma": sigma,
-        "lambda_": lambda_,
-        "lambda_scale": lambda_scale,
-        "K": K,
-        "mu": mu,
-        "max_iter": max_iter,
-        "gtol": gtol,
-        "block_entries": block_entries,
-        "time_limit": time_limit,
-        "solver_options": solver_options,
-    }
     selection = None
-    if isinstance(rank, (int, np.integer)):
-        r = int(rank)
+    if isinstance(o.rank, int):
+        r = o.rank
+    elif len(o.rank) == 1:
+        r = o.rank[0]
     else:
-        grid = [int(x) for x in rank]
-        if len(grid) == 1:
-            r = grid[0]
-        else:
-            selection = select_rank(
-                pairs,
-                grid,
-                holdout_fraction=holdout_fraction,
-                seed=0 if seed is None else seed,
-                criterion=rank_criterion,
-                **fit_kw,
-            )
-            r = int(selection.loc[selection["selected"], "rank"].iloc[0])
-    out, lam = fit_low_rank_btl(pairs, r, seed=seed, init=init, **fit_kw)
+        selection = select_rank(pairs, o.rank, o, block_entries=block_entries)
+        r = int(selection.loc[selection["selected"], "rank"].iloc[0])
+    out, lam = fit_low_rank_btl(pairs, r, o, init=init, block_entries=block_entries)
     L, R = balance_factors(out.L, out.R)
     m, n = pairs.m, pairs.n
     X = L @ R.T
     scale = float(np.abs(X).max())
-    score = X * (alpha / max(scale, np.finfo(float).tiny))
+    score = X * (o.alpha / max(scale, np.finfo(float).tiny))
     ranks = rankings_from_scores(score)
     table = pd.DataFrame(
         {
@@ -311,15 +275,15 @@ def fit_personal_rankings(
     uf.insert(0, "user", enc.users)
     itf = pd.DataFrame(R, columns=cols)
     itf.insert(0, "item", enc.items)
-    obj = SmoothedBTLObjective(pairs, sigma=sigma, lam=lam, mu=mu, block_entries=block_entries)
+    obj = SmoothedBTLObjective(pairs, sigma=o.sigma, lam=lam, mu=o.mu, block_entries=block_entries)
     pt = obj.evaluate(out.L, out.R, cache=False)
     diag = PersonalRankingDiagnostics(
-        method=method,
+        method=o.method,
         rank=r,
         lambda_=lam,
-        sigma=float(sigma),
-        mu=float(mu),
-        alpha=float(alpha),
+        sigma=float(o.sigma),
+        mu=float(o.mu),
+        alpha=float(o.alpha),
         n_users=m,
         n_items=n,
         n_comparisons=pairs.total_weight,
@@ -336,7 +300,7 @@ def fit_personal_rankings(
         grad_norm=out.grad_norm,
         scale=scale,
         time_s=out.time_s,
-        seed=seed,
+        seed=o.seed,
     )
     return PersonalRankingResult(
         personal_rankings=table,

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import expit
 
-from crowdflow.personal_rankings.types import PairData, Tangent, dot
+from crowdflow.personal_rankings.types import DEFAULT_MU, PairData, Tangent, dot
 
 __all__ = ["DEFAULT_BLOCK_ENTRIES", "PointEval", "SmoothedBTLObjective", "pair_nll", "pair_nll_slope"]
 
@@ -111,9 +111,9 @@ class SmoothedBTLObjective:
     def __init__(
         self,
         data: PairData,
-        sigma: float = 0.18,
-        lam: float = 0.0,
-        mu: float = 1.0,
+        sigma: float,
+        lam: float,
+        mu: float = DEFAULT_MU,
         block_entries: int = DEFAULT_BLOCK_ENTRIES,
     ) -> None:
         if not (np.isfinite(sigma) and sigma > 0):

@@ -25,7 +25,7 @@ from scipy.optimize import minimize
 
 from crowdflow.personal_rankings.manifold import TwoFactorGeometry, rebalance_norms, retract, riemannian_grad_norm
 from crowdflow.personal_rankings.objective import PointEval, SmoothedBTLObjective
-from crowdflow.personal_rankings.types import Tangent
+from crowdflow.personal_rankings.types import DEFAULT_GTOL, DEFAULT_MAX_ITER, Tangent
 
 logger = logging.getLogger(__name__)
 
@@ -134,8 +134,8 @@ def riemannian_trust_region(
     L0: np.ndarray,
     R0: np.ndarray,
     *,
-    max_iter: int = 500,
-    gtol: float = 1e-6,
+    max_iter: int = DEFAULT_MAX_ITER["rtr"],
+    gtol: float = DEFAULT_GTOL,
     delta_bar: float | None = None,
     delta0: float | None = None,
     rho_prime: float = 0.1,
@@ -288,8 +288,8 @@ def lbfgs_factors(
     L0: np.ndarray,
     R0: np.ndarray,
     *,
-    max_iter: int = 2000,
-    gtol: float = 1e-6,
+    max_iter: int = DEFAULT_MAX_ITER["lbfgs"],
+    gtol: float = DEFAULT_GTOL,
     grad_rtol: float = 1e-5,
     ftol: float = 1e-12,
     maxcor: int = 20,

@@ -3,8 +3,10 @@
 :class:`PairData` holds the comparisons aggregated per (user, unordered item pair) with the two
 directed weights; every other module (encoding, objective, solvers, baselines, the fit) reads it, so
 it lives here and no two modules import each other. Also: the solver names (:data:`Method`), the
-default logistic scale σ of the model ``P(a ≻ b) = 1/(1 + exp(−(X[u,a] − X[u,b])/σ))``, the
-``Tangent`` pair ``(ξ_L, ξ_R)`` of factor-shaped arrays and :func:`dot`, the full inner product.
+defaults shared by the options model and the lower-level functions (so they cannot disagree: the
+logistic scale σ of ``P(a ≻ b) = 1/(1 + exp(−(X[u,a] − X[u,b])/σ))``, the smoothing μ, the ∞-norm α of
+the exported scores, the gradient tolerance and the iteration caps), the ``Tangent`` pair ``(ξ_L, ξ_R)``
+of factor-shaped arrays and :func:`dot`, the full inner product.
 
 Method, notation and references: docs/methods/personal_rankings.md (spec §1.1–1.2).
 """
@@ -17,12 +19,30 @@ from typing import Literal
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["DEFAULT_SIGMA", "Method", "PairData", "Tangent", "dot"]
+__all__ = [
+    "DEFAULT_ALPHA",
+    "DEFAULT_GTOL",
+    "DEFAULT_MAX_ITER",
+    "DEFAULT_MU",
+    "DEFAULT_SIGMA",
+    "InvalidPolicy",
+    "Method",
+    "PairData",
+    "RankCriterion",
+    "Tangent",
+    "dot",
+]
 
 Method = Literal["lbfgs", "rtr"]
+InvalidPolicy = Literal["raise", "drop"]
+RankCriterion = Literal["nll", "accuracy"]
 Tangent = tuple[np.ndarray, np.ndarray]
 
-DEFAULT_SIGMA = 0.18
+DEFAULT_SIGMA = 0.18  # logistic scale σ (the paper's experiments)
+DEFAULT_MU = 1.0  # log-sum-exp smoothing μ (implicit in the paper)
+DEFAULT_ALPHA = 1.0  # ∞-norm of the exported scores
+DEFAULT_GTOL = 1e-6  # gradient tolerance (the paper's RTR stopping rule)
+DEFAULT_MAX_ITER: dict[str, int] = {"lbfgs": 2000, "rtr": 500}  # iteration caps by solver (RTR: the paper's)
 
 
 def dot(a: np.ndarray, b: np.ndarray) -> float:

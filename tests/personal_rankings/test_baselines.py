@@ -30,7 +30,7 @@ def test_convex_baseline_relaxation_and_spg(
     assert cvx.status == "optimal"
     assert np.linalg.norm(cvx.X, "nuc") <= cvx.radius * (1 + 1e-6)
     # our estimate rescaled to ‖·‖_∞ = 1 is feasible for the relaxation, so the convex optimum is ≤ its NLL
-    res = fit_personal_rankings(enc, 2)
+    res = fit_personal_rankings(enc, rank=2)
     Xr = res.score_matrix()
     assert np.linalg.norm(Xr, "nuc") <= cvx.radius
     nll_ours = SmoothedBTLObjective(p, SIGMA, 0.0).dense_value(Xr)
@@ -49,7 +49,7 @@ def test_beats_convex_baseline_K50(
     problem as cvxpy (checked above) and is much cheaper. Measured: ours 0.198/0.250/0.224,
     convex 0.825/0.852/0.836 for seeds 1–3."""
     enc, Xs = encoded(50, 3, 5, seed)
-    ours = relative_error(fit_personal_rankings(enc, 3).score_matrix(), Xs)
+    ours = relative_error(fit_personal_rankings(enc, rank=3).score_matrix(), Xs)
     cvx = fit_convex_spg(enc.pairs, 3, max_iter=300)
     assert cvx.status == "converged"
     assert ours < 0.5 * relative_error(cvx.X_rescaled, Xs)

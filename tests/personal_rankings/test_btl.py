@@ -21,6 +21,6 @@ def test_rank_selection_prefers_true_rank_over_extremes(
     tab = select_rank(enc.pairs, [1, 3, 8])
     assert tab.loc[tab["selected"], "rank"].item() == 3
     assert tab.loc[tab["selected"], "heldout_accuracy"].item() == tab["heldout_accuracy"].max()
-    res = fit_personal_rankings(enc, [1, 3, 8])
+    res = fit_personal_rankings(enc, rank=[1, 3, 8])
     assert res.diagnostics.rank == 3 and res.rank_selection is not None
     pd.testing.assert_frame_equal(res.rank_selection, tab)

@@ -120,6 +120,6 @@ def test_ids_sorted_numerically_and_results_independent_of_row_order() -> None:
     df["annotator"] = df["annotator"].str[1:].astype(int).astype(str)  # "0".."19"
     enc = encode_personal_comparisons(df)
     assert list(enc.users) == [str(i) for i in range(20)]
-    a = fit_personal_rankings(df, 2)
-    b = fit_personal_rankings(df.sample(frac=1.0, random_state=0), 2)
+    a = fit_personal_rankings(df, rank=2)
+    b = fit_personal_rankings(df.sample(frac=1.0, random_state=0), rank=2)
     pd.testing.assert_frame_equal(a.personal_rankings, b.personal_rankings)

@@ -29,7 +29,7 @@ def test_rtr_convergence_and_accuracy_K50(
     errs = []
     for seed in (1, 2, 3):
         enc, Xs = encoded(50, 3, 5, seed)
-        res = fit_personal_rankings(enc, 3, method="rtr")
+        res = fit_personal_rankings(enc, rank=3, method="rtr")
         d = res.diagnostics
         assert d.converged and d.grad_norm < 1e-6 and d.iterations <= 100
         tr = res.trace
@@ -46,7 +46,7 @@ def test_error_falls_as_d_grows(
         errs = []
         for seed in (1, 2):
             enc, Xs = encoded(100, 5, d, seed)
-            res = fit_personal_rankings(enc, 5)
+            res = fit_personal_rankings(enc, rank=5)
             errs.append(relative_error(res.score_matrix(), Xs))
         mean_err[d] = float(np.mean(errs))
     assert mean_err[2] > mean_err[5] > mean_err[12]
@@ -55,7 +55,7 @@ def test_error_falls_as_d_grows(
 
 def test_result_tables() -> None:
     syn = synthetic_personal_comparisons(20, 2, 6, seed=5, n_items=12)
-    res = fit_personal_rankings(syn.comparisons, 2)
+    res = fit_personal_rankings(syn.comparisons, rank=2)
     pr = res.personal_rankings
     assert list(pr.columns) == ["user", "item", "score", "rank"]
     assert len(pr) == 20 * 12 and not pr.duplicated(["user", "item"]).any()
@@ -93,18 +93,18 @@ def test_not_converged_warns(encoded: Callable[[int, int, float, int], tuple[Per
     enc, _ = encoded(30, 3, 5, 1)
     for method in ("lbfgs", "rtr"):
         with pytest.warns(RuntimeWarning, match="did not converge"):
-            res = fit_personal_rankings(enc, 3, method=method, max_iter=2)
+            res = fit_personal_rankings(enc, rank=3, method=method, max_iter=2)
         assert not res.diagnostics.converged and res.diagnostics.iterations == 2
 
 
 def test_bad_arguments(encoded: Callable[[int, int, float, int], tuple[PersonalComparisons, np.ndarray]]) -> None:
     enc, _ = encoded(10, 2, 5, 1)
     with pytest.raises(ValueError, match="rank"):
-        fit_personal_rankings(enc, 11)
+        fit_personal_rankings(enc, rank=11)
     with pytest.raises(ValueError, match="method"):
-        fit_personal_rankings(enc, 2, method="sgd")  # type: ignore[arg-type]
+        fit_personal_rankings(enc, rank=2, method="sgd")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="sigma"):
-        fit_personal_rankings(enc, 2, sigma=0.0)
+        fit_personal_rankings(enc, rank=2, sigma=0.0)
 
 
 @pytest.mark.slow
@@ -117,7 +117,7 @@ def test_spec_K200_accuracy_and_monotone_in_d(
         errs, tt = [], []
         for seed in (1, 2, 3):
             enc, Xs = encoded(200, 10, d, seed)
-            Xh = fit_personal_rankings(enc, 10).score_matrix()
+            Xh = fit_personal_rankings(enc, rank=10).score_matrix()
             errs.append(relative_error(Xh, Xs))
             tt.append(mean_kendall_tau(Xh, Xs))
         means[d], taus[d] = float(np.mean(errs)), float(np.mean(tt))
@@ -130,13 +130,13 @@ def test_spec_K200_accuracy_and_monotone_in_d(
 def test_spec_flat_in_K(encoded: Callable[[int, int, float, int], tuple[PersonalComparisons, np.ndarray]]) -> None:
     e100 = np.mean(
         [
-            relative_error(fit_personal_rankings(e, 10).score_matrix(), X)
+            relative_error(fit_personal_rankings(e, rank=10).score_matrix(), X)
             for e, X in (encoded(100, 10, 5, s) for s in (1, 2, 3))
         ]
     )
     e400 = np.mean(
         [
-            relative_error(fit_personal_rankings(e, 10).score_matrix(), X)
+            relative_error(fit_personal_rankings(e, rank=10).score_matrix(), X)
             for e, X in (encoded(400, 10, 5, s) for s in (1, 2, 3))
         ]
     )
@@ -150,10 +150,10 @@ def test_spec_regularizer_matters(
     with_lam, without = [], []
     for seed in (1, 2, 3):
         enc, Xs = encoded(200, 10, 5, seed)
-        with_lam.append(relative_error(fit_personal_rankings(enc, 10).score_matrix(), Xs))
+        with_lam.append(relative_error(fit_personal_rankings(enc, rank=10).score_matrix(), Xs))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            without.append(relative_error(fit_personal_rankings(enc, 10, lambda_=0.0).score_matrix(), Xs))
+            without.append(relative_error(fit_personal_rankings(enc, rank=10, lambda_=0.0).score_matrix(), Xs))
     assert np.mean(without) > np.mean(with_lam)  # §8.17
 
 
@@ -162,7 +162,7 @@ def test_spec_scale_smoke_K800(
     encoded: Callable[[int, int, float, int], tuple[PersonalComparisons, np.ndarray]],
 ) -> None:
     enc, Xs = encoded(800, 10, 5, 1)
-    res = fit_personal_rankings(enc, 10)
+    res = fit_personal_rankings(enc, rank=10)
     assert res.diagnostics.converged
     assert relative_error(res.score_matrix(), Xs) <= 0.25  # §8.20 (time measured in the benchmark)
 

@@ -27,7 +27,7 @@ def test_solver_agreement_K100(
     enc, Xs = encoded(100, 5, 5, 1)
     out = {}
     for method in ("rtr", "lbfgs"):
-        res = fit_personal_rankings(enc, 5, method=method)
+        res = fit_personal_rankings(enc, rank=5, method=method)
         assert res.diagnostics.converged
         out[method] = (res.diagnostics.objective, relative_error(res.score_matrix(), Xs))
     assert out["rtr"][0] == pytest.approx(out["lbfgs"][0], rel=1e-6)
