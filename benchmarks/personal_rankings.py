@@ -1,15 +1,16 @@
-"""Benchmark of personalized rankings (smoothed low-rank BTL), spec personal-rankings-manifold.md §4, §8.
+"""Benchmark of personalized rankings (smoothed low-rank BTL), docs/methods/personal_rankings.md §7.
 
 Run: ``python -m benchmarks.personal_rankings`` (``--quick`` = smaller sizes / fewer seeds;
 ``--seeds N`` realizations per cell; ``--skip-e1 --skip-e2 --skip-e3 --skip-convex --skip-scale
 --skip-data``). Prints markdown and writes ``benchmarks/results/personal_rankings.md``.
 
-Methods (all from ``crowdflow.personal_rankings``, same data, same run, same initialization of spec §2.7):
+Methods (all from ``crowdflow.personal_rankings``, same data, same run, same initialization of
+docs/methods/personal_rankings.md §2.7):
 
 * **L-BFGS** (default solver) and **RTR** (Riemannian trust region + tCG, the paper's PRTRS) on the
   smoothed problem 𝒫 with the paper's λ = r² √K ln K, σ = 0.18;
-* **convex baseline**: the nuclear-norm constrained MLE ``min 𝓛(X) s.t. ‖X‖_* ≤ α sqrt(r m n)`` (spec §4.2
-  SPG / §6) — solved with our numpy projected gradient (``fit_convex_spg``, BB steps, nonmonotone line
+* **convex baseline**: the nuclear-norm constrained MLE ``min 𝓛(X) s.t. ‖X‖_* ≤ α sqrt(r m n)``
+  (docs/methods/personal_rankings.md §5.2) — solved with our numpy projected gradient (``fit_convex_spg``, BB steps, nonmonotone line
   search; cross-checked against cvxpy in the tests) at every size, and with cvxpy + SCS where cvxpy is
   practical (K ≤ 50);
 * on Zappos: a single **global BTL** (one score vector for everybody).
@@ -18,12 +19,12 @@ Experiments:
 
 1. **E1 (paper Fig. 2)**: convergence at K=200, r=15, d=15: objective gap and Riemannian gradient norm
    against wall time for L-BFGS and RTR, plus the convex baseline's error and time.
-2. **E2 (Fig. 3)**: relative MSE (spec §3.2, after ∞-norm rescaling) vs d at K=200, r=10; medians over
+2. **E2 (Fig. 3)**: relative MSE (docs/methods/personal_rankings.md §3.1, after ∞-norm rescaling) vs d at K=200, r=10; medians over
    seeds; ratio = convex err / ours.
 3. **E3 (Fig. 4)**: wall time vs K at r=10, d=5; medians; ratio = convex time / ours. The K=1000 point
    is the issue's scale target (≤ 60 s on 2 cores); it is also timed in a child process with 2 BLAS
    threads.
-4. **Spec §8.18**: K=50, r=3, d=5, seeds 1–3, against cvxpy/SCS.
+4. **docs/methods/personal_rankings.md §6.2, item 8**: K=50, r=3, d=5, seeds 1–3, against cvxpy/SCS.
 5. **Zappos (5 shoes, 6000 workers × all 10 pairs)**: 2 of each worker's 10 comparisons held out
    (3 random splits); per-user held-out winner accuracy and NLL of the personal model (ranks 1–4 and
    the held-out-selected rank) vs the global BTL.
@@ -302,7 +303,7 @@ def convex_k50() -> str:
     med["err / cvxpy"] = med["err"] / base["err"]
     med["time / cvxpy"] = med["time_s"] / base["time_s"]
     return (
-        "### Spec §8.18 — K=50, r=3, d=5 vs the convex MLE (cvxpy + SCS), seeds 1–3\n\n"
+        "### docs/methods/personal_rankings.md §6.2, item 8 — K=50, r=3, d=5 vs the convex MLE (cvxpy + SCS), seeds 1–3\n\n"
         + md_table(tab[["seed", "method", "err", "tau", "time_s", "iters", "converged"]])
         + "\n\nMedians:\n\n"
         + md_table(med)
@@ -411,7 +412,7 @@ def main(argv: list[str] | None = None) -> None:
         "# Personalized rankings benchmark (smoothed low-rank BTL)\n",
         f"Host: {platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} CPUs, "
         f"load average {os.getloadavg()[0]:.1f} at start; OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}; "
-        f"mode: {'quick' if args.quick else 'full'}, {seeds} seeds per E2/E3 cell. Errors: relative MSE of spec §3.2 "
+        f"mode: {'quick' if args.quick else 'full'}, {seeds} seeds per E2/E3 cell. Errors: relative MSE of docs/methods/personal_rankings.md §3.1 "
         "(both matrices rescaled to ‖·‖_∞ = 1); τ: mean per-user Kendall τ. Times: wall seconds of one fit "
         "(encoding excluded, tables included).\n",
     ]

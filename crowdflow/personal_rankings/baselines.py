@@ -5,7 +5,7 @@
   ``min 𝓛(X) s.t. ‖X‖_* ≤ α sqrt(r m n)`` of the paper's comparison (its SPG baseline);
 * :func:`fit_global_btl`: one BTL score vector shared by every user (ridge-penalised, L-BFGS).
 
-Baselines and what they showed: docs/methods/personal_rankings.md (spec §4.2, §6).
+Baselines and what they showed: docs/methods/personal_rankings.md §5.2–5.3 and §7.
 """
 
 from __future__ import annotations
@@ -31,14 +31,14 @@ __all__ = ["ConvexBaselineResult", "GlobalBTLResult", "fit_convex_baseline", "fi
 
 @dataclass(frozen=True)
 class ConvexBaselineResult:
-    """Nuclear-norm constrained MLE ``min 𝓛(X) s.t. ‖X‖_* ≤ α sqrt(r m n)`` (spec §4.2 SPG, §6).
+    """Nuclear-norm constrained MLE ``min 𝓛(X) s.t. ‖X‖_* ≤ α sqrt(r m n)`` (docs/methods/personal_rankings.md §5.2).
 
     Attributes
     ----------
     X : numpy.ndarray
         Solution (unscaled).
     X_rescaled : numpy.ndarray
-        ``α X / ‖X‖_∞`` (spec §7.10).
+        ``α X / ‖X‖_∞`` (docs/methods/personal_rankings.md §8, item 6).
     objective : float
         ``𝓛(X)``.
     radius : float
@@ -84,7 +84,9 @@ def fit_convex_baseline(
     radius: float | None = None,
     solver_kwargs: dict[str, Any] | None = None,
 ) -> ConvexBaselineResult:
-    """Convex relaxation via cvxpy (spec §6): ``min Σ w·logistic(∓Δ/σ)  s.t. ‖X‖_* ≤ α sqrt(r m n)``.
+    """Convex relaxation via cvxpy: ``min Σ w·logistic(∓Δ/σ)  s.t. ‖X‖_* ≤ α sqrt(r m n)``.
+
+    The paper's convex competitor (docs/methods/personal_rankings.md §5.2).
 
     Small sizes only (the nuclear norm becomes an (m+n)×(m+n) PSD block plus one exponential cone per
     pair; practical for about m, n ≤ 100).
@@ -177,8 +179,9 @@ def fit_convex_spg(
     memory: int = 10,
     time_limit: float | None = None,
 ) -> ConvexBaselineResult:
-    """Numpy substitute of the SPG baseline (spec §4.2): projected gradient on the nuclear ball.
+    """Numpy substitute of the SPG baseline: projected gradient on the nuclear ball.
 
+    The paper's convex competitor (docs/methods/personal_rankings.md §5.2). Solves
     ``min 𝓛(X) s.t. ‖X‖_* ≤ τ = α sqrt(r m n)`` with Barzilai–Borwein steps, projection by SVD +
     projection of the singular values onto the ℓ1 ball, and a nonmonotone (GLL, memory 10) Armijo
     backtracking. Stopping rule: ``‖X_{k+1} − X_k‖_F ≤ tol · max(1, ‖X_k‖_F)`` or relative objective change

@@ -7,7 +7,7 @@ L-BFGS (default) or the Riemannian trust region, from the initialization of :fun
 held-out negative log-likelihood (or accuracy) on a split from :func:`split_holdout` that keeps
 every user and item in training.
 
-Method and choices: docs/methods/personal_rankings.md (spec §2.3, §2.7, §2.10).
+Method and choices: docs/methods/personal_rankings.md §2.2, §2.5–2.7 and §2.9.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ __all__ = ["fit_low_rank_btl", "paper_init", "paper_lambda", "select_rank", "spl
 
 
 def paper_lambda(m: int, n: int, rank: int, K: int | None = None) -> float:
-    """The paper's regularization weight ``λ = r² √K ln K`` (spec §2.3, §7.1).
+    """The paper's regularization weight ``λ = r² √K ln K`` (docs/methods/personal_rankings.md §2.2, §8).
 
     Parameters
     ----------
@@ -41,7 +41,7 @@ def paper_lambda(m: int, n: int, rank: int, K: int | None = None) -> float:
     rank : int
         Target rank ``r``.
     K : int, optional
-        Size parameter; default ``max(m, n)`` (spec [reading] for ``m ≠ n``).
+        Size parameter; default ``max(m, n)`` (our reading for ``m ≠ n``, docs/methods/personal_rankings.md §8).
 
     Returns
     -------
@@ -55,7 +55,9 @@ def paper_lambda(m: int, n: int, rank: int, K: int | None = None) -> float:
 
 
 def paper_init(m: int, n: int, rank: int, seed: int | np.random.Generator = 0, target: float = 0.95) -> Tangent:
-    """Initial factors of spec §2.7: i.i.d. N(0,1) entries scaled so that ``‖L0 R0ᵀ‖_∞ = target``.
+    """Initial factors: i.i.d. N(0,1) entries scaled so that ``‖L0 R0ᵀ‖_∞ = target``.
+
+    The paper's start, shared by every solver (docs/methods/personal_rankings.md §2.7).
 
     Parameters
     ----------
@@ -98,7 +100,7 @@ def fit_low_rank_btl(
     warn: bool = True,
     **overrides: Any,
 ) -> tuple[SolverOutput, float]:
-    """Minimize the smoothed objective 𝒫 (spec §2.3) over rank-``rank`` factors.
+    """Minimize the smoothed objective (docs/methods/personal_rankings.md §2.2) over rank-``rank`` factors.
 
     Parameters
     ----------
@@ -108,16 +110,15 @@ def fit_low_rank_btl(
         Target rank r, ``1 ≤ r ≤ min(m, n)`` (``options.rank`` is not read: a rank grid is resolved by
         :func:`select_rank` first).
     options : PersonalRankingsOptions, optional
-        The model and solver settings used here: ``method`` (L-BFGS on the factors, spec §2.10.1, or the
-        Riemannian trust region, spec §2.6), ``sigma``, the λ rule (``lambda_``, or
-        ``lambda_scale · r² √K ln K`` with ``K``, spec §2.3), ``mu``, ``max_iter`` (default 2000 for
-        L-BFGS, 500 for RTR), ``gtol`` (RTR: Riemannian norm, absolute; L-BFGS: scipy's max-abs projected
-        gradient), ``seed`` of the paper's initialization (spec §2.7) and ``time_limit``. Default: all
-        defaults.
+        The model and solver settings used here: ``method`` (L-BFGS on the factors or the Riemannian
+        trust region), ``sigma``, the λ rule (``lambda_``, or ``lambda_scale · r² √K ln K`` with ``K``),
+        ``mu``, ``max_iter`` (default 2000 for L-BFGS, 500 for RTR), ``gtol`` (RTR: Riemannian norm,
+        absolute; L-BFGS: scipy's max-abs projected gradient), ``seed`` of the paper's initialization
+        and ``time_limit``. Default: all defaults. See docs/methods/personal_rankings.md §2.2 and §2.5–2.7.
     init : (numpy.ndarray, numpy.ndarray), optional
         Explicit initial factors (overrides ``seed``).
     block_entries : int
-        Row-block size of the dense regularizer evaluation (memory only; spec §5).
+        Row-block size of the dense regularizer evaluation (memory only; docs/methods/personal_rankings.md §2.10).
     solver_options : dict, optional
         Expert keyword arguments of :func:`~crowdflow.personal_rankings.solvers.riemannian_trust_region` /
         :func:`~crowdflow.personal_rankings.solvers.lbfgs_factors` (trust-region radii, tCG and L-BFGS

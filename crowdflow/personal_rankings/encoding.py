@@ -8,7 +8,7 @@ each used row becomes a directed comparison ``(user, winner, loser)`` with its w
 are independent draws that add weight. Users and items with no usable comparison are listed, with the
 reason, in :attr:`PersonalComparisons.excluded` and never fitted.
 
-Method and input contract: docs/methods/personal_rankings.md (spec §1.1).
+Method and input contract: docs/methods/personal_rankings.md §1.1.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ __all__ = ["COLUMN_ALIASES", "PersonalComparisons", "encode_personal_comparisons
 
 
 COLUMN_ALIASES = {
-    # spec §1.1 names
+    # the paper's names (user, item_i, item_j, winner)
     "user": "annotator",
     "item_i": "item_a",
     "item_j": "item_b",
@@ -62,7 +62,7 @@ def _rows_message(mask: np.ndarray, limit: int = 5) -> str:
 
 @dataclass(frozen=True)
 class PersonalComparisons:
-    """Comparisons encoded for the low-rank BTL fit (spec §1.1).
+    """Comparisons encoded for the low-rank BTL fit (docs/methods/personal_rankings.md §1.1).
 
     Attributes
     ----------
@@ -119,18 +119,18 @@ def encode_personal_comparisons(
     users: Sequence[Any] | None = None,
     items: Sequence[Any] | None = None,
 ) -> PersonalComparisons:
-    """Validate a comparison table and encode it as dense triples (spec §1.1, design.md §3).
+    """Validate a comparison table and encode it as dense triples (docs/methods/personal_rankings.md §1.1).
 
     Accepted layouts (column aliases are renamed when the canonical name is absent):
 
     * canonical ``annotator, item_a, item_b, outcome [, weight]`` — ``outcome > 0`` means ``item_a``
       preferred, ``< 0`` ``item_b``, ``0`` a tie; graded outcomes are reduced to their sign;
-    * spec §1.1 ``user, item_i, item_j, winner`` and winner form ``annotator, item_a, item_b, winner``
+    * the paper's ``user, item_i, item_j, winner`` and winner form ``annotator, item_a, item_b, winner``
       (``winner`` = id of the preferred item or ``'tie'``);
     * Crowd-Kit ``worker, left, right, label`` (``label`` = winner id).
 
     Each used row becomes ``(user, winner, loser)`` with weight ``weight`` (default 1); repeated rows
-    are independent draws and add up (spec §1.1).
+    are independent draws and add up.
 
     Parameters
     ----------
@@ -139,7 +139,7 @@ def encode_personal_comparisons(
     on_invalid : {"raise", "drop"}
         Invalid rows — missing ids, ``item_a == item_b``, a winner that is neither item, a missing or
         non-finite outcome, a weight that is not finite and > 0 — raise ``ValueError`` (default) or are
-        dropped, counted and logged (spec §1.1 "reject row / fail the batch, configurable").
+        dropped, counted and logged (docs/methods/personal_rankings.md §1.1).
     users, items : sequence, optional
         The full universe of ids. Declared ids without usable comparisons are reported in
         ``excluded`` (reason ``"no comparisons in the input"``).

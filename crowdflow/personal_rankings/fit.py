@@ -17,9 +17,9 @@ matters), balances the factors and builds the tables of :class:`PersonalRankingR
 Users / items without any usable comparison (declared via ``users=``/``items=``, or whose rows were all
 ties or invalid-and-dropped) are **excluded** from the fit and listed in ``result.excluded`` with a
 reason; they never appear in ``personal_rankings``. Items compared only by some users are still scored
-for every user: those scores come from the low-rank coupling (spec §1.3).
+for every user: those scores come from the low-rank coupling (docs/methods/personal_rankings.md §1.3).
 
-Method, options and benchmarks: docs/methods/personal_rankings.md (spec §1.2, §2, §3.1).
+Method, options and benchmarks: docs/methods/personal_rankings.md (model §1, algorithm §2, options §4, benchmarks §7).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ __all__ = ["PersonalRankingDiagnostics", "PersonalRankingResult", "fit_personal_
 
 @dataclass(frozen=True)
 class PersonalRankingDiagnostics:
-    """Run facts of a personalized-ranking fit (spec §2.8, §8 test 21 metadata row).
+    """Run facts of a personalized-ranking fit (docs/methods/personal_rankings.md §2.8).
 
     Attributes
     ----------
@@ -78,9 +78,9 @@ class PersonalRankingDiagnostics:
     objective, loss, regularizer : float
         Final ``F``, ``𝓛`` and ``μ log Σ exp(X²/μ)`` (``F = 𝓛 + λ·regularizer``).
     grad_norm : float
-        Final Riemannian gradient norm (spec §2.5).
+        Final Riemannian gradient norm (docs/methods/personal_rankings.md §2.4).
     scale : float
-        ``‖L Rᵀ‖_∞`` before the rescaling of spec §2.8 (``score = α X̂ / scale``).
+        ``‖L Rᵀ‖_∞`` before the rescaling of docs/methods/personal_rankings.md §2.8 (``score = α X̂ / scale``).
     time_s : float
         Solver wall time in seconds.
     seed : int or None
@@ -123,7 +123,7 @@ class PersonalRankingResult:
     ----------
     personal_rankings : pandas.DataFrame
         ``user, item, score, rank`` for every fitted user × fitted item. ``score = α X̂ / ‖X̂‖_∞`` (the
-        rescaled estimate of spec §2.8); ``rank`` 1 = best per user, ties broken by item id.
+        rescaled estimate); ``rank`` 1 = best per user, ties broken by item id (docs/methods/personal_rankings.md §2.8).
     user_factors : pandas.DataFrame
         ``user, f0 … f{r−1}``: balanced factor ``L = U Σ^{1/2}`` of the unscaled ``X̂ = L Rᵀ = U Σ Vᵀ``.
     item_factors : pandas.DataFrame
@@ -185,7 +185,7 @@ class PersonalRankingResult:
         return out
 
     def diagnostics_table(self) -> pd.DataFrame:
-        """One-row run-metadata table (spec §8 test 21)."""
+        """One-row run-metadata table (docs/methods/personal_rankings.md §2.8)."""
         return pd.DataFrame([self.diagnostics.as_dict()])
 
 
@@ -199,11 +199,11 @@ def fit_personal_rankings(
     block_entries: int = DEFAULT_BLOCK_ENTRIES,
     **overrides: Any,
 ) -> PersonalRankingResult:
-    """Per-user rankings from pairwise comparisons by smoothed low-rank BTL (spec §2, §3.1).
+    """Per-user rankings from pairwise comparisons by smoothed low-rank BTL (docs/methods/personal_rankings.md §2).
 
-    Solves ``min_{rank(X)=r} 𝓛(X) + λ μ log Σ exp(X²/μ)`` on ``X = L Rᵀ`` (spec §2.3) with L-BFGS or the
-    Riemannian trust region, rescales ``X̂`` to ``‖X̂‖_∞ = α`` (spec §2.8) and ranks every fitted item
-    for every fitted user by decreasing score (spec §3.1).
+    Solves ``min_{rank(X)=r} 𝓛(X) + λ μ log Σ exp(X²/μ)`` on ``X = L Rᵀ`` with L-BFGS or the Riemannian
+    trust region, rescales ``X̂`` to ``‖X̂‖_∞ = α`` and ranks every fitted item for every fitted user by
+    decreasing score (docs/methods/personal_rankings.md §2.2, §2.5–2.6, §2.8).
 
     ``fit_personal_rankings(df, rank=3, method="rtr")`` and
     ``fit_personal_rankings(df, PersonalRankingsOptions(rank=3, method="rtr"))`` are the same call; a
@@ -218,9 +218,9 @@ def fit_personal_rankings(
         Everything that changes the fit (default: all defaults): ``rank`` (an int, or a list of ranks
         to choose from by held-out ``rank_criterion`` on a ``holdout_fraction`` split, :func:`select_rank`,
         then refit on all data), ``method``, the model constants ``sigma``, ``lambda_`` (or the rule
-        ``lambda_scale · r² √K ln K`` with ``K``), ``mu``, the score scale ``alpha`` (spec §2.8), the
-        solver controls ``max_iter``, ``gtol``, ``time_limit``, ``seed``, and ``on_invalid`` (the policy
-        for invalid rows).
+        ``lambda_scale · r² √K ln K`` with ``K``), ``mu``, the score scale ``alpha``, the solver controls
+        ``max_iter``, ``gtol``, ``time_limit``, ``seed``, and ``on_invalid`` (the policy for invalid
+        rows). Each option, its range and its default: docs/methods/personal_rankings.md §4.
     users, items : sequence, optional
         Full id universes; ids without usable comparisons are listed in ``excluded``.
     init : (numpy.ndarray, numpy.ndarray), optional

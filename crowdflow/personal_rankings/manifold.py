@@ -7,7 +7,7 @@ r×r Sylvester solve), the Riemannian gradient ``(egrad_L LᵀL, egrad_R RᵀR)`
 with an optional norm rebalancing) and :func:`balance_factors` (the representative
 ``(U Σ^{1/2}, V Σ^{1/2})`` of ``L Rᵀ = U Σ Vᵀ``).
 
-Formulas: docs/methods/personal_rankings.md (spec §2.5).
+Formulas: docs/methods/personal_rankings.md §2.4.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ __all__ = ["TwoFactorGeometry", "balance_factors", "rebalance_norms", "retract",
 
 
 def balance_factors(L: np.ndarray, R: np.ndarray) -> Tangent:
-    """Balanced representative ``(U Σ^{1/2}, V Σ^{1/2})`` of ``L Rᵀ = U Σ Vᵀ`` (spec §2.5).
+    """Balanced representative ``(U Σ^{1/2}, V Σ^{1/2})`` of ``L Rᵀ = U Σ Vᵀ`` (docs/methods/personal_rankings.md §2.4).
 
     Computed from thin QR factorizations of both factors and an r×r SVD, O((m+n) r²); the result is
     unique up to the signs of singular-vector pairs (fixed here so that the largest-magnitude entry
@@ -55,7 +55,9 @@ def _sym(M: np.ndarray) -> np.ndarray:
 
 
 class TwoFactorGeometry:
-    """Quotient geometry of ``(L, R) ~ (L M⁻¹, R Mᵀ)`` at one point (spec §2.5; Mishra et al.).
+    """Quotient geometry of ``(L, R) ~ (L M⁻¹, R Mᵀ)`` at one point (Mishra et al.).
+
+    Formulas: docs/methods/personal_rankings.md §2.4.
 
     Metric ``g(ξ, ζ) = tr((LᵀL)⁻¹ ξ_Lᵀ ζ_L) + tr((RᵀR)⁻¹ ξ_Rᵀ ζ_R)``; horizontal projection by an r×r
     Sylvester solve; Riemannian gradient ``(egrad_L LᵀL, egrad_R RᵀR)``; Riemannian Hessian = horizontal
@@ -125,7 +127,9 @@ class TwoFactorGeometry:
         return out
 
     def rhess(self, egrad: Tangent, ehess: Tangent, grad: Tangent, xi: Tangent) -> Tangent:
-        """Riemannian Hessian ``Π_x(D grad[ξ] + Γ(ξ, grad))`` (spec §2.5, paper eqs. 17–18).
+        """Riemannian Hessian ``Π_x(D grad[ξ] + Γ(ξ, grad))`` (the paper's eqs. 17–18).
+
+        See docs/methods/personal_rankings.md §2.4.
 
         ``D grad_L[ξ] = ehess_L A + 2 egrad_L sym(ξ_Lᵀ L)`` (same for R with B).
         """

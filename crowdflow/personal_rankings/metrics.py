@@ -6,7 +6,7 @@
 * :func:`relative_error`: ``‖X̂ − X*‖_F² / ‖X*‖_F²`` after rescaling both to ``‖·‖_∞ = 1`` (the paper's metric);
 * :func:`mean_kendall_tau`: mean over users of Kendall's τ-a between rows of X̂ and X*.
 
-Definitions: docs/methods/personal_rankings.md (spec §3.1–3.2).
+Definitions: docs/methods/personal_rankings.md §2.8 (rankings) and §3 (metrics).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ __all__ = ["borda_scores", "mean_kendall_tau", "rankings_from_scores", "relative
 
 
 def rankings_from_scores(X: np.ndarray) -> np.ndarray:
-    """Per-row ranks of a score matrix, 1 = best (spec §3.1).
+    """Per-row ranks of a score matrix, 1 = best (docs/methods/personal_rankings.md §2.8).
 
     Parameters
     ----------
@@ -39,7 +39,7 @@ def rankings_from_scores(X: np.ndarray) -> np.ndarray:
 
 
 def borda_scores(X: np.ndarray, sigma: float = DEFAULT_SIGMA, block_entries: int = 1 << 22) -> np.ndarray:
-    """Borda-type scores ``τ_j^{(i)} = (1/n) Σ_k f(X[i,j] − X[i,k])`` (spec §3.1).
+    """Borda-type scores ``τ_j^{(i)} = (1/n) Σ_k f(X[i,j] − X[i,k])`` (docs/methods/personal_rankings.md §2.8).
 
     The probability that user i prefers item j over a uniformly random item; its order within a row
     equals the order of ``X[i]`` (f is increasing). O(m n²), computed in row blocks.
@@ -68,7 +68,7 @@ def borda_scores(X: np.ndarray, sigma: float = DEFAULT_SIGMA, block_entries: int
 
 
 def relative_error(X_hat: np.ndarray, X_star: np.ndarray, *, rescale: bool = True, center: bool = False) -> float:
-    """Relative squared error ``‖X̂ − X*‖_F² / ‖X*‖_F²`` (spec §3.2).
+    """Relative squared error ``‖X̂ − X*‖_F² / ‖X*‖_F²`` (docs/methods/personal_rankings.md §3.1).
 
     Parameters
     ----------
@@ -77,7 +77,7 @@ def relative_error(X_hat: np.ndarray, X_star: np.ndarray, *, rescale: bool = Tru
     rescale : bool
         Scale both to ``‖·‖_∞ = 1`` first (the paper's metric).
     center : bool
-        Remove row means of both first (offset-free variant, spec §1.3, §3.2).
+        Remove row means of both first (offset-free variant, docs/methods/personal_rankings.md §1.3, §3.1).
 
     Returns
     -------
@@ -97,7 +97,7 @@ def relative_error(X_hat: np.ndarray, X_star: np.ndarray, *, rescale: bool = Tru
 
 
 def mean_kendall_tau(X_hat: np.ndarray, X_star: np.ndarray, block_entries: int = 1 << 23) -> float:
-    """Mean over users of Kendall's τ-a between rows of ``X̂`` and ``X*`` (spec §3.2, ours).
+    """Mean over users of Kendall's τ-a between rows of ``X̂`` and ``X*`` (docs/methods/personal_rankings.md §3.2).
 
     ``τ_i = Σ_{j<k} sign(X̂_ij − X̂_ik) sign(X*_ij − X*_ik) / (n(n−1)/2)``, vectorised over pairs in
     blocks of users.

@@ -11,7 +11,7 @@ the evaluation runs over dense row blocks of X (gather by flat index, scatter by
 with a streaming log-sum-exp that never forms ``exp(X²)`` unshifted. Dense references
 (``dense_value``, ``dense_gradient``, ``dense_hvp``) check the blocked code in the tests.
 
-Derivation and numerics: docs/methods/personal_rankings.md (spec §2.1, §2.3–2.5, §5).
+Derivation and numerics: docs/methods/personal_rankings.md §2.1–2.4 and §2.10.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class PointEval:
     f, loss, reg : float
         ``F = loss + λ·reg`` with ``reg = μ log Σ exp(X²/μ)``.
     egrad_L, egrad_R : numpy.ndarray
-        ``G(X) R`` and ``G(X)ᵀ L`` (spec §2.5).
+        ``G(X) R`` and ``G(X)ᵀ L`` (docs/methods/personal_rankings.md §2.4).
     """
 
     L: np.ndarray
@@ -80,19 +80,21 @@ class PointEval:
 
 
 class SmoothedBTLObjective:
-    """``F(X) = 𝓛(X) + λ · μ log Σ_ij exp(X_ij²/μ)`` on factors ``X = L Rᵀ`` (spec §2.1, §2.3, §2.4).
+    """``F(X) = 𝓛(X) + λ · μ log Σ_ij exp(X_ij²/μ)`` on factors ``X = L Rᵀ`` (docs/methods/personal_rankings.md §2.2).
 
-    Derivatives (spec §2.4; per pair ``c = dℓ/dΔ``, ``h = d²ℓ/dΔ²``, ``W = softmax(X²/μ)``, ``Q = 2 X∘W``):
+    Derivatives (per pair ``c = dℓ/dΔ``, ``h = d²ℓ/dΔ²``, ``W = softmax(X²/μ)``, ``Q = 2 X∘W``;
+    docs/methods/personal_rankings.md §2.3):
 
         G(X)      = S(c) + λ Q
         DG(X)[Ė]  = S(h · Δ(Ė)) + λ [2 W∘Ė∘(1 + 2X²/μ) − (1/μ) Q ⟨Q, Ė⟩]
 
     and on the factors ``egrad = (G R, Gᵀ L)``, ``ehess = (DG[Ė] R + G ξ_R, DG[Ė]ᵀ L + Gᵀ ξ_L)`` with
-    ``Ė = ξ_L Rᵀ + L ξ_Rᵀ`` (spec §2.5). The regularizer needs every entry of ``X`` (O(m n r), spec §5), so
-    the whole objective is evaluated on dense row blocks of ``X`` of at most ``block_entries`` entries:
-    ``Δ`` is gathered from the block by flat index, ``S(c)`` is scattered with ``np.bincount``, and the
-    log-sum-exp is streamed with a running max shift, so ``exp(X²)`` is never formed unshifted. With a
-    single block the dense ``X, W, Q, G`` are kept for the Hessian-vector products at that point.
+    ``Ė = ξ_L Rᵀ + L ξ_Rᵀ`` (docs/methods/personal_rankings.md §2.4). The regularizer needs every entry of ``X``
+    (O(m n r), docs/methods/personal_rankings.md §2.10), so the whole objective is evaluated on dense row
+    blocks of ``X`` of at most ``block_entries`` entries: ``Δ`` is gathered from the block by flat
+    index, ``S(c)`` is scattered with ``np.bincount``, and the log-sum-exp is streamed with a running max
+    shift, so ``exp(X²)`` is never formed unshifted. With a single block the dense ``X, W, Q, G`` are kept
+    for the Hessian-vector products at that point.
 
     Parameters
     ----------
@@ -142,7 +144,7 @@ class SmoothedBTLObjective:
 
     # -- pieces ---------------------------------------------------------------------------------------
     def _pairs(self, delta: np.ndarray, p0: int, p1: int) -> tuple[float, np.ndarray, np.ndarray]:
-        """Loss, dℓ/dΔ and d²ℓ/dΔ² of pairs p0:p1 given their Δ (spec §2.1)."""
+        """Loss, dℓ/dΔ and d²ℓ/dΔ² of pairs p0:p1 given their Δ (docs/methods/personal_rankings.md §2.1)."""
         d = self.data
         wp = d.w_pos[p0:p1]
         wn = d.w_neg[p0:p1]
@@ -182,7 +184,9 @@ class SmoothedBTLObjective:
         return self.evaluate(L, R, cache=False).f
 
     def evaluate(self, L: np.ndarray, R: np.ndarray, cache: bool = True) -> PointEval:
-        """Value, factor gradients ``(G R, Gᵀ L)`` and Hessian caches at ``(L, R)`` (spec §2.4–2.5).
+        """Value, factor gradients ``(G R, Gᵀ L)`` and Hessian caches at ``(L, R)``.
+
+        Formulas: docs/methods/personal_rankings.md §2.3–2.4.
 
         Parameters
         ----------
@@ -288,9 +292,10 @@ class SmoothedBTLObjective:
 
     # -- Hessian-vector product -----------------------------------------------------------------------
     def ehess(self, pt: PointEval, xiL: np.ndarray, xiR: np.ndarray) -> Tangent:
-        """Euclidean Hessian of ``(L, R) ↦ F(L Rᵀ)`` along ``(ξ_L, ξ_R)`` (spec §2.5, eqs. 19–21).
+        """Euclidean Hessian of ``(L, R) ↦ F(L Rᵀ)`` along ``(ξ_L, ξ_R)``.
 
-        Returns ``(DG[Ė] R + G ξ_R, DG[Ė]ᵀ L + Gᵀ ξ_L)`` with ``Ė = ξ_L Rᵀ + L ξ_Rᵀ``.
+        Returns ``(DG[Ė] R + G ξ_R, DG[Ė]ᵀ L + Gᵀ ξ_L)`` with ``Ė = ξ_L Rᵀ + L ξ_Rᵀ`` (the paper's eqs.
+        19–21; docs/methods/personal_rankings.md §2.4).
         """
         self.n_hvps += 1
         m, n = self.m, self.n
@@ -338,13 +343,13 @@ class SmoothedBTLObjective:
 
     # -- dense references (tests) -----------------------------------------------------------------------
     def log_sum_exp_sq(self, X: np.ndarray) -> float:
-        """Stable ``μ log Σ exp(X²/μ)`` of a dense matrix (spec §2.3 numerics)."""
+        """Stable ``μ log Σ exp(X²/μ)`` of a dense matrix (docs/methods/personal_rankings.md §2.2, numerics)."""
         Y = np.square(X) / self.mu
         q = float(Y.max())
         return self.mu * (q + float(np.log(np.exp(Y - q).sum())))
 
     def loss_from_deltas(self, delta: np.ndarray) -> float:
-        """``𝓛 = Σ w_pos ℓ(Δ) + w_neg ℓ(−Δ)`` with ``ℓ(z) = softplus(−z/σ)`` (spec §2.1)."""
+        """``𝓛 = Σ w_pos ℓ(Δ) + w_neg ℓ(−Δ)``, ``ℓ(z) = softplus(−z/σ)`` (docs/methods/personal_rankings.md §2.1)."""
         return self._pairs(np.asarray(delta, dtype=float), 0, self.data.n_pairs)[0]
 
     def dense_value(self, X: np.ndarray) -> float:

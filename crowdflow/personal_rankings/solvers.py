@@ -9,7 +9,7 @@ Both return a :class:`SolverOutput` with the final factors, the objective, the R
 norm (the same quantity for both), the stop reason and a per-iteration trace. Everything is
 numpy/scipy; nothing loops over comparisons in Python.
 
-Algorithms and stopping rules: docs/methods/personal_rankings.md (spec §2.6, §2.10.1).
+Algorithms and stopping rules: docs/methods/personal_rankings.md §2.5–2.6.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ class SolverOutput:
     objective : float
         Final ``F``.
     grad_norm : float
-        Final Riemannian gradient norm ``‖grad‖_x`` (spec §2.5; the same quantity for every solver).
+        Final Riemannian gradient norm ``‖grad‖_x``, the same quantity for every solver
+        (docs/methods/personal_rankings.md §2.4).
     iterations : int
         Outer iterations.
     converged : bool
@@ -81,7 +82,10 @@ def _tcg(
     kappa: float,
     theta: float,
 ) -> tuple[Tangent, Tangent, str, int]:
-    """Steihaug–Toint truncated CG for the trust-region subproblem (spec §2.6, no preconditioner)."""
+    """Steihaug–Toint truncated CG (no preconditioner) for the trust-region subproblem.
+
+    See docs/methods/personal_rankings.md §2.5.
+    """
     egrad = (pt.egrad_L, pt.egrad_R)
 
     def hess(v: Tangent) -> Tangent:
@@ -145,7 +149,9 @@ def riemannian_trust_region(
     rebalance: bool = True,
     time_limit: float | None = None,
 ) -> SolverOutput:
-    """Riemannian trust-region method with truncated CG on the two-factor quotient (spec §2.6).
+    """Riemannian trust-region method with truncated CG on the two-factor quotient.
+
+    The paper's solver (docs/methods/personal_rankings.md §2.5).
 
     Stopping rule: ``‖grad‖_x < gtol`` (absolute; paper 1e-6) → converged. Caps: ``max_iter`` outer
     iterations (paper 500), optional ``time_limit`` seconds, and a collapsed radius
@@ -161,7 +167,7 @@ def riemannian_trust_region(
     max_iter : int
         Maximal outer iterations.
     gtol : float
-        Gradient-norm tolerance (metric norm of spec §2.5).
+        Gradient-norm tolerance (metric norm of docs/methods/personal_rankings.md §2.4).
     delta_bar, delta0 : float, optional
         Maximal and initial radius; defaults ``10 r`` and ``Δ̄/8`` (Manopt).
     rho_prime : float
@@ -297,17 +303,17 @@ def lbfgs_factors(
     time_limit: float | None = None,
 ) -> SolverOutput:
     """L-BFGS on ``z = [vec L; vec R]`` with value ``F(L Rᵀ)`` and gradient ``[vec(G R); vec(Gᵀ L)]``
-    (spec §2.10.1, via ``scipy.optimize.minimize(method="L-BFGS-B")``).
+    (docs/methods/personal_rankings.md §2.6, via ``scipy.optimize.minimize(method="L-BFGS-B")``).
 
     The start is rebalanced to ``‖L‖_F = ‖R‖_F`` (same ``X0``; equalises the curvature of the two blocks
     when m ≠ n, without it L-BFGS stalls far from the optimum on e.g. 6000 users × 5 items).
 
     Stopping rule: each scipy run ends by its own tests (max-abs gradient ≤ ``gtol`` or relative
-    objective reduction ≤ ``ftol``). The run counts as converged when the Riemannian gradient norm of
-    spec §2.5 satisfies ``‖grad‖_x ≤ max(gtol, grad_rtol·‖grad(x0)‖_x)``; otherwise L-BFGS is restarted
-    from the rebalanced current point (fresh curvature memory), at most ``max_restarts`` times. Caps:
-    ``max_iter`` iterations in total, ``20 max_iter`` evaluations per run, optional ``time_limit`` —
-    all reported as not converged.
+    objective reduction ≤ ``ftol``). The run counts as converged when the Riemannian gradient norm
+    (docs/methods/personal_rankings.md §2.4) satisfies ``‖grad‖_x ≤ max(gtol, grad_rtol·‖grad(x0)‖_x)``;
+    otherwise L-BFGS is restarted from the rebalanced current point (fresh curvature memory), at most
+    ``max_restarts`` times. Caps: ``max_iter`` iterations in total, ``20 max_iter`` evaluations per run,
+    optional ``time_limit`` — all reported as not converged.
 
     Parameters
     ----------

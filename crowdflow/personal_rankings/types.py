@@ -8,7 +8,7 @@ logistic scale σ of ``P(a ≻ b) = 1/(1 + exp(−(X[u,a] − X[u,b])/σ))``, th
 the exported scores, the gradient tolerance and the iteration caps), the ``Tangent`` pair ``(ξ_L, ξ_R)``
 of factor-shaped arrays and :func:`dot`, the full inner product.
 
-Method, notation and references: docs/methods/personal_rankings.md (spec §1.1–1.2).
+Method, notation and references: docs/methods/personal_rankings.md §1.1–1.2.
 """
 
 from __future__ import annotations
@@ -52,11 +52,11 @@ def dot(a: np.ndarray, b: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class PairData:
-    """Comparisons aggregated per (user, unordered item pair) (spec §1.1–1.2).
+    """Comparisons aggregated per (user, unordered item pair) (docs/methods/personal_rankings.md §1.1–1.2).
 
     Pair ``t`` is ``(user[t], a[t], b[t])`` with ``a[t] < b[t]``; ``w_pos[t]`` is the total weight of
     observations where ``a`` was preferred and ``w_neg[t]`` where ``b`` was preferred. Repeated rows are
-    independent draws, so they simply add weight (spec §1.1). The negative log-likelihood is
+    independent draws, so they simply add weight. The negative log-likelihood is
 
         𝓛(X) = Σ_t w_pos[t] ℓ(Δ_t) + w_neg[t] ℓ(−Δ_t),   Δ_t = X[u_t, a_t] − X[u_t, b_t],
         ℓ(z) = log(1 + exp(−z/σ)).
@@ -179,7 +179,10 @@ class PairData:
         )
 
     def scatter(self, c: np.ndarray) -> sp.csr_matrix:
-        """The sparse m×n matrix ``S(c)`` of spec §2.4 (``+c`` at (u, a), ``−c`` at (u, b))."""
+        """The sparse m×n matrix ``S(c)``: ``+c`` at (u, a), ``−c`` at (u, b).
+
+        See docs/methods/personal_rankings.md §2.3.
+        """
         return sp.csr_matrix(
             (np.r_[c, -c], (np.r_[self.user, self.user], np.r_[self.a, self.b])), shape=(self.m, self.n)
         )

@@ -5,7 +5,7 @@ each with a uniform user and a uniform ordered pair of distinct items (drawn wit
 ``outcome = +1`` with probability ``f(X*[i,a] − X*[i,b])``, else −1. Used by the tests (recovery
 against X*), the benchmarks and the sample data.
 
-Protocol: docs/methods/personal_rankings.md (spec §4.1).
+Protocol: docs/methods/personal_rankings.md §5.1.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ __all__ = ["SyntheticPersonalComparisons", "synthetic_personal_comparisons"]
 
 @dataclass(frozen=True)
 class SyntheticPersonalComparisons:
-    """Synthetic comparisons with ground truth (spec §4.1).
+    """Synthetic comparisons with ground truth (docs/methods/personal_rankings.md §5.1).
 
     Attributes
     ----------
@@ -58,7 +58,7 @@ def synthetic_personal_comparisons(
     n_items: int | None = None,
     n_comparisons: int | None = None,
 ) -> SyntheticPersonalComparisons:
-    """The paper's synthetic protocol (spec §4.1).
+    """The paper's synthetic protocol (docs/methods/personal_rankings.md §5.1).
 
     ``U, V ~ Uniform[−0.5, 0.5]^{K×r}``, ``X* = U Vᵀ / ‖U Vᵀ‖_∞``; ``N = round(d r K ln K)`` comparisons,
     each with a uniform user and a uniform ordered pair of distinct items (with replacement);

@@ -35,7 +35,7 @@ def test_convex_baseline_relaxation_and_spg(
     assert np.linalg.norm(Xr, "nuc") <= cvx.radius
     nll_ours = SmoothedBTLObjective(p, SIGMA, 0.0).dense_value(Xr)
     assert cvx.objective <= nll_ours * (1 + 1e-6)
-    # numpy SPG substitute reaches the cvxpy objective (spec §6 (a))
+    # numpy SPG substitute reaches the cvxpy objective (docs/methods/personal_rankings.md §6.1, item 11)
     spg = fit_convex_spg(p, 2, tol=1e-10, max_iter=3000)
     assert spg.objective == pytest.approx(cvx.objective, rel=1e-4)
     assert np.linalg.norm(spg.X, "nuc") <= spg.radius * (1 + 1e-9)
@@ -45,7 +45,7 @@ def test_convex_baseline_relaxation_and_spg(
 def test_beats_convex_baseline_K50(
     seed: int, encoded: Callable[[int, int, float, int], tuple[PersonalComparisons, np.ndarray]]
 ) -> None:
-    """Spec §8.18, error part (wall time goes to the benchmark); the numpy SPG solves the same convex
+    """docs/methods/personal_rankings.md §6.2, item 8, error part (wall time goes to the benchmark); the numpy SPG solves the same convex
     problem as cvxpy (checked above) and is much cheaper. Measured: ours 0.198/0.250/0.224,
     convex 0.825/0.852/0.836 for seeds 1–3."""
     enc, Xs = encoded(50, 3, 5, seed)

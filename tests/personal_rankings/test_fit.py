@@ -1,5 +1,5 @@
 """The entry point fit_personal_rankings: recovery of the synthetic truth, the result tables, warnings,
-bad arguments (spec personal-rankings-manifold.md §8).
+bad arguments (docs/methods/personal_rankings.md §6.2).
 
 Default run: convergence and accuracy on small synthetic problems. ``slow``: the spec's K=200 accuracy
 tests, λ=0 ablation, K=800 scale smoke test.
@@ -121,9 +121,9 @@ def test_spec_K200_accuracy_and_monotone_in_d(
             errs.append(relative_error(Xh, Xs))
             tt.append(mean_kendall_tau(Xh, Xs))
         means[d], taus[d] = float(np.mean(errs)), float(np.mean(tt))
-    assert means[5] <= 0.25 and taus[5] >= 0.70  # §8.12
-    assert means[10] <= 0.12  # §8.13
-    assert means[2] > means[3] > means[5] > means[10]  # §8.14
+    assert means[5] <= 0.25 and taus[5] >= 0.70  # docs/methods/personal_rankings.md §6.2, item 2
+    assert means[10] <= 0.12  # docs/methods/personal_rankings.md §6.2, item 3
+    assert means[2] > means[3] > means[5] > means[10]  # docs/methods/personal_rankings.md §6.2, item 4
 
 
 @pytest.mark.slow
@@ -140,7 +140,7 @@ def test_spec_flat_in_K(encoded: Callable[[int, int, float, int], tuple[Personal
             for e, X in (encoded(400, 10, 5, s) for s in (1, 2, 3))
         ]
     )
-    assert e400 <= 1.3 * e100  # §8.15
+    assert e400 <= 1.3 * e100  # docs/methods/personal_rankings.md §6.2, item 5
 
 
 @pytest.mark.slow
@@ -154,7 +154,7 @@ def test_spec_regularizer_matters(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             without.append(relative_error(fit_personal_rankings(enc, rank=10, lambda_=0.0).score_matrix(), Xs))
-    assert np.mean(without) > np.mean(with_lam)  # §8.17
+    assert np.mean(without) > np.mean(with_lam)  # docs/methods/personal_rankings.md §6.2, item 7
 
 
 @pytest.mark.slow
@@ -164,7 +164,7 @@ def test_spec_scale_smoke_K800(
     enc, Xs = encoded(800, 10, 5, 1)
     res = fit_personal_rankings(enc, rank=10)
     assert res.diagnostics.converged
-    assert relative_error(res.score_matrix(), Xs) <= 0.25  # §8.20 (time measured in the benchmark)
+    assert relative_error(res.score_matrix(), Xs) <= 0.25  # docs/methods/personal_rankings.md §6.2, item 9
 
 
 # ---------------------------------------------------------------------------------------------------

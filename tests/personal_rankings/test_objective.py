@@ -40,7 +40,7 @@ def test_loss_matches_direct_loop_and_cvxpy(
     # factor path agrees with the dense reference
     L, R = rand_point(enc.m, enc.n, 2)
     assert obj.evaluate(L, R).f == pytest.approx(obj.dense_value(L @ R.T), rel=1e-12)
-    # cvxpy's logistic expression at the same X (spec §6 (b))
+    # cvxpy's logistic expression at the same X (docs/methods/personal_rankings.md §6.1, item 2)
     N = len(df)
     A = sp.csr_matrix(
         (np.r_[np.ones(N), -np.ones(N)], (np.r_[np.arange(N), np.arange(N)], np.r_[u * enc.n + a, u * enc.n + b])),
