@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Self
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from crowdflow.options import Options
 from crowdflow.personal_rankings.types import (
@@ -122,6 +122,14 @@ class PersonalRankingsOptions(Options):
         description="How a rank list is judged on the held-out comparisons: nll (how well the predicted "
         "probabilities fit) or accuracy (how often the predicted winner won).",
     )
+
+    @field_validator("rank", "K", "max_iter", "seed", mode="before")
+    @classmethod
+    def _no_booleans(cls, v: object, info: ValidationInfo) -> object:
+        # YAML reads yes / true as a boolean, which pydantic would quietly take as the number 1
+        if isinstance(v, bool) or (isinstance(v, list) and any(isinstance(x, bool) for x in v)):
+            raise ValueError(f"{info.field_name} must be a whole number, got {v!r}")
+        return v
 
     @field_validator("rank")
     @classmethod

@@ -133,11 +133,31 @@ def test_floats_must_be_finite(field: str, bad: float) -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [0, -5, -(2**63), MAX_RANK + 1, [], [0], [2, 0], [1, MAX_RANK + 1], list(range(1, MAX_RANK_GRID + 2)), 2.5, "abc"],
+    [
+        0,
+        -5,
+        -(2**63),
+        MAX_RANK + 1,
+        [],
+        [0],
+        [2, 0],
+        [1, MAX_RANK + 1],
+        list(range(1, MAX_RANK_GRID + 2)),
+        2.5,
+        "abc",
+        True,
+        [True, 2],
+    ],
 )
 def test_rank_must_be_a_sane_positive_whole_number_or_grid(bad: object) -> None:
     with pytest.raises(ValidationError, match="rank"):
         PersonalRankingsOptions(rank=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("field", ["K", "max_iter", "seed"])
+def test_booleans_are_not_numbers(field: str) -> None:
+    with pytest.raises(ValidationError, match="whole number"):
+        PersonalRankingsOptions(**{field: True})
 
 
 def test_boundary_values_are_accepted() -> None:
