@@ -1,15 +1,16 @@
-"""Benchmark of personalized rankings (smoothed low-rank BTL), spec personal-rankings-manifold.md §4, §8.
+"""Benchmark of personalized rankings (smoothed low-rank BTL), docs/methods/personal_rankings.md §7.
 
 Run: ``python -m benchmarks.personal_rankings`` (``--quick`` = smaller sizes / fewer seeds;
 ``--seeds N`` realizations per cell; ``--skip-e1 --skip-e2 --skip-e3 --skip-convex --skip-scale
 --skip-data``). Prints markdown and writes ``benchmarks/results/personal_rankings.md``.
 
-Methods (all from ``crowdflow.models.btl``, same data, same run, same initialization of spec §2.7):
+Methods (all from ``crowdflow.personal_rankings``, same data, same run, same initialization of
+docs/methods/personal_rankings.md §2.7):
 
 * **L-BFGS** (default solver) and **RTR** (Riemannian trust region + tCG, the paper's PRTRS) on the
   smoothed problem 𝒫 with the paper's λ = r² √K ln K, σ = 0.18;
-* **convex baseline**: the nuclear-norm constrained MLE ``min 𝓛(X) s.t. ‖X‖_* ≤ α sqrt(r m n)`` (spec §4.2
-  SPG / §6) — solved with our numpy projected gradient (``fit_convex_spg``, BB steps, nonmonotone line
+* **convex baseline**: the nuclear-norm constrained MLE ``min 𝓛(X) s.t. ‖X‖_* ≤ α sqrt(r m n)``
+  (docs/methods/personal_rankings.md §5.2) — solved with our numpy projected gradient (``fit_convex_spg``, BB steps, nonmonotone line
   search; cross-checked against cvxpy in the tests) at every size, and with cvxpy + SCS where cvxpy is
   practical (K ≤ 50);
 * on Zappos: a single **global BTL** (one score vector for everybody).
@@ -18,12 +19,12 @@ Experiments:
 
 1. **E1 (paper Fig. 2)**: convergence at K=200, r=15, d=15: objective gap and Riemannian gradient norm
    against wall time for L-BFGS and RTR, plus the convex baseline's error and time.
-2. **E2 (Fig. 3)**: relative MSE (spec §3.2, after ∞-norm rescaling) vs d at K=200, r=10; medians over
+2. **E2 (Fig. 3)**: relative MSE (docs/methods/personal_rankings.md §3.1, after ∞-norm rescaling) vs d at K=200, r=10; medians over
    seeds; ratio = convex err / ours.
 3. **E3 (Fig. 4)**: wall time vs K at r=10, d=5; medians; ratio = convex time / ours. The K=1000 point
    is the issue's scale target (≤ 60 s on 2 cores); it is also timed in a child process with 2 BLAS
    threads.
-4. **Spec §8.18**: K=50, r=3, d=5, seeds 1–3, against cvxpy/SCS.
+4. **docs/methods/personal_rankings.md §6.2, item 8**: K=50, r=3, d=5, seeds 1–3, against cvxpy/SCS.
 5. **Zappos (5 shoes, 6000 workers × all 10 pairs)**: 2 of each worker's 10 comparisons held out
    (3 random splits); per-user held-out winner accuracy and NLL of the personal model (ranks 1–4 and
    the held-out-selected rank) vs the global BTL.
@@ -52,7 +53,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from crowdflow.models.btl import (  # noqa: E402
+from crowdflow.personal_rankings import (  # noqa: E402
     PersonalComparisons,
     encode_personal_comparisons,
     fit_convex_baseline,
@@ -61,8 +62,8 @@ from crowdflow.models.btl import (  # noqa: E402
     fit_personal_rankings,
     mean_kendall_tau,
     relative_error,
-    synthetic_personal_comparisons,
 )
+from crowdflow.synth.personal_rankings import synthetic_personal_comparisons  # noqa: E402
 
 DATA = Path("/work/shared/data/zappos5_pairwise/comparisons.csv")
 OUT = Path(__file__).resolve().parent / "results" / "personal_rankings.md"
@@ -90,7 +91,7 @@ def _instance(K: int, r: int, d: float, seed: int) -> tuple[PersonalComparisons,
 
 def _ours(enc: PersonalComparisons, r: int, method: str, Xs: np.ndarray) -> dict:
     t0 = time.perf_counter()
-    res = fit_personal_rankings(enc, r, method=method)  # type: ignore[arg-type]
+    res = fit_personal_rankings(enc, rank=r, method=method)
     wall = time.perf_counter() - t0
     Xh = res.score_matrix()
     return {
@@ -214,9 +215,10 @@ def e2(quick: bool, seeds: int) -> str:
 
 def _child_k1000(threads: int) -> dict | None:
     code = (
-        "import json,time;from crowdflow.models.btl import *;"
+        "import json,time;from crowdflow.personal_rankings import fit_personal_rankings,relative_error;"
+        "from crowdflow.synth.personal_rankings import synthetic_personal_comparisons;"
         "s=synthetic_personal_comparisons(1000,10,5,seed=1);t=time.perf_counter();"
-        "r=fit_personal_rankings(s.comparisons,10);w=time.perf_counter()-t;"
+        "r=fit_personal_rankings(s.comparisons, rank=10);w=time.perf_counter()-t;"
         "print(json.dumps(dict(wall=w,solver=r.diagnostics.time_s,it=r.diagnostics.iterations,"
         "conv=r.diagnostics.converged,err=relative_error(r.score_matrix(),s.X_star))))"
     )
@@ -301,7 +303,7 @@ def convex_k50() -> str:
     med["err / cvxpy"] = med["err"] / base["err"]
     med["time / cvxpy"] = med["time_s"] / base["time_s"]
     return (
-        "### Spec §8.18 — K=50, r=3, d=5 vs the convex MLE (cvxpy + SCS), seeds 1–3\n\n"
+        "### docs/methods/personal_rankings.md §6.2, item 8 — K=50, r=3, d=5 vs the convex MLE (cvxpy + SCS), seeds 1–3\n\n"
         + md_table(tab[["seed", "method", "err", "tau", "time_s", "iters", "converged"]])
         + "\n\nMedians:\n\n"
         + md_table(med)
@@ -348,7 +350,7 @@ def zappos(splits: int) -> str:
         )
         for r in (1, 2, 3, 4):
             t0 = time.perf_counter()
-            res = fit_personal_rankings(enc, r)
+            res = fit_personal_rankings(enc, rank=r)
             acc, nll = score(res.predict_proba(te))
             rows.append(
                 {
@@ -362,7 +364,7 @@ def zappos(splits: int) -> str:
             )
         for crit in ("nll", "accuracy"):
             t0 = time.perf_counter()
-            res = fit_personal_rankings(enc, [1, 2, 3, 4], rank_criterion=crit)  # type: ignore[arg-type]
+            res = fit_personal_rankings(enc, rank=[1, 2, 3, 4], rank_criterion=crit)
             acc, nll = score(res.predict_proba(te))
             rows.append(
                 {
@@ -410,7 +412,7 @@ def main(argv: list[str] | None = None) -> None:
         "# Personalized rankings benchmark (smoothed low-rank BTL)\n",
         f"Host: {platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} CPUs, "
         f"load average {os.getloadavg()[0]:.1f} at start; OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}; "
-        f"mode: {'quick' if args.quick else 'full'}, {seeds} seeds per E2/E3 cell. Errors: relative MSE of spec §3.2 "
+        f"mode: {'quick' if args.quick else 'full'}, {seeds} seeds per E2/E3 cell. Errors: relative MSE of docs/methods/personal_rankings.md §3.1 "
         "(both matrices rescaled to ‖·‖_∞ = 1); τ: mean per-user Kendall τ. Times: wall seconds of one fit "
         "(encoding excluded, tables included).\n",
     ]

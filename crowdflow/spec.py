@@ -36,6 +36,7 @@ import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from crowdflow.errors import SpecError
+from crowdflow.personal_rankings.options import PersonalRankingsOptions
 from crowdflow.secrets import NO_INLINE_SECRET_PATTERN, NO_USERINFO_PATTERN, refuse_inline_secret
 
 CheckMode = Literal["block", "warn"]
@@ -233,27 +234,6 @@ class RankingOptions(_Strict):
     lambda_rule: Literal["budget", "concomitant", "cv", "magnitude"] = Field("budget", description="HLASSO λ choice")
     n_workers: int = Field(2, ge=1, description="threads of Sync-LBI (algorithm 4)")
     seed: int = 0
-
-
-class PersonalRankingsOptions(_Strict):
-    """Low-rank BTL per-user rankings (spec personal-rankings-manifold.md)."""
-
-    rank: int | list[int] = Field(5, description="rank r of X = L Rᵀ, or a small grid chosen on held-out data")
-    method: Literal["lbfgs", "rtr"] = Field("lbfgs", description="L-BFGS on (L, R), or Riemannian trust region")
-    sigma: float = Field(0.18, gt=0.0, description="BTL temperature: P(a beats b) = 1/(1+exp(-(X_a-X_b)/sigma))")
-    lambda_: float | None = Field(None, ge=0.0, description="weight of the smoothed ∞-norm penalty (default: spec)")
-    holdout_fraction: float = Field(0.2, gt=0.0, lt=1.0, description="held-out share when rank is a grid")
-    on_invalid: Literal["raise", "drop"] = Field("raise", description="rows the model cannot use")
-    max_iter: int | None = Field(None, ge=1)
-    seed: int = 0
-
-    @field_validator("rank")
-    @classmethod
-    def _positive(cls, v: int | list[int]) -> int | list[int]:
-        ranks = v if isinstance(v, list) else [v]
-        if not ranks or any(r < 1 for r in ranks):
-            raise ValueError("rank must be a positive integer or a non-empty list of them")
-        return v
 
 
 class PersonalModelsOptions(_Strict):

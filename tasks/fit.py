@@ -16,7 +16,6 @@ from prefect import get_run_logger, task
 
 from crowdflow.graphs import WorkerGraphReport
 from crowdflow.labels import LabelMatrix
-from crowdflow.models.btl import PersonalRankingResult, fit_personal_rankings
 from crowdflow.models.djam import PersonalModelsResult, fit_personal_models
 from crowdflow.models.hodgerank import fit_hlasso, fit_hodgerank
 from crowdflow.models.lbi import fit_lbi
@@ -29,10 +28,10 @@ from crowdflow.models.skills import (
     write_label_partitions,
 )
 from crowdflow.models.tvcs import AssignmentResult, assign_tasks, candidate_scores, caps_with_default
+from crowdflow.personal_rankings import PersonalRankingResult, PersonalRankingsOptions, fit_personal_rankings
 from crowdflow.spec import (
     AssignmentOptions,
     PersonalModelsOptions,
-    PersonalRankingsOptions,
     RankingOptions,
     RunnerSpec,
     SkillsOptions,
@@ -132,20 +131,9 @@ def skills_moments_on_dask(lm: LabelMatrix, min_pair_count: int, runner: RunnerS
 def fit_personal_rankings_task(
     comparisons: pd.DataFrame, options: PersonalRankingsOptions, fingerprint: str
 ) -> PersonalRankingResult:
-    """Low-rank BTL per-user scores (spec personal-rankings-manifold.md)."""
+    """Low-rank BTL per-user scores (docs/methods/personal_rankings.md)."""
     logger = get_run_logger()
-    o = options
-    result = fit_personal_rankings(
-        comparisons,
-        rank=o.rank,
-        method=o.method,
-        sigma=o.sigma,
-        lambda_=o.lambda_,
-        holdout_fraction=o.holdout_fraction,
-        on_invalid=o.on_invalid,
-        max_iter=o.max_iter,
-        seed=o.seed,
-    )
+    result = fit_personal_rankings(comparisons, options=options)
     d = result.diagnostics
     logger.info(
         "%s rank %d on %d users x %d items (%d comparisons): %s after %d iterations, objective %.6g",

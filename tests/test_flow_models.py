@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from scipy.stats import kendalltau
 
-from crowdflow.models.btl import synthetic_personal_comparisons
 from crowdflow.models.djam import field_estimation_instance, fit_personal_models
+from crowdflow.synth.personal_rankings import synthetic_personal_comparisons
 from flows.cli import main
 
 pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]
