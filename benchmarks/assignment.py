@@ -38,21 +38,19 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import scipy  # noqa: E402
 
-from crowdflow.models.iht import (  # noqa: E402
+from crowdflow.assignment import (  # noqa: E402
     Loss,
+    TVCSConstraints,
+    TVCSProjector,
+    assign_baseline,
+    assign_siht,
     exact_recovery,
     gradmp,
     iht,
     relax_constraints,
     selection_recall,
-    synthetic_tvcs,
-)
-from crowdflow.models.tvcs import (  # noqa: E402
-    TVCSConstraints,
-    TVCSProjector,
-    assign_baseline,
-    assign_siht,
     synthetic_assignment,
+    synthetic_tvcs,
 )
 
 OUT = Path(__file__).resolve().parent / "results" / "assignment.md"
@@ -207,7 +205,7 @@ def first_call_seconds() -> str:
     kernel once per machine (cached on disk), later processes load the cache."""
     code = (
         "import time, numpy as np; t = time.perf_counter(); "
-        "from crowdflow.models.tvcs import tvcs_select; "
+        "from crowdflow.assignment import tvcs_select; "
         "w, k = np.divmod(np.arange(200), 20); tvcs_select(np.random.default_rng(0).random(200), w, k, 5, 3, 30); "
         "print(time.perf_counter() - t)"
     )

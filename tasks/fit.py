@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 from prefect import get_run_logger, task
 
+from crowdflow.assignment import AssignmentResult, assign_tasks, candidate_scores, caps_with_default
 from crowdflow.graphs import WorkerGraphReport
 from crowdflow.labels import LabelMatrix
 from crowdflow.models.btl import PersonalRankingResult, fit_personal_rankings
@@ -28,7 +29,6 @@ from crowdflow.models.skills import (
     partition_pair_counts,
     write_label_partitions,
 )
-from crowdflow.models.tvcs import AssignmentResult, assign_tasks, candidate_scores, caps_with_default
 from crowdflow.spec import (
     AssignmentOptions,
     PersonalModelsOptions,

@@ -262,7 +262,7 @@ def test_personal_rankings_and_models_pages() -> None:
 
 
 def test_assignment_and_next_batch_pages() -> None:
-    from crowdflow.models.tvcs import assign_tasks
+    from crowdflow.assignment import assign_tasks
 
     rng = np.random.default_rng(1)
     cand = pd.DataFrame([(f"t{t}", f"w{w}") for t in range(30) for w in range(6)], columns=["task", "worker"])

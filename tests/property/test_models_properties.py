@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from crowdflow.assignment import assign_tasks
 from crowdflow.models.djam import fit_personal_models
-from crowdflow.models.tvcs import assign_tasks
 
 FLOATS = st.floats(-5, 5, allow_nan=False)
 

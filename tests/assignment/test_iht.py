@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
-from crowdflow.models.iht import (
+from crowdflow.assignment.iht import (
     Loss,
     exact_recovery,
     gradmp,
@@ -17,7 +17,7 @@ from crowdflow.models.iht import (
     selection_recall,
     synthetic_tvcs,
 )
-from crowdflow.models.tvcs import TVCSConstraints, TVCSProjector, tvcs_select
+from crowdflow.assignment.projector import TVCSConstraints, TVCSProjector, tvcs_select
 
 
 def _recovery(n, seeds, keep, max_iter=100):

@@ -12,8 +12,8 @@ import pytest
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
-from crowdflow.models import tvcs
-from crowdflow.models.min_cost_flow import cost_scaling_flow, residual_pattern
+from crowdflow.assignment import projector as tvcs
+from crowdflow.assignment.min_cost_flow import cost_scaling_flow, residual_pattern
 
 SCALES = tuple(range(0, 21, 2))
 

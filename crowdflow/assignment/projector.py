@@ -62,8 +62,8 @@ import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
 from crowdflow._typing import SparseMatrix
+from crowdflow.assignment.min_cost_flow import cost_scaling_flow, residual_pattern
 from crowdflow.compiled import compiled_kernel
-from crowdflow.models.min_cost_flow import cost_scaling_flow, residual_pattern
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 from scipy.optimize import linprog
 
-from crowdflow.models import tvcs
-from crowdflow.models.tvcs import (
+from crowdflow.assignment import projector as tvcs
+from crowdflow.assignment.projector import (
     AssignmentResult,
     TVCSConstraints,
     TVCSProjector,

@@ -25,7 +25,7 @@ from typing import Any, Literal, cast
 import numpy as np
 from scipy.optimize import minimize
 
-from crowdflow.models.tvcs import TVCSConstraints, TVCSProjector
+from crowdflow.assignment.projector import TVCSConstraints, TVCSProjector
 
 log = logging.getLogger(__name__)
 
