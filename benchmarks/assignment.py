@@ -49,9 +49,8 @@ from crowdflow.assignment import (  # noqa: E402
     iht,
     relax_constraints,
     selection_recall,
-    synthetic_assignment,
-    synthetic_tvcs,
 )
+from crowdflow.synth.assignment import synthetic_assignment, synthetic_tvcs  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "assignment.md"
 

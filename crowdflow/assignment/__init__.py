@@ -1,46 +1,38 @@
 """Task-worker assignment by exact projection onto a three-view cardinality constrained set.
 
+Entry point :func:`assign_tasks` (maximum total score under a budget and caps per worker and per
+task); the selection / projection API (:func:`tvcs_select`, :func:`tvcs_project`,
+:class:`TVCSProjector`); the expected-accuracy assignment by stochastic IHT (:func:`assign_siht`,
+:func:`assign_baseline`, :func:`expected_accuracy`); candidate scores from skills
+(:func:`candidate_scores`); IHT / GradMP with the projection (:func:`iht`, :func:`gradmp`).
+
 See docs/methods/assignment.md.
 """
 
+from crowdflow.assignment.accuracy import expected_accuracy, map_accuracy_exact, map_accuracy_mc
+from crowdflow.assignment.backends import greedy_select
+from crowdflow.assignment.constraints import TVCSConstraints
+from crowdflow.assignment.fit import assign_tasks
 from crowdflow.assignment.iht import (
     Loss,
     SparseFitResult,
-    SyntheticTVCS,
     exact_recovery,
     gradmp,
-    grid_views,
     iht,
     relax_constraints,
     selection_recall,
-    synthetic_tvcs,
 )
-from crowdflow.assignment.projector import (
-    AssignmentResult,
-    SelectResult,
-    TVCSConstraints,
-    TVCSProjector,
-    assign_baseline,
-    assign_siht,
-    assign_tasks,
-    candidate_scores,
-    caps_with_default,
-    expected_accuracy,
-    greedy_select,
-    map_accuracy_exact,
-    map_accuracy_mc,
-    project_elements,
-    synthetic_assignment,
-    tvcs_project,
-    tvcs_select,
-)
+from crowdflow.assignment.problem import caps_with_default
+from crowdflow.assignment.projector import TVCSProjector, project_elements, tvcs_project, tvcs_select
+from crowdflow.assignment.scores import candidate_scores
+from crowdflow.assignment.siht import assign_baseline, assign_siht
+from crowdflow.assignment.types import AssignmentResult, SelectResult
 
 __all__ = [
     "AssignmentResult",
     "Loss",
     "SelectResult",
     "SparseFitResult",
-    "SyntheticTVCS",
     "TVCSConstraints",
     "TVCSProjector",
     "assign_baseline",
@@ -52,15 +44,12 @@ __all__ = [
     "expected_accuracy",
     "gradmp",
     "greedy_select",
-    "grid_views",
     "iht",
     "map_accuracy_exact",
     "map_accuracy_mc",
     "project_elements",
     "relax_constraints",
     "selection_recall",
-    "synthetic_assignment",
-    "synthetic_tvcs",
     "tvcs_project",
     "tvcs_select",
 ]

@@ -1,8 +1,9 @@
 """IHT and GradMP with the TVCS projection (spec assignment-tvcs.md §3, §5.1).
 
 Cardinality-constrained estimation ``min_w f(w) s.t. w ∈ Ω(𝒢, s)`` where ``Ω`` is a
-Three-view Cardinality Constrained Set (:mod:`crowdflow.models.tvcs`). Both solvers call the exact
-Euclidean projection ``P_s`` (:class:`~crowdflow.models.tvcs.TVCSProjector`) once per iteration.
+Three-view Cardinality Constrained Set (:mod:`crowdflow.assignment.constraints`). Both solvers call
+the exact Euclidean projection ``P_s`` (:class:`~crowdflow.assignment.projector.TVCSProjector`) once
+per iteration.
 
 Losses (on a design matrix ``X`` (n × p) and targets ``y``):
 
@@ -11,7 +12,8 @@ Losses (on a design matrix ``X`` (n × p) and targets ``y``):
 - ``"squared_hinge"``: ``f(w) = Σ_i max(0, 1 − y_i⟨x_i, w⟩)²`` (spec §5.1 classification),
   ``L_f = 2σ_max²``.
 
-The synthetic generator :func:`synthetic_tvcs` reproduces the paper's §5.1 setup.
+The synthetic generator :func:`crowdflow.synth.assignment.synthetic_tvcs` reproduces the paper's §5.1
+setup. See docs/methods/assignment.md §4.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from typing import Any, Literal, cast
 import numpy as np
 from scipy.optimize import minimize
 
-from crowdflow.assignment.projector import TVCSConstraints, TVCSProjector
+from crowdflow.assignment.constraints import TVCSConstraints
+from crowdflow.assignment.projector import TVCSProjector
 
 log = logging.getLogger(__name__)
 
@@ -249,65 +252,6 @@ def relax_constraints(cons: TVCSConstraints, keep: tuple[str, ...]) -> TVCSConst
         cons.caps2 if "view2" in keep else None,
         cons.total if "total" in keep else None,
     )
-
-
-@dataclass(frozen=True)
-class SyntheticTVCS:
-    """Synthetic §5.1 instance: ``X`` (n × p), ``y``, truth ``w_true`` and the constraints.
-
-    ``X_test, y_test`` is an independent test set (classification error, n_test = 1000 [C]).
-    """
-
-    X: np.ndarray
-    y: np.ndarray
-    w_true: np.ndarray
-    constraints: TVCSConstraints
-    X_test: np.ndarray
-    y_test: np.ndarray
-    task: str
-
-
-def grid_views(side: int) -> tuple[np.ndarray, np.ndarray]:
-    """Row and column group index of every entry of a ``side × side`` matrix (row-major)."""
-    r, c = np.divmod(np.arange(side * side), side)
-    return r.astype(np.int64), c.astype(np.int64)
-
-
-def synthetic_tvcs(
-    n: int,
-    *,
-    side: int = 20,
-    task: Literal["regression", "classification"] = "regression",
-    noise: float = 0.01,
-    n_test: int = 1000,
-    seed: int = 0,
-) -> SyntheticTVCS:
-    """Spec §5.1 (paper §5.1): ``w`` is a ``side × side`` matrix (p = side²), view 1 = rows,
-    view 2 = columns; every row/column cap ~ U{1..side}; total = ⌊0.8·min(Σ row caps, Σ col
-    caps)⌋; ``w̄ = P_Ω(v)`` for ``v ~ N(0, I)`` (support values are the N(0,1) entries of ``v``);
-    features i.i.d. N(0,1); regression ``y = ⟨X_i, w̄⟩ + N(0, noise²)``, classification
-    ``y = sign⟨X_i, w̄⟩``.
-    """
-    if task not in ("regression", "classification"):
-        raise ValueError(f"task must be 'regression' or 'classification', got {task!r}")
-    rng = np.random.default_rng([51, int(seed)])
-    p = side * side
-    rows, cols = grid_views(side)
-    c1 = rng.integers(1, side + 1, size=side)
-    c2 = rng.integers(1, side + 1, size=side)
-    total = math.floor(0.8 * min(int(c1.sum()), int(c2.sum())))
-    cons = TVCSConstraints.build(p, rows, cols, c1, c2, total)
-    v = rng.standard_normal(p)
-    w_true = TVCSProjector(cons).project(v)
-    X = rng.standard_normal((n, p))
-    Xt = rng.standard_normal((n_test, p))
-    if task == "regression":
-        y = X @ w_true + noise * rng.standard_normal(n)
-        yt = Xt @ w_true + noise * rng.standard_normal(n_test)
-    else:
-        y = np.where(X @ w_true >= 0, 1.0, -1.0)
-        yt = np.where(Xt @ w_true >= 0, 1.0, -1.0)
-    return SyntheticTVCS(X, y, w_true, cons, Xt, yt, task)
 
 
 def selection_recall(w: np.ndarray, w_true: np.ndarray) -> float:
