@@ -35,6 +35,8 @@ def _rng(seed: int, tag: int) -> np.random.Generator:
 
 
 def _sigmoid(t: np.ndarray) -> np.ndarray:
+    """``S(t) = 1/(1 + e^{−t})`` as ``½(1 + tanh(t/2))`` (no overflow for large ``|t|``); the one
+    sigmoid of the package (also the logistic loss of :mod:`crowdflow.assignment.iht`)."""
     return 0.5 * (1.0 + np.tanh(0.5 * t))
 
 

@@ -27,16 +27,13 @@ from typing import Any, Literal, cast
 import numpy as np
 from scipy.optimize import minimize
 
+from crowdflow.assignment.accuracy import _sigmoid
 from crowdflow.assignment.constraints import TVCSConstraints
 from crowdflow.assignment.projector import TVCSProjector
 
 log = logging.getLogger(__name__)
 
 LossKind = Literal["squares", "logistic", "squared_hinge"]
-
-
-def _sigmoid(t: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * t))
 
 
 @dataclass(frozen=True)

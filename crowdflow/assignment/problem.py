@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from crowdflow.assignment.constraints import TVCSConstraints
+from crowdflow.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,35 @@ class _Instance:
         return TVCSConstraints.build(self.p, self.w_idx, self.t_idx, self.worker_cap, self.task_cap, self.budget)
 
 
+_COUNTED = {"worker": "tasks", "task": "workers"}  # what a cap of each entity counts
+
+
+class CapsTableError(InputError, ValueError):
+    """A value of a caps table that is not a cap (e.g. ``1.5``): the message names the table, the column
+    and the 1-based data row.
+
+    A ``ValueError`` for library callers and an :class:`~crowdflow.errors.InputError` for the
+    pipeline, which reports it as bad input (exit 2), never as an unexpected error.
+    """
+
+
+def _check_whole_caps(vals: np.ndarray, ids: np.ndarray, table: str, cap_col: str, entity: str) -> None:
+    """Refuse fractional caps (``1.5``): a cap counts tasks or workers, and rounding one silently would
+    assign a different number than the table says (docs/methods/assignment.md §1.3). ``inf`` = no cap."""
+    frac = np.isfinite(vals) & (vals != np.floor(vals))
+    if frac.any():
+        rows = np.flatnonzero(frac)
+        first = int(rows[0])
+        raise CapsTableError(
+            f"a cap counts {_COUNTED.get(entity, 'elements')} and must be a whole number, got "
+            f"{vals[first]:g} for {entity} {str(ids[first])!r} ({rows.size} fractional value(s); "
+            "they are refused, not rounded)",
+            path=table,
+            column=cap_col,
+            rows=[int(r) + 1 for r in rows[:10]],
+        )
+
+
 def _caps_vector(
     caps: Any,
     ids_in_candidates: np.ndarray,
@@ -80,13 +110,19 @@ def _caps_vector(
     id_col: str,
     cap_col: str,
     aliases: dict[str, str],
+    default: float | None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Return (all ids sorted, cap per id as float with inf = unlimited)."""
+    """Return (all ids sorted, cap per id as float with inf = unlimited).
+
+    ``caps`` is a caps table (``id_col``, ``cap_col``), a number (one cap for every id) or ``None``
+    (no cap). With a table, ``default`` is the cap of the candidates' ids the table does not list;
+    ``None`` makes such an id an error naming it.
+    """
     cand_ids = np.unique(ids_in_candidates.astype(str)) if ids_in_candidates.size else np.array([], dtype=object)
     if caps is None:
         return cand_ids.astype(object), np.full(cand_ids.shape[0], np.inf)
     if isinstance(caps, pd.DataFrame):
-        df = _rename_aliases(caps, aliases)
+        df = _rename_aliases(caps, aliases).reset_index(drop=True)
         table = f"{entity} caps"
         for col in (id_col, cap_col):
             if col not in df.columns:
@@ -99,21 +135,24 @@ def _caps_vector(
         if (vals < 0).any():
             bad = ids[vals < 0][:10].tolist()
             raise ValueError(f"{table}: negative '{cap_col}' for {entity}s {bad}")
+        _check_whole_caps(vals, ids, f"{entity}_caps", cap_col, entity)
         uniq, counts = np.unique(ids.astype(str), return_counts=True)
         if (counts > 1).any():
             raise ValueError(f"{table}: duplicate {entity} ids {uniq[counts > 1][:10].tolist()}")
         missing = np.setdiff1d(cand_ids.astype(str), uniq)
         if missing.size:
-            raise ValueError(
-                f"{table}: {missing.size} {entity}(s) in candidates have no '{cap_col}' row, "
-                f"e.g. {missing[:10].tolist()}"
-            )
-        if np.any(np.isfinite(vals) & (vals != np.floor(vals))):
-            log.info("%s: non-integer caps floored (spec §1.3)", table)
-        all_ids = np.union1d(cand_ids.astype(str), uniq).astype(object)
+            if default is None:
+                raise ValueError(
+                    f"{table}: {missing.size} {entity}(s) in candidates have no '{cap_col}' row, "
+                    f"e.g. {missing[:10].tolist()}"
+                )
+            # the scalar cap is the default for the ids the table omits
+            ids = np.concatenate([ids.astype(str), missing.astype(str)]).astype(object)
+            vals = np.concatenate([vals, np.full(missing.size, float(default))])
+        all_ids = np.union1d(cand_ids.astype(str), ids.astype(str)).astype(object)
         order = np.argsort(ids.astype(str))
         pos = np.searchsorted(ids.astype(str)[order], all_ids.astype(str))
-        return all_ids, np.floor(vals[order][pos])
+        return all_ids, vals[order][pos]
     try:
         val = float(caps)
     except (TypeError, ValueError):
@@ -121,30 +160,6 @@ def _caps_vector(
     if math.isnan(val) or val < 0:
         raise ValueError(f"{entity} cap must be >= 0, got {caps!r}")
     return cand_ids.astype(object), np.full(cand_ids.shape[0], math.floor(val) if math.isfinite(val) else np.inf)
-
-
-def caps_with_default(
-    caps: pd.DataFrame | None, ids: Any, id_col: str, cap_col: str, default: float | None
-) -> pd.DataFrame | float | None:
-    """Per-entity caps from a caps table, with a scalar default for the ids the table omits.
-
-    ``caps`` is the user's (id, cap) table (or ``None``); ``ids`` are the entities that need a cap
-    (e.g. the candidates' workers). Without a table the scalar ``default`` is returned as is (None =
-    unlimited). With a table, ids without a row get ``default`` when it is given; when it is not,
-    the table is returned unchanged and :func:`assign_tasks` reports the missing rows by id.
-    """
-    if caps is None:
-        return default
-    if default is None:
-        return caps
-    table = caps[[id_col, cap_col]].copy()
-    table[id_col] = table[id_col].astype(str)
-    wanted = np.unique(pd.Series(ids, dtype=object).astype(str).to_numpy(dtype=str))
-    missing = np.setdiff1d(wanted, table[id_col].to_numpy(dtype=str))
-    if missing.size == 0:
-        return table
-    fill = pd.DataFrame({id_col: missing.astype(object), cap_col: float(default)})
-    return pd.concat([table, fill], ignore_index=True)
 
 
 def _check_budget(budget: Any) -> int | None:
@@ -167,7 +182,13 @@ def _build_instance(
     worker_caps: Any,
     task_caps: Any,
     value_cols: tuple[str, ...],
+    *,
+    worker_default: float | None,
+    task_default: float | None,
 ) -> _Instance:
+    """The instance of ``candidates`` (columns ``task, worker`` and ``value_cols``) under the budget and
+    caps; ``worker_caps`` / ``task_caps`` are tables, numbers or ``None`` (see :func:`_caps_vector`,
+    the defaults apply to the ids a table omits)."""
     if not isinstance(candidates, pd.DataFrame):
         raise ValueError("candidates must be a pandas DataFrame with columns task, worker, ...")
     cand = _rename_aliases(candidates, _CAND_ALIASES)
@@ -185,8 +206,10 @@ def _build_instance(
         pairs = list(cand.loc[dup, ["task", "worker"]].drop_duplicates().itertuples(index=False, name=None))
         raise ValueError(f"candidates: duplicate (task, worker) pairs, e.g. {pairs[:10]}")
     b = _check_budget(budget)
-    workers, wcap = _caps_vector(worker_caps, workers_c, "worker", "worker", "capacity", _WORKER_CAP_ALIASES)
-    tasks, tcap = _caps_vector(task_caps, tasks_c, "task", "task", "cap", _TASK_CAP_ALIASES)
+    workers, wcap = _caps_vector(
+        worker_caps, workers_c, "worker", "worker", "capacity", _WORKER_CAP_ALIASES, worker_default
+    )
+    tasks, tcap = _caps_vector(task_caps, tasks_c, "task", "task", "cap", _TASK_CAP_ALIASES, task_default)
     w_idx = np.searchsorted(workers.astype(str), workers_c.astype(str)).astype(np.int64)
     t_idx = np.searchsorted(tasks.astype(str), tasks_c.astype(str)).astype(np.int64)
     return _Instance(workers, tasks, w_idx, t_idx, wcap, tcap, b, cand)

@@ -467,7 +467,7 @@ def project_elements(
         key_col = el[f"{view_name}_key"]
         has = key_col.notna().to_numpy()
         keys = key_col[has].astype(str).to_numpy(dtype=object)
-        all_keys, capv = _caps_vector(ctab, keys, view_name, "key", "cap", {})
+        all_keys, capv = _caps_vector(ctab, keys, view_name, "key", "cap", {}, None)
         idx = np.full(el.shape[0], -1, np.int64)
         idx[has] = np.searchsorted(all_keys.astype(str), keys.astype(str))
         views.append(idx)

@@ -36,7 +36,9 @@ log = logging.getLogger(__name__)
 def _quality_instance(
     candidates: pd.DataFrame, budget: Any, worker_caps: Any, task_caps: Any
 ) -> tuple[_Instance, np.ndarray, np.ndarray]:
-    inst = _build_instance(candidates, budget, worker_caps, task_caps, ("quality",))
+    inst = _build_instance(
+        candidates, budget, worker_caps, task_caps, ("quality",), worker_default=None, task_default=None
+    )
     q = inst.cand["quality"].to_numpy(dtype=np.float64)
     bad = (q <= 0) | (q >= 1)
     if bad.any():

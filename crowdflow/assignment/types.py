@@ -1,4 +1,7 @@
-"""Result types of the package: a selection (:class:`SelectResult`) and an assignment (:class:`AssignmentResult`).
+"""Result types of the package: a selection, an assignment and a next batch.
+
+:class:`SelectResult` (one TVCS selection), :class:`AssignmentResult` (an assignment with its load
+tables) and :class:`NextBatchResult` (the closed loop's candidates and their assignment).
 
 Plain frozen dataclasses shared by the selection backends, the public projector and the assignment
 entry points, so that none of those modules needs to import another for its result type.
@@ -97,3 +100,24 @@ class AssignmentResult:
     iterations: int
     n_excluded: int
     trace: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NextBatchResult:
+    """Result of :func:`crowdflow.assignment.fit.next_batch`.
+
+    Attributes
+    ----------
+    candidates : DataFrame
+        ``task, worker, score, quality, prior``: every open task × available worker pair whose worker
+        has a usable skill, scored by :func:`crowdflow.assignment.scores.candidate_scores`.
+    result : AssignmentResult
+        The maximum-total-score assignment of those candidates under the budget and caps.
+    n_workers_without_skill : int
+        Available workers left out because they have no usable skill (new, or in a component the
+        skills fit could not identify).
+    """
+
+    candidates: pd.DataFrame
+    result: AssignmentResult
+    n_workers_without_skill: int

@@ -47,7 +47,7 @@ def test_assignment_equals_brute_force(
     inst: tuple[pd.DataFrame, int | None, int | None, int | None], backend: str
 ) -> None:
     cand, budget, wcap, tcap = inst
-    res = assign_tasks(cand, budget, wcap, tcap, backend=backend)
+    res = assign_tasks(cand, budget=budget, worker_cap=wcap, task_cap=tcap, backend=backend)
     assert np.isfinite(res.objective)
     np.testing.assert_allclose(res.objective, brute_best(cand, budget, wcap, tcap), atol=1e-9)
     a = res.assignment

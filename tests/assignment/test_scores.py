@@ -51,5 +51,5 @@ def test_candidate_scores_pairs_and_missing_workers():
     with pytest.raises(ValueError, match="confidence"):
         candidate_scores(skills, pd.DataFrame({"task": ["x"], "confidence": [1.5]}), pairs, missing="drop")
     # scores feed straight into assign_tasks
-    res = assign_tasks(sc, 1, 1, 1)
+    res = assign_tasks(sc, budget=1, worker_cap=1, task_cap=1)
     assert res.n_selected == 1
