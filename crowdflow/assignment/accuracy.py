@@ -43,7 +43,7 @@ def _sigmoid(t: np.ndarray) -> np.ndarray:
 def map_accuracy_exact(
     quality: np.ndarray, task_index: np.ndarray, prior: np.ndarray, max_workers: int = 12
 ) -> np.ndarray:
-    """Exact expected accuracy of the MAP weighted vote per task (spec §4.1, T14 oracle).
+    """Exact expected accuracy of the MAP weighted vote per task (docs/methods/assignment.md §5.1; the T14 oracle).
 
     For task ``j`` with assigned workers of quality ``Q`` (log-odds ``ℓ``) and prior ``π_j``:
     ``score_j = Σ (2Ŷ−1)ℓ − r_j`` with ``r_j = ln((1−π_j)/π_j)``, ``ŷ = 1[score ≥ 0]`` and
@@ -101,7 +101,7 @@ def map_accuracy_mc(
     seed: int = 0,
     chunk: int = 256,
 ) -> np.ndarray:
-    """Monte-Carlo expected accuracy of the MAP vote per task (spec §4.2 "sampled accuracy").
+    """Monte-Carlo expected accuracy of the MAP vote per task (docs/methods/assignment.md §5.4).
 
     For each of ``samples`` draws: ``y_j ~ Bern(π_j)``, each assigned worker votes correctly with
     probability ``Q``, the MAP rule of :func:`map_accuracy_exact` predicts ``ŷ_j``; returns the
@@ -136,7 +136,7 @@ def smoothed_accuracy(
     task_index: np.ndarray,
     prior: np.ndarray,
 ) -> tuple[float, np.ndarray]:
-    """Sampled smoothed objective ``Ẽ`` and its corrected gradient (spec §4.1), without the 1/m.
+    """Sampled smoothed objective ``Ẽ`` and its corrected gradient (docs/methods/assignment.md §5.2), without 1/m.
 
     With ``a_j(Z) = Σ_{i∈j} Z_i W_i − r_j`` and fixed vote samples ``Z¹`` (drawn given ``y=1``)
     and ``Z⁰`` (given ``y=0``), each of shape (B, p):
@@ -181,7 +181,7 @@ def expected_accuracy(
     samples: int | None = 1000,
     seed: int = 0,
 ) -> float:
-    """Mean expected accuracy over tasks of the MAP vote for an assignment (spec §4.1).
+    """Mean expected accuracy over tasks of the MAP vote for an assignment (docs/methods/assignment.md §5.1).
 
     Parameters
     ----------

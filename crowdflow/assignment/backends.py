@@ -64,7 +64,7 @@ def _lp_select(
         xx[keep] = xk
         if np.all(Ak @ xk.astype(np.float64) <= s + 1e-9):
             return xx, yG, int(getattr(res, "nit", 0)), how
-    # spec §2.4: fractional vertex (e.g. IPM without crossover) -> MILP
+    # docs/methods/assignment.md §3.5: fractional vertex (e.g. IPM without crossover) -> MILP
     log.warning("LP solution not integral within 1e-6; re-solving with scipy.optimize.milp")
     res2 = milp(
         -u[keep],
@@ -80,14 +80,14 @@ def _lp_select(
 
 
 # ---------------------------------------------------------------------------------------------
-# Paper's projection method: PGD on the primal–dual penalty (spec §2.2–2.3)
+# Paper's projection method: PGD on the primal–dual penalty (docs/methods/assignment.md §3.6)
 # ---------------------------------------------------------------------------------------------
 
 
 def tvcs_penalty(
     u: np.ndarray, A: SparseMatrix, s: np.ndarray, x: np.ndarray, yG: np.ndarray, yB: np.ndarray
 ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
-    """Penalty ``F(x, y)`` of spec §2.2 and its gradient.
+    """Penalty ``F(x, y)`` of docs/methods/assignment.md §3.6 and its gradient.
 
     ``F = ½ r² + ½‖[u − Aᵀy_G − y_B]₊‖² + ½‖[A x − s]₊‖²`` with the duality gap
     ``r = sᵀy_G + 1ᵀy_B − uᵀx``; with ``d = [u − Aᵀy_G − y_B]₊`` and ``e = [A x − s]₊``:
@@ -105,7 +105,7 @@ def tvcs_penalty(
 
 
 def _power_lipschitz(u: np.ndarray, A: sp.csr_matrix, s: np.ndarray, iters: int, seed: int) -> float:
-    """``L = ‖J‖₂²`` by power iteration on ``JᵀJ`` (spec §2.2), times 1.01."""
+    """``L = ‖J‖₂²`` by power iteration on ``JᵀJ`` (docs/methods/assignment.md §3.6), times 1.01."""
     p: int = u.shape[0]
     G = A.shape[0]
     AT = A.T.tocsr()
@@ -126,7 +126,8 @@ def _power_lipschitz(u: np.ndarray, A: sp.csr_matrix, s: np.ndarray, iters: int,
         if lam == 0.0:
             break
         z = w / lam
-    bound = float(u @ u + s @ s + p) + (math.sqrt(3.0 * p) + 1.0) ** 2 + 3.0 * p  # closed form §2.2
+    # closed-form bound of docs/methods/assignment.md §3.6
+    bound = float(u @ u + s @ s + p) + (math.sqrt(3.0 * p) + 1.0) ** 2 + 3.0 * p
     return min(1.01 * lam, bound) if lam > 0 else bound
 
 
@@ -161,7 +162,7 @@ def greedy_select(
     caps2: Any = None,
     total: float | None = None,
 ) -> np.ndarray:
-    """Greedy selection by descending ``u`` (NOT exact, spec §2.1 counterexample; baseline only)."""
+    """Greedy selection by descending ``u`` (NOT exact: the counterexample of docs/methods/assignment.md §2.1)."""
     u = np.asarray(u, dtype=np.float64)
     cons = TVCSConstraints.build(u.shape[0], view1, view2, caps1, caps2, total)
     order = np.lexsort((np.arange(u.shape[0]), -u))
@@ -169,7 +170,7 @@ def greedy_select(
 
 
 def _pgd_round(x: np.ndarray, u: np.ndarray, cons: TVCSConstraints, ub: float | None, tol: float) -> np.ndarray:
-    """Rounding of a PGD iterate (spec §2.3): ``1[x > ½]`` if feasible, else the greedy repair
+    """Rounding of a PGD iterate (docs/methods/assignment.md §3.6): ``1[x > ½]`` if feasible, else the greedy repair
     (visit ``x_i > 10⁻³`` by descending ``x``, then ``u``; add an element while all its groups have
     room). Our addition [C]: the repair also runs when the rounding is feasible but not yet
     certified against the dual bound ``ub`` (on ties PGD converges to e.g. ``x = (⅓, ⅓, ⅓)`` and
@@ -262,7 +263,7 @@ def _pgd_select(
     max_seconds: float | None = None,
     polish: bool = True,
 ) -> tuple[np.ndarray, bool, int, dict[str, Any], float]:
-    """TVCS-PGD (spec §2.3). Returns (x, certified, iterations, trace, dual bound in u units).
+    """TVCS-PGD (docs/methods/assignment.md §3.6). Returns (x, certified, iterations, trace, dual bound in u units).
 
     ``polish``: at each certificate check, also try the block-coordinate polished dual bound
     (:func:`_polish_duals`) — a tighter valid upper bound from the same ``y_G`` — and the primal

@@ -56,13 +56,13 @@ def _as_caps(caps: Any, n: int, sizes: np.ndarray, name: str) -> np.ndarray:
         raise ValueError(f"{name} contains NaN at groups {np.flatnonzero(np.isnan(arr))[:10].tolist()}")
     if np.any(arr < 0):
         raise ValueError(f"{name} must be >= 0; negative at groups {np.flatnonzero(arr < 0)[:10].tolist()}")
-    out = np.where(np.isinf(arr), sizes, np.minimum(np.floor(arr), sizes))  # floor: spec §1.3 / §2.1
+    out = np.where(np.isinf(arr), sizes, np.minimum(np.floor(arr), sizes))  # floor: docs/methods/assignment.md §2.1
     return out.astype(np.int64)
 
 
 @dataclass(frozen=True)
 class TVCSConstraints:
-    """A validated TVCS structure (spec §1.1).
+    """A validated TVCS structure (docs/methods/assignment.md §1.1).
 
     Attributes
     ----------
@@ -101,7 +101,7 @@ class TVCSConstraints:
             Group index per element (negative = no group); ``None`` = the view is absent.
         caps1, caps2 : scalar, array-like or None
             Per-group caps (scalar broadcasts). ``None`` or ``inf`` = unlimited. Reals are floored
-            (flooring does not change the integer feasible set, spec §2.1); negative or NaN caps
+            (flooring does not change the integer feasible set, docs/methods/assignment.md §2.1); negative or NaN caps
             raise ``ValueError``.
         total : float or None
             Global cap; ``None``/``inf`` = unlimited (``p``). Floored; negative raises.
@@ -139,13 +139,16 @@ class TVCSConstraints:
         return int(self.caps2.shape[0])
 
     def scaled(self, factor: int) -> TVCSConstraints:
-        """Every cap (total included) multiplied by ``factor`` — ``P_{2s}`` of GradMP (spec §3)."""
+        """Every cap (total included) times ``factor``: ``P_{2s}`` of GradMP (docs/methods/assignment.md §4.2)."""
         return TVCSConstraints.build(
             self.p, self.view1, self.view2, self.caps1 * factor, self.caps2 * factor, self.total * factor
         )
 
     def matrix(self) -> tuple[sp.csr_matrix, np.ndarray]:
-        """Constraint matrix ``A`` (rows: total, view-1 groups, view-2 groups) and caps ``s`` (§1.2)."""
+        """Constraint matrix ``A`` (rows: total, view-1 groups, view-2 groups) and caps ``s``.
+
+        See docs/methods/assignment.md §1.2.
+        """
         p = self.p
         cols = [np.arange(p)]
         rows = [np.zeros(p, dtype=np.int64)]
@@ -197,7 +200,7 @@ class TVCSConstraints:
         return cast(np.ndarray, red)
 
     def dual_bound(self, u: np.ndarray, a: np.ndarray, b: np.ndarray, lam: float) -> float:
-        """Weak-duality upper bound on OPT (spec §2.2) for any duals ``a, b, λ`` (clipped at 0).
+        """Weak-duality upper bound on OPT (docs/methods/assignment.md §2.2) for any duals ``a, b, λ`` (clipped at 0).
 
         ``UB = s_total·λ + Σ_g s_g a_g + Σ_h s_h b_h + Σ_i [u_i − a_{g(i)} − b_{h(i)} − λ]₊``, where
         the bracket is the optimal ``y_B`` for these group duals.

@@ -234,8 +234,8 @@ def _laminar_greedy(
 
     One partition view truncated at ``total`` is a (laminar) matroid, so greedy by descending
     ``u`` is optimal: keep the top-``cap_g`` of every group, then the global top-``total`` of those
-    (spec T5 "sequential projection"). Vectorised with sorts, ``O(p log p)``. Also returns the
-    optimal duals: ``λ`` = the (total+1)-th largest kept weight (0 if none) and
+    (docs/methods/assignment.md §3.4, the "sequential projection" of T5). Vectorised with sorts,
+    ``O(p log p)``. Also returns the optimal duals: ``λ`` = the (total+1)-th largest kept weight (0 if none) and
     ``a_g = [u_(cap_g+1, g) − λ]₊`` (tight, see the certificate in :meth:`TVCSConstraints.dual_bound`).
     """
     p = u.shape[0]

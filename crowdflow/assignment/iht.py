@@ -1,4 +1,4 @@
-"""IHT and GradMP with the TVCS projection (spec assignment-tvcs.md §3, §5.1).
+"""IHT and GradMP with the TVCS projection (docs/methods/assignment.md §4).
 
 Cardinality-constrained estimation ``min_w f(w) s.t. w ∈ Ω(𝒢, s)`` where ``Ω`` is a
 Three-view Cardinality Constrained Set (:mod:`crowdflow.assignment.constraints`). Both solvers call
@@ -7,13 +7,13 @@ per iteration.
 
 Losses (on a design matrix ``X`` (n × p) and targets ``y``):
 
-- ``"squares"``: ``f(w) = Σ_i (⟨x_i, w⟩ − y_i)²`` (spec §5.1 regression), ``L_f = 2σ_max(X)²``;
+- ``"squares"``: ``f(w) = Σ_i (⟨x_i, w⟩ − y_i)²`` (regression, docs/methods/assignment.md §4.4), ``L_f = 2σ_max(X)²``;
 - ``"logistic"``: ``f(w) = Σ_i log(1 + exp(−y_i⟨x_i, w⟩))``, ``y ∈ {−1, +1}``, ``L_f = σ_max²/4``;
-- ``"squared_hinge"``: ``f(w) = Σ_i max(0, 1 − y_i⟨x_i, w⟩)²`` (spec §5.1 classification),
+- ``"squared_hinge"``: ``f(w) = Σ_i max(0, 1 − y_i⟨x_i, w⟩)²`` (classification),
   ``L_f = 2σ_max²``.
 
-The synthetic generator :func:`crowdflow.synth.assignment.synthetic_tvcs` reproduces the paper's §5.1
-setup. See docs/methods/assignment.md §4.
+The synthetic generator :func:`crowdflow.synth.assignment.synthetic_tvcs` reproduces the paper's
+Section 5.1 setup (docs/methods/assignment.md §4.4). See docs/methods/assignment.md §4.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class Loss:
         return {"squares": 2.0, "logistic": 0.25, "squared_hinge": 2.0}[self.kind] * smax2
 
     def minimize_on(self, support: np.ndarray, w0: np.ndarray, maxiter: int = 200) -> np.ndarray:
-        """``argmin f(z) s.t. z_i = 0 off ``support`` (spec §3 GradMP step).
+        """``argmin f(z) s.t. z_i = 0 off ``support`` (the GradMP step of docs/methods/assignment.md §4.2).
 
         Least squares: ``lstsq`` on the support columns (minimum-norm solution if
         underdetermined). Other losses: L-BFGS-B warm-started at ``w0`` (``maxiter`` cap).
@@ -145,12 +145,12 @@ def iht(
     tol: float = 1e-6,
     backend: str = "flow",
 ) -> SparseFitResult:
-    """Iterative hard thresholding with the TVCS projection (spec §3, paper Algorithm 1).
+    """Iterative hard thresholding with the TVCS projection (docs/methods/assignment.md §4.1, paper Algorithm 1).
 
     ``w ← P_s(w − γ ∇f(w))`` with ``γ = 1/L_f`` by default (then ``f(w_t)`` is non-increasing
-    after the first projection, spec T12). Stops when ``‖w_new − w‖ ≤ tol·max(1, ‖w‖)``, or when
-    the support is unchanged for 5 iterations and the relative decrease of ``f`` is below ``tol``;
-    warns (``RuntimeWarning``) at ``max_iter``.
+    after the first projection, docs/methods/assignment.md §7.4 T12). Stops when
+    ``‖w_new − w‖ ≤ tol·max(1, ‖w‖)``, or when the support is unchanged for 5 iterations and the
+    relative decrease of ``f`` is below ``tol``; warns (``RuntimeWarning``) at ``max_iter``.
     """
     proj = _projector(constraints, backend)
     p = proj.p
@@ -191,7 +191,7 @@ def gradmp(
     refit: bool = True,
     backend: str = "flow",
 ) -> SparseFitResult:
-    """Gradient matching pursuit with the TVCS projection (spec §3, paper Algorithm 2).
+    """Gradient matching pursuit with the TVCS projection (docs/methods/assignment.md §4.2, paper Algorithm 2).
 
     Each iteration: ``Γ = supp(P_{2s}(∇f(w)))`` (all caps doubled), ``Γ̂ = Γ ∪ supp(w)``,
     ``z = argmin f`` on ``Γ̂`` (:meth:`Loss.minimize_on`), ``w ← P_s(z)``. Stops when the support
@@ -233,7 +233,7 @@ def gradmp(
 
 
 def relax_constraints(cons: TVCSConstraints, keep: tuple[str, ...]) -> TVCSConstraints:
-    """Baseline structures of spec §3/§5.1: keep only some of ``"total", "view1", "view2"``.
+    """Baseline structures of docs/methods/assignment.md §4.3: keep only some of ``"total", "view1", "view2"``.
 
     ``("total",)`` = overall sparsity (CoSaMP/IHT); ``("total", "view1")`` = row-wise exclusive
     sparsity; ``("total", "view2")`` = column-wise. Dropped caps become unlimited.
@@ -252,7 +252,7 @@ def relax_constraints(cons: TVCSConstraints, keep: tuple[str, ...]) -> TVCSConst
 
 
 def selection_recall(w: np.ndarray, w_true: np.ndarray) -> float:
-    """``|supp(w) ∩ supp(w̄)| / ‖w̄‖₀`` (spec §5.1)."""
+    """``|supp(w) ∩ supp(w̄)| / ‖w̄‖₀`` (docs/methods/assignment.md §4.4)."""
     t = w_true != 0
     return float(np.sum((w != 0) & t) / max(int(t.sum()), 1))
 

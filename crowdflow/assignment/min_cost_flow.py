@@ -1,6 +1,6 @@
 """Compiled cost-scaling min-cost flow on a fixed residual pattern (the TVCS exact backend).
 
-The TVCS projection (spec ``assignment-tvcs.md`` §2.4) is a min-cost flow on a bipartite network
+The TVCS projection (docs/methods/assignment.md §2.1, §3.1) is a min-cost flow on a bipartite network
 with one unit-capacity arc per candidate. ``crowdflow.assignment.flow_backend._FlowNetwork`` builds the
 network and reads the selection and the duals; this module holds the solver's hot loop:
 successive-shortest-path *phases* under cost scaling, compiled with numba (``crowdflow.compiled``). The

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 Backend = Literal["flow", "lp", "pgd", "brute"]
 BACKENDS: tuple[str, ...] = ("flow", "lp", "pgd", "brute")
 
-_CERT_RTOL = 1e-9  # spec §2.4 / T2: objective agreement tolerance used for the certificate
+_CERT_RTOL = 1e-9  # docs/methods/assignment.md §2.2: relative gap of a certified answer
 PRUNE_MIN_P = 50_000  # flow backend: reduced-cost column generation from this many elements on
 SEED_WINDOW = 0.25  # flow backend: half-width of the greedy seed's rank windows, as a fraction of the cap
 
@@ -50,7 +50,7 @@ def _certified(obj: float, ub: float) -> bool:
 
 
 class TVCSProjector:
-    """Reusable selector/projector for one TVCS structure (spec §1–§2).
+    """Reusable selector/projector for one TVCS structure (docs/methods/assignment.md §1–§3).
 
     Builds the structure once (flow network and CSR patterns, LP matrix) so that IHT/GradMP and
     stochastic IHT can call :meth:`select` / :meth:`project` every iteration.
@@ -91,7 +91,7 @@ class TVCSProjector:
         ``seed`` (0), ``delta`` (1e-9), ``accelerate`` (False = the paper's plain PGD),
         ``power_iters`` (100), ``fallback`` ("lp" | "raise" | "none"), ``max_seconds`` (None:
         wall-clock cap checked at every certificate check), ``polish_dual`` (True: the
-        certificate also tries a block-coordinate-polished dual bound; False = spec bound only).
+        certificate also tries a block-coordinate-polished dual bound; False = the dual bound of the iterate only).
     prune_factor, prune_min_p : float, int
         Flow backend on ``p ≥ prune_min_p`` (default ``PRUNE_MIN_P``) elements: the first reduced problem keeps the
         ``prune_factor·s_total`` largest weights, or a capped-greedy seed when the caps bind hard
@@ -172,9 +172,9 @@ class TVCSProjector:
         return self._matrix
 
     def select(self, u: np.ndarray) -> SelectResult:
-        """Exact maximiser of ``⟨u, x⟩`` over the TVCS selections (spec §1.2 ILP).
+        """Exact maximiser of ``⟨u, x⟩`` over the TVCS selections (docs/methods/assignment.md §1.2).
 
-        Elements with ``u_i ≤ 0`` are never selected (spec §2.4). ``u`` must be finite.
+        Elements with ``u_i ≤ 0`` are never selected (docs/methods/assignment.md §2.3). ``u`` must be finite.
         """
         u = np.asarray(u, dtype=np.float64)
         if u.shape != (self.p,):
@@ -371,17 +371,17 @@ def tvcs_select(
     backend: str = "flow",
     **options: Any,
 ) -> SelectResult:
-    """Maximum-weight TVCS selection (spec §0.1, §1.2).
+    """Maximum-weight TVCS selection (docs/methods/assignment.md §1.2).
 
     Solves ``max ⟨u, x⟩ s.t. Σx ≤ total, per-view-1-group counts ≤ caps1, per-view-2-group counts
-    ≤ caps2, x ∈ {0,1}^p`` exactly (the LP relaxation is integral, spec §2.1).
+    ≤ caps2, x ∈ {0,1}^p`` exactly (the LP relaxation is integral, docs/methods/assignment.md §2.1).
 
     Parameters
     ----------
     u : ndarray, shape (p,)
         Finite weights; elements with ``u_i ≤ 0`` are never selected.
     view1, view2 : array-like of int or None
-        Group index of every element per view, negative = no group (spec §1.1).
+        Group index of every element per view, negative = no group (docs/methods/assignment.md §1.1).
     caps1, caps2 : scalar, array-like or None
         Caps per group (``None``/``inf`` = unlimited; reals floored; negative → ``ValueError``).
     total : float or None
@@ -411,7 +411,7 @@ def tvcs_project(
     backend: str = "flow",
     **options: Any,
 ) -> np.ndarray:
-    """Euclidean projection onto ``Ω(𝒢, s)`` (spec §1.2, Lemma 1): ``v ⊙ tvcs_select(v²).x``.
+    """Euclidean projection onto ``Ω(𝒢, s)`` (docs/methods/assignment.md §1.2, Lemma 1): ``v ⊙ tvcs_select(v²).x``.
 
     Values on the support are kept exactly; zeros of ``v`` are never selected.
     """
@@ -428,7 +428,7 @@ def project_elements(
     *,
     backend: str = "flow",
 ) -> tuple[pd.DataFrame, SelectResult]:
-    """Generic TVCS projection of a table of elements (spec §1.3 "generic use").
+    """Generic TVCS projection of a table of elements (docs/methods/assignment.md §1.3, generic use).
 
     Parameters
     ----------
@@ -436,7 +436,7 @@ def project_elements(
         ``element_id, value, view1_key, view2_key``; keys may be null (element in no group of
         that view). One row per element: a repeated ``element_id`` is rejected, so an element
         can never carry two keys of one view (the TVCS structure is enforced by the schema,
-        spec T6). ``value`` must be finite.
+        docs/methods/assignment.md §7.4 T6). ``value`` must be finite.
     view1_caps, view2_caps : DataFrame (key, cap), number or None
         Cap per key (a table must list every key used); scalar = same cap for every key;
         ``None`` = unlimited. Reals floored; negative → ``ValueError``.

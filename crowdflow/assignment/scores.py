@@ -33,13 +33,14 @@ def candidate_scores(
 ) -> pd.DataFrame:
     """Candidate (task, worker) scores for :func:`assign_tasks` from skills and task confidence.
 
-    Model (spec §4.1): worker ``i`` answers task ``j`` correctly with probability
-    ``Q_ij = accuracy_i`` (skills column ``accuracy``; else binary one-coin skill ``s_i ∈ [−1,1]``
-    → ``Q = (1 + s)/2``, skills spec §1.1), clipped to [1e-3, 1 − 1e-3]. The current consensus
-    label of task ``j`` is right with prior ``π_j = confidence_j`` (0.5 when the task has no
-    consensus row). The score is the first-order gain of the smoothed expected accuracy
-    ``Ẽ`` (spec §4.1) when worker ``i`` is added to task ``j`` from the empty assignment, i.e.
-    the expectation of the corrected gradient at ``W = 0``::
+    Model (docs/methods/assignment.md §5.1, §5.5): worker ``i`` answers task ``j`` correctly with
+    probability ``Q_ij = accuracy_i`` (skills column ``accuracy``; else binary one-coin skill
+    ``s_i ∈ [−1,1]`` → ``Q = (1 + s)/2``, the one-coin model of docs/methods/skills.md), clipped to
+    [1e-3, 1 − 1e-3]. The current consensus label of task ``j`` is right with prior
+    ``π_j = confidence_j`` (0.5 when the task has no consensus row). The score is the first-order
+    gain of the smoothed expected accuracy ``Ẽ`` (docs/methods/assignment.md §5.2) when worker ``i`` is added
+    to task ``j`` from the empty assignment, i.e. the expectation of the corrected gradient at
+    ``W = 0``::
 
         E[∂Ẽ/∂W_ij]·m = π_j(1−π_j)·(2Q_ij − 1)·ln(Q_ij / (1 − Q_ij))
 

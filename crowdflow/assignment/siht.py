@@ -121,8 +121,9 @@ def assign_siht(
 ) -> AssignmentResult:
     """Assignment maximising the expected accuracy of Bayes-weighted voting by stochastic IHT.
 
-    Spec §4.2 (paper §5.2): maximise ``Ẽ(W)`` (the sigmoid-smoothed expected MAP accuracy of
-    spec §4.1) over the TVCS set (worker loads = view 1, task caps = view 2, budget = total)::
+    docs/methods/assignment.md §5.3 (paper Section 5.2): maximise ``Ẽ(W)``, the sigmoid-smoothed expected
+    MAP accuracy of docs/methods/assignment.md §5.2, over the TVCS set (worker loads = view 1, task caps =
+    view 2, budget = total)::
 
         for t = 1..n_iter:
             g  ← mean of ``batch`` corrected stochastic gradients (× m)   (smoothed_accuracy)
@@ -140,7 +141,7 @@ def assign_siht(
     budget, worker_caps, task_caps
         As in :func:`assign_tasks`.
     n_iter, batch, eta, mode, init, patience, seed
-        SIHT settings (spec defaults T=200, B=4, η=1, box mode, W0 = 0; ``init="qlp"`` warm
+        SIHT settings (docs/methods/assignment.md §6.2: T=200, B=4, η=1, box mode, W0 = 0; ``init="qlp"`` warm
         starts from the Q-LP baseline). ``patience=None`` always runs ``n_iter`` iterations.
     backend : str
         Projection backend (:func:`tvcs_select`).
@@ -240,7 +241,7 @@ def assign_baseline(
     eval_samples: int = 1000,
     eval_seed: int | None = None,
 ) -> AssignmentResult:
-    """Baselines of spec §4.2: ``"qlp"`` maximises ``Σ Q_ij X_ij`` under the same caps (Ho et al.
+    """Baselines of docs/methods/assignment.md §5.3: ``"qlp"`` maximises ``Σ Q_ij X_ij`` under the same caps (Ho et al.
     2013 with the per-task cap); ``"random"`` selects ``tvcs_select(ξ)``, ``ξ ~ U(0,1)`` — a random
     feasible assignment that fills the budget. Evaluated like :func:`assign_siht`.
     """

@@ -28,7 +28,7 @@ class SelectResult:
     objective : float
         ``⟨u, x⟩``.
     dual_bound : float
-        Upper bound on the optimum from a dual-feasible point (weak duality, spec §2.2).
+        Upper bound on the optimum from a dual-feasible point (weak duality, docs/methods/assignment.md §2.2).
     certified : bool
         ``dual_bound − objective ≤ 1e-9·max(1, |dual_bound|)``, i.e. ``x`` is provably optimal.
     backend : str
@@ -55,7 +55,7 @@ class SelectResult:
 
 @dataclass(frozen=True)
 class AssignmentResult:
-    """Task–worker assignment (spec §1.4, design §3 ``assignment`` table).
+    """Task–worker assignment (docs/methods/assignment.md §1.4; the README's output tables).
 
     Attributes
     ----------
@@ -68,7 +68,7 @@ class AssignmentResult:
         ``task, n_assigned, cap, slack`` for every task (cap ``<NA>`` = unlimited).
     objective : float
         ``"score"``: total score of the assignment. Expected-accuracy methods: Monte-Carlo
-        expected accuracy of the MAP vote on independent samples (spec §4.2 evaluation).
+        expected accuracy of the MAP vote on independent samples (docs/methods/assignment.md §5.4).
     budget : int or None
         Global cap used (``None`` = unlimited).
     n_selected : int

@@ -33,7 +33,7 @@ def synthetic_assignment(
     q_range: tuple[float, float] = (0.5, 0.9),
     budget_fraction: float = 0.8,
 ) -> tuple[pd.DataFrame, int, int, int]:
-    """Synthetic crowdsourcing instance of spec §4.2 (paper §5.2).
+    """Synthetic crowdsourcing instance of the paper's Section 5.2 (docs/methods/assignment.md §5.7).
 
     ``Q ~ U[q_range]`` i.i.d. for every worker × task pair, priors 0.5,
     ``max_tasks = ⌊ρ m⌋`` per worker, ``max_workers = ⌊ρ n⌋`` per task and
@@ -64,9 +64,10 @@ def synthetic_assignment(
 
 @dataclass(frozen=True)
 class SyntheticTVCS:
-    """Synthetic §5.1 instance: ``X`` (n × p), ``y``, truth ``w_true`` and the constraints.
+    """Synthetic instance of the paper's Section 5.1: ``X`` (n × p), ``y``, truth ``w_true``, constraints.
 
-    ``X_test, y_test`` is an independent test set (classification error, n_test = 1000 [C]).
+    ``X_test, y_test`` is an independent test set (classification error, n_test = 1000 [C]); see
+    docs/methods/assignment.md §4.4.
     """
 
     X: np.ndarray
@@ -93,11 +94,12 @@ def synthetic_tvcs(
     n_test: int = 1000,
     seed: int = 0,
 ) -> SyntheticTVCS:
-    """Spec §5.1 (paper §5.1): ``w`` is a ``side × side`` matrix (p = side²), view 1 = rows,
-    view 2 = columns; every row/column cap ~ U{1..side}; total = ⌊0.8·min(Σ row caps, Σ col
-    caps)⌋; ``w̄ = P_Ω(v)`` for ``v ~ N(0, I)`` (support values are the N(0,1) entries of ``v``);
-    features i.i.d. N(0,1); regression ``y = ⟨X_i, w̄⟩ + N(0, noise²)``, classification
-    ``y = sign⟨X_i, w̄⟩``.
+    """The paper's Section 5.1 (docs/methods/assignment.md §4.4).
+
+    ``w`` is a ``side × side`` matrix (p = side²), view 1 = rows, view 2 = columns; every row/column
+    cap ~ U{1..side}; total = ⌊0.8·min(Σ row caps, Σ col caps)⌋; ``w̄ = P_Ω(v)`` for ``v ~ N(0, I)``
+    (support values are the N(0,1) entries of ``v``); features i.i.d. N(0,1); regression
+    ``y = ⟨X_i, w̄⟩ + N(0, noise²)``, classification ``y = sign⟨X_i, w̄⟩``.
     """
     if task not in ("regression", "classification"):
         raise ValueError(f"task must be 'regression' or 'classification', got {task!r}")

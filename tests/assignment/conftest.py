@@ -1,6 +1,6 @@
 """Random TVCS instances and the brute-force oracle shared by the selection tests.
 
-The acceptance-test instance generator (spec §7): a worker × task grid with a candidate density,
+The acceptance-test instance generator (docs/methods/assignment.md §7.3): a worker × task grid with a candidate density,
 caps per view drawn from ``[0, size of the other side]``, a random or ``⌊0.8·min(Σcaps)⌋`` total,
 continuous (``N(0,1)²``) or small-integer (tie-heavy) weights. Exposed as fixtures that return the
 functions, since test modules cannot import each other under ``--import-mode=importlib``.

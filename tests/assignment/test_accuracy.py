@@ -1,5 +1,8 @@
-"""Expected accuracy of the MAP vote (crowdflow.assignment.accuracy): spec T13 (the corrected
-gradient of the smoothed objective) and T14 (Monte Carlo against exact enumeration)."""
+"""Expected accuracy of the MAP vote (crowdflow.assignment.accuracy).
+
+Acceptance tests of docs/methods/assignment.md §7.4: T13 (the corrected gradient of the smoothed
+objective) and T14 (Monte Carlo against exact enumeration).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The reference backends of the TVCS selection (crowdflow.assignment.backends): the paper's PGD (spec T9)."""
+"""The reference backends of the TVCS selection (crowdflow.assignment.backends): the paper's PGD.
+
+docs/methods/assignment.md §3.6 and §7.4 (T9).
+"""
 
 from __future__ import annotations
 
@@ -53,9 +56,9 @@ def test_t9_pgd_certifies_lp_optimum(accelerate, random_instance):
 
 @pytest.mark.slow
 def test_t9_plain_pgd_more_instances(random_instance):
-    """Plain PGD (γ = 1/L) on 20 instances with p ≤ 60: the spec expects a certificate within
-    2·10⁵ iterations; measured 19/20 (one near-degenerate instance keeps a 2e-4 gap), so we assert
-    ≥ 18/20 and exactness whenever certified. FISTA + restart certifies all 20."""
+    """Plain PGD (γ = 1/L) on 20 instances with p ≤ 60: T9 (docs/methods/assignment.md §7.4) expects a
+    certificate within 2·10⁵ iterations; measured 19/20 (one near-degenerate instance keeps a 2e-4
+    gap), so we assert ≥ 18/20 and exactness whenever certified. FISTA + restart certifies all 20."""
     certified = 0
     for inst in _pgd_instances(random_instance, 20, seed=10):
         u, v1, v2, c1, c2, tot = inst

@@ -19,7 +19,7 @@ from crowdflow.errors import InputError
 from crowdflow.synth.assignment import synthetic_assignment
 
 # ---------------------------------------------------------------------------------------------
-# assignment by total score (spec §1.2 with u = score)
+# assignment by total score (docs/methods/assignment.md §1.2 with u = score)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -130,7 +130,8 @@ def test_assign_tasks_cap_and_budget_errors():
     # the scalar cap is an option now: refused by AssignmentOptions (pydantic words the range)
     with pytest.raises(ValueError, match=r"worker_cap\s+Input should be greater than or equal to 0"):
         assign_tasks(cand, budget=3, worker_cap=-2, task_cap=2)
-    # spec aliases and extra entities (listed with zero load); fractional caps are refused (see below)
+    # documented aliases (docs/methods/assignment.md §1.3) and extra entities (listed with zero load);
+    # fractional caps are refused (see below)
     alias = cand.rename(columns={"task": "task_id", "worker": "worker_id", "score": "value"})
     wc = pd.DataFrame({"worker_id": ["w1", "w2", "w3", "w9"], "max_tasks": [1, 1, 1, 4]})
     r = assign_tasks(alias, budget=3, worker_caps=wc, task_cap=1)

@@ -1,4 +1,4 @@
-"""The flow backend of the TVCS selection (crowdflow.assignment.flow_backend): spec T10 at scale,
+"""The flow backend of the TVCS selection (crowdflow.assignment.flow_backend): T10 at scale,
 the reduced-cost column generation (top-weight and capped-greedy seeds, warm-started rounds), warm
 starts of the network from arbitrary duals, and the compiled greedy-windows seed.
 

@@ -1,4 +1,7 @@
-"""IHT / GradMP with the TVCS projection: spec assignment-tvcs.md §3, §5.1, tests T11–T12."""
+"""IHT / GradMP with the TVCS projection (docs/methods/assignment.md §4).
+
+Acceptance tests T11–T12 of docs/methods/assignment.md §7.4.
+"""
 
 from __future__ import annotations
 
@@ -29,13 +32,13 @@ def _recovery(n, seeds, keep, max_iter=100):
 
 
 def test_t11_gradmp_recovery_n400():
-    """Spec T11: full-TVCS GradMP at n = 400 over 5 seeds: recall ≥ 0.95, success ≥ 0.8."""
+    """T11: full-TVCS GradMP at n = 400 over 5 seeds: recall ≥ 0.95, success ≥ 0.8."""
     recall, success = _recovery(400, range(5), ("total", "view1", "view2"))
     assert recall >= 0.95 and success >= 0.8, (recall, success)
 
 
 def test_t11_full_beats_overall_sparsity_n300():
-    """Spec T11: at n = 300 the full-TVCS recall is ≥ the overall-sparsity recall (5 seeds)."""
+    """T11: at n = 300 the full-TVCS recall is ≥ the overall-sparsity recall (5 seeds)."""
     full, _ = _recovery(300, range(5), ("total", "view1", "view2"), max_iter=20)
     overall, _ = _recovery(300, range(5), ("total",), max_iter=20)
     assert full >= overall, (full, overall)
@@ -83,7 +86,7 @@ def test_loss_gradients_finite_differences(kind):
 
 
 def test_classification_full_tvcs_recall():
-    """Spec §5.1 classification (squared hinge, n = 800): full TVCS selects more of the true
+    """docs/methods/assignment.md §4.4 classification (squared hinge, n = 800): full TVCS selects more of the true
     support than overall sparsity, with a test error well below chance."""
     rec = {"full": [], "overall": []}
     err = []

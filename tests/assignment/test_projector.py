@@ -1,8 +1,8 @@
 """Tests of the TVCS selection / projection API (crowdflow.assignment.projector) on every backend.
 
-Spec: /work/shared/specs/assignment-tvcs.md §7 (acceptance tests T1–T8, T10). Every backend is
-checked against brute force (enumeration of all supports), the cvxpy LP/MILP recipe of §6 and closed
-forms. The flow backend's internals are in test_flow_backend.py, the PGD backend (T9) in
+Acceptance tests T1–T8 and T10 of docs/methods/assignment.md §7.4. Every backend is checked against brute
+force (enumeration of all supports), the cvxpy LP/MILP cross-check of docs/methods/assignment.md §7.3 and
+closed forms. The flow backend's internals are in test_flow_backend.py, the PGD backend (T9) in
 test_backends.py, the assignment entry point in test_fit.py.
 """
 
@@ -26,7 +26,7 @@ PGD_FAST = {"accelerate": True, "max_iter": 200_000, "check_every": 25}
 
 
 def cvxpy_opt(u, cons: TVCSConstraints, boolean: bool):
-    """Spec §6 recipe, with the sparse constraint matrix."""
+    """The cvxpy cross-check of docs/methods/assignment.md §7.3, with the sparse constraint matrix."""
     A, s = cons.matrix()
     x = cp.Variable(cons.p, boolean=boolean)
     constraints = [A @ x <= s]
@@ -145,7 +145,7 @@ def _check_t3(inst):
     assert abs(flow.objective - lp_val) <= tol
     assert abs(lp.objective - lp_val) <= tol
     assert abs(mi_val - lp_val) <= tol
-    assert np.max(np.abs(lp_x - np.round(lp_x))) <= 1e-7  # LP integrality (TU, spec §2.1)
+    assert np.max(np.abs(lp_x - np.round(lp_x))) <= 1e-7  # LP integrality (TU, docs/methods/assignment.md §2.1)
     assert flow.certified and lp.certified
     # projection identity ‖v − P(v)‖² = ‖v‖² − OPT(u = v²)
     v = np.sqrt(u) * np.where(np.arange(u.size) % 2, 1.0, -1.0)

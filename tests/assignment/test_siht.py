@@ -1,5 +1,8 @@
-"""Stochastic IHT and its baselines (crowdflow.assignment.siht): spec T15 (sanity on the paper's
-synthetic instances), T16 (against the exact optimum on tiny instances), T17 (I/O and determinism)."""
+"""Stochastic IHT and its baselines (crowdflow.assignment.siht).
+
+Acceptance tests of docs/methods/assignment.md §7.4: T15 (sanity on the paper's synthetic
+instances), T16 (against the exact optimum on tiny instances), T17 (I/O and determinism).
+"""
 
 from __future__ import annotations
 
