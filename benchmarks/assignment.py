@@ -2,20 +2,22 @@
 
 Run: ``python -m benchmarks.assignment`` (``--quick`` for a smoke run, ``--large`` adds the
 p = 10^6 point). Prints markdown and writes ``benchmarks/results/assignment.md``.
-Spec: /work/shared/specs/assignment-tvcs.md (§7 P1–P3, §5.1, §4.2).
+Method and evidence: docs/methods/assignment.md §8 (what these tables measured; the prototype values
+quoted in the last columns are docs/methods/assignment.md §8.2); the paper's experiments are described
+in docs/methods/assignment.md §4.4 and §5.7.
 
-1. Projection time vs size (spec P2): worker × task grids with uniform random weights, caps = ¼ of
-   the other side, total = ⌊0.8·min(Σcaps1, Σcaps2)⌋ (the spec's prototype setting). Backends in
+1. Projection time vs size: worker × task grids with uniform random weights, caps = ¼ of
+   the other side, total = ⌊0.8·min(Σcaps1, Σcaps2)⌋ (our prototype's setting). Backends in
    the same run on the same instances: ``flow`` (our exact cost-scaling min-cost flow), the peer
    HiGHS LP through ``scipy.optimize.linprog`` (``highs-ipm`` = interior point + crossover, the
    ``lp`` backend default, and ``highs`` = HiGHS' own choice, dual simplex here), and the paper's
    PGD (plain γ = 1/L, and FISTA + restart) stopped by the duality-gap certificate or a wall-clock
    cap. Median of repeats; ratios are time / HiGHS-IPM time (< 1 = faster than HiGHS). All
    exact backends must reach the same objective (checked, max relative difference reported).
-2. PGD cost per iteration vs p (spec P1: linear).
-3. Synthetic regression/classification of paper §5.1 (spec T11): selection recall and exact
+2. PGD cost per iteration vs p (linear per iteration, as the paper says).
+3. Synthetic regression/classification of the paper's Section 5.1 (test T11): selection recall and exact
    recovery of GradMP with the full TVCS set vs. one-view and overall-sparsity baselines, and IHT.
-4. Crowdsourcing assignment of paper §5.2 (spec §4.2 calibration table): expected accuracy of the
+4. Crowdsourcing assignment of the paper's Section 5.2 (prototype calibration): expected accuracy of the
    MAP vote for stochastic IHT vs. the Q-LP and random baselines.
 """
 
@@ -38,22 +40,19 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import scipy  # noqa: E402
 
-from crowdflow.models.iht import (  # noqa: E402
+from crowdflow.assignment import (  # noqa: E402
     Loss,
+    TVCSConstraints,
+    TVCSProjector,
+    assign_baseline,
+    assign_siht,
     exact_recovery,
     gradmp,
     iht,
     relax_constraints,
     selection_recall,
-    synthetic_tvcs,
 )
-from crowdflow.models.tvcs import (  # noqa: E402
-    TVCSConstraints,
-    TVCSProjector,
-    assign_baseline,
-    assign_siht,
-    synthetic_assignment,
-)
+from crowdflow.synth.assignment import synthetic_assignment, synthetic_tvcs  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "assignment.md"
 
@@ -207,7 +206,7 @@ def first_call_seconds() -> str:
     kernel once per machine (cached on disk), later processes load the cache."""
     code = (
         "import time, numpy as np; t = time.perf_counter(); "
-        "from crowdflow.models.tvcs import tvcs_select; "
+        "from crowdflow.assignment import tvcs_select; "
         "w, k = np.divmod(np.arange(200), 20); tvcs_select(np.random.default_rng(0).random(200), w, k, 5, 3, 30); "
         "print(time.perf_counter() - t)"
     )
@@ -264,7 +263,7 @@ def bench_regression(ns, seeds, iht_n: int | None) -> str:
         ("overall", ("total",)),
     ]
     lines = [
-        "| n | method | recall | success | iterations (median) | spec [proto] recall / success |",
+        "| n | method | recall | success | iterations (median) | prototype recall / success |",
         "|---|---|---|---|---|---|",
     ]
     print("\n".join(lines), flush=True)
@@ -298,7 +297,7 @@ def bench_regression(ns, seeds, iht_n: int | None) -> str:
                 its.append(r.iterations)
             lines.append(
                 f"| {n} | IHT full TVCS (γ = 1/L, ≤ 300 it) | {np.mean(rec):.3f} | {np.mean(suc):.2f} | "
-                f"{int(np.median(its))} | .87 recall [proto] |"
+                f"{int(np.median(its))} | .87 recall (prototype) |"
             )
             print(lines[-1], flush=True)
     return "\n".join(lines)
@@ -329,7 +328,7 @@ PROTO_CROWD = {0.1: (0.720, 0.854, 0.860), 0.2: (0.811, 0.929, 0.930), 0.3: (0.8
 def bench_crowd(rhos, seeds, n_iter: int) -> str:
     lines = [
         "| ρ | budget | random | Q-LP | SIHT | SIHT − random | SIHT − Q-LP | SIHT s (median) | "
-        "spec [proto] random / Q-LP / SIHT |",
+        "prototype random / Q-LP / SIHT |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     print("\n".join(lines), flush=True)
@@ -395,12 +394,13 @@ def main() -> None:
         f"1-min load average {load0:.1f} at the start (the host is shared: ratios within one run are the "
         "numbers to compare).",
         "",
-        "## 1. Projection (selection) time vs size — spec P2",
+        "## 1. Projection (selection) time vs size",
         "",
         "Worker × task grid, uniform weights, caps ¼ of the other side, total ⌊0.8·min(Σcaps)⌋. "
         "`flow` = exact cost-scaling min-cost flow (our default backend); HiGHS via "
         "`scipy.optimize.linprog` is the peer (`highs-ipm` = IPM + crossover, our `lp` backend; `highs` = "
-        "HiGHS' default choice, dual simplex). PGD (paper, §2.3) stops at the duality-gap certificate "
+        "HiGHS' default choice, dual simplex). PGD (the paper's method, docs/methods/assignment.md §3.6) "
+        "stops at the duality-gap certificate "
         f"(tol 1e-9) or after {pgd_seconds:.0f} s; run once, only up to p = {pgd_max_p:,}. Median of repeats "
         "(5 / 5 / 3 / 3 / 1; flow at least 3, after a warm-up call that compiles the numba kernel). "
         "**flow / IPM < 1 means faster than HiGHS.**",
@@ -427,12 +427,12 @@ def main() -> None:
         ]
         print("\n".join(parts[-6:]), flush=True)
         parts.append(bench_shapes())
-    parts += ["", "## 2. PGD cost per iteration — spec P1 (should grow linearly in p)", ""]
+    parts += ["", "## 2. PGD cost per iteration (should grow linearly in p)", ""]
     print(parts[-2], flush=True)
     parts.append(bench_pgd_per_iteration(per_it))
     parts += [
         "",
-        "## 3. Paper §5.1 synthetic regression (p = 400, noise 0.01) — spec T11",
+        "## 3. Paper Section 5.1: synthetic regression (p = 400, noise 0.01), test T11",
         "",
         f"GradMP (max 20 iterations, refit on the projected support) over seeds {list(seeds)}; "
         "every result is projected onto the full TVCS set. Recall = |supp ∩ true| / |true|, "
@@ -441,11 +441,11 @@ def main() -> None:
     ]
     print(parts[-3], flush=True)
     parts.append(bench_regression(ns, seeds, iht_n=400 if 400 in ns else None))
-    parts += ["", "## 3b. Paper §5.1 classification (squared hinge, independent test set of 1 000)", ""]
+    parts += ["", "## 3b. Paper Section 5.1: classification (squared hinge, independent test set of 1 000)", ""]
     parts.append(bench_classification(cls_ns, cls_seeds))
     parts += [
         "",
-        "## 4. Paper §5.2 crowdsourcing assignment (n = 20 workers, m = 200 tasks, Q ~ U[.5,.9])",
+        "## 4. Paper Section 5.2: crowdsourcing assignment (n = 20 workers, m = 200 tasks, Q ~ U[.5,.9])",
         "",
         f"Sampled expected accuracy of the MAP vote (K = 400 independent samples), mean over seeds "
         f"{list(crowd_seeds)}; SIHT: box mode, T ≤ 150, B = 4, η = 1, stop after 10 iterations "

@@ -35,6 +35,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from crowdflow.assignment import AssignmentOptions
 from crowdflow.errors import SpecError
 from crowdflow.personal_rankings.options import PersonalRankingsOptions
 from crowdflow.secrets import NO_INLINE_SECRET_PATTERN, NO_USERINFO_PATTERN, refuse_inline_secret
@@ -259,21 +260,6 @@ class PersonalModelsOptions(_Strict):
     dask_address: str | None = Field(None, description="scheduler address; a local cluster when omitted")
     features: list[str] | None = Field(None, description="feature columns of the agents table (default: all others)")
     seed: int = 0
-
-
-class AssignmentOptions(_Strict):
-    """Task–worker assignment by exact projection onto a TVCS set (spec assignment-tvcs.md)."""
-
-    budget: int | None = Field(None, ge=0, description="total number of (task, worker) pairs; none = unlimited")
-    worker_cap: int | None = Field(
-        None, ge=0, description="max tasks per worker; none = unlimited; with a worker_caps table: its default"
-    )
-    task_cap: int | None = Field(
-        None, ge=0, description="max workers per task; none = unlimited; with a task_caps table: its default"
-    )
-    backend: Literal["flow", "lp", "pgd"] = Field(
-        "flow", description="exact min-cost-flow selection (default), HiGHS LP reference, or the paper's iteration"
-    )
 
 
 class ChecksSpec(_Strict):

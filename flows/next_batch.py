@@ -37,19 +37,19 @@ def next_batch_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, 
         inputs["open_tasks"].df, inputs["workers"].df, skills_run["skills"], skills_run["consensus"], opts, key
     )
     clock.lap("fit")
-    result = out["result"]
+    result = out.result
     tables = {
         "assignment": result.assignment,
         "worker_load": result.worker_load,
         "task_load": result.task_load,
-        "candidates": out["candidates"],
+        "candidates": out.candidates,
     }
     metrics = {
         "n_assigned": int(result.n_selected),
         "objective": float(result.objective),
         "certified": bool(result.certified),
-        "n_candidates": len(out["candidates"]),
-        "n_workers_without_skill": int(out["n_workers_without_skill"]),
+        "n_candidates": len(out.candidates),
+        "n_workers_without_skill": int(out.n_workers_without_skill),
     }
     return finish_run(
         spec,

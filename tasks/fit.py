@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 from prefect import get_run_logger, task
 
+from crowdflow.assignment import AssignmentOptions, AssignmentResult, NextBatchResult, assign_tasks, next_batch
 from crowdflow.graphs import WorkerGraphReport
 from crowdflow.labels import LabelMatrix
 from crowdflow.models.djam import PersonalModelsResult, fit_personal_models
@@ -27,10 +28,8 @@ from crowdflow.models.skills import (
     partition_pair_counts,
     write_label_partitions,
 )
-from crowdflow.models.tvcs import AssignmentResult, assign_tasks, candidate_scores, caps_with_default
 from crowdflow.personal_rankings import PersonalRankingResult, PersonalRankingsOptions, fit_personal_rankings
 from crowdflow.spec import (
-    AssignmentOptions,
     PersonalModelsOptions,
     RankingOptions,
     RunnerSpec,
@@ -275,16 +274,14 @@ def fit_assignment_task(
     worker_caps: pd.DataFrame | None = None,
     task_caps: pd.DataFrame | None = None,
 ) -> AssignmentResult:
-    """Exact max-score assignment under budget, per-worker and per-task caps (spec assignment-tvcs.md).
+    """Exact max-score assignment under budget, per-worker and per-task caps (library: ``assign_tasks``).
 
     Caps tables (``worker_caps``: worker, capacity; ``task_caps``: task, cap) give per-entity caps;
     the scalar ``worker_cap`` / ``task_cap`` options are then the default for ids the tables omit.
     """
     logger = get_run_logger()
     o = options
-    wcaps = caps_with_default(worker_caps, candidates["worker"], "worker", "capacity", o.worker_cap)
-    tcaps = caps_with_default(task_caps, candidates["task"], "task", "cap", o.task_cap)
-    result = assign_tasks(candidates, o.budget, wcaps, tcaps, backend=o.backend)
+    result = assign_tasks(candidates, o, worker_caps=worker_caps, task_caps=task_caps)
     logger.info(
         "assigned %d pairs (budget %s, worker cap %s, task cap %s): objective %.6g, %s",
         result.n_selected,
@@ -305,31 +302,15 @@ def fit_next_batch_task(
     consensus: pd.DataFrame,
     options: AssignmentOptions,
     fingerprint: str,
-) -> dict[str, Any]:
-    """Candidates from fitted skills × task uncertainty, then the exact capped assignment (spec §4).
-
-    Every open task × available worker pair is a candidate; its score is the predicted gain
-    π(1−π)(2Q−1)·log(Q/(1−Q)) of :func:`crowdflow.models.tvcs.candidate_scores` (Q = the worker's fitted
-    accuracy, π = the task's consensus confidence, 0.5 for a task never labelled). Workers without a
-    usable skill (new, or in an unidentifiable component) are left out and counted.
-    """
+) -> NextBatchResult:
+    """Candidates from fitted skills × task uncertainty, then the exact capped assignment (library: ``next_batch``)."""
     logger = get_run_logger()
-    pairs = open_tasks[["task"]].merge(workers[["worker"]], how="cross")
-    known = pairs["worker"].isin(skills.loc[skills["skill"].notna() | skills["accuracy"].notna(), "worker"])
-    n_unknown = int(workers["worker"].isin(pairs.loc[~known, "worker"]).sum())
-    cand = candidate_scores(skills, consensus[["task", "confidence"]], pairs[known], missing="drop")
-    caps: Any = options.worker_cap
-    if "capacity" in workers.columns and workers["capacity"].notna().any():
-        caps = workers.loc[workers["worker"].isin(cand["worker"]), ["worker", "capacity"]].copy()
-        caps["capacity"] = caps["capacity"].fillna(options.worker_cap if options.worker_cap is not None else 1e18)
-    result = assign_tasks(
-        cand[["task", "worker", "score"]], options.budget, caps, options.task_cap, backend=options.backend
-    )
+    out = next_batch(open_tasks, workers, skills, consensus, options)
     logger.info(
         "next batch: %d pairs from %d candidates (%d workers without a usable skill left out), objective %.6g",
-        result.n_selected,
-        len(cand),
-        n_unknown,
-        result.objective,
+        out.result.n_selected,
+        len(out.candidates),
+        out.n_workers_without_skill,
+        out.result.objective,
     )
-    return {"candidates": cand, "result": result, "n_workers_without_skill": n_unknown}
+    return out

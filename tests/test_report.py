@@ -263,12 +263,12 @@ def test_personal_rankings_and_models_pages() -> None:
 
 
 def test_assignment_and_next_batch_pages() -> None:
-    from crowdflow.models.tvcs import assign_tasks
+    from crowdflow.assignment import assign_tasks
 
     rng = np.random.default_rng(1)
     cand = pd.DataFrame([(f"t{t}", f"w{w}") for t in range(30) for w in range(6)], columns=["task", "worker"])
     cand["score"] = rng.uniform(0, 1, len(cand))
-    res = assign_tasks(cand, 40, 8, 2)
+    res = assign_tasks(cand, budget=40, worker_cap=8, task_cap=2)
     tables = {"assignment": res.assignment, "worker_load": res.worker_load, "task_load": res.task_load}
     rep = render_report(_manifest("assignment", metrics={"objective": float(res.objective), "certified": True}), tables)
     page = parse(rep.html)

@@ -1,8 +1,8 @@
-"""The compiled cost-scaling min-cost flow (crowdflow.models.min_cost_flow) on general networks.
+"""The compiled cost-scaling min-cost flow (crowdflow.assignment.min_cost_flow) on general networks.
 
 Checked against the min-cost-flow LP solved by HiGHS (scipy ``linprog``): same optimal cost, a
 feasible integral flow, and potentials that certify it (no residual entry with negative reduced
-cost). The TVCS-specific checks (brute force, LP, column generation) are in test_tvcs.py.
+cost). The TVCS-specific checks (brute force, LP, column generation) are in test_projector.py and test_flow_backend.py.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import pytest
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
-from crowdflow.models import tvcs
-from crowdflow.models.min_cost_flow import cost_scaling_flow, residual_pattern
+from crowdflow.assignment import flow_backend
+from crowdflow.assignment.min_cost_flow import cost_scaling_flow, residual_pattern
+from crowdflow.assignment.projector import tvcs_select
 
 SCALES = tuple(range(0, 21, 2))
 
@@ -97,12 +98,12 @@ def test_tvcs_falls_back_to_lp_when_the_kernel_fails(monkeypatch):
     rng = np.random.default_rng(0)
     w, t = np.divmod(np.arange(200), 20)
     u = rng.random(200)
-    expected = tvcs.tvcs_select(u, w, t, 5, 3, 30, backend="lp")
+    expected = tvcs_select(u, w, t, 5, 3, 30, backend="lp")
 
     def boom(*args, **kwargs):
         raise RuntimeError("flow backend: no convergence after 0 phases")
 
-    monkeypatch.setattr(tvcs, "cost_scaling_flow", boom)
-    got = tvcs.tvcs_select(u, w, t, 5, 3, 30, backend="flow")
+    monkeypatch.setattr(flow_backend, "cost_scaling_flow", boom)
+    got = tvcs_select(u, w, t, 5, 3, 30, backend="flow")
     assert got.backend == "flow->lp" and got.certified
     assert got.objective == pytest.approx(expected.objective, rel=1e-12)

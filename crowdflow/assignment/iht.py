@@ -1,17 +1,19 @@
-"""IHT and GradMP with the TVCS projection (spec assignment-tvcs.md §3, §5.1).
+"""IHT and GradMP with the TVCS projection (docs/methods/assignment.md §4).
 
 Cardinality-constrained estimation ``min_w f(w) s.t. w ∈ Ω(𝒢, s)`` where ``Ω`` is a
-Three-view Cardinality Constrained Set (:mod:`crowdflow.models.tvcs`). Both solvers call the exact
-Euclidean projection ``P_s`` (:class:`~crowdflow.models.tvcs.TVCSProjector`) once per iteration.
+Three-view Cardinality Constrained Set (:mod:`crowdflow.assignment.constraints`). Both solvers call
+the exact Euclidean projection ``P_s`` (:class:`~crowdflow.assignment.projector.TVCSProjector`) once
+per iteration.
 
 Losses (on a design matrix ``X`` (n × p) and targets ``y``):
 
-- ``"squares"``: ``f(w) = Σ_i (⟨x_i, w⟩ − y_i)²`` (spec §5.1 regression), ``L_f = 2σ_max(X)²``;
+- ``"squares"``: ``f(w) = Σ_i (⟨x_i, w⟩ − y_i)²`` (regression, docs/methods/assignment.md §4.4), ``L_f = 2σ_max(X)²``;
 - ``"logistic"``: ``f(w) = Σ_i log(1 + exp(−y_i⟨x_i, w⟩))``, ``y ∈ {−1, +1}``, ``L_f = σ_max²/4``;
-- ``"squared_hinge"``: ``f(w) = Σ_i max(0, 1 − y_i⟨x_i, w⟩)²`` (spec §5.1 classification),
+- ``"squared_hinge"``: ``f(w) = Σ_i max(0, 1 − y_i⟨x_i, w⟩)²`` (classification),
   ``L_f = 2σ_max²``.
 
-The synthetic generator :func:`synthetic_tvcs` reproduces the paper's §5.1 setup.
+The synthetic generator :func:`crowdflow.synth.assignment.synthetic_tvcs` reproduces the paper's
+Section 5.1 setup (docs/methods/assignment.md §4.4). See docs/methods/assignment.md §4.
 """
 
 from __future__ import annotations
@@ -25,15 +27,13 @@ from typing import Any, Literal, cast
 import numpy as np
 from scipy.optimize import minimize
 
-from crowdflow.models.tvcs import TVCSConstraints, TVCSProjector
+from crowdflow.assignment.accuracy import _sigmoid
+from crowdflow.assignment.constraints import TVCSConstraints
+from crowdflow.assignment.projector import TVCSProjector
 
 log = logging.getLogger(__name__)
 
 LossKind = Literal["squares", "logistic", "squared_hinge"]
-
-
-def _sigmoid(t: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * t))
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class Loss:
         return {"squares": 2.0, "logistic": 0.25, "squared_hinge": 2.0}[self.kind] * smax2
 
     def minimize_on(self, support: np.ndarray, w0: np.ndarray, maxiter: int = 200) -> np.ndarray:
-        """``argmin f(z) s.t. z_i = 0 off ``support`` (spec §3 GradMP step).
+        """``argmin f(z) s.t. z_i = 0 off ``support`` (the GradMP step of docs/methods/assignment.md §4.2).
 
         Least squares: ``lstsq`` on the support columns (minimum-norm solution if
         underdetermined). Other losses: L-BFGS-B warm-started at ``w0`` (``maxiter`` cap).
@@ -145,12 +145,12 @@ def iht(
     tol: float = 1e-6,
     backend: str = "flow",
 ) -> SparseFitResult:
-    """Iterative hard thresholding with the TVCS projection (spec §3, paper Algorithm 1).
+    """Iterative hard thresholding with the TVCS projection (docs/methods/assignment.md §4.1, paper Algorithm 1).
 
     ``w ← P_s(w − γ ∇f(w))`` with ``γ = 1/L_f`` by default (then ``f(w_t)`` is non-increasing
-    after the first projection, spec T12). Stops when ``‖w_new − w‖ ≤ tol·max(1, ‖w‖)``, or when
-    the support is unchanged for 5 iterations and the relative decrease of ``f`` is below ``tol``;
-    warns (``RuntimeWarning``) at ``max_iter``.
+    after the first projection, docs/methods/assignment.md §7.4 T12). Stops when
+    ``‖w_new − w‖ ≤ tol·max(1, ‖w‖)``, or when the support is unchanged for 5 iterations and the
+    relative decrease of ``f`` is below ``tol``; warns (``RuntimeWarning``) at ``max_iter``.
     """
     proj = _projector(constraints, backend)
     p = proj.p
@@ -191,7 +191,7 @@ def gradmp(
     refit: bool = True,
     backend: str = "flow",
 ) -> SparseFitResult:
-    """Gradient matching pursuit with the TVCS projection (spec §3, paper Algorithm 2).
+    """Gradient matching pursuit with the TVCS projection (docs/methods/assignment.md §4.2, paper Algorithm 2).
 
     Each iteration: ``Γ = supp(P_{2s}(∇f(w)))`` (all caps doubled), ``Γ̂ = Γ ∪ supp(w)``,
     ``z = argmin f`` on ``Γ̂`` (:meth:`Loss.minimize_on`), ``w ← P_s(z)``. Stops when the support
@@ -233,7 +233,7 @@ def gradmp(
 
 
 def relax_constraints(cons: TVCSConstraints, keep: tuple[str, ...]) -> TVCSConstraints:
-    """Baseline structures of spec §3/§5.1: keep only some of ``"total", "view1", "view2"``.
+    """Baseline structures of docs/methods/assignment.md §4.3: keep only some of ``"total", "view1", "view2"``.
 
     ``("total",)`` = overall sparsity (CoSaMP/IHT); ``("total", "view1")`` = row-wise exclusive
     sparsity; ``("total", "view2")`` = column-wise. Dropped caps become unlimited.
@@ -251,67 +251,8 @@ def relax_constraints(cons: TVCSConstraints, keep: tuple[str, ...]) -> TVCSConst
     )
 
 
-@dataclass(frozen=True)
-class SyntheticTVCS:
-    """Synthetic §5.1 instance: ``X`` (n × p), ``y``, truth ``w_true`` and the constraints.
-
-    ``X_test, y_test`` is an independent test set (classification error, n_test = 1000 [C]).
-    """
-
-    X: np.ndarray
-    y: np.ndarray
-    w_true: np.ndarray
-    constraints: TVCSConstraints
-    X_test: np.ndarray
-    y_test: np.ndarray
-    task: str
-
-
-def grid_views(side: int) -> tuple[np.ndarray, np.ndarray]:
-    """Row and column group index of every entry of a ``side × side`` matrix (row-major)."""
-    r, c = np.divmod(np.arange(side * side), side)
-    return r.astype(np.int64), c.astype(np.int64)
-
-
-def synthetic_tvcs(
-    n: int,
-    *,
-    side: int = 20,
-    task: Literal["regression", "classification"] = "regression",
-    noise: float = 0.01,
-    n_test: int = 1000,
-    seed: int = 0,
-) -> SyntheticTVCS:
-    """Spec §5.1 (paper §5.1): ``w`` is a ``side × side`` matrix (p = side²), view 1 = rows,
-    view 2 = columns; every row/column cap ~ U{1..side}; total = ⌊0.8·min(Σ row caps, Σ col
-    caps)⌋; ``w̄ = P_Ω(v)`` for ``v ~ N(0, I)`` (support values are the N(0,1) entries of ``v``);
-    features i.i.d. N(0,1); regression ``y = ⟨X_i, w̄⟩ + N(0, noise²)``, classification
-    ``y = sign⟨X_i, w̄⟩``.
-    """
-    if task not in ("regression", "classification"):
-        raise ValueError(f"task must be 'regression' or 'classification', got {task!r}")
-    rng = np.random.default_rng([51, int(seed)])
-    p = side * side
-    rows, cols = grid_views(side)
-    c1 = rng.integers(1, side + 1, size=side)
-    c2 = rng.integers(1, side + 1, size=side)
-    total = math.floor(0.8 * min(int(c1.sum()), int(c2.sum())))
-    cons = TVCSConstraints.build(p, rows, cols, c1, c2, total)
-    v = rng.standard_normal(p)
-    w_true = TVCSProjector(cons).project(v)
-    X = rng.standard_normal((n, p))
-    Xt = rng.standard_normal((n_test, p))
-    if task == "regression":
-        y = X @ w_true + noise * rng.standard_normal(n)
-        yt = Xt @ w_true + noise * rng.standard_normal(n_test)
-    else:
-        y = np.where(X @ w_true >= 0, 1.0, -1.0)
-        yt = np.where(Xt @ w_true >= 0, 1.0, -1.0)
-    return SyntheticTVCS(X, y, w_true, cons, Xt, yt, task)
-
-
 def selection_recall(w: np.ndarray, w_true: np.ndarray) -> float:
-    """``|supp(w) ∩ supp(w̄)| / ‖w̄‖₀`` (spec §5.1)."""
+    """``|supp(w) ∩ supp(w̄)| / ‖w̄‖₀`` (docs/methods/assignment.md §4.4)."""
     t = w_true != 0
     return float(np.sum((w != 0) & t) / max(int(t.sum()), 1))
 

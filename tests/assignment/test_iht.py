@@ -1,4 +1,7 @@
-"""IHT / GradMP with the TVCS projection: spec assignment-tvcs.md §3, §5.1, tests T11–T12."""
+"""IHT / GradMP with the TVCS projection (docs/methods/assignment.md §4).
+
+Acceptance tests T11–T12 of docs/methods/assignment.md §7.4.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +10,10 @@ import warnings
 import numpy as np
 import pytest
 
-from crowdflow.models.iht import (
-    Loss,
-    exact_recovery,
-    gradmp,
-    grid_views,
-    iht,
-    relax_constraints,
-    selection_recall,
-    synthetic_tvcs,
-)
-from crowdflow.models.tvcs import TVCSConstraints, TVCSProjector, tvcs_select
+from crowdflow.assignment.constraints import TVCSConstraints
+from crowdflow.assignment.iht import Loss, exact_recovery, gradmp, iht, relax_constraints, selection_recall
+from crowdflow.assignment.projector import TVCSProjector
+from crowdflow.synth.assignment import synthetic_tvcs
 
 
 def _recovery(n, seeds, keep, max_iter=100):
@@ -35,41 +31,14 @@ def _recovery(n, seeds, keep, max_iter=100):
     return float(np.mean(recalls)), float(np.mean(successes))
 
 
-def test_synthetic_setup_matches_spec():
-    d = synthetic_tvcs(50, seed=3)
-    cons = d.constraints
-    assert d.X.shape == (50, 400) and d.X_test.shape == (1000, 400)
-    rows, cols = grid_views(20)
-    np.testing.assert_array_equal(cons.view1, rows)
-    np.testing.assert_array_equal(cons.view2, cols)
-    assert cons.caps1.min() >= 1 and cons.caps1.max() <= 20 and cons.caps2.max() <= 20
-    assert cons.total == int(0.8 * min(cons.caps1.sum(), cons.caps2.sum()))
-    assert cons.is_feasible((d.w_true != 0).astype(np.int8))
-    # w̄ = P_Ω(v): its support is the exact TVCS selection for v² (HiGHS LP as the independent
-    # oracle), values unchanged. v is redrawn with the generator's documented stream: seeds [51, seed],
-    # then the row caps, the column caps and v ~ N(0, I).
-    rng = np.random.default_rng([51, 3])
-    row_caps, _col_caps = rng.integers(1, 21, size=20), rng.integers(1, 21, size=20)
-    v = rng.standard_normal(400)
-    np.testing.assert_array_equal(cons.caps1, row_caps)  # same stream as the generator's
-    lp = tvcs_select(v * v, cons.view1, cons.view2, cons.caps1, cons.caps2, cons.total, backend="lp")
-    support = d.w_true != 0
-    assert support.sum() == cons.total
-    np.testing.assert_allclose(float(np.sum(d.w_true**2)), lp.objective, rtol=1e-12)
-    np.testing.assert_array_equal(d.w_true[support], v[support])
-    np.testing.assert_allclose(d.y, d.X @ d.w_true, atol=0.06)  # noise 0.01
-    dc = synthetic_tvcs(50, seed=3, task="classification")
-    assert set(np.unique(dc.y)) <= {-1.0, 1.0}
-
-
 def test_t11_gradmp_recovery_n400():
-    """Spec T11: full-TVCS GradMP at n = 400 over 5 seeds: recall ≥ 0.95, success ≥ 0.8."""
+    """T11: full-TVCS GradMP at n = 400 over 5 seeds: recall ≥ 0.95, success ≥ 0.8."""
     recall, success = _recovery(400, range(5), ("total", "view1", "view2"))
     assert recall >= 0.95 and success >= 0.8, (recall, success)
 
 
 def test_t11_full_beats_overall_sparsity_n300():
-    """Spec T11: at n = 300 the full-TVCS recall is ≥ the overall-sparsity recall (5 seeds)."""
+    """T11: at n = 300 the full-TVCS recall is ≥ the overall-sparsity recall (5 seeds)."""
     full, _ = _recovery(300, range(5), ("total", "view1", "view2"), max_iter=20)
     overall, _ = _recovery(300, range(5), ("total",), max_iter=20)
     assert full >= overall, (full, overall)
@@ -117,7 +86,7 @@ def test_loss_gradients_finite_differences(kind):
 
 
 def test_classification_full_tvcs_recall():
-    """Spec §5.1 classification (squared hinge, n = 800): full TVCS selects more of the true
+    """docs/methods/assignment.md §4.4 classification (squared hinge, n = 800): full TVCS selects more of the true
     support than overall sparsity, with a test error well below chance."""
     rec = {"full": [], "overall": []}
     err = []

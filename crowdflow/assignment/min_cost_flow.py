@@ -1,11 +1,15 @@
 """Compiled cost-scaling min-cost flow on a fixed residual pattern (the TVCS exact backend).
 
-The TVCS projection (spec ``assignment-tvcs.md`` §2.4) is a min-cost flow on a bipartite network
-with one unit-capacity arc per candidate. ``crowdflow.models.tvcs._FlowNetwork`` builds the network
-and reads the selection and the duals; this module holds the solver's hot loop: successive-shortest-path
-*phases* under cost scaling, compiled with numba (``crowdflow.models.compiled``). The only other
-compiled loop of the backend, the column generation's capped-greedy seed, is
-``tvcs._greedy_windows``.
+The TVCS projection (docs/methods/assignment.md §2.1, §3.1) is a min-cost flow on a bipartite network
+with one unit-capacity arc per candidate. ``crowdflow.assignment.flow_backend._FlowNetwork`` builds the
+network and reads the selection and the duals; this module holds the solver's hot loop:
+successive-shortest-path *phases* under cost scaling, compiled with numba (``crowdflow.compiled``). The
+only other compiled loop of the backend, the column generation's capped-greedy seed, is
+``flow_backend._greedy_windows``.
+
+The interface is two functions, :func:`residual_pattern` (the network's CSR pattern) and
+:func:`cost_scaling_flow` (solve in place); nothing else of this module is used outside it, so the
+kernel can be replaced behind them. See docs/methods/assignment.md §3.2.
 
 Residual representation
 -----------------------

@@ -1,0 +1,480 @@
+"""The public selection and projection API of the TVCS set.
+
+:class:`TVCSProjector` builds one structure once (flow network, LP matrix) and then solves
+``max ⟨u, x⟩ s.t. Σ_i x_i ≤ s_total, Σ_{i∈g} x_i ≤ s_g (every group of both views), x ∈ {0,1}^p``
+exactly for any weights (:meth:`TVCSProjector.select`), or the Euclidean projection of ``v`` onto
+``Ω = {w : ‖w_g‖₀ ≤ s_g ∀g}``, which is ``v ⊙ x*`` for ``u = v²`` (:meth:`TVCSProjector.project`).
+The LP relaxation is exact (the constraint matrix is totally unimodular), so every result carries a
+weak-duality certificate.
+
+Backends: ``flow`` (default, exact min-cost flow with reduced-cost column generation on large
+instances, :mod:`crowdflow.assignment.flow_backend`), ``lp`` (HiGHS), ``pgd`` (the paper's
+iteration) and ``brute`` (enumeration), the last three in :mod:`crowdflow.assignment.backends`.
+:func:`tvcs_select` / :func:`tvcs_project` are one-shot wrappers; :func:`project_elements` projects a
+table of elements keyed by view.
+
+Yang, Gui, Ke, Stefankovic, Fujimaki, Liu, "On The Projection Operator to A Three-view Cardinality
+Constrained Set", ICML 2017. See docs/methods/assignment.md §1.2, §2 and §3.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import warnings
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from crowdflow.assignment.backends import _brute_select, _lp_select, _pgd_select
+from crowdflow.assignment.constraints import TVCSConstraints
+from crowdflow.assignment.flow_backend import _FlowNetwork, _greedy_windows, _laminar_greedy, _warm_scale_bits
+from crowdflow.assignment.problem import _caps_vector, _float_column, _ids_as_str
+from crowdflow.assignment.types import SelectResult
+
+log = logging.getLogger(__name__)
+
+Backend = Literal["flow", "lp", "pgd", "brute"]
+BACKENDS: tuple[str, ...] = ("flow", "lp", "pgd", "brute")
+
+_CERT_RTOL = 1e-9  # docs/methods/assignment.md §2.2: relative gap of a certified answer
+PRUNE_MIN_P = 50_000  # flow backend: reduced-cost column generation from this many elements on
+SEED_WINDOW = 0.25  # flow backend: half-width of the greedy seed's rank windows, as a fraction of the cap
+
+
+def _certified(obj: float, ub: float) -> bool:
+    return ub - obj <= _CERT_RTOL * max(1.0, abs(ub))
+
+
+class TVCSProjector:
+    """Reusable selector/projector for one TVCS structure (docs/methods/assignment.md §1–§3).
+
+    Builds the structure once (flow network and CSR patterns, LP matrix) so that IHT/GradMP and
+    stochastic IHT can call :meth:`select` / :meth:`project` every iteration.
+
+    Flow backend algorithm (exact). Min-cost flow on the network of :class:`_FlowNetwork` by
+    *cost-scaling successive shortest paths*: the costs ``−u/max(u)`` are rounded to the grids
+    ``2^-b`` for ``b = 0, 2, …, 30`` and finally used exactly. At each scale the previous
+    potentials ``π`` define a pseudo-flow (arcs with negative reduced cost saturated, positive
+    ones emptied), whose node imbalances are removed by phases of multi-source Dijkstra (reduced
+    costs ≥ 0) followed by a maximum flow on the zero-reduced-cost arcs (Dinic on shortest
+    augmenting paths), compiled with numba in :mod:`crowdflow.assignment.min_cost_flow`. At
+    termination the flow is conservative and every residual arc has reduced cost ≥ 0 — the
+    classical optimality condition — and the potentials give the LP dual
+    ``a_g = π(L_g) − π(S)``, ``b_h = π(T) − π(R_h)``, ``λ = π(S) − π(T)`` used for the certificate.
+    Complexity: each phase costs ``O(E log V)`` (Dijkstra) plus a Dinic max flow on the
+    admissible subgraph, with ``E = p + n1 + n2 + 1`` and ``V = n1 + n2 + 2`` (+ private nodes);
+    every phase moves ≥ 1 unit so there are at most ``O(s_total + V)`` phases per scale (worst
+    case = plain SSP, ``O(s_total·E log V)``). In practice coarse scales have many ties, so phases
+    move many units, and finer scales start near-optimal: a few dozen phases in total for
+    ``p = 10^5`` over the 16 grids plus the exact scale (see ``benchmarks/assignment.py``). When one view can never
+    bind (every cap ≥ its group size, or the view is absent) the problem is a laminar matroid
+    and the flow backend uses the exact ``O(p log p)`` greedy closed form instead
+    (:func:`_laminar_greedy`). Every flow result carries the weak-duality certificate; if it
+    ever failed numerically (not observed) the LP backend would be used and a warning logged.
+
+    Parameters
+    ----------
+    view1, view2, caps1, caps2, total
+        See :meth:`TVCSConstraints.build`. ``view1`` may also be a :class:`TVCSConstraints`.
+    p : int, optional
+        Number of elements (needed only when both views are ``None``).
+    backend : {"flow", "lp", "pgd", "brute"}
+    lp_method : str
+        ``linprog`` method for the LP backend (``"highs-ipm"`` = IPM + crossover, ``"highs-ds"``,
+        ``"highs"``).
+    pgd_options : dict
+        Options of the PGD backend: ``tol`` (1e-9), ``max_iter`` (200 000), ``check_every`` (50),
+        ``seed`` (0), ``delta`` (1e-9), ``accelerate`` (False = the paper's plain PGD),
+        ``power_iters`` (100), ``fallback`` ("lp" | "raise" | "none"), ``max_seconds`` (None:
+        wall-clock cap checked at every certificate check), ``polish_dual`` (True: the
+        certificate also tries a block-coordinate-polished dual bound; False = the dual bound of the iterate only).
+    prune_factor, prune_min_p : float, int
+        Flow backend on ``p ≥ prune_min_p`` (default ``PRUNE_MIN_P``) elements: the first reduced problem keeps the
+        ``prune_factor·s_total`` largest weights, or a capped-greedy seed when the caps bind hard
+        (see :meth:`_solve_flow`; the result is exact whatever the value, which only trades
+        first-solve size against extra rounds).
+    """
+
+    def __init__(
+        self,
+        view1: Any = None,
+        view2: Any = None,
+        caps1: Any = None,
+        caps2: Any = None,
+        total: float | None = None,
+        *,
+        p: int | None = None,
+        backend: str = "flow",
+        lp_method: str = "highs-ipm",
+        pgd_options: dict[str, Any] | None = None,
+        prune_factor: float = 1.25,
+        prune_min_p: int = PRUNE_MIN_P,
+    ) -> None:
+        if not prune_factor >= 1.0:
+            raise ValueError(f"prune_factor must be >= 1, got {prune_factor!r}")
+        self.prune_factor = float(prune_factor)
+        self.prune_min_p = int(prune_min_p)
+        if isinstance(view1, TVCSConstraints):
+            cons = view1
+        else:
+            if p is None:
+                if view1 is not None:
+                    p = len(view1)
+                elif view2 is not None:
+                    p = len(view2)
+                else:
+                    raise ValueError("p is required when both views are None")
+            cons = TVCSConstraints.build(p, view1, view2, caps1, caps2, total)
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+        self.cons = cons
+        self.backend = backend
+        self.lp_method = lp_method
+        opts: dict[str, Any] = {
+            "tol": 1e-9,
+            "max_iter": 200_000,
+            "check_every": 50,
+            "seed": 0,
+            "delta": 1e-9,
+            "accelerate": False,
+            "power_iters": 100,
+            "fallback": "lp",
+            "max_seconds": None,
+            "polish_dual": True,
+        }
+        if pgd_options:
+            unknown = set(pgd_options) - set(opts)
+            if unknown:
+                raise ValueError(f"unknown pgd_options {sorted(unknown)}")
+            opts.update(pgd_options)
+        self.pgd_options = opts
+        self._net: _FlowNetwork | None = None
+        self._matrix: tuple[sp.csr_matrix, np.ndarray] | None = None
+        # a view whose every cap is >= its group size (or that is absent) never binds; then the
+        # problem is a matroid and the flow backend uses the exact greedy closed form
+        size1 = np.bincount(cons.view1[cons.view1 >= 0], minlength=cons.n1)
+        size2 = np.bincount(cons.view2[cons.view2 >= 0], minlength=cons.n2)
+        free2 = bool(np.all(cons.caps2 >= size2))
+        free1 = bool(np.all(cons.caps1 >= size1))
+        self._free_view: int | None = 2 if free2 else (1 if free1 else None)
+
+    @property
+    def p(self) -> int:
+        return self.cons.p
+
+    def _lp_matrix(self) -> tuple[sp.csr_matrix, np.ndarray]:
+        if self._matrix is None:
+            self._matrix = self.cons.matrix()
+        return self._matrix
+
+    def select(self, u: np.ndarray) -> SelectResult:
+        """Exact maximiser of ``⟨u, x⟩`` over the TVCS selections (docs/methods/assignment.md §1.2).
+
+        Elements with ``u_i ≤ 0`` are never selected (docs/methods/assignment.md §2.3). ``u`` must be finite.
+        """
+        u = np.asarray(u, dtype=np.float64)
+        if u.shape != (self.p,):
+            raise ValueError(f"u must have shape ({self.p},), got {u.shape}")
+        if not np.all(np.isfinite(u)):
+            bad = np.flatnonzero(~np.isfinite(u))[:10].tolist()
+            raise ValueError(f"u must be finite; NaN/inf at elements {bad}")
+        cons = self.cons
+        backend = self.backend
+        trace: dict[str, Any] = {}
+        if cons.total == 0 or not np.any(u > 0):
+            x = np.zeros(self.p, bool)
+            return SelectResult(x, 0.0, 0.0, True, backend, 0, {"empty": True})
+        t0 = time.perf_counter()
+        iters = 0
+        if backend == "flow" and self._free_view is not None:
+            if self._free_view == 2:
+                x, a, lam = _laminar_greedy(u, cons.view1, cons.caps1, cons.total)
+                ub = cons.dual_bound(u, a, np.zeros(cons.n2), lam)
+            else:
+                x, b, lam = _laminar_greedy(u, cons.view2, cons.caps2, cons.total)
+                ub = cons.dual_bound(u, np.zeros(cons.n1), b, lam)
+            obj = float(u[x].sum())
+            trace = {"closed_form": f"view {self._free_view} never binds: laminar-matroid greedy"}
+        elif backend == "flow":
+            try:
+                x, stats = self._solve_flow(u)
+            except RuntimeError as exc:  # numerical safety net; never expected
+                log.warning("flow backend failed (%s); falling back to the HiGHS LP", exc)
+                return self._select_lp(u, "flow->lp")
+            a, b, lam = stats.pop("duals")
+            obj = float(u[x].sum())
+            ub = cons.dual_bound(u, a, b, lam)
+            iters = stats["phases"]
+            trace = stats
+            if not _certified(obj, ub):
+                log.warning("flow backend: certificate gap %.3g too large; using the HiGHS LP", ub - obj)
+                return self._select_lp(u, "flow->lp")
+        elif backend == "lp":
+            return self._select_lp(u, "lp")
+        elif backend == "brute":
+            x = _brute_select(u, cons)
+            obj = float(u[x].sum())
+            ub = obj  # exhaustive enumeration
+        else:  # pgd
+            o = self.pgd_options
+            x, cert, iters, trace, ub = _pgd_select(
+                u,
+                cons,
+                tol=o["tol"],
+                max_iter=int(o["max_iter"]),
+                check_every=int(o["check_every"]),
+                seed=int(o["seed"]),
+                delta=float(o["delta"]),
+                accelerate=bool(o["accelerate"]),
+                power_iters=int(o["power_iters"]),
+                max_seconds=o["max_seconds"],
+                polish=bool(o["polish_dual"]),
+            )
+            obj = float(u[x].sum())
+            if not cert:
+                msg = f"TVCS-PGD not certified after {iters} iterations (gap {ub - obj:.3g}); fallback={o['fallback']}"
+                warnings.warn(msg, RuntimeWarning, stacklevel=2)
+                if o["fallback"] == "raise":
+                    raise RuntimeError(msg)
+                if o["fallback"] == "lp":
+                    res = self._select_lp(u, "pgd->lp")
+                    tr = dict(res.trace)
+                    tr.update(pgd=trace, pgd_iterations=iters)
+                    return SelectResult(res.x, res.objective, res.dual_bound, res.certified, "pgd->lp", iters, tr)
+                return SelectResult(x, obj, ub, False, "pgd", iters, trace)
+            trace["seconds"] = time.perf_counter() - t0
+            # certified by PGD's own (relative, scaled-units) duality-gap test
+            return SelectResult(x, obj, ub, True, "pgd", iters, trace)
+        trace["seconds"] = time.perf_counter() - t0
+        return SelectResult(x, obj, ub, _certified(obj, ub), backend, iters, trace)
+
+    def _solve_full_network(self, u: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+        """The flow solve on every element (network built once per projector, reused across calls)."""
+        if self._net is None:
+            self._net = _FlowNetwork(self.cons)
+        return self._net.solve(u)
+
+    def _solve_flow(self, u: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+        """Exact flow solve, on a reduced candidate set when that is provably enough.
+
+        Large instances (``p ≥ prune_min_p``) are solved by *reduced-cost column generation*: the
+        flow is solved on a candidate set ``C`` only; its optimal duals ``(a, b, λ)`` are
+        dual-feasible for the full LP exactly when no left-out element has a positive reduced gain
+        ``u_i − a_{g(i)} − b_{h(i)} − λ`` (then ``y_i = 0`` for all of them and the full bound
+        equals the reduced optimum, so the reduced selection is optimal for the full problem).
+        Violators are added and the reduced problem re-solved until none is left; each re-solve
+        is warm-started from the previous duals (:meth:`_FlowNetwork.solve`, ``warm``), on the
+        cost scales given by :func:`_warm_scale_bits`. The weak-duality certificate is always
+        evaluated on the full problem.
+
+        Seeds: the ``⌈prune_factor·s_total⌉`` largest positive weights, unless the caps bind so
+        hard that this set is dominated by a few groups: then almost every left-out element is a
+        violator (e.g. rank-one weights ``u = skill_w · uncertainty_t``: the full network, 134
+        phases, was solved). The seed is then the capped greedy's selection plus, per group, the
+        elements whose rank in the group lies within ``⌈SEED_WINDOW·cap⌉`` of the greedy's rank
+        range there (:func:`_greedy_windows`; one ``O(p log p)`` sort). It is used when the top
+        weights cannot fill as many slots as all positive weights
+        (:meth:`TVCSConstraints.fill_bound`, ``O(q)``), or, once, when the set would grow past
+        ``0.7·p``. If the greedy seed too would grow past ``0.7·p``, the full network is solved.
+        """
+        cons = self.cons
+        pos = np.flatnonzero(u > 0)
+        q = math.ceil(self.prune_factor * cons.total) + 1
+        if cons.p < self.prune_min_p or q >= 0.7 * pos.shape[0]:
+            return self._solve_full_network(u)
+        kth = pos.shape[0] - q
+        sub = pos[u[pos] >= np.partition(u[pos], kth)[kth]]
+        top_fill = cons.fill_bound(sub)
+        reseeded = top_fill < cons.total and top_fill < cons.fill_bound(pos)
+        if reseeded:  # the caps leave the top weights unable to fill what the full set can
+            sub = self._greedy_seed(u, pos)
+        umax = float(u[pos].max())
+        duals: tuple[np.ndarray, np.ndarray, float] | None = None
+        bits: tuple[int, ...] = tuple(range(0, 31, 2))
+        phases: list[int] = []
+        while True:
+            sc = TVCSConstraints(
+                view1=cons.view1[sub], view2=cons.view2[sub], caps1=cons.caps1, caps2=cons.caps2, total=cons.total
+            )
+            xs, stats = _FlowNetwork(sc).solve(u[sub], scale_bits=bits, warm=duals)
+            phases.append(stats["phases"])
+            duals = stats["duals"]
+            a, b, lam = duals
+            red = cons.reduced_gain(u, np.maximum(a, 0.0), np.maximum(b, 0.0), max(lam, 0.0))
+            red[sub] = 0.0
+            viol = np.flatnonzero(red > 1e-12 * umax)
+            if viol.shape[0] == 0:
+                break
+            if sub.shape[0] + viol.shape[0] < 0.7 * pos.shape[0]:
+                bits = _warm_scale_bits(viol.shape[0], float(red[viol].max()) / umax)
+                sub = np.union1d(sub, viol)
+            elif not reseeded:
+                reseeded, duals, bits = True, None, tuple(range(0, 31, 2))
+                sub = self._greedy_seed(u, pos)
+            else:  # reduction no longer pays: solve the full network once
+                x, stats = self._solve_full_network(u)
+                stats["pruning"] = {"rounds": len(phases), "reseeded": reseeded, "abandoned": True}
+                stats["phases"] += sum(phases)
+                return x, stats
+        x = np.zeros(cons.p, bool)
+        x[sub[xs]] = True
+        stats["pruning"] = {
+            "rounds": len(phases),
+            "reseeded": reseeded,
+            "candidates": int(sub.shape[0]),
+            "phases_per_round": phases,
+        }
+        stats["phases"] = sum(phases)
+        return x, stats
+
+    def _greedy_seed(self, u: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """Sorted candidate set of :func:`_greedy_windows` over the positive weights ``pos``."""
+        cons = self.cons
+        order = pos[np.argsort(-u[pos])]
+        w1 = np.ceil(SEED_WINDOW * np.minimum(cons.caps1, cons.total)).astype(np.int64)
+        w2 = np.ceil(SEED_WINDOW * np.minimum(cons.caps2, cons.total)).astype(np.int64)
+        keep = _greedy_windows(cons.view1[order], cons.view2[order], cons.caps1, cons.caps2, cons.total, w1, w2)
+        return np.sort(order[keep])
+
+    def _select_lp(self, u: np.ndarray, label: str) -> SelectResult:
+        t0 = time.perf_counter()
+        A, s = self._lp_matrix()
+        x, yG, nit, how = _lp_select(u, A, s, self.lp_method)
+        obj = float(u[x].sum())
+        if yG is not None:
+            n1 = self.cons.n1
+            ub = self.cons.dual_bound(u, yG[1 : 1 + n1], yG[1 + n1 :], yG[0])
+        else:
+            ub = obj
+        trace = {"solver": how, "lp_method": self.lp_method, "seconds": time.perf_counter() - t0}
+        return SelectResult(x, obj, ub, _certified(obj, ub), label, nit, trace)
+
+    def project(self, v: np.ndarray) -> np.ndarray:
+        """Euclidean projection ``P_Ω(v) = v ⊙ x*`` with ``x*`` the selection for ``u = v²``."""
+        v = np.asarray(v, dtype=np.float64)
+        x = self.select(v * v).x
+        return np.where(x, v, 0.0)
+
+
+def tvcs_select(
+    u: np.ndarray,
+    view1: Any = None,
+    view2: Any = None,
+    caps1: Any = None,
+    caps2: Any = None,
+    total: float | None = None,
+    *,
+    backend: str = "flow",
+    **options: Any,
+) -> SelectResult:
+    """Maximum-weight TVCS selection (docs/methods/assignment.md §1.2).
+
+    Solves ``max ⟨u, x⟩ s.t. Σx ≤ total, per-view-1-group counts ≤ caps1, per-view-2-group counts
+    ≤ caps2, x ∈ {0,1}^p`` exactly (the LP relaxation is integral, docs/methods/assignment.md §2.1).
+
+    Parameters
+    ----------
+    u : ndarray, shape (p,)
+        Finite weights; elements with ``u_i ≤ 0`` are never selected.
+    view1, view2 : array-like of int or None
+        Group index of every element per view, negative = no group (docs/methods/assignment.md §1.1).
+    caps1, caps2 : scalar, array-like or None
+        Caps per group (``None``/``inf`` = unlimited; reals floored; negative → ``ValueError``).
+    total : float or None
+        Global cap (``None`` = unlimited).
+    backend : {"flow", "lp", "pgd", "brute"}
+        See the module docstring.
+    **options
+        Passed to :class:`TVCSProjector` (``lp_method``, ``pgd_options``).
+
+    Returns
+    -------
+    SelectResult
+    """
+    u = np.asarray(u, dtype=np.float64)
+    proj = TVCSProjector(view1, view2, caps1, caps2, total, p=u.shape[0], backend=backend, **options)
+    return proj.select(u)
+
+
+def tvcs_project(
+    v: np.ndarray,
+    view1: Any = None,
+    view2: Any = None,
+    caps1: Any = None,
+    caps2: Any = None,
+    total: float | None = None,
+    *,
+    backend: str = "flow",
+    **options: Any,
+) -> np.ndarray:
+    """Euclidean projection onto ``Ω(𝒢, s)`` (docs/methods/assignment.md §1.2, Lemma 1): ``v ⊙ tvcs_select(v²).x``.
+
+    Values on the support are kept exactly; zeros of ``v`` are never selected.
+    """
+    v = np.asarray(v, dtype=np.float64)
+    proj = TVCSProjector(view1, view2, caps1, caps2, total, p=v.shape[0], backend=backend, **options)
+    return proj.project(v)
+
+
+def project_elements(
+    elements: pd.DataFrame,
+    view1_caps: pd.DataFrame | float | None = None,
+    view2_caps: pd.DataFrame | float | None = None,
+    total: float | None = None,
+    *,
+    backend: str = "flow",
+) -> tuple[pd.DataFrame, SelectResult]:
+    """Generic TVCS projection of a table of elements (docs/methods/assignment.md §1.3, generic use).
+
+    Parameters
+    ----------
+    elements : DataFrame
+        ``element_id, value, view1_key, view2_key``; keys may be null (element in no group of
+        that view). One row per element: a repeated ``element_id`` is rejected, so an element
+        can never carry two keys of one view (the TVCS structure is enforced by the schema,
+        docs/methods/assignment.md §7.4 T6). ``value`` must be finite.
+    view1_caps, view2_caps : DataFrame (key, cap), number or None
+        Cap per key (a table must list every key used); scalar = same cap for every key;
+        ``None`` = unlimited. Reals floored; negative → ``ValueError``.
+    total : float or None
+        Global cap (``None`` = unlimited).
+
+    Returns
+    -------
+    (table, result)
+        ``table`` = ``elements`` plus ``selected`` (bool) and ``projected`` (= value if selected
+        else 0), i.e. ``P_Ω(value)`` with ``u = value²``; ``result`` = the :class:`SelectResult`.
+    """
+    for col in ("element_id", "value", "view1_key", "view2_key"):
+        if col not in elements.columns:
+            raise ValueError(f"elements: missing column '{col}' (columns: {list(elements.columns)})")
+    el = elements.reset_index(drop=True)
+    ids = _ids_as_str(el["element_id"], "elements", "element_id")
+    d = pd.Index(ids).duplicated(keep=False)
+    if d.any():
+        raise ValueError(
+            f"elements: duplicate element_id {sorted(set(ids[d].tolist()))[:10]} "
+            "(an element belongs to at most one group per view)"
+        )
+    v = _float_column(el, "value", "elements")
+    views = []
+    caps = []
+    for view_name, ctab in (("view1", view1_caps), ("view2", view2_caps)):
+        key_col = el[f"{view_name}_key"]
+        has = key_col.notna().to_numpy()
+        keys = key_col[has].astype(str).to_numpy(dtype=object)
+        all_keys, capv = _caps_vector(ctab, keys, view_name, "key", "cap", {}, None)
+        idx = np.full(el.shape[0], -1, np.int64)
+        idx[has] = np.searchsorted(all_keys.astype(str), keys.astype(str))
+        views.append(idx)
+        caps.append(capv)
+    proj = TVCSProjector(views[0], views[1], caps[0], caps[1], total, p=el.shape[0], backend=backend)
+    res = proj.select(v * v)
+    out = el.copy()
+    out["selected"] = res.x
+    out["projected"] = np.where(res.x, v, 0.0)
+    return out, res
