@@ -335,7 +335,13 @@ def _coerce(df: pd.DataFrame, schema: TableSchema, path: str) -> pd.DataFrame:
                 frac = num.notna() & (num != np.floor(num.fillna(0)))
                 if frac.any():
                     rows = (np.flatnonzero(frac.to_numpy()) + 1).tolist()
-                    raise InputError("values are not whole numbers", path=path, column=col.name, rows=rows)
+                    examples = num[frac].head(3).tolist()
+                    raise InputError(
+                        f"{int(frac.sum())} values are not whole numbers (counts and caps are), e.g. {examples}",
+                        path=path,
+                        column=col.name,
+                        rows=rows,
+                    )
             out[col.name] = num
         elif col.type == "bool":
             out[col.name] = s.astype("boolean")
