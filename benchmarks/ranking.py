@@ -49,20 +49,23 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from scipy.stats import rankdata  # noqa: E402
 
-from crowdflow.models.hodgerank import (  # noqa: E402
+from crowdflow.ranking import (  # noqa: E402
     ComparisonGraph,
     LaplacianSolver,
     build_comparison_graph,
     canonical_comparisons,
     fit_hlasso,
     fit_hodgerank,
+    fit_lbi,
     group_identical_rows,
     hlasso_path,
     hodgerank_scores,
     laplacian_lambda_max,
+    lbi_alg2,
+    lbi_alg3,
     shrink,
+    sync_lbi,
 )
-from crowdflow.models.lbi import fit_lbi, lbi_alg2, lbi_alg3, sync_lbi  # noqa: E402
 
 DATA = Path("/work/shared/data")
 OUT = Path(__file__).resolve().parent / "results" / "ranking.md"

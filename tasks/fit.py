@@ -18,8 +18,6 @@ from crowdflow.graphs import WorkerGraphReport
 from crowdflow.labels import LabelMatrix
 from crowdflow.models.btl import PersonalRankingResult, fit_personal_rankings
 from crowdflow.models.djam import PersonalModelsResult, fit_personal_models
-from crowdflow.models.hodgerank import fit_hlasso, fit_hodgerank
-from crowdflow.models.lbi import fit_lbi
 from crowdflow.models.skills import (
     LabelMoments,
     SkillsResult,
@@ -29,6 +27,7 @@ from crowdflow.models.skills import (
     write_label_partitions,
 )
 from crowdflow.models.tvcs import AssignmentResult, assign_tasks, candidate_scores, caps_with_default
+from crowdflow.ranking import fit_hlasso, fit_hodgerank, fit_lbi
 from crowdflow.spec import (
     AssignmentOptions,
     PersonalModelsOptions,

@@ -1,6 +1,6 @@
-"""Tests for crowdflow.models.hodgerank (spec robust-hodgerank.md §8, tests 1–11, 21, 24).
+"""Tests for crowdflow.ranking.hodge (spec robust-hodgerank.md §8, tests 1–11, 21, 24).
 
-LBI-specific acceptance tests (12–20, 25) live in tests/models/test_lbi.py.
+LBI-specific acceptance tests (12–20, 25) live in tests/ranking/test_lbi.py.
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crowdflow.models.hodgerank import (
+from crowdflow.ranking.fit import fit_robust_hodgerank
+from crowdflow.ranking.hodge import (
     ComparisonGraph,
     LaplacianSolver,
     build_comparison_graph,
@@ -19,7 +20,6 @@ from crowdflow.models.hodgerank import (
     cv_lambda,
     fit_hlasso,
     fit_hodgerank,
-    fit_robust_hodgerank,
     group_identical_rows,
     hlasso,
     hlasso_path,
@@ -241,7 +241,7 @@ def mm13_data(seed: int, n: int = 16, sn: int = 400, op: float = 0.1):
 
 def test_grouping_equivalence():
     """Spec test 4: merged weighted problems equal the expanded ones (LS, HLASSO, 200 LBI steps)."""
-    from crowdflow.models.lbi import lbi_alg2, lbi_alg3
+    from crowdflow.ranking.lbi import lbi_alg2, lbi_alg3
 
     i, j, y, _, _ = mm13_data(2, sn=500, op=0.15)
     g = ComparisonGraph.from_arrays(i, j, y)

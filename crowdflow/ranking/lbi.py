@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from crowdflow.models.hodgerank import (
+from crowdflow.ranking.hodge import (
     HUBER_A,
     HUBER_M,
     ComparisonGraph,
@@ -832,7 +832,7 @@ def fit_lbi(
     Parameters
     ----------
     comparisons : pandas.DataFrame or ComparisonGraph
-    items, allow_disconnected : see :func:`crowdflow.models.hodgerank.fit_hodgerank`.
+    items, allow_disconnected : see :func:`crowdflow.ranking.hodge.fit_hodgerank`.
     algorithm : {2, 3, 4}
         Algorithm 2 (gradient θ-steps), 3 (exact θ; default: Δt = 1/κ whatever the degrees) or 4
         (Sync-LBI, ``n_workers`` threads).

@@ -14,8 +14,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from crowdflow.models.btl import fit_personal_rankings
-from crowdflow.models.hodgerank import fit_hlasso, fit_hodgerank
-from crowdflow.models.lbi import fit_lbi
+from crowdflow.ranking import fit_hlasso, fit_hodgerank, fit_lbi
 
 
 @st.composite

@@ -13,7 +13,7 @@ HodgeRank", IJCV 2021 / arXiv:1408.3467, and its predecessor MM13). This module 
 * the high-level fits that return :class:`RankingResult` / :class:`RobustRankingResult` carrying the
   output tables (``ranking``, ``outliers``, ``annotators``, ``diagnostics``).
 
-The Linearized Bregman Iterations (Algorithms 2–4) live in :mod:`crowdflow.models.lbi`.
+The Linearized Bregman Iterations (Algorithms 2–4) live in :mod:`crowdflow.ranking.lbi`.
 
 Conventions: ``γ_k > 0`` when the observed value exceeds the model difference (spec §10.5); the loss is
 ``½ Σ w_k (y_k − x_kθ − γ_k)²`` with penalty ``λ Σ w_k |γ_k|`` so that weights behave exactly as
@@ -64,7 +64,6 @@ __all__ = [
     "enumerate_triangles",
     "fit_hlasso",
     "fit_hodgerank",
-    "fit_robust_hodgerank",
     "group_identical_rows",
     "hlasso",
     "hlasso_path",
@@ -2195,7 +2194,7 @@ def assemble_robust_result(
 ) -> RobustRankingResult:
     """Build the output tables of a robust fit from fit-level (possibly grouped) arrays.
 
-    Shared by :func:`fit_hlasso` and :func:`crowdflow.models.lbi.fit_lbi`. ``checkpoints`` is a list of
+    Shared by :func:`fit_hlasso` and :func:`crowdflow.ranking.lbi.fit_lbi`. ``checkpoints`` is a list of
     ``(checkpoint id, t, γ_fit)``; γ values are expanded to rows with the orientation signs.
     """
     flagged_fit = gamma_fit != 0
@@ -2480,16 +2479,3 @@ def _inv(x: np.ndarray | float) -> np.ndarray:
     x = np.asarray(x, dtype=float)
     with np.errstate(divide="ignore"):
         return np.where(x > 0, 1.0 / np.where(x > 0, x, 1.0), np.inf)
-
-
-def fit_robust_hodgerank(
-    comparisons: pd.DataFrame | ComparisonGraph, *, method: Literal["lbi", "hlasso"] = "lbi", **kwargs: Any
-) -> RobustRankingResult:
-    """Dispatch to :func:`crowdflow.models.lbi.fit_lbi` (default) or :func:`fit_hlasso`."""
-    if method == "hlasso":
-        return fit_hlasso(comparisons, **kwargs)
-    if method == "lbi":
-        from crowdflow.models.lbi import fit_lbi
-
-        return fit_lbi(comparisons, **kwargs)
-    raise ValueError(f"unknown robust ranking method {method!r} (use 'lbi' or 'hlasso')")

@@ -1,4 +1,4 @@
-"""Tests for crowdflow.models.lbi (spec robust-hodgerank.md §8, tests 5, 12–20, 25)."""
+"""Tests for crowdflow.ranking.lbi (spec robust-hodgerank.md §8, tests 5, 12–20, 25)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from scipy.stats import kendalltau, rankdata, spearmanr
 
-from crowdflow.models.hodgerank import (
+from crowdflow.ranking.hodge import (
     ComparisonGraph,
     group_identical_rows,
     hlasso_path,
@@ -15,7 +15,7 @@ from crowdflow.models.hodgerank import (
     laplacian_lambda_max,
     refit_without,
 )
-from crowdflow.models.lbi import cv_stop_time, fit_lbi, lbi, lbi_alg2, lbi_alg3, sync_lbi
+from crowdflow.ranking.lbi import cv_stop_time, fit_lbi, lbi, lbi_alg2, lbi_alg3, sync_lbi
 
 
 def random_pairs(rng: np.random.Generator, n: int, m: int) -> tuple[np.ndarray, np.ndarray]:
@@ -402,7 +402,7 @@ def test_scale_smoke():
 
 def test_cg_solver_path_matches_lu():
     """Algorithm 3 and HLASSO give the same path with the CG Laplacian solver as with sparse LU."""
-    from crowdflow.models.hodgerank import LaplacianSolver, hlasso
+    from crowdflow.ranking.hodge import LaplacianSolver, hlasso
 
     g, _, truth = huber_setting(3)
     lu = LaplacianSolver.from_graph(g, method="splu")
@@ -421,7 +421,7 @@ def test_degenerate_inputs_give_explicit_empty_results():
     """Consistent data (no cycles) or all ties: no outliers, the path ends at once, no warnings."""
     import warnings as _w
 
-    from crowdflow.models.hodgerank import fit_hlasso
+    from crowdflow.ranking.hodge import fit_hlasso
 
     rng = np.random.default_rng(0)
     iu, ju = np.triu_indices(6, 1)
