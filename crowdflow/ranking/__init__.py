@@ -1,50 +1,63 @@
 """Robust global rankings from pairwise comparisons: HodgeRank, Hodge diagnostics, outliers.
 
-See docs/methods/ranking.md.
+Entry points: :func:`fit_hodgerank` (least squares per connected component), :func:`fit_hlasso`
+(Huber-LASSO) and :func:`fit_lbi` (Linearized Bregman Iterations); the building blocks they use are
+exported for simulations and benchmarks. See docs/methods/ranking.md.
 """
 
-from crowdflow.ranking.fit import fit_robust_hodgerank
-from crowdflow.ranking.hodge import (
+from crowdflow.ranking.comparisons import canonical_comparisons, comparisons_from_winners
+from crowdflow.ranking.cv import cv_lambda, cv_stop_time
+from crowdflow.ranking.fit import fit_hlasso, fit_hodgerank, fit_lbi, fit_robust_hodgerank
+from crowdflow.ranking.graph import (
     ComparisonGraph,
-    GraphReport,
-    LaplacianSolver,
-    RankingResult,
-    RobustRankingResult,
     build_comparison_graph,
-    canonical_comparisons,
     check_comparison_graph,
-    comparisons_from_winners,
-    fit_hlasso,
-    fit_hodgerank,
     group_identical_rows,
-    hlasso_path,
-    hodgerank_scores,
-    laplacian_lambda_max,
-    shrink,
 )
-from crowdflow.ranking.lbi import LBIPath, fit_lbi, lbi_alg2, lbi_alg3, sync_lbi
+from crowdflow.ranking.hlasso import LassoFit, LassoPath, hlasso, hlasso_path
+from crowdflow.ranking.hodge import HodgeDecomposition, hodge_decomposition, undetectable_rows
+from crowdflow.ranking.identifiability import Identifiability, identifiability
+from crowdflow.ranking.lbi import lbi_alg2, lbi_alg3, sync_lbi
+from crowdflow.ranking.lbi_path import LBIPath
+from crowdflow.ranking.least_squares import LaplacianSolver, hodgerank_scores, laplacian_lambda_max, refit_without
+from crowdflow.ranking.numerics import shrink
+from crowdflow.ranking.scale import ScaleEstimate, huber_concomitant_scale
+from crowdflow.ranking.types import GraphReport, RankingResult, RobustRankingResult
 
 __all__ = [
     "ComparisonGraph",
     "GraphReport",
+    "HodgeDecomposition",
+    "Identifiability",
     "LBIPath",
     "LaplacianSolver",
+    "LassoFit",
+    "LassoPath",
     "RankingResult",
     "RobustRankingResult",
+    "ScaleEstimate",
     "build_comparison_graph",
     "canonical_comparisons",
     "check_comparison_graph",
     "comparisons_from_winners",
+    "cv_lambda",
+    "cv_stop_time",
     "fit_hlasso",
     "fit_hodgerank",
     "fit_lbi",
     "fit_robust_hodgerank",
     "group_identical_rows",
+    "hlasso",
     "hlasso_path",
+    "hodge_decomposition",
     "hodgerank_scores",
+    "huber_concomitant_scale",
+    "identifiability",
     "laplacian_lambda_max",
     "lbi_alg2",
     "lbi_alg3",
+    "refit_without",
     "shrink",
     "sync_lbi",
+    "undetectable_rows",
 ]

@@ -9,30 +9,22 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crowdflow.ranking.fit import fit_robust_hodgerank
-from crowdflow.ranking.hodge import (
+from crowdflow.ranking.comparisons import canonical_comparisons, comparisons_from_winners
+from crowdflow.ranking.cv import cv_lambda
+from crowdflow.ranking.fit import fit_hlasso, fit_hodgerank, fit_robust_hodgerank
+from crowdflow.ranking.graph import (
     ComparisonGraph,
-    LaplacianSolver,
     build_comparison_graph,
-    canonical_comparisons,
     check_comparison_graph,
-    comparisons_from_winners,
-    cv_lambda,
-    fit_hlasso,
-    fit_hodgerank,
     group_identical_rows,
-    hlasso,
-    hlasso_path,
-    hodge_decomposition,
-    hodgerank_scores,
-    huber_concomitant_scale,
-    identifiability,
     laplacian,
-    laplacian_lambda_max,
-    refit_without,
-    shrink,
-    undetectable_rows,
 )
+from crowdflow.ranking.hlasso import hlasso, hlasso_path
+from crowdflow.ranking.hodge import hodge_decomposition, undetectable_rows
+from crowdflow.ranking.identifiability import identifiability
+from crowdflow.ranking.least_squares import LaplacianSolver, hodgerank_scores, laplacian_lambda_max, refit_without
+from crowdflow.ranking.numerics import shrink
+from crowdflow.ranking.scale import huber_concomitant_scale
 
 # ----------------------------------------------------------------------------------------------
 # generators (seeded, with ground truth)

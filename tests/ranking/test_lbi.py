@@ -7,15 +7,12 @@ import pandas as pd
 import pytest
 from scipy.stats import kendalltau, rankdata, spearmanr
 
-from crowdflow.ranking.hodge import (
-    ComparisonGraph,
-    group_identical_rows,
-    hlasso_path,
-    hodgerank_scores,
-    laplacian_lambda_max,
-    refit_without,
-)
-from crowdflow.ranking.lbi import cv_stop_time, fit_lbi, lbi, lbi_alg2, lbi_alg3, sync_lbi
+from crowdflow.ranking.cv import cv_stop_time
+from crowdflow.ranking.fit import fit_lbi
+from crowdflow.ranking.graph import ComparisonGraph, group_identical_rows
+from crowdflow.ranking.hlasso import hlasso_path
+from crowdflow.ranking.lbi import lbi, lbi_alg2, lbi_alg3, sync_lbi
+from crowdflow.ranking.least_squares import hodgerank_scores, laplacian_lambda_max, refit_without
 
 
 def random_pairs(rng: np.random.Generator, n: int, m: int) -> tuple[np.ndarray, np.ndarray]:
@@ -402,7 +399,8 @@ def test_scale_smoke():
 
 def test_cg_solver_path_matches_lu():
     """Algorithm 3 and HLASSO give the same path with the CG Laplacian solver as with sparse LU."""
-    from crowdflow.ranking.hodge import LaplacianSolver, hlasso
+    from crowdflow.ranking.hlasso import hlasso
+    from crowdflow.ranking.least_squares import LaplacianSolver
 
     g, _, truth = huber_setting(3)
     lu = LaplacianSolver.from_graph(g, method="splu")
@@ -421,7 +419,7 @@ def test_degenerate_inputs_give_explicit_empty_results():
     """Consistent data (no cycles) or all ties: no outliers, the path ends at once, no warnings."""
     import warnings as _w
 
-    from crowdflow.ranking.hodge import fit_hlasso
+    from crowdflow.ranking.fit import fit_hlasso
 
     rng = np.random.default_rng(0)
     iu, ju = np.triu_indices(6, 1)
