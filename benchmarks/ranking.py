@@ -66,6 +66,7 @@ from crowdflow.ranking import (  # noqa: E402
     shrink,
     sync_lbi,
 )
+from crowdflow.synth.ranking import mm13_instance, random_pairs  # noqa: E402
 
 DATA = Path("/work/shared/data")
 OUT = Path(__file__).resolve().parent / "results" / "ranking.md"
@@ -145,19 +146,6 @@ def auc(score: np.ndarray, truth: np.ndarray) -> float:
     return float((r[truth].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
 
 
-def mm13_instance(seed: int, sn: int, op: float, n: int = 16) -> tuple[ComparisonGraph, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    pos = rng.permutation(n)
-    i = rng.integers(0, n, sn)
-    j = rng.integers(0, n - 1, sn)
-    j[j >= i] += 1
-    y = np.where(pos[i] < pos[j], 1.0, -1.0)
-    flip = np.zeros(sn, dtype=bool)
-    flip[rng.choice(sn, round(op * sn), replace=False)] = True
-    y[flip] *= -1
-    return ComparisonGraph.from_arrays(i, j, y, n=n), flip
-
-
 def bench_mm13(reps: int) -> str:
     rows_l, rows_h = [], []
     t0 = time.perf_counter()
@@ -166,7 +154,8 @@ def bench_mm13(reps: int) -> str:
         for op in OP_GRID:
             a_l, a_h = [], []
             for rep in range(reps):
-                g, flip = mm13_instance(1000 * sn + rep, sn, op)
+                inst = mm13_instance(1000 * sn + rep, sn, op)
+                g, flip = inst.graph, inst.outlier
                 gf, grp, _ = group_identical_rows(g)
                 p = lbi_alg3(gf, kappa=100.0, stop_rule="none", t_max=10.0)
                 a_l.append(auc(p.order_key[grp], flip))
@@ -207,9 +196,7 @@ def _median_time(fn, repeats: int = 3) -> tuple[float, object]:
 
 def _random_problem(n: int, m: int, seed: int = 0):
     rng = np.random.default_rng(seed)
-    i = rng.integers(0, n, m)
-    j = rng.integers(0, n - 1, m)
-    j[j >= i] += 1
+    i, j = random_pairs(rng, n, m)
     th = rng.standard_normal(n)
     y = th[i] - th[j] + 0.5 * rng.standard_normal(m)
     return i, j, y
@@ -273,9 +260,7 @@ def _load() -> str:
 def _bt_problem(n: int, m: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Uniform random pairs with Bradley–Terry outcomes, θ ~ N(0, 1); ``win`` = first item preferred."""
     rng = np.random.default_rng(seed)
-    i = rng.integers(0, n, m)
-    j = rng.integers(0, n - 1, m)
-    j[j >= i] += 1
+    i, j = random_pairs(rng, n, m)
     th = rng.standard_normal(n)
     win = rng.random(m) < 1.0 / (1.0 + np.exp(-(th[i] - th[j])))
     return i, j, win, th
