@@ -65,7 +65,7 @@ def test_skills_status_of_converged_and_closed_form_fits() -> None:
 def test_hodgerank_disconnected_and_constant() -> None:
     two = pd.concat([CMP, pd.DataFrame({"annotator": ["u"], "item_a": ["x"], "item_b": ["y"], "outcome": [1.0]})])
     with pytest.raises(ValueError, match="not connected"):
-        fit_hodgerank(two)
+        fit_hodgerank(two, allow_disconnected=False)
     res = fit_hodgerank(two, allow_disconnected=True)
     assert res.params["n_components"] == 2 and _finite(res.ranking["score"])
     flat = fit_hodgerank(CMP.assign(outcome=0.0))

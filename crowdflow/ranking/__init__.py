@@ -1,13 +1,15 @@
 """Robust global rankings from pairwise comparisons: HodgeRank, Hodge diagnostics, outliers.
 
-Entry points: :func:`fit_hodgerank` (least squares per connected component), :func:`fit_hlasso`
-(Huber-LASSO) and :func:`fit_lbi` (Linearized Bregman Iterations); the building blocks they use are
-exported for simulations and benchmarks. See docs/methods/ranking.md.
+The job's entry point is :func:`fit_ranking` with :class:`RankingOptions` (the ``ranking:`` section of a
+pipeline spec); it runs :func:`fit_lbi` (Linearized Bregman Iterations), :func:`fit_hlasso`
+(Huber-LASSO) or :func:`fit_hodgerank` (least squares per connected component), which take the same
+options. The building blocks they use are exported for simulations and benchmarks. See
+docs/methods/ranking.md.
 """
 
 from crowdflow.ranking.comparisons import canonical_comparisons, comparisons_from_winners
 from crowdflow.ranking.cv import cv_lambda, cv_stop_time
-from crowdflow.ranking.fit import fit_hlasso, fit_hodgerank, fit_lbi, fit_robust_hodgerank
+from crowdflow.ranking.fit import fit_hlasso, fit_hodgerank, fit_lbi, fit_ranking
 from crowdflow.ranking.graph import (
     ComparisonGraph,
     build_comparison_graph,
@@ -21,6 +23,7 @@ from crowdflow.ranking.lbi import lbi_alg2, lbi_alg3, sync_lbi
 from crowdflow.ranking.lbi_path import LBIPath
 from crowdflow.ranking.least_squares import LaplacianSolver, hodgerank_scores, laplacian_lambda_max, refit_without
 from crowdflow.ranking.numerics import shrink
+from crowdflow.ranking.options import RankingOptions
 from crowdflow.ranking.scale import ScaleEstimate, huber_concomitant_scale
 from crowdflow.ranking.types import GraphReport, RankingResult, RobustRankingResult
 
@@ -33,6 +36,7 @@ __all__ = [
     "LaplacianSolver",
     "LassoFit",
     "LassoPath",
+    "RankingOptions",
     "RankingResult",
     "RobustRankingResult",
     "ScaleEstimate",
@@ -45,7 +49,7 @@ __all__ = [
     "fit_hlasso",
     "fit_hodgerank",
     "fit_lbi",
-    "fit_robust_hodgerank",
+    "fit_ranking",
     "group_identical_rows",
     "hlasso",
     "hlasso_path",

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from crowdflow.errors import DegenerateInput
 from crowdflow.ranking.graph import ComparisonGraph
 from crowdflow.ranking.hlasso import _fista
 from crowdflow.ranking.numerics import shrink
@@ -33,15 +34,30 @@ def cycle_basis(g: ComparisonGraph, *, max_rows: int = 4000) -> np.ndarray:
 
     Raises
     ------
-    ValueError
-        If ``m > max_rows`` (a dense m×l basis would be too large).
+    DegenerateInput
+        If ``m > max_rows`` (a dense m×l basis would be too large); a ``ValueError``.
     """
     from scipy.linalg import null_space
 
     if g.m > max_rows:
-        raise ValueError(f"cycle_basis: m = {g.m} rows exceeds max_rows = {max_rows} (dense m×l basis)")
+        raise DegenerateInput(
+            f"cycle_basis: m = {g.m} rows exceeds max_rows = {max_rows} (dense m×l basis): cross-validation "
+            "is for small problems; choose another lambda_rule / stop_rule",
+            reason="too_many_rows_for_cv",
+        )
     B = (g.X.multiply(np.sqrt(g.w)[:, None])).toarray()
     return null_space(B.T)
+
+
+def _check_folds(l: int, folds: int) -> None:
+    if folds < 2:
+        raise ValueError(f"cv needs at least 2 folds, got {folds}")
+    if l < folds:
+        raise DegenerateInput(
+            f"cv needs at least {folds} cycle dimensions (have l = {l}): too few independent checks of the "
+            "comparisons for cross-validation; choose another lambda_rule / stop_rule",
+            reason="too_few_cycles_for_cv",
+        )
 
 
 def _cv_folds(l: int, folds: int, seed: int) -> list[np.ndarray]:
@@ -58,8 +74,8 @@ def cv_lambda(
     seed: int = 0,
     rescale: Literal["sqrt", "linear"] = "sqrt",
     max_rows: int = 4000,
-    tol: float = 1e-9,
-    max_iter: int = 5000,
+    fold_tol: float = 1e-9,
+    fold_max_iter: int = 5000,
 ) -> tuple[float, pd.DataFrame]:
     """Cross-validation on random projections of the cycle space (spec §3.4.2).
 
@@ -77,8 +93,7 @@ def cv_lambda(
     """
     Q = cycle_basis(g, max_rows=max_rows)
     l = Q.shape[1]
-    if l < folds or folds < 2:
-        raise ValueError(f"cv needs at least {max(folds, 2)} cycle dimensions (have l = {l})")
+    _check_folds(l, folds)
     sw = np.sqrt(g.w)
     errs = np.zeros((folds, lambdas.size))
     for f, val in enumerate(_cv_folds(l, folds, seed)):
@@ -91,7 +106,7 @@ def cv_lambda(
 
         gam = np.zeros(g.m)
         for k, lam in enumerate(lambdas):
-            gam, _, _, _, _ = _fista(g.y, g.w, op, lam * s, gam, tol=tol, max_iter=max_iter)
+            gam, _, _, _, _ = _fista(g.y, g.w, op, lam * s, gam, tol=fold_tol, max_iter=fold_max_iter)
             errs[f, k] = float(np.sum((Qv.T @ (sw * (g.y - gam))) ** 2))
     mean = errs.mean(axis=0)
     se = errs.std(axis=0, ddof=1) / np.sqrt(folds)
@@ -127,8 +142,7 @@ def cv_stop_time(
     dt = 1.0 / kappa if dt is None else float(dt)
     Q = cycle_basis(g, max_rows=max_rows)
     l = Q.shape[1]
-    if l < folds or folds < 2:
-        raise ValueError(f"cv needs at least {max(folds, 2)} cycle dimensions (have l = {l})")
+    _check_folds(l, folds)
     sw = np.sqrt(g.w)
     K = math.ceil(t_max / dt)
     eval_at = np.unique(np.linspace(0, K, n_eval).round().astype(int))

@@ -1,40 +1,44 @@
-"""Entry points of the ranking job: HodgeRank least squares, HLASSO and LBI fits that return the output tables.
+"""Entry points of the ranking job: one dispatching fit and the three methods, each returning its tables.
 
+* :func:`fit_ranking`: the job's entry point — reads :class:`~crowdflow.ranking.options.RankingOptions`
+  and runs the method ``outliers`` names; its result's ``tables`` are the job's output tables;
 * :func:`fit_hodgerank`: ``θ̂ = L†XᵀWy`` per connected component with the Hodge diagnostics;
 * :func:`fit_hlasso`: Algorithm 1 — the HLASSO path, λ* by a rule, robust and debiased scores;
-* :func:`fit_lbi`: Algorithms 2–4 — one LBI run gives the path and the early-stopped fit;
-* :func:`fit_robust_hodgerank`: the dispatch between the two robust methods.
+* :func:`fit_lbi`: Algorithms 2–4 — one LBI run gives the path and the early-stopped fit.
 
-Identical rows are merged first (exact), the fit runs on the merged problem and the tables are expanded
-back to the input rows. This module imports the algorithm modules; none of them imports it back.
+All four take ``options=`` (a :class:`RankingOptions`, default: all defaults) and keyword overrides of
+its fields; the item universe ``items`` is the only other argument. Identical rows are merged first
+(exact), the fit runs on the merged problem and the tables are expanded back to the input rows. This
+module imports the algorithm modules; none of them imports it back.
 
-See docs/methods/ranking.md §2–§4 and §7.
+See docs/methods/ranking.md §2–§4 (methods), §6 (options) and §7 (tables).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from crowdflow.errors import DegenerateInput
 from crowdflow.ranking.cv import cv_lambda, cv_stop_time
 from crowdflow.ranking.graph import ComparisonGraph, _graph_report, build_comparison_graph, group_identical_rows
 from crowdflow.ranking.hlasso import LassoFit, _budget_fit, hlasso, hlasso_path
 from crowdflow.ranking.hodge import hodge_decomposition, undetectable_rows
-from crowdflow.ranking.lbi import lbi_alg2, lbi_alg3, sync_lbi
-from crowdflow.ranking.lbi_path import StopRule
+from crowdflow.ranking.lbi import lbi
 from crowdflow.ranking.least_squares import LaplacianSolver, hodgerank_scores
-from crowdflow.ranking.scale import HUBER_A, HUBER_M, huber_concomitant_scale
+from crowdflow.ranking.options import RankingOptions
+from crowdflow.ranking.scale import huber_concomitant_scale
 from crowdflow.ranking.tables import _ranking_table, _row_columns, assemble_robust_result
 from crowdflow.ranking.types import GraphReport, RankingResult, RobustRankingResult
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LambdaRule", "fit_hlasso", "fit_hodgerank", "fit_lbi", "fit_robust_hodgerank"]
+__all__ = ["fit_hlasso", "fit_hodgerank", "fit_lbi", "fit_ranking"]
 
 
 def _prepare(
@@ -43,11 +47,12 @@ def _prepare(
     g = comparisons if isinstance(comparisons, ComparisonGraph) else build_comparison_graph(comparisons, items=items)
     rep = _graph_report(g)
     if rep.n_components > 1 and not allow_disconnected:
-        raise ValueError(
+        raise DegenerateInput(
             "the comparison graph is not connected: "
             + rep.describe()
-            + ". Scores are only comparable within a component; pass allow_disconnected=True to rank "
-            "every component separately (each item then carries its component id)."
+            + ". Scores are only comparable within a component; set the option allow_disconnected (the "
+            "default) to rank every component separately (each item then carries its component id).",
+            reason="disconnected",
         )
     return g, rep
 
@@ -58,40 +63,90 @@ def _group_or_identity(g: ComparisonGraph, group_identical: bool) -> tuple[Compa
     return g, np.arange(g.m, dtype=np.int64), np.ones(g.m)
 
 
-def fit_hodgerank(
+def fit_ranking(
     comparisons: pd.DataFrame | ComparisonGraph,
+    options: RankingOptions | None = None,
     *,
     items: Sequence[Any] | None = None,
-    allow_disconnected: bool = False,
-    solver: Literal["auto", "splu", "cg"] = "auto",
-    diagnostics: bool = True,
-) -> RankingResult:
-    """HodgeRank least-squares ranking with Hodge diagnostics (spec §2).
+    **overrides: Any,
+) -> RankingResult | RobustRankingResult:
+    """Global ranking with the outlier search the options name (the ranking job's entry point).
 
-    ``θ̂ = L†XᵀWy`` per connected component (sum zero inside each component).
+    ``outliers='lbi'`` runs :func:`fit_lbi`, ``'hlasso'`` :func:`fit_hlasso` and ``'none'``
+    :func:`fit_hodgerank`, all with the same options.
+
+    Parameters
+    ----------
+    comparisons : pandas.DataFrame or ComparisonGraph
+        One row per judgement, in any layout :func:`~crowdflow.ranking.comparisons.canonical_comparisons`
+        accepts, or a prepared graph.
+    options : RankingOptions, optional
+        The job's options (default: all defaults, the same as a pipeline spec without a ``ranking:`` section).
+    items : sequence, optional
+        Item universe (never-compared items become isolated components).
+    **overrides
+        Fields of :class:`RankingOptions` that replace those of ``options`` (validated the same way).
+
+    Returns
+    -------
+    RankingResult or RobustRankingResult
+        ``tables`` holds the job's output tables (docs/methods/ranking.md §7), ``params`` the run's
+        parameters.
+
+    Raises
+    ------
+    pydantic.ValidationError
+        An unknown option, a value out of range or a combination the fit cannot run.
+    ValueError
+        Comparisons that cannot be read (:func:`~crowdflow.ranking.comparisons.canonical_comparisons`);
+        :class:`~crowdflow.errors.DegenerateInput` for data the chosen options cannot fit.
+    """
+    o = RankingOptions.resolve(options, **overrides)
+    if o.outliers == "none":
+        return fit_hodgerank(comparisons, o, items=items)
+    if o.outliers == "hlasso":
+        return fit_hlasso(comparisons, o, items=items)
+    return fit_lbi(comparisons, o, items=items)
+
+
+def fit_hodgerank(
+    comparisons: pd.DataFrame | ComparisonGraph,
+    options: RankingOptions | None = None,
+    *,
+    items: Sequence[Any] | None = None,
+    **overrides: Any,
+) -> RankingResult:
+    """HodgeRank least-squares ranking with Hodge diagnostics (docs/methods/ranking.md §2).
+
+    ``θ̂ = L†XᵀWy`` per connected component (sum zero inside each component). Uses the options
+    ``allow_disconnected``, ``solver`` and ``diagnostics``.
 
     Parameters
     ----------
     comparisons : pandas.DataFrame or ComparisonGraph
         Canonical comparisons (``annotator, item_a, item_b, outcome [, weight]``) or winner form.
+    options : RankingOptions, optional
+        Default: all defaults.
     items : sequence, optional
         Item universe (never-compared items become isolated components).
-    allow_disconnected : bool
-        If False (default) a disconnected graph raises ``ValueError`` (no global rank exists).
-    solver : {'auto', 'splu', 'cg'}
-        Laplacian solver (see :class:`LaplacianSolver`).
-    diagnostics : bool
-        Compute the per-component Hodge diagnostics table.
+    **overrides
+        Fields of :class:`RankingOptions`.
 
     Returns
     -------
     RankingResult
+
+    Raises
+    ------
+    DegenerateInput
+        A disconnected graph with ``allow_disconnected=False`` (no global rank exists).
     """
-    g, rep = _prepare(comparisons, items, allow_disconnected)
-    sol = LaplacianSolver.from_graph(g, method=solver)
+    o = RankingOptions.resolve(options, **overrides)
+    g, rep = _prepare(comparisons, items, o.allow_disconnected)
+    sol = LaplacianSolver.from_graph(g, method=o.solver)
     theta = hodgerank_scores(g, sol)
     undet = undetectable_rows(g)
-    if diagnostics:
+    if o.diagnostics:
         diag = hodge_decomposition(g, theta, solver=sol, undetectable=undet).table
     else:
         diag = pd.DataFrame({"component": np.arange(g.n_components, dtype=np.int64)})
@@ -108,30 +163,12 @@ def fit_hodgerank(
     return RankingResult(ranking=_ranking_table(g, theta), residuals=res, diagnostics=diag, graph=rep, params=params)
 
 
-LambdaRule = Literal["budget", "concomitant", "cv", "fixed", "magnitude"]
-
-
 def fit_hlasso(
     comparisons: pd.DataFrame | ComparisonGraph,
+    options: RankingOptions | None = None,
     *,
     items: Sequence[Any] | None = None,
-    allow_disconnected: bool = False,
-    lambda_rule: LambdaRule = "budget",
-    lam: float | None = None,
-    budget: float = 0.05,
-    n_lambdas: int = 100,
-    lambda_min_ratio: float = 1e-2,
-    huber_m: float = HUBER_M,
-    scale_a: float = HUBER_A,
-    cv_folds: int = 5,
-    cv_rescale: Literal["sqrt", "linear"] = "sqrt",
-    group_identical: bool = True,
-    debias: bool = True,
-    seed: int = 0,
-    tol: float = 1e-10,
-    max_iter: int = 20000,
-    solver: Literal["auto", "splu", "cg"] = "auto",
-    diagnostics: bool = True,
+    **overrides: Any,
 ) -> RobustRankingResult:
     """Outlier detection and robust ranking by HLASSO (spec §3, Algorithm 1).
 
@@ -146,19 +183,32 @@ def fit_hlasso(
 
     Identical rows are merged first when ``group_identical`` (exactly equivalent, spec §1.3); the CV rule
     then works on the merged problem's cycle space. ``entry_time`` in the outlier table is ``1/λ_entry``.
+    The method is HLASSO whatever ``outliers`` says (:func:`fit_ranking` dispatches on it).
+
+    Parameters
+    ----------
+    comparisons : pandas.DataFrame or ComparisonGraph
+    options : RankingOptions, optional
+        Default: all defaults. Uses ``lambda_rule``, ``lam``, ``budget``, ``n_lambdas``,
+        ``lambda_min_ratio``, ``huber_m``, ``scale_a``, ``cv_folds``, ``cv_rescale``, ``seed``, ``tol``,
+        ``max_iter`` and the common fields.
+    items : sequence, optional
+        Item universe.
+    **overrides
+        Fields of :class:`RankingOptions`.
 
     Returns
     -------
     RobustRankingResult
     """
-    if not 0 < budget < 1:
-        raise ValueError(f"budget must be in (0, 1), got {budget}")
-    g, rep = _prepare(comparisons, items, allow_disconnected)
-    gf, group, sign = _group_or_identity(g, group_identical)
-    sol = LaplacianSolver.from_graph(gf, method=solver)
+    o = RankingOptions.resolve(options, **overrides)
+    tol, max_iter, lambda_rule = o.tol, o.hlasso_max_iter(), o.lambda_rule
+    g, rep = _prepare(comparisons, items, o.allow_disconnected)
+    gf, group, sign = _group_or_identity(g, o.group_identical)
+    sol = LaplacianSolver.from_graph(gf, method=o.solver)
     theta_ls = hodgerank_scores(gf, sol)
     path = hlasso_path(
-        gf, n_lambdas=n_lambdas, lambda_min_ratio=lambda_min_ratio, solver=sol, tol=tol, max_iter=max_iter
+        gf, n_lambdas=o.n_lambdas, lambda_min_ratio=o.lambda_min_ratio, solver=sol, tol=tol, max_iter=max_iter
     )
     params: dict[str, Any] = {
         "method": "hlasso",
@@ -167,7 +217,7 @@ def fit_hlasso(
         "n_lambdas": int(path.lambdas.size),
         "lambda_min": float(path.lambdas[-1]),
         "solver": sol.method,
-        "group_identical": group_identical,
+        "group_identical": o.group_identical,
     }
     converged = bool(path.converged.all())
 
@@ -179,24 +229,21 @@ def fit_hlasso(
         fit = LassoFit(0.0, np.zeros(gf.m), theta_ls, 0, True, 0.0)
         logger.info("data are exactly consistent with a global ranking: no outliers")
     elif lambda_rule == "budget":
-        fit = _budget_fit(gf, sol, path, budget, tol=tol, max_iter=max_iter)
-        params["budget"] = budget
+        fit = _budget_fit(gf, sol, path, o.budget, tol=tol, max_iter=max_iter)
+        params["budget"] = o.budget
     elif lambda_rule == "concomitant":
-        est = huber_concomitant_scale(gf, M=huber_m, a=scale_a, solver=sol, lasso_tol=tol)
+        est = huber_concomitant_scale(gf, M=o.huber_m, a=o.scale_a, solver=sol, tol=tol)
         fit = est.fit
         converged &= est.converged
-        params.update(sigma=est.sigma, huber_m=huber_m, scale_a=scale_a, scale_iterations=est.n_iter)
+        params.update(sigma=est.sigma, huber_m=o.huber_m, scale_a=o.scale_a, scale_iterations=est.n_iter)
     elif lambda_rule == "cv":
-        lam_cv, cvt = cv_lambda(gf, path.lambdas, folds=cv_folds, seed=seed, rescale=cv_rescale)
+        lam_cv, cvt = cv_lambda(gf, path.lambdas, folds=o.cv_folds, seed=o.seed, rescale=o.cv_rescale)
         fit = hlasso(gf, lam_cv, solver=sol, gamma0=nearest(lam_cv), tol=tol, max_iter=max_iter)
-        params.update(cv_folds=cv_folds, cv_rescale=cv_rescale, cv_min_error=float(cvt["cv_error"].min()))
-    elif lambda_rule in ("fixed", "magnitude"):
-        lam_f = 1.0 if lambda_rule == "magnitude" else lam
-        if lam_f is None or not lam_f > 0:
-            raise ValueError("lambda_rule='fixed' needs lam > 0")
+        params.update(cv_folds=o.cv_folds, cv_rescale=o.cv_rescale, cv_min_error=float(cvt["cv_error"].min()))
+    else:  # 'fixed' (lam is set: checked by RankingOptions) or 'magnitude'
+        lam_f = 1.0 if lambda_rule == "magnitude" else o.lam
+        assert lam_f is not None  # RankingOptions requires lam with lambda_rule='fixed'
         fit = hlasso(gf, lam_f, solver=sol, gamma0=nearest(lam_f), tol=tol, max_iter=max_iter)
-    else:
-        raise ValueError(f"unknown lambda_rule {lambda_rule!r}")
     converged &= fit.converged
     params["lambda_star"] = fit.lam
     logger.info(
@@ -240,9 +287,9 @@ def fit_hlasso(
         checkpoints=cps,
         params=params,
         converged=converged,
-        debias=debias,
-        diagnostics=diagnostics,
-        solver_method=solver,
+        debias=o.debias,
+        diagnostics=o.diagnostics,
+        solver_method=o.solver,
     )
 
 
@@ -255,63 +302,39 @@ def _inv(x: np.ndarray | float) -> np.ndarray:
 
 def fit_lbi(
     comparisons: pd.DataFrame | ComparisonGraph,
+    options: RankingOptions | None = None,
     *,
     items: Sequence[Any] | None = None,
-    allow_disconnected: bool = False,
-    algorithm: Literal[2, 3, 4] = 3,
-    kappa: float = 100.0,
-    dt: float | None = None,
-    stop_rule: StopRule = "budget",
-    budget: float = 0.05,
-    t_stop: float | None = None,
-    sigma: float | None = None,
-    t_max: float | None = None,
-    max_iter: int | None = None,
-    theta0: Literal["ls", "zero"] = "ls",
-    n_workers: int = 2,
-    group_identical: bool = True,
-    debias: bool = True,
-    cv_folds: int = 5,
-    cv_rescale: Literal["sqrt", "linear"] = "sqrt",
-    seed: int = 0,
-    solver: Literal["auto", "splu", "cg"] = "auto",
-    diagnostics: bool = True,
-    checkpoint_every: int | None = None,
+    **overrides: Any,
 ) -> RobustRankingResult:
     """Outlier detection and robust ranking by LBI (spec §4), returning the output tables.
+
+    The method is LBI whatever ``outliers`` says (:func:`fit_ranking` dispatches on it).
 
     Parameters
     ----------
     comparisons : pandas.DataFrame or ComparisonGraph
-    items, allow_disconnected : see :func:`crowdflow.ranking.hodge.fit_hodgerank`.
-    algorithm : {2, 3, 4}
-        Algorithm 2 (gradient θ-steps), 3 (exact θ; default: Δt = 1/κ whatever the degrees) or 4
-        (Sync-LBI, ``n_workers`` threads).
-    kappa, dt : float
-        κ (default 100) and Δt (default 1/κ for Alg. 3, ``1/((λ_max(L)+1)κ)`` for Alg. 2/4).
-    stop_rule : {'budget', 'time', 'discrepancy', 'cv', 'none'}
-        Early-stopping rule (module docstring). ``'discrepancy'`` uses ``sigma`` or, if None, the Huber
-        concomitant scale estimate. ``'cv'`` needs ``t_max`` (the CV horizon).
-    budget, t_stop, sigma : float
-        Rule parameters.
-    t_max : float, optional
-        Extend the path to this time (entry times for more rows).
-    max_iter : int, optional
-        Iteration cap (default 100 000 for Alg. 3, 200 000 otherwise).
-    theta0 : {'ls', 'zero'}
-        Initial θ for Alg. 2/4.
-    group_identical : bool
-        Merge identical rows first (exactly equivalent; spec §1.3).
-    debias : bool
-        Report LS-refit scores without the flagged rows as ``score``.
+    options : RankingOptions, optional
+        Default: all defaults. Uses ``algorithm`` (2: gradient θ-steps; 3: exact θ, Δt = 1/κ whatever the
+        degrees; 4: Sync-LBI on ``n_workers`` threads), ``kappa`` and ``dt`` (default 1/κ for Alg. 3,
+        ``1/((λ_max(L)+1)κ)`` for Alg. 2/4), ``stop_rule`` with ``budget``, ``t_stop``, ``sigma`` (or,
+        if empty, the Huber concomitant scale estimate with ``huber_m``, ``scale_a``) and ``t_max`` (the
+        path is extended to it; the CV horizon of ``stop_rule='cv'``), ``max_iter``, ``theta0``,
+        ``checkpoint_every``, ``cv_folds``, ``cv_rescale``, ``seed`` and the common fields.
+    items : sequence, optional
+        Item universe.
+    **overrides
+        Fields of :class:`RankingOptions`.
 
     Returns
     -------
     RobustRankingResult
     """
-    g, rep = _prepare(comparisons, items, allow_disconnected)
-    gf, group, sign = _group_or_identity(g, group_identical)
-    sol = LaplacianSolver.from_graph(gf, method=solver)
+    o = RankingOptions.resolve(options, **overrides)
+    algorithm, kappa, dt, stop_rule, sigma, t_stop = o.algorithm, o.kappa, o.dt, o.stop_rule, o.sigma, o.t_stop
+    g, rep = _prepare(comparisons, items, o.allow_disconnected)
+    gf, group, sign = _group_or_identity(g, o.group_identical)
+    sol = LaplacianSolver.from_graph(gf, method=o.solver)
     theta_ls = hodgerank_scores(gf, sol)
     params: dict[str, Any] = {
         "method": "lbi",
@@ -319,47 +342,48 @@ def fit_lbi(
         "kappa": float(kappa),
         "stop_rule": stop_rule,
         "solver": sol.method,
-        "group_identical": group_identical,
+        "group_identical": o.group_identical,
     }
     if stop_rule == "discrepancy" and sigma is None:
-        est = huber_concomitant_scale(gf, M=HUBER_M, a=HUBER_A, solver=sol)
+        est = huber_concomitant_scale(gf, M=o.huber_m, a=o.scale_a, solver=sol, tol=o.tol)
         sigma = est.sigma
         params["sigma_source"] = "huber_concomitant"
     if stop_rule == "cv":
-        if t_max is None:
-            raise ValueError("stop_rule='cv' needs t_max (the cross-validation horizon)")
+        assert o.t_max is not None  # RankingOptions requires t_max with stop_rule='cv'
         dt_cv = dt if (dt is not None and algorithm == 3) else 1.0 / kappa
-        t_stop, _ = cv_stop_time(gf, kappa=kappa, dt=dt_cv, t_max=t_max, folds=cv_folds, seed=seed, rescale=cv_rescale)
-        params.update(cv_folds=cv_folds, cv_rescale=cv_rescale)
-    common: dict[str, Any] = {
-        "kappa": kappa,
-        "dt": dt,
-        "stop_rule": stop_rule,
-        "budget": budget,
-        "t_stop": t_stop,
-        "sigma": sigma,
-        "t_max": t_max,
-        "checkpoint_every": checkpoint_every,
-    }
-    if algorithm == 3:
-        path = lbi_alg3(gf, solver=sol, max_iter=max_iter or 100_000, **common)
-    elif algorithm == 2:
-        path = lbi_alg2(gf, solver=sol, theta0=theta0, max_iter=max_iter or 200_000, **common)
-    elif algorithm == 4:
-        path = sync_lbi(gf, solver=sol, theta0=theta0, n_workers=n_workers, max_iter=max_iter or 200_000, **common)
-        params["n_workers"] = n_workers
-    else:
-        raise ValueError(f"algorithm must be 2, 3 or 4, got {algorithm!r}")
+        t_stop, _ = cv_stop_time(
+            gf, kappa=kappa, dt=dt_cv, t_max=o.t_max, folds=o.cv_folds, seed=o.seed, rescale=o.cv_rescale
+        )
+        params.update(cv_folds=o.cv_folds, cv_rescale=o.cv_rescale)
+    per_algorithm: dict[str, Any] = {} if algorithm == 3 else {"theta0": o.theta0}
+    if algorithm == 4:
+        per_algorithm["n_workers"] = o.n_workers
+        params["n_workers"] = o.n_workers
+    path = lbi(
+        gf,
+        algorithm=algorithm,
+        solver=sol,
+        max_iter=o.lbi_max_iter(),
+        kappa=kappa,
+        dt=dt,
+        stop_rule=stop_rule,
+        budget=o.budget,
+        t_stop=t_stop,
+        sigma=sigma,
+        t_max=o.t_max,
+        checkpoint_every=o.checkpoint_every,
+        **per_algorithm,
+    )
     params.update(
         dt=path.dt,
         h=path.h,
-        budget=budget,
+        budget=o.budget,
         t_stop=path.stop_time,
         stop_iter=path.stop_iter,
         n_iter=path.n_iter,
         stop_fired=path.stop_fired,
         sigma=sigma,
-        t_max=t_max,
+        t_max=o.t_max,
     )
     theta_rob = path.theta
     if algorithm == 3:
@@ -395,18 +419,7 @@ def fit_lbi(
         checkpoints=cps,
         params=params,
         converged=path.stop_fired,
-        debias=debias,
-        diagnostics=diagnostics,
-        solver_method=solver,
+        debias=o.debias,
+        diagnostics=o.diagnostics,
+        solver_method=o.solver,
     )
-
-
-def fit_robust_hodgerank(
-    comparisons: pd.DataFrame | ComparisonGraph, *, method: Literal["lbi", "hlasso"] = "lbi", **kwargs: Any
-) -> RobustRankingResult:
-    """Dispatch to :func:`crowdflow.ranking.lbi.fit_lbi` (default) or :func:`fit_hlasso`."""
-    if method == "hlasso":
-        return fit_hlasso(comparisons, **kwargs)
-    if method == "lbi":
-        return fit_lbi(comparisons, **kwargs)
-    raise ValueError(f"unknown robust ranking method {method!r} (use 'lbi' or 'hlasso')")

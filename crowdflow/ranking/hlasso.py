@@ -22,6 +22,7 @@ import scipy.sparse as sp
 from crowdflow.ranking.graph import ComparisonGraph
 from crowdflow.ranking.least_squares import LaplacianSolver, _project_cycles, cycle_projector
 from crowdflow.ranking.numerics import shrink, wdot
+from crowdflow.ranking.options import HLASSO_MAX_ITER
 from crowdflow.ranking.types import _rank_desc
 
 __all__ = ["LassoFit", "LassoPath", "hlasso", "hlasso_path"]
@@ -111,7 +112,7 @@ def hlasso(
     solver: LaplacianSolver | None = None,
     gamma0: np.ndarray | None = None,
     tol: float = 1e-10,
-    max_iter: int = 20000,
+    max_iter: int = HLASSO_MAX_ITER,
 ) -> LassoFit:
     """HLASSO at a fixed λ via the split of Prop. 1 (spec §3.2–3.3, Algorithm 1 steps 1–2, 4).
 
@@ -209,7 +210,7 @@ def hlasso_path(
     lambda_min_ratio: float = 1e-2,
     solver: LaplacianSolver | None = None,
     tol: float = 1e-10,
-    max_iter: int = 20000,
+    max_iter: int = HLASSO_MAX_ITER,
 ) -> LassoPath:
     """HLASSO path from ``λ_max = max_k |(Py)_k|`` down a geometric grid with warm starts (spec §3.3).
 

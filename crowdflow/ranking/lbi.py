@@ -40,10 +40,12 @@ from typing import Any, Literal
 
 import numpy as np
 
+from crowdflow.errors import DegenerateInput
 from crowdflow.ranking.graph import ComparisonGraph
-from crowdflow.ranking.lbi_path import LBIPath, StopRule, _check_stop_args, _DZView, _Monitor, _resid_target
+from crowdflow.ranking.lbi_path import LBIPath, _check_stop_args, _DZView, _Monitor, _resid_target
 from crowdflow.ranking.least_squares import LaplacianSolver, cycle_projector, hodgerank_scores, laplacian_lambda_max
 from crowdflow.ranking.numerics import shrink, wdot
+from crowdflow.ranking.options import LBI_MAX_ITER, StopRule
 
 __all__ = ["lbi", "lbi_alg2", "lbi_alg3", "sync_lbi"]
 
@@ -73,9 +75,10 @@ def _alg2_steps(
         dt = h / kappa
     h = kappa * dt
     if guard and h * (lm + 1.0) >= 2.0:
-        raise ValueError(
+        raise DegenerateInput(
             f"LBI step too large: kappa*dt*(lambda_max(L)+1) = {h * (lm + 1.0):.4g} >= 2 "
-            f"(lambda_max(L) = {lm:.4g}); the iteration would diverge. Use dt < {2.0 / ((lm + 1.0) * kappa):.4g}"
+            f"(lambda_max(L) = {lm:.4g}); the iteration would diverge. Use dt < {2.0 / ((lm + 1.0) * kappa):.4g}",
+            reason="lbi_step_too_large",
         )
     return float(h), float(dt)
 
@@ -91,7 +94,7 @@ def lbi_alg2(
     t_stop: float | None = None,
     sigma: float | None = None,
     t_max: float | None = None,
-    max_iter: int = 200_000,
+    max_iter: int = LBI_MAX_ITER[2],
     checkpoint_every: int | None = None,
     solver: LaplacianSolver | None = None,
     guard: bool = True,
@@ -189,7 +192,7 @@ def lbi_alg3(
     t_stop: float | None = None,
     sigma: float | None = None,
     t_max: float | None = None,
-    max_iter: int = 100_000,
+    max_iter: int = LBI_MAX_ITER[3],
     checkpoint_every: int | None = None,
     solver: LaplacianSolver | None = None,
 ) -> LBIPath:
@@ -290,7 +293,7 @@ def sync_lbi(
     t_stop: float | None = None,
     sigma: float | None = None,
     t_max: float | None = None,
-    max_iter: int = 200_000,
+    max_iter: int = LBI_MAX_ITER[4],
     checkpoint_every: int | None = None,
     solver: LaplacianSolver | None = None,
     guard: bool = True,

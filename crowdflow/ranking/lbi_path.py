@@ -22,7 +22,7 @@ import logging
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -34,10 +34,7 @@ from crowdflow.ranking.types import _rank_desc
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LBIPath", "StopRule"]
-
-
-StopRule = Literal["budget", "time", "discrepancy", "cv", "none"]
+__all__ = ["LBIPath"]
 
 
 @dataclass(frozen=True)

@@ -20,15 +20,9 @@ import numpy as np
 from crowdflow.ranking.graph import ComparisonGraph
 from crowdflow.ranking.hlasso import LassoFit, hlasso
 from crowdflow.ranking.least_squares import LaplacianSolver, hodgerank_scores
+from crowdflow.ranking.options import HUBER_A, HUBER_M
 
-__all__ = ["HUBER_A", "HUBER_M", "ScaleEstimate", "huber_concomitant_scale", "theory_lambda"]
-
-
-HUBER_M = 1.35
-
-
-#: Huber's Fisher-consistent constant E[min(Z², M²)] for M = 1.35, Z ~ N(0, 1) (spec §3.4.1).
-HUBER_A = 0.7126
+__all__ = ["ScaleEstimate", "huber_concomitant_scale", "theory_lambda"]
 
 
 @dataclass(frozen=True)
@@ -81,16 +75,16 @@ def huber_concomitant_scale(
     a: float = HUBER_A,
     solver: LaplacianSolver | None = None,
     sigma0: float | None = None,
-    tol: float = 1e-8,
-    max_iter: int = 200,
-    lasso_tol: float = 1e-10,
+    scale_tol: float = 1e-8,
+    scale_max_iter: int = 200,
+    tol: float = 1e-10,
 ) -> ScaleEstimate:
     """Huber's concomitant scale (Proposal 2) for choosing λ (spec §3.4.1).
 
     Minimises ``Σ_k w_k σ H_M((θ_i − θ_j − y_k)/σ) + a(Σw)σ`` over ``(θ, σ)`` (jointly convex,
     ``H_M = 2ρ_M``) by alternating (i) HLASSO at ``λ = Mσ`` (θ step) and (ii) the σ-stationarity equation
     ``Σ_k w_k min(r_k²/σ², M²) = a·Σw`` with the full residual ``r = y − Xθ`` (monotone 1-D root).
-    Stopping rule: relative change of σ ≤ ``tol``; cap ``max_iter`` (RuntimeWarning).
+    Stopping rule: relative change of σ ≤ ``scale_tol``; cap ``scale_max_iter`` (RuntimeWarning).
 
     Parameters
     ----------
@@ -101,6 +95,10 @@ def huber_concomitant_scale(
         version, which underestimates σ (≈ 0.68σ under Gaussian noise).
     sigma0 : float, optional
         Start (default: 1.4826·median|LS residual|).
+    scale_tol, scale_max_iter : float, int
+        Stopping rule and cap of the (θ, σ) alternation.
+    tol : float
+        Stopping rule of every HLASSO solve (the ``tol`` of :class:`~crowdflow.ranking.options.RankingOptions`).
 
     Returns
     -------
@@ -119,15 +117,15 @@ def huber_concomitant_scale(
     fit = None
     converged = False
     it = 0
-    for it in range(1, max_iter + 1):
+    for it in range(1, scale_max_iter + 1):
         if sigma <= 0:
             break
-        fit = hlasso(g, M * sigma, solver=solver, gamma0=gam, tol=lasso_tol)
+        fit = hlasso(g, M * sigma, solver=solver, gamma0=gam, tol=tol)
         gam = fit.gamma
         r = g.y - g.X @ fit.theta
         new = _solve_scale(r, g.w, M, a)
         trace.append(new)
-        if abs(new - sigma) <= tol * max(sigma, 1e-300):
+        if abs(new - sigma) <= scale_tol * max(sigma, 1e-300):
             sigma = new
             converged = True
             break
@@ -141,8 +139,10 @@ def huber_concomitant_scale(
         fit = LassoFit(0.0, np.zeros(g.m), theta, 0, True, 0.0)
         return ScaleEstimate(0.0, 0.0, fit, it, True, np.asarray(trace))
     if not converged:
-        warnings.warn(f"concomitant scale did not converge in {max_iter} alternations", RuntimeWarning, stacklevel=2)
-    fit = hlasso(g, M * sigma, solver=solver, gamma0=gam, tol=lasso_tol)
+        warnings.warn(
+            f"concomitant scale did not converge in {scale_max_iter} alternations", RuntimeWarning, stacklevel=2
+        )
+    fit = hlasso(g, M * sigma, solver=solver, gamma0=gam, tol=tol)
     return ScaleEstimate(float(sigma), float(M * sigma), fit, it, converged, np.asarray(trace))
 
 

@@ -72,9 +72,10 @@ class RankingResult:
         ``row_id, annotator, item_a, item_b, outcome, weight, fitted, residual, undetectable`` with
         ``fitted = score_a − score_b`` and ``residual = outcome − fitted`` (input orientation).
     diagnostics : pandas.DataFrame
-        Per-component Hodge diagnostics (see :func:`hodge_decomposition`).
+        Per-component Hodge diagnostics (see :func:`~crowdflow.ranking.hodge.hodge_decomposition`).
     graph : GraphReport
     params : dict
+        Run parameters (method ``'ls'``, solver, sizes).
     """
 
     ranking: pd.DataFrame
@@ -82,6 +83,16 @@ class RankingResult:
     diagnostics: pd.DataFrame
     graph: GraphReport
     params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """The job's output tables by name: ``ranking``, ``components`` (the diagnostics), ``residuals``."""
+        return {"ranking": self.ranking, "components": self.diagnostics, "residuals": self.residuals}
+
+    @property
+    def summary(self) -> str:
+        """One line for a log."""
+        return f"HodgeRank least squares on {len(self.ranking)} items"
 
 
 @dataclass(frozen=True)
@@ -131,6 +142,24 @@ class RobustRankingResult:
     graph: GraphReport
     params: dict[str, Any] = field(default_factory=dict)
     converged: bool = True
+
+    @property
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """The job's output tables by name: ``ranking``, ``outliers``, ``annotators``, ``components`` (the
+        diagnostics) and ``path``."""
+        return {
+            "ranking": self.ranking,
+            "outliers": self.outliers,
+            "annotators": self.annotators,
+            "components": self.diagnostics,
+            "path": self.path,
+        }
+
+    @property
+    def summary(self) -> str:
+        """One line for a log."""
+        n_out = int(self.outliers["is_outlier"].sum())
+        return f"{self.method.upper()}: {n_out} of {len(self.outliers)} comparisons flagged as outliers"
 
 
 def _str(values: np.ndarray) -> pd.Series:

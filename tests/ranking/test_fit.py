@@ -7,7 +7,9 @@ import pandas as pd
 import pytest
 from scipy.stats import kendalltau
 
-from crowdflow.ranking.fit import fit_hlasso, fit_hodgerank, fit_lbi, fit_robust_hodgerank
+from crowdflow.errors import DegenerateInput
+from crowdflow.ranking.cv import cycle_basis
+from crowdflow.ranking.fit import fit_hlasso, fit_hodgerank, fit_lbi, fit_ranking
 from crowdflow.ranking.graph import check_comparison_graph
 from crowdflow.synth.ranking import comparison_table, huber_instance, mm13_instance
 
@@ -25,7 +27,7 @@ def test_orientation_invariance():
     sgn = np.where(flip, -1.0, 1.0)
     for fit in (
         lambda d: fit_hlasso(d, lambda_rule="fixed", lam=1.0, diagnostics=False),
-        lambda d: fit_robust_hodgerank(d, method="lbi", stop_rule="time", t_stop=1.0, diagnostics=False),
+        lambda d: fit_ranking(d, outliers="lbi", stop_rule="time", t_stop=1.0, diagnostics=False),
     ):
         r1, r2 = fit(df1), fit(df2)
         s1 = r1.scores.set_index("item")
@@ -59,9 +61,9 @@ def test_disconnected_graph():
     assert groups == {(0, 1, 2, 3, 4), (5, 6, 7, 8, 9), (10,)}
     assert rep.isolated_items == ["10"]
     with pytest.raises(ValueError, match="not connected"):
-        fit_hodgerank(df, items=universe)
+        fit_hodgerank(df, items=universe, allow_disconnected=False)
     with pytest.raises(ValueError, match="not connected"):
-        fit_hlasso(df, items=universe)
+        fit_hlasso(df, items=universe, allow_disconnected=False)
     res = fit_hodgerank(df, items=universe, allow_disconnected=True)
     sums = res.ranking.groupby("component")["score"].sum()
     np.testing.assert_allclose(sums.to_numpy(), 0.0, atol=1e-12)
@@ -78,8 +80,8 @@ def test_output_tables_shape_and_parquet_roundtrip(tmp_path):
     inst = mm13_instance(1, sn=300, op=0.1)
     i, j, y = inst.graph.i, inst.graph.j, inst.graph.y
     df = comparison_table(i, j, y)
-    res_a = fit_robust_hodgerank(df, method="lbi")
-    res_b = fit_robust_hodgerank(df.drop(columns=["annotator"]).iloc[:200], method="hlasso")
+    res_a = fit_ranking(df, outliers="lbi")
+    res_b = fit_ranking(df.drop(columns=["annotator"]).iloc[:200], outliers="hlasso")
     assert list(res_a.ranking.columns) == ["item", "score", "rank", "component", "n_comparisons"]
     assert list(res_a.outliers.columns)[:8] == [
         "row_id",
@@ -173,3 +175,20 @@ def test_degenerate_inputs_give_explicit_empty_results():
             scores = r.ranking.set_index("item").loc[[str(k) for k in range(6)], "score"].to_numpy()
             np.testing.assert_allclose(scores, expected, atol=1e-10)
         assert r1.params["stop_iter"] == 0
+
+
+def test_data_the_options_cannot_fit_are_degenerate_inputs():
+    """Valid tables and valid options that still admit no fit raise DegenerateInput (CLI exit 2, never an
+    'unexpected error'); it is a ValueError, so library callers catching ValueError keep working."""
+    tree = pd.DataFrame({"item_a": ["a", "b", "c"], "item_b": ["b", "c", "d"], "outcome": [1.0, 1.0, -1.0]})
+    with pytest.raises(DegenerateInput, match="cycle dimensions") as err:
+        fit_lbi(tree, stop_rule="cv", t_max=1.0)
+    assert err.value.reason == "too_few_cycles_for_cv"
+    with pytest.raises(DegenerateInput, match="cycle dimensions"):
+        fit_hlasso(pd.concat([tree, tree.assign(outcome=-tree["outcome"])]), lambda_rule="cv")
+    g = huber_instance(1).graph
+    with pytest.raises(DegenerateInput, match="exceeds max_rows") as err:
+        cycle_basis(g, max_rows=100)
+    assert isinstance(err.value, ValueError)
+    with pytest.raises(DegenerateInput, match="step too large"):  # kappa*dt < 2, but not below 2/(lambda_max+1)
+        fit_lbi(comparison_table(g.i, g.j, g.y), algorithm=2, kappa=100.0, dt=0.015)

@@ -79,7 +79,7 @@ def test_hodgerank_finite_centred_components(df: pd.DataFrame) -> None:
     assert np.isfinite(res.residuals[["fitted", "residual"]].to_numpy()).all()
     if len(union_find_components(df)) > 1:
         with pytest.raises(ValueError, match="not connected"):
-            fit_hodgerank(df)
+            fit_hodgerank(df, allow_disconnected=False)
 
 
 @settings(max_examples=30)

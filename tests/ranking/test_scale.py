@@ -30,7 +30,7 @@ def test_concomitant_solves_joint_convex_problem():
     g = huber_instance(6).graph
     g = ComparisonGraph.from_arrays(g.i[:200], g.j[:200], g.y[:200], n=g.n)
     M, a = 1.35, 0.7126
-    est = huber_concomitant_scale(g, M=M, a=a, tol=1e-12)
+    est = huber_concomitant_scale(g, M=M, a=a, scale_tol=1e-12)
     th, u, v, sig = cp.Variable(g.n), cp.Variable(g.m), cp.Variable(g.m), cp.Variable(pos=True)
     obj = (
         cp.quad_over_lin(cp.multiply(np.sqrt(g.w), u), sig)
