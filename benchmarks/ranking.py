@@ -1,4 +1,4 @@
-"""Benchmark of robust global ranking (HodgeRank / HLASSO / LBI), spec robust-hodgerank.md §6, §9.
+"""Benchmark of robust global ranking (HodgeRank / HLASSO / LBI), docs/methods/ranking.md §8, §9.
 
 Run: ``python -m benchmarks.ranking`` (flags: ``--reps N`` repetitions per cell of the MM13 table,
 default 20 as in the paper; ``--quick`` = 3 repetitions, smaller scale points and no 10⁷ point, ``--large``
@@ -6,12 +6,13 @@ adds it back; ``--skip-mm13`` / ``--skip-scale`` / ``--skip-data`` keep that sec
 file, labelled as carried over; ``--heldout-only`` and ``--scale-only`` are shorthands). Prints markdown and
 writes ``benchmarks/results/ranking.md``. Peers (choix, Evalica) come from the ``bench`` extra.
 
-1. **MM13 simulation (spec §6.2, Table 1).** n = 16 items, a random total order, SN ∈ {1000..5000}
-   uniform ±1 comparisons (multigraph), a random OP fraction reversed. Every comparison is scored by its
+1. **MM13 simulation (docs/methods/ranking.md §8.2, MM13 Table 1).** n = 16 items, a random total order,
+   SN ∈ {1000..5000} uniform ±1 comparisons (multigraph), a random OP fraction reversed. Every comparison is scored by its
    entry order on the regularisation path and the ROC-AUC against the true reversals is averaged over the
    repetitions. Two paths: the HLASSO (LASSO) path as in the paper (100-point geometric λ grid from
    λ_max down to 10⁻³λ_max, interpolated entry λ) and LBI Algorithm 3 (κ = 100, Δt = 1/κ, t ≤ 10, i.e.
-   1,000 steps). Identical rows are merged (spec §1.3; exact). The paper's numbers are printed alongside.
+   1,000 steps). Identical rows are merged (docs/methods/ranking.md §1.3; exact). The paper's numbers are
+   printed alongside.
 2. **Scale.** (a) HodgeRank least squares with our sparse solver (``ComparisonGraph.from_arrays`` +
    grounded-Laplacian LU/CG + solve) versus the dense peer ``numpy.linalg.lstsq`` on the dense m×n
    incidence (construction included on both sides), same data, same run; medians of 3 repeats, ratio =
@@ -173,7 +174,7 @@ def bench_mm13(reps: int) -> str:
         "| SN \\ OP | " + " | ".join(f"{int(op * 100)}%" for op in OP_GRID) + " |\n|---|" + "---|" * len(OP_GRID) + "\n"
     )
     out = [
-        "## 1. MM13 simulation: ROC-AUC of the path entry order (spec §6.2, Table 1)\n\n",
+        "## 1. MM13 simulation: ROC-AUC of the path entry order (docs/methods/ranking.md §8.2, MM13 Table 1)\n\n",
         f"n = 16, mean(sd) over **{reps} repetitions** per cell (the paper used 20); total {elapsed:.0f} s.\n\n",
         "### Paper (MM13 Table 1, LASSO path via R quadrupen)\n\n",
         head + "".join(f"| {sn} | " + " | ".join(PAPER[sn]) + " |\n" for sn in SN_GRID),

@@ -27,7 +27,7 @@ COMPARISON_ALIASES = {
     "worker": "annotator",
     "left": "item_a",
     "right": "item_b",
-    # spec §1.2 names
+    # the paper's names (docs/methods/ranking.md §1.2)
     "annotator_id": "annotator",
     "item_i": "item_a",
     "item_j": "item_b",
@@ -55,7 +55,7 @@ def comparisons_from_winners(
 
     Winner form is ``annotator, item_a, item_b, winner`` (``winner`` = id of the preferred item or
     ``'tie'``; this is the layout of the shared pairwise data sets and, with ``worker, left, right,
-    label``, of Crowd-Kit). The canonical form (design.md §3) has ``outcome = +1`` if ``item_a`` won,
+    label``, of Crowd-Kit). The canonical form (docs/methods/ranking.md §1.2) has ``outcome = +1`` if ``item_a`` won,
     ``−1`` if ``item_b`` won and ``0`` for a tie.
 
     Parameters
@@ -98,11 +98,11 @@ def comparisons_from_winners(
 
 
 def canonical_comparisons(comparisons: pd.DataFrame) -> pd.DataFrame:
-    """Validate a comparison table and return it in canonical form (spec §1.2, design.md §3).
+    """Validate a comparison table and return it in canonical form (docs/methods/ranking.md §1.2).
 
     Accepted layouts: canonical ``annotator, item_a, item_b, outcome [, weight]``; winner form
     ``annotator, item_a, item_b, winner`` (see :func:`comparisons_from_winners`); Crowd-Kit
-    ``worker, left, right, label`` (``label`` = winner id); spec §1.2 ``annotator_id, item_i, item_j, y``.
+    ``worker, left, right, label`` (``label`` = winner id); the paper's ``annotator_id, item_i, item_j, y``.
 
     Parameters
     ----------

@@ -27,7 +27,7 @@ __all__ = ["cv_lambda", "cv_stop_time", "cycle_basis"]
 
 
 def cycle_basis(g: ComparisonGraph, *, max_rows: int = 4000) -> np.ndarray:
-    """Dense orthonormal basis ``Q`` (m×l) of the W-weighted cycle space (small m only; spec §2.2, §3.4.2).
+    """Dense orthonormal basis ``Q`` (m×l) of the W-weighted cycle space, small m only (docs/methods/ranking.md §3.4.2).
 
     ``Q`` spans ``null((W^{1/2}X)ᵀ)``, so ``‖P v‖²_W = ‖Qᵀ W^{1/2} v‖²``; the rows of ``Ψ = QᵀW^{1/2}``
     are the l "projected measurements" (``U2ᵀ`` in the unweighted case).
@@ -77,13 +77,13 @@ def cv_lambda(
     fold_tol: float = 1e-9,
     fold_max_iter: int = 5000,
 ) -> tuple[float, pd.DataFrame]:
-    """Cross-validation on random projections of the cycle space (spec §3.4.2).
+    """Cross-validation on random projections of the cycle space (docs/methods/ranking.md §3.4.2).
 
     The l rows of ``Ψ = QᵀW^{1/2}`` (:func:`cycle_basis`) are split into K folds. For each fold the
     LASSO ``½‖Ψ_tr(y − γ)‖² + λ_trΣw_k|γ_k|`` is fitted along the grid ``λ_tr = λ·s`` (warm starts) and
     scored by ``‖Ψ_val(y − γ̂)‖²``. The λ of the grid with the smallest mean validation error is
     returned; it is already expressed at full-problem scale because the training grid was scaled by
-    ``s = √(l_tr/l)`` (spec's choice, ``rescale='sqrt'``) or ``s = l_tr/l`` (``'linear'``: the scaling
+    ``s = √(l_tr/l)`` (the default, ``rescale='sqrt'``) or ``s = l_tr/l`` (``'linear'``: the scaling
     of ``λ_max`` itself, since ``E[Ψ_trᵀΨ_tr] = (l_tr/l)ΨᵀΨ``).
 
     Returns
@@ -126,12 +126,12 @@ def cv_stop_time(
     n_eval: int = 200,
     max_rows: int = 4000,
 ) -> tuple[float, pd.DataFrame]:
-    """Random-projection cross-validation of the LBI stopping time (spec §4.4(b), §3.4.2).
+    """Random-projection cross-validation of the LBI stopping time (docs/methods/ranking.md §4.4, §3.4.2).
 
     The l rows of ``Ψ = QᵀW^{1/2}`` (dense cycle basis, small m) are split into K folds; on the training
     rows the projected LBI ``z += Δt·W^{-1/2}Q_trQ_trᵀW^{1/2}(y − γ)``, ``γ = κ·shrink(z)`` runs to ``t_max``
     and is scored at ``n_eval`` times by ``‖Ψ_val(y − γ_t)‖²``. The minimising training time is mapped to
-    the full problem by ``t = t_tr·s`` with ``s = √(l_tr/l)`` (spec's choice) or ``l_tr/l`` (``'linear'``),
+    the full problem by ``t = t_tr·s`` with ``s = √(l_tr/l)`` (the default) or ``l_tr/l`` (``'linear'``),
     mirroring ``λ_full = λ_tr/s``.
 
     Returns

@@ -170,7 +170,7 @@ def fit_hlasso(
     items: Sequence[Any] | None = None,
     **overrides: Any,
 ) -> RobustRankingResult:
-    """Outlier detection and robust ranking by HLASSO (spec §3, Algorithm 1).
+    """Outlier detection and robust ranking by HLASSO (docs/methods/ranking.md §3, Algorithm 1).
 
     1. ``P = I − XL†XᵀW`` as an operator (one Laplacian solve per application);
     2. the LASSO path ``γ̂(λ) = argmin ½‖P(y − γ)‖²_W + λΣw_k|γ_k|`` from ``λ_max`` down (warm starts);
@@ -181,8 +181,8 @@ def fit_hlasso(
     4. outliers ``γ̂_k(λ*) ≠ 0``, robust scores ``θ̂ = L†XᵀW(y − γ̂)`` (= Huber regression);
     5. debiased scores: LS refit without the flagged rows ("LASSO+L2").
 
-    Identical rows are merged first when ``group_identical`` (exactly equivalent, spec §1.3); the CV rule
-    then works on the merged problem's cycle space. ``entry_time`` in the outlier table is ``1/λ_entry``.
+    Identical rows are merged first when ``group_identical`` (exactly equivalent, docs/methods/ranking.md §1.3);
+    the CV rule then works on the merged problem's cycle space. ``entry_time`` in the outlier table is ``1/λ_entry``.
     The method is HLASSO whatever ``outliers`` says (:func:`fit_ranking` dispatches on it).
 
     Parameters
@@ -294,7 +294,7 @@ def fit_hlasso(
 
 
 def _inv(x: np.ndarray | float) -> np.ndarray:
-    """``1/x`` with ``1/0 = inf`` (time ↔ 1/λ, spec §4)."""
+    """``1/x`` with ``1/0 = inf`` (time ↔ 1/λ, docs/methods/ranking.md §4)."""
     x = np.asarray(x, dtype=float)
     with np.errstate(divide="ignore"):
         return np.where(x > 0, 1.0 / np.where(x > 0, x, 1.0), np.inf)
@@ -307,7 +307,7 @@ def fit_lbi(
     items: Sequence[Any] | None = None,
     **overrides: Any,
 ) -> RobustRankingResult:
-    """Outlier detection and robust ranking by LBI (spec §4), returning the output tables.
+    """Outlier detection and robust ranking by LBI (docs/methods/ranking.md §4), returning the output tables.
 
     The method is LBI whatever ``outliers`` says (:func:`fit_ranking` dispatches on it).
 

@@ -39,7 +39,7 @@ __all__ = [
 
 
 def incidence_matrix(i: np.ndarray, j: np.ndarray, n: int) -> sp.csr_matrix:
-    """Gradient / incidence operator ``X`` (m×n CSR): row k is ``e_{i_k} − e_{j_k}`` (spec §1.3)."""
+    """Gradient / incidence operator ``X`` (m×n CSR): row k is ``e_{i_k} − e_{j_k}`` (docs/methods/ranking.md §1.3)."""
     m = int(np.asarray(i).size)
     rows = np.repeat(np.arange(m, dtype=np.int64), 2)
     cols = np.column_stack([i, j]).ravel()
@@ -50,7 +50,7 @@ def incidence_matrix(i: np.ndarray, j: np.ndarray, n: int) -> sp.csr_matrix:
 
 
 def laplacian(X: SparseMatrix, w: np.ndarray | None = None) -> sp.csr_matrix:
-    """Weighted graph Laplacian ``L = XᵀWX`` (n×n, sparse, zero row sums; spec §2.1)."""
+    """Weighted graph Laplacian ``L = XᵀWX`` (n×n, sparse, zero row sums; docs/methods/ranking.md §2.1)."""
     X = sp.csr_matrix(X)
     if w is None:
         w = np.ones(X.shape[0])
@@ -132,7 +132,7 @@ def _laplacian_from_edges(
 
 @dataclass(frozen=True)
 class ComparisonGraph:
-    """Canonicalised comparisons with their sparse operators (spec §1.3).
+    """Canonicalised comparisons with their sparse operators (docs/methods/ranking.md §1.3).
 
     Attributes
     ----------
@@ -203,16 +203,16 @@ class ComparisonGraph:
 
     @property
     def cycle_dim(self) -> int:
-        """Dimension of the cycle space ``l = m − n + c`` (spec §0)."""
+        """Dimension of the cycle space ``l = m − n + c`` (docs/methods/ranking.md §1.1)."""
         return self.m - self.n + self.n_components
 
     @cached_property
-    def X(self) -> sp.csr_matrix:  # noqa: N802 - the spec's name
+    def X(self) -> sp.csr_matrix:  # noqa: N802 - the paper's name
         """(m×n) incidence ``X`` (CSR), built on first access (the LS fit does not need it)."""
         return incidence_matrix(self.i, self.j, self.n)
 
     @cached_property
-    def XT(self) -> sp.csr_matrix:  # noqa: N802 - the spec's name
+    def XT(self) -> sp.csr_matrix:  # noqa: N802 - the paper's name
         """``Xᵀ`` as CSR, built on first access."""
         return sp.csr_matrix(self.X.T)
 
@@ -347,7 +347,7 @@ def _relabel_by_min(labels: np.ndarray, n_comp: int) -> np.ndarray:
 
 
 def build_comparison_graph(comparisons: pd.DataFrame, *, items: Sequence[Any] | None = None) -> ComparisonGraph:
-    """Canonicalise a comparison table and build ``X``, ``L`` and the components (spec §1).
+    """Canonicalise a comparison table and build ``X``, ``L`` and the components (docs/methods/ranking.md §1).
 
     Parameters
     ----------
@@ -355,7 +355,7 @@ def build_comparison_graph(comparisons: pd.DataFrame, *, items: Sequence[Any] | 
         See :func:`canonical_comparisons` for the accepted layouts.
     items : sequence, optional
         Full item universe; listed items that are never compared become isolated (singleton)
-        components (spec §1.2 "optional item table").
+        components (docs/methods/ranking.md §1.2).
 
     Returns
     -------
@@ -388,7 +388,7 @@ def build_comparison_graph(comparisons: pd.DataFrame, *, items: Sequence[Any] | 
 
 
 def group_identical_rows(g: ComparisonGraph) -> tuple[ComparisonGraph, np.ndarray, np.ndarray]:
-    """Merge rows with identical (pair, oriented outcome) into weighted rows (spec §1.3 grouping trick).
+    """Merge rows with identical (pair, oriented outcome) into weighted rows (docs/methods/ranking.md §1.3).
 
     Every row is first oriented along its pair (``u < v``, outcome ``s·y``); rows with identical
     ``(u, v, s·y)`` form a group whose weight is the summed weight. For LS, HLASSO and LBI the merged
@@ -441,7 +441,7 @@ def _graph_report(g: ComparisonGraph) -> GraphReport:
 
 
 def check_comparison_graph(comparisons: pd.DataFrame, *, items: Sequence[Any] | None = None) -> GraphReport:
-    """Connectivity checks of the comparison graph before any fit (spec §2.1, §5 checks 1 and 3).
+    """Connectivity checks of the comparison graph before any fit (docs/methods/ranking.md §2.1, §5.1).
 
     Parameters
     ----------

@@ -30,7 +30,7 @@ __all__ = ["LassoFit", "LassoPath", "hlasso", "hlasso_path"]
 
 @dataclass(frozen=True)
 class LassoFit:
-    """HLASSO solution at a fixed λ (spec §3.2).
+    """HLASSO solution at a fixed λ (docs/methods/ranking.md §3.2).
 
     Attributes
     ----------
@@ -74,7 +74,7 @@ def _fista(
     """FISTA with gradient-based adaptive restart for ``½‖T(y − γ)‖²_W + λΣw_k|γ_k|``.
 
     ``op(v, aux) -> (T v, aux)`` must be a W-self-adjoint operator with ``‖T‖_W ≤ 1`` (T = P or a
-    sub-projection), so the step is 1 and the prox in the W-metric is ``shrink(·, λ)`` (spec §3.3:
+    sub-projection), so the step is 1 and the prox in the W-metric is ``shrink(·, λ)`` (docs/methods/ranking.md §3.3:
     ``γ ← shrink(γ + P(y − γ), λ)``). Stopping rule: ``‖γ⁺ − u‖_∞ ≤ tol·max(1, ‖y‖_∞)`` where ``u`` is
     the extrapolated point and ``γ⁺ = shrink(u + T(y − u), λ)`` (the prox-gradient fixed-point residual).
     """
@@ -114,7 +114,7 @@ def hlasso(
     tol: float = 1e-10,
     max_iter: int = HLASSO_MAX_ITER,
 ) -> LassoFit:
-    """HLASSO at a fixed λ via the split of Prop. 1 (spec §3.2–3.3, Algorithm 1 steps 1–2, 4).
+    """HLASSO at a fixed λ via the split of Prop. 1 (docs/methods/ranking.md §3.2–3.3, Algorithm 1 steps 1–2, 4).
 
     Solves (a) ``γ̂ = argmin_γ ½‖P(y − γ)‖²_W + λΣ_k w_k|γ_k|`` with ``P = I − XL†XᵀW`` applied by one
     Laplacian solve per iteration (FISTA, step 1 since ``‖P‖_W = 1``), then (b) ``θ̂ = L†XᵀW(y − γ̂)``.
@@ -157,7 +157,7 @@ def hlasso(
 
 @dataclass(frozen=True)
 class LassoPath:
-    """HLASSO regularisation path on a decreasing λ grid (spec §3.3 step 2, §3.4 "the path itself").
+    """HLASSO regularisation path on a decreasing λ grid (docs/methods/ranking.md §3.3 step 2).
 
     Attributes
     ----------
@@ -212,10 +212,10 @@ def hlasso_path(
     tol: float = 1e-10,
     max_iter: int = HLASSO_MAX_ITER,
 ) -> LassoPath:
-    """HLASSO path from ``λ_max = max_k |(Py)_k|`` down a geometric grid with warm starts (spec §3.3).
+    """HLASSO path from ``λ_max = max_k |(Py)_k|`` down a geometric grid, warm-started (docs/methods/ranking.md §3.3).
 
-    The first row to enter is the one with the largest LS residual (spec §3.2). Every row's entry λ is
-    the largest λ with ``γ_k ≠ 0``, refined by linear interpolation of ``|r_k(λ)| − λ`` between grid
+    The first row to enter is the one with the largest LS residual (docs/methods/ranking.md §3.2). Every row's
+    entry λ is the largest λ with ``γ_k ≠ 0``, refined by linear interpolation of ``|r_k(λ)| − λ`` between grid
     points (``r = y − Xθ̂_λ``; row k is active iff ``|r_k| > λ``).
 
     Parameters
@@ -335,7 +335,7 @@ def _budget_fit(
     tol: float,
     max_iter: int,
 ) -> LassoFit:
-    """Largest λ whose flagged weight reaches ``budget·Σw`` (spec §3.4.3), by bisection between grid points.
+    """Largest λ whose flagged weight reaches ``budget·Σw`` (docs/methods/ranking.md §3.4.3), by bisection.
 
     The flagged set at that λ contains the rows that entered first, including the whole group that
     crosses the threshold (identical rows enter together), as in MM13's code.

@@ -86,13 +86,13 @@ def _bridges(g: ComparisonGraph, seed: int = 12345) -> np.ndarray:
 
 
 def undetectable_rows(g: ComparisonGraph) -> np.ndarray:
-    """Rows whose cycle-space column ``P e_k`` vanishes (spec §2.3, §5 check 4).
+    """Rows whose cycle-space column ``P e_k`` vanishes (docs/methods/ranking.md §2.3, §5.1).
 
     ``P_kk = 1 − w_k R_e`` with ``R_e`` the effective resistance of the row's pair, and
     ``R_e ≤ 1/w_e`` with equality iff the pair is a bridge. Hence ``P_kk = 0`` exactly when the pair is a
     bridge carrying a single row. We flag the slightly larger, grouping-invariant set "bridge pair whose
     rows all have the same oriented outcome": such rows always have zero LS residual, and identical rows
-    share their γ (spec §1.3), so no method can flag them. Exact (no leverage solves).
+    share their γ (docs/methods/ranking.md §1.3), so no method can flag them. Exact (no leverage solves).
 
     Returns
     -------
@@ -114,7 +114,7 @@ def undetectable_rows(g: ComparisonGraph) -> np.ndarray:
 def enumerate_triangles(
     g: ComparisonGraph, *, max_candidates: int = 50_000_000
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """All triangles ``a < b < c`` of the item graph with the ids of their three pairs (spec §2.2).
+    """All triangles ``a < b < c`` of the item graph with the ids of their three pairs (docs/methods/ranking.md §2.2).
 
     For every pair (a, b) the candidates c are the larger neighbours of b; membership of (a, c) is
     tested by binary search in the sorted pair keys. Cost ``O(Σ_{(a,b)} deg⁺(b))``.
@@ -155,7 +155,7 @@ def enumerate_triangles(
 
 @dataclass(frozen=True)
 class HodgeDecomposition:
-    """Row-level Hodge decomposition ``y = gradient + bicycle + curl + harmonic`` (spec §2.2).
+    """Row-level Hodge decomposition ``y = gradient + bicycle + curl + harmonic`` (docs/methods/ranking.md §2.2).
 
     All parts are reported in the orientation of the input rows; they are pairwise orthogonal in the
     W-weighted inner product ``⟨a, b⟩_W = Σ_k w_k a_k b_k``.
@@ -173,7 +173,7 @@ class HodgeDecomposition:
     curl_split : bool
         Whether curl / harmonic were computed.
     table : pandas.DataFrame
-        Per-component diagnostics (spec §2.3), one row per component.
+        Per-component diagnostics (docs/methods/ranking.md §2.3), one row per component.
     """
 
     theta: np.ndarray
@@ -305,7 +305,7 @@ def hodge_decomposition(
     fiedler: bool = True,
     undetectable: np.ndarray | None = None,
 ) -> HodgeDecomposition:
-    """Hodge decomposition of the comparison data and per-component diagnostics (spec §2.2–2.3).
+    """Hodge decomposition of the comparison data and per-component diagnostics (docs/methods/ranking.md §2.2–2.3).
 
     ``y = Xθ̂ ⊕ r`` with ``r = Py``; ``r`` splits into the within-pair disagreement (bi-cycles)
     ``y_k − s_kȲ_e``, and the edge-level residual ``R̄ = Ȳ − δ0θ̂`` into the triangular curl

@@ -22,7 +22,7 @@ __all__ = ["Identifiability", "identifiability"]
 
 @dataclass(frozen=True)
 class Identifiability:
-    """Identifiability conditions of spec §5 for a hypothesised outlier set S.
+    """Identifiability conditions (docs/methods/ranking.md §5.2) for a hypothesised outlier set S.
 
     Attributes
     ----------
@@ -51,7 +51,9 @@ class Identifiability:
 
 
 def identifiability(g: ComparisonGraph, support: np.ndarray, *, max_rows: int = 5000) -> Identifiability:
-    """Check C0, C1, C2 (spec §5) for a hypothesised outlier set with a dense ``P`` (m ≤ ``max_rows``).
+    """Check C0, C1, C2 (docs/methods/ranking.md §5.2) for a hypothesised outlier set, with a dense ``P``.
+
+    Dense in m: refused above ``max_rows`` rows.
 
     ``H = W^{1/2}XL†XᵀW^{1/2}``, ``P = I − H`` (equal to ``U2U2ᵀ`` when unweighted).
 

@@ -1,33 +1,27 @@
-"""Linearized Bregman Iterations for robust HodgeRank (spec robust-hodgerank.md §4).
+"""Linearized Bregman Iterations (LBI) for robust HodgeRank: Algorithms 2, 3 and 4.
 
-* Algorithm 2 (:func:`lbi_alg2`): gradient steps on θ, dual accumulation on z, ``γ = κ·shrink(z)``;
-* Algorithm 3 (:func:`lbi_alg3`): the θ-step replaced by the exact LS minimiser (projected problem),
-  one Laplacian solve (reused factorisation) per iteration;
+With damping κ, step Δt and ``h = κΔt``, every iteration takes a step on the scores θ, accumulates the
+residual in a dual variable z and sets ``γ = κ·shrink(z)``; path time ``t = kΔt`` plays the role of 1/λ,
+so one run gives the whole regularisation path, and the fit is chosen by early stopping.
+
+* Algorithm 2 (:func:`lbi_alg2`): ``r = y − Xθ − γ``, ``θ += h·XᵀWr``, ``z += Δt·r``, ``γ = κ·shrink(z)``;
+  stable for ``h(λ_max(L) + 1) < 2``;
+* Algorithm 3 (:func:`lbi_alg3`): the θ-step replaced by the exact LS minimiser, ``z += Δt·P(y − γ)``,
+  one Laplacian solve (reused factorisation) per iteration; stable for ``κΔt < 2`` whatever the degrees;
 * Algorithm 4 (:func:`sync_lbi`): synchronous parallel Algorithm 2 over row / item blocks on a thread
   pool (numpy and scipy.sparse mat-vecs release the GIL); its iterates equal Algorithm 2's up to the
-  summation order of the per-block partial gradients.
+  summation order of the per-block partial gradients;
+* :func:`lbi`: the dispatch over the three.
 
-One run returns the whole regularisation path: every comparison's entry time (the first ``t = kΔt``
-with ``γ_k ≠ 0``), γ at checkpoints, and the state at the early-stopping iterate chosen by the stop rule.
+Conventions: ``γ^{k+1} = κ·shrink(z^{k+1})`` (no one-step lag); loss ``½‖y − Xθ − γ‖²_W``; weights are
+replication counts, so ``z`` is updated with the *unweighted* residual and θ with ``XᵀW r`` (the
+row-expanded problem has identical z and γ on replicated rows). Entry times, checkpoints, the trace and
+the stop rules are kept by :class:`crowdflow.ranking.lbi_path._Monitor`; every run is capped by
+``max_iter`` (a RuntimeWarning if the rule has not fired by then), and Algorithm 3 also ends as soon as
+``P(y − γ) = 0`` (nothing can change any more). Stopping near ``τ̄ ≈ 1/λ̄`` gives sign-consistent γ
+under the irrepresentability condition.
 
-Conventions (spec §10): ``γ^{k+1} = κ·shrink(z^{k+1})`` (no one-step lag); loss ``½‖y − Xθ − γ‖²_W``;
-weights are replication counts, so ``z`` is updated with the *unweighted* residual and θ with ``XᵀW r``
-(the row-expanded problem has identical z and γ on replicated rows).
-
-Early stopping (spec §4.4), ``stop_rule``:
-
-* ``'budget'``: first iterate whose flagged weight ``Σ_{γ_k≠0} w_k`` reaches ``budget·Σw``;
-* ``'time'``: first iterate with ``t_k ≥ t_stop`` (fixed t / k);
-* ``'discrepancy'`` [our addition]: first iterate with ``‖P(y − γ)‖²_W ≤ σ̂²·l_w`` (``l_w = Σw − n + c``);
-  Algorithm 2 / 4 use their current residual ``‖y − Xθ − γ‖_W ≥ ‖P(y − γ)‖_W`` (conservative);
-* ``'cv'``: random-projection cross-validation over t (spec §3.4.2 with t in place of 1/λ), small m;
-* ``'none'``: run to ``t_max`` / ``max_iter``.
-
-The run continues after the stop iterate up to ``t_max`` (if given) to extend the path; the stop
-iterate's state is what is reported as the fit. Every run is capped by ``max_iter`` (a RuntimeWarning
-is issued if the rule has not fired by then); Algorithm 3 also ends as soon as ``P(y − γ) = 0`` (the
-path is exhausted: nothing can change any more). Theory (spec §5, Thm 4.2): stopping near
-``τ̄ ≈ 1/λ̄`` gives sign-consistent γ under the irrepresentability condition.
+See docs/methods/ranking.md §4.1–4.3 (algorithms), §4.4 (stopping), §4.5 (bias), §5.3 (theory) and §10.
 """
 
 from __future__ import annotations
@@ -100,7 +94,7 @@ def lbi_alg2(
     guard: bool = True,
     lam_max: float | None = None,
 ) -> LBIPath:
-    """Algorithm 2 — LBI for the Huber-LASSO problem (spec §4.1).
+    """Algorithm 2 — LBI for the Huber-LASSO problem (docs/methods/ranking.md §4.1).
 
     ::
 
@@ -119,7 +113,7 @@ def lbi_alg2(
     dt : float, optional
         Step Δt (default ``1/((λ_max(L)+1)κ)``).
     theta0 : {'ls', 'zero'} or array
-        Initial θ (LS warm start preferred; spec §10.3).
+        Initial θ (LS warm start preferred; docs/methods/ranking.md §4.1, §10).
     stop_rule, budget, t_stop, sigma : see module docstring.
     t_max : float, optional
         Extend the run (path) up to this time after the stop iterate.
@@ -196,7 +190,7 @@ def lbi_alg3(
     checkpoint_every: int | None = None,
     solver: LaplacianSolver | None = None,
 ) -> LBIPath:
-    """Algorithm 3 — LBI on the projected problem (spec §4.2).
+    """Algorithm 3 — LBI on the projected problem (docs/methods/ranking.md §4.2).
 
     ::
 
@@ -300,7 +294,7 @@ def sync_lbi(
     lam_max: float | None = None,
     executor: ThreadPoolExecutor | None = None,
 ) -> LBIPath:
-    """Algorithm 4 — Sync-LBI: synchronous parallel Algorithm 2 (spec §4.3).
+    """Algorithm 4 — Sync-LBI: synchronous parallel Algorithm 2 (docs/methods/ranking.md §4.3).
 
     Rows are split into P contiguous blocks ``I_p`` and items into P blocks ``J_p``. Each iteration runs
     two parallel phases on a thread pool separated by barriers (the ``map`` joins)::

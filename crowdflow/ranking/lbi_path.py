@@ -39,7 +39,7 @@ __all__ = ["LBIPath"]
 
 @dataclass(frozen=True)
 class LBIPath:
-    """Result of one LBI run (spec §4.4).
+    """Result of one LBI run (docs/methods/ranking.md §4.4).
 
     Attributes
     ----------

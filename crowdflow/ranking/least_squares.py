@@ -38,7 +38,7 @@ __all__ = [
 
 
 def center_per_component(x: np.ndarray, component: np.ndarray, n_components: int) -> np.ndarray:
-    """Return a copy of ``x`` ((n,) or (n, k)) with the mean of every component subtracted (spec §2.1)."""
+    """A copy of ``x`` ((n,) or (n, k)) with the mean of every component subtracted (docs/methods/ranking.md §2.1)."""
     x = np.array(x, dtype=float, copy=True)
     if n_components == 1:
         x -= x.mean(axis=0)
@@ -53,7 +53,7 @@ def center_per_component(x: np.ndarray, component: np.ndarray, n_components: int
 
 
 class LaplacianSolver:
-    """Solve ``L θ = b`` for the weighted Laplacian, per connected component (spec §2.1).
+    """Solve ``L θ = b`` for the weighted Laplacian, per connected component (docs/methods/ranking.md §2.1).
 
     One node per component (the one of largest weighted degree) is grounded, i.e. its row and column
     are deleted; the grounded Laplacian is symmetric positive definite. It is factorised once with
@@ -214,7 +214,7 @@ class LaplacianSolver:
 
 
 def laplacian_lambda_max(L: SparseMatrix, *, dense_max_n: int = 1500) -> float:
-    """Largest eigenvalue of the Laplacian (step-size guard of Algorithm 2, spec §4.1).
+    """Largest eigenvalue of the Laplacian (step-size guard of Algorithm 2, docs/methods/ranking.md §4.1).
 
     Dense ``eigvalsh`` for ``n ≤ dense_max_n``; otherwise Lanczos (``eigsh``), falling back to the
     bound ``2·max weighted degree`` if Lanczos fails.
@@ -234,7 +234,7 @@ def laplacian_lambda_max(L: SparseMatrix, *, dense_max_n: int = 1500) -> float:
 
 
 def hodgerank_scores(g: ComparisonGraph, solver: LaplacianSolver | None = None) -> np.ndarray:
-    """HodgeRank least-squares scores ``θ̂ = L† XᵀW y``, centred per component (spec §2.1).
+    """HodgeRank least-squares scores ``θ̂ = L† XᵀW y``, centred per component (docs/methods/ranking.md §2.1).
 
     ``θ̂ = argmin_{Σ_c θ = 0} ½ Σ_k w_k (θ_i − θ_j − y_k)²`` on every connected component c.
     """
@@ -255,7 +255,7 @@ CycleOp = Callable[[np.ndarray, np.ndarray | None], tuple[np.ndarray, np.ndarray
 
 
 def cycle_projector(g: ComparisonGraph, solver: LaplacianSolver, *, dense_max_entries: int = 100_000) -> CycleOp:
-    """Operator ``op(v, θ_prev) -> (P v, θ)`` with ``θ = L†XᵀWv`` and ``Pv = v − Xθ`` (spec §2.2).
+    """Operator ``op(v, θ_prev) -> (P v, θ)`` with ``θ = L†XᵀWv`` and ``Pv = v − Xθ`` (docs/methods/ranking.md §2.2).
 
     For tiny problems (LU solver, ``n ≤ 400`` and ``n·m ≤ dense_max_entries``) the n×m matrix
     ``K = L†XᵀW`` is formed once (multi-right-hand-side solve) and every application is one dense
@@ -281,7 +281,7 @@ def cycle_projector(g: ComparisonGraph, solver: LaplacianSolver, *, dense_max_en
 def refit_without(
     g: ComparisonGraph, drop: np.ndarray, theta_ref: np.ndarray, *, solver_method: str = "auto"
 ) -> np.ndarray:
-    """Debiased scores: LS refit on the rows not in ``drop`` ("LASSO+L2", spec §3.3 step 5).
+    """Debiased scores: LS refit on the rows not in ``drop`` ("LASSO+L2", docs/methods/ranking.md §3.3 step 5).
 
     ``θ = θ_ref + L_keep† X_keepᵀW(y_keep − X_keepθ_ref)``, re-centred per original component. This is the
     LS fit on the kept rows; if dropping rows splits a component, the offsets between the pieces (which

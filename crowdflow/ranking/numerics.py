@@ -24,7 +24,7 @@ def wdot(w: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
 
 
 def shrink(z: np.ndarray, tau: float | np.ndarray = 1.0) -> np.ndarray:
-    """Soft threshold ``sign(z)·max(|z| − τ, 0)`` element-wise (spec §0).
+    """Soft threshold ``sign(z)·max(|z| − τ, 0)`` element-wise (docs/methods/ranking.md §1.1).
 
     Computed as ``z − clip(z, −τ, τ)``, which is exactly equal in floating point and cheaper.
     """

@@ -27,7 +27,7 @@ __all__ = ["ScaleEstimate", "huber_concomitant_scale", "theory_lambda"]
 
 @dataclass(frozen=True)
 class ScaleEstimate:
-    """Huber concomitant scale estimate (spec §3.4.1).
+    """Huber concomitant scale estimate (docs/methods/ranking.md §3.4.1).
 
     Attributes
     ----------
@@ -79,7 +79,7 @@ def huber_concomitant_scale(
     scale_max_iter: int = 200,
     tol: float = 1e-10,
 ) -> ScaleEstimate:
-    """Huber's concomitant scale (Proposal 2) for choosing λ (spec §3.4.1).
+    """Huber's concomitant scale (Proposal 2) for choosing λ (docs/methods/ranking.md §3.4.1).
 
     Minimises ``Σ_k w_k σ H_M((θ_i − θ_j − y_k)/σ) + a(Σw)σ`` over ``(θ, σ)`` (jointly convex,
     ``H_M = 2ρ_M``) by alternating (i) HLASSO at ``λ = Mσ`` (θ step) and (ii) the σ-stationarity equation
@@ -147,5 +147,5 @@ def huber_concomitant_scale(
 
 
 def theory_lambda(sigma: float, eta: float, mu_psi: float, m: int) -> float:
-    """Theory value ``λ̄ = (2σ√μ_Ψ/η)·√(log m)`` of Thm 4.1 (spec §3.4.5; simulations only)."""
+    """Theory value ``λ̄ = (2σ√μ_Ψ/η)·√(log m)`` of Thm 4.1 (docs/methods/ranking.md §3.4.5; simulations only)."""
     return float(2.0 * sigma * np.sqrt(mu_psi) / eta * np.sqrt(np.log(m)))

@@ -100,8 +100,9 @@ def assemble_robust_result(
 ) -> RobustRankingResult:
     """Build the output tables of a robust fit from fit-level (possibly grouped) arrays.
 
-    Shared by :func:`fit_hlasso` and :func:`crowdflow.ranking.lbi.fit_lbi`. ``checkpoints`` is a list of
-    ``(checkpoint id, t, γ_fit)``; γ values are expanded to rows with the orientation signs.
+    Shared by :func:`crowdflow.ranking.fit.fit_hlasso` and :func:`crowdflow.ranking.fit.fit_lbi`.
+    ``checkpoints`` is a list of ``(checkpoint id, t, γ_fit)``; γ values are expanded to rows with the
+    orientation signs.
     """
     flagged_fit = gamma_fit != 0
     theta_deb = refit_without(gf, flagged_fit, theta_robust, solver_method=solver_method) if debias else theta_robust

@@ -2,8 +2,8 @@
 output tables.
 
 * :class:`GraphReport`: the pre-fit connectivity checks (docs/methods/ranking.md §5.1);
-* :class:`RankingResult`: a least-squares HodgeRank fit (§2);
-* :class:`RobustRankingResult`: an outlier-robust fit by HLASSO (§3) or LBI (§4).
+* :class:`RankingResult`: a least-squares HodgeRank fit (docs/methods/ranking.md §2);
+* :class:`RobustRankingResult`: an outlier-robust fit by HLASSO (docs/methods/ranking.md §3) or LBI (§4).
 
 Every table is a pandas DataFrame; ids are nullable pandas ``string`` columns (``_str``) and ranks count
 from 1 = largest key (``_rank_desc``). The tables are described in docs/methods/ranking.md §7.
@@ -22,7 +22,7 @@ __all__ = ["GraphReport", "RankingResult", "RobustRankingResult"]
 
 @dataclass(frozen=True)
 class GraphReport:
-    """Result of the pre-fit graph checks (spec §5 "graph_checks").
+    """Result of the pre-fit graph checks (docs/methods/ranking.md §5.1).
 
     Attributes
     ----------

@@ -3,7 +3,7 @@
 The instances of the method's papers and of its acceptance tests (docs/methods/ranking.md §8):
 
 - :func:`mm13_instance`: the MM13 protocol — a random total order of n items, SN uniform ±1 comparisons
-  (a multigraph), a random fraction OP of them reversed (the outliers); docs/methods/ranking.md §6.2;
+  (a multigraph), a random fraction OP of them reversed (the outliers); docs/methods/ranking.md §8.2;
 - :func:`gaussian_outliers_instance`: scores ``θ* ~ N(0, 1)``, outcomes ``θ*_i − θ*_j + N(0, σ²)``, a set
   of rows shifted by a random sign times a fixed or uniform magnitude, with the two settings the tests
   use, :func:`huber_instance` (n = 30, m = 600, σ = 0.2, 30 rows ±4) and :func:`continuous_instance`

@@ -15,7 +15,7 @@ from crowdflow.synth.ranking import comparison_table, huber_instance, mm13_insta
 
 
 def test_orientation_invariance():
-    """Spec test 2: flipping rows (i,j,y)→(j,i,−y) leaves θ unchanged and negates γ and residuals."""
+    """Test 2 of docs/methods/ranking.md §8.1: flipping rows (i,j,y)→(j,i,−y) leaves θ unchanged and negates γ and residuals."""
     g = huber_instance(3).graph
     rng = np.random.default_rng(7)
     flip = rng.random(g.m) < 0.4
@@ -43,7 +43,7 @@ def test_orientation_invariance():
 
 
 def test_disconnected_graph():
-    """Spec test 3: c = 3, memberships {0..4}, {5..9}, {10}; 10 isolated; no global rank by default."""
+    """Test 3 of docs/methods/ranking.md §8.1: c = 3, memberships {0..4}, {5..9}, {10}; 10 isolated; no global rank by default."""
     rng = np.random.default_rng(0)
     rows = []
     for block in (range(5), range(5, 10)):
@@ -74,7 +74,7 @@ def test_disconnected_graph():
 
 
 def test_output_tables_shape_and_parquet_roundtrip(tmp_path):
-    """Spec test 24 (library side): tables have the documented columns and a stable Arrow schema."""
+    """Test 24 of docs/methods/ranking.md §8.1 (library side): tables have the documented columns and a stable Arrow schema."""
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
     inst = mm13_instance(1, sn=300, op=0.1)

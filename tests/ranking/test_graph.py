@@ -14,7 +14,7 @@ from crowdflow.synth.ranking import comparison_table, mm13_instance, random_pair
 
 
 def test_incidence_and_laplacian():
-    """Spec test 1: X·1 = 0; L = D − A_w symmetric with zero row sums; λ_max(K_n) = n."""
+    """Test 1 of docs/methods/ranking.md §8.1: X·1 = 0; L = D − A_w symmetric with zero row sums; λ_max(K_n) = n."""
     rng = np.random.default_rng(0)
     n, m = 25, 300
     i, j = random_pairs(rng, n, m)
@@ -67,7 +67,7 @@ def test_fast_graph_build_matches_definitions():
 
 
 def test_grouping_equivalence():
-    """Spec test 4: merged weighted problems equal the expanded ones (LS, HLASSO, 200 LBI steps)."""
+    """Test 4 of docs/methods/ranking.md §8.1: merged weighted problems equal the expanded ones (LS, HLASSO, 200 LBI steps)."""
 
     inst = mm13_instance(2, sn=500, op=0.15)
     i, j, y = inst.graph.i, inst.graph.j, inst.graph.y

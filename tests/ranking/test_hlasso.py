@@ -24,7 +24,7 @@ def _cvx_huber(g: ComparisonGraph, lam: float) -> np.ndarray:
 
 
 def test_huber_equivalence():
-    """Spec test 9: HLASSO θ = Huber-regression θ (cvxpy) to 1e-4; γ = shrink(y − Xθ, λ) to 1e-8."""
+    """Test 9 of docs/methods/ranking.md §8.1: HLASSO θ = Huber-regression θ (cvxpy) to 1e-4; γ = shrink(y − Xθ, λ) to 1e-8."""
     inst = huber_instance(1)
     g, truth = inst.graph, inst.outlier
     f = hlasso(g, 1.0)
@@ -36,7 +36,7 @@ def test_huber_equivalence():
 
 
 def test_split_equivalence_and_lambda_max():
-    """Spec test 10: joint (HL) by cvxpy = two-stage (a)+(b) to 1e-6; λ_max and first entry."""
+    """Test 10 of docs/methods/ranking.md §8.1: joint (HL) by cvxpy = two-stage (a)+(b) to 1e-6; λ_max and first entry."""
     cp = pytest.importorskip("cvxpy")
     g = huber_instance(2).graph
     w = g.w * np.linspace(0.5, 2.0, g.m)  # weighted version of the same data
@@ -69,7 +69,7 @@ def test_path_entry_lambda_is_refined():
 
 
 def test_budget_rule_includes_crossing_group():
-    """Spec §3.4.3: flag the first rows along the path until ≥ 5 % of the weight, whole groups."""
+    """docs/methods/ranking.md §3.4.3: flag the first rows along the path until ≥ 5 % of the weight, whole groups."""
     inst = mm13_instance(5, sn=600, op=0.1)
     i, j, y, flip = inst.graph.i, inst.graph.j, inst.graph.y, inst.outlier
     df = comparison_table(i, j, y)

@@ -16,7 +16,7 @@ from crowdflow.synth.ranking import random_pairs
 
 
 def test_undetectable_rows():
-    """Spec test 5: path 0–1–2 plus triangle 2–3–4; rows on 0–1, 1–2 have P_kk = 0."""
+    """Test 5 of docs/methods/ranking.md §8.1: path 0–1–2 plus triangle 2–3–4; rows on 0–1, 1–2 have P_kk = 0."""
     g = ComparisonGraph.from_arrays([0, 1, 2, 3, 4], [1, 2, 3, 4, 2], [1.0, -2.0, 1.0, 1.0, -3.0])
     und = undetectable_rows(g)
     np.testing.assert_array_equal(und, [True, True, False, False, False])
@@ -77,7 +77,7 @@ def sparse_cyclic_graph(seed: int):
 
 @pytest.mark.parametrize("dense_max_edges", [1500, 0])
 def test_hodge_partition_orthogonality(dense_max_edges):
-    """Spec test 7: parts add to y (1e-10), pairwise W-orthogonal (1e-8), shares add to the total."""
+    """Test 7 of docs/methods/ranking.md §8.1: parts add to y (1e-10), pairwise W-orthogonal (1e-8), shares add to the total."""
     g = sparse_cyclic_graph(11)
     hd = hodge_decomposition(g, dense_max_edges=dense_max_edges)
     parts = [hd.gradient, hd.bicycle, hd.curl, hd.harmonic]
@@ -96,7 +96,7 @@ def test_hodge_partition_orthogonality(dense_max_edges):
 
 
 def test_hodge_pure_cases():
-    """Spec test 8: pure curl triangle, pure harmonic 4-cycle, K_n, consistent complete data."""
+    """Test 8 of docs/methods/ranking.md §8.1: pure curl triangle, pure harmonic 4-cycle, K_n, consistent complete data."""
     tri = ComparisonGraph.from_arrays([0, 1, 2], [1, 2, 0], [1.0, 1.0, 1.0])
     t = hodge_decomposition(tri).table.iloc[0]
     assert t["curl_share"] == pytest.approx(1.0) and t["total_inconsistency"] == pytest.approx(1.0)

@@ -11,7 +11,7 @@ from crowdflow.synth.ranking import random_pairs
 
 
 def test_identifiability_small_design():
-    """Spec test 21 (first part): n=16, m=1000, 5 % outliers: C2 holds in ≥ 95 % of 20 draws; ρ ≈ 2n/m."""
+    """Test 21 of docs/methods/ranking.md §8.1 (first part): n=16, m=1000, 5 % outliers: C2 holds in ≥ 95 % of 20 draws; ρ ≈ 2n/m."""
     holds, rhos = [], []
     for seed in range(20):
         rng = np.random.default_rng(seed)
@@ -27,7 +27,7 @@ def test_identifiability_small_design():
 
 @pytest.mark.slow
 def test_identifiability_dense_outliers_fail():
-    """Spec test 21 (second part): n=60, m=2000, 20 % outliers: C2 fails in ≥ 80 % of 20 draws."""
+    """Test 21 of docs/methods/ranking.md §8.1 (second part): n=60, m=2000, 20 % outliers: C2 fails in ≥ 80 % of 20 draws."""
     fails, rhos = [], []
     for seed in range(20):
         rng = np.random.default_rng(seed)

@@ -24,7 +24,7 @@ def auc(score: np.ndarray, truth: np.ndarray) -> float:
 
 
 def test_undetectable_rows_never_enter():
-    """Spec test 5 (LBI part): rows on the bridges 0–1, 1–2 never enter; the triangle rows do."""
+    """Test 5 of docs/methods/ranking.md §8.1 (LBI part): rows on the bridges 0–1, 1–2 never enter; the triangle rows do."""
     g = ComparisonGraph.from_arrays([0, 1, 2, 3, 4], [1, 2, 3, 4, 2], [1.0, -2.0, 1.0, 1.0, -3.0])
     for p in (
         lbi_alg3(g, kappa=100, stop_rule="none", t_max=20),
@@ -35,10 +35,10 @@ def test_undetectable_rows_never_enter():
 
 
 def test_step_guard_and_divergence():
-    """Spec test 12: Alg 2 raises if κΔt(λ_max+1) ≥ 2; unguarded with h = 2.5/(λ_max+1) diverges."""
+    """Test 12 of docs/methods/ranking.md §8.1: Alg 2 raises if κΔt(λ_max+1) ≥ 2; unguarded with h = 2.5/(λ_max+1) diverges."""
     g = huber_instance(1).graph
     lm = laplacian_lambda_max(g.L)
-    assert 50 < lm < 66  # spec: λ_max ≈ 58
+    assert 50 < lm < 66  # λ_max ≈ 58 in this setting
     dt = 2.5 / (lm + 1.0) / 50.0
     with pytest.raises(ValueError, match="step too large"):
         lbi_alg2(g, kappa=50, dt=dt, theta0="zero")
@@ -52,7 +52,7 @@ def test_step_guard_and_divergence():
 
 
 def test_alg2_matches_alg3():
-    """Spec test 13: κ=50, Δt = 1/((λ_max+1)κ), 60,000 steps: same entries, Spearman ≥ 0.999, top-30."""
+    """Test 13 of docs/methods/ranking.md §8.1: κ=50, Δt = 1/((λ_max+1)κ), 60,000 steps: same entries, Spearman ≥ 0.999, top-30."""
     inst = huber_instance(1)
     g, truth = inst.graph, inst.outlier
     lm = laplacian_lambda_max(g.L)
@@ -81,7 +81,7 @@ def test_alg2_matches_alg3():
     ],
 )
 def test_sync_lbi_equals_alg2(workers, rows, items):
-    """Spec test 14: Sync-LBI (threads, uneven partitions) = Alg 2 to 1e-10 after 1,000 iterations."""
+    """Test 14 of docs/methods/ranking.md §8.1: Sync-LBI (threads, uneven partitions) = Alg 2 to 1e-10 after 1,000 iterations."""
     g = huber_instance(1).graph
     lm = laplacian_lambda_max(g.L)
     for theta0 in ("ls", "zero"):
@@ -98,7 +98,7 @@ def test_sync_lbi_equals_alg2(workers, rows, items):
 
 @pytest.mark.parametrize("kappa", [10.0, 100.0])
 def test_zero_vs_ls_warm_start(kappa):
-    """Spec test 15: Alg 2 from θ⁰ = 0 gives the same top-s set as from the LS solution."""
+    """Test 15 of docs/methods/ranking.md §8.1: Alg 2 from θ⁰ = 0 gives the same top-s set as from the LS solution."""
     for seed in range(1):
         inst = continuous_instance(seed)
         g, truth = inst.graph, inst.outlier
@@ -114,7 +114,7 @@ def test_zero_vs_ls_warm_start(kappa):
 
 
 def test_exact_support_recovery_continuous():
-    """Spec test 16: Alg 3 (κ=200, Δt=1/κ, 4,000 steps) recovers S before any false positive."""
+    """Test 16 of docs/methods/ranking.md §8.1: Alg 3 (κ=200, Δt=1/κ, 4,000 steps) recovers S before any false positive."""
     ok, taus, taus_ls, errs = 0, [], [], []
     for seed in range(5):
         inst = continuous_instance(seed)
@@ -151,7 +151,7 @@ def _mm13_auc(op: float, seeds: range, t_max: float) -> float:
     ("op", "lo", "hi"), [(0.05, 0.99, 1.0), (0.20, 0.99, 1.0), (0.40, 0.93, 1.0), (0.50, 0.0, 0.60)]
 )
 def test_mm13_protocol_auc(op, lo, hi):
-    """Spec test 17 (default run: 10 seeds, t ≤ 10; the 20-seed version is marked slow)."""
+    """Test 17 of docs/methods/ranking.md §8.1 (default run: 10 seeds, t ≤ 10; the 20-seed version is marked slow)."""
     a = _mm13_auc(op, range(10), t_max=10.0)
     assert lo <= a <= hi
 
@@ -161,14 +161,14 @@ def test_mm13_protocol_auc(op, lo, hi):
     ("op", "lo", "hi"), [(0.05, 0.99, 1.0), (0.20, 0.99, 1.0), (0.40, 0.93, 1.0), (0.50, 0.0, 0.60)]
 )
 def test_mm13_protocol_auc_full(op, lo, hi):
-    """Spec test 17: n=16, SN=2000, 20 seeds, Alg 3 κ=100, Δt=1/κ, 4,000 steps."""
+    """Test 17 of docs/methods/ranking.md §8.1: n=16, SN=2000, 20 seeds, Alg 3 κ=100, Δt=1/κ, 4,000 steps."""
     a = _mm13_auc(op, range(20), t_max=40.0)
     assert lo <= a <= hi
 
 
 @pytest.mark.parametrize(("q", "auc_min", "prec_min"), [(0.5, 0.97, 0.80), (0.2, 0.93, 0.65)])
 def test_erdos_renyi_flips(q, auc_min, prec_min):
-    """Spec test 18: ER(n=100, q), 10 % flipped, Alg 3 κ=100, Δt=1/κ, 4,000 steps, 5 seeds."""
+    """Test 18 of docs/methods/ranking.md §8.1: ER(n=100, q), 10 % flipped, Alg 3 κ=100, Δt=1/κ, 4,000 steps, 5 seeds."""
     A, P, T, T_ls = [], [], [], []
     for seed in range(5):
         inst = erdos_renyi_flips(seed, q)
@@ -185,7 +185,7 @@ def test_erdos_renyi_flips(q, auc_min, prec_min):
 
 
 def test_complete_balanced_design():
-    """Spec test 19: n=16, all 120 pairs × 10 comparisons, 10 % flipped: AUC ≥ 0.99, τ ≥ 0.98."""
+    """Test 19 of docs/methods/ranking.md §8.1: n=16, all 120 pairs × 10 comparisons, 10 % flipped: AUC ≥ 0.99, τ ≥ 0.98."""
     A, T = [], []
     for seed in range(5):
         rng = np.random.default_rng(seed)
@@ -239,7 +239,7 @@ def _bias_case(seed: int, n_steps: int) -> tuple[float, float]:
 
 
 def test_bias_reduction():
-    """Spec test 20, reduced: 10 seeds (≥ 9 wins) and 2,000 LBI steps (the last exact-support iterate is
+    """Test 20 of docs/methods/ranking.md §8.1, reduced: 10 seeds (≥ 9 wins) and 2,000 LBI steps (the last exact-support iterate is
     at k ≈ 300–500); the 20-seed, 20,000-step version is marked slow."""
     wins = sum(lb < 0.5 * la for lb, la in (_bias_case(seed, 2000) for seed in range(10)))
     assert wins >= 9
@@ -247,14 +247,14 @@ def test_bias_reduction():
 
 @pytest.mark.slow
 def test_bias_reduction_full():
-    """Spec test 20 as written: 20,000 LBI steps, 20 seeds, LBI error < 0.5 × LASSO's in ≥ 18."""
+    """Test 20 of docs/methods/ranking.md §8.1 as written: 20,000 LBI steps, 20 seeds, LBI error < 0.5 × LASSO's in ≥ 18."""
     wins = sum(lb < 0.5 * la for lb, la in (_bias_case(seed, 20000) for seed in range(20)))
     assert wins >= 18
 
 
 @pytest.mark.slow
 def test_scale_smoke():
-    """Spec test 25 (2-core CI, no timing assertions): n=10⁴, m=10⁶; O(m) memory by size checks."""
+    """Test 25 of docs/methods/ranking.md §8.1 (2-core CI, no timing assertions): n=10⁴, m=10⁶; O(m) memory by size checks."""
     rng = np.random.default_rng(0)
     n, m = 10_000, 1_000_000
     i, j = random_pairs(rng, n, m)

@@ -14,7 +14,7 @@ from crowdflow.synth.ranking import huber_instance, random_pairs
 
 @pytest.mark.parametrize("method", ["splu", "cg"])
 def test_noise_free_recovery(method):
-    """Spec test 6: y = θ*_i − θ*_j ⇒ LS = θ* − mean(θ*) to 1e-8, total inconsistency < 1e-12."""
+    """Test 6 of docs/methods/ranking.md §8.1: y = θ*_i − θ*_j ⇒ LS = θ* − mean(θ*) to 1e-8, total inconsistency < 1e-12."""
     rng = np.random.default_rng(4)
     n, m = 60, 400
     i, j = random_pairs(rng, n, m)

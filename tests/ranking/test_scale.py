@@ -11,7 +11,7 @@ from crowdflow.synth.ranking import huber_instance, random_pairs
 
 
 def test_concomitant_scale():
-    """Spec test 11: no outliers, n=50, m=5000, σ=0.3: σ̂ ∈ [0.27, 0.33] (a=0.7126); ≈0.68σ (a=1)."""
+    """Test 11 of docs/methods/ranking.md §8.1: no outliers, n=50, m=5000, σ=0.3: σ̂ ∈ [0.27, 0.33] (a=0.7126); ≈0.68σ (a=1)."""
     rng = np.random.default_rng(0)
     n, m, s = 50, 5000, 0.3
     i, j = random_pairs(rng, n, m)
@@ -25,7 +25,7 @@ def test_concomitant_scale():
 
 
 def test_concomitant_solves_joint_convex_problem():
-    """The (θ, σ) alternation reaches the jointly convex optimum (cvxpy quad_over_lin form, §3.4.1)."""
+    """The (θ, σ) alternation reaches the jointly convex optimum (cvxpy quad_over_lin form, docs/methods/ranking.md §3.4.1)."""
     cp = pytest.importorskip("cvxpy")
     g = huber_instance(6).graph
     g = ComparisonGraph.from_arrays(g.i[:200], g.j[:200], g.y[:200], n=g.n)
