@@ -1,4 +1,4 @@
-"""Benchmark of robust global ranking (HodgeRank / HLASSO / LBI), spec robust-hodgerank.md §6, §9.
+"""Benchmark of robust global ranking (HodgeRank / HLASSO / LBI), docs/methods/ranking.md §8, §9.
 
 Run: ``python -m benchmarks.ranking`` (flags: ``--reps N`` repetitions per cell of the MM13 table,
 default 20 as in the paper; ``--quick`` = 3 repetitions, smaller scale points and no 10⁷ point, ``--large``
@@ -6,12 +6,13 @@ adds it back; ``--skip-mm13`` / ``--skip-scale`` / ``--skip-data`` keep that sec
 file, labelled as carried over; ``--heldout-only`` and ``--scale-only`` are shorthands). Prints markdown and
 writes ``benchmarks/results/ranking.md``. Peers (choix, Evalica) come from the ``bench`` extra.
 
-1. **MM13 simulation (spec §6.2, Table 1).** n = 16 items, a random total order, SN ∈ {1000..5000}
-   uniform ±1 comparisons (multigraph), a random OP fraction reversed. Every comparison is scored by its
+1. **MM13 simulation (docs/methods/ranking.md §8.2, MM13 Table 1).** n = 16 items, a random total order,
+   SN ∈ {1000..5000} uniform ±1 comparisons (multigraph), a random OP fraction reversed. Every comparison is scored by its
    entry order on the regularisation path and the ROC-AUC against the true reversals is averaged over the
    repetitions. Two paths: the HLASSO (LASSO) path as in the paper (100-point geometric λ grid from
    λ_max down to 10⁻³λ_max, interpolated entry λ) and LBI Algorithm 3 (κ = 100, Δt = 1/κ, t ≤ 10, i.e.
-   1,000 steps). Identical rows are merged (spec §1.3; exact). The paper's numbers are printed alongside.
+   1,000 steps). Identical rows are merged (docs/methods/ranking.md §1.3; exact). The paper's numbers are
+   printed alongside.
 2. **Scale.** (a) HodgeRank least squares with our sparse solver (``ComparisonGraph.from_arrays`` +
    grounded-Laplacian LU/CG + solve) versus the dense peer ``numpy.linalg.lstsq`` on the dense m×n
    incidence (construction included on both sides), same data, same run; medians of 3 repeats, ratio =
@@ -49,20 +50,24 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from scipy.stats import rankdata  # noqa: E402
 
-from crowdflow.models.hodgerank import (  # noqa: E402
+from crowdflow.ranking import (  # noqa: E402
     ComparisonGraph,
     LaplacianSolver,
     build_comparison_graph,
     canonical_comparisons,
     fit_hlasso,
     fit_hodgerank,
+    fit_lbi,
     group_identical_rows,
     hlasso_path,
     hodgerank_scores,
     laplacian_lambda_max,
+    lbi_alg2,
+    lbi_alg3,
     shrink,
+    sync_lbi,
 )
-from crowdflow.models.lbi import fit_lbi, lbi_alg2, lbi_alg3, sync_lbi  # noqa: E402
+from crowdflow.synth.ranking import mm13_instance, random_pairs  # noqa: E402
 
 DATA = Path("/work/shared/data")
 OUT = Path(__file__).resolve().parent / "results" / "ranking.md"
@@ -142,19 +147,6 @@ def auc(score: np.ndarray, truth: np.ndarray) -> float:
     return float((r[truth].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
 
 
-def mm13_instance(seed: int, sn: int, op: float, n: int = 16) -> tuple[ComparisonGraph, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    pos = rng.permutation(n)
-    i = rng.integers(0, n, sn)
-    j = rng.integers(0, n - 1, sn)
-    j[j >= i] += 1
-    y = np.where(pos[i] < pos[j], 1.0, -1.0)
-    flip = np.zeros(sn, dtype=bool)
-    flip[rng.choice(sn, round(op * sn), replace=False)] = True
-    y[flip] *= -1
-    return ComparisonGraph.from_arrays(i, j, y, n=n), flip
-
-
 def bench_mm13(reps: int) -> str:
     rows_l, rows_h = [], []
     t0 = time.perf_counter()
@@ -163,7 +155,8 @@ def bench_mm13(reps: int) -> str:
         for op in OP_GRID:
             a_l, a_h = [], []
             for rep in range(reps):
-                g, flip = mm13_instance(1000 * sn + rep, sn, op)
+                inst = mm13_instance(1000 * sn + rep, sn, op)
+                g, flip = inst.graph, inst.outlier
                 gf, grp, _ = group_identical_rows(g)
                 p = lbi_alg3(gf, kappa=100.0, stop_rule="none", t_max=10.0)
                 a_l.append(auc(p.order_key[grp], flip))
@@ -181,7 +174,7 @@ def bench_mm13(reps: int) -> str:
         "| SN \\ OP | " + " | ".join(f"{int(op * 100)}%" for op in OP_GRID) + " |\n|---|" + "---|" * len(OP_GRID) + "\n"
     )
     out = [
-        "## 1. MM13 simulation: ROC-AUC of the path entry order (spec §6.2, Table 1)\n\n",
+        "## 1. MM13 simulation: ROC-AUC of the path entry order (docs/methods/ranking.md §8.2, MM13 Table 1)\n\n",
         f"n = 16, mean(sd) over **{reps} repetitions** per cell (the paper used 20); total {elapsed:.0f} s.\n\n",
         "### Paper (MM13 Table 1, LASSO path via R quadrupen)\n\n",
         head + "".join(f"| {sn} | " + " | ".join(PAPER[sn]) + " |\n" for sn in SN_GRID),
@@ -204,9 +197,7 @@ def _median_time(fn, repeats: int = 3) -> tuple[float, object]:
 
 def _random_problem(n: int, m: int, seed: int = 0):
     rng = np.random.default_rng(seed)
-    i = rng.integers(0, n, m)
-    j = rng.integers(0, n - 1, m)
-    j[j >= i] += 1
+    i, j = random_pairs(rng, n, m)
     th = rng.standard_normal(n)
     y = th[i] - th[j] + 0.5 * rng.standard_normal(m)
     return i, j, y
@@ -270,9 +261,7 @@ def _load() -> str:
 def _bt_problem(n: int, m: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Uniform random pairs with Bradley–Terry outcomes, θ ~ N(0, 1); ``win`` = first item preferred."""
     rng = np.random.default_rng(seed)
-    i = rng.integers(0, n, m)
-    j = rng.integers(0, n - 1, m)
-    j[j >= i] += 1
+    i, j = random_pairs(rng, n, m)
     th = rng.standard_normal(n)
     win = rng.random(m) < 1.0 / (1.0 + np.exp(-(th[i] - th[j])))
     return i, j, win, th

@@ -4,7 +4,7 @@
   (N = B Bᵀ with the diagonal zeroed). Single-coin skills are identifiable on a component iff it is
   not bipartite (spec skills-rank-one.md §3.1–3.2); an isolated worker has no partner at all.
 - Comparison graph (pairwise data): global scores are comparable only within a connected
-  component (spec robust-hodgerank.md §5).
+  component (docs/methods/ranking.md §5.1).
 - Agent graph (personal models): must be connected with positive, symmetric weights
   (spec personal-models-djam.md).
 

@@ -335,9 +335,9 @@ def _coerce(df: pd.DataFrame, schema: TableSchema, path: str) -> pd.DataFrame:
                 frac = num.notna() & (num != np.floor(num.fillna(0)))
                 if frac.any():
                     rows = (np.flatnonzero(frac.to_numpy()) + 1).tolist()
-                    examples = num[frac].head(3).tolist()
+                    shown = num[frac].head(3).tolist()
                     raise InputError(
-                        f"{int(frac.sum())} values are not whole numbers (counts and caps are), e.g. {examples}",
+                        f"{int(frac.sum())} values are not whole numbers (counts and caps are), e.g. {shown}",
                         path=path,
                         column=col.name,
                         rows=rows,

@@ -38,6 +38,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from crowdflow.assignment import AssignmentOptions
 from crowdflow.errors import SpecError
 from crowdflow.personal_rankings.options import PersonalRankingsOptions
+from crowdflow.ranking import RankingOptions
 from crowdflow.secrets import NO_INLINE_SECRET_PATTERN, NO_USERINFO_PATTERN, refuse_inline_secret
 
 CheckMode = Literal["block", "warn"]
@@ -220,21 +221,6 @@ class SkillsOptions(_Strict):
         if v is not None and len(set(v)) < 2:
             raise ValueError("a label set needs at least 2 distinct classes")
         return v
-
-
-class RankingOptions(_Strict):
-    """Global ranking from pairwise comparisons (spec robust-hodgerank.md)."""
-
-    outliers: Literal["lbi", "hlasso", "none"] = Field(
-        "lbi", description="outlier detection: Linearized Bregman path, Huber-LASSO, or plain HodgeRank"
-    )
-    algorithm: Literal[2, 3, 4] = Field(3, description="LBI: 2 = joint, 3 = projected (exact θ), 4 = Sync-LBI")
-    kappa: float = Field(100.0, gt=0.0, description="LBI damping κ")
-    stop_rule: Literal["budget", "discrepancy", "cv", "time"] = Field("budget", description="LBI early stop")
-    budget: float = Field(0.05, gt=0.0, lt=1.0, description="share of comparisons allowed to be outliers")
-    lambda_rule: Literal["budget", "concomitant", "cv", "magnitude"] = Field("budget", description="HLASSO λ choice")
-    n_workers: int = Field(2, ge=1, description="threads of Sync-LBI (algorithm 4)")
-    seed: int = 0
 
 
 class PersonalModelsOptions(_Strict):

@@ -18,8 +18,6 @@ from crowdflow.assignment import AssignmentOptions, AssignmentResult, NextBatchR
 from crowdflow.graphs import WorkerGraphReport
 from crowdflow.labels import LabelMatrix
 from crowdflow.models.djam import PersonalModelsResult, fit_personal_models
-from crowdflow.models.hodgerank import fit_hlasso, fit_hodgerank
-from crowdflow.models.lbi import fit_lbi
 from crowdflow.models.skills import (
     LabelMoments,
     SkillsResult,
@@ -29,12 +27,8 @@ from crowdflow.models.skills import (
     write_label_partitions,
 )
 from crowdflow.personal_rankings import PersonalRankingResult, PersonalRankingsOptions, fit_personal_rankings
-from crowdflow.spec import (
-    PersonalModelsOptions,
-    RankingOptions,
-    RunnerSpec,
-    SkillsOptions,
-)
+from crowdflow.ranking import RankingOptions, fit_ranking
+from crowdflow.spec import PersonalModelsOptions, RunnerSpec, SkillsOptions
 from tasks.progress import fit_progress
 from tasks.runners import dask_executor
 
@@ -230,40 +224,16 @@ def _call_fit_personal_models(
 
 @task(name="fit-ranking", cache_key_fn=fingerprint_key, cache_expiration=timedelta(days=7), persist_result=True)
 def fit_ranking_task(comparisons: pd.DataFrame, options: RankingOptions, fingerprint: str) -> dict[str, Any]:
-    """HodgeRank scores per component, with LBI / HLASSO outlier detection (spec robust-hodgerank.md).
+    """HodgeRank scores per component, with LBI / HLASSO outlier detection (docs/methods/ranking.md).
 
-    Returns the output tables (``ranking``, ``outliers``, ``annotators``, ``components``, ``path``) and ``params``.
+    Returns the output tables of :func:`crowdflow.ranking.fit_ranking` (``ranking``, ``components`` and
+    ``outliers``, ``annotators``, ``path`` or ``residuals``) and its ``params``. Components are ranked
+    separately unless the options say otherwise; the flow's graph check has applied ``checks.connectivity``.
     """
     logger = get_run_logger()
-    o = options
-    if o.outliers == "none":
-        base = fit_hodgerank(comparisons, allow_disconnected=True)
-        tables = {"ranking": base.ranking, "components": base.diagnostics, "residuals": base.residuals}
-        logger.info("HodgeRank least squares on %d items", len(base.ranking))
-        return {"tables": tables, "params": {"method": "hodgerank"}}
-    if o.outliers == "lbi":
-        res = fit_lbi(
-            comparisons,
-            allow_disconnected=True,
-            algorithm=o.algorithm,
-            kappa=o.kappa,
-            stop_rule=o.stop_rule,
-            budget=o.budget,
-            n_workers=o.n_workers,
-            seed=o.seed,
-        )
-    else:
-        res = fit_hlasso(comparisons, allow_disconnected=True, lambda_rule=o.lambda_rule, budget=o.budget, seed=o.seed)
-    n_out = int(res.outliers["is_outlier"].sum())
-    logger.info("%s: %d of %d comparisons flagged as outliers", o.outliers.upper(), n_out, len(res.outliers))
-    tables = {
-        "ranking": res.ranking,
-        "outliers": res.outliers,
-        "annotators": res.annotators,
-        "components": res.diagnostics,
-        "path": res.path,
-    }
-    return {"tables": tables, "params": dict(res.params)}
+    result = fit_ranking(comparisons, options)
+    logger.info(result.summary)
+    return {"tables": result.tables, "params": dict(result.params)}
 
 
 @task(name="fit-assignment", cache_key_fn=fingerprint_key, cache_expiration=timedelta(days=7), persist_result=True)

@@ -12,10 +12,9 @@ import pytest
 
 from crowdflow.errors import CrowdflowError, DegenerateInput
 from crowdflow.models.djam import fit_personal_models
-from crowdflow.models.hodgerank import fit_hlasso, fit_hodgerank
-from crowdflow.models.lbi import fit_lbi
 from crowdflow.models.skills import fit_skills
 from crowdflow.personal_rankings import fit_personal_rankings
+from crowdflow.ranking import fit_hlasso, fit_hodgerank, fit_lbi
 
 CMP = pd.DataFrame(
     {"annotator": ["u1", "u1", "u2"], "item_a": ["a", "b", "a"], "item_b": ["b", "c", "c"], "outcome": [1.0, 1.0, -1.0]}
@@ -66,7 +65,7 @@ def test_skills_status_of_converged_and_closed_form_fits() -> None:
 def test_hodgerank_disconnected_and_constant() -> None:
     two = pd.concat([CMP, pd.DataFrame({"annotator": ["u"], "item_a": ["x"], "item_b": ["y"], "outcome": [1.0]})])
     with pytest.raises(ValueError, match="not connected"):
-        fit_hodgerank(two)
+        fit_hodgerank(two, allow_disconnected=False)
     res = fit_hodgerank(two, allow_disconnected=True)
     assert res.params["n_components"] == 2 and _finite(res.ranking["score"])
     flat = fit_hodgerank(CMP.assign(outcome=0.0))

@@ -199,7 +199,7 @@ def test_score_intervals_match_dense_least_squares() -> None:
 
 
 def test_ranking_page(tmp_path: Path) -> None:
-    from crowdflow.models.lbi import fit_lbi
+    from crowdflow.ranking import fit_lbi
 
     rng = np.random.default_rng(0)
     n, m = 12, 600

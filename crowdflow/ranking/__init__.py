@@ -1,4 +1,67 @@
 """Robust global rankings from pairwise comparisons: HodgeRank, Hodge diagnostics, outliers.
 
-See docs/methods/ranking.md.
+The job's entry point is :func:`fit_ranking` with :class:`RankingOptions` (the ``ranking:`` section of a
+pipeline spec); it runs :func:`fit_lbi` (Linearized Bregman Iterations), :func:`fit_hlasso`
+(Huber-LASSO) or :func:`fit_hodgerank` (least squares per connected component), which take the same
+options. The building blocks they use are exported for simulations and benchmarks. See
+docs/methods/ranking.md.
 """
+
+from crowdflow.ranking.comparisons import canonical_comparisons, comparisons_from_winners
+from crowdflow.ranking.cv import cv_lambda, cv_stop_time
+from crowdflow.ranking.fit import fit_hlasso, fit_hodgerank, fit_lbi, fit_ranking
+from crowdflow.ranking.graph import (
+    ComparisonGraph,
+    build_comparison_graph,
+    check_comparison_graph,
+    group_identical_rows,
+)
+from crowdflow.ranking.hlasso import LassoFit, LassoPath, hlasso, hlasso_path
+from crowdflow.ranking.hodge import HodgeDecomposition, hodge_decomposition, undetectable_rows
+from crowdflow.ranking.identifiability import Identifiability, identifiability
+from crowdflow.ranking.lbi import lbi_alg2, lbi_alg3, sync_lbi
+from crowdflow.ranking.lbi_path import LBIPath
+from crowdflow.ranking.least_squares import LaplacianSolver, hodgerank_scores, laplacian_lambda_max, refit_without
+from crowdflow.ranking.numerics import shrink
+from crowdflow.ranking.options import RankingOptions
+from crowdflow.ranking.scale import ScaleEstimate, huber_concomitant_scale
+from crowdflow.ranking.types import GraphReport, RankingResult, RobustRankingResult
+
+__all__ = [
+    "ComparisonGraph",
+    "GraphReport",
+    "HodgeDecomposition",
+    "Identifiability",
+    "LBIPath",
+    "LaplacianSolver",
+    "LassoFit",
+    "LassoPath",
+    "RankingOptions",
+    "RankingResult",
+    "RobustRankingResult",
+    "ScaleEstimate",
+    "build_comparison_graph",
+    "canonical_comparisons",
+    "check_comparison_graph",
+    "comparisons_from_winners",
+    "cv_lambda",
+    "cv_stop_time",
+    "fit_hlasso",
+    "fit_hodgerank",
+    "fit_lbi",
+    "fit_ranking",
+    "group_identical_rows",
+    "hlasso",
+    "hlasso_path",
+    "hodge_decomposition",
+    "hodgerank_scores",
+    "huber_concomitant_scale",
+    "identifiability",
+    "laplacian_lambda_max",
+    "lbi_alg2",
+    "lbi_alg3",
+    "refit_without",
+    "shrink",
+    "sync_lbi",
+    "undetectable_rows",
+]

@@ -1,8 +1,7 @@
-"""Property tests of the ranking models (issue #9, items 2c-2d) on random comparison tables.
+"""Property tests of the ranking fits on random comparison tables (issue #9, items 2c-2d).
 
 HodgeRank scores are finite and sum to zero in every component, and the components are those of a
-brute-force union-find over the compared pairs; LBI / HLASSO return finite scores and γ. (The low-rank
-BTL property test is in tests/personal_rankings/test_fit.py.)
+brute-force union-find over the compared pairs; LBI / HLASSO return finite scores and γ.
 """
 
 from __future__ import annotations
@@ -13,8 +12,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from crowdflow.models.hodgerank import fit_hlasso, fit_hodgerank
-from crowdflow.models.lbi import fit_lbi
+from crowdflow.ranking import fit_hlasso, fit_hodgerank, fit_lbi
 
 
 @st.composite
@@ -81,7 +79,7 @@ def test_hodgerank_finite_centred_components(df: pd.DataFrame) -> None:
     assert np.isfinite(res.residuals[["fitted", "residual"]].to_numpy()).all()
     if len(union_find_components(df)) > 1:
         with pytest.raises(ValueError, match="not connected"):
-            fit_hodgerank(df)
+            fit_hodgerank(df, allow_disconnected=False)
 
 
 @settings(max_examples=30)

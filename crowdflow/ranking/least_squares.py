@@ -1,0 +1,299 @@
+"""HodgeRank least squares: Laplacian solves per connected component, scores, the cycle projection.
+
+``θ̂ = argmin_{Σ_c θ = 0} ½ Σ_k w_k (θ_i − θ_j − y_k)²`` solves ``Lθ = XᵀWy``; :class:`LaplacianSolver`
+grounds one node per component (its grounded Laplacian is positive definite), factorises it once by
+sparse LU or runs Jacobi-preconditioned CG, and centres the result in every component, which gives
+``θ̂ = L†XᵀWy``. The same solve applies the W-orthogonal projection onto the cycle space,
+``P v = v − X L†XᵀW v`` (:func:`cycle_projector`), used by HLASSO and LBI, and the debiased refit
+without flagged rows (:func:`refit_without`).
+
+See docs/methods/ranking.md §2.1 (scores and solver), §2.2 (P) and §3.3 (the refit).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Callable
+from typing import Any, Literal, cast
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse import linalg as spla
+
+from crowdflow._typing import SparseMatrix
+from crowdflow.ranking.graph import ComparisonGraph
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "CycleOp",
+    "LaplacianSolver",
+    "center_per_component",
+    "cycle_projector",
+    "hodgerank_scores",
+    "laplacian_lambda_max",
+    "refit_without",
+]
+
+
+def center_per_component(x: np.ndarray, component: np.ndarray, n_components: int) -> np.ndarray:
+    """A copy of ``x`` ((n,) or (n, k)) with the mean of every component subtracted (docs/methods/ranking.md §2.1)."""
+    x = np.array(x, dtype=float, copy=True)
+    if n_components == 1:
+        x -= x.mean(axis=0)
+        return x
+    sizes = np.maximum(np.bincount(component, minlength=n_components), 1).astype(float)
+    if x.ndim == 1:
+        x -= (np.bincount(component, weights=x, minlength=n_components) / sizes)[component]
+        return x
+    for c in range(x.shape[1]):
+        x[:, c] -= (np.bincount(component, weights=x[:, c], minlength=n_components) / sizes)[component]
+    return x
+
+
+class LaplacianSolver:
+    """Solve ``L θ = b`` for the weighted Laplacian, per connected component (docs/methods/ranking.md §2.1).
+
+    One node per component (the one of largest weighted degree) is grounded, i.e. its row and column
+    are deleted; the grounded Laplacian is symmetric positive definite. It is factorised once with
+    sparse LU (``method='splu'``) or solved by Jacobi-preconditioned conjugate gradients
+    (``method='cg'``). The result is centred inside every component, which gives the minimum-norm
+    solution ``θ = L†b`` for right-hand sides in the range of ``L`` (b is first projected onto the
+    range by removing its per-component mean).
+
+    Parameters
+    ----------
+    L : scipy.sparse matrix
+        n×n Laplacian.
+    component : numpy.ndarray
+        Component id per node (0..c−1).
+    n_components : int
+    method : {'auto', 'splu', 'cg'}
+        ``'auto'`` uses sparse LU for ``n ≤ splu_max_n`` and CG otherwise (LU of random dense-ish graphs
+        fills in badly).
+    rtol : float
+        CG relative residual tolerance ``‖b − L_g x‖ ≤ rtol·‖b‖``.
+    maxiter : int, optional
+        CG iteration cap (default ``max(1000, 10·n)``); a :class:`RuntimeWarning` is issued when hit.
+    splu_max_n : int
+        Size threshold of the ``'auto'`` rule.
+
+    Attributes
+    ----------
+    n_solves : int
+        Number of solves performed.
+    cg_iterations : list of int
+        Iterations of recent CG solves (last 1000; empty for LU).
+    """
+
+    def __init__(
+        self,
+        L: SparseMatrix,
+        component: np.ndarray,
+        n_components: int,
+        *,
+        method: Literal["auto", "splu", "cg"] = "auto",
+        rtol: float = 1e-11,
+        maxiter: int | None = None,
+        splu_max_n: int = 3000,
+    ) -> None:
+        L = sp.csr_matrix(L)
+        n = L.shape[0]
+        self.n = n
+        self.component = np.asarray(component, dtype=np.int64)
+        self.n_components = int(n_components)
+        self.sizes = np.bincount(self.component, minlength=self.n_components).astype(float)
+        deg = L.diagonal()
+        order = np.lexsort((np.arange(n), -deg, self.component))
+        starts = np.r_[0, np.flatnonzero(np.diff(self.component[order])) + 1]
+        self.ground = order[starts]  # ground node of component c at position c
+        keep = np.ones(n, dtype=bool)
+        keep[self.ground] = False
+        self.keep = np.flatnonzero(keep)
+        Lg = L[self.keep][:, self.keep]
+        if method == "auto":
+            method = "splu" if self.keep.size <= splu_max_n else "cg"
+        if method not in ("splu", "cg"):
+            raise ValueError(f"unknown Laplacian solver method {method!r}")
+        self.method = method
+        self.rtol = float(rtol)
+        self.maxiter = int(maxiter) if maxiter is not None else max(1000, 10 * n)
+        self.n_solves = 0
+        self.cg_iterations: list[int] = []
+        self._lu = None
+        if self.keep.size == 0:
+            return
+        if method == "splu":
+            self._lu = spla.splu(sp.csc_matrix(Lg), permc_spec="MMD_AT_PLUS_A")
+        else:
+            self._Lg = sp.csr_matrix(Lg)
+            self._dinv = 1.0 / self._Lg.diagonal()
+
+    @classmethod
+    def from_graph(cls, g: ComparisonGraph, **kwargs: Any) -> LaplacianSolver:
+        """Solver for ``g.L`` with ``g``'s components."""
+        return cls(g.L, g.component, g.n_components, **kwargs)
+
+    def center(self, x: np.ndarray) -> np.ndarray:
+        """Subtract the per-component mean (works on (n,) and (n, k) arrays)."""
+        return center_per_component(x, self.component, self.n_components)
+
+    def solve(self, b: np.ndarray, x0: np.ndarray | None = None) -> np.ndarray:
+        """Return ``L†b`` (centred per component); ``x0`` warm-starts CG."""
+        b = self.center(b)
+        self.n_solves += 1
+        out = np.zeros_like(b)
+        if self.keep.size == 0:
+            return out
+        bg = b[self.keep]
+        if self._lu is not None:
+            xg = self._lu.solve(bg)
+        elif b.ndim == 1:
+            xg = self._cg(bg, x0)
+        else:
+            xg = np.column_stack([self._cg(bg[:, c], None if x0 is None else x0[:, c]) for c in range(b.shape[1])])
+        out[self.keep] = xg
+        return self.center(out)
+
+    def _cg(self, bg: np.ndarray, x0: np.ndarray | None) -> np.ndarray:
+        """Jacobi-preconditioned conjugate gradients on the grounded (SPD) Laplacian.
+
+        Stopping rule: ``‖b − L_g x‖₂ ≤ rtol·‖b‖₂``; cap ``maxiter`` (RuntimeWarning). Inner products use
+        ``einsum`` (see :func:`wdot`), so no multi-threaded BLAS call sits in the loop.
+        """
+        A, dinv = self._Lg, self._dinv
+        dot: Callable[[np.ndarray, np.ndarray], float] = lambda a, b: float(np.einsum("i,i->", a, b))  # noqa: E731
+        bnorm = np.sqrt(dot(bg, bg))
+        if x0 is not None:
+            x0 = np.asarray(x0, dtype=float)
+            x = x0[self.keep] - x0[self.ground[self.component[self.keep]]]
+            r = bg - A @ x
+        else:
+            x = np.zeros_like(bg)
+            r = bg.copy()
+        tol = self.rtol * bnorm
+        it = 0
+        rr = dot(r, r)
+        if bnorm == 0.0 or np.sqrt(rr) <= tol:
+            self._log_cg(0)
+            return x if bnorm > 0 else np.zeros_like(bg)
+        zv = dinv * r
+        p = zv.copy()
+        rz = dot(r, zv)
+        converged = False
+        for it in range(1, self.maxiter + 1):
+            Ap = A @ p
+            alpha = rz / dot(p, Ap)
+            x += alpha * p
+            r -= alpha * Ap
+            rr = dot(r, r)
+            if np.sqrt(rr) <= tol:
+                converged = True
+                break
+            zv = dinv * r
+            rz_new = dot(r, zv)
+            p *= rz_new / rz
+            p += zv
+            rz = rz_new
+        self._log_cg(it)
+        if not converged:
+            warnings.warn(
+                f"Laplacian CG did not reach rtol={self.rtol:g} in {self.maxiter} iterations "
+                f"(relative residual {np.sqrt(rr) / bnorm:.2e}; ill-conditioned comparison graph, small "
+                "Fiedler value?)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return cast(np.ndarray, x)
+
+    def _log_cg(self, it: int) -> None:
+        self.cg_iterations.append(int(it))
+        if len(self.cg_iterations) > 1000:
+            del self.cg_iterations[:-1000]
+
+
+def laplacian_lambda_max(L: SparseMatrix, *, dense_max_n: int = 1500) -> float:
+    """Largest eigenvalue of the Laplacian (step-size guard of Algorithm 2, docs/methods/ranking.md §4.1).
+
+    Dense ``eigvalsh`` for ``n ≤ dense_max_n``; otherwise Lanczos (``eigsh``), falling back to the
+    bound ``2·max weighted degree`` if Lanczos fails.
+    """
+    n = L.shape[0]
+    if n == 0:
+        return 0.0
+    if n <= dense_max_n:
+        return float(np.linalg.eigvalsh(sp.csr_matrix(L).toarray())[-1])
+    try:
+        # scipy-stubs finds no eigsh overload for a csr_matrix of unknown dtype
+        val = spla.eigsh(sp.csr_matrix(L, dtype=float), k=1, which="LA", tol=1e-8, return_eigenvectors=False)  # type: ignore[call-overload]
+        return float(val[0])
+    except Exception:  # pragma: no cover - ARPACK failure is rare
+        logger.warning("eigsh failed for lambda_max(L); using the 2·max degree bound")
+        return float(2 * L.diagonal().max())
+
+
+def hodgerank_scores(g: ComparisonGraph, solver: LaplacianSolver | None = None) -> np.ndarray:
+    """HodgeRank least-squares scores ``θ̂ = L† XᵀW y``, centred per component (docs/methods/ranking.md §2.1).
+
+    ``θ̂ = argmin_{Σ_c θ = 0} ½ Σ_k w_k (θ_i − θ_j − y_k)²`` on every connected component c.
+    """
+    solver = solver or LaplacianSolver.from_graph(g)
+    return solver.solve(g.divergence(g.y))
+
+
+def _project_cycles(
+    g: ComparisonGraph, solver: LaplacianSolver, v: np.ndarray, x0: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``P v = v − X L† XᵀW v`` (W-orthogonal projection onto the cycle space) and ``θ = L†XᵀWv``."""
+    theta = solver.solve(g.divergence(v), x0=x0)
+    return cast(np.ndarray, v - g.X @ theta), theta
+
+
+# cycle projector: op(v, θ_prev) -> (P v, θ), see cycle_projector
+CycleOp = Callable[[np.ndarray, np.ndarray | None], tuple[np.ndarray, np.ndarray]]
+
+
+def cycle_projector(g: ComparisonGraph, solver: LaplacianSolver, *, dense_max_entries: int = 100_000) -> CycleOp:
+    """Operator ``op(v, θ_prev) -> (P v, θ)`` with ``θ = L†XᵀWv`` and ``Pv = v − Xθ`` (docs/methods/ranking.md §2.2).
+
+    For tiny problems (LU solver, ``n ≤ 400`` and ``n·m ≤ dense_max_entries``) the n×m matrix
+    ``K = L†XᵀW`` is formed once (multi-right-hand-side solve) and every application is one dense
+    mat-vec (cheaper only where per-call overhead dominates); otherwise each application is one
+    Laplacian solve (warm-started by ``θ_prev`` for CG). Never forms P (m×m).
+    """
+    if solver.method == "splu" and g.n <= 400 and g.n * g.m <= dense_max_entries and g.m > 0:
+        K = solver.solve(g.XT.multiply(g.w[None, :]).toarray())
+        X = g.X
+
+        def dense_op(v: np.ndarray, theta: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+            th = K @ v
+            return v - X @ th, th
+
+        return dense_op
+
+    def op(v: np.ndarray, theta: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        return _project_cycles(g, solver, v, x0=theta)
+
+    return op
+
+
+def refit_without(
+    g: ComparisonGraph, drop: np.ndarray, theta_ref: np.ndarray, *, solver_method: str = "auto"
+) -> np.ndarray:
+    """Debiased scores: LS refit on the rows not in ``drop`` ("LASSO+L2", docs/methods/ranking.md §3.3 step 5).
+
+    ``θ = θ_ref + L_keep† X_keepᵀW(y_keep − X_keepθ_ref)``, re-centred per original component. This is the
+    LS fit on the kept rows; if dropping rows splits a component, the offsets between the pieces (which
+    the kept rows cannot identify) are taken from ``θ_ref``.
+    """
+    drop = np.asarray(drop, dtype=bool)
+    if not drop.any():
+        return LaplacianSolver.from_graph(g, method=solver_method).solve(g.divergence(g.y))
+    keep = ~drop
+    if not keep.any():
+        return np.asarray(theta_ref, dtype=float).copy()
+    gk = g.subset(keep)
+    sk = LaplacianSolver.from_graph(gk, method=solver_method)
+    theta = theta_ref + sk.solve(gk.divergence(gk.y - gk.X @ theta_ref))
+    return center_per_component(theta, g.component, g.n_components)

@@ -1,0 +1,193 @@
+"""The output tables of a fit: ranking, outliers, annotators, diagnostics and the sparse γ path.
+
+:func:`assemble_robust_result` turns fit-level arrays (possibly on merged identical rows) into a
+:class:`~crowdflow.ranking.types.RobustRankingResult`: γ, entry times and signs expanded back to the input
+rows in their own orientation, the debiased refit without the flagged rows, per-annotator outlier rates and
+the per-component Hodge diagnostics. Ranks count from 1 = best inside every connected component.
+
+See docs/methods/ranking.md §7.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from crowdflow.ranking.graph import ComparisonGraph
+from crowdflow.ranking.hodge import hodge_decomposition, undetectable_rows
+from crowdflow.ranking.least_squares import refit_without
+from crowdflow.ranking.types import GraphReport, RobustRankingResult, _rank_desc, _str
+
+__all__ = ["assemble_robust_result"]
+
+
+def _ranking_table(g: ComparisonGraph, theta: np.ndarray) -> pd.DataFrame:
+    n_comp = (np.bincount(g.i, minlength=g.n) + np.bincount(g.j, minlength=g.n)).astype(np.int64)
+    df = pd.DataFrame(
+        {
+            "item": _str(g.items),
+            "score": np.asarray(theta, dtype=np.float64),
+            "component": g.component.astype(np.int64),
+            "n_comparisons": n_comp,
+        }
+    )
+    key = np.round(df["score"].to_numpy(), 12)
+    df["rank"] = (
+        pd.Series(key)
+        .groupby(df["component"].to_numpy())
+        .rank(method="min", ascending=False)
+        .to_numpy()
+        .astype(np.int64)
+    )
+    df = df.sort_values(["component", "rank", "item"], kind="stable").reset_index(drop=True)
+    return df[["item", "score", "rank", "component", "n_comparisons"]]
+
+
+def _annotator_table(annotator: np.ndarray, is_outlier: np.ndarray) -> pd.DataFrame:
+    known = np.array([a is not None for a in annotator], dtype=bool)
+    df = pd.DataFrame(
+        {"annotator": np.asarray(annotator, dtype=object)[known], "o": is_outlier[known].astype(np.int64)}
+    )
+    agg = df.groupby("annotator", sort=True)["o"].agg(["size", "sum"]).reset_index()
+    out = pd.DataFrame(
+        {
+            "annotator": _str(agg["annotator"].to_numpy(dtype=object)),
+            "n_comparisons": agg["size"].to_numpy(dtype=np.int64),
+            "n_outliers": agg["sum"].to_numpy(dtype=np.int64),
+        }
+    )
+    out["outlier_rate"] = out["n_outliers"] / out["n_comparisons"]
+    return out
+
+
+def _row_columns(g: ComparisonGraph) -> dict[str, Any]:
+    """The columns that identify each comparison row in the output tables (row id, who, which pair, outcome)."""
+    return {
+        "row_id": g.row_id.astype(np.int64),
+        "annotator": _str(g.annotator),
+        "item_a": _str(g.items[g.i]),
+        "item_b": _str(g.items[g.j]),
+        "outcome": g.y,
+        "weight": g.w,
+    }
+
+
+def assemble_robust_result(
+    *,
+    method: str,
+    g: ComparisonGraph,
+    rep: GraphReport,
+    gf: ComparisonGraph,
+    group: np.ndarray,
+    sign: np.ndarray,
+    theta_ls: np.ndarray,
+    theta_robust: np.ndarray,
+    gamma_fit: np.ndarray,
+    entry_time_fit: np.ndarray,
+    order_key_fit: np.ndarray,
+    entry_sign_fit: np.ndarray,
+    trace: pd.DataFrame,
+    checkpoints: Sequence[tuple[int, float, sp.csc_matrix | np.ndarray]],
+    params: dict[str, Any],
+    converged: bool,
+    debias: bool,
+    diagnostics: bool,
+    solver_method: str = "auto",
+) -> RobustRankingResult:
+    """Build the output tables of a robust fit from fit-level (possibly grouped) arrays.
+
+    Shared by :func:`crowdflow.ranking.fit.fit_hlasso` and :func:`crowdflow.ranking.fit.fit_lbi`.
+    ``checkpoints`` is a list of ``(checkpoint id, t, γ_fit)``; γ values are expanded to rows with the
+    orientation signs.
+    """
+    flagged_fit = gamma_fit != 0
+    theta_deb = refit_without(gf, flagged_fit, theta_robust, solver_method=solver_method) if debias else theta_robust
+    score = theta_deb if debias else theta_robust
+    gamma = sign * gamma_fit[group]
+    is_out = gamma != 0
+    undet = undetectable_rows(g)
+    fitted = score[g.i] - score[g.j]
+    outl = pd.DataFrame(
+        {
+            **_row_columns(g),
+            "gamma": gamma,
+            "entry_time": np.asarray(entry_time_fit, dtype=float)[group],
+            "entry_sign": (sign * np.asarray(entry_sign_fit, dtype=float)[group]).astype(np.int8),
+            "path_rank": _rank_desc(np.asarray(order_key_fit, dtype=float)[group]),
+            "is_outlier": is_out,
+            "undetectable": undet,
+            "residual": g.y - fitted,
+        }
+    )
+    scores = pd.DataFrame(
+        {
+            "item": _str(g.items),
+            "component": g.component.astype(np.int64),
+            "score_ls": theta_ls,
+            "score_robust": theta_robust,
+            "score_debiased": theta_deb,
+        }
+    )
+    if diagnostics:
+        diag = hodge_decomposition(g, theta_ls, undetectable=undet).table
+    else:
+        diag = pd.DataFrame({"component": np.arange(g.n_components, dtype=np.int64)})
+    rcomp = g.component[g.i]
+    diag["n_outliers"] = np.bincount(rcomp, weights=is_out, minlength=g.n_components).astype(np.int64)
+    wc = np.bincount(rcomp, weights=g.w, minlength=g.n_components)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        diag["outlier_weight_share"] = np.bincount(rcomp, weights=g.w * is_out, minlength=g.n_components) / wc
+    frames = []
+    for cid, t, gam_c in checkpoints:
+        gcol = np.asarray(gam_c.toarray()).ravel() if sp.issparse(gam_c) else np.asarray(gam_c)
+        grow = sign * gcol[group]
+        nz = np.flatnonzero(grow)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "checkpoint": np.full(nz.size, cid, dtype=np.int64),
+                    "t": np.full(nz.size, float(t)),
+                    "row_id": g.row_id[nz].astype(np.int64),
+                    "gamma": grow[nz],
+                }
+            )
+        )
+    path = (
+        pd.concat(frames, ignore_index=True)
+        if frames
+        else pd.DataFrame(
+            {
+                "checkpoint": pd.Series(dtype=np.int64),
+                "t": pd.Series(dtype=float),
+                "row_id": pd.Series(dtype=np.int64),
+                "gamma": pd.Series(dtype=float),
+            }
+        )
+    )
+    params = dict(params)
+    params.update(
+        n_items=g.n,
+        n_rows=g.m,
+        n_fit_rows=gf.m,
+        n_components=g.n_components,
+        n_outliers=int(is_out.sum()),
+        outlier_weight=float(g.w[is_out].sum()),
+        debias=debias,
+    )
+    return RobustRankingResult(
+        method=method,
+        ranking=_ranking_table(g, score),
+        scores=scores,
+        outliers=outl,
+        annotators=_annotator_table(g.annotator, is_out),
+        diagnostics=diag,
+        trace=trace,
+        path=path,
+        graph=rep,
+        params=params,
+        converged=bool(converged),
+    )

@@ -1,0 +1,36 @@
+"""The ranking task is a thin call: the spec's options object goes to crowdflow.ranking.fit_ranking as is, and
+the tables and params it returns are the library's (issue #24: no dispatch or defaults in the task)."""
+
+from __future__ import annotations
+
+import logging
+
+import pandas as pd
+import pytest
+
+import tasks.fit
+from crowdflow.ranking import RankingOptions, fit_ranking
+from crowdflow.synth.ranking import comparison_table, huber_instance
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        RankingOptions(outliers="none"),
+        RankingOptions(stop_rule="time", t_stop=0.5, kappa=50.0, diagnostics=False),
+        RankingOptions(outliers="hlasso", lambda_rule="magnitude", group_identical=False),
+    ],
+    ids=["none", "lbi-time", "hlasso-magnitude"],
+)
+def test_fit_ranking_task_returns_the_library_result(monkeypatch: pytest.MonkeyPatch, options: RankingOptions) -> None:
+    monkeypatch.setattr(tasks.fit, "get_run_logger", lambda: logging.getLogger("test"))
+    g = huber_instance(2).graph
+    df = comparison_table(g.i, g.j, g.y)
+    out = tasks.fit.fit_ranking_task.fn(df, options, "key")
+    ref = fit_ranking(df, options)
+    assert out["params"] == ref.params  # 'none' used to report only {"method": "hodgerank"}
+    assert list(out["tables"]) == list(ref.tables)
+    for name, table in ref.tables.items():
+        pd.testing.assert_frame_equal(out["tables"][name], table)
+    if options.outliers != "none":
+        assert out["params"]["method"] == options.outliers
