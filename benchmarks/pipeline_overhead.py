@@ -68,7 +68,7 @@ def _labels(exp: int, path: Path) -> int:
 
 
 def _library(path: Path) -> float:
-    from crowdflow.models.skills import fit_skills
+    from crowdflow.skills import fit_skills
 
     t = time.perf_counter()
     df = pd.read_parquet(path)

@@ -5,7 +5,7 @@ Run: ``python -m benchmarks.skills_real`` (writes ``benchmarks/results/skills_re
 For every public gold label set in /work/shared/data with at most 20 classes: prediction error on
 the gold tasks and wall time (median of ``--repeats``, default 3) of
 
-- ours, each a whole ``crowdflow.models.skills.fit_skills`` call on the DataFrame (validation,
+- ours, each a whole ``crowdflow.skills.fit_skills`` call on the DataFrame (validation,
   encoding, moments, identifiability check, fit, consensus, per-component diagnostics without
   eigenvalues — the library default): PGD with the spec's solver (``gd``, η = 1/(4 max r_i)),
   PGD with the ``scaled`` solver (the pipeline default), one-coin DS, full DS, MV;
@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from crowdflow.metrics import gold_metrics, majority_vote_expected_error  # noqa: E402
-from crowdflow.models.skills import fit_skills, prediction_error  # noqa: E402
+from crowdflow.skills import fit_skills, prediction_error  # noqa: E402
 
 DATA = Path("/work/shared/data")
 OUT = Path(__file__).resolve().parent / "results" / "skills_real.md"

@@ -79,7 +79,7 @@ def _peak_rss() -> int:
 def child(exp: int, n_workers: int) -> dict:
     import pyarrow as pa
 
-    from crowdflow.models import skills as sk
+    from crowdflow.skills import fit as sk
     from crowdflow.synth import skills as synth
 
     warnings.simplefilter("ignore", RuntimeWarning)

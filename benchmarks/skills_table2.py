@@ -39,7 +39,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from crowdflow.models.skills import (  # noqa: E402
+from crowdflow.skills import (  # noqa: E402
     LabelMoments,
     SkillsResult,
     fit_skills,
@@ -233,7 +233,7 @@ def report(n_runs: int, alt_runs: int) -> str:
         "each leaf skill carries an error up to ±0.2/s_0 (±0.25 for s_0 = 0.8) that no estimator on this "
         "support removes. The Bayes column is at the paper's level (RMS difference to the paper's means "
         f"{rms:.4f}). The gap does not grow with W, as in the paper. The default test run covers W = 21 and 91 "
-        "with 10 seeds (`tests/models/test_skills.py::test_table2_*`: the 0.01 criterion as a strict xfail, a "
+        "with 10 seeds (`tests/skills/test_fit.py::test_table2_*`: the 0.01 criterion as a strict xfail, a "
         "regression guard at 0.03).",
     ]
     if alts:

@@ -20,7 +20,8 @@ from crowdflow.models.btl import PersonalRankingResult, fit_personal_rankings
 from crowdflow.models.djam import PersonalModelsResult, fit_personal_models
 from crowdflow.models.hodgerank import fit_hlasso, fit_hodgerank
 from crowdflow.models.lbi import fit_lbi
-from crowdflow.models.skills import (
+from crowdflow.models.tvcs import AssignmentResult, assign_tasks, candidate_scores, caps_with_default
+from crowdflow.skills import (
     LabelMoments,
     SkillsResult,
     fit_skills,
@@ -28,7 +29,6 @@ from crowdflow.models.skills import (
     partition_pair_counts,
     write_label_partitions,
 )
-from crowdflow.models.tvcs import AssignmentResult, assign_tasks, candidate_scores, caps_with_default
 from crowdflow.spec import (
     AssignmentOptions,
     PersonalModelsOptions,
@@ -113,7 +113,7 @@ def fit_skills_task(
 def skills_moments_on_dask(lm: LabelMatrix, min_pair_count: int, runner: RunnerSpec) -> tuple[LabelMoments, int]:
     """N, agreements and C^ of ``lm`` summed over whole-task Parquet partitions, one Dask task per file.
 
-    The partition files (encoded labels, ``crowdflow.models.skills.write_label_partitions``) go to a
+    The partition files (encoded labels, ``crowdflow.skills.write_label_partitions``) go to a
     temporary folder under ``runner.scratch_dir``; the workers receive their paths, never DataFrames,
     and send back one packed sparse count matrix each. Integer sums: equal to the in-process statistics.
     """

@@ -10,7 +10,7 @@ import pytest
 
 from crowdflow.labels import deduplicate, encode_labels, natural_sort
 from crowdflow.metrics import gold_metrics, majority_vote_expected_error
-from crowdflow.models.majority import majority_vote
+from crowdflow.skills import majority_vote
 
 
 def test_natural_sort() -> None:

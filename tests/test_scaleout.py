@@ -13,14 +13,14 @@ import pytest
 
 from crowdflow.labels import encode_labels
 from crowdflow.models.djam import field_estimation_instance, fit_personal_models
-from crowdflow.models.skills import (
+from crowdflow.progress import IterationProgress
+from crowdflow.skills import (
     fit_skills,
     label_moments,
     moments_from_partitions,
     partition_pair_counts,
     write_label_partitions,
 )
-from crowdflow.progress import IterationProgress
 from crowdflow.spec import parse_spec
 
 

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from crowdflow.labels import LabelMatrix
-from crowdflow.models.rows import row_argmax, row_max, row_sum
+from crowdflow.skills.rows import row_argmax, row_max, row_sum
 
 log = logging.getLogger(__name__)
 

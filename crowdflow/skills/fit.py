@@ -51,10 +51,10 @@ from crowdflow._typing import SparseMatrix
 from crowdflow.graphs import Components, WorkerGraphReport, components, labels_by_task, pair_counts
 from crowdflow.labels import DuplicatePolicy, LabelMatrix, encode_canonical, natural_order, task_major_order
 from crowdflow.metrics import gold_metrics
-from crowdflow.models import dawid_skene
-from crowdflow.models.majority import TieBreak, weighted_vote
-from crowdflow.models.rows import row_argmax, row_max, row_sum, softmax_rows
 from crowdflow.progress import IterationProgress, ProgressFn
+from crowdflow.skills.dawid_skene import dawid_skene, one_coin_dawid_skene
+from crowdflow.skills.majority import TieBreak, weighted_vote
+from crowdflow.skills.rows import row_argmax, row_max, row_sum, softmax_rows
 
 log = logging.getLogger(__name__)
 
@@ -1471,9 +1471,9 @@ def fit_skills(
     (id, reason, size, labels, tasks, worker ids) when any worker is isolated or in a bipartite
     component; ``"flag"`` fits the ok workers and marks the rest (skill NaN, weight 0).
 
-    ``method="onecoin_ds" | "ds"``: Dawid–Skene EM baselines (``crowdflow.models.dawid_skene``,
+    ``method="onecoin_ds" | "ds"``: Dawid–Skene EM baselines (``crowdflow.skills.dawid_skene``,
     spec §7); skills table from the EM accuracies (status informational, from the graph).
-    ``method="mv"``: majority vote (``crowdflow.models.majority``); skill NaN, accuracy =
+    ``method="mv"``: majority vote (``crowdflow.skills.majority``); skill NaN, accuracy =
     agreement rate of the worker with the MV labels, vote_weight 1.
 
     Parameters
@@ -1796,7 +1796,7 @@ def _fit_baseline(
             }
         )
     else:
-        fn = dawid_skene.one_coin_dawid_skene if method == "onecoin_ds" else dawid_skene.dawid_skene
+        fn = one_coin_dawid_skene if method == "onecoin_ds" else dawid_skene
         ds = fn(lm, tol=ds_tol, max_iter=ds_max_iter, smoothing=ds_smoothing, tie_break=tie_break, seed=seed)
         accuracy = ds.workers["accuracy"].to_numpy(dtype=np.float64)
         skill = ds.workers["skill"].to_numpy(dtype=np.float64)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from crowdflow.graphs import worker_graph_report
 from crowdflow.labels import encode_labels
-from crowdflow.models.skills import fit_skills
+from crowdflow.skills.fit import fit_skills
 
 
 @st.composite

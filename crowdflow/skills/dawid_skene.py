@@ -8,7 +8,7 @@ Full model: class prior q_l; worker i answers m on a task of true class l with p
 π_i[l, m] = (1 − p_i)/(M − 1) for m ≠ l; its skill is s_i = (M p_i − 1)/(M − 1).
 
 EM, each step one pass over the labels, the whole loop compiled (numba,
-``crowdflow.models.compiled``), so no step pays Python, numpy or scipy overhead per iteration (on
+``crowdflow.compiled``), so no step pays Python, numpy or scipy overhead per iteration (on
 the 25k-label zheng_product set, 100 full-model iterations took 55 ms as sparse products and
 take 22 ms compiled; libm's scalar exp and log are now a third of it):
 - E-step: log T_tl = log q_l + Σ_{i labels t} log π_i[l, Y_it] − log Z_t (T×M posteriors);
@@ -34,8 +34,8 @@ import pandas as pd
 from crowdflow.compiled import compiled_kernel
 from crowdflow.graphs import labels_by_task
 from crowdflow.labels import LabelMatrix
-from crowdflow.models.majority import TieBreak
-from crowdflow.models.rows import row_argmax, row_max, row_sum
+from crowdflow.skills.majority import TieBreak
+from crowdflow.skills.rows import row_argmax, row_max, row_sum
 
 log = logging.getLogger(__name__)
 
