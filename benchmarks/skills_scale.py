@@ -79,7 +79,7 @@ def _peak_rss() -> int:
 def child(exp: int, n_workers: int) -> dict:
     import pyarrow as pa
 
-    from crowdflow.skills import fit as sk
+    from crowdflow import skills as sk
     from crowdflow.synth import skills as synth
 
     warnings.simplefilter("ignore", RuntimeWarning)
@@ -143,8 +143,8 @@ def child(exp: int, n_workers: int) -> dict:
     def fit():
         w = sk.edge_weights(mo.co_labels)
         base = np.where(st.graph.bipartite, "bipartite_component", "ok").astype(object)
-        status, active, lo, hi, ag, _ = sk._active_workers(st.graph, base, w, lm.labels_per_worker(), 2, 1.0)
-        x, _, _ = sk._fit_active(
+        status, active, lo, hi, ag, _ = sk.active_workers(st.graph, base, w, lm.labels_per_worker(), 2, 1.0)
+        x, _, _ = sk.fit_active(
             active,
             ag,
             w,

@@ -34,8 +34,8 @@ import pandas as pd
 from crowdflow.compiled import compiled_kernel
 from crowdflow.graphs import labels_by_task
 from crowdflow.labels import LabelMatrix
-from crowdflow.skills.majority import TieBreak
 from crowdflow.skills.rows import row_argmax, row_max, row_sum
+from crowdflow.skills.types import TieBreak
 
 log = logging.getLogger(__name__)
 

@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import pandas as pd
 
 from crowdflow.labels import LabelMatrix
 from crowdflow.skills.rows import row_argmax, row_max, row_sum
+from crowdflow.skills.types import TieBreak
 
 log = logging.getLogger(__name__)
-
-TieBreak = Literal["smallest", "random"]
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from crowdflow.labels import LabelMatrix, encode_labels
+from crowdflow.skills import prediction_error, prepare_labels, vote_weights, weighted_consensus
 from crowdflow.skills.dawid_skene import dawid_skene, one_coin_dawid_skene
-from crowdflow.skills.fit import prediction_error, prepare_labels, vote_weights, weighted_consensus
 from crowdflow.synth import skills as synth
 
 DATA = Path(__file__).resolve().parents[2] / "crowdflow" / "data"

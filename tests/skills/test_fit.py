@@ -23,7 +23,7 @@ from scipy.optimize import minimize
 from crowdflow.graphs import components
 from crowdflow.labels import encode_labels
 from crowdflow.metrics import majority_vote_expected_error
-from crowdflow.skills.fit import (
+from crowdflow.skills import (
     LabelMoments,
     edge_weights,
     fit_rank_one,
@@ -1082,7 +1082,7 @@ def test_scaled_solver_monotone_and_same_optimum():
 
 @pytest.mark.parametrize("seed", range(6))
 def test_graph_structure_matches_components(seed):
-    from crowdflow.skills.fit import graph_structure
+    from crowdflow.skills import graph_structure
 
     rng = np.random.default_rng(seed)
     n = int(rng.integers(2, 60))
@@ -1105,7 +1105,7 @@ def test_graph_structure_matches_components(seed):
 
 
 def test_streaming_moments_skills_and_consensus_equal_in_memory():
-    from crowdflow.skills.fit import accumulate_moments, skills_from_moments, stream_consensus
+    from crowdflow.skills import accumulate_moments, skills_from_moments, stream_consensus
 
     rng = np.random.default_rng(3)
     s = np.where(rng.random(40) < 0.3, 0.0, rng.uniform(0.3, 0.9, 40))

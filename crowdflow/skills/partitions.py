@@ -1,0 +1,93 @@
+"""Co-label statistics summed over Parquet partitions of the labels (scale-out on Dask or any executor).
+
+The encoded labels are written as files that each hold whole tasks; the packed counts
+P = N + 2³²·Agree of each file are computed wherever the file is read (one integer sparse product), and
+their sum equals the in-memory statistics exactly (docs/methods/skills.md §4.3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from crowdflow.graphs import pair_counts
+from crowdflow.labels import LabelMatrix, task_major_order
+from crowdflow.skills.moments import PAIR_PACK_K, LabelMoments, moments_from_counts
+
+
+def write_label_partitions(lm: LabelMatrix, folder: str | Path, n_partitions: int) -> list[str]:
+    """Write the encoded labels as Parquet files, each holding whole tasks (task code mod ``n_partitions``).
+
+    Columns ``task, worker, label`` are the dense int64 codes of ``lm``. Because no task is split
+    across files, the pair statistics of the files add up exactly to those of ``lm``
+    (:func:`partition_pair_counts`, :func:`moments_from_partitions`). Empty partitions are not written.
+
+    Returns
+    -------
+    list of str
+        The written file paths, in partition order.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if n_partitions < 1:
+        raise ValueError("n_partitions must be >= 1")
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    part = lm.task_idx % n_partitions
+    order = np.argsort(part, kind="stable")
+    bounds = np.searchsorted(part[order], np.arange(n_partitions + 1))
+    paths = []
+    for p in range(n_partitions):
+        rows = order[bounds[p] : bounds[p + 1]]
+        if not rows.size:
+            continue
+        table = pa.table({"task": lm.task_idx[rows], "worker": lm.worker_idx[rows], "label": lm.class_idx[rows]})
+        path = out / f"part-{p:05d}.parquet"
+        pq.write_table(table, path)
+        paths.append(str(path))
+    return paths
+
+
+def partition_pair_counts(path: str, n_workers: int, n_classes: int) -> sp.csr_matrix:
+    """P = N + 2³²·Agree (int64, W×W CSR) of the tasks in one partition file of :func:`write_label_partitions`.
+
+    Runs anywhere (e.g. a Dask worker): it reads the file, groups its labels by task and makes one
+    integer sparse product (``crowdflow.graphs.pair_counts``). Partitions are summed by
+    :func:`moments_from_partitions`.
+    """
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(path, columns=["task", "worker", "label"])
+    task = t.column("task").to_numpy().astype(np.int64)
+    worker = t.column("worker").to_numpy().astype(np.int64)
+    label = t.column("label").to_numpy().astype(np.int64)
+    order, _ = task_major_order(task, worker, n_workers)
+    _, local = np.unique(task[order], return_inverse=True)
+    indptr = np.zeros(int(local.max()) + 2 if local.size else 1, dtype=np.int64)
+    np.cumsum(np.bincount(local, minlength=indptr.size - 1), out=indptr[1:])
+    n_b, ag_b = pair_counts(indptr, worker[order], label[order], n_workers, n_classes)
+    return sp.csr_matrix((n_b.data + PAIR_PACK_K * ag_b, n_b.indices, n_b.indptr), shape=n_b.shape)
+
+
+def moments_from_partitions(parts: Iterable[sp.csr_matrix], n_classes: int, min_pair_count: int = 1) -> LabelMoments:
+    """Sum the packed counts of :func:`partition_pair_counts` and build N, agreements and C^.
+
+    Integer sums, so the result equals :func:`label_moments` on all the labels entry for entry,
+    provided every task lies in exactly one partition.
+    """
+    total: sp.csr_matrix | None = None
+    for p in parts:
+        total = p.copy() if total is None else total + p
+    if total is None:
+        raise ValueError("no partitions to sum")
+    total = sp.csr_matrix(total)
+    total.sum_duplicates()
+    total.sort_indices()
+    n_mat = sp.csr_matrix((total.data & (PAIR_PACK_K - 1), total.indices, total.indptr), shape=total.shape)
+    n_mat.has_sorted_indices = True
+    agree = total.data >> np.int64(32)
+    return moments_from_counts(n_mat, agree, n_classes, min_pair_count)
