@@ -80,6 +80,7 @@ def child(exp: int, n_workers: int) -> dict:
     import pyarrow as pa
 
     from crowdflow import skills as sk
+    from crowdflow.graphs import graph_structure
     from crowdflow.synth import skills as synth
 
     warnings.simplefilter("ignore", RuntimeWarning)
@@ -138,7 +139,7 @@ def child(exp: int, n_workers: int) -> dict:
 
     lm, _ = step("encode", lambda: sk.prepare_labels(labels))
     mo = step("moments", lambda: sk.label_moments(lm))
-    st = step("graph", lambda: sk.graph_structure(mo.co_labels, symmetric=True))
+    st = step("graph", lambda: graph_structure(mo.co_labels, symmetric=True))
 
     def fit():
         w = sk.edge_weights(mo.co_labels)

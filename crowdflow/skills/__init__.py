@@ -18,10 +18,8 @@ from crowdflow.skills.consensus import (
 from crowdflow.skills.dawid_skene import DawidSkeneResult, dawid_skene, one_coin_dawid_skene
 from crowdflow.skills.fit import SkillsResult, fit_skills
 from crowdflow.skills.identifiability import (
-    GraphStructure,
     active_workers,
     component_diagnostics,
-    graph_structure,
     odd_cycle_witnesses,
     theorem12_error_bound,
 )
@@ -37,7 +35,6 @@ __all__ = [
     "ConsensusOutput",
     "ConsensusResult",
     "DawidSkeneResult",
-    "GraphStructure",
     "LabelMoments",
     "RankOneFit",
     "SkillsResult",
@@ -51,7 +48,6 @@ __all__ = [
     "fit_active",
     "fit_rank_one",
     "fit_skills",
-    "graph_structure",
     "label_moments",
     "majority_vote",
     "moments_from_counts",

@@ -22,20 +22,14 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from crowdflow.graphs import Components, WorkerGraphReport
+from crowdflow.graphs import Components, GraphStructure, WorkerGraphReport, graph_structure
 from crowdflow.labels import DuplicatePolicy, LabelMatrix
 from crowdflow.progress import ProgressFn
 from crowdflow.skills.consensus import vote_weights, weighted_consensus
 from crowdflow.skills.dawid_skene import dawid_skene, one_coin_dawid_skene
-from crowdflow.skills.identifiability import (
-    GraphStructure,
-    active_workers,
-    component_diagnostics,
-    graph_structure,
-    witness_cycles,
-)
+from crowdflow.skills.identifiability import active_workers, component_diagnostics, witness_cycles
 from crowdflow.skills.inputs import prepare_labels
-from crowdflow.skills.majority import weighted_vote
+from crowdflow.skills.majority import majority_vote
 from crowdflow.skills.moments import LabelMoments, edge_weights, label_moments, prune_spammer_edges
 from crowdflow.skills.rank_one import fit_active
 from crowdflow.skills.types import Fallback, Method, Policy, SignMode, Solver, TieBreak, Weighting
@@ -475,21 +469,13 @@ def _fit_baseline(
     nan = np.full(lm.n_workers, np.nan)
     trace = np.empty(0)
     if method == "mv":
-        winner, scores, n_ties = weighted_vote(lm, None, tie_break, seed)
-        agree = (lm.class_idx == winner[lm.task_idx]).astype(np.float64)
+        mv = majority_vote(lm, tie_break, seed)
+        agree = (lm.class_idx == mv.winner[lm.task_idx]).astype(np.float64)
         accuracy = np.bincount(lm.worker_idx, weights=agree, minlength=lm.n_workers) / np.maximum(n_i, 1)
         skill = nan
         weight = np.ones(lm.n_workers)
-        n_labels = lm.labels_per_task()
-        cons = pd.DataFrame(
-            {
-                "task": lm.tasks,
-                "label": lm.classes[winner],
-                "confidence": (scores[np.arange(lm.n_tasks), winner] / np.maximum(n_labels, 1)).astype(np.float64),
-                "n_labels": n_labels.astype(np.int64),
-                "fallback": np.zeros(lm.n_tasks, dtype=bool),
-            }
-        )
+        cons = mv.consensus.assign(fallback=np.zeros(lm.n_tasks, dtype=bool))
+        n_ties = mv.n_ties
         meta.update(
             {
                 "iterations": 0,

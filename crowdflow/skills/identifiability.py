@@ -11,122 +11,16 @@ N statistics, signless-Laplacian eigenvalues and the Theorem-12 error bound.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
-from scipy.sparse.csgraph import breadth_first_order, connected_components
 
 from crowdflow._typing import SparseMatrix
-from crowdflow.graphs import Components, components
+from crowdflow.graphs import Components, GraphStructure, components, graph_structure, without_diagonal
 from crowdflow.labels import LabelMatrix
 from crowdflow.skills.consensus import skill_box
-from crowdflow.skills.spectra import signless_lambda_min, top_eigenvalue, without_diagonal
-
-
-@dataclass(frozen=True)
-class GraphStructure:
-    """Components, bipartiteness and a BFS forest of an undirected graph (spec §3.2).
-
-    Attributes
-    ----------
-    graph : Components
-        As ``crowdflow.graphs.components`` (same component ids: numbered by smallest member; same
-        bipartite flags); ``colour`` = BFS depth mod 2, a proper 2-colouring of bipartite components.
-    depth : numpy.ndarray
-        BFS level of each node from its component's root (the smallest node of the component).
-    pred : numpy.ndarray
-        BFS parent of each node (−1 for roots).
-    odd_edge : numpy.ndarray
-        (n_components, 2): per non-bipartite component the lexicographically smallest edge (u, v),
-        u < v, joining two nodes of the same level (−1 for bipartite components).
-    """
-
-    graph: Components
-    depth: np.ndarray
-    pred: np.ndarray
-    odd_edge: np.ndarray
-
-
-def graph_structure(adj: SparseMatrix, symmetric: bool = False) -> GraphStructure:
-    """Components, bipartiteness and odd-cycle edges from one BFS per component (spec §3.2).
-
-    Steps (all O(n + |E|), no Python loop over nodes or edges): connected components
-    (``scipy.sparse.csgraph``, strong connectivity of the symmetric digraph = undirected
-    components, no transpose needed); one ``breadth_first_order`` from a virtual super-root joined
-    to the smallest node of every component; BFS levels recovered level by level from the
-    predecessor positions (which are non-decreasing along a BFS order); a component is
-    non-bipartite iff some edge joins two nodes of the same level (BFS layers alternate colours, so
-    such an edge closes an odd cycle, and conversely a 2-colouring by level parity is proper when
-    no such edge exists).
-
-    Parameters
-    ----------
-    adj : scipy.sparse matrix
-        n×n; any nonzero off-diagonal entry is an edge.
-    symmetric : bool
-        Set when ``adj`` is already a symmetric CSR with zero diagonal and sorted indices (e.g. N
-        from :func:`label_moments`), to skip the symmetrisation.
-    """
-    if symmetric:
-        a = sp.csr_matrix(adj)
-    else:
-        a = without_diagonal(adj)
-        nz: Any = a  # scipy-stubs leave sparse `!=` as object.__ne__ (bool); at runtime it is elementwise
-        a = sp.csr_matrix(((nz != 0) + (nz.T != 0)).astype(np.float64))
-        a.sort_indices()
-    n = a.shape[0]
-    if n == 0:
-        empty = np.zeros(0, dtype=np.int64)
-        g = Components(
-            labels=empty, n_components=0, bipartite=np.zeros(0, bool), colour=empty.astype(np.int8), sizes=empty
-        )
-        return GraphStructure(graph=g, depth=empty, pred=empty, odd_edge=np.zeros((0, 2), dtype=np.int64))
-    pattern = sp.csr_matrix((np.ones(a.nnz), a.indices, a.indptr), shape=a.shape)
-    n_comp, raw = connected_components(pattern, directed=True, connection="strong")
-    _, first = np.unique(raw, return_index=True)  # smallest node of each raw component
-    rank = np.argsort(first, kind="stable")
-    remap = np.empty(n_comp, dtype=np.int64)
-    remap[rank] = np.arange(n_comp)
-    comp = remap[raw]
-    roots = first[rank]  # roots[c] = smallest node of component c
-    sizes = np.bincount(comp, minlength=n_comp)
-    # BFS from a super-root (node n) whose children are the component roots
-    indptr = np.concatenate([pattern.indptr, [pattern.indptr[-1] + n_comp]])
-    indices = np.concatenate([pattern.indices, roots]).astype(pattern.indices.dtype, copy=False)
-    sup = sp.csr_matrix((np.ones(indices.size), indices, indptr), shape=(n + 1, n + 1))
-    order, pred_all = breadth_first_order(sup, n, directed=True, return_predecessors=True)
-    pos = np.empty(n + 1, dtype=np.int64)
-    pos[order] = np.arange(n + 1)
-    parent_pos = pos[pred_all[order[1:]]]  # non-decreasing
-    level_of_pos = np.empty(n + 1, dtype=np.int64)
-    level_of_pos[0] = 0
-    end, level = 1, 0  # level `level` occupies positions [previous end, end)
-    while end < n + 1:
-        nxt = 1 + int(np.searchsorted(parent_pos, end, side="left"))
-        level += 1
-        level_of_pos[end:nxt] = level
-        end = nxt
-    depth = level_of_pos[pos[:n]] - 1
-    pred = pred_all[:n].astype(np.int64)
-    pred[pred == n] = -1
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(pattern.indptr))
-    cols = pattern.indices.astype(np.int64)
-    same = (depth[rows] == depth[cols]) & (rows < cols)
-    su, sv = rows[same], cols[same]
-    odd = np.zeros(n_comp, dtype=bool)
-    odd[comp[su]] = True
-    odd_edge = np.full((n_comp, 2), -1, dtype=np.int64)
-    if su.size:  # CSR order = (u, v) lexicographic: the first hit per component is the smallest
-        cs, first_hit = np.unique(comp[su], return_index=True)
-        odd_edge[cs, 0] = su[first_hit]
-        odd_edge[cs, 1] = sv[first_hit]
-    g = Components(
-        labels=comp, n_components=int(n_comp), bipartite=~odd, colour=(depth % 2).astype(np.int8), sizes=sizes
-    )
-    return GraphStructure(graph=g, depth=depth, pred=pred, odd_edge=odd_edge)
+from crowdflow.skills.spectra import signless_lambda_min, top_eigenvalue
 
 
 def witness_cycles(structure: GraphStructure) -> dict[int, np.ndarray]:

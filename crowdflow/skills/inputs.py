@@ -39,6 +39,11 @@ def canonical_label_matrix(lm: LabelMatrix) -> LabelMatrix:
     it is already in that order.
     """
     order, _ = task_major_order(lm.task_idx, lm.worker_idx, lm.n_workers)
+    return _reordered(lm, order)
+
+
+def _reordered(lm: LabelMatrix, order: np.ndarray) -> LabelMatrix:
+    """``lm`` with its entries in ``order`` (``lm`` itself when ``order`` is the identity)."""
     if order.size and order[-1] == order.size - 1 and bool(np.all(order[1:] > order[:-1])):
         return lm
     return LabelMatrix(
@@ -86,16 +91,7 @@ def prepare_labels(
                 f"declared classes {list(classes)} differ from the label matrix's classes "
                 f"{lm.classes.tolist()}; encode with crowdflow.labels.encode_labels(df, classes)"
             )
-        order = _canonical_order(lm)
-        if not (order.size and order[-1] == order.size - 1 and bool(np.all(order[1:] > order[:-1]))):
-            lm = LabelMatrix(
-                workers=lm.workers,
-                tasks=lm.tasks,
-                classes=lm.classes,
-                worker_idx=np.ascontiguousarray(lm.worker_idx[order]),
-                task_idx=np.ascontiguousarray(lm.task_idx[order]),
-                class_idx=np.ascontiguousarray(lm.class_idx[order]),
-            )
+        lm = _reordered(lm, _canonical_order(lm))
     elif isinstance(labels, pd.DataFrame):
         lm, dropped = encode_canonical(labels, classes, duplicates)
     else:

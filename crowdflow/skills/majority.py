@@ -38,11 +38,14 @@ class ConsensusResult:
     n_ties : int
         Tasks whose top score was shared by two or more classes.
     method : str
+    winner : numpy.ndarray
+        Class code (position in the label order) of each task's label.
     """
 
     consensus: pd.DataFrame
     n_ties: int
     method: str
+    winner: np.ndarray
 
 
 def weighted_vote(
@@ -115,4 +118,4 @@ def majority_vote(lm: LabelMatrix, tie_break: TieBreak = "random", seed: int = 0
     )
     if ties:
         log.info("majority vote: %d of %d tasks tied (tie_break=%s)", ties, lm.n_tasks, tie_break)
-    return ConsensusResult(consensus=table, n_ties=ties, method="mv")
+    return ConsensusResult(consensus=table, n_ties=ties, method="mv", winner=winner)

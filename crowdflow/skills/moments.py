@@ -25,7 +25,7 @@ from crowdflow.labels import LabelMatrix
 from crowdflow.skills.types import Weighting
 
 #: P = N + K·Agree packs both counts of a worker pair in one exact int64 (K = 2³², N and Agree < K)
-PAIR_PACK_K = np.int64(1) << np.int64(32)
+_PACK_K = np.int64(1) << np.int64(32)
 
 
 @dataclass(frozen=True)
@@ -172,3 +172,36 @@ def edge_weights(co_labels: sp.csr_matrix, weighting: Weighting = "count") -> sp
     else:
         raise ValueError(f"unknown weighting {weighting!r}; use 'count', 'binary' or 'square'")
     return sp.csr_matrix((data, n.indices.copy(), n.indptr.copy()), shape=n.shape)
+
+
+def pack_counts(co_labels: sp.csr_matrix, agreements: np.ndarray) -> sp.csr_matrix:
+    """P = N + 2³²·Agree on the pattern of N (int64): both counts in one matrix that sums exactly.
+
+    Counts of disjoint sets of tasks (record batches, partitions) are added as packed matrices and
+    unpacked once by :func:`moments_from_packed` (docs/methods/skills.md §4.2, §4.3).
+
+    Parameters
+    ----------
+    co_labels : scipy.sparse.csr_matrix
+        N (int64), e.g. from ``crowdflow.graphs.pair_counts``.
+    agreements : numpy.ndarray
+        Agreement count of every stored entry of ``co_labels``.
+    """
+    return sp.csr_matrix(
+        (co_labels.data + _PACK_K * agreements, co_labels.indices, co_labels.indptr), shape=co_labels.shape
+    )
+
+
+def moments_from_packed(packed: sp.csr_matrix, n_classes: int, min_pair_count: int = 1) -> LabelMoments:
+    """N, agreements and C^ from a sum of :func:`pack_counts` matrices.
+
+    Sums the duplicate entries and sorts the indices of ``packed`` in place, then unpacks
+    N = P mod 2³² and Agree = P div 2³² and builds the moments (:func:`moments_from_counts`).
+    """
+    total = sp.csr_matrix(packed)
+    total.sum_duplicates()
+    total.sort_indices()
+    n_mat = sp.csr_matrix((total.data & (_PACK_K - 1), total.indices, total.indptr), shape=total.shape)
+    n_mat.has_sorted_indices = True
+    agree = total.data >> np.int64(32)
+    return moments_from_counts(n_mat, agree, n_classes, min_pair_count)

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 
 from crowdflow.graphs import pair_counts
 from crowdflow.labels import LabelMatrix, task_major_order
-from crowdflow.skills.moments import PAIR_PACK_K, LabelMoments, moments_from_counts
+from crowdflow.skills.moments import LabelMoments, moments_from_packed, pack_counts
 
 
 def write_label_partitions(lm: LabelMatrix, folder: str | Path, n_partitions: int) -> list[str]:
@@ -70,7 +70,7 @@ def partition_pair_counts(path: str, n_workers: int, n_classes: int) -> sp.csr_m
     indptr = np.zeros(int(local.max()) + 2 if local.size else 1, dtype=np.int64)
     np.cumsum(np.bincount(local, minlength=indptr.size - 1), out=indptr[1:])
     n_b, ag_b = pair_counts(indptr, worker[order], label[order], n_workers, n_classes)
-    return sp.csr_matrix((n_b.data + PAIR_PACK_K * ag_b, n_b.indices, n_b.indptr), shape=n_b.shape)
+    return pack_counts(n_b, ag_b)
 
 
 def moments_from_partitions(parts: Iterable[sp.csr_matrix], n_classes: int, min_pair_count: int = 1) -> LabelMoments:
@@ -84,10 +84,4 @@ def moments_from_partitions(parts: Iterable[sp.csr_matrix], n_classes: int, min_
         total = p.copy() if total is None else total + p
     if total is None:
         raise ValueError("no partitions to sum")
-    total = sp.csr_matrix(total)
-    total.sum_duplicates()
-    total.sort_indices()
-    n_mat = sp.csr_matrix((total.data & (PAIR_PACK_K - 1), total.indices, total.indptr), shape=total.shape)
-    n_mat.has_sorted_indices = True
-    agree = total.data >> np.int64(32)
-    return moments_from_counts(n_mat, agree, n_classes, min_pair_count)
+    return moments_from_packed(total, n_classes, min_pair_count)

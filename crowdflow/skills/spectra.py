@@ -16,17 +16,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import eigsh
 
 from crowdflow._typing import SparseMatrix
-
-
-def without_diagonal(m: SparseMatrix) -> sp.csr_matrix:
-    """Zero the diagonal (O(nnz) mask, no re-sorting as in ``setdiag``) and canonicalise."""
-    m = sp.csr_matrix(m, copy=True)
-    rows = np.repeat(np.arange(m.shape[0]), np.diff(m.indptr))
-    m.data[m.indices == rows] = 0
-    m.eliminate_zeros()
-    m.sum_duplicates()
-    m.sort_indices()
-    return m
+from crowdflow.graphs import without_diagonal
 
 
 def top_eigenvalue(a: SparseMatrix, dense_max: int = 2000) -> float:

@@ -16,11 +16,11 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from crowdflow.graphs import pair_counts
+from crowdflow.graphs import graph_structure, pair_counts
 from crowdflow.labels import DuplicatePolicy, natural_order
 from crowdflow.skills.consensus import vote_weights
-from crowdflow.skills.identifiability import active_workers, graph_structure
-from crowdflow.skills.moments import PAIR_PACK_K, LabelMoments, edge_weights, moments_from_counts
+from crowdflow.skills.identifiability import active_workers
+from crowdflow.skills.moments import LabelMoments, edge_weights, moments_from_packed, pack_counts
 from crowdflow.skills.rank_one import RankOneFit, fit_active
 from crowdflow.skills.rows import row_argmax, softmax_rows
 from crowdflow.skills.types import Fallback, SignMode, Solver, Weighting
@@ -214,8 +214,7 @@ def accumulate_moments(
         np.cumsum(np.bincount(t_sorted, minlength=len(t_uniq)), out=indptr[1:])
         m_b = max(int(c_codes.max()) + 1 if c_codes.size else 1, 2)
         n_b, ag_b = pair_counts(indptr, w_codes[order], c_codes[order], n_w, m_b)
-        p_b = sp.csr_matrix((n_b.data + PAIR_PACK_K * ag_b, n_b.indices, n_b.indptr), shape=n_b.shape)
-        acc = _grow(acc, n_w) + p_b
+        acc = _grow(acc, n_w) + pack_counts(n_b, ag_b)
         grown = np.zeros(n_w, dtype=np.int64)
         grown[: n_lab.size] = n_lab
         n_lab = grown + np.bincount(w_codes[order], minlength=n_w)
@@ -239,10 +238,6 @@ def accumulate_moments(
     raw_workers = np.asarray(worker_book.index, dtype=object)
     perm = natural_order(raw_workers)  # final dense id = natural order, as encode_labels
     acc = sp.csr_matrix(_grow(acc, raw_workers.size)[perm][:, perm])
-    acc.sum_duplicates()
-    acc.sort_indices()
-    n_mat = sp.csr_matrix((acc.data & (PAIR_PACK_K - 1), acc.indices, acc.indptr), shape=acc.shape)
-    agree = acc.data >> np.int64(32)
     if classes is None:
         cls_raw = np.asarray(class_book.index, dtype=object)
         cls = cls_raw[natural_order(cls_raw)]
@@ -254,7 +249,7 @@ def accumulate_moments(
         workers=raw_workers[perm],
         classes=cls,
         n_labels=n_lab[perm],
-        moments=moments_from_counts(n_mat, agree, int(cls.size)),
+        moments=moments_from_packed(acc, int(cls.size)),
         n_tasks=int(n_tasks),
         n_rows=int(n_rows),
         n_duplicates_dropped=int(dropped),

@@ -214,7 +214,7 @@ def test_graph_helpers_do_not_mutate_inputs():
 
 @pytest.mark.parametrize("seed", range(6))
 def test_graph_structure_matches_components(seed):
-    from crowdflow.skills import graph_structure
+    from crowdflow.graphs import graph_structure
 
     rng = np.random.default_rng(seed)
     n = int(rng.integers(2, 60))
