@@ -7,7 +7,7 @@ the gold tasks and wall time (median of ``--repeats``, default 3) of
 
 - ours, each a whole ``crowdflow.skills.fit_skills`` call on the DataFrame (validation,
   encoding, moments, identifiability check, fit, consensus, per-component diagnostics without
-  eigenvalues — the library default): PGD with the spec's solver (``gd``, η = 1/(4 max r_i)),
+  eigenvalues, ``spectral=False``): PGD with the spec's solver (``gd``, η = 1/(4 max r_i)),
   PGD with the ``scaled`` solver (the pipeline default), one-coin DS, full DS, MV;
 - Crowd-Kit (benchmark-only peer, the ``bench`` extra): MajorityVote, DawidSkene,
   OneCoinDawidSkene, MMSR with their default settings, ``fit_predict`` on the same rows.
@@ -59,19 +59,19 @@ MAX_CLASSES = 20
 TABLE5 = {"snow_rte": "0.07", "snow_temp": "0.0512", "snow_wsd": "0.0056"}
 TABLE5_MV = {"snow_rte": "0.1031", "snow_temp": "0.0639", "snow_wsd": "0.0056"}
 OURS = [
-    ("PGD", "pgd", {"solver": "gd"}),
-    ("PGD-scaled", "pgd", {"solver": "scaled"}),
-    ("1-coin DS", "onecoin_ds", {}),
-    ("DS", "ds", {}),
-    ("MV", "mv", {}),
+    ("PGD", "pgd", {"solver": "gd", "spectral": False}),
+    ("PGD-scaled", "pgd", {"solver": "scaled", "spectral": False}),
+    ("1-coin DS", "onecoin_ds", {"spectral": False}),
+    ("DS", "ds", {"spectral": False}),
+    ("MV", "mv", {"spectral": False}),
 ]
 MODEL_BASED = ["PGD", "PGD-scaled", "1-coin DS", "DS"]  # candidates for the "at <= CK DS error" column
 ABLATION = [
-    ("PGD τ=0", "pgd", {"solver": "scaled", "tau": 0.0}),
-    ("PGD τ=0.5", "pgd", {"solver": "scaled", "tau": 0.5}),
-    ("PGD τ=2", "pgd", {"solver": "scaled", "tau": 2.0}),
-    ("PGD binary w", "pgd", {"solver": "scaled", "weighting": "binary"}),
-    ("DS α=1", "ds", {"ds_smoothing": 1.0}),
+    ("PGD τ=0", "pgd", {"solver": "scaled", "spectral": False, "tau": 0.0}),
+    ("PGD τ=0.5", "pgd", {"solver": "scaled", "spectral": False, "tau": 0.5}),
+    ("PGD τ=2", "pgd", {"solver": "scaled", "spectral": False, "tau": 2.0}),
+    ("PGD binary w", "pgd", {"solver": "scaled", "spectral": False, "weighting": "binary"}),
+    ("DS α=1", "ds", {"ds_smoothing": 1.0, "spectral": False}),
 ]
 
 
@@ -139,7 +139,7 @@ def run(
             "M": labels["label"].nunique(),
         }
         for name, method, kw in OURS:
-            res, secs = _median_time(lambda m=method, k=kw: fit_skills(labels, m, **k), repeats)
+            res, secs = _median_time(lambda m=method, k=kw: fit_skills(labels, method=m, **k), repeats)
             row[name] = prediction_error(res.consensus, truth)  # type: ignore[attr-defined]
             row[f"{name} s"] = secs
             row[f"{name} ties"] = res.metadata.get("n_ties", np.nan)  # type: ignore[attr-defined]
@@ -167,7 +167,7 @@ def run(
             for name, method, kw in ABLATION:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    res = fit_skills(labels, method, **kw)
+                    res = fit_skills(labels, method=method, **kw)
                 row[name] = prediction_error(res.consensus, truth)
         row["MV E[coin]"] = majority_vote_expected_error(labels, truth)
         row["paper MV"] = float(TABLE5_MV.get(folder.name, "nan"))

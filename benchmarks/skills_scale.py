@@ -7,8 +7,8 @@ Synthetic one-coin binary data (``crowdflow.synth.skills``): 10 labels per task,
 tasks; 30 % near-spammers (s ~ U[−0.05, 0.05]), the rest s ~ U[0.3, 0.9]. Each size runs in its
 own subprocess so peak memory is that size's own:
 
-1. ``fit_skills(labels_df, method="pgd", solver="scaled")`` as a whole (library defaults, i.e.
-   diagnostics without eigenvalues), its per-step wall times (``SkillsResult.timings``: encode,
+1. ``fit_skills(labels_df, method="pgd", solver="scaled", spectral=False)`` as a whole (the library
+   defaults when this was measured: diagnostics without eigenvalues), its per-step wall times (``SkillsResult.timings``: encode,
    moments, graph, fit, consensus, diagnostics) and the process's peak RSS
    (``resource.getrusage``; includes the input DataFrame, reported separately as ``input RSS``);
 2. the same steps called one by one with a sampling thread reading /proc/self/statm every 2 ms:
@@ -97,7 +97,7 @@ def child(exp: int, n_workers: int) -> dict:
 
     # 1. whole call
     t0 = time.perf_counter()
-    res = sk.fit_skills(labels, "pgd", solver="scaled")
+    res = sk.fit_skills(labels, method="pgd", solver="scaled", spectral=False)
     out["fit_skills s"] = time.perf_counter() - t0
     out["peak RSS (whole run)"] = _peak_rss()
     out["steps s"] = res.timings
@@ -108,12 +108,12 @@ def child(exp: int, n_workers: int) -> dict:
     # once on a tiny input and reported on its own, so that the rows below compare the methods
     tiny = labels.iloc[: per_task * 20]
     t0 = time.perf_counter()
-    sk.fit_skills(tiny, "ds")
+    sk.fit_skills(tiny, method="ds", spectral=False)
     out["kernel load s"] = time.perf_counter() - t0
     baselines = {}
     for method in ("mv", "onecoin_ds", "ds"):
         t0 = time.perf_counter()
-        res = sk.fit_skills(labels, method)
+        res = sk.fit_skills(labels, method=method, spectral=False)
         secs = time.perf_counter() - t0
         baselines[method] = {
             "s": secs,
@@ -204,7 +204,7 @@ def report(results: list[dict]) -> str:
         "2-core host (other jobs running: timings are indicative), single-threaded BLAS. Synthetic binary "
         "one-coin labels, 10 labels/task, 30 % near-spammers; string ids. One subprocess per size.",
         "",
-        '## Whole `fit_skills(labels_df, method="pgd", solver="scaled")` (library defaults)',
+        '## Whole `fit_skills(labels_df, method="pgd", solver="scaled", spectral=False)`',
         "",
         "| labels | tasks | workers | N nnz | total s | encode | moments | graph | fit | consensus | "
         "diagnostics | iterations | input RSS GB | peak RSS GB | PGD error | MV error |",
@@ -223,7 +223,7 @@ def report(results: list[dict]) -> str:
         )
     lines += [
         "",
-        "## Baselines: whole `fit_skills(labels_df, method)` on the same labels",
+        "## Baselines: whole `fit_skills(labels_df, method=..., spectral=False)` on the same labels",
         "",
         "Dawid–Skene EM with the spec's stop rule (parameter change < 1e-6 or 100 iterations), compiled "
         "loop; `fit` is the EM (or vote) step alone, the rest is the shared encoding, N and diagnostics. "

@@ -123,7 +123,7 @@ def skills_tables(rte_dir: Path) -> dict[str, pd.DataFrame]:
 
     lm = encode_labels(pd.read_csv(rte_dir / "labels.csv", dtype=str))
     graph = worker_graph_report(lm)
-    res = fit_skills(lm, "pgd", solver="scaled", graph_report=graph)
+    res = fit_skills(lm, method="pgd", solver="scaled", graph_report=graph)
     return {"consensus": res.consensus, "skills": res.skills, "components": res.diagnostics}
 
 

@@ -1,6 +1,7 @@
 """Worker skills and consensus labels from sparse worker x task labels (see docs/methods/skills.md).
 
-The entry point is :func:`fit_skills` (rank-one PGD, Dawid–Skene EM or majority vote on a labels table);
+The entry point is :func:`fit_skills` (rank-one PGD, Dawid–Skene EM or majority vote on a labels table),
+configured by one :class:`SkillsOptions` object (the ``skills:`` section of a pipeline spec);
 :func:`accumulate_moments`, :func:`skills_from_moments` and :func:`stream_consensus` fit label streams
 larger than memory, and :func:`write_label_partitions` / :func:`partition_pair_counts` /
 :func:`moments_from_partitions` compute the co-label statistics on a cluster. The lower-level steps
@@ -26,7 +27,13 @@ from crowdflow.skills.identifiability import (
 from crowdflow.skills.inputs import canonical_label_matrix, prepare_labels
 from crowdflow.skills.majority import ConsensusResult, majority_vote, weighted_vote
 from crowdflow.skills.moments import LabelMoments, edge_weights, label_moments, moments_from_counts, prune_spammer_edges
-from crowdflow.skills.partitions import moments_from_partitions, partition_pair_counts, write_label_partitions
+from crowdflow.skills.options import SkillsOptions
+from crowdflow.skills.partitions import (
+    moments_from_partitions,
+    partition_pair_counts,
+    partitioned_moments,
+    write_label_partitions,
+)
 from crowdflow.skills.rank_one import RankOneFit, fit_active, fit_rank_one, rank_one_gradient, rank_one_loss
 from crowdflow.skills.spectra import signless_lambda_min, signless_laplacian
 from crowdflow.skills.streaming import StreamedMoments, accumulate_moments, skills_from_moments, stream_consensus
@@ -37,6 +44,7 @@ __all__ = [
     "DawidSkeneResult",
     "LabelMoments",
     "RankOneFit",
+    "SkillsOptions",
     "SkillsResult",
     "StreamedMoments",
     "accumulate_moments",
@@ -55,6 +63,7 @@ __all__ = [
     "odd_cycle_witnesses",
     "one_coin_dawid_skene",
     "partition_pair_counts",
+    "partitioned_moments",
     "prediction_error",
     "prepare_labels",
     "prune_spammer_edges",

@@ -23,7 +23,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from crowdflow.graphs import Components, GraphStructure, WorkerGraphReport, graph_structure
-from crowdflow.labels import DuplicatePolicy, LabelMatrix
+from crowdflow.labels import LabelMatrix
 from crowdflow.progress import ProgressFn
 from crowdflow.skills.consensus import vote_weights, weighted_consensus
 from crowdflow.skills.dawid_skene import dawid_skene, one_coin_dawid_skene
@@ -31,8 +31,10 @@ from crowdflow.skills.identifiability import active_workers, component_diagnosti
 from crowdflow.skills.inputs import prepare_labels
 from crowdflow.skills.majority import majority_vote
 from crowdflow.skills.moments import LabelMoments, edge_weights, label_moments, prune_spammer_edges
+from crowdflow.skills.options import SkillsOptions
+from crowdflow.skills.partitions import MapFn, partitioned_moments
 from crowdflow.skills.rank_one import fit_active
-from crowdflow.skills.types import Fallback, Method, Policy, SignMode, Solver, TieBreak, Weighting
+from crowdflow.skills.types import Policy
 
 log = logging.getLogger(__name__)
 
@@ -118,110 +120,48 @@ def _failure_message(
 
 def fit_skills(
     labels: pd.DataFrame | LabelMatrix,
-    method: Method = "pgd",
+    options: SkillsOptions | None = None,
     *,
-    classes: list[str] | None = None,
-    duplicates: DuplicatePolicy = "error",
-    weighting: Weighting = "count",
-    tau: float = 1.0,
-    x0: float = 0.5,
-    eta: float | None = None,
-    tol: float = 1e-7,
-    max_iter: int = 5000,
-    solver: Solver = "gd",
-    sign_mode: SignMode = "sum_rule",
-    identifiability_policy: Policy = "flag",
-    fallback: Fallback = "mv",
-    tie_break: TieBreak = "random",
-    seed: int = 0,
-    min_pair_count: int = 1,
-    prune_spammers: tuple[float, float] | None = None,
-    spectral: bool = False,
-    dense_eig_max: int = 500,
-    witness: bool = True,
-    spectral_max_nnz: int | None = 2_000_000,
-    ds_tol: float = 1e-6,
-    ds_max_iter: int = 100,
-    ds_smoothing: float = 0.01,
     graph_report: WorkerGraphReport | None = None,
     moments: LabelMoments | None = None,
+    executor: MapFn | None = None,
+    n_partitions: int = 4,
+    scratch_dir: str | None = None,
     progress: ProgressFn | None = None,
+    identifiability_policy: Policy = "flag",
+    **overrides: Any,
 ) -> SkillsResult:
-    """Estimate worker skills and consensus labels (spec skills-rank-one.md §2.8, §3, §7).
+    """Estimate worker skills and consensus labels (docs/methods/skills.md §2.8, §3, §7).
 
-    ``method="pgd"`` (spec §2.8):
+    ``method="pgd"`` (§2.8):
       1. dense ids, de-duplication, N and C^ by sparse products (:func:`label_moments`);
       2. components of the interaction graph (``crowdflow.graphs``); status per worker:
          ``isolated`` / ``bipartite_component`` from the graph, else ``too_few_labels`` if
          n_i ≤ τ² (empty box), else ``ok`` if the worker stays in a non-bipartite component of the
          active graph (workers with n_i ≤ τ² removed; recomputed until stable);
-      3. PGD (:func:`fit_rank_one`) on the active subgraph with w = B(N), box
-         ±(1 − τ/√n_i) (multiclass lower bound max(−1/(M−1), ·)), x^0, η = 1/(4 max_i r_i);
+      3. the rank-one fit (:func:`fit_rank_one`) on the active subgraph with w = B(N), box
+         ±(1 − τ/√n_i) (multiclass lower bound max(−1/(M−1), ·)), start x^0;
       4. signs per fitted component (:func:`resolve_signs`; S1 default; S2 = ``sign_mode="bfs"``
          fits |C^| on the box [1e-3, hi_i] and propagates signs by BFS);
       5. MAP weighted vote (:func:`weighted_consensus`), unidentified workers weight 0;
       6. diagnostics per component (:func:`component_diagnostics`).
     Steps 1–2 run once for every method: labels encoded by hash (``encode_canonical``), N and the
     agreements from one integer sparse product, components/bipartiteness/odd-cycle witnesses from
-    one BFS (:func:`graph_structure`). Wall time per step is in ``SkillsResult.timings``. For data
-    that does not fit in memory see :func:`accumulate_moments` (streaming, two passes).
-    ``identifiability_policy="raise"`` raises ``ValueError`` listing every failing component
-    (id, reason, size, labels, tasks, worker ids) when any worker is isolated or in a bipartite
-    component; ``"flag"`` fits the ok workers and marks the rest (skill NaN, weight 0).
+    one BFS (``crowdflow.graphs.graph_structure``). Wall time per step is in ``SkillsResult.timings``.
+    For data that does not fit in memory see :func:`accumulate_moments` (streaming, two passes).
 
     ``method="onecoin_ds" | "ds"``: Dawid–Skene EM baselines (``crowdflow.skills.dawid_skene``,
-    spec §7); skills table from the EM accuracies (status informational, from the graph).
-    ``method="mv"``: majority vote (``crowdflow.skills.majority``); skill NaN, accuracy =
-    agreement rate of the worker with the MV labels, vote_weight 1.
+    §7.2); skills table from the EM accuracies (status informational, from the graph).
+    ``method="mv"``: majority vote (:func:`crowdflow.skills.majority_vote`, §7.1); skill NaN,
+    accuracy = agreement rate of the worker with the MV labels, vote_weight 1.
 
     Parameters
     ----------
     labels : pandas.DataFrame or LabelMatrix
         Columns ``task, worker, label``.
-    method : {"pgd", "onecoin_ds", "ds", "mv"}
-    classes : list of str, optional
-        Declared label set (M); wins over observed labels.
-    duplicates : {"error", "keep_last", "keep_first"}
-    weighting : {"count", "binary", "square"}
-        B(N) of spec §2.2.
-    tau : float
-        Box shrinkage τ (0 = box [−1, 1] / [−1/(M−1), 1]).
-    x0 : float
-        Positive constant start.
-    eta : float, optional
-        PGD step; default 1/(4 max_i r_i).
-    tol, max_iter : float, int
-        Stop when max|Δx| < tol or after max_iter updates (warning when not converged).
-    solver : {"gd", "scaled", "eg"}
-        ``gd`` = spec PGD (default); ``scaled`` = per-worker Newton-scaled steps with a monotone
-        safeguard, same objective and fixed points (:func:`fit_rank_one`; the pipeline default);
-        ``eg`` = exponentiated gradient (only with ``sign_mode="bfs"``).
-    sign_mode : {"sum_rule", "bfs"}
-    identifiability_policy : {"flag", "raise"}
-    fallback : {"mv", "zero"}
-        Rule for tasks without any identified labeller (spec §3.3; ``mv`` default).
-    tie_break : {"random", "smallest"}
-    seed : int
-    min_pair_count : int
-        Drop pairs with N_ij below this before everything else.
-    prune_spammers : (delta, c), optional
-        Spec §2.6 pruning (:func:`prune_spammer_edges`), off by default; the identifiability
-        check runs on the pruned graph.
-    spectral : bool
-        Signless-Laplacian eigenvalues, ||N||_2 and the Theorem-12 quantities in the diagnostics.
-        Off by default in the library (they cost more than the fit itself on small data: three
-        dense eigensolves per component, ~1 ms each at 160 workers; Lanczos at scale); the
-        pipeline's ``SkillsOptions.spectral`` turns them on. Everything else in the diagnostics
-        (components, bipartiteness, odd-cycle witness, degree and N statistics) is always computed.
-    dense_eig_max : int
-        Components up to this many workers use dense ``eigvalsh``, larger ones ``eigsh``.
-    witness : bool
-        Odd-cycle witness lengths (from the BFS of the identifiability check: no extra cost).
-    spectral_max_nnz : int or None
-        Components with more stored entries of N skip the eigenvalues (``eig_method="skipped"``);
-        None = no limit.
-    ds_tol, ds_max_iter, ds_smoothing
-        EM settings of the DS baselines.
+    options : SkillsOptions, optional
+        Everything that changes the fit (method, solver, box, tolerances, tie-break, diagnostics…),
+        validated once; ``None`` means the defaults, which are the pipeline's (§8).
     graph_report : WorkerGraphReport, optional
         The interaction-graph report of these labels when the caller already has it (the pipeline's
         graph check), so N = B Bᵀ and the components are not computed twice.
@@ -229,26 +169,46 @@ def fit_skills(
         N, agreements and C^ of these labels computed elsewhere (e.g. summed over partitions by
         :func:`partition_pair_counts` / :func:`moments_from_partitions`), with workers in the order of
         the encoded labels and ``min_pair_count`` already applied; skips :func:`label_moments`.
+    executor : callable, optional
+        ``executor(fn, items) -> results`` (e.g. a Dask client's map): the co-label statistics are then
+        computed over ``n_partitions`` whole-task Parquet partitions of the labels, one item per
+        partition (:func:`crowdflow.skills.partitioned_moments`, §4.3); the result is the same.
+        ``metadata["moments_partitions"]`` records the number of partitions.
+    n_partitions : int
+        Partitions of the labels when an ``executor`` is given.
+    scratch_dir : str, optional
+        Folder for the partition files (a temporary folder is made in it); it must be visible to the
+        executor's workers.
     progress : callable, optional
         ``progress(fraction)`` with a fraction in [0, 1], called during the PGD iterations (see
         :func:`fit_rank_one`) and with 1.0 at the end.
+    identifiability_policy : {"flag", "raise"}
+        What the caller wants when a worker cannot be identified (§3.3): ``"flag"`` fits the ok workers
+        and marks the rest (skill NaN, weight 0); ``"raise"`` raises ``ValueError`` listing every
+        failing component (id, reason, size, labels, tasks, worker ids). It changes no fitted number,
+        so it is not an option: the pipeline decides blocking in its graph check (``checks``).
+    **overrides
+        Fields of :class:`SkillsOptions` that replace those of ``options``
+        (``fit_skills(df, method="mv")``), validated the same way.
 
     Returns
     -------
     SkillsResult
+
+    Raises
+    ------
+    pydantic.ValidationError
+        An unknown option, a value outside its range or a combination the fit cannot run
+        (a ``ValueError``).
+    ValueError
+        Bad labels, moments of other labels, or (with ``identifiability_policy="raise"``) workers
+        that cannot be identified.
     """
-    if method not in ("pgd", "onecoin_ds", "ds", "mv"):
-        raise ValueError(f"unknown method {method!r}; use 'pgd', 'onecoin_ds', 'ds' or 'mv'")
+    o = SkillsOptions.resolve(options, **overrides)
     if identifiability_policy not in ("raise", "flag"):
         raise ValueError(f"unknown identifiability_policy {identifiability_policy!r}; use 'raise' or 'flag'")
-    if fallback not in ("zero", "mv"):
-        raise ValueError(f"unknown fallback {fallback!r}; use 'zero' or 'mv'")
-    if weighting not in ("count", "binary", "square"):
-        raise ValueError(f"unknown weighting {weighting!r}; use 'count', 'binary' or 'square'")
-    if solver == "eg" and sign_mode != "bfs":
-        raise ValueError("solver 'eg' fits positive skills only: use it with sign_mode='bfs'")
-    if not x0 > 0:
-        raise ValueError("x0 must be > 0 (x = 0 is a stationary point)")
+    if executor is not None and moments is not None:
+        raise ValueError("give precomputed moments or an executor to compute them, not both")
     timings: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -258,28 +218,33 @@ def fit_skills(
         timings[step] = timings.get(step, 0.0) + now - clock
         clock = now
 
-    lm, dropped = prepare_labels(labels, classes, duplicates)
+    lm, dropped = prepare_labels(labels, o.classes, o.duplicates)
     m = lm.n_classes
     lap("encode")
-    if moments is None:
-        moments = label_moments(lm, min_pair_count=min_pair_count)
+    n_parts = 0
+    if executor is not None:
+        moments, n_parts = partitioned_moments(
+            lm, executor, n_partitions, min_pair_count=o.min_pair_count, scratch_dir=scratch_dir
+        )
+    elif moments is None:
+        moments = label_moments(lm, min_pair_count=o.min_pair_count)
     elif moments.co_labels.shape != (lm.n_workers, lm.n_workers) or moments.n_classes != m:
         raise ValueError(
             f"moments are for {moments.co_labels.shape[0]} workers / {moments.n_classes} classes, "
             f"the labels have {lm.n_workers} / {m}"
         )
     n_pruned = 0
-    if prune_spammers is not None:
-        moments, n_pruned = prune_spammer_edges(moments, *prune_spammers)
+    if o.prune_spammers is not None:
+        moments, n_pruned = prune_spammer_edges(moments, *o.prune_spammers)
     n_mat = moments.co_labels
     lap("moments")
     structure: GraphStructure | None = None
-    if graph_report is not None and min_pair_count <= 1 and prune_spammers is None:
+    if graph_report is not None and o.min_pair_count <= 1 and o.prune_spammers is None:
         graph = graph_report.graph
     else:
         structure = graph_structure(n_mat, symmetric=True)
         graph = structure.graph
-    w_all = edge_weights(n_mat, weighting)
+    w_all = edge_weights(n_mat, o.weighting)
     n_i = lm.labels_per_worker()
     n_partners = np.diff(n_mat.indptr).astype(np.int64)
     strength = np.asarray(n_mat.sum(axis=1)).ravel()
@@ -289,56 +254,37 @@ def fit_skills(
     status = base[graph.labels].copy()
 
     meta: dict[str, Any] = {
-        "method": method,
+        "method": o.method,
         "n_classes": m,
         "classes": lm.classes.astype(str).tolist(),
         "n_workers": lm.n_workers,
         "n_tasks": lm.n_tasks,
         "n_labels": lm.n_labels,
         "n_duplicates_dropped": int(dropped),
-        "weighting": weighting,
-        "tau": float(tau),
-        "x0": float(x0),
-        "tol": float(tol),
-        "max_iter": int(max_iter),
-        "solver": solver,
-        "sign_mode": sign_mode,
+        "weighting": o.weighting,
+        "tau": float(o.tau),
+        "x0": float(o.x0),
+        "tol": float(o.tol),
+        "max_iter": int(o.max_iter),
+        "solver": o.solver,
+        "sign_mode": o.sign_mode,
         "identifiability_policy": identifiability_policy,
-        "fallback": fallback,
-        "tie_break": tie_break,
-        "seed": int(seed),
-        "min_pair_count": int(min_pair_count),
-        "prune_spammers": "" if prune_spammers is None else ",".join(map(str, prune_spammers)),
+        "fallback": o.fallback,
+        "tie_break": o.tie_break,
+        "seed": int(o.seed),
+        "min_pair_count": int(o.min_pair_count),
+        "prune_spammers": "" if o.prune_spammers is None else ",".join(map(str, o.prune_spammers)),
         "n_pairs_pruned": n_pruned,
     }
+    if n_parts:
+        meta["moments_partitions"] = n_parts
 
-    if method != "pgd":
-        return _fit_baseline(
-            lm,
-            method,
-            graph,
-            n_mat,
-            w_all,
-            status,
-            n_i,
-            n_partners,
-            strength,
-            meta,
-            tie_break=tie_break,
-            seed=seed,
-            spectral=spectral,
-            dense_eig_max=dense_eig_max,
-            witness=witness,
-            spectral_max_nnz=spectral_max_nnz,
-            witnesses=witness_cycles(structure) if (witness and structure is not None) else None,
-            ds_tol=ds_tol,
-            ds_max_iter=ds_max_iter,
-            ds_smoothing=ds_smoothing,
-            timings=timings,
-        )
+    if o.method != "pgd":
+        witnesses = witness_cycles(structure) if (o.witness and structure is not None) else None
+        return _fit_baseline(lm, o, graph, n_mat, w_all, status, n_i, n_partners, strength, meta, witnesses, timings)
 
     lap("graph")
-    status, active, lo, hi, ag, drops = active_workers(graph, base, w_all, n_i, m, tau)
+    status, active, lo, hi, ag, drops = active_workers(graph, base, w_all, n_i, m, o.tau)
     failing = np.isin(status, ["isolated", "bipartite_component"])
     if identifiability_policy == "raise" and (failing.any() or not active.any()):
         fail_comps = np.unique(graph.labels[failing & (base[graph.labels] != "ok")])
@@ -365,20 +311,20 @@ def fit_skills(
         moments.c_hat,
         lo,
         hi,
-        x0=x0,
-        eta=eta,
-        tol=tol,
-        max_iter=max_iter,
-        solver=solver,
-        sign_mode=sign_mode,
+        x0=o.x0,
+        eta=o.eta,
+        tol=o.tol,
+        max_iter=o.max_iter,
+        solver=o.solver,
+        sign_mode=o.sign_mode,
         progress=progress,
     )
     if fit is None:
-        log.warning("no identifiable worker: every task falls back to %s", fallback)
+        log.warning("no identifiable worker: every task falls back to %s", o.fallback)
 
     lap("fit")
     v = vote_weights(skills, m, lo, hi)
-    cons = weighted_consensus(lm, v, identified=active, fallback=fallback, tie_break=tie_break, seed=seed)
+    cons = weighted_consensus(lm, v, identified=active, fallback=o.fallback, tie_break=o.tie_break, seed=o.seed)
     lap("consensus")
     accuracy = ((m - 1) * skills + 1) / m
     table = pd.DataFrame(
@@ -405,11 +351,11 @@ def fit_skills(
         graph,
         skills,
         status.astype(str),
-        spectral=spectral,
-        dense_max=dense_eig_max,
-        witness=witness,
-        spectral_max_nnz=spectral_max_nnz,
-        witnesses=witness_cycles(structure) if (witness and structure is not None) else None,
+        spectral=o.spectral,
+        dense_max=o.dense_eig_max,
+        witness=o.witness,
+        spectral_max_nnz=o.spectral_max_nnz,
+        witnesses=witness_cycles(structure) if (o.witness and structure is not None) else None,
     )
     lap("diagnostics")
     labels_ok = float(active[lm.worker_idx].mean())
@@ -430,7 +376,7 @@ def fit_skills(
         }
     )
     if cons.n_ties:
-        log.info("MAP vote: %d tied tasks (tie_break=%s)", cons.n_ties, tie_break)
+        log.info("MAP vote: %d tied tasks (tie_break=%s)", cons.n_ties, o.tie_break)
     return SkillsResult(
         skills=table,
         consensus=cons.consensus,
@@ -443,7 +389,7 @@ def fit_skills(
 
 def _fit_baseline(
     lm: LabelMatrix,
-    method: str,
+    o: SkillsOptions,
     graph: Components,
     n_mat: sp.csr_matrix,
     w_all: sp.csr_matrix,
@@ -452,42 +398,31 @@ def _fit_baseline(
     n_partners: np.ndarray,
     strength: np.ndarray,
     meta: dict[str, Any],
-    *,
-    tie_break: TieBreak,
-    seed: int,
-    spectral: bool,
-    dense_eig_max: int,
-    witness: bool,
-    spectral_max_nnz: int | None,
     witnesses: dict[int, np.ndarray] | None,
-    ds_tol: float,
-    ds_max_iter: int,
-    ds_smoothing: float,
     timings: dict[str, float],
 ) -> SkillsResult:
     clock = time.perf_counter()
     nan = np.full(lm.n_workers, np.nan)
     trace = np.empty(0)
-    if method == "mv":
-        mv = majority_vote(lm, tie_break, seed)
+    if o.method == "mv":
+        mv = majority_vote(lm, o.tie_break, o.seed)
         agree = (lm.class_idx == mv.winner[lm.task_idx]).astype(np.float64)
         accuracy = np.bincount(lm.worker_idx, weights=agree, minlength=lm.n_workers) / np.maximum(n_i, 1)
         skill = nan
         weight = np.ones(lm.n_workers)
         cons = mv.consensus.assign(fallback=np.zeros(lm.n_tasks, dtype=bool))
-        n_ties = mv.n_ties
         meta.update(
             {
                 "iterations": 0,
                 "converged": True,
                 "final_loss": float("nan"),
-                "n_ties": n_ties,
+                "n_ties": mv.n_ties,
                 "fit_status": "closed_form",
             }
         )
     else:
-        fn = one_coin_dawid_skene if method == "onecoin_ds" else dawid_skene
-        ds = fn(lm, tol=ds_tol, max_iter=ds_max_iter, smoothing=ds_smoothing, tie_break=tie_break, seed=seed)
+        fn = one_coin_dawid_skene if o.method == "onecoin_ds" else dawid_skene
+        ds = fn(lm, tol=o.ds_tol, max_iter=o.ds_max_iter, smoothing=o.ds_smoothing, tie_break=o.tie_break, seed=o.seed)
         accuracy = ds.workers["accuracy"].to_numpy(dtype=np.float64)
         skill = ds.workers["skill"].to_numpy(dtype=np.float64)
         weight = ds.workers["vote_weight"].to_numpy(dtype=np.float64)
@@ -531,10 +466,10 @@ def _fit_baseline(
         graph,
         skill,
         status.astype(str),
-        spectral=spectral,
-        dense_max=dense_eig_max,
-        witness=witness,
-        spectral_max_nnz=spectral_max_nnz,
+        spectral=o.spectral,
+        dense_max=o.dense_eig_max,
+        witness=o.witness,
+        spectral_max_nnz=o.spectral_max_nnz,
         witnesses=witnesses,
     )
     timings["diagnostics"] = time.perf_counter() - clock

@@ -7,8 +7,11 @@ their sum equals the in-memory statistics exactly (docs/methods/skills.md §4.3)
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -16,6 +19,9 @@ import scipy.sparse as sp
 from crowdflow.graphs import pair_counts
 from crowdflow.labels import LabelMatrix, task_major_order
 from crowdflow.skills.moments import LabelMoments, moments_from_packed, pack_counts
+
+#: ``executor(fn, items) -> results``: runs ``fn`` on every item (e.g. a Dask client's map), results in order
+MapFn = Callable[[Callable[[Any], Any], list[Any]], list[Any]]
 
 
 def write_label_partitions(lm: LabelMatrix, folder: str | Path, n_partitions: int) -> list[str]:
@@ -85,3 +91,37 @@ def moments_from_partitions(parts: Iterable[sp.csr_matrix], n_classes: int, min_
     if total is None:
         raise ValueError("no partitions to sum")
     return moments_from_packed(total, n_classes, min_pair_count)
+
+
+def partitioned_moments(
+    lm: LabelMatrix, executor: MapFn, n_partitions: int, *, min_pair_count: int, scratch_dir: str | None = None
+) -> tuple[LabelMoments, int]:
+    """N, agreements and C^ of ``lm`` summed over whole-task Parquet partitions, one executor item per file.
+
+    The partition files (:func:`write_label_partitions`) go to a temporary folder under ``scratch_dir``;
+    the executor's workers receive their paths, never DataFrames, and send back one packed count matrix
+    each (:func:`partition_pair_counts`). Integer sums: equal to :func:`~crowdflow.skills.label_moments`.
+
+    Parameters
+    ----------
+    lm : LabelMatrix
+        Encoded labels.
+    executor : callable
+        ``executor(fn, items) -> results`` in the order of ``items`` (e.g. a Dask client's map).
+    n_partitions : int
+        Partitions to write (empty ones are skipped).
+    min_pair_count : int
+        Pairs with N_ij below this are dropped (as in :func:`~crowdflow.skills.label_moments`).
+    scratch_dir : str, optional
+        Folder for the partition files; it must be visible to the executor's workers.
+
+    Returns
+    -------
+    (LabelMoments, int)
+        The moments and the number of partition files.
+    """
+    with tempfile.TemporaryDirectory(prefix="crowdflow-parts-", dir=scratch_dir) as tmp:
+        paths = write_label_partitions(lm, tmp, n_partitions)
+        count = functools.partial(partition_pair_counts, n_workers=lm.n_workers, n_classes=lm.n_classes)
+        parts = executor(count, paths)
+    return moments_from_partitions(parts, lm.n_classes, min_pair_count), len(paths)

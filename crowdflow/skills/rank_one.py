@@ -28,6 +28,9 @@ from crowdflow.skills.consensus import resolve_signs
 from crowdflow.skills.spectra import top_eigenvalue
 from crowdflow.skills.types import SignMode, Solver
 
+#: ‖w‖₂ for the ``eg`` step is computed by dense ``eigvalsh`` up to this many workers, ``eigsh`` above
+_EG_NORM_DENSE_MAX = 2000
+
 
 def rank_one_loss(c_hat: SparseMatrix, weights: SparseMatrix, x: np.ndarray) -> float:
     """L(x) = 1/2 Σ_{i<j} w_ij (C^_ij − x_i x_j)² over the stored (symmetric) entries (spec §2.2).
@@ -98,7 +101,7 @@ def fit_rank_one(
     eta: float | None = None,
     tol: float = 1e-7,
     max_iter: int = 5000,
-    solver: Solver = "gd",
+    solver: Solver = "scaled",
     progress: ProgressFn | None = None,
 ) -> RankOneFit:
     """Fit x xᵀ to C^ on the observed entries by projected (or exponentiated) gradient descent.
@@ -148,7 +151,8 @@ def fit_rank_one(
         Stopping tolerance on max |Δx|.
     max_iter : int
         Update cap.
-    solver : {"gd", "scaled", "eg"}
+    solver : {"scaled", "gd", "eg"}
+        ``scaled`` (the default, as in :class:`~crowdflow.skills.SkillsOptions`), the paper's ``gd``, or ``eg``.
     progress : callable, optional
         ``progress(fraction)``: called as the iterations go (``crowdflow.progress.IterationProgress``:
         iteration share or log-distance of max|Δx| to ``tol``, whichever is further) and with 1.0 at the end.
@@ -204,7 +208,7 @@ def fit_rank_one(
         eta_report = float(safe[r > 0].min()) if np.any(r > 0) else 0.0
     elif solver == "eg":
         if eta is None:
-            norm2 = top_eigenvalue(w)
+            norm2 = top_eigenvalue(w, _EG_NORM_DENSE_MAX)
             step_size = 1.0 / (2.0 * math.sqrt(nw) * norm2 * big_k**2) if norm2 > 0 else 0.0
         else:
             step_size = float(eta)

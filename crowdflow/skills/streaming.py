@@ -21,9 +21,10 @@ from crowdflow.labels import DuplicatePolicy, natural_order
 from crowdflow.skills.consensus import vote_weights
 from crowdflow.skills.identifiability import active_workers
 from crowdflow.skills.moments import LabelMoments, edge_weights, moments_from_packed, pack_counts
+from crowdflow.skills.options import SkillsOptions
 from crowdflow.skills.rank_one import RankOneFit, fit_active
 from crowdflow.skills.rows import row_argmax, softmax_rows
-from crowdflow.skills.types import Fallback, SignMode, Solver, Weighting
+from crowdflow.skills.types import Fallback
 
 
 @dataclass(frozen=True)
@@ -258,34 +259,28 @@ def accumulate_moments(
 
 
 def skills_from_moments(
-    streamed: StreamedMoments,
-    *,
-    weighting: Weighting = "count",
-    tau: float = 1.0,
-    x0: float = 0.5,
-    eta: float | None = None,
-    tol: float = 1e-7,
-    max_iter: int = 5000,
-    solver: Solver = "scaled",
-    sign_mode: SignMode = "sum_rule",
+    streamed: StreamedMoments, options: SkillsOptions | None = None, **overrides: Any
 ) -> tuple[pd.DataFrame, RankOneFit | None]:
     """Rank-one PGD skills from accumulated statistics (the first pass of a streaming fit).
 
     The same identifiability check (components, bipartiteness, too_few_labels pruning, policy
-    ``flag``), PGD and sign rule as :func:`fit_skills`; the skills table has the columns worker,
-    skill, accuracy, vote_weight, n_labels, n_partners, component, status, identifiable, lower,
-    upper. Feed it to :func:`stream_consensus` for the second pass over the labels.
+    ``flag``), PGD and sign rule as :func:`~crowdflow.skills.fit_skills`, with the same options
+    (``weighting``, ``tau``, ``x0``, ``eta``, ``tol``, ``max_iter``, ``solver``, ``sign_mode`` are used;
+    ``options`` as in ``fit_skills``, keyword ``overrides`` replace its fields). The skills table has
+    the columns worker, skill, accuracy, vote_weight, n_labels, n_partners, component, status,
+    identifiable, lower, upper. Feed it to :func:`stream_consensus` for the second pass over the labels.
     """
+    o = SkillsOptions.resolve(options, **overrides)
     mo = streamed.moments
     m = int(streamed.classes.size)
     n_mat = mo.co_labels
     structure = graph_structure(n_mat, symmetric=True)
     graph = structure.graph
-    w_all = edge_weights(n_mat, weighting)
+    w_all = edge_weights(n_mat, o.weighting)
     base = np.where(graph.bipartite, "bipartite_component", "ok").astype(object)
     base[graph.sizes == 1] = "isolated"
     n_i = streamed.n_labels
-    status, active, lo, hi, ag, _ = active_workers(graph, base, w_all, n_i, m, tau)
+    status, active, lo, hi, ag, _ = active_workers(graph, base, w_all, n_i, m, o.tau)
     skills, _, fit = fit_active(
         active,
         ag,
@@ -293,12 +288,12 @@ def skills_from_moments(
         mo.c_hat,
         lo,
         hi,
-        x0=x0,
-        eta=eta,
-        tol=tol,
-        max_iter=max_iter,
-        solver=solver,
-        sign_mode=sign_mode,
+        x0=o.x0,
+        eta=o.eta,
+        tol=o.tol,
+        max_iter=o.max_iter,
+        solver=o.solver,
+        sign_mode=o.sign_mode,
     )
     v = vote_weights(skills, m, lo, hi)
     table = pd.DataFrame(

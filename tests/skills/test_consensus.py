@@ -58,7 +58,7 @@ def test_sign_mode_bfs_noiseless_and_real_signs():
     edges = synth.complete_edges(7)
     c = synth.rank_one_moments(edges, s)
     w = synth.adjacency(edges, 7)
-    fit = fit_rank_one(abs(c), w, 1e-3, 1.0, tol=1e-14, max_iter=100_000)
+    fit = fit_rank_one(abs(c), w, 1e-3, 1.0, tol=1e-14, max_iter=100_000, solver="gd")
     np.testing.assert_allclose(fit.x, np.abs(s), atol=1e-9)
     x = resolve_signs(fit.x, np.zeros(7, dtype=int), "bfs", c_hat=c)
     np.testing.assert_allclose(x, s, atol=1e-9)

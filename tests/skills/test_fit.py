@@ -121,7 +121,7 @@ def test_at_s2_sparse_with_spammers():
         res = fit_quiet(data.labels, classes=data.classes)
         errs.append(prediction_error(res.consensus, data.truth))
         oracle.append(oracle_error(data))
-        mv.append(prediction_error(fit_skills(data.labels, "mv").consensus, data.truth))
+        mv.append(prediction_error(fit_skills(data.labels, method="mv").consensus, data.truth))
         rmse.append(np.sqrt(np.mean((skills_of(res, data) - s) ** 2)))
     assert np.mean(errs) <= np.mean(oracle) + 0.01
     assert np.mean(errs) <= np.mean(mv) - 0.05
@@ -151,7 +151,9 @@ def test_at_s4_ring_more_tasks_helps():
         for seed in range(15):
             data = synth.one_coin_labels(s, *synth.edge_assignment(synth.ring_edges(11), t), 2, seed=seed)
             errs.append(prediction_error(fit_quiet(data.labels, classes=data.classes).consensus, data.truth))
-            mv.append(prediction_error(fit_skills(data.labels, "mv", classes=data.classes).consensus, data.truth))
+            mv.append(
+                prediction_error(fit_skills(data.labels, method="mv", classes=data.classes).consensus, data.truth)
+            )
         mean_err[t], mean_mv[t] = np.mean(errs), np.mean(mv)
     assert mean_err[330] < mean_err[11]
     assert mean_err[330] < mean_mv[330]
@@ -175,11 +177,11 @@ def injected_moments(inst: synth.InjectedNoiseInstance) -> LabelMoments:
 
 
 def table2_errors(n_workers: int, seed: int, half_width: float = 0.2) -> tuple[float, float]:
-    """(Bayes error, PGD error) of one Table-2 run: library defaults (gd, τ = 1 box from the
+    """(Bayes error, PGD error) of one Table-2 run: the paper's solver (gd, τ = 1 box from the
     evaluation labels' n_i, sum rule, MAP vote), skills fitted from the injected C only."""
     inst = synth.star_triangle_injected(n_workers, seed, half_width=half_width)
     data = inst.data
-    res = fit_quiet(data.labels, classes=data.classes, moments=injected_moments(inst))
+    res = fit_quiet(data.labels, classes=data.classes, moments=injected_moments(inst), solver="gd", spectral=False)
     assert (res.skills["status"] == "ok").all()
     return oracle_error(data), prediction_error(res.consensus, data.truth)
 
@@ -251,7 +253,7 @@ def test_at_m1_multiclass():
         res = fit_quiet(data.labels, classes=data.classes)
         errs.append(prediction_error(res.consensus, data.truth))
         oracle.append(oracle_error(data))
-        mv.append(prediction_error(fit_skills(data.labels, "mv", classes=data.classes).consensus, data.truth))
+        mv.append(prediction_error(fit_skills(data.labels, method="mv", classes=data.classes).consensus, data.truth))
         rmse.append(np.sqrt(np.mean((skills_of(res, data) - s) ** 2)))
         if seed == 0:  # permuting class names leaves skills unchanged
             perm = {"0": "c", "1": "a", "2": "d", "3": "b"}
@@ -275,7 +277,7 @@ def test_at_p1_scale():
     s = np.where(rng.random(n_w) < 0.4, rng.uniform(-0.05, 0.05, n_w), rng.uniform(0.3, 0.9, n_w))
     data = synth.one_coin_labels(s, *synth.random_assignment(n_w, n_t, 3, seed=9), 2, seed=9)
     res = fit_quiet(data.labels, max_iter=2000)
-    mv = fit_skills(data.labels, "mv")
+    mv = fit_skills(data.labels, method="mv")
     assert prediction_error(res.consensus, data.truth) <= prediction_error(mv.consensus, data.truth) + 0.005
 
 
@@ -290,9 +292,9 @@ def test_at_p2_deterministic_and_permutation_invariant(method):
     rng = np.random.default_rng(10)
     s = np.where(np.arange(25) < 8, rng.uniform(-0.1, 0.1, 25), rng.uniform(0.3, 0.9, 25))
     data = synth.one_coin_labels(s, *synth.random_assignment(25, 400, 3, seed=10), 3, seed=10)
-    r1 = fit_quiet(data.labels, method)
-    r2 = fit_quiet(data.labels, method)
-    r3 = fit_quiet(data.labels.sample(frac=1.0, random_state=3), method)
+    r1 = fit_quiet(data.labels, method=method)
+    r2 = fit_quiet(data.labels, method=method)
+    r3 = fit_quiet(data.labels.sample(frac=1.0, random_state=3), method=method)
     for attr in ("skills", "consensus", "diagnostics"):
         b1 = _parquet_bytes(getattr(r1, attr))
         assert b1 == _parquet_bytes(getattr(r2, attr))
@@ -339,7 +341,7 @@ def test_at_p3_edge_cases():
     one = fit_quiet(df.assign(label="1"), classes=["0", "1"])
     assert (one.consensus["label"] == "1").all()
     with pytest.raises(ValueError, match="unknown method"):
-        fit_skills(df, "kos")
+        fit_skills(df, method="kos")
 
 
 def test_fallback_zero_and_too_few_breaking_odd_cycle():
@@ -395,14 +397,14 @@ def test_result_tables_schema():
 
 def test_onecoin_dispatch_and_mv_accuracy_column():
     data = synth.one_coin_labels(np.linspace(0.1, 0.9, 12), *synth.random_assignment(12, 500, 5, seed=2), 2, seed=2)
-    mv = fit_skills(data.labels, "mv")
+    mv = fit_skills(data.labels, method="mv")
     assert mv.skills["skill"].isna().all() and (mv.skills["vote_weight"] == 1).all()
     # accuracy = agreement with the MV label
     lab = data.labels.merge(mv.consensus[["task", "label"]], on="task", suffixes=("", "_mv"))
     agree = (lab["label"] == lab["label_mv"]).groupby(lab["worker"]).mean()
     np.testing.assert_allclose(mv.skills.set_index("worker").loc[agree.index, "accuracy"], agree.to_numpy())
     for method in ("onecoin_ds", "ds"):
-        r = fit_skills(data.labels, method)
+        r = fit_skills(data.labels, method=method)
         assert r.metadata["converged"] and np.isfinite(r.skills["skill"]).all()
         assert not r.consensus["fallback"].any()
 
@@ -423,7 +425,7 @@ def _real(name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
 @pytest.mark.parametrize(("name", "threshold"), [("snow_rte", 0.09), ("snow_temp", 0.072), ("snow_wsd", 0.026)])
 def test_at_r1_real_data(name, threshold):
     labels, truth = _real(name)
-    res = fit_quiet(labels)
+    res = fit_quiet(labels, solver="gd")
     err = prediction_error(res.consensus, truth)
     assert err <= threshold
     # PGD <= MV, MV counted as the paper does (random tie-break in expectation: ties fractional)
@@ -471,6 +473,6 @@ def test_real_data_bundled_floors(name, floor):
     labels = pd.read_csv(root / "labels.csv", dtype=str)
     truth = pd.read_csv(root / "truth.csv", dtype=str)
     err = prediction_error(fit_quiet(labels).consensus, truth)
-    mv = prediction_error(fit_skills(labels, "mv").consensus, truth)
+    mv = prediction_error(fit_skills(labels, method="mv").consensus, truth)
     assert err <= floor
     assert err <= mv + 0.005

@@ -167,7 +167,7 @@ def test_at_g4_eigsh_matches_dense():
 def test_diagnostics_report_eig_method_and_spectra():
     edges = synth.ring_edges(11)
     data = edge_labels(edges, 3, np.full(11, 0.7), seed=0)
-    assert fit_quiet(data.labels).diagnostics.iloc[0]["eig_method"] == "none"  # spectra are opt-in
+    assert fit_quiet(data.labels, spectral=False).diagnostics.iloc[0]["eig_method"] == "none"  # spectra off
     res = fit_quiet(data.labels, weighting="binary", spectral=True)
     d = res.diagnostics.iloc[0]
     assert d["eig_method"] == "eigvalsh"

@@ -111,7 +111,7 @@ def test_graph_status_matches_brute_force(df: pd.DataFrame) -> None:
 @settings(max_examples=40)
 @given(df=label_tables(), solver=st.sampled_from(["scaled", "gd"]), tau=st.sampled_from([0.0, 0.5, 1.0]))
 def test_pgd_finite_boxed_and_identifiability(df: pd.DataFrame, solver: str, tau: float) -> None:
-    res = fit_skills(df, "pgd", solver=solver, tau=tau, max_iter=300)
+    res = fit_skills(df, method="pgd", solver=solver, tau=tau, max_iter=300)
     sk = res.skills.set_index("worker")
     graph_status = brute_status(df)
     active = brute_active(df, tau)
@@ -139,7 +139,7 @@ def test_pgd_finite_boxed_and_identifiability(df: pd.DataFrame, solver: str, tau
 @settings(max_examples=30)
 @given(df=label_tables(), method=st.sampled_from(["onecoin_ds", "ds", "mv"]))
 def test_baselines_finite(df: pd.DataFrame, method: str) -> None:
-    res = fit_skills(df, method)
+    res = fit_skills(df, method=method)
     sk = res.skills
     acc = sk["accuracy"].to_numpy(dtype=np.float64)
     assert np.isfinite(acc).all() and (acc >= 0).all() and (acc <= 1 + 1e-12).all()

@@ -96,7 +96,7 @@ def test_at_o1_noiseless_recovery(name):
     w = synth.adjacency(edges, 25)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # tol = 0: runs all 50000 iterations
-        fit = fit_rank_one(c, w, -1.0, 1.0, x0=0.6, tol=0.0, max_iter=50_000)
+        fit = fit_rank_one(c, w, -1.0, 1.0, x0=0.6, tol=0.0, max_iter=50_000, solver="gd")
     assert fit.iterations == 50_000
     assert np.max(np.abs(fit.x - s)) <= 1e-6
 
@@ -115,6 +115,7 @@ def test_at_o1_paper_step_size(name):
         eta=0.01,
         tol=1e-12,
         max_iter=100_000,
+        solver="gd",
     )
     assert np.max(np.abs(fit.x - s)) <= 1e-6
 
@@ -125,7 +126,7 @@ def test_at_o2_noisy_gd_vs_eg(name):
     s = np.random.default_rng(2).uniform(0.4, 0.6, 25)
     c = synth.rank_one_moments(edges, s, noise=0.01, seed=2)
     w = synth.adjacency(edges, 25)
-    gd = fit_rank_one(c, w, -1.0, 1.0, x0=0.6, tol=1e-10, max_iter=100_000)
+    gd = fit_rank_one(c, w, -1.0, 1.0, x0=0.6, tol=1e-10, max_iter=100_000, solver="gd")
     eg = fit_rank_one(c, w, 0.3, 0.7, x0=0.6, tol=1e-10, max_iter=100_000, solver="eg")
     assert gd.converged and eg.converged
     assert np.max(np.abs(gd.x - s)) <= 0.05
@@ -173,7 +174,7 @@ def test_pgd_reaches_bound_constrained_optimum():
     mo = label_moments(lm)
     w = edge_weights(mo.co_labels, "count")
     lo, hi = skill_box(lm.labels_per_worker(), 2, 1.0)
-    gd = fit_rank_one(mo.c_hat, w, lo, hi, tol=1e-12, max_iter=200_000)
+    gd = fit_rank_one(mo.c_hat, w, lo, hi, tol=1e-12, max_iter=200_000, solver="gd")
     sc = fit_rank_one(mo.c_hat, w, lo, hi, tol=1e-12, max_iter=200_000, solver="scaled")
     ref = minimize(
         lambda x: (rank_one_loss(mo.c_hat, w, x), rank_one_gradient(mo.c_hat, w, x)),
@@ -196,7 +197,7 @@ def test_triangle_closed_form():
     # noiseless triangle: s_1^2 = C12 C13 / C23
     s = np.array([0.9, 0.6, 0.5])
     c = synth.rank_one_moments(synth.ring_edges(3), s)
-    fit = fit_rank_one(c, synth.adjacency(synth.ring_edges(3), 3), -1, 1, tol=1e-14, max_iter=100_000)
+    fit = fit_rank_one(c, synth.adjacency(synth.ring_edges(3), 3), -1, 1, tol=1e-14, max_iter=100_000, solver="gd")
     assert fit.x[0] == pytest.approx(math.sqrt(c[0, 1] * c[0, 2] / c[1, 2]), abs=1e-10)
     np.testing.assert_allclose(fit.x, s, atol=1e-10)
 
