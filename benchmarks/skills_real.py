@@ -7,7 +7,7 @@ the gold tasks and wall time (median of ``--repeats``, default 3) of
 
 - ours, each a whole ``crowdflow.skills.fit_skills`` call on the DataFrame (validation,
   encoding, moments, identifiability check, fit, consensus, per-component diagnostics without
-  eigenvalues, ``spectral=False``): PGD with the spec's solver (``gd``, η = 1/(4 max r_i)),
+  eigenvalues, ``spectral=False``): PGD with the paper's solver (``gd``, η = 1/(4 max r_i)),
   PGD with the ``scaled`` solver (the pipeline default), one-coin DS, full DS, MV;
 - Crowd-Kit (benchmark-only peer, the ``bench`` extra): MajorityVote, DawidSkene,
   OneCoinDawidSkene, MMSR with their default settings, ``fit_predict`` on the same rows.
@@ -28,9 +28,9 @@ MV column equals it on RTE, Temp and WSD, which shows our copies are the paper's
 also reads the paper's PGD errors as counts of wrong gold tasks (Temp's 0.0512 is no whole count).
 
 The ablation section (``--ablation``, on by default) refits with the alternatives to our defaults
-that the spec allows — box τ ∈ {0, 0.5, 2} (default 1), binary weighting (default N), DS smoothing
+that the method allows (docs/methods/skills.md §8.1) — box τ ∈ {0, 0.5, 2} (default 1), binary weighting (default N), DS smoothing
 α = 1 (default 0.01) — on the same rows, and gives the mean error over all sets, so that the
-defaults can be seen to be the spec's and not tuned to these sets.
+defaults can be seen to be the paper's and not tuned to these sets.
 """
 
 from __future__ import annotations
@@ -298,7 +298,7 @@ def paper_section(df: pd.DataFrame) -> list[str]:
 
 
 def ablation_section(df: pd.DataFrame) -> list[str]:
-    """Errors of the spec's alternatives to our defaults, with the mean over all sets (last row)."""
+    """Errors of the method's alternatives to our defaults, with the mean over all sets (last row)."""
     names = [n for n, _, _ in ABLATION if n in df.columns]
     if not names:
         return []
@@ -308,7 +308,7 @@ def ablation_section(df: pd.DataFrame) -> list[str]:
     table = pd.concat([df[cols], pd.DataFrame([{"data": "**mean**", **mean}])], ignore_index=True)
     best = min(mean, key=mean.__getitem__)
     return [
-        "## Defaults vs. the spec's alternatives (same rows)",
+        "## Defaults vs. the method's alternatives (same rows)",
         "",
         "PGD-scaled and DS are the defaults (τ = 1, weights N; DS smoothing α = 0.01). Each other column changes one "
         f"setting. Lowest mean error over the {len(df)} sets: {best} ({mean[best]:.4f}); "

@@ -15,7 +15,7 @@ own subprocess so peak memory is that size's own:
    peak RSS while each step runs (a sampler can miss a peak shorter than 2 ms; the getrusage
    peak above cannot);
 3. the spectral diagnostics on their own (``spectral=True, spectral_max_nnz=None``: eigsh on the
-   one 2,000-worker component), as the price of opting in;
+   one 2,000-worker component), their price (on by default in `SkillsOptions`);
 4. the streaming path: ``accumulate_moments`` over pyarrow RecordBatches of 10^6 rows of the
    task-sorted table, then ``skills_from_moments`` and the second pass ``stream_consensus``;
 5. the baselines (majority vote, one-coin DS, full DS) as whole ``fit_skills`` calls on the same
@@ -225,7 +225,7 @@ def report(results: list[dict]) -> str:
         "",
         "## Baselines: whole `fit_skills(labels_df, method=..., spectral=False)` on the same labels",
         "",
-        "Dawid–Skene EM with the spec's stop rule (parameter change < 1e-6 or 100 iterations), compiled "
+        "Dawid–Skene EM with the classic stop rule (parameter change < 1e-6 or 100 iterations), compiled "
         "loop; `fit` is the EM (or vote) step alone, the rest is the shared encoding, N and diagnostics. "
         "The first EM call of a process loads the compiled kernel from numba's on-disk cache, a one-time "
         "cost measured on 200 labels before these rows: "
@@ -245,7 +245,7 @@ def report(results: list[dict]) -> str:
         "",
         "## Step by step: seconds / peak RSS (GB) while the step runs (sampled every 2 ms)",
         "",
-        "| labels | encode | moments | graph | fit | consensus | diagnostics | spectral diagnostics (opt-in) s |",
+        "| labels | encode | moments | graph | fit | consensus | diagnostics | spectral diagnostics s |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:

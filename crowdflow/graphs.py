@@ -2,7 +2,7 @@
 
 - Worker interaction graph (labels): workers i, j are adjacent iff they labelled a common task
   (N = B Bᵀ with the diagonal zeroed). Single-coin skills are identifiable on a component iff it is
-  not bipartite (spec skills-rank-one.md §3.1–3.2); an isolated worker has no partner at all.
+  not bipartite (docs/methods/skills.md §3.1–3.2); an isolated worker has no partner at all.
 - Comparison graph (pairwise data): global scores are comparable only within a connected
   component (spec robust-hodgerank.md §5).
 - Agent graph (personal models): must be connected with positive, symmetric weights
@@ -77,7 +77,7 @@ def without_diagonal(m: SparseMatrix) -> sp.csr_matrix:
 
 @dataclass(frozen=True)
 class GraphStructure:
-    """Components, bipartiteness and a BFS forest of an undirected graph (spec §3.2).
+    """Components, bipartiteness and a BFS forest of an undirected graph (docs/methods/skills.md §3.2).
 
     Attributes
     ----------
@@ -100,7 +100,7 @@ class GraphStructure:
 
 
 def graph_structure(adj: SparseMatrix, symmetric: bool = False) -> GraphStructure:
-    """Components, bipartiteness and odd-cycle edges from one BFS per component (spec §3.2).
+    """Components, bipartiteness and odd-cycle edges from one BFS per component (docs/methods/skills.md §3.2).
 
     Steps (all O(n + |E|), no Python loop over nodes or edges): connected components
     (``scipy.sparse.csgraph``, strong connectivity of the symmetric digraph = undirected
@@ -225,7 +225,7 @@ def pair_counts(
 ) -> tuple[sp.csr_matrix, np.ndarray]:
     """Co-label counts N and agreement counts of labels grouped by task, from one sparse product.
 
-    Spec skills-rank-one.md §2.1. With X the (T·M)×W 0/1 matrix X[t·M + l, i] = 1{Y_it = l} and Z
+    docs/methods/skills.md §2.1. With X the (T·M)×W 0/1 matrix X[t·M + l, i] = 1{Y_it = l} and Z
     the (T·M)×W matrix Z[t·M + l, j] = 1 + K·1{Y_jt = l} (one entry for every class l of every label
     of j), the integer product P = Xᵀ Z has, for i ≠ j,
 
@@ -299,7 +299,7 @@ def pair_counts(
 def co_label_counts(lm: LabelMatrix) -> sp.csr_matrix:
     """N = B Bᵀ with zero diagonal: N_ij = number of tasks labelled by both workers i and j.
 
-    Spec skills-rank-one.md §1.4/§2.1. Sparse product on the labels grouped by task (see
+    docs/methods/skills.md §1.4/§2.1. Sparse product on the labels grouped by task (see
     :func:`pair_counts`); float64 CSR with sorted indices; never a dense W×W.
     """
     indptr, w, _ = labels_by_task(lm)
@@ -342,7 +342,7 @@ class WorkerGraphReport:
 def worker_graph_report(lm: LabelMatrix, max_listed: int = 20) -> WorkerGraphReport:
     """Components, bipartiteness and isolated workers of the worker interaction graph.
 
-    Spec skills-rank-one.md §3.2: a component is ``ok`` iff it contains an odd cycle; a bipartite
+    docs/methods/skills.md §3.2: a component is ``ok`` iff it contains an odd cycle; a bipartite
     component (a single edge, a tree, an even cycle…) does not identify its skills; a worker with no
     co-labeller is ``isolated``.
 

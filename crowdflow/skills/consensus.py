@@ -3,11 +3,12 @@
 - box: skill i is kept in ±(1 − τ/√n_i), n_i = labels of worker i; with M > 2 classes the lower bound is
   max(−1/(M − 1), ·) (docs/methods/skills.md §2.3);
 - signs: (s, g) and (−s, −g) explain the labels equally well; each component is turned so that its
-  skills sum to a positive number, or (``bfs``) signs of C^ are propagated along a spanning tree (§2.4);
+  skills sum to a positive number, or (``bfs``) signs of C^ are propagated along a spanning tree
+  (docs/methods/skills.md §2.4);
 - vote: task t gets argmax_l Σ_i v_i 1{Y_it = l} with the log-odds weights
-  v_i = log((1 + (M − 1) s_i)/(1 − s_i)) and the softmax of those scores as posterior (§2.7); tasks
-  without an identified labeller fall back to majority vote or to zero weights (§3.3);
-- the prediction error against gold labels (§5).
+  v_i = log((1 + (M − 1) s_i)/(1 − s_i)) and the softmax of those scores as posterior; tasks without an
+  identified labeller fall back to majority vote or to zero weights (docs/methods/skills.md §2.7, §3.3);
+- the prediction error against gold labels (docs/methods/skills.md §5).
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ from crowdflow.skills.majority import weighted_vote
 from crowdflow.skills.rows import row_max, row_sum, softmax_rows
 from crowdflow.skills.types import Fallback, SignMode, TieBreak
 
-_LOG_ODDS_MARGIN = 1e-9  # spec §2.7: clip s to [lo + 1e-9, hi − 1e-9] before the log
+_LOG_ODDS_MARGIN = 1e-9  # docs/methods/skills.md §2.7: clip s to [lo + 1e-9, hi − 1e-9] before the log
 
 
 def skill_box(n_labels: np.ndarray, n_classes: int, tau: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    """Per-worker box (spec §2.3 and [AMBIG] (a)–(c)).
+    """Per-worker box, read as in docs/methods/skills.md §2.3.
 
     hi_i = 1 − τ/√n_i, lo_i = −hi_i (binary) or max(−1/(M−1), −hi_i) (multiclass), n_i = labels of
     worker i. If τ/√n_i ≥ 1 the box is empty and lo_i = hi_i = 0 (status ``too_few_labels``).
@@ -57,14 +58,14 @@ def resolve_signs(
     active: np.ndarray | None = None,
     confidence: SparseMatrix | None = None,
 ) -> np.ndarray:
-    """Fix the global sign of each connected component (spec §2.4).
+    """Fix the global sign of each connected component (docs/methods/skills.md §2.4).
 
     ``sum_rule`` (S1): flip x_K when Σ_{i∈K} x_i < 0. ``bfs`` (S2): x holds |s|; root each
     component at its smallest node with sign +1, give each BFS child the sign
     sign(parent) · sign(C^_parent,child) (a zero C^ counts as +), then apply the sum rule.
     The BFS runs on a spanning tree of maximal ``confidence`` (default |C^|; :func:`fit_skills`
     passes x_i x_j √w_ij), so signs travel along the most reliable pairs — with noise any
-    spanning tree can propagate a wrong sign; a random BFS tree does so often (spec §2.4).
+    spanning tree can propagate a wrong sign; a random BFS tree does so often (docs/methods/skills.md §2.4).
 
     Parameters
     ----------
@@ -129,7 +130,7 @@ def vote_weights(
     lower: np.ndarray | None = None,
     upper: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Log-odds MAP weights v_i = log((1 + (M−1) s_i)/(1 − s_i)) (spec §2.7).
+    """Log-odds MAP weights v_i = log((1 + (M−1) s_i)/(1 − s_i)) (docs/methods/skills.md §2.7).
 
     Binary: log((1+s)/(1−s)). s is clipped to [lo + 1e-9, hi − 1e-9] (default box
     [−1/(M−1), 1]); NaN skills (unidentified workers) get weight 0.
@@ -149,14 +150,14 @@ def vote_weights(
 
 @dataclass(frozen=True)
 class ConsensusOutput:
-    """MAP consensus (spec §2.7).
+    """MAP consensus (docs/methods/skills.md §2.7).
 
     Attributes
     ----------
     consensus : pandas.DataFrame
         task, label, confidence, n_labels, fallback.
     scores : numpy.ndarray
-        T×M scores Σ_i v_i 1{Y_it = l} (binary score of the spec = column 1 − column 0).
+        T×M scores Σ_i v_i 1{Y_it = l} (the binary score of docs/methods/skills.md §2.7 = column 1 − column 0).
     posterior : numpy.ndarray
         T×M softmax of the scores.
     n_ties : int
@@ -180,7 +181,7 @@ def weighted_consensus(
     tie_break: TieBreak = "random",
     seed: int = 0,
 ) -> ConsensusOutput:
-    """Plug-in MAP label per task with posterior confidence (spec §2.7, §3.3).
+    """Plug-in MAP label per task with posterior confidence (docs/methods/skills.md §2.7, §3.3).
 
     score_t(l) = Σ_{i labels t} v_i 1{Y_it = l}; label = argmax_l (ties by
     ``majority.weighted_vote``); posterior = softmax_l score_t(l) (binary: 1/(1 + e^{−score})),
@@ -234,7 +235,7 @@ def weighted_consensus(
 
 
 def prediction_error(consensus: pd.DataFrame, truth: pd.DataFrame) -> float:
-    """PE = (1/T) Σ_t 1{ĝ_t ≠ g_t} over tasks that have both a prediction and a gold label (spec §5).
+    """PE = (1/T) Σ_t 1{ĝ_t ≠ g_t} over tasks that have both a prediction and a gold label (docs/methods/skills.md §5).
 
     Parameters
     ----------

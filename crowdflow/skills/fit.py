@@ -1,14 +1,14 @@
 """``fit_skills``: the entry point of the skills job (rank-one PGD, Dawid–Skene EM or majority vote).
 
 Ma, Olshevsky, Saligrama, Szepesvari, "Gradient Descent for Sparse Rank-One Matrix Completion for
-Crowd-Sourced Aggregation of Sparsely Interacting Workers", JMLR. Model (docs/methods/skills.md §1):
-one-coin Dawid–Skene with M classes, worker i right with probability p_i and otherwise choosing one
-of the M − 1 wrong classes uniformly, skill s_i = (M p_i − 1)/(M − 1). With ``method="pgd"`` the fit
-encodes the labels (§1.3), builds the moments C^ with E[C^_ij] = s_i s_j (§2.1), checks
-identifiability (§3), fits x xᵀ to C^ in a box by projected gradient descent (§2.2, §2.3, §2.9), fixes
-the signs (§2.4), votes with log-odds weights (§2.7) and reports per-component diagnostics (§3.4); the
-baselines (§7) share the encoding and the graph. For inputs larger than memory see
-:mod:`crowdflow.skills.streaming` and :mod:`crowdflow.skills.partitions` (§4).
+Crowd-Sourced Aggregation of Sparsely Interacting Workers", JMLR. Model: one-coin Dawid–Skene with M
+classes, worker i right with probability p_i and otherwise choosing one of the M − 1 wrong classes
+uniformly, skill s_i = (M p_i − 1)/(M − 1). With ``method="pgd"`` the fit encodes the labels, builds the
+moments C^ with E[C^_ij] = s_i s_j, checks identifiability, fits x xᵀ to C^ in a box by projected
+gradient descent, fixes the signs, votes with log-odds weights and reports per-component diagnostics;
+the baselines share the encoding and the graph. For inputs larger than memory see
+:mod:`crowdflow.skills.streaming` and :mod:`crowdflow.skills.partitions`. The method step by step:
+docs/methods/skills.md §2.8 (model §1, moments §2.1, solver §2.3 and §2.9, identifiability §3).
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def fit_skills(
 ) -> SkillsResult:
     """Estimate worker skills and consensus labels (docs/methods/skills.md §2.8, §3, §7).
 
-    ``method="pgd"`` (§2.8):
+    ``method="pgd"`` (docs/methods/skills.md §2.8):
       1. dense ids, de-duplication, N and C^ by sparse products (:func:`label_moments`);
       2. components of the interaction graph (``crowdflow.graphs``); status per worker:
          ``isolated`` / ``bipartite_component`` from the graph, else ``too_few_labels`` if
@@ -151,9 +151,10 @@ def fit_skills(
     For data that does not fit in memory see :func:`accumulate_moments` (streaming, two passes).
 
     ``method="onecoin_ds" | "ds"``: Dawid–Skene EM baselines (``crowdflow.skills.dawid_skene``,
-    §7.2); skills table from the EM accuracies (status informational, from the graph).
-    ``method="mv"``: majority vote (:func:`crowdflow.skills.majority_vote`, §7.1); skill NaN,
-    accuracy = agreement rate of the worker with the MV labels, vote_weight 1.
+    docs/methods/skills.md §7.2); skills table from the EM accuracies (status informational, from the
+    graph). ``method="mv"``: majority vote (:func:`crowdflow.skills.majority_vote`,
+    docs/methods/skills.md §7.1); skill NaN, accuracy = agreement rate of the worker with the MV labels,
+    vote_weight 1.
 
     Parameters
     ----------
@@ -161,7 +162,7 @@ def fit_skills(
         Columns ``task, worker, label``.
     options : SkillsOptions, optional
         Everything that changes the fit (method, solver, box, tolerances, tie-break, diagnostics…),
-        validated once; ``None`` means the defaults, which are the pipeline's (§8).
+        validated once; ``None`` means the defaults, which are the pipeline's (docs/methods/skills.md §8).
     graph_report : WorkerGraphReport, optional
         The interaction-graph report of these labels when the caller already has it (the pipeline's
         graph check), so N = B Bᵀ and the components are not computed twice.
@@ -172,7 +173,8 @@ def fit_skills(
     executor : callable, optional
         ``executor(fn, items) -> results`` (e.g. a Dask client's map): the co-label statistics are then
         computed over ``n_partitions`` whole-task Parquet partitions of the labels, one item per
-        partition (:func:`crowdflow.skills.partitioned_moments`, §4.3); the result is the same.
+        partition (:func:`crowdflow.skills.partitioned_moments`, docs/methods/skills.md §4.3); the same
+        result.
         ``metadata["moments_partitions"]`` records the number of partitions.
     n_partitions : int
         Partitions of the labels when an ``executor`` is given.
@@ -183,10 +185,11 @@ def fit_skills(
         ``progress(fraction)`` with a fraction in [0, 1], called during the PGD iterations (see
         :func:`fit_rank_one`) and with 1.0 at the end.
     identifiability_policy : {"flag", "raise"}
-        What the caller wants when a worker cannot be identified (§3.3): ``"flag"`` fits the ok workers
-        and marks the rest (skill NaN, weight 0); ``"raise"`` raises ``ValueError`` listing every
-        failing component (id, reason, size, labels, tasks, worker ids). It changes no fitted number,
-        so it is not an option: the pipeline decides blocking in its graph check (``checks``).
+        What the caller wants when a worker cannot be identified (docs/methods/skills.md §3.3):
+        ``"flag"`` fits the ok workers and marks the rest (skill NaN, weight 0); ``"raise"`` raises
+        ``ValueError`` listing every failing component (id, reason, size, labels, tasks, worker ids).
+        It changes no fitted number, so it is not an option: the pipeline decides blocking in its graph
+        check (``checks.identifiability``; docs/methods/skills.md §8.3).
     **overrides
         Fields of :class:`SkillsOptions` that replace those of ``options``
         (``fit_skills(df, method="mv")``), validated the same way.
@@ -299,7 +302,7 @@ def fit_skills(
         if not active.any() and not lines:
             lines.append("no worker has more than tau^2 labels in a non-bipartite component")
         raise ValueError(
-            "skills are not identifiable (spec §3): every component of the worker interaction graph "
+            "skills are not identifiable (docs/methods/skills.md §3): every component of the worker interaction graph "
             "must contain an odd cycle.\n" + "\n".join(lines)
         )
 

@@ -3,9 +3,10 @@
 The moments determine the skills exactly on the connected components of the worker interaction graph
 that contain an odd cycle: on a bipartite component, multiplying one colour class by α and the other by
 1/α leaves every product s_i s_j unchanged (docs/methods/skills.md §3.1). This module finds the active
-set (statuses ok / isolated / bipartite_component / too_few_labels, recomputed until stable, §2.8), one
-odd cycle per non-bipartite component as a witness (§3.2), and the per-component table of §3.4: sizes,
-N statistics, signless-Laplacian eigenvalues and the Theorem-12 error bound.
+set (statuses ok / isolated / bipartite_component / too_few_labels, recomputed until stable), one odd
+cycle per non-bipartite component as a witness, and the per-component diagnostics table: sizes, N
+statistics, signless-Laplacian eigenvalues and the Theorem-12 error bound. The components and their
+bipartiteness come from ``crowdflow.graphs.graph_structure``. See docs/methods/skills.md §2.8, §3.2, §3.4.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def witness_cycles(structure: GraphStructure) -> dict[int, np.ndarray]:
 
 
 def odd_cycle_witnesses(adj: SparseMatrix, graph: Components | None = None) -> dict[int, np.ndarray]:
-    """One odd cycle per non-bipartite component (spec §3.2 step 2).
+    """One odd cycle per non-bipartite component (docs/methods/skills.md §3.2 step 2).
 
     A BFS from the smallest node of each component assigns levels; a non-bipartite component
     has an edge (u, v) joining two nodes of the same level. The witness is u → … → lca → … → v
@@ -73,7 +74,7 @@ def odd_cycle_witnesses(adj: SparseMatrix, graph: Components | None = None) -> d
 
 
 def theorem12_error_bound(co_labels: SparseMatrix, kappa: float, big_k: float, max_delta: float) -> float:
-    """Theorem 12 limit-error bound ||x* − s||_2 ≤ K √W ||N||_∞ / μ · max|Δ| (spec §3.4).
+    """Theorem 12 limit-error bound ||x* − s||_2 ≤ K √W ||N||_∞ / μ · max|Δ| (docs/methods/skills.md §3.4).
 
     μ = κ² λ_min(L_s^unit) N_min with L_s^unit the unit-weight signless Laplacian of the pattern
     of N, N_min the smallest positive N_ij and ||N||_∞ the largest row sum. Infinite when
@@ -143,7 +144,7 @@ def component_diagnostics(
     spectral_max_nnz: int | None = 2_000_000,
     witnesses: dict[int, np.ndarray] | None = None,
 ) -> pd.DataFrame:
-    """Per-component diagnostics table of spec §3.4.
+    """Per-component diagnostics table of docs/methods/skills.md §3.4.
 
     Columns: component, status, n_workers, n_ok_workers, n_edges, n_tasks, n_labels, bipartite,
     odd_cycle_witness_len, d_max, D_sum, N_min, N_median, N_max, norm_N_inf, norm_N_2,
@@ -153,7 +154,7 @@ def component_diagnostics(
     κ, K = 5th/95th percentile of |ŝ| over the component's fitted workers; μ̂ = κ² λ_min^unit
     N_min; lip̂ = 2 √W_K ||N||_2 K²; cond̂ = lip̂/μ̂; error_bound_hat = K √W_K ||N||_∞ / μ̂ ·
     log(D/δ)/√N_min with D = D_sum (the number of observed entries; the paper leaves D
-    unspecified, [AMBIG]) and δ = 0.05.
+    unspecified; docs/methods/skills.md §3.4) and δ = 0.05.
 
     Cost. Everything except the eigenvalues is O(|labels| + |E|) and vectorised. Eigenvalues
     (``spectral=True``), per component: bipartite components get λ_min = 0 exactly (no solve;
@@ -298,13 +299,13 @@ def component_diagnostics(
 def active_workers(
     graph: Components, base: np.ndarray, w_all: sp.csr_matrix, n_i: np.ndarray, m: int, tau: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Components, list[tuple[Components, np.ndarray]]]:
-    """Statuses and the active set of spec §2.8 (too_few_labels dropped until the graph is stable)."""
+    """Statuses and the active set (docs/methods/skills.md §2.8): too_few_labels dropped until the graph is stable."""
     status = base[graph.labels].copy()
     lo, hi = skill_box(n_i, m, tau)
     too_few = hi <= 0.0
     status[(status == "ok") & too_few] = "too_few_labels"
     active = status == "ok"
-    # §2.8: drop inactive workers, recompute components and bipartiteness until stable. Without
+    # docs/methods/skills.md §2.8: drop inactive workers, recompute components and bipartiteness until stable. Without
     # too_few_labels drops the active graph is the union of the ok components: already stable.
     ag = graph
     drops: list[tuple[Components, np.ndarray]] = []  # (graph of the pass, workers lost in it)

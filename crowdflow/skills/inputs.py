@@ -34,9 +34,9 @@ def _canonical_order(lm: LabelMatrix) -> np.ndarray:
 def canonical_label_matrix(lm: LabelMatrix) -> LabelMatrix:
     """The same labels with entries sorted by (task, worker).
 
-    Floating-point sums over a task's labels then run in a fixed order, so outputs are
-    byte-identical under any permutation of the input rows (spec AT-P2). Returns ``lm`` itself when
-    it is already in that order.
+    Floating-point sums over a task's labels then run in a fixed order, so outputs are byte-identical
+    under any permutation of the input rows (docs/methods/skills.md §1.3, test AT-P2 of §6). Returns
+    ``lm`` itself when it is already in that order.
     """
     order, _ = task_major_order(lm.task_idx, lm.worker_idx, lm.n_workers)
     return _reordered(lm, order)
@@ -61,7 +61,7 @@ def prepare_labels(
     classes: list[str] | None = None,
     duplicates: DuplicatePolicy = "error",
 ) -> tuple[LabelMatrix, int]:
-    """Validate and encode a label table (spec §1.3, §8 validation suite).
+    """Validate and encode a label table (docs/methods/skills.md §1.3, §8.4).
 
     DataFrame input goes through :func:`crowdflow.labels.encode_canonical` (hash-based codes, the
     duplicate policy applied on integer codes, one stable sort by (task, worker)); a LabelMatrix is
@@ -72,7 +72,7 @@ def prepare_labels(
     labels : pandas.DataFrame or LabelMatrix
         Long table with columns ``task, worker, label`` (no nulls), or an encoded matrix.
     classes : list of str, optional
-        Declared label set; wins over the observed labels (spec §1.3).
+        Declared label set; wins over the observed labels (docs/methods/skills.md §1.3).
     duplicates : {"error", "keep_last", "keep_first"}
         Policy for repeated (task, worker) pairs (DataFrame input only).
 

@@ -1,9 +1,9 @@
 """Majority vote (MV) consensus: the baseline every aggregation method is measured against.
 
 For task t with labels Y_it, the MV label is argmax_l Σ_i 1{Y_it = l}; confidence is the winning
-share of votes. Spec skills-rank-one.md §7 ("MV").
+share of votes (docs/methods/skills.md §7.1).
 
-Ties are broken deterministically. The default, ``tie_break="random"`` (spec §7), draws uniformly
+Ties are broken deterministically. The default, ``tie_break="random"`` (docs/methods/skills.md §2.7), draws uniformly
 among the tied classes with a generator seeded by ``seed``; the draw is indexed by (task, class) in
 sorted-id order, so repeated runs and permuted inputs give byte-identical outputs.
 ``tie_break="smallest"`` picks the tied class that comes first in the label order (numeric order

@@ -8,9 +8,9 @@ label. Under the one-coin model with M classes the agreement rate a_ij = Agree_i
 
 estimates s_i s_j without bias on every observed pair (docs/methods/skills.md §2.1). N and Agree come
 from one exact integer sparse product (``crowdflow.graphs.pair_counts``); nothing dense W×W is ever
-allocated. Also here: the optional spammer pruning (§2.6), the edge weights w_ij = B(N_ij) of the
-objective (§2.2), and the packing P = N + 2³²·Agree in which streamed and partitioned counts are summed
-(§4.2, §4.3).
+allocated. Also here: the optional spammer pruning, the edge weights w_ij = B(N_ij) of the objective,
+and the packing P = N + 2³²·Agree in which streamed and partitioned counts are summed
+(docs/methods/skills.md §2.6, §2.2, §4.2, §4.3).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ _PACK_K = np.int64(1) << np.int64(32)
 
 @dataclass(frozen=True)
 class LabelMoments:
-    """Sparse pairwise statistics of a label matrix (spec §1.4, §2.1).
+    """Sparse pairwise statistics of a label matrix (docs/methods/skills.md §1.4, §2.1).
 
     All three matrices are symmetric W×W CSR with zero diagonal and *identical* canonical sparsity
     pattern (the nonzeros of N), so their ``data`` arrays are aligned entry by entry.
@@ -56,7 +56,7 @@ class LabelMoments:
 def moments_from_counts(
     co_labels: sp.csr_matrix, agreements: np.ndarray, n_classes: int, min_pair_count: int = 1
 ) -> LabelMoments:
-    """C^ = (M a − 1)/(M − 1), a = Agree/N, on the stored entries of N (spec §2.1).
+    """C^ = (M a − 1)/(M − 1), a = Agree/N, on the stored entries of N (docs/methods/skills.md §2.1).
 
     Parameters
     ----------
@@ -93,7 +93,7 @@ def moments_from_counts(
 
 
 def label_moments(lm: LabelMatrix, co_labels: sp.csr_matrix | None = None, min_pair_count: int = 1) -> LabelMoments:
-    """Co-label counts N, agreements and the moment matrix C^ by sparse products (spec §2.1).
+    """Co-label counts N, agreements and the moment matrix C^ by sparse products (docs/methods/skills.md §2.1).
 
     N = B Bᵀ (B the W×T incidence) and agreements = Σ_l B_l B_lᵀ, both with zeroed diagonal, come
     out of *one* integer sparse product (``crowdflow.graphs.pair_counts``: P = Xᵀ Z with
@@ -110,7 +110,7 @@ def label_moments(lm: LabelMatrix, co_labels: sp.csr_matrix | None = None, min_p
         Accepted for compatibility (e.g. ``WorkerGraphReport.co_labels``) and not needed: the
         agreement product yields N at no extra cost.
     min_pair_count : int
-        Pairs with N_ij < min_pair_count are dropped (spec §3.2, §8; default 1 keeps all).
+        Pairs with N_ij < min_pair_count are dropped (docs/methods/skills.md §2.1, §8.1; default 1 keeps all).
 
     Returns
     -------
@@ -124,11 +124,11 @@ def label_moments(lm: LabelMatrix, co_labels: sp.csr_matrix | None = None, min_p
 
 
 def prune_spammer_edges(moments: LabelMoments, delta: float, c: float) -> tuple[LabelMoments, int]:
-    """Optional spammer pruning (spec §2.6; off by default).
+    """Optional spammer pruning (docs/methods/skills.md §2.6; off by default).
 
-    Drops pair (i, j) when |C^_ij| < δ + c √(log W / N_ij) ([AMBIG] resolved to the per-pair N_ij).
-    Workers whose skill is ≈ 0 then lose their edges and become isolated (weight 0); re-run the
-    identifiability check on the result.
+    Drops pair (i, j) when |C^_ij| < δ + c √(log W / N_ij) (the paper writes T where we read the
+    per-pair N_ij). Workers whose skill is ≈ 0 then lose their edges and become isolated (weight 0);
+    re-run the identifiability check on the result.
 
     Returns
     -------
@@ -157,7 +157,7 @@ def prune_spammer_edges(moments: LabelMoments, delta: float, c: float) -> tuple[
 
 
 def edge_weights(co_labels: sp.csr_matrix, weighting: Weighting = "count") -> sp.csr_matrix:
-    """w_ij = B(N_ij) on the nonzeros of N (spec §2.2).
+    """w_ij = B(N_ij) on the nonzeros of N (docs/methods/skills.md §2.2).
 
     ``count``: B(N) = N (inverse-variance weight, default); ``binary``: B(N) = 1{N > 0};
     ``square``: B(N) = N².

@@ -5,10 +5,11 @@ Skills x are fitted to the moments inside a box per worker,
 
     min_x L(x) = 1/2 Σ_{i<j, N_ij>0} w_ij (C^_ij − x_i x_j)²,   lo_i ≤ x_i ≤ hi_i,
 
-with ∇L(x) = −((w∘C^) x − x ∘ (w (x∘x))): two sparse mat-vecs per update (docs/methods/skills.md
-§2.2, §2.3). Every solver stops when max_i |x_i^{k+1} − x_i^k| < tol or after max_iter updates (then a
-``RuntimeWarning``) and records the loss trace (§2.3 gd, §2.9 scaled, §2.5 eg). :func:`fit_active` runs
-a solver on the identified workers only and fixes the sign of each component (§2.4, §2.8).
+with ∇L(x) = −((w∘C^) x − x ∘ (w (x∘x))): two sparse mat-vecs per update. Every solver stops when
+max_i |x_i^{k+1} − x_i^k| < tol or after max_iter updates (then a ``RuntimeWarning``) and records the loss
+trace. :func:`fit_active` runs a solver on the identified workers only and fixes the sign of each
+component. See docs/methods/skills.md §2.2–§2.3 (objective, ``gd``), §2.9 (``scaled``), §2.5 (``eg``),
+docs/methods/skills.md §2.4 and §2.8 (signs, the active set).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ _EG_NORM_DENSE_MAX = 2000
 
 
 def rank_one_loss(c_hat: SparseMatrix, weights: SparseMatrix, x: np.ndarray) -> float:
-    """L(x) = 1/2 Σ_{i<j} w_ij (C^_ij − x_i x_j)² over the stored (symmetric) entries (spec §2.2).
+    """L(x) = 1/2 Σ_{i<j} w_ij (C^_ij − x_i x_j)² over the stored (symmetric) entries (docs/methods/skills.md §2.2).
 
     Computed from the residuals directly (no cancellation). ``weights`` and ``c_hat`` must be
     symmetric; entries of ``c_hat`` are read at the nonzeros of ``weights``.
@@ -47,7 +48,7 @@ def rank_one_loss(c_hat: SparseMatrix, weights: SparseMatrix, x: np.ndarray) -> 
 
 
 def rank_one_gradient(c_hat: SparseMatrix, weights: SparseMatrix, x: np.ndarray) -> np.ndarray:
-    """∇L(x)_i = −Σ_j w_ij (C^_ij − x_i x_j) x_j = −((w∘C^) x − x ∘ (w (x∘x)))_i (spec §2.3)."""
+    """∇L(x)_i = −Σ_j w_ij (C^_ij − x_i x_j) x_j = −((w∘C^) x − x ∘ (w (x∘x)))_i (docs/methods/skills.md §2.3)."""
     w = sp.csr_matrix(weights)
     wc = sp.csr_matrix(w.multiply(c_hat))
     x = np.asarray(x, dtype=np.float64)
@@ -106,7 +107,7 @@ def fit_rank_one(
 ) -> RankOneFit:
     """Fit x xᵀ to C^ on the observed entries by projected (or exponentiated) gradient descent.
 
-    Spec §2.3 (``gd``): x̃ = x^k + η Σ_j w_ij (C^_ij − x_i^k x_j^k) x_j^k for all i at once
+    docs/methods/skills.md §2.3 (``gd``): x̃ = x^k + η Σ_j w_ij (C^_ij − x_i^k x_j^k) x_j^k for all i at once
     (two sparse mat-vecs: (w∘C^) x and w (x∘x)), then x^{k+1} = clip(x̃, lower, upper). Default
     η = 1/(4 max_i r_i), r_i = Σ_j w_ij: by Gershgorin the Hessian of L on [−1, 1]^W is bounded by
     4 max_i r_i, so L decreases monotonically. Stop when max_i |x_i^{k+1} − x_i^k| < tol or after
@@ -128,7 +129,7 @@ def fit_rank_one(
     update: two sparse mat-vecs (four after a fallback). Iterations to tol 1e-7: Snow RTE 41
     (η_i = 1/(4 r_i) alone: 394; ``gd``: > 5000), 10^6 synthetic labels 25 (195).
 
-    ``eg`` (spec §2.5, positive skills only; requires 0 < lower ≤ upper): with C^ clipped to
+    ``eg`` (docs/methods/skills.md §2.5, positive skills only; requires 0 < lower ≤ upper): with C^ clipped to
     [κ², K²] (κ = min lower, K = max upper), D_i = Σ_j w_ij (x_i x_j − C^_ij) and
     x^{k+1} = clip(x^k ∘ exp(−α D), lower, upper), α = 1/(2 √W ||w||_2 K²) unless ``eta`` is given.
     Its fixed point differs from ``gd``'s by O(noise).
@@ -325,7 +326,10 @@ def fit_active(
     sign_mode: SignMode,
     progress: ProgressFn | None = None,
 ) -> tuple[np.ndarray, np.ndarray, RankOneFit | None]:
-    """PGD on the active subgraph, signs per component, skills clipped into the box (spec §2.3–2.4)."""
+    """PGD on the active subgraph, signs per component, skills clipped into the box.
+
+    See docs/methods/skills.md §2.3, §2.4 and §2.8 (the active set).
+    """
     n_workers = active.size
     idx = np.flatnonzero(active)
     skills = np.full(n_workers, np.nan)

@@ -2,10 +2,11 @@
 
 The signless Laplacian L_s = Deg(w) + Adj(w) of a weighted graph satisfies
 xᵀ L_s x = Σ_{i<j} w_ij (x_i + x_j)², so its smallest eigenvalue is exactly 0 on a bipartite component
-and positive otherwise: it measures how firmly a component pins down its skills (docs/methods/skills.md
-§3.4). The largest eigenvalue of a nonnegative weight matrix, ‖w‖₂, sets the step of exponentiated
-gradient (§2.5) and the Lipschitz constant in the diagnostics. Dense LAPACK for small matrices, Lanczos
-(``eigsh``) with a fixed start vector above a size limit, so the outputs are deterministic.
+and positive otherwise: it measures how firmly a component pins down its skills. The largest eigenvalue
+of a nonnegative weight matrix, ‖w‖₂, sets the step of exponentiated gradient and the Lipschitz constant
+in the diagnostics. Dense LAPACK for small matrices, Lanczos (``eigsh``) with a fixed start vector above
+a size limit (``dense_max``, by default the ``dense_eig_max`` of the options), so the outputs are
+deterministic. See docs/methods/skills.md §3.4 and §2.5.
 """
 
 from __future__ import annotations
@@ -31,14 +32,14 @@ def top_eigenvalue(a: SparseMatrix, dense_max: int = 500) -> float:
 
 
 def signless_laplacian(adj: SparseMatrix) -> sp.csr_matrix:
-    """L_s = Deg(w) + Adj(w) (spec §3.4); xᵀ L_s x = Σ_{i<j} w_ij (x_i + x_j)²."""
+    """L_s = Deg(w) + Adj(w) (docs/methods/skills.md §3.4); xᵀ L_s x = Σ_{i<j} w_ij (x_i + x_j)²."""
     a = without_diagonal(adj).astype(np.float64)
     deg = np.asarray(a.sum(axis=1)).ravel()
     return sp.csr_matrix(sp.diags(deg) + a)
 
 
 def signless_lambda_min(adj: SparseMatrix, dense_max: int = 500) -> tuple[float, str]:
-    """Smallest eigenvalue of the signless Laplacian of ``adj`` (spec §3.4).
+    """Smallest eigenvalue of the signless Laplacian of ``adj`` (docs/methods/skills.md §3.4).
 
     Dense LAPACK ``eigvalsh`` (``scipy.linalg``, smallest eigenvalue only) for n ≤ ``dense_max``;
     otherwise ``scipy.sparse.linalg.eigsh`` on (c I − L_s) with c = 2 max row sum, ``which='LA'``,

@@ -143,8 +143,8 @@ def accumulate_moments(
 ) -> StreamedMoments:
     """Co-label counts N, agreement counts and labels per worker from a stream of label batches.
 
-    The statistics of spec §2.1 are sums over tasks, so they can be accumulated chunk by chunk
-    (design.md §4): for each chunk, P_b = N_b + K·Agree_b by one integer sparse product
+    The statistics of docs/methods/skills.md §2.1 are sums over tasks, so they can be accumulated chunk by chunk
+    (docs/methods/skills.md §4.2): for each chunk, P_b = N_b + K·Agree_b by one integer sparse product
     (``crowdflow.graphs.pair_counts``); the running sum of P_b and of the per-worker label counts
     is all that is kept (memory O(|E| + W), never the labels). Equal, entry for entry, to
     :func:`label_moments` on the concatenated labels.
@@ -322,7 +322,7 @@ def stream_consensus(
     fallback: Fallback = "mv",
     duplicates: DuplicatePolicy = "error",
 ) -> pd.DataFrame:
-    """Second pass: MAP weighted vote per task from a label stream (spec §2.7, §3.3).
+    """Second pass: MAP weighted vote per task from a label stream (docs/methods/skills.md §2.7, §3.3).
 
     Same contiguity requirement and carry-over as :func:`accumulate_moments`. Per task:
     score_t(l) = Σ_i v_i 1{Y_it = l} with v from ``skills["vote_weight"]`` (0 for unidentified

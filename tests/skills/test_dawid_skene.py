@@ -1,4 +1,4 @@
-"""Tests of the Dawid–Skene EM baselines (spec skills-rank-one.md §7)."""
+"""Tests of the Dawid–Skene EM baselines (docs/methods/skills.md §7.2)."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def test_one_coin_matches_brute_force_posterior():
             ]
         )
         np.testing.assert_allclose(res.posteriors[t], like / like.sum(), atol=1e-10)
-    # the one-coin vote weight is the MAP weight of spec §2.7
+    # the one-coin vote weight is the MAP weight of docs/methods/skills.md §2.7
     np.testing.assert_allclose(res.workers["vote_weight"], vote_weights(res.workers["skill"].to_numpy(), m), atol=1e-6)
 
 

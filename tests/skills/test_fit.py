@@ -1,8 +1,8 @@
-"""Acceptance tests of spec skills-rank-one.md §6 for crowdflow.skills.fit.
+"""Acceptance tests of docs/methods/skills.md §6 for crowdflow.skills.fit.
 
-Default run: unit/identifiability/optimisation tests and the statistical tests at the spec's seed
-counts (all small). ``@pytest.mark.slow``: the W = 10^4 scale test (AT-P1), the W = 10^5 memory
-guard (AT-U5) and the η = 0.01 variant of AT-O1.
+Default run: the statistical tests at the seed counts of docs/methods/skills.md §6 (all small).
+``@pytest.mark.slow``: the W = 10^4 scale test (AT-P1) and the W = 10^5 memory guard (AT-U5); the
+η = 0.01 variant of AT-O1 is in test_rank_one.py.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def fit_quiet(*args, **kwargs):
 
 
 def oracle_error(data: synth.SyntheticLabels) -> float:
-    """Bayes error: MAP vote (spec §2.7) with the true skills."""
+    """Bayes error: MAP vote (docs/methods/skills.md §2.7) with the true skills."""
     lm, _ = prepare_labels(data.labels, classes=data.classes)
     pos = {w: i for i, w in enumerate(data.workers)}
     s = data.skills[[pos[w] for w in lm.workers]]
@@ -159,7 +159,7 @@ def test_at_s4_ring_more_tasks_helps():
     assert mean_err[330] < mean_mv[330]
 
 
-# Table 2 (spec §5.3): star plus one triangle, noise injected into C, W = 21 and 91 (paper: 50 runs
+# Table 2 (docs/methods/skills.md §5.3): star plus one triangle, noise injected into C, W = 21 and 91 (paper: 50 runs
 # at W = 21/51/71/91; the full table: python -m benchmarks.skills_table2, results/skills.md)
 TABLE2_WORKERS = (21, 91)
 TABLE2_SEEDS = range(10)
@@ -201,7 +201,7 @@ def table2_runs() -> dict[int, np.ndarray]:
 )
 @pytest.mark.parametrize("n_workers", TABLE2_WORKERS)
 def test_table2_star_triangle_within_001_of_bayes(table2_runs, n_workers):
-    """Issue #3 acceptance criterion on paper Table 2 (spec §5.3), as a strict xfail.
+    """Issue #3 acceptance criterion on paper Table 2 (docs/methods/skills.md §5.3), as a strict xfail.
 
     Reading (:func:`crowdflow.synth.skills.star_triangle_injected`): skills on the grid linspace(0.8, −0.3, W)
     (hub = worker 0 = most skilled, triangle closed by workers 1, 2); C_ij = s_i s_j + ξ_ij,
@@ -216,10 +216,11 @@ def test_table2_star_triangle_within_001_of_bayes(table2_runs, n_workers):
 @pytest.mark.parametrize("n_workers", TABLE2_WORKERS)
 def test_table2_within_001_of_bayes_with_the_noise_in_fig45_notation(n_workers):
     """The same setup with ξ ~ 0.2·U[−1/2, 1/2] = U[−0.1, 0.1], the way the paper writes its other
-    injected noise (Figs. 4–5, spec §5.7), instead of the spec's U[−0.2, 0.2]: PGD is within 0.01 of
-    the Bayes error (measured +0.0035 to +0.0060 over 20 runs per W; the paper: +0.0000 to +0.0044).
+    injected noise (Figs. 4–5, docs/methods/skills.md §5.7), instead of the stated U[−0.2, 0.2]: PGD is
+    within 0.01 of the Bayes error (measured +0.0035 to +0.0060 over 20 runs per W; the paper: +0.0000
+    to +0.0044).
 
-    Not the spec's criterion (that stays the strict xfail above): it shows the gap there comes from
+    Not the issue's criterion (that stays the strict xfail above): it shows the gap there comes from
     the noise level on the star edges, and pins PGD's estimation at this level. The evaluation labels
     are those of the test above, so a plain vote (+0.13) or the sign-flipped solution fails it.
     """

@@ -59,7 +59,7 @@ def test_at_g1_bipartite_reported_and_raise(name):
         fit_skills(data.labels, identifiability_policy="raise")
     msg = str(exc.value)
     assert "component 0" in msg and f"{n} workers" in msg and "bipartite_component" in msg
-    for wid in data.workers[:20]:  # ids truncated to 20 + count (spec §3.3)
+    for wid in data.workers[:20]:  # ids truncated to 20 + count (docs/methods/skills.md §3.3)
         assert wid in msg
     if n > 20:
         assert f"(+{n - 20} more)" in msg

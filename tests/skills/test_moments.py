@@ -1,6 +1,6 @@
 """Moments of the skills fit: N, agreements and C^ against hand computations, dense references and
 the unbiasedness of C^ (docs/methods/skills.md §2.1, §6 AT-U1, AT-U3); pair filters and spammer pruning
-(§2.6)."""
+(docs/methods/skills.md §2.6)."""
 
 from __future__ import annotations
 

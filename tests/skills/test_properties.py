@@ -77,7 +77,7 @@ def _two_colour(nbrs: dict[str, set[str]]) -> dict[str, str]:
 
 
 def brute_active(df: pd.DataFrame, tau: float) -> set[str]:
-    """Spec §2.8 active set: drop workers with n_i <= tau^2 and non-ok components until stable."""
+    """docs/methods/skills.md §2.8 active set: drop workers with n_i <= tau^2 and non-ok components until stable."""
     n_i = df["worker"].value_counts().to_dict()
     status = brute_status(df)
     active = {w for w, s in status.items() if s == "ok" and n_i[w] > tau**2}
