@@ -5,7 +5,7 @@ writes ``benchmarks/results/pipeline_overhead.md``).
 
 1. **Flow vs. library** (skills job, rank-one PGD with the ``scaled`` solver). Synthetic one-coin binary
    labels from :mod:`crowdflow.synth.skills` (10 labels per task, 30 % near-spammers) are written to Parquet.
-   The peer is what a notebook user runs: ``pd.read_parquet`` + ``fit_skills(df, "pgd", solver="scaled")``.
+   The peer is what a notebook user runs: ``pd.read_parquet`` + ``fit_skills(df, method="pgd", solver="scaled", spectral=False)``.
    The flow is ``skills_flow(spec)`` in the same process on the same file: ingest, Great Expectations
    validation, worker-graph check, fit, manifest, ``report.html``, atomic Parquet export, Prefect task
    runs and artifacts. The fit cache is bypassed (``PREFECT_TASKS_REFRESH_CACHE``), so every repeat pays
@@ -68,11 +68,11 @@ def _labels(exp: int, path: Path) -> int:
 
 
 def _library(path: Path) -> float:
-    from crowdflow.models.skills import fit_skills
+    from crowdflow.skills import fit_skills
 
     t = time.perf_counter()
     df = pd.read_parquet(path)
-    fit_skills(df, "pgd", solver="scaled")
+    fit_skills(df, method="pgd", solver="scaled", spectral=False)
     return time.perf_counter() - t
 
 
@@ -191,7 +191,7 @@ def render(flow_rows: list[dict], cold_rows: list[dict], first: float, host: str
         "## 1. Skills flow vs. `read_parquet` + `fit_skills` (same Parquet file, same process)",
         "",
         "Synthetic one-coin binary labels (10 per task, 30 % near-spammers). Library = `pd.read_parquet` + "
-        '`fit_skills(df, "pgd", solver="scaled")`. Flow = `skills_flow(spec)`: ingest + Great Expectations '
+        '`fit_skills(df, method="pgd", solver="scaled", spectral=False)`. Flow = `skills_flow(spec)`: ingest + Great Expectations '
         "validation, worker-graph check, fit (cache bypassed), report.html, atomic export, Prefect task runs "
         "and artifacts; the embedded API was started by an untimed warm-up run. Medians of the repeats; "
         "step times are the medians of the manifest's `timings`; *rest* = flow wall time minus the timed steps "

@@ -5,9 +5,9 @@ Run: ``python -m benchmarks.skills_real`` (writes ``benchmarks/results/skills_re
 For every public gold label set in /work/shared/data with at most 20 classes: prediction error on
 the gold tasks and wall time (median of ``--repeats``, default 3) of
 
-- ours, each a whole ``crowdflow.models.skills.fit_skills`` call on the DataFrame (validation,
+- ours, each a whole ``crowdflow.skills.fit_skills`` call on the DataFrame (validation,
   encoding, moments, identifiability check, fit, consensus, per-component diagnostics without
-  eigenvalues — the library default): PGD with the spec's solver (``gd``, η = 1/(4 max r_i)),
+  eigenvalues, ``spectral=False``): PGD with the paper's solver (``gd``, η = 1/(4 max r_i)),
   PGD with the ``scaled`` solver (the pipeline default), one-coin DS, full DS, MV;
 - Crowd-Kit (benchmark-only peer, the ``bench`` extra): MajorityVote, DawidSkene,
   OneCoinDawidSkene, MMSR with their default settings, ``fit_predict`` on the same rows.
@@ -28,9 +28,9 @@ MV column equals it on RTE, Temp and WSD, which shows our copies are the paper's
 also reads the paper's PGD errors as counts of wrong gold tasks (Temp's 0.0512 is no whole count).
 
 The ablation section (``--ablation``, on by default) refits with the alternatives to our defaults
-that the spec allows — box τ ∈ {0, 0.5, 2} (default 1), binary weighting (default N), DS smoothing
+that the method allows (docs/methods/skills.md §8.1) — box τ ∈ {0, 0.5, 2} (default 1), binary weighting (default N), DS smoothing
 α = 1 (default 0.01) — on the same rows, and gives the mean error over all sets, so that the
-defaults can be seen to be the spec's and not tuned to these sets.
+defaults can be seen to be the paper's and not tuned to these sets.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from crowdflow.metrics import gold_metrics, majority_vote_expected_error  # noqa: E402
-from crowdflow.models.skills import fit_skills, prediction_error  # noqa: E402
+from crowdflow.skills import fit_skills, prediction_error  # noqa: E402
 
 DATA = Path("/work/shared/data")
 OUT = Path(__file__).resolve().parent / "results" / "skills_real.md"
@@ -59,19 +59,19 @@ MAX_CLASSES = 20
 TABLE5 = {"snow_rte": "0.07", "snow_temp": "0.0512", "snow_wsd": "0.0056"}
 TABLE5_MV = {"snow_rte": "0.1031", "snow_temp": "0.0639", "snow_wsd": "0.0056"}
 OURS = [
-    ("PGD", "pgd", {"solver": "gd"}),
-    ("PGD-scaled", "pgd", {"solver": "scaled"}),
-    ("1-coin DS", "onecoin_ds", {}),
-    ("DS", "ds", {}),
-    ("MV", "mv", {}),
+    ("PGD", "pgd", {"solver": "gd", "spectral": False}),
+    ("PGD-scaled", "pgd", {"solver": "scaled", "spectral": False}),
+    ("1-coin DS", "onecoin_ds", {"spectral": False}),
+    ("DS", "ds", {"spectral": False}),
+    ("MV", "mv", {"spectral": False}),
 ]
 MODEL_BASED = ["PGD", "PGD-scaled", "1-coin DS", "DS"]  # candidates for the "at <= CK DS error" column
 ABLATION = [
-    ("PGD τ=0", "pgd", {"solver": "scaled", "tau": 0.0}),
-    ("PGD τ=0.5", "pgd", {"solver": "scaled", "tau": 0.5}),
-    ("PGD τ=2", "pgd", {"solver": "scaled", "tau": 2.0}),
-    ("PGD binary w", "pgd", {"solver": "scaled", "weighting": "binary"}),
-    ("DS α=1", "ds", {"ds_smoothing": 1.0}),
+    ("PGD τ=0", "pgd", {"solver": "scaled", "spectral": False, "tau": 0.0}),
+    ("PGD τ=0.5", "pgd", {"solver": "scaled", "spectral": False, "tau": 0.5}),
+    ("PGD τ=2", "pgd", {"solver": "scaled", "spectral": False, "tau": 2.0}),
+    ("PGD binary w", "pgd", {"solver": "scaled", "spectral": False, "weighting": "binary"}),
+    ("DS α=1", "ds", {"ds_smoothing": 1.0, "spectral": False}),
 ]
 
 
@@ -139,7 +139,7 @@ def run(
             "M": labels["label"].nunique(),
         }
         for name, method, kw in OURS:
-            res, secs = _median_time(lambda m=method, k=kw: fit_skills(labels, m, **k), repeats)
+            res, secs = _median_time(lambda m=method, k=kw: fit_skills(labels, method=m, **k), repeats)
             row[name] = prediction_error(res.consensus, truth)  # type: ignore[attr-defined]
             row[f"{name} s"] = secs
             row[f"{name} ties"] = res.metadata.get("n_ties", np.nan)  # type: ignore[attr-defined]
@@ -167,7 +167,7 @@ def run(
             for name, method, kw in ABLATION:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    res = fit_skills(labels, method, **kw)
+                    res = fit_skills(labels, method=method, **kw)
                 row[name] = prediction_error(res.consensus, truth)
         row["MV E[coin]"] = majority_vote_expected_error(labels, truth)
         row["paper MV"] = float(TABLE5_MV.get(folder.name, "nan"))
@@ -298,7 +298,7 @@ def paper_section(df: pd.DataFrame) -> list[str]:
 
 
 def ablation_section(df: pd.DataFrame) -> list[str]:
-    """Errors of the spec's alternatives to our defaults, with the mean over all sets (last row)."""
+    """Errors of the method's alternatives to our defaults, with the mean over all sets (last row)."""
     names = [n for n, _, _ in ABLATION if n in df.columns]
     if not names:
         return []
@@ -308,7 +308,7 @@ def ablation_section(df: pd.DataFrame) -> list[str]:
     table = pd.concat([df[cols], pd.DataFrame([{"data": "**mean**", **mean}])], ignore_index=True)
     best = min(mean, key=mean.__getitem__)
     return [
-        "## Defaults vs. the spec's alternatives (same rows)",
+        "## Defaults vs. the method's alternatives (same rows)",
         "",
         "PGD-scaled and DS are the defaults (τ = 1, weights N; DS smoothing α = 0.01). Each other column changes one "
         f"setting. Lowest mean error over the {len(df)} sets: {best} ({mean[best]:.4f}); "

@@ -7,15 +7,15 @@ Synthetic one-coin binary data (``crowdflow.synth.skills``): 10 labels per task,
 tasks; 30 % near-spammers (s ~ U[−0.05, 0.05]), the rest s ~ U[0.3, 0.9]. Each size runs in its
 own subprocess so peak memory is that size's own:
 
-1. ``fit_skills(labels_df, method="pgd", solver="scaled")`` as a whole (library defaults, i.e.
-   diagnostics without eigenvalues), its per-step wall times (``SkillsResult.timings``: encode,
+1. ``fit_skills(labels_df, method="pgd", solver="scaled", spectral=False)`` as a whole (the library
+   defaults when this was measured: diagnostics without eigenvalues), its per-step wall times (``SkillsResult.timings``: encode,
    moments, graph, fit, consensus, diagnostics) and the process's peak RSS
    (``resource.getrusage``; includes the input DataFrame, reported separately as ``input RSS``);
 2. the same steps called one by one with a sampling thread reading /proc/self/statm every 2 ms:
    peak RSS while each step runs (a sampler can miss a peak shorter than 2 ms; the getrusage
    peak above cannot);
 3. the spectral diagnostics on their own (``spectral=True, spectral_max_nnz=None``: eigsh on the
-   one 2,000-worker component), as the price of opting in;
+   one 2,000-worker component), their price (on by default in `SkillsOptions`);
 4. the streaming path: ``accumulate_moments`` over pyarrow RecordBatches of 10^6 rows of the
    task-sorted table, then ``skills_from_moments`` and the second pass ``stream_consensus``;
 5. the baselines (majority vote, one-coin DS, full DS) as whole ``fit_skills`` calls on the same
@@ -79,7 +79,8 @@ def _peak_rss() -> int:
 def child(exp: int, n_workers: int) -> dict:
     import pyarrow as pa
 
-    from crowdflow.models import skills as sk
+    from crowdflow import skills as sk
+    from crowdflow.graphs import graph_structure
     from crowdflow.synth import skills as synth
 
     warnings.simplefilter("ignore", RuntimeWarning)
@@ -96,7 +97,7 @@ def child(exp: int, n_workers: int) -> dict:
 
     # 1. whole call
     t0 = time.perf_counter()
-    res = sk.fit_skills(labels, "pgd", solver="scaled")
+    res = sk.fit_skills(labels, method="pgd", solver="scaled", spectral=False)
     out["fit_skills s"] = time.perf_counter() - t0
     out["peak RSS (whole run)"] = _peak_rss()
     out["steps s"] = res.timings
@@ -107,12 +108,12 @@ def child(exp: int, n_workers: int) -> dict:
     # once on a tiny input and reported on its own, so that the rows below compare the methods
     tiny = labels.iloc[: per_task * 20]
     t0 = time.perf_counter()
-    sk.fit_skills(tiny, "ds")
+    sk.fit_skills(tiny, method="ds", spectral=False)
     out["kernel load s"] = time.perf_counter() - t0
     baselines = {}
     for method in ("mv", "onecoin_ds", "ds"):
         t0 = time.perf_counter()
-        res = sk.fit_skills(labels, method)
+        res = sk.fit_skills(labels, method=method, spectral=False)
         secs = time.perf_counter() - t0
         baselines[method] = {
             "s": secs,
@@ -138,13 +139,13 @@ def child(exp: int, n_workers: int) -> dict:
 
     lm, _ = step("encode", lambda: sk.prepare_labels(labels))
     mo = step("moments", lambda: sk.label_moments(lm))
-    st = step("graph", lambda: sk.graph_structure(mo.co_labels, symmetric=True))
+    st = step("graph", lambda: graph_structure(mo.co_labels, symmetric=True))
 
     def fit():
         w = sk.edge_weights(mo.co_labels)
         base = np.where(st.graph.bipartite, "bipartite_component", "ok").astype(object)
-        status, active, lo, hi, ag, _ = sk._active_workers(st.graph, base, w, lm.labels_per_worker(), 2, 1.0)
-        x, _, _ = sk._fit_active(
+        status, active, lo, hi, ag, _ = sk.active_workers(st.graph, base, w, lm.labels_per_worker(), 2, 1.0)
+        x, _, _ = sk.fit_active(
             active,
             ag,
             w,
@@ -203,7 +204,7 @@ def report(results: list[dict]) -> str:
         "2-core host (other jobs running: timings are indicative), single-threaded BLAS. Synthetic binary "
         "one-coin labels, 10 labels/task, 30 % near-spammers; string ids. One subprocess per size.",
         "",
-        '## Whole `fit_skills(labels_df, method="pgd", solver="scaled")` (library defaults)',
+        '## Whole `fit_skills(labels_df, method="pgd", solver="scaled", spectral=False)`',
         "",
         "| labels | tasks | workers | N nnz | total s | encode | moments | graph | fit | consensus | "
         "diagnostics | iterations | input RSS GB | peak RSS GB | PGD error | MV error |",
@@ -222,9 +223,9 @@ def report(results: list[dict]) -> str:
         )
     lines += [
         "",
-        "## Baselines: whole `fit_skills(labels_df, method)` on the same labels",
+        "## Baselines: whole `fit_skills(labels_df, method=..., spectral=False)` on the same labels",
         "",
-        "Dawid–Skene EM with the spec's stop rule (parameter change < 1e-6 or 100 iterations), compiled "
+        "Dawid–Skene EM with the classic stop rule (parameter change < 1e-6 or 100 iterations), compiled "
         "loop; `fit` is the EM (or vote) step alone, the rest is the shared encoding, N and diagnostics. "
         "The first EM call of a process loads the compiled kernel from numba's on-disk cache, a one-time "
         "cost measured on 200 labels before these rows: "
@@ -244,7 +245,7 @@ def report(results: list[dict]) -> str:
         "",
         "## Step by step: seconds / peak RSS (GB) while the step runs (sampled every 2 ms)",
         "",
-        "| labels | encode | moments | graph | fit | consensus | diagnostics | spectral diagnostics (opt-in) s |",
+        "| labels | encode | moments | graph | fit | consensus | diagnostics | spectral diagnostics s |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:

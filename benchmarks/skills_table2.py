@@ -1,4 +1,4 @@
-"""Paper Table 2 (spec skills-rank-one.md §5.3): graph size at fixed noise, star plus one triangle.
+"""Paper Table 2 (docs/methods/skills.md §5.3): graph size at fixed noise, star plus one triangle.
 
 Run: ``python -m benchmarks.skills_table2`` (``--runs 50``, ``--alt-runs 20``, ``--no-write``); also
 run by ``python -m benchmarks.skills``. Writes its section of ``benchmarks/results/skills.md``
@@ -7,10 +7,10 @@ run by ``python -m benchmarks.skills``. Writes its section of ``benchmarks/resul
 Setup (``crowdflow.synth.star_triangle_injected``): W ∈ {21, 51, 71, 91}; star (hub = worker 0)
 plus the leaf–leaf edge (1, 2); C_ij = s_i s_j + ξ_ij, ξ_ij ~ U[−0.2, 0.2] on the edges. PGD sees
 only that C on that support (N = 1 per edge, so every weighting is the same); everything else is
-``fit_skills`` with its defaults (``gd``, η = 1/(4 max r_i), x^0 = 0.5, tol 1e-7, 5000 iterations,
+``fit_skills`` with the paper's solver (``gd``, η = 1/(4 max r_i), x^0 = 0.5, tol 1e-7, 5000 iterations,
 τ = 1 box from the evaluation labels' n_i, sum rule, MAP vote with seeded random tie-break).
 Bayes = the same vote with the true skills. The paper leaves open how the evaluation labels are made
-(spec [AMBIG]); the reading used here, chosen because its Bayes column matches the paper's level:
+(docs/methods/skills.md §5.3); the reading used here, chosen because its Bayes column matches the paper's level:
 
 - skills on the evenly spaced grid over [−0.3, 0.8] listed from the top (hub = most skilled worker,
   triangle closed by the next two);
@@ -39,7 +39,7 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from crowdflow.models.skills import (  # noqa: E402
+from crowdflow.skills import (  # noqa: E402
     LabelMoments,
     SkillsResult,
     fit_skills,
@@ -67,9 +67,9 @@ def _iid(n: int, seed: int) -> np.ndarray:
     return np.random.default_rng([n, seed, 2]).uniform(-0.3, 0.8, n)
 
 
-HALF_WIDTH = 0.2  # the spec's ξ ~ U[−0.2, 0.2]
-# The same paper writes its other injected noise as "0.01 · U[−1/2, 1/2]" (Figs. 4–5, spec §5.7); read
-# that way, Table 2's noise level 0.2 would be U[−0.1, 0.1]. The spec states U[−0.2, 0.2]: shown as an
+HALF_WIDTH = 0.2  # the stated ξ ~ U[−0.2, 0.2] (docs/methods/skills.md §5.3)
+# The same paper writes its other injected noise as "0.01 · U[−1/2, 1/2]" (Figs. 4–5, docs/methods/skills.md §5.7); read
+# that way, Table 2's noise level 0.2 would be U[−0.1, 0.1]. The paper states U[−0.2, 0.2]: shown as an
 # alternative, not used by the tests.
 NOISE_AS_FIG45 = (
     "grid from the top, 12 per task, noise 0.2·U[−1/2, 1/2] = U[−0.1, 0.1] (the paper's Figs. 4–5 notation)"
@@ -97,6 +97,11 @@ ALTERNATIVES: dict[str, tuple[SkillsFn, int, dict[str, object], float]] = {
 }
 
 
+# the fit these tables were made with: the paper's solver, no spectral diagnostics (the library defaults
+# until #24; SkillsOptions now defaults to solver "scaled" with spectra, so they are passed explicitly)
+PGD_BASE: dict[str, object] = {"solver": "gd", "spectral": False}
+
+
 def injected_moments(inst: synth.InjectedNoiseInstance) -> LabelMoments:
     """The injected C as label moments: N = 1 per edge, agreement rate (1 + C)/2 (so C^ = C)."""
     agree = inst.support.copy()
@@ -113,7 +118,7 @@ def one_run(
     diagnostics: bool = True,
     half_width: float = HALF_WIDTH,
 ) -> dict[str, float]:
-    """Errors of one seeded run: Bayes, PGD (``fit_skills`` defaults + ``fit_options``) and, with
+    """Errors of one seeded run: Bayes, PGD (``PGD_BASE`` + ``fit_options``) and, with
     ``diagnostics``, PGD with ``solver="scaled"`` (converges on these graphs) and the star floor."""
     inst = synth.star_triangle_injected(n_workers, seed, per_task=per_task, skills=skills, half_width=half_width)
     data = inst.data
@@ -122,7 +127,7 @@ def one_run(
     def fit(**options: object) -> SkillsResult:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # gd may stop at max_iter (flag kept)
-            return fit_skills(data.labels, classes=data.classes, moments=mo, **options)
+            return fit_skills(data.labels, classes=data.classes, moments=mo, **{**PGD_BASE, **options})
 
     res = fit(**(fit_options or {}))
     lm, _ = prepare_labels(data.labels, classes=data.classes)
@@ -193,7 +198,7 @@ def report(n_runs: int, alt_runs: int) -> str:
         "",
         f"`python -m benchmarks.skills_table2 --runs {n_runs} --alt-runs {alt_runs}` (also run by "
         "`python -m benchmarks.skills`); regenerates only this section. Setup and reading: docstring of "
-        "`benchmarks/skills_table2.py` and `crowdflow.synth.star_triangle_injected` (spec §5.3). "
+        "`benchmarks/skills_table2.py` and `crowdflow.synth.star_triangle_injected` (docs/methods/skills.md §5.3). "
         f"{n_runs} seeded runs per W; mean ± std over runs; PGD = `fit_skills` defaults on the injected C. "
         f"Machine: {platform.machine()}, Python {platform.python_version()}, numpy {np.__version__}; shared "
         f"2-core host (load average {load0:.1f} at start); {t_main:.0f} s for this table, {t_all:.0f} s in all.",
@@ -233,7 +238,7 @@ def report(n_runs: int, alt_runs: int) -> str:
         "each leaf skill carries an error up to ±0.2/s_0 (±0.25 for s_0 = 0.8) that no estimator on this "
         "support removes. The Bayes column is at the paper's level (RMS difference to the paper's means "
         f"{rms:.4f}). The gap does not grow with W, as in the paper. The default test run covers W = 21 and 91 "
-        "with 10 seeds (`tests/models/test_skills.py::test_table2_*`: the 0.01 criterion as a strict xfail, a "
+        "with 10 seeds (`tests/skills/test_fit.py::test_table2_*`: the 0.01 criterion as a strict xfail, a "
         "regression guard at 0.03).",
     ]
     if alts:
@@ -257,9 +262,9 @@ def report(n_runs: int, alt_runs: int) -> str:
             lines += [
                 "",
                 "The last row reads the noise as the paper writes its other injected noise (Figs. 4–5: "
-                '"0.01 · U[−1/2, 1/2]", spec §5.7), i.e. noise level 0.2 = U[−0.1, 0.1]. There PGD − Bayes is '
+                '"0.01 · U[−1/2, 1/2]", docs/methods/skills.md §5.7), i.e. noise level 0.2 = U[−0.1, 0.1]. There PGD − Bayes is '
                 f"{min(g45):+.4f} to {max(g45):+.4f}: within 0.01, and near the paper's +0.0000 to +0.0044, where the "
-                "spec's U[−0.2, 0.2] gives the flat +0.016 to +0.018 above. The spec states U[−0.2, 0.2], so the tests "
+                "stated U[−0.2, 0.2] gives the flat +0.016 to +0.018 above. The paper states U[−0.2, 0.2], so the tests "
                 "keep it; which one the paper meant needs the paper's text.",
             ]
         lines += [

@@ -2,26 +2,27 @@
 
 - Worker interaction graph (labels): workers i, j are adjacent iff they labelled a common task
   (N = B Bᵀ with the diagonal zeroed). Single-coin skills are identifiable on a component iff it is
-  not bipartite (spec skills-rank-one.md §3.1–3.2); an isolated worker has no partner at all.
+  not bipartite (docs/methods/skills.md §3.1–3.2); an isolated worker has no partner at all.
 - Comparison graph (pairwise data): global scores are comparable only within a connected
   component (docs/methods/ranking.md §5.1).
 - Agent graph (personal models): must be connected with positive, symmetric weights
   (spec personal-models-djam.md).
 
-Everything is sparse (``scipy.sparse.csgraph``); bipartiteness is decided for all components at once
-with the bipartite double cover: a component splits into two copies in the cover iff it is bipartite.
+Everything is sparse (``scipy.sparse.csgraph``); components and bipartiteness come from one BFS per
+component (:func:`graph_structure`): a component is bipartite iff no edge joins two nodes of the same
+BFS level, and such an edge closes an odd cycle (the skills diagnostics report one as a witness).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
-from scipy.sparse.csgraph import connected_components
+from scipy.sparse.csgraph import breadth_first_order, connected_components
 
 from crowdflow._typing import SparseMatrix
 from crowdflow.labels import LabelMatrix, task_major_order
@@ -63,12 +64,125 @@ def _symmetric_pattern(adj: SparseMatrix) -> sp.csr_matrix:
     return sp.csr_matrix(a)
 
 
+def without_diagonal(m: SparseMatrix) -> sp.csr_matrix:
+    """A canonical CSR copy of ``m`` without its diagonal (an O(nnz) mask; ``setdiag`` would re-sort)."""
+    m = sp.csr_matrix(m, copy=True)
+    rows = np.repeat(np.arange(m.shape[0]), np.diff(m.indptr))
+    m.data[m.indices == rows] = 0
+    m.eliminate_zeros()
+    m.sum_duplicates()
+    m.sort_indices()
+    return m
+
+
+@dataclass(frozen=True)
+class GraphStructure:
+    """Components, bipartiteness and a BFS forest of an undirected graph (docs/methods/skills.md §3.2).
+
+    Attributes
+    ----------
+    graph : Components
+        Components numbered by their smallest member; ``colour`` = BFS depth mod 2 inside bipartite
+        components (a proper 2-colouring), 0 in the others.
+    depth : numpy.ndarray
+        BFS level of each node from its component's root (the smallest node of the component).
+    pred : numpy.ndarray
+        BFS parent of each node (−1 for roots).
+    odd_edge : numpy.ndarray
+        (n_components, 2): per non-bipartite component the lexicographically smallest edge (u, v),
+        u < v, joining two nodes of the same level (−1 for bipartite components).
+    """
+
+    graph: Components
+    depth: np.ndarray
+    pred: np.ndarray
+    odd_edge: np.ndarray
+
+
+def graph_structure(adj: SparseMatrix, symmetric: bool = False) -> GraphStructure:
+    """Components, bipartiteness and odd-cycle edges from one BFS per component (docs/methods/skills.md §3.2).
+
+    Steps (all O(n + |E|), no Python loop over nodes or edges): connected components
+    (``scipy.sparse.csgraph``, strong connectivity of the symmetric digraph = undirected
+    components, no transpose needed); one ``breadth_first_order`` from a virtual super-root joined
+    to the smallest node of every component; BFS levels recovered level by level from the
+    predecessor positions (which are non-decreasing along a BFS order); a component is
+    non-bipartite iff some edge joins two nodes of the same level (BFS layers alternate colours, so
+    such an edge closes an odd cycle, and conversely a 2-colouring by level parity is proper when
+    no such edge exists).
+
+    Parameters
+    ----------
+    adj : scipy.sparse matrix
+        n×n; any nonzero off-diagonal entry is an edge.
+    symmetric : bool
+        Set when ``adj`` is already a symmetric CSR with zero diagonal and sorted indices (e.g. N
+        from :func:`label_moments`), to skip the symmetrisation.
+    """
+    if symmetric:
+        a = sp.csr_matrix(adj)
+    else:
+        a = without_diagonal(adj)
+        nz: Any = a  # scipy-stubs leave sparse `!=` as object.__ne__ (bool); at runtime it is elementwise
+        a = sp.csr_matrix(((nz != 0) + (nz.T != 0)).astype(np.float64))
+        a.sort_indices()
+    n = a.shape[0]
+    if n == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        g = Components(
+            labels=empty, n_components=0, bipartite=np.zeros(0, bool), colour=empty.astype(np.int8), sizes=empty
+        )
+        return GraphStructure(graph=g, depth=empty, pred=empty, odd_edge=np.zeros((0, 2), dtype=np.int64))
+    pattern = sp.csr_matrix((np.ones(a.nnz), a.indices, a.indptr), shape=a.shape)
+    n_comp, raw = connected_components(pattern, directed=True, connection="strong")
+    _, first = np.unique(raw, return_index=True)  # smallest node of each raw component
+    rank = np.argsort(first, kind="stable")
+    remap = np.empty(n_comp, dtype=np.int64)
+    remap[rank] = np.arange(n_comp)
+    comp = remap[raw]
+    roots = first[rank]  # roots[c] = smallest node of component c
+    sizes = np.bincount(comp, minlength=n_comp)
+    # BFS from a super-root (node n) whose children are the component roots
+    indptr = np.concatenate([pattern.indptr, [pattern.indptr[-1] + n_comp]])
+    indices = np.concatenate([pattern.indices, roots]).astype(pattern.indices.dtype, copy=False)
+    sup = sp.csr_matrix((np.ones(indices.size), indices, indptr), shape=(n + 1, n + 1))
+    order, pred_all = breadth_first_order(sup, n, directed=True, return_predecessors=True)
+    pos = np.empty(n + 1, dtype=np.int64)
+    pos[order] = np.arange(n + 1)
+    parent_pos = pos[pred_all[order[1:]]]  # non-decreasing
+    level_of_pos = np.empty(n + 1, dtype=np.int64)
+    level_of_pos[0] = 0
+    end, level = 1, 0  # level `level` occupies positions [previous end, end)
+    while end < n + 1:
+        nxt = 1 + int(np.searchsorted(parent_pos, end, side="left"))
+        level += 1
+        level_of_pos[end:nxt] = level
+        end = nxt
+    depth = level_of_pos[pos[:n]] - 1
+    pred = pred_all[:n].astype(np.int64)
+    pred[pred == n] = -1
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(pattern.indptr))
+    cols = pattern.indices.astype(np.int64)
+    same = (depth[rows] == depth[cols]) & (rows < cols)
+    su, sv = rows[same], cols[same]
+    odd = np.zeros(n_comp, dtype=bool)
+    odd[comp[su]] = True
+    odd_edge = np.full((n_comp, 2), -1, dtype=np.int64)
+    if su.size:  # CSR order = (u, v) lexicographic: the first hit per component is the smallest
+        cs, first_hit = np.unique(comp[su], return_index=True)
+        odd_edge[cs, 0] = su[first_hit]
+        odd_edge[cs, 1] = sv[first_hit]
+    colour = np.where(odd[comp], 0, depth % 2).astype(np.int8)
+    g = Components(labels=comp, n_components=int(n_comp), bipartite=~odd, colour=colour, sizes=sizes)
+    return GraphStructure(graph=g, depth=depth, pred=pred, odd_edge=odd_edge)
+
+
 def components(adj: SparseMatrix) -> Components:
     """Connected components and bipartiteness of the undirected graph with adjacency ``adj``.
 
-    Bipartite double cover: nodes (i, 0) and (i, 1); each edge {i, j} becomes (i,0)–(j,1) and
-    (i,1)–(j,0). A connected component K of the graph lifts to one cover component iff K has an odd
-    cycle, and to two (the colour classes swapped) iff K is bipartite. O(n + |E|).
+    The components of :func:`graph_structure` (one BFS per component; a component is bipartite iff no
+    edge joins two nodes of the same BFS level); ``colour`` is the level parity inside bipartite
+    components and 0 elsewhere. O(n + |E|).
 
     Parameters
     ----------
@@ -79,23 +193,7 @@ def components(adj: SparseMatrix) -> Components:
     -------
     Components
     """
-    a = _symmetric_pattern(adj)
-    n = a.shape[0]
-    n_comp, raw = connected_components(a, directed=False)
-    # renumber components by smallest member so ids are stable under row permutations of the input
-    first = np.full(n_comp, n, dtype=np.int64)
-    np.minimum.at(first, raw, np.arange(n))
-    remap = np.empty(n_comp, dtype=np.int64)
-    remap[np.argsort(first, kind="stable")] = np.arange(n_comp)
-    comp = remap[raw]
-    cover = cast(sp.csr_matrix, sp.bmat([[None, a], [a, None]], format="csr"))  # stubs: spmatrix
-    _, cov = connected_components(cover, directed=False)
-    same = cov[:n] == cov[n:]  # node meets its own copy: odd cycle in its component
-    odd = np.zeros(n_comp, dtype=bool)
-    np.logical_or.at(odd, comp, same)
-    colour = (cov[:n] > cov[n:]).astype(np.int8)
-    sizes = np.bincount(comp, minlength=n_comp)
-    return Components(labels=comp, n_components=n_comp, bipartite=~odd, colour=colour, sizes=sizes)
+    return graph_structure(adj).graph
 
 
 def labels_by_task(lm: LabelMatrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -127,7 +225,7 @@ def pair_counts(
 ) -> tuple[sp.csr_matrix, np.ndarray]:
     """Co-label counts N and agreement counts of labels grouped by task, from one sparse product.
 
-    Spec skills-rank-one.md §2.1. With X the (T·M)×W 0/1 matrix X[t·M + l, i] = 1{Y_it = l} and Z
+    docs/methods/skills.md §2.1. With X the (T·M)×W 0/1 matrix X[t·M + l, i] = 1{Y_it = l} and Z
     the (T·M)×W matrix Z[t·M + l, j] = 1 + K·1{Y_jt = l} (one entry for every class l of every label
     of j), the integer product P = Xᵀ Z has, for i ≠ j,
 
@@ -201,7 +299,7 @@ def pair_counts(
 def co_label_counts(lm: LabelMatrix) -> sp.csr_matrix:
     """N = B Bᵀ with zero diagonal: N_ij = number of tasks labelled by both workers i and j.
 
-    Spec skills-rank-one.md §1.4/§2.1. Sparse product on the labels grouped by task (see
+    docs/methods/skills.md §1.4/§2.1. Sparse product on the labels grouped by task (see
     :func:`pair_counts`); float64 CSR with sorted indices; never a dense W×W.
     """
     indptr, w, _ = labels_by_task(lm)
@@ -244,7 +342,7 @@ class WorkerGraphReport:
 def worker_graph_report(lm: LabelMatrix, max_listed: int = 20) -> WorkerGraphReport:
     """Components, bipartiteness and isolated workers of the worker interaction graph.
 
-    Spec skills-rank-one.md §3.2: a component is ``ok`` iff it contains an odd cycle; a bipartite
+    docs/methods/skills.md §3.2: a component is ``ok`` iff it contains an odd cycle; a bipartite
     component (a single edge, a tree, an even cycle…) does not identify its skills; a worker with no
     co-labeller is ``isolated``.
 

@@ -2,7 +2,7 @@
 
 Every label-aggregation method (majority vote, Dawid–Skene, rank-one PGD) starts from the same
 encoding, so it lives here once. Ids are strings; dense ids are assigned by sorted original id so
-results are deterministic and independent of input row order (spec skills-rank-one.md §1.3).
+results are deterministic and independent of input row order (docs/methods/skills.md §1.3).
 """
 
 from __future__ import annotations
@@ -230,7 +230,7 @@ def encode_labels(labels: pd.DataFrame, classes: list[str] | None = None) -> Lab
     labels : pandas.DataFrame
         Columns ``task, worker, label``; values are converted to ``str`` (nulls are rejected).
     classes : list of str, optional
-        The declared label set (spec §1.3: a declared M wins over the observed labels). Labels
+        The declared label set (docs/methods/skills.md §1.3: a declared M wins over the observed labels). Labels
         outside it raise ``ValueError``.
 
     Returns

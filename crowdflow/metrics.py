@@ -16,7 +16,7 @@ class GoldMetrics:
     accuracy : float
         (1/|G|) Σ_{t∈G} 1{ĝ_t = g_t} over gold tasks G that received at least one label.
     error : float
-        1 − accuracy (the prediction error PE of spec skills-rank-one.md §5).
+        1 − accuracy (the prediction error PE of docs/methods/skills.md §5).
     n_gold : int
         |G|: gold tasks that have a consensus label.
     n_gold_unlabelled : int
@@ -51,7 +51,7 @@ def majority_vote_expected_error(labels: pd.DataFrame, truth: pd.DataFrame) -> f
 
     E[PE] = (1/|G|) Σ_{t∈G} (1 − 1{g_t ∈ A_t} / |A_t|), with A_t the most frequent labels of task t and
     G the gold tasks that have labels (the denominator of :func:`gold_metrics`). This is how the
-    literature reports majority vote (spec skills-rank-one.md §5.5: the paper's MV column equals it on
+    literature reports majority vote (docs/methods/skills.md §5.5: the paper's MV column equals it on
     Snow et al. RTE, 82.5/800, and Temp, 29.5/462), while ``majority_vote`` gives one seeded draw.
 
     Parameters

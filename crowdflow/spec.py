@@ -40,6 +40,7 @@ from crowdflow.errors import SpecError
 from crowdflow.personal_rankings.options import PersonalRankingsOptions
 from crowdflow.ranking import RankingOptions
 from crowdflow.secrets import NO_INLINE_SECRET_PATTERN, NO_USERINFO_PATTERN, refuse_inline_secret
+from crowdflow.skills import SkillsOptions
 
 CheckMode = Literal["block", "warn"]
 Scalar = str | int | float | bool | None
@@ -180,47 +181,6 @@ class SourceSpec(Credentials):
             raise ValueError("a sql source has no path")
         p = Path(self.path).expanduser()
         return p if p.is_absolute() else (base / p)
-
-
-class SkillsOptions(_Strict):
-    """Options of the skills/consensus job (spec skills-rank-one.md §8)."""
-
-    method: Literal["pgd", "onecoin_ds", "ds", "mv"] = Field(
-        "pgd",
-        description="pgd = rank-one skills + MAP vote; onecoin_ds / ds = Dawid-Skene EM; mv = majority vote",
-    )
-    solver: Literal["scaled", "gd", "eg"] = Field(
-        "scaled",
-        description="scaled = PGD with per-worker steps 1/(4 r_i) (same optimum, ~10x fewer iterations); "
-        "gd = the paper's PGD with one step 1/(4 max r_i); eg = exponentiated gradient (needs sign_mode bfs)",
-    )
-    weighting: Literal["count", "binary", "square"] = Field("count", description="edge weights B(N_ij)")
-    tau: float = Field(1.0, ge=0.0, description="box ±(1 − tau/√n_i) around the skills")
-    x0: float = Field(0.5, gt=0.0, description="initial skill of every worker")
-    eta: float | None = Field(None, gt=0.0, description="step size (default 1/(4 max row sum of weights))")
-    tol: float = Field(1e-7, gt=0.0, description="stop when max |Δx| < tol")
-    max_iter: int = Field(5000, ge=1)
-    sign_mode: Literal["sum_rule", "bfs"] = "sum_rule"
-    fallback: Literal["mv", "zero"] = Field(
-        "mv", description="tasks whose labellers are all unidentified: majority vote, or zero weight"
-    )
-    min_pair_count: int = Field(1, ge=1, description="ignore worker pairs sharing fewer tasks")
-    spectral: bool = Field(True, description="signless-Laplacian eigenvalues in the component diagnostics")
-    tie_break: Literal["random", "smallest"] = Field(
-        "random", description="seeded random choice among tied classes, or the first class in label order"
-    )
-    seed: int = 0
-    duplicates: Literal["error", "keep_last", "keep_first"] = Field(
-        "error", description="policy for repeated (task, worker) answers"
-    )
-    classes: list[str] | None = Field(None, description="declared label set; labels outside it fail validation")
-
-    @field_validator("classes")
-    @classmethod
-    def _two_classes(cls, v: list[str] | None) -> list[str] | None:
-        if v is not None and len(set(v)) < 2:
-            raise ValueError("a label set needs at least 2 distinct classes")
-        return v
 
 
 class PersonalModelsOptions(_Strict):

@@ -6,8 +6,7 @@ the flow; the DataFrames are never hashed. Cached results live in Prefect's loca
 
 from __future__ import annotations
 
-import functools
-import tempfile
+import contextlib
 from datetime import timedelta
 from typing import Any
 
@@ -18,17 +17,10 @@ from crowdflow.assignment import AssignmentOptions, AssignmentResult, NextBatchR
 from crowdflow.graphs import WorkerGraphReport
 from crowdflow.labels import LabelMatrix
 from crowdflow.models.djam import PersonalModelsResult, fit_personal_models
-from crowdflow.models.skills import (
-    LabelMoments,
-    SkillsResult,
-    fit_skills,
-    moments_from_partitions,
-    partition_pair_counts,
-    write_label_partitions,
-)
 from crowdflow.personal_rankings import PersonalRankingResult, PersonalRankingsOptions, fit_personal_rankings
 from crowdflow.ranking import RankingOptions, fit_ranking
-from crowdflow.spec import PersonalModelsOptions, RunnerSpec, SkillsOptions
+from crowdflow.skills import SkillsOptions, SkillsResult, fit_skills
+from crowdflow.spec import PersonalModelsOptions, RunnerSpec
 from tasks.progress import fit_progress
 from tasks.runners import dask_executor
 
@@ -46,49 +38,39 @@ def fit_skills_task(
     fingerprint: str,
     runner: RunnerSpec | None = None,
 ) -> SkillsResult:
-    """Worker skills and consensus labels with the configured method (spec skills-rank-one.md).
+    """Worker skills and consensus labels with the configured method (docs/methods/skills.md).
 
     Unidentifiable components reach this step only when the identifiability check is ``warn``; their
     workers then get no skill (NaN, weight 0) and their tasks fall back per ``options.fallback``.
-    With a Dask ``runner`` the co-label statistics are summed over Parquet partitions on the cluster
-    (:func:`skills_moments_on_dask`); the result is the same. Progress of the PGD iterations goes to
-    a progress artifact.
+    With a Dask ``runner`` the library sums the co-label statistics over Parquet partitions on the
+    cluster (``executor=``); the result is the same. Progress of the PGD iterations goes to a progress
+    artifact.
     """
     logger = get_run_logger()
     o = options
-    moments, n_parts = None, 0
-    if runner is not None and runner.kind == "dask":
-        moments, n_parts = skills_moments_on_dask(lm, o.min_pair_count, runner)
-        logger.info(
-            "co-label statistics summed over %d Parquet partitions on Dask (%s)",
-            n_parts,
-            runner.address or f"local cluster, {runner.n_workers} workers",
-        )
-    with fit_progress("fit-skills-progress", f"skills fit ({o.method})") as progress:
+    with contextlib.ExitStack() as stack:
+        executor, n_partitions, scratch_dir = None, 1, None
+        if runner is not None and runner.kind == "dask":
+            executor = stack.enter_context(dask_executor(runner.address, runner.n_workers, processes=runner.processes))
+            n_partitions = runner.partitions or 2 * runner.n_workers
+            scratch_dir = runner.scratch_dir
+        progress = stack.enter_context(fit_progress("fit-skills-progress", f"skills fit ({o.method})"))
         result = fit_skills(
             lm,
-            o.method,
-            weighting=o.weighting,
-            tau=o.tau,
-            x0=o.x0,
-            eta=o.eta,
-            tol=o.tol,
-            max_iter=o.max_iter,
-            solver=o.solver,
-            sign_mode=o.sign_mode,
-            identifiability_policy="flag",
-            fallback=o.fallback,
-            tie_break=o.tie_break,
-            seed=o.seed,
-            min_pair_count=o.min_pair_count,
-            spectral=o.spectral,
+            o,
             graph_report=graph,
-            moments=moments,
+            executor=executor,
+            n_partitions=n_partitions,
+            scratch_dir=scratch_dir,
             progress=progress,
         )
     meta = result.metadata
-    if n_parts:
-        meta["moments_partitions"] = n_parts
+    if "moments_partitions" in meta and runner is not None:
+        logger.info(
+            "co-label statistics summed over %d Parquet partitions on Dask (%s)",
+            meta["moments_partitions"],
+            runner.address or f"local cluster, {runner.n_workers} workers",
+        )
     if o.method == "pgd":
         logger.info(
             "PGD (%s): %s after %d iterations, loss %.6g; %.1f%% of workers identified",
@@ -100,22 +82,6 @@ def fit_skills_task(
         )
     logger.info("%s on %d tasks / %d labels: %d ties", o.method, lm.n_tasks, lm.n_labels, meta.get("n_ties", 0))
     return result
-
-
-def skills_moments_on_dask(lm: LabelMatrix, min_pair_count: int, runner: RunnerSpec) -> tuple[LabelMoments, int]:
-    """N, agreements and C^ of ``lm`` summed over whole-task Parquet partitions, one Dask task per file.
-
-    The partition files (encoded labels, ``crowdflow.models.skills.write_label_partitions``) go to a
-    temporary folder under ``runner.scratch_dir``; the workers receive their paths, never DataFrames,
-    and send back one packed sparse count matrix each. Integer sums: equal to the in-process statistics.
-    """
-    n_parts = runner.partitions or 2 * runner.n_workers
-    with tempfile.TemporaryDirectory(prefix="crowdflow-parts-", dir=runner.scratch_dir) as tmp:
-        paths = write_label_partitions(lm, tmp, n_parts)
-        count = functools.partial(partition_pair_counts, n_workers=lm.n_workers, n_classes=lm.n_classes)
-        with dask_executor(runner.address, runner.n_workers, processes=runner.processes) as run_map:
-            parts = run_map(count, paths)
-    return moments_from_partitions(parts, lm.n_classes, min_pair_count), len(paths)
 
 
 @task(

@@ -61,7 +61,7 @@ def test_rte_mv_run(tmp_path: Path, rte_dir: Path, capsys: pytest.CaptureFixture
 
 
 def test_rte_pgd_run(tmp_path: Path, rte_dir: Path) -> None:
-    """Issue #3 in the pipeline: rank-one PGD skills on RTE (paper Table 5: 0.07; spec AT-R1: <= 0.09)."""
+    """Issue #3 in the pipeline: rank-one PGD skills on RTE (paper Table 5: 0.07; docs/methods/skills.md §6 AT-R1: <= 0.09)."""
     out = tmp_path / "out"
     rc = main(
         [

@@ -12,9 +12,9 @@ import pytest
 
 from crowdflow.errors import CrowdflowError, DegenerateInput
 from crowdflow.models.djam import fit_personal_models
-from crowdflow.models.skills import fit_skills
 from crowdflow.personal_rankings import fit_personal_rankings
 from crowdflow.ranking import fit_hlasso, fit_hodgerank, fit_lbi
+from crowdflow.skills import fit_skills
 
 CMP = pd.DataFrame(
     {"annotator": ["u1", "u1", "u2"], "item_a": ["a", "b", "a"], "item_b": ["b", "c", "c"], "outcome": [1.0, 1.0, -1.0]}
@@ -33,7 +33,7 @@ def _finite(*arrays: object) -> bool:
 def test_skills_without_identifiable_worker() -> None:
     """One shared task between two workers (a bipartite edge): nothing to fit, an explicit status."""
     df = pd.DataFrame({"task": ["t1", "t1", "t2"], "worker": ["1", "2", "1"], "label": ["x", "y", "x"]})
-    res = fit_skills(df, "pgd")
+    res = fit_skills(df, method="pgd")
     assert res.metadata["fit_status"] == "no_identifiable_worker"
     assert res.metadata["iterations"] == 0 and res.metadata["frac_workers_identified"] == 0.0
     assert set(res.skills["status"]) == {"bipartite_component"} and not res.skills["identifiable"].any()
@@ -46,7 +46,7 @@ def test_skills_non_convergence_is_a_status(method: str) -> None:
     rows = [(f"t{t}", f"w{w}", str(rng.integers(0, 2))) for t in range(30) for w in range(5) if rng.random() < 0.7]
     df = pd.DataFrame(rows, columns=["task", "worker", "label"])
     with pytest.warns(RuntimeWarning, match="without converging"):
-        res = fit_skills(df, method, max_iter=1, ds_max_iter=1, tol=1e-15, ds_tol=1e-15)
+        res = fit_skills(df, method=method, max_iter=1, ds_max_iter=1, tol=1e-15, ds_tol=1e-15)
     assert res.metadata["fit_status"] == "not_converged" and res.metadata["converged"] is False
     assert _finite(res.consensus["confidence"], res.skills["accuracy"])
 
@@ -55,8 +55,8 @@ def test_skills_status_of_converged_and_closed_form_fits() -> None:
     df = pd.DataFrame(
         {"task": ["t1"] * 3 + ["t2"] * 3, "worker": ["1", "2", "3"] * 2, "label": ["x", "x", "y", "y", "y", "y"]}
     )
-    assert fit_skills(df, "pgd").metadata["fit_status"] == "converged"
-    assert fit_skills(df, "mv").metadata["fit_status"] == "closed_form"
+    assert fit_skills(df, method="pgd").metadata["fit_status"] == "converged"
+    assert fit_skills(df, method="mv").metadata["fit_status"] == "closed_form"
 
 
 # rankings ----------------------------------------------------------------------------------------

@@ -119,11 +119,11 @@ def _manifest(job: str, **extra: object) -> dict:
 def skills_tables(rte_dir: Path) -> dict[str, pd.DataFrame]:
     from crowdflow.graphs import worker_graph_report
     from crowdflow.labels import encode_labels
-    from crowdflow.models.skills import fit_skills
+    from crowdflow.skills import fit_skills
 
     lm = encode_labels(pd.read_csv(rte_dir / "labels.csv", dtype=str))
     graph = worker_graph_report(lm)
-    res = fit_skills(lm, "pgd", solver="scaled", graph_report=graph)
+    res = fit_skills(lm, method="pgd", solver="scaled", graph_report=graph)
     return {"consensus": res.consensus, "skills": res.skills, "components": res.diagnostics}
 
 

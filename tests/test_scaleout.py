@@ -13,14 +13,14 @@ import pytest
 
 from crowdflow.labels import encode_labels
 from crowdflow.models.djam import field_estimation_instance, fit_personal_models
-from crowdflow.models.skills import (
+from crowdflow.progress import IterationProgress
+from crowdflow.skills import (
     fit_skills,
     label_moments,
     moments_from_partitions,
     partition_pair_counts,
     write_label_partitions,
 )
-from crowdflow.progress import IterationProgress
 from crowdflow.spec import parse_spec
 
 
@@ -54,19 +54,19 @@ def test_fit_skills_with_given_moments_is_identical(rte_lm, tmp_path: Path) -> N
     moments = moments_from_partitions(
         [partition_pair_counts(p, rte_lm.n_workers, rte_lm.n_classes) for p in paths], rte_lm.n_classes
     )
-    a = fit_skills(rte_lm, "pgd", solver="scaled", seed=0)
-    b = fit_skills(rte_lm, "pgd", solver="scaled", seed=0, moments=moments)
+    a = fit_skills(rte_lm, method="pgd", solver="scaled", seed=0)
+    b = fit_skills(rte_lm, method="pgd", solver="scaled", seed=0, moments=moments)
     pd.testing.assert_frame_equal(a.skills, b.skills)
     pd.testing.assert_frame_equal(a.consensus, b.consensus)
     # the given moments are the ones used: counts from half the partitions give other skills
     half = moments_from_partitions(
         [partition_pair_counts(p, rte_lm.n_workers, rte_lm.n_classes) for p in paths[:2]], rte_lm.n_classes
     )
-    c = fit_skills(rte_lm, "pgd", solver="scaled", seed=0, moments=half)
+    c = fit_skills(rte_lm, method="pgd", solver="scaled", seed=0, moments=half)
     assert np.abs(c.skills["skill"].to_numpy() - a.skills["skill"].to_numpy()).max() > 0.05
     other = pd.DataFrame({"task": ["t1", "t1", "t2", "t2"], "worker": ["a", "b", "a", "b"], "label": list("xyxx")})
     with pytest.raises(ValueError, match="moments are for"):
-        fit_skills(rte_lm, "pgd", moments=label_moments(encode_labels(other)))
+        fit_skills(rte_lm, method="pgd", moments=label_moments(encode_labels(other)))
 
 
 def test_iteration_progress_is_monotone_throttled_and_ends_at_one() -> None:
@@ -83,7 +83,7 @@ def test_iteration_progress_is_monotone_throttled_and_ends_at_one() -> None:
 
 def test_solvers_report_progress(rte_lm) -> None:  # type: ignore[no-untyped-def]
     seen: list[float] = []
-    fit_skills(rte_lm, "pgd", solver="gd", max_iter=300, tol=1e-7, progress=seen.append)
+    fit_skills(rte_lm, method="pgd", solver="gd", max_iter=300, tol=1e-7, progress=seen.append)
     assert len(seen) > 3 and seen[-1] == 1.0 and seen == sorted(seen)
     inst = field_estimation_instance(3, n=15)
     seen_djam: list[float] = []

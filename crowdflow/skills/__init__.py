@@ -1,1 +1,83 @@
-"""Worker skills and consensus labels from sparse worker x task labels (see docs/methods/skills.md)."""
+"""Worker skills and consensus labels from sparse worker x task labels (see docs/methods/skills.md).
+
+The entry point is :func:`fit_skills` (rank-one PGD, Dawid–Skene EM or majority vote on a labels table),
+configured by one :class:`SkillsOptions` object (the ``skills:`` section of a pipeline spec);
+:func:`accumulate_moments`, :func:`skills_from_moments` and :func:`stream_consensus` fit label streams
+larger than memory, and :func:`write_label_partitions` / :func:`partition_pair_counts` /
+:func:`moments_from_partitions` compute the co-label statistics on a cluster. The lower-level steps
+(moments, solver, signs, vote, identifiability diagnostics) are exported for notebooks and benchmarks.
+"""
+
+from crowdflow.skills.consensus import (
+    ConsensusOutput,
+    prediction_error,
+    resolve_signs,
+    skill_box,
+    vote_weights,
+    weighted_consensus,
+)
+from crowdflow.skills.dawid_skene import DawidSkeneResult, dawid_skene, one_coin_dawid_skene
+from crowdflow.skills.fit import SkillsResult, fit_skills
+from crowdflow.skills.identifiability import (
+    active_workers,
+    component_diagnostics,
+    odd_cycle_witnesses,
+    theorem12_error_bound,
+)
+from crowdflow.skills.inputs import canonical_label_matrix, prepare_labels
+from crowdflow.skills.majority import ConsensusResult, majority_vote, weighted_vote
+from crowdflow.skills.moments import LabelMoments, edge_weights, label_moments, moments_from_counts, prune_spammer_edges
+from crowdflow.skills.options import SkillsOptions
+from crowdflow.skills.partitions import (
+    moments_from_partitions,
+    partition_pair_counts,
+    partitioned_moments,
+    write_label_partitions,
+)
+from crowdflow.skills.rank_one import RankOneFit, fit_active, fit_rank_one, rank_one_gradient, rank_one_loss
+from crowdflow.skills.spectra import signless_lambda_min, signless_laplacian
+from crowdflow.skills.streaming import StreamedMoments, accumulate_moments, skills_from_moments, stream_consensus
+
+__all__ = [
+    "ConsensusOutput",
+    "ConsensusResult",
+    "DawidSkeneResult",
+    "LabelMoments",
+    "RankOneFit",
+    "SkillsOptions",
+    "SkillsResult",
+    "StreamedMoments",
+    "accumulate_moments",
+    "active_workers",
+    "canonical_label_matrix",
+    "component_diagnostics",
+    "dawid_skene",
+    "edge_weights",
+    "fit_active",
+    "fit_rank_one",
+    "fit_skills",
+    "label_moments",
+    "majority_vote",
+    "moments_from_counts",
+    "moments_from_partitions",
+    "odd_cycle_witnesses",
+    "one_coin_dawid_skene",
+    "partition_pair_counts",
+    "partitioned_moments",
+    "prediction_error",
+    "prepare_labels",
+    "prune_spammer_edges",
+    "rank_one_gradient",
+    "rank_one_loss",
+    "resolve_signs",
+    "signless_lambda_min",
+    "signless_laplacian",
+    "skill_box",
+    "skills_from_moments",
+    "stream_consensus",
+    "theorem12_error_bound",
+    "vote_weights",
+    "weighted_consensus",
+    "weighted_vote",
+    "write_label_partitions",
+]

@@ -1,13 +1,13 @@
 """Seeded synthetic label generators with ground truth (tests, demos, benchmarks).
 
-Spec skills-rank-one.md §1.1–1.2 (one-coin model), §5 (the paper's experiments) and §6 (acceptance
+docs/methods/skills.md §1.1–1.2 (one-coin model), §5 (the paper's experiments) and §6 (acceptance
 tests): truth uniform over M classes; worker i is right with probability p_i = ((M−1) s_i + 1)/M
 (binary: (1 + s_i)/2) and otherwise answers one of the M − 1 wrong classes uniformly.
 
 Assignments (who labels which task) are given as two aligned integer arrays (worker, task):
 - :func:`clique_assignment`: every worker labels every task (paper Table 1, Fig. 1 G1);
 - :func:`edge_assignment`: each task labelled by the two endpoints of one edge, edges used
-  round-robin (Fig. 1 G2/G3 reading of spec §5.1) — with :func:`ring_edges`,
+  round-robin (Fig. 1 G2/G3 reading of docs/methods/skills.md §5.1) — with :func:`ring_edges`,
   :func:`star_triangle_edges`, :func:`grid_edges`, :func:`random_graph_edges`;
 - :func:`random_assignment`: k distinct workers per task, optionally with unequal sampling weights.
 
@@ -143,7 +143,7 @@ def clique_assignment(n_workers: int, n_tasks: int) -> tuple[np.ndarray, np.ndar
 
 
 def edge_assignment(edges: np.ndarray, n_tasks: int) -> tuple[np.ndarray, np.ndarray]:
-    """Task t is labelled by both endpoints of edge t mod |E| (round-robin, spec §5.1 reading)."""
+    """Task t is labelled by both endpoints of edge t mod |E| (round-robin, docs/methods/skills.md §5.1 reading)."""
     e = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
     t = np.arange(n_tasks)
     pick = e[t % len(e)]
@@ -193,7 +193,7 @@ def one_coin_labels(
     n_tasks: int | None = None,
     classes: list[str] | None = None,
 ) -> SyntheticLabels:
-    """Draw one-coin labels for a given assignment (spec §1.1–1.2).
+    """Draw one-coin labels for a given assignment (docs/methods/skills.md §1.1–1.2).
 
     Truth g_t uniform on the M classes; Y_it = g_t with probability p_i = ((M−1) s_i + 1)/M, else
     uniform over the other M − 1 classes.
@@ -237,7 +237,7 @@ def one_coin_labels(
 
 
 def rank_one_moments(edges: np.ndarray, skills: np.ndarray, noise: float = 0.0, seed: int = 0) -> sp.csr_matrix:
-    """C_ij = s_i s_j + Δ_ij on the edges, Δ symmetric with Δ_ij ~ noise · U[−1/2, 1/2] (spec §5.7).
+    """C_ij = s_i s_j + Δ_ij on the edges, Δ symmetric with Δ_ij ~ noise · U[−1/2, 1/2] (docs/methods/skills.md §5.7).
 
     Returns a symmetric CSR matrix with zero diagonal (the paper's Figs. 4–5 / AT-O1–O2 setting).
     """
@@ -250,7 +250,7 @@ def rank_one_moments(edges: np.ndarray, skills: np.ndarray, noise: float = 0.0, 
 
 
 def beta_skills(alpha: float, beta: float, n_workers: int, seed: int = 0) -> np.ndarray:
-    """s_i = 2 Beta(α, β) − 1 (spec §5.2 reading of Table 1)."""
+    """s_i = 2 Beta(α, β) − 1 (docs/methods/skills.md §5.2 reading of Table 1)."""
     return 2.0 * np.random.default_rng(seed).beta(alpha, beta, size=n_workers) - 1.0
 
 
@@ -286,15 +286,16 @@ def star_triangle_injected(
     half_width: float = 0.2,
     skills: np.ndarray | None = None,
 ) -> InjectedNoiseInstance:
-    """Paper Table 2 (spec §5.3): star plus one triangle, noise injected into C.
+    """Paper Table 2 (docs/methods/skills.md §5.3): star plus one triangle, noise injected into C.
 
     Graph: :func:`star_triangle_edges` (hub 0, leaves 1…W−1, leaf–leaf edge (1, 2)). Moments:
     C_ij = s_i s_j + ξ_ij on the edges, ξ_ij ~ U[−h, h] i.i.d. per undirected edge (one draw for
     C_ij = C_ji), h = ``half_width`` (paper: 0.2), via :func:`rank_one_moments`.
 
-    Reading of the spec's [AMBIG] items (chosen by simulation, see ``benchmarks/results/skills.md``):
+    Our reading of what the paper leaves open (docs/methods/skills.md §5.3; chosen by simulation, see
+    ``benchmarks/results/skills.md``):
 
-    - skills: the evenly spaced grid over [−0.3, 0.8] of spec §5.1, listed from the top,
+    - skills: the evenly spaced grid over [−0.3, 0.8] of docs/methods/skills.md §5.1, listed from the top,
       s = linspace(0.8, −0.3, W), so the hub (worker 0) is the most skilled worker and workers 1, 2,
       which close the triangle, the next two. (Listed from the bottom, the hub would have s = −0.3 and
       every leaf estimate s_j ≈ C_0j/s_0 would carry noise up to ±0.2/0.3.)

@@ -1,13 +1,13 @@
 """Row-wise reductions over the class axis of task×class arrays (T×M with M small).
 
-The votes, the consensus posteriors and the Dawid–Skene set-up and tie rule reduce T×M arrays over
-their last axis (M = number of classes): the maximum score of each task, the normaliser of its
-posterior, the winning class. numpy reduces along a short contiguous last axis one row at a time,
-which costs tens of nanoseconds per row: for T = 19,033 tasks and M = 2, ``a.max(axis=1)`` takes
-0.65 ms where a loop over the two columns with ``np.maximum`` takes 0.02 ms (36×). (The EM
-iterations themselves run compiled, in ``dawid_skene``.) The helpers below loop over the M columns
-instead (vectorised over the T rows) and give results bit-identical to the numpy expressions they
-replace:
+The votes, the consensus posteriors and the Dawid–Skene set-up and tie rule
+(docs/methods/skills.md §2.7, §7) reduce T×M arrays over their last axis (M = number of classes): the
+maximum score of each task, the normaliser of its posterior, the winning class. numpy reduces along a
+short contiguous last axis one row at a time, which costs tens of nanoseconds per row: for T = 19,033
+tasks and M = 2, ``a.max(axis=1)`` takes 0.65 ms where a loop over the two columns with ``np.maximum``
+takes 0.02 ms (36×). (The EM iterations themselves run compiled, in ``dawid_skene``.) The helpers below
+loop over the M columns instead (vectorised over the T rows) and give results bit-identical to the numpy
+expressions they replace:
 
 - maxima and arg-maxima are exact, whatever the order;
 - sums are accumulated column by column, left to right, which is the order numpy's pairwise

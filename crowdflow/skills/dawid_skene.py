@@ -1,6 +1,6 @@
 """Dawid–Skene EM baselines: full confusion matrices and the one-coin (homogeneous) variant.
 
-Spec skills-rank-one.md §7 ("Dawid-Skene EM", "One-coin variant"); A. P. Dawid and A. M. Skene,
+docs/methods/skills.md §7.2 (full and one-coin Dawid–Skene); A. P. Dawid and A. M. Skene,
 "Maximum likelihood estimation of observer error-rates using the EM algorithm", JRSS C, 1979.
 
 Full model: class prior q_l; worker i answers m on a task of true class l with probability
@@ -8,7 +8,7 @@ Full model: class prior q_l; worker i answers m on a task of true class l with p
 π_i[l, m] = (1 − p_i)/(M − 1) for m ≠ l; its skill is s_i = (M p_i − 1)/(M − 1).
 
 EM, each step one pass over the labels, the whole loop compiled (numba,
-``crowdflow.models.compiled``), so no step pays Python, numpy or scipy overhead per iteration (on
+``crowdflow.compiled``), so no step pays Python, numpy or scipy overhead per iteration (on
 the 25k-label zheng_product set, 100 full-model iterations took 55 ms as sparse products and
 take 22 ms compiled; libm's scalar exp and log are now a third of it):
 - E-step: log T_tl = log q_l + Σ_{i labels t} log π_i[l, Y_it] − log Z_t (T×M posteriors);
@@ -34,8 +34,8 @@ import pandas as pd
 from crowdflow.compiled import compiled_kernel
 from crowdflow.graphs import labels_by_task
 from crowdflow.labels import LabelMatrix
-from crowdflow.models.majority import TieBreak
-from crowdflow.models.rows import row_argmax, row_max, row_sum
+from crowdflow.skills.rows import row_argmax, row_max, row_sum
+from crowdflow.skills.types import TieBreak
 
 log = logging.getLogger(__name__)
 
@@ -373,7 +373,7 @@ def dawid_skene(
     tie_break: TieBreak = "random",
     seed: int = 0,
 ) -> DawidSkeneResult:
-    """Full-confusion Dawid–Skene by EM (spec §7), initialised from majority-vote fractions.
+    """Full-confusion Dawid–Skene by EM (docs/methods/skills.md §7.2), initialised from majority-vote fractions.
 
     M-step: π_i[l, m] = (G_i[l, m] + α)/Σ_m' (G_i[l, m'] + α) with G_i[l, m] = Σ_{t: Y_it = m} T_tl
     (T: T×M posteriors), q_l = (Σ_t T_tl + α)/(T + M α). E-step: log T_tl = log q_l
@@ -414,11 +414,11 @@ def one_coin_dawid_skene(
     tie_break: TieBreak = "random",
     seed: int = 0,
 ) -> DawidSkeneResult:
-    """One-coin (homogeneous) Dawid–Skene by EM (spec §7), initialised from majority-vote fractions.
+    """One-coin (homogeneous) Dawid–Skene by EM (docs/methods/skills.md §7.2), initialised from majority-vote fractions.
 
     E-step: log T_tl = log q_l + Σ_{i labels t} log((1 − p_i)/(M − 1))
     + Σ_{i labels t} 1{Y_it = l} v_i with v_i = log((M − 1) p_i/(1 − p_i)) (the MAP weight of
-    spec §2.7, so the E-step is a weighted vote plus a log prior). M-step:
+    docs/methods/skills.md §2.7, so the E-step is a weighted vote plus a log prior). M-step:
     p_i = (Σ_{t: i labels t} T_{t, Y_it} + α)/(n_i + 2α), q_l = (Σ_t T_tl + α)/(T + M α).
 
     Parameters

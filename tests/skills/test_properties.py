@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from crowdflow.graphs import worker_graph_report
 from crowdflow.labels import encode_labels
-from crowdflow.models.skills import fit_skills
+from crowdflow.skills.fit import fit_skills
 
 
 @st.composite
@@ -77,7 +77,7 @@ def _two_colour(nbrs: dict[str, set[str]]) -> dict[str, str]:
 
 
 def brute_active(df: pd.DataFrame, tau: float) -> set[str]:
-    """Spec §2.8 active set: drop workers with n_i <= tau^2 and non-ok components until stable."""
+    """docs/methods/skills.md §2.8 active set: drop workers with n_i <= tau^2 and non-ok components until stable."""
     n_i = df["worker"].value_counts().to_dict()
     status = brute_status(df)
     active = {w for w, s in status.items() if s == "ok" and n_i[w] > tau**2}
@@ -111,7 +111,7 @@ def test_graph_status_matches_brute_force(df: pd.DataFrame) -> None:
 @settings(max_examples=40)
 @given(df=label_tables(), solver=st.sampled_from(["scaled", "gd"]), tau=st.sampled_from([0.0, 0.5, 1.0]))
 def test_pgd_finite_boxed_and_identifiability(df: pd.DataFrame, solver: str, tau: float) -> None:
-    res = fit_skills(df, "pgd", solver=solver, tau=tau, max_iter=300)
+    res = fit_skills(df, method="pgd", solver=solver, tau=tau, max_iter=300)
     sk = res.skills.set_index("worker")
     graph_status = brute_status(df)
     active = brute_active(df, tau)
@@ -139,7 +139,7 @@ def test_pgd_finite_boxed_and_identifiability(df: pd.DataFrame, solver: str, tau
 @settings(max_examples=30)
 @given(df=label_tables(), method=st.sampled_from(["onecoin_ds", "ds", "mv"]))
 def test_baselines_finite(df: pd.DataFrame, method: str) -> None:
-    res = fit_skills(df, method)
+    res = fit_skills(df, method=method)
     sk = res.skills
     acc = sk["accuracy"].to_numpy(dtype=np.float64)
     assert np.isfinite(acc).all() and (acc >= 0).all() and (acc <= 1 + 1e-12).all()

@@ -1,4 +1,4 @@
-"""Tests of the Dawid–Skene EM baselines (spec skills-rank-one.md §7)."""
+"""Tests of the Dawid–Skene EM baselines (docs/methods/skills.md §7.2)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from crowdflow.labels import LabelMatrix, encode_labels
-from crowdflow.models.dawid_skene import dawid_skene, one_coin_dawid_skene
-from crowdflow.models.skills import prediction_error, prepare_labels, vote_weights, weighted_consensus
+from crowdflow.skills import prediction_error, prepare_labels, vote_weights, weighted_consensus
+from crowdflow.skills.dawid_skene import dawid_skene, one_coin_dawid_skene
 from crowdflow.synth import skills as synth
 
 DATA = Path(__file__).resolve().parents[2] / "crowdflow" / "data"
@@ -77,7 +77,7 @@ def test_one_coin_matches_brute_force_posterior():
             ]
         )
         np.testing.assert_allclose(res.posteriors[t], like / like.sum(), atol=1e-10)
-    # the one-coin vote weight is the MAP weight of spec §2.7
+    # the one-coin vote weight is the MAP weight of docs/methods/skills.md §2.7
     np.testing.assert_allclose(res.workers["vote_weight"], vote_weights(res.workers["skill"].to_numpy(), m), atol=1e-6)
 
 

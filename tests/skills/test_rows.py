@@ -1,4 +1,4 @@
-"""Row-wise class-axis reductions (crowdflow/models/rows.py) are bit-identical to numpy's.
+"""Row-wise class-axis reductions (crowdflow/skills/rows.py) are bit-identical to numpy's.
 
 The votes and the Dawid–Skene EM use them instead of ``a.max(axis=1)`` and friends for speed; any
 difference, even one ulp in a posterior, could change a tie-break and so an output table. Checked
@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from crowdflow.models.rows import row_argmax, row_max, row_sum, softmax_rows
+from crowdflow.skills.rows import row_argmax, row_max, row_sum, softmax_rows
 
 # few distinct values so that ties within a row are common; ±inf and NaN included
 VALUES = st.sampled_from([0.0, -0.0, 1.0, 1.0 + 2**-52, -3.5, 0.1, 0.2, 0.3, 1e300, -1e-300, np.inf, -np.inf, np.nan])

@@ -1,9 +1,9 @@
 """Majority vote (MV) consensus: the baseline every aggregation method is measured against.
 
 For task t with labels Y_it, the MV label is argmax_l Σ_i 1{Y_it = l}; confidence is the winning
-share of votes. Spec skills-rank-one.md §7 ("MV").
+share of votes (docs/methods/skills.md §7.1).
 
-Ties are broken deterministically. The default, ``tie_break="random"`` (spec §7), draws uniformly
+Ties are broken deterministically. The default, ``tie_break="random"`` (docs/methods/skills.md §2.7), draws uniformly
 among the tied classes with a generator seeded by ``seed``; the draw is indexed by (task, class) in
 sorted-id order, so repeated runs and permuted inputs give byte-identical outputs.
 ``tie_break="smallest"`` picks the tied class that comes first in the label order (numeric order
@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import pandas as pd
 
 from crowdflow.labels import LabelMatrix
-from crowdflow.models.rows import row_argmax, row_max, row_sum
+from crowdflow.skills.rows import row_argmax, row_max, row_sum
+from crowdflow.skills.types import TieBreak
 
 log = logging.getLogger(__name__)
-
-TieBreak = Literal["smallest", "random"]
 
 
 @dataclass(frozen=True)
@@ -40,11 +38,14 @@ class ConsensusResult:
     n_ties : int
         Tasks whose top score was shared by two or more classes.
     method : str
+    winner : numpy.ndarray
+        Class code (position in the label order) of each task's label.
     """
 
     consensus: pd.DataFrame
     n_ties: int
     method: str
+    winner: np.ndarray
 
 
 def weighted_vote(
@@ -117,4 +118,4 @@ def majority_vote(lm: LabelMatrix, tie_break: TieBreak = "random", seed: int = 0
     )
     if ties:
         log.info("majority vote: %d of %d tasks tied (tie_break=%s)", ties, lm.n_tasks, tie_break)
-    return ConsensusResult(consensus=table, n_ties=ties, method="mv")
+    return ConsensusResult(consensus=table, n_ties=ties, method="mv", winner=winner)

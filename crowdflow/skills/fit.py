@@ -1,0 +1,490 @@
+"""``fit_skills``: the entry point of the skills job (rank-one PGD, Dawid–Skene EM or majority vote).
+
+Ma, Olshevsky, Saligrama, Szepesvari, "Gradient Descent for Sparse Rank-One Matrix Completion for
+Crowd-Sourced Aggregation of Sparsely Interacting Workers", JMLR. Model: one-coin Dawid–Skene with M
+classes, worker i right with probability p_i and otherwise choosing one of the M − 1 wrong classes
+uniformly, skill s_i = (M p_i − 1)/(M − 1). With ``method="pgd"`` the fit encodes the labels, builds the
+moments C^ with E[C^_ij] = s_i s_j, checks identifiability, fits x xᵀ to C^ in a box by projected
+gradient descent, fixes the signs, votes with log-odds weights and reports per-component diagnostics;
+the baselines share the encoding and the graph. For inputs larger than memory see
+:mod:`crowdflow.skills.streaming` and :mod:`crowdflow.skills.partitions`. The method step by step:
+docs/methods/skills.md §2.8 (model §1, moments §2.1, solver §2.3 and §2.9, identifiability §3).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from crowdflow.graphs import Components, GraphStructure, WorkerGraphReport, graph_structure
+from crowdflow.labels import LabelMatrix
+from crowdflow.progress import ProgressFn
+from crowdflow.skills.consensus import vote_weights, weighted_consensus
+from crowdflow.skills.dawid_skene import dawid_skene, one_coin_dawid_skene
+from crowdflow.skills.identifiability import active_workers, component_diagnostics, witness_cycles
+from crowdflow.skills.inputs import prepare_labels
+from crowdflow.skills.majority import majority_vote
+from crowdflow.skills.moments import LabelMoments, edge_weights, label_moments, prune_spammer_edges
+from crowdflow.skills.options import SkillsOptions
+from crowdflow.skills.partitions import MapFn, partitioned_moments
+from crowdflow.skills.rank_one import fit_active
+from crowdflow.skills.types import Policy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SkillsResult:
+    """Worker skills, consensus labels and diagnostics of one aggregation run.
+
+    Attributes
+    ----------
+    skills : pandas.DataFrame
+        One row per worker (sorted id order): worker, skill, accuracy, vote_weight, n_labels,
+        n_partners, component, status, identifiable, strength, lower, upper, fit_component.
+        ``skill`` = ŝ_i (NaN unless status ``ok`` for pgd; NaN for mv), ``accuracy`` =
+        ((M−1) ŝ + 1)/M (mv: agreement rate with the MV label), ``vote_weight`` = v_i used in the
+        vote, ``component`` = component of the interaction graph (as in
+        ``crowdflow.graphs.worker_graph_report``), ``status`` ∈ ok | isolated |
+        bipartite_component | too_few_labels, ``strength`` = Σ_j N_ij, ``lower/upper`` = PGD box,
+        ``fit_component`` = component of the fitted (active) subgraph, −1 if not fitted.
+    consensus : pandas.DataFrame
+        task, label, confidence, n_labels, fallback.
+    diagnostics : pandas.DataFrame
+        Per-component table (:func:`component_diagnostics`).
+    metadata : dict
+        fit_status (``converged`` | ``not_converged`` (max_iter hit) | ``no_identifiable_worker`` (nothing
+        to fit: every task falls back) | ``closed_form`` (mv)), undefined numbers are NaN (``eta`` of
+        mv/DS, ``final_loss`` of mv),
+        method, solver, iterations, converged, final_loss, eta, tau, weighting, x0, tol, max_iter,
+        sign_mode, fallback, identifiability_policy, n_classes, classes, n_workers, n_tasks,
+        n_labels, n_duplicates_dropped, n_ties, n_fallback_tasks, frac_workers_identified,
+        frac_labels_identified, frac_tasks_identified.
+    loss_trace : numpy.ndarray
+        PGD: L(x^k) per iteration; DS: negative log-likelihood per EM iteration; mv: empty.
+    timings : dict
+        Wall-clock seconds per step of :func:`fit_skills` (encode, moments, graph, fit, consensus,
+        diagnostics); not part of the (deterministic) outputs.
+    """
+
+    skills: pd.DataFrame
+    consensus: pd.DataFrame
+    diagnostics: pd.DataFrame
+    metadata: dict[str, Any]
+    loss_trace: np.ndarray = field(default_factory=lambda: np.empty(0))
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def metadata_frame(self) -> pd.DataFrame:
+        """The metadata as a one-row DataFrame (lists are joined with ``,``)."""
+        row = {k: (",".join(map(str, v)) if isinstance(v, list | tuple) else v) for k, v in self.metadata.items()}
+        return pd.DataFrame([row])
+
+
+def _fit_status(converged: bool) -> str:
+    return "converged" if converged else "not_converged"
+
+
+def _failure_message(
+    lm: LabelMatrix,
+    labels_c: np.ndarray,
+    comp_ids: np.ndarray,
+    reasons: dict[int, str],
+    colour: np.ndarray | None,
+    where: str,
+    max_listed: int = 20,
+) -> list[str]:
+    lines = []
+    per_worker_labels = lm.labels_per_worker()
+    for c in comp_ids:
+        members = np.flatnonzero(labels_c == c)
+        ids = lm.workers[members[:max_listed]].astype(str).tolist()
+        more = f" (+{members.size - max_listed} more)" if members.size > max_listed else ""
+        reason = reasons[int(c)]
+        if reason == "bipartite_component" and colour is not None:
+            c1 = int(colour[members].sum())
+            reason += f", colour classes {members.size - c1}/{c1}"
+        on = np.isin(lm.worker_idx, members)
+        n_tasks = np.unique(lm.task_idx[on]).size
+        lines.append(
+            f"{where} component {int(c)}: {reason}, {members.size} workers, "
+            f"{int(per_worker_labels[members].sum())} labels on {n_tasks} tasks: [{','.join(ids)}]{more}"
+        )
+    return lines
+
+
+def fit_skills(
+    labels: pd.DataFrame | LabelMatrix,
+    options: SkillsOptions | None = None,
+    *,
+    graph_report: WorkerGraphReport | None = None,
+    moments: LabelMoments | None = None,
+    executor: MapFn | None = None,
+    n_partitions: int = 4,
+    scratch_dir: str | None = None,
+    progress: ProgressFn | None = None,
+    identifiability_policy: Policy = "flag",
+    **overrides: Any,
+) -> SkillsResult:
+    """Estimate worker skills and consensus labels (docs/methods/skills.md §2.8, §3, §7).
+
+    ``method="pgd"`` (docs/methods/skills.md §2.8):
+      1. dense ids, de-duplication, N and C^ by sparse products (:func:`label_moments`);
+      2. components of the interaction graph (``crowdflow.graphs``); status per worker:
+         ``isolated`` / ``bipartite_component`` from the graph, else ``too_few_labels`` if
+         n_i ≤ τ² (empty box), else ``ok`` if the worker stays in a non-bipartite component of the
+         active graph (workers with n_i ≤ τ² removed; recomputed until stable);
+      3. the rank-one fit (:func:`fit_rank_one`) on the active subgraph with w = B(N), box
+         ±(1 − τ/√n_i) (multiclass lower bound max(−1/(M−1), ·)), start x^0;
+      4. signs per fitted component (:func:`resolve_signs`; S1 default; S2 = ``sign_mode="bfs"``
+         fits |C^| on the box [1e-3, hi_i] and propagates signs by BFS);
+      5. MAP weighted vote (:func:`weighted_consensus`), unidentified workers weight 0;
+      6. diagnostics per component (:func:`component_diagnostics`).
+    Steps 1–2 run once for every method: labels encoded by hash (``encode_canonical``), N and the
+    agreements from one integer sparse product, components/bipartiteness/odd-cycle witnesses from
+    one BFS (``crowdflow.graphs.graph_structure``). Wall time per step is in ``SkillsResult.timings``.
+    For data that does not fit in memory see :func:`accumulate_moments` (streaming, two passes).
+
+    ``method="onecoin_ds" | "ds"``: Dawid–Skene EM baselines (``crowdflow.skills.dawid_skene``,
+    docs/methods/skills.md §7.2); skills table from the EM accuracies (status informational, from the
+    graph). ``method="mv"``: majority vote (:func:`crowdflow.skills.majority_vote`,
+    docs/methods/skills.md §7.1); skill NaN, accuracy = agreement rate of the worker with the MV labels,
+    vote_weight 1.
+
+    Parameters
+    ----------
+    labels : pandas.DataFrame or LabelMatrix
+        Columns ``task, worker, label``.
+    options : SkillsOptions, optional
+        Everything that changes the fit (method, solver, box, tolerances, tie-break, diagnostics…),
+        validated once; ``None`` means the defaults, which are the pipeline's (docs/methods/skills.md §8).
+    graph_report : WorkerGraphReport, optional
+        The interaction-graph report of these labels when the caller already has it (the pipeline's
+        graph check), so N = B Bᵀ and the components are not computed twice.
+    moments : LabelMoments, optional
+        N, agreements and C^ of these labels computed elsewhere (e.g. summed over partitions by
+        :func:`partition_pair_counts` / :func:`moments_from_partitions`), with workers in the order of
+        the encoded labels and ``min_pair_count`` already applied; skips :func:`label_moments`.
+    executor : callable, optional
+        ``executor(fn, items) -> results`` (e.g. a Dask client's map): the co-label statistics are then
+        computed over ``n_partitions`` whole-task Parquet partitions of the labels, one item per
+        partition (:func:`crowdflow.skills.partitioned_moments`, docs/methods/skills.md §4.3); the same
+        result.
+        ``metadata["moments_partitions"]`` records the number of partitions.
+    n_partitions : int
+        Partitions of the labels when an ``executor`` is given.
+    scratch_dir : str, optional
+        Folder for the partition files (a temporary folder is made in it); it must be visible to the
+        executor's workers.
+    progress : callable, optional
+        ``progress(fraction)`` with a fraction in [0, 1], called during the PGD iterations (see
+        :func:`fit_rank_one`) and with 1.0 at the end.
+    identifiability_policy : {"flag", "raise"}
+        What the caller wants when a worker cannot be identified (docs/methods/skills.md §3.3):
+        ``"flag"`` fits the ok workers and marks the rest (skill NaN, weight 0); ``"raise"`` raises
+        ``ValueError`` listing every failing component (id, reason, size, labels, tasks, worker ids).
+        It changes no fitted number, so it is not an option: the pipeline decides blocking in its graph
+        check (``checks.identifiability``; docs/methods/skills.md §8.3).
+    **overrides
+        Fields of :class:`SkillsOptions` that replace those of ``options``
+        (``fit_skills(df, method="mv")``), validated the same way.
+
+    Returns
+    -------
+    SkillsResult
+
+    Raises
+    ------
+    pydantic.ValidationError
+        An unknown option, a value outside its range or a combination the fit cannot run
+        (a ``ValueError``).
+    ValueError
+        Bad labels, moments of other labels, or (with ``identifiability_policy="raise"``) workers
+        that cannot be identified.
+    """
+    o = SkillsOptions.resolve(options, **overrides)
+    if identifiability_policy not in ("raise", "flag"):
+        raise ValueError(f"unknown identifiability_policy {identifiability_policy!r}; use 'raise' or 'flag'")
+    if executor is not None and moments is not None:
+        raise ValueError("give precomputed moments or an executor to compute them, not both")
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(step: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timings[step] = timings.get(step, 0.0) + now - clock
+        clock = now
+
+    lm, dropped = prepare_labels(labels, o.classes, o.duplicates)
+    m = lm.n_classes
+    lap("encode")
+    n_parts = 0
+    if executor is not None:
+        moments, n_parts = partitioned_moments(
+            lm, executor, n_partitions, min_pair_count=o.min_pair_count, scratch_dir=scratch_dir
+        )
+    elif moments is None:
+        moments = label_moments(lm, min_pair_count=o.min_pair_count)
+    elif moments.co_labels.shape != (lm.n_workers, lm.n_workers) or moments.n_classes != m:
+        raise ValueError(
+            f"moments are for {moments.co_labels.shape[0]} workers / {moments.n_classes} classes, "
+            f"the labels have {lm.n_workers} / {m}"
+        )
+    n_pruned = 0
+    if o.prune_spammers is not None:
+        moments, n_pruned = prune_spammer_edges(moments, *o.prune_spammers)
+    n_mat = moments.co_labels
+    lap("moments")
+    structure: GraphStructure | None = None
+    if graph_report is not None and o.min_pair_count <= 1 and o.prune_spammers is None:
+        graph = graph_report.graph
+    else:
+        structure = graph_structure(n_mat, symmetric=True)
+        graph = structure.graph
+    w_all = edge_weights(n_mat, o.weighting)
+    n_i = lm.labels_per_worker()
+    n_partners = np.diff(n_mat.indptr).astype(np.int64)
+    strength = np.asarray(n_mat.sum(axis=1)).ravel()
+
+    base = np.where(graph.bipartite, "bipartite_component", "ok").astype(object)
+    base[graph.sizes == 1] = "isolated"
+    status = base[graph.labels].copy()
+
+    meta: dict[str, Any] = {
+        "method": o.method,
+        "n_classes": m,
+        "classes": lm.classes.astype(str).tolist(),
+        "n_workers": lm.n_workers,
+        "n_tasks": lm.n_tasks,
+        "n_labels": lm.n_labels,
+        "n_duplicates_dropped": int(dropped),
+        "weighting": o.weighting,
+        "tau": float(o.tau),
+        "x0": float(o.x0),
+        "tol": float(o.tol),
+        "max_iter": int(o.max_iter),
+        "solver": o.solver,
+        "sign_mode": o.sign_mode,
+        "identifiability_policy": identifiability_policy,
+        "fallback": o.fallback,
+        "tie_break": o.tie_break,
+        "seed": int(o.seed),
+        "min_pair_count": int(o.min_pair_count),
+        "prune_spammers": "" if o.prune_spammers is None else ",".join(map(str, o.prune_spammers)),
+        "n_pairs_pruned": n_pruned,
+    }
+    if n_parts:
+        meta["moments_partitions"] = n_parts
+
+    if o.method != "pgd":
+        witnesses = witness_cycles(structure) if (o.witness and structure is not None) else None
+        return _fit_baseline(lm, o, graph, n_mat, w_all, status, n_i, n_partners, strength, meta, witnesses, timings)
+
+    lap("graph")
+    status, active, lo, hi, ag, drops = active_workers(graph, base, w_all, n_i, m, o.tau)
+    failing = np.isin(status, ["isolated", "bipartite_component"])
+    if identifiability_policy == "raise" and (failing.any() or not active.any()):
+        fail_comps = np.unique(graph.labels[failing & (base[graph.labels] != "ok")])
+        reasons = {int(c): str(base[c]) for c in fail_comps}
+        lines = _failure_message(lm, graph.labels, fail_comps, reasons, graph.colour, "interaction-graph")
+        for g_d, lost_d in drops:
+            pc = np.unique(g_d.labels[lost_d])
+            reasons2 = {int(c): ("isolated" if g_d.sizes[c] == 1 else "bipartite_component") for c in pc}
+            lines += _failure_message(
+                lm, g_d.labels, pc, reasons2, g_d.colour, "after dropping too_few_labels workers, active-graph"
+            )
+        if not active.any() and not lines:
+            lines.append("no worker has more than tau^2 labels in a non-bipartite component")
+        raise ValueError(
+            "skills are not identifiable (docs/methods/skills.md §3): every component of the worker interaction graph "
+            "must contain an odd cycle.\n" + "\n".join(lines)
+        )
+
+    lap("graph")
+    skills, fit_comp, fit = fit_active(
+        active,
+        ag,
+        w_all,
+        moments.c_hat,
+        lo,
+        hi,
+        x0=o.x0,
+        eta=o.eta,
+        tol=o.tol,
+        max_iter=o.max_iter,
+        solver=o.solver,
+        sign_mode=o.sign_mode,
+        progress=progress,
+    )
+    if fit is None:
+        log.warning("no identifiable worker: every task falls back to %s", o.fallback)
+
+    lap("fit")
+    v = vote_weights(skills, m, lo, hi)
+    cons = weighted_consensus(lm, v, identified=active, fallback=o.fallback, tie_break=o.tie_break, seed=o.seed)
+    lap("consensus")
+    accuracy = ((m - 1) * skills + 1) / m
+    table = pd.DataFrame(
+        {
+            "worker": lm.workers,
+            "skill": skills,
+            "accuracy": accuracy,
+            "vote_weight": v.astype(np.float64),
+            "n_labels": n_i.astype(np.int64),
+            "n_partners": n_partners,
+            "component": graph.labels.astype(np.int64),
+            "status": status.astype(str),
+            "identifiable": active,
+            "strength": strength.astype(np.float64),
+            "lower": lo,
+            "upper": hi,
+            "fit_component": fit_comp,
+        }
+    )
+    diag = component_diagnostics(
+        lm,
+        n_mat,
+        w_all,
+        graph,
+        skills,
+        status.astype(str),
+        spectral=o.spectral,
+        dense_max=o.dense_eig_max,
+        witness=o.witness,
+        spectral_max_nnz=o.spectral_max_nnz,
+        witnesses=witness_cycles(structure) if (o.witness and structure is not None) else None,
+    )
+    lap("diagnostics")
+    labels_ok = float(active[lm.worker_idx].mean())
+    meta.update(
+        {
+            "iterations": fit.iterations if fit else 0,
+            "converged": fit.converged if fit else True,
+            "final_loss": fit.final_loss if fit else 0.0,
+            "eta": fit.eta if fit else float("nan"),
+            "last_step": fit.last_step if fit else 0.0,
+            "n_ties": cons.n_ties,
+            "n_fallback_tasks": cons.n_fallback,
+            "frac_workers_identified": float(active.mean()),
+            "frac_labels_identified": labels_ok,
+            "frac_tasks_identified": float(1.0 - cons.n_fallback / lm.n_tasks),
+            "n_fallback_steps": fit.n_fallback_steps if fit else 0,
+            "fit_status": "no_identifiable_worker" if fit is None else _fit_status(fit.converged),
+        }
+    )
+    if cons.n_ties:
+        log.info("MAP vote: %d tied tasks (tie_break=%s)", cons.n_ties, o.tie_break)
+    return SkillsResult(
+        skills=table,
+        consensus=cons.consensus,
+        diagnostics=diag,
+        metadata=meta,
+        loss_trace=fit.loss_trace if fit else np.empty(0),
+        timings=timings,
+    )
+
+
+def _fit_baseline(
+    lm: LabelMatrix,
+    o: SkillsOptions,
+    graph: Components,
+    n_mat: sp.csr_matrix,
+    w_all: sp.csr_matrix,
+    status: np.ndarray,
+    n_i: np.ndarray,
+    n_partners: np.ndarray,
+    strength: np.ndarray,
+    meta: dict[str, Any],
+    witnesses: dict[int, np.ndarray] | None,
+    timings: dict[str, float],
+) -> SkillsResult:
+    clock = time.perf_counter()
+    nan = np.full(lm.n_workers, np.nan)
+    trace = np.empty(0)
+    if o.method == "mv":
+        mv = majority_vote(lm, o.tie_break, o.seed)
+        agree = (lm.class_idx == mv.winner[lm.task_idx]).astype(np.float64)
+        accuracy = np.bincount(lm.worker_idx, weights=agree, minlength=lm.n_workers) / np.maximum(n_i, 1)
+        skill = nan
+        weight = np.ones(lm.n_workers)
+        cons = mv.consensus.assign(fallback=np.zeros(lm.n_tasks, dtype=bool))
+        meta.update(
+            {
+                "iterations": 0,
+                "converged": True,
+                "final_loss": float("nan"),
+                "n_ties": mv.n_ties,
+                "fit_status": "closed_form",
+            }
+        )
+    else:
+        fn = one_coin_dawid_skene if o.method == "onecoin_ds" else dawid_skene
+        ds = fn(lm, tol=o.ds_tol, max_iter=o.ds_max_iter, smoothing=o.ds_smoothing, tie_break=o.tie_break, seed=o.seed)
+        accuracy = ds.workers["accuracy"].to_numpy(dtype=np.float64)
+        skill = ds.workers["skill"].to_numpy(dtype=np.float64)
+        weight = ds.workers["vote_weight"].to_numpy(dtype=np.float64)
+        cons = ds.consensus.assign(fallback=False)
+        trace = -ds.log_likelihood
+        meta.update(
+            {
+                "iterations": ds.iterations,
+                "converged": ds.converged,
+                "final_loss": float(-ds.log_likelihood[-1]) if ds.log_likelihood.size else float("nan"),
+                "n_ties": ds.n_ties,
+                "fit_status": _fit_status(ds.converged),
+            }
+        )
+    ok = status == "ok"
+    table = pd.DataFrame(
+        {
+            "worker": lm.workers,
+            "skill": skill,
+            "accuracy": accuracy,
+            "vote_weight": weight,
+            "n_labels": n_i.astype(np.int64),
+            "n_partners": n_partners,
+            "component": graph.labels.astype(np.int64),
+            "status": status.astype(str),
+            "identifiable": ok,
+            "strength": strength.astype(np.float64),
+            "lower": nan,
+            "upper": nan,
+            "fit_component": np.full(lm.n_workers, -1, dtype=np.int64),
+        }
+    )
+    cons = cons[["task", "label", "confidence", "n_labels", "fallback"]].reset_index(drop=True)
+    now = time.perf_counter()
+    timings["fit"] = now - clock
+    clock = now
+    diag = component_diagnostics(
+        lm,
+        n_mat,
+        w_all,
+        graph,
+        skill,
+        status.astype(str),
+        spectral=o.spectral,
+        dense_max=o.dense_eig_max,
+        witness=o.witness,
+        spectral_max_nnz=o.spectral_max_nnz,
+        witnesses=witnesses,
+    )
+    timings["diagnostics"] = time.perf_counter() - clock
+    meta.update(
+        {
+            "eta": float("nan"),
+            "n_fallback_tasks": 0,
+            "frac_workers_identified": float(ok.mean()),
+            "frac_labels_identified": float(ok[lm.worker_idx].mean()),
+            "frac_tasks_identified": float(np.unique(lm.task_idx[ok[lm.worker_idx]]).size / lm.n_tasks),
+        }
+    )
+    return SkillsResult(
+        skills=table, consensus=cons, diagnostics=diag, metadata=meta, loss_trace=trace, timings=timings
+    )

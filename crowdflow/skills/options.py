@@ -1,0 +1,196 @@
+"""The options of the skills job, declared once: :class:`SkillsOptions`.
+
+The same frozen model is the ``options=`` argument of :func:`crowdflow.skills.fit_skills` (and of
+:func:`crowdflow.skills.skills_from_moments`), the ``skills:`` section of a pipeline spec
+(:mod:`crowdflow.spec`) and the form of the Prefect UI, so a default, a range or a choice cannot differ
+between a notebook call and a pipeline run. Each numeric field carries the range the numerics can honour;
+combinations the fit cannot run are refused when the model is built (a spec error, not a failure inside
+the fit). Why each default and each bound: docs/methods/skills.md §8.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, get_args
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from crowdflow.labels import DuplicatePolicy
+from crowdflow.options import Options
+from crowdflow.skills.types import Fallback, Method, SignMode, Solver, TieBreak, Weighting
+
+#: the choices of each Literal field, for the "unknown <field>" message
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "method": get_args(Method),
+    "solver": get_args(Solver),
+    "weighting": get_args(Weighting),
+    "sign_mode": get_args(SignMode),
+    "fallback": get_args(Fallback),
+    "tie_break": get_args(TieBreak),
+    "duplicates": get_args(DuplicatePolicy),
+}
+
+#: largest iteration cap: the loss trace keeps one float64 per iteration (10^7 iterations = 80 MB)
+MAX_ITERATIONS = 10_000_000
+
+
+class SkillsOptions(Options):
+    """How worker skills are estimated and how the label of each task is chosen.
+
+    Every option, its range and the reason for its default are explained in docs/methods/skills.md §8.
+    """
+
+    method: Method = Field(
+        "pgd",
+        description="How the labels are combined: pgd fits one skill per worker and weights each vote by it; "
+        "onecoin_ds and ds fit Dawid-Skene models by expectation-maximisation (an iterative maximum-likelihood "
+        "fit) with one accuracy per worker or a full table of confusions per worker; mv is a plain majority vote.",
+    )
+    solver: Solver = Field(
+        "scaled",
+        description="How pgd fits the skills: scaled takes a step sized for each worker and reaches the same "
+        "answer in far fewer iterations; gd is the paper's gradient descent with one common step; eg is "
+        "exponentiated gradient, which fits positive skills and needs sign_mode bfs.",
+    )
+    weighting: Weighting = Field(
+        "count",
+        description="How much a pair of workers counts in the fit: count weighs it by the number of tasks the "
+        "two share, binary counts every pair once, square uses the number of shared tasks squared.",
+    )
+    tau: float = Field(
+        1.0,
+        ge=0.0,
+        le=100.0,
+        description="Keeps each skill at least tau divided by the square root of the worker's number of labels "
+        "away from a perfect score, so a worker with few labels is never fully trusted; a worker with at most "
+        "tau squared labels gets no skill.",
+    )
+    x0: float = Field(
+        0.5,
+        gt=0.0,
+        le=1.0,
+        description="Skill every worker starts from in the fit; it must be positive because a fit started "
+        "at zero never moves.",
+    )
+    eta: float | None = Field(
+        None,
+        ge=1e-12,
+        le=1.0,
+        description="Fixed step size of the gd or eg solver; leave it empty for the automatic step, which "
+        "never increases the fitting error (solver scaled always chooses its own steps).",
+    )
+    tol: float = Field(
+        1e-7,
+        ge=1e-15,
+        le=1e-2,
+        description="The fit stops once no skill changes by more than this from one iteration to the next.",
+    )
+    max_iter: int = Field(
+        5000,
+        ge=1,
+        le=MAX_ITERATIONS,
+        description="Most iterations of the fit; a fit that needs more is reported as not converged.",
+    )
+    sign_mode: SignMode = Field(
+        "sum_rule",
+        description="How the overall sign of each group of connected workers is chosen: sum_rule makes the "
+        "group's skills sum to a positive number; bfs carries signs from worker to worker along the most "
+        "reliable pairs.",
+    )
+    fallback: Fallback = Field(
+        "mv",
+        description="Label of a task none of whose workers has a skill estimate: mv takes the majority vote, "
+        "zero gives every vote weight zero so the tie-break decides.",
+    )
+    min_pair_count: int = Field(
+        1,
+        ge=1,
+        description="Pairs of workers that share fewer tasks than this are left out of the fit and of the "
+        "identifiability check.",
+    )
+    prune_spammers: tuple[Annotated[float, Field(ge=0.0, le=1.0)], Annotated[float, Field(ge=0.0, le=10.0)]] | None = (
+        Field(
+            None,
+            description="Optional pair (delta, c) that drops every pair of workers whose agreement looks like "
+            "chance, i.e. below delta plus c times the square root of log(workers) over their shared tasks; "
+            "empty turns this off.",
+        )
+    )
+    spectral: bool = Field(
+        True,
+        description="Add eigenvalue-based quality figures (how firmly each group of workers pins down its "
+        "skills, and an error bound) to the diagnostics table; on large data they cost more than the fit.",
+    )
+    dense_eig_max: int = Field(
+        500,
+        ge=1,
+        le=5000,
+        description="Groups of up to this many workers get their eigenvalues from an exact dense solver, "
+        "larger groups from an iterative one.",
+    )
+    witness: bool = Field(
+        True,
+        description="Report, for each group of workers whose skills can be identified, the length of one odd "
+        "cycle of workers (the proof that they can).",
+    )
+    spectral_max_nnz: int | None = Field(
+        2_000_000,
+        ge=1,
+        description="Groups with more worker pairs than this skip the eigenvalues (reported as skipped); "
+        "empty means no limit.",
+    )
+    ds_tol: float = Field(
+        1e-6,
+        ge=1e-15,
+        le=1e-2,
+        description="The Dawid-Skene methods stop once no estimated probability changes by more than this.",
+    )
+    ds_max_iter: int = Field(100, ge=1, le=MAX_ITERATIONS, description="Most iterations of the Dawid-Skene methods.")
+    ds_smoothing: float = Field(
+        0.01,
+        ge=0.0,
+        le=1000.0,
+        description="Pseudo-count added to every count of the Dawid-Skene methods, which keeps the estimated "
+        "probabilities away from exactly 0 and 1.",
+    )
+    tie_break: TieBreak = Field(
+        "random",
+        description="How a task whose top labels tie is decided: random draws one of them using the seed, "
+        "smallest takes the first in label order.",
+    )
+    seed: int = Field(0, ge=0, description="Seed of the random tie-break, so that a rerun gives the same labels.")
+    duplicates: DuplicatePolicy = Field(
+        "error",
+        description="What happens when a worker labelled the same task twice: error stops the run, keep_last "
+        "or keep_first keeps one of the answers.",
+    )
+    classes: list[str] | None = Field(
+        None,
+        description="The full label set: labels outside it fail validation, and every label in it is a "
+        "possible answer even if nobody used it.",
+    )
+
+    @field_validator(*_CHOICES, mode="before")
+    @classmethod
+    def _known_choice(cls, v: Any, info: ValidationInfo) -> Any:
+        choices = _CHOICES[str(info.field_name)]
+        if v not in choices:
+            raise ValueError(f"unknown {info.field_name} {v!r}; use " + ", ".join(repr(c) for c in choices))
+        return v
+
+    @field_validator("classes")
+    @classmethod
+    def _two_classes(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and len(set(v)) < 2:
+            raise ValueError("a label set needs at least 2 distinct classes")
+        return v
+
+    @model_validator(mode="after")
+    def _runnable(self) -> SkillsOptions:
+        if self.solver == "eg" and self.sign_mode != "bfs":
+            raise ValueError("solver 'eg' fits positive skills only: use it with sign_mode 'bfs'")
+        if self.solver == "scaled" and self.eta is not None:
+            raise ValueError(
+                "eta is the step of solver 'gd' or 'eg'; solver 'scaled' chooses a step per worker: "
+                "leave eta empty or choose solver 'gd'"
+            )
+        return self
