@@ -17,7 +17,6 @@ from prefect import get_run_logger, task
 from crowdflow.graphs import WorkerGraphReport
 from crowdflow.labels import LabelMatrix
 from crowdflow.models.btl import PersonalRankingResult, fit_personal_rankings
-from crowdflow.models.djam import PersonalModelsResult, fit_personal_models
 from crowdflow.models.hodgerank import fit_hlasso, fit_hodgerank
 from crowdflow.models.lbi import fit_lbi
 from crowdflow.models.skills import (
@@ -29,6 +28,7 @@ from crowdflow.models.skills import (
     write_label_partitions,
 )
 from crowdflow.models.tvcs import AssignmentResult, assign_tasks, candidate_scores, caps_with_default
+from crowdflow.personal_models.djam import PersonalModelsResult, fit_personal_models
 from crowdflow.spec import (
     AssignmentOptions,
     PersonalModelsOptions,

@@ -11,7 +11,7 @@ import pytest
 from scipy.stats import kendalltau
 
 from crowdflow.models.btl import synthetic_personal_comparisons
-from crowdflow.models.djam import field_estimation_instance, fit_personal_models
+from crowdflow.personal_models.djam import field_estimation_instance, fit_personal_models
 from flows.cli import main
 
 pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]

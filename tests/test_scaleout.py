@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 
 from crowdflow.labels import encode_labels
-from crowdflow.models.djam import field_estimation_instance, fit_personal_models
 from crowdflow.models.skills import (
     fit_skills,
     label_moments,
@@ -20,6 +19,7 @@ from crowdflow.models.skills import (
     partition_pair_counts,
     write_label_partitions,
 )
+from crowdflow.personal_models.djam import field_estimation_instance, fit_personal_models
 from crowdflow.progress import IterationProgress
 from crowdflow.spec import parse_spec
 

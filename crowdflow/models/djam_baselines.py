@@ -18,7 +18,7 @@ The u-update is the local solver of spec §2.5 with shift ``Σ_l (ω_l + ρ)`` a
 ``Σ_l (ω_l v_l + ρ z_l)`` (same closed forms / Newton as DJAM). The error readout is ``u``. All
 variables start at 0. One activation is one round (the DJAM unit).
 
-Storage per arc α = (k → l) (CSR by holder k, see :class:`crowdflow.models.djam.AgentGraph`):
+Storage per arc α = (k → l) (CSR by holder k, see :class:`crowdflow.personal_models.djam.AgentGraph`):
 ``x[α] = x_kl``, ``Zown[α] = Z_kl^k``, ``lam_own[α] = λ_{k,kl}^k``, ``lam_copy[α] = λ_{k,kl}^l``; so
 ``Z_kl^l = Zown[rev α]``. Replicas (independent edge seeds) are vectorised like DJAM's Monte Carlo.
 """
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from crowdflow.models.djam import (
+from crowdflow.personal_models.djam import (
     PersonalModelsResult,
     PersonalProblem,
     Sampling,
@@ -131,7 +131,7 @@ class _AdmmState:
         """Activate ``seqs[r, t]`` in replica r, t = 0, 1, ...
 
         ``engine="matching"`` (one replica): the sequence is applied as
-        :func:`crowdflow.models.djam.matching_batches`. That is exact for CL-ADMM too: activating
+        :func:`crowdflow.personal_models.djam.matching_batches`. That is exact for CL-ADMM too: activating
         {i, j} reads and writes only variables on arcs with an endpoint in {i, j} (``u_i, u_j``, the
         copies ``x`` held by i and j, ``Z``/duals of arcs into or out of i and j) and writes ``Z``/duals
         only on the two arcs of {i, j}; so rounds on vertex-disjoint edges touch disjoint state.
@@ -170,7 +170,7 @@ def cl_admm(
     rho : float
         ADMM penalty ρ > 0 (the paper's grid is :data:`RHO_GRID`; the best value is problem dependent).
     seed : int
-        Edge-draw seed; the same seed draws the same edge sequence as :func:`crowdflow.models.djam.djam`.
+        Edge-draw seed; the same seed draws the same edge sequence as :func:`crowdflow.personal_models.djam.djam`.
     tol : float
         Stop when ``‖r(u)‖₂/m_min ≤ tol·max(1, ‖u‖₂)`` (checked every ``check_every`` = |E| rounds).
     max_rounds : int, optional

@@ -1,4 +1,4 @@
-"""Tests of crowdflow.models.djam / djam_baselines against spec personal-models-djam.md §7.
+"""Tests of crowdflow.personal_models.djam / djam_baselines against spec personal-models-djam.md §7.
 
 Numbering "AT-k" refers to the spec's acceptance test k. Heavier Monte Carlo versions (the spec's full
 seed counts) are marked ``slow``; the default run uses fewer seeds with the same thresholds.
@@ -20,8 +20,9 @@ import pyarrow.parquet as pq
 import pytest
 from scipy.optimize import minimize, minimize_scalar
 
-import crowdflow.models.djam as djam_module
-from crowdflow.models.djam import (
+import crowdflow.personal_models.djam as djam_module
+from crowdflow.models.djam_baselines import RHO_GRID, cl_admm, cl_admm_monte_carlo
+from crowdflow.personal_models.djam import (
     PersonalProblem,
     build_problem,
     centralized,
@@ -35,7 +36,6 @@ from crowdflow.models.djam import (
     rel_errors,
     worker_calibration_tables,
 )
-from crowdflow.models.djam_baselines import RHO_GRID, cl_admm, cl_admm_monte_carlo
 
 
 # ----------------------------------------------------------------------------------------------
@@ -891,7 +891,7 @@ def test_worker_bias_tables_numeric():
 
 
 def test_preference_tables_recover_personal_tastes():
-    from crowdflow.models.djam import preference_tables
+    from crowdflow.personal_models.djam import preference_tables
 
     rng = np.random.default_rng(4)
     items = pd.DataFrame(

@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crowdflow.models.djam import (
+from crowdflow.models.djam_baselines import cl_admm
+from crowdflow.personal_models.djam import (
     _apply_rounds,
     _serial_rounds,
     build_problem,
@@ -26,7 +27,6 @@ from crowdflow.models.djam import (
     matching_batches,
     rel_errors,
 )
-from crowdflow.models.djam_baselines import cl_admm
 
 
 def quiet(fn, *args, **kwargs):
