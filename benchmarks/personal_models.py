@@ -48,16 +48,17 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from crowdflow.models.djam_baselines import RHO_GRID, cl_admm, cl_admm_monte_carlo  # noqa: E402
-from crowdflow.personal_models.djam import (  # noqa: E402
+from crowdflow.personal_models import (  # noqa: E402
+    RHO_GRID,
     centralized,
+    cl_admm,
+    cl_admm_monte_carlo,
     djam,
     djam_blocked,
     djam_monte_carlo,
-    field_estimation_instance,
-    field_estimation_instance_scaled,
     rel_errors,
 )
+from crowdflow.personal_models.djam import field_estimation_instance, field_estimation_instance_scaled  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "personal_models.md"
 LEVELS = (1e-3, 1e-6, 1e-9)

@@ -28,7 +28,7 @@ from crowdflow.models.skills import (
     write_label_partitions,
 )
 from crowdflow.models.tvcs import AssignmentResult, assign_tasks, candidate_scores, caps_with_default
-from crowdflow.personal_models.djam import PersonalModelsResult, fit_personal_models
+from crowdflow.personal_models import PersonalModelsResult, fit_personal_models
 from crowdflow.spec import (
     AssignmentOptions,
     PersonalModelsOptions,

@@ -15,7 +15,7 @@ from crowdflow.models.btl import fit_personal_rankings
 from crowdflow.models.hodgerank import fit_hlasso, fit_hodgerank
 from crowdflow.models.lbi import fit_lbi
 from crowdflow.models.skills import fit_skills
-from crowdflow.personal_models.djam import fit_personal_models
+from crowdflow.personal_models import fit_personal_models
 
 CMP = pd.DataFrame(
     {"annotator": ["u1", "u1", "u2"], "item_a": ["a", "b", "a"], "item_b": ["b", "c", "c"], "outcome": [1.0, 1.0, -1.0]}

@@ -19,7 +19,8 @@ from crowdflow.models.skills import (
     partition_pair_counts,
     write_label_partitions,
 )
-from crowdflow.personal_models.djam import field_estimation_instance, fit_personal_models
+from crowdflow.personal_models import fit_personal_models
+from crowdflow.personal_models.djam import field_estimation_instance
 from crowdflow.progress import IterationProgress
 from crowdflow.spec import parse_spec
 

@@ -1,1 +1,42 @@
-"""Personal models coupled over an agent graph, fitted by DJAM (see docs/methods/personal_models.md)."""
+"""Personal models coupled over an agent graph, fitted by DJAM (see docs/methods/personal_models.md).
+
+Entry point: :func:`fit_personal_models` (``agents`` + ``edges`` tables → one model per agent). The
+solvers it dispatches to are public too, for notebooks and benchmarks: :func:`djam`,
+:func:`djam_blocked`, :func:`centralized` and the CL-ADMM baseline :func:`cl_admm`, all on a
+:class:`PersonalProblem` built by :func:`build_problem`.
+"""
+
+from crowdflow.personal_models.baselines import RHO_GRID, cl_admm, cl_admm_monte_carlo, rounds_to
+from crowdflow.personal_models.djam import (
+    PersonalModelsResult,
+    PersonalProblem,
+    build_problem,
+    centralized,
+    certificate,
+    djam,
+    djam_blocked,
+    djam_monte_carlo,
+    matching_batches,
+    partition_agents,
+    rel_errors,
+)
+from crowdflow.personal_models.fit import fit_personal_models
+
+__all__ = [
+    "RHO_GRID",
+    "PersonalModelsResult",
+    "PersonalProblem",
+    "build_problem",
+    "centralized",
+    "certificate",
+    "cl_admm",
+    "cl_admm_monte_carlo",
+    "djam",
+    "djam_blocked",
+    "djam_monte_carlo",
+    "fit_personal_models",
+    "matching_batches",
+    "partition_agents",
+    "rel_errors",
+    "rounds_to",
+]

@@ -29,7 +29,7 @@ Solvers provided here:
   items through a pluggable executor, boundary copies exchanged between block rounds;
 - :func:`centralized` — the reference optimum (sparse solve for quadratic, Newton + Armijo otherwise,
   spec §4.1);
-- ``crowdflow.models.djam_baselines.cl_admm`` — the CL-ADMM baseline (spec §4.2).
+- ``crowdflow.personal_models.baselines.cl_admm`` — the CL-ADMM baseline (spec §4.2).
 
 Instances: :func:`field_estimation_instance` (the paper's experiment, spec §5 generator) and
 :func:`field_estimation_instance_scaled` (the same model at n = 10⁴ and beyond, sparse generator),
@@ -41,8 +41,8 @@ Not implemented: the distributed runtime's "quiet" stopping rule and the Ray act
 
 Inputs (design.md §3): an ``agents`` table (``agent``, ``y``, features as columns or an ``x`` list
 column, optional ``weight``; one row per local sample) and an ``edges`` table (``source, target,
-weight``). :func:`build_problem` validates them (spec §3 table) and :func:`fit_personal_models` is the
-one-call entry point for the pipeline.
+weight``). :func:`build_problem` validates them (spec §3 table) and
+:func:`crowdflow.personal_models.fit.fit_personal_models` is the one-call entry point for the pipeline.
 """
 
 from __future__ import annotations
@@ -1973,87 +1973,6 @@ def djam_blocked(
 
 
 # --------------------------------------------------------------------------------------------
-# One-call entry point
-# --------------------------------------------------------------------------------------------
-def fit_personal_models(
-    agents: pd.DataFrame,
-    edges: pd.DataFrame,
-    *,
-    loss: LossName = "quadratic",
-    method: Method = "djam",
-    reg: float | Mapping[str, float] | None = None,
-    prior_mean: float | Sequence[float] | np.ndarray | Mapping[str, Any] = 0.0,
-    huber_c: float | Mapping[str, float] = 1.0,
-    huber_kappa: float | Mapping[str, float] = 1.345,
-    feature_cols: Sequence[str] | None = None,
-    allow_disconnected: bool = False,
-    seed: int = 0,
-    tol: float = 1e-8,
-    max_rounds: int | None = None,
-    rho: float = 0.316,
-    n_blocks: int = 4,
-    executor: Any = None,
-    progress: ProgressFn | None = None,
-    **kwargs: Any,
-) -> PersonalModelsResult:
-    """Validate, build and fit personal models on an agent graph (the pipeline entry point).
-
-    Parameters
-    ----------
-    agents, edges, loss, reg, prior_mean, huber_c, huber_kappa, feature_cols, allow_disconnected
-        See :func:`build_problem`.
-    method : {"djam", "centralized", "cl_admm", "djam_blocked"}
-        ``centralized`` is the exact batch solver (spec §4.1); ``djam`` the simulation engine;
-        ``djam_blocked`` the partitioned mode; ``cl_admm`` the baseline (penalty ``rho``).
-    seed, tol, max_rounds, rho, n_blocks, executor
-        Passed to the chosen solver; extra ``kwargs`` too.
-    progress : callable, optional
-        ``progress(fraction)`` during DJAM rounds / blocked sweeps (certificate bound against ``tol``);
-        the other methods report 1.0 when done.
-
-    Returns
-    -------
-    PersonalModelsResult
-
-    Examples
-    --------
-    >>> import pandas as pd
-    >>> agents = pd.DataFrame({"agent": ["a", "a", "b", "c"], "y": [1.0, 1.2, 0.0, 3.0]})
-    >>> edges = pd.DataFrame({"source": ["a", "b"], "target": ["b", "c"], "weight": [1.0, 0.5]})
-    >>> res = fit_personal_models(agents, edges, loss="quadratic", reg=0.1)
-    >>> res.converged, list(res.personal_models.columns)
-    (True, ['agent', 'theta_intercept', 'residual', 'component', 'n_samples'])
-    """
-    problem = build_problem(
-        agents,
-        edges,
-        loss=loss,
-        reg=reg,
-        prior_mean=prior_mean,
-        huber_c=huber_c,
-        huber_kappa=huber_kappa,
-        feature_cols=feature_cols,
-        allow_disconnected=allow_disconnected,
-    )
-    if method == "djam":
-        return djam(problem, seed=seed, tol=tol, max_rounds=max_rounds, progress=progress, **kwargs)
-    if method == "djam_blocked":
-        return djam_blocked(
-            problem, n_blocks=n_blocks, executor=executor, seed=seed, tol=tol, progress=progress, **kwargs
-        )
-    if method in ("centralized", "cl_admm"):
-        if method == "centralized":
-            result = centralized(problem, **kwargs)
-        else:
-            from crowdflow.models.djam_baselines import cl_admm
-
-            result = cl_admm(problem, rho=rho, seed=seed, tol=tol, max_rounds=max_rounds, **kwargs)
-        IterationProgress(progress, 1).done()
-        return result
-    raise ValueError(f"unknown method '{method}' (djam | centralized | cl_admm | djam_blocked)")
-
-
-# --------------------------------------------------------------------------------------------
 # Instances: the paper's field estimation (spec §5) and a crowdsourcing instantiation
 # --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -2313,6 +2232,7 @@ def worker_calibration_tables(
     --------
     >>> from pathlib import Path
     >>> import pandas as pd
+    >>> from crowdflow.personal_models.fit import fit_personal_models
     >>> d = Path(__file__).resolve().parents[1] / "data" / "snow_temp"
     >>> labels, truth = pd.read_csv(d / "labels.csv"), pd.read_csv(d / "truth.csv")
     >>> gold = truth.sample(40, random_state=0)               # pretend only 40 tasks have gold

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crowdflow.models.djam_baselines import cl_admm
+from crowdflow.personal_models.baselines import cl_admm
 from crowdflow.personal_models.djam import (
     _apply_rounds,
     _serial_rounds,

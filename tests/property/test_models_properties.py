@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crowdflow.models.tvcs import assign_tasks
-from crowdflow.personal_models.djam import fit_personal_models
+from crowdflow.personal_models import fit_personal_models
 
 FLOATS = st.floats(-5, 5, allow_nan=False)
 
