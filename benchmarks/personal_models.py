@@ -5,7 +5,7 @@ size, ``--quick`` for a smoke run). Prints markdown and writes ``benchmarks/resu
 ``--large`` adds the n = 10⁴ section (``--large-n``, ``--admm-cap``); ``--skip-small`` keeps the n = 30
 section of the existing results file instead of rerunning it (it is labelled as reused).
 
-Large section (n = 10⁴, :func:`crowdflow.personal_models.djam.field_estimation_instance_scaled`: the same model,
+Large section (n = 10⁴, :func:`crowdflow.synth.personal_models.field_estimation_instance_scaled`: the same model,
 radius set for the n = 30 setup's mean degree 6.23, stray components bridged): centralised Newton
 (the reference, timed in the same run), DJAM with the batched ``matching`` engine to the certified
 tolerances 1e-6 and 1e-8 (3 edge seeds), the one-round-at-a-time engine timed on a few |E| rounds,
@@ -58,7 +58,7 @@ from crowdflow.personal_models import (  # noqa: E402
     djam_monte_carlo,
     rel_errors,
 )
-from crowdflow.personal_models.djam import field_estimation_instance, field_estimation_instance_scaled  # noqa: E402
+from crowdflow.synth.personal_models import field_estimation_instance, field_estimation_instance_scaled  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "personal_models.md"
 LEVELS = (1e-3, 1e-6, 1e-9)

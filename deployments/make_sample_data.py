@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from crowdflow.models.btl import synthetic_personal_comparisons
-from crowdflow.personal_models.djam import field_estimation_instance
+from crowdflow.synth.personal_models import field_estimation_instance
 
 DATA = Path(__file__).resolve().parents[1] / "crowdflow" / "data"
 

@@ -12,7 +12,7 @@ from scipy.stats import kendalltau
 
 from crowdflow.models.btl import synthetic_personal_comparisons
 from crowdflow.personal_models import fit_personal_models
-from crowdflow.personal_models.djam import field_estimation_instance
+from crowdflow.synth.personal_models import field_estimation_instance
 from flows.cli import main
 
 pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]

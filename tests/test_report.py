@@ -241,7 +241,7 @@ def test_ranking_page(tmp_path: Path) -> None:
 def test_personal_rankings_and_models_pages() -> None:
     from crowdflow.models.btl import fit_personal_rankings, synthetic_personal_comparisons
     from crowdflow.personal_models import fit_personal_models
-    from crowdflow.personal_models.djam import field_estimation_instance
+    from crowdflow.synth.personal_models import field_estimation_instance
 
     syn = synthetic_personal_comparisons(20, 2, 6.0, seed=1)
     pr = fit_personal_rankings(syn.comparisons, rank=2, seed=0)

@@ -20,9 +20,9 @@ from crowdflow.models.skills import (
     write_label_partitions,
 )
 from crowdflow.personal_models import fit_personal_models
-from crowdflow.personal_models.djam import field_estimation_instance
 from crowdflow.progress import IterationProgress
 from crowdflow.spec import parse_spec
+from crowdflow.synth.personal_models import field_estimation_instance
 
 
 @pytest.fixture(scope="module")

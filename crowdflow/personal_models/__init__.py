@@ -7,20 +7,13 @@ solvers it dispatches to are public too, for notebooks and benchmarks: :func:`dj
 """
 
 from crowdflow.personal_models.baselines import RHO_GRID, cl_admm, cl_admm_monte_carlo, rounds_to
-from crowdflow.personal_models.djam import (
-    PersonalModelsResult,
-    PersonalProblem,
-    build_problem,
-    centralized,
-    certificate,
-    djam,
-    djam_blocked,
-    djam_monte_carlo,
-    matching_batches,
-    partition_agents,
-    rel_errors,
-)
+from crowdflow.personal_models.blocked import djam_blocked, partition_agents
+from crowdflow.personal_models.centralized import centralized
+from crowdflow.personal_models.djam import djam, djam_monte_carlo
 from crowdflow.personal_models.fit import fit_personal_models
+from crowdflow.personal_models.problem import PersonalProblem, build_problem
+from crowdflow.personal_models.result import PersonalModelsResult, certificate, rel_errors
+from crowdflow.personal_models.schedule import matching_batches
 
 __all__ = [
     "RHO_GRID",

@@ -18,7 +18,7 @@ The u-update is the local solver of spec §2.5 with shift ``Σ_l (ω_l + ρ)`` a
 ``Σ_l (ω_l v_l + ρ z_l)`` (same closed forms / Newton as DJAM). The error readout is ``u``. All
 variables start at 0. One activation is one round (the DJAM unit).
 
-Storage per arc α = (k → l) (CSR by holder k, see :class:`crowdflow.personal_models.djam.AgentGraph`):
+Storage per arc α = (k → l) (CSR by holder k, see :class:`crowdflow.personal_models.graph.AgentGraph`):
 ``x[α] = x_kl``, ``Zown[α] = Z_kl^k``, ``lam_own[α] = λ_{k,kl}^k``, ``lam_copy[α] = λ_{k,kl}^l``; so
 ``Z_kl^l = Zown[rev α]``. Replicas (independent edge seeds) are vectorised like DJAM's Monte Carlo.
 """
@@ -34,18 +34,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from crowdflow.personal_models.djam import (
-    PersonalModelsResult,
-    PersonalProblem,
-    Sampling,
-    _EdgeStream,
-    _make_result,
-    _ragged,
-    _trace_row,
-    certificate,
-    matching_batches,
-    rel_errors,
-)
+from crowdflow.personal_models.helpers import ragged
+from crowdflow.personal_models.problem import PersonalProblem
+from crowdflow.personal_models.result import PersonalModelsResult, certificate, make_result, rel_errors, trace_row
+from crowdflow.personal_models.schedule import EdgeStream, Engine, Sampling, matching_batches
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +72,7 @@ class _AdmmState:
 
     def _primal(self, r: np.ndarray, k: np.ndarray) -> None:
         g = self.problem.graph
-        seg, arcs = _ragged(g.ptr, k)
+        seg, arcs = ragged(g.ptr, k)
         rs = r[seg]
         flat = rs * self.A + arcs
         frev = rs * self.A + g.rev[arcs]
@@ -127,11 +119,11 @@ class _AdmmState:
         self.lam_own[ar] = lo_r + rho * (uj - Zj)
         self.lam_copy[al] = lc_l + rho * (xl - Zj)
 
-    def run(self, seqs: np.ndarray, engine: str = "simulation") -> None:
+    def run(self, seqs: np.ndarray, engine: Engine = "simulation") -> None:
         """Activate ``seqs[r, t]`` in replica r, t = 0, 1, ...
 
         ``engine="matching"`` (one replica): the sequence is applied as
-        :func:`crowdflow.personal_models.djam.matching_batches`. That is exact for CL-ADMM too: activating
+        :func:`crowdflow.personal_models.schedule.matching_batches`. That is exact for CL-ADMM too: activating
         {i, j} reads and writes only variables on arcs with an endpoint in {i, j} (``u_i, u_j``, the
         copies ``x`` held by i and j, ``Z``/duals of arcs into or out of i and j) and writes ``Z``/duals
         only on the two arcs of {i, j}; so rounds on vertex-disjoint edges touch disjoint state.
@@ -156,7 +148,7 @@ def cl_admm(
     tol: float = 1e-8,
     max_rounds: int | None = None,
     sampling: Sampling = "edge",
-    engine: str = "simulation",
+    engine: Engine = "simulation",
     reference: np.ndarray | None = None,
     trace_every: int | None = None,
     check_every: int | None = None,
@@ -205,8 +197,8 @@ def cl_admm(
         st.u[0, iso] = problem.losses.solver(np.zeros(problem.n), inner_tol=inner_tol).solve(
             iso, np.zeros((iso.size, problem.p)), np.zeros((iso.size, problem.p))
         )
-    stream = _EdgeStream(g, [seed], sampling) if g.n_edges else None
-    trace = [_trace_row(problem, 0, st.u[0], None, reference)]
+    stream = EdgeStream(g, [seed], sampling) if g.n_edges else None
+    trace = [trace_row(problem, 0, st.u[0], None, reference)]
     t = 0
     converged = g.n_edges == 0
     while not converged and t < max_rounds:
@@ -215,7 +207,7 @@ def cl_admm(
         st.run(stream.take(stop - t), engine)
         t = stop
         if t % trace_every == 0 or t == max_rounds:
-            trace.append(_trace_row(problem, t, st.u[0], None, reference))
+            trace.append(trace_row(problem, t, st.u[0], None, reference))
         if t % check_every == 0 or t == max_rounds:
             _, bound, _ = certificate(problem, st.u[0])
             converged = bound <= tol * max(1.0, float(np.linalg.norm(st.u[0])))
@@ -226,8 +218,8 @@ def cl_admm(
             stacklevel=2,
         )
     if trace[-1]["round"] != t:
-        trace.append(_trace_row(problem, t, st.u[0], None, reference))
-    return _make_result(
+        trace.append(trace_row(problem, t, st.u[0], None, reference))
+    return make_result(
         problem,
         st.u[0].copy(),
         "cl_admm",
@@ -275,7 +267,7 @@ def cl_admm_monte_carlo(
     st = _AdmmState(problem, rep_rho, inner_tol)
     if g.n_edges == 0:
         n_rounds = 0
-    stream = _EdgeStream(g, rep_seed.tolist(), sampling) if g.n_edges else None
+    stream = EdgeStream(g, rep_seed.tolist(), sampling) if g.n_edges else None
     frames = []
 
     def record(t: int) -> None:

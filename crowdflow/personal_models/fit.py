@@ -1,29 +1,27 @@
 """The one-call entry point of the personal-models job: validate, build and fit (spec §3).
 
 :func:`fit_personal_models` builds the problem from the ``agents``/``edges`` tables
-(:func:`crowdflow.personal_models.djam.build_problem`) and runs the chosen solver: DJAM, blocked DJAM,
+(:func:`crowdflow.personal_models.problem.build_problem`) and runs the chosen solver: DJAM, blocked DJAM,
 the centralised optimum or the CL-ADMM baseline. It imports the algorithms; none of them imports it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 
 from crowdflow.personal_models.baselines import cl_admm
-from crowdflow.personal_models.djam import (
-    LossName,
-    Method,
-    PersonalModelsResult,
-    build_problem,
-    centralized,
-    djam,
-    djam_blocked,
-)
+from crowdflow.personal_models.blocked import djam_blocked
+from crowdflow.personal_models.centralized import centralized
+from crowdflow.personal_models.djam import djam
+from crowdflow.personal_models.problem import LossName, build_problem
+from crowdflow.personal_models.result import PersonalModelsResult
 from crowdflow.progress import IterationProgress, ProgressFn
+
+Method = Literal["djam", "centralized", "cl_admm", "djam_blocked"]
 
 
 def fit_personal_models(

@@ -7,7 +7,6 @@ seed counts) are marked ``slow``; the default run uses fewer seeds with the same
 from __future__ import annotations
 
 import doctest
-import importlib
 import io
 import itertools
 import warnings
@@ -22,21 +21,23 @@ import pytest
 from scipy.optimize import minimize, minimize_scalar
 
 import crowdflow.personal_models.fit as fit_module
-from crowdflow.personal_models.baselines import RHO_GRID, cl_admm, cl_admm_monte_carlo
-from crowdflow.personal_models.djam import (
+import crowdflow.synth.personal_models as synth_module
+from crowdflow.personal_models import (
+    RHO_GRID,
     PersonalProblem,
     build_problem,
     centralized,
     certificate,
+    cl_admm,
+    cl_admm_monte_carlo,
     djam,
     djam_blocked,
     djam_monte_carlo,
-    field_estimation_instance,
+    fit_personal_models,
     partition_agents,
     rel_errors,
-    worker_calibration_tables,
 )
-from crowdflow.personal_models.fit import fit_personal_models
+from crowdflow.synth.personal_models import field_estimation_instance, preference_tables, worker_calibration_tables
 
 
 # ----------------------------------------------------------------------------------------------
@@ -821,9 +822,7 @@ def test_fit_personal_models_entry_point(field):
 
 
 def test_doctests():
-    # the package exports the function djam, which shadows the module of the same name as an attribute
-    djam_module = importlib.import_module("crowdflow.personal_models.djam")
-    for module in (djam_module, fit_module):
+    for module in (fit_module, synth_module):
         res = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
         assert res.failed == 0 and res.attempted >= 2
 
@@ -895,8 +894,6 @@ def test_worker_bias_tables_numeric():
 
 
 def test_preference_tables_recover_personal_tastes():
-    from crowdflow.personal_models.djam import preference_tables
-
     rng = np.random.default_rng(4)
     items = pd.DataFrame(
         {"item": [f"i{k}" for k in range(15)], "f0": rng.standard_normal(15), "f1": rng.standard_normal(15)}

@@ -13,19 +13,20 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crowdflow.personal_models.baselines import cl_admm
-from crowdflow.personal_models.djam import (
-    _apply_rounds,
-    _serial_rounds,
+from crowdflow.personal_models import (
     build_problem,
     centralized,
+    cl_admm,
     djam,
     djam_blocked,
+    matching_batches,
+    rel_errors,
+)
+from crowdflow.personal_models.djam import _apply_rounds, serial_rounds
+from crowdflow.synth.personal_models import (
     field_estimation_instance,
     field_estimation_instance_scaled,
     geometric_radius,
-    matching_batches,
-    rel_errors,
 )
 
 
@@ -111,7 +112,7 @@ def test_one_batch_equals_its_rounds_one_by_one(scaled):
     i, j = g.u[batch], g.v[batch]
     args = (i, j, g.a_uv[batch], g.a_vu[batch], g.w[batch], i, j)
     C1, b1, th1 = C0.copy(), b0.copy(), th0.copy()
-    _serial_rounds(solver, C1, b1, th1, *args)
+    serial_rounds(solver, C1, b1, th1, *args)
     C2, b2, th2 = C0[None].copy(), b0[None].copy(), th0[None].copy()
     _apply_rounds(solver, C2, b2, th2, np.zeros(batch.size, dtype=np.int64), *args)
     np.testing.assert_array_equal(C1, C2[0])
