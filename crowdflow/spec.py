@@ -36,6 +36,7 @@ import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from crowdflow.errors import SpecError
+from crowdflow.personal_models import PersonalModelsOptions
 
 CheckMode = Literal["block", "warn"]
 Scalar = str | int | float | bool | None
@@ -243,31 +244,6 @@ class PersonalRankingsOptions(_Strict):
         if not ranks or any(r < 1 for r in ranks):
             raise ValueError("rank must be a positive integer or a non-empty list of them")
         return v
-
-
-class PersonalModelsOptions(_Strict):
-    """Personal models on an agent graph (spec personal-models-djam.md)."""
-
-    loss: Literal["quadratic", "ridge", "huber", "logistic"] = "quadratic"
-    method: Literal["djam", "centralized", "cl_admm", "djam_blocked"] = Field(
-        "djam", description="DJAM (asynchronous Jacobi), the centralized optimum, CL-ADMM, or blocked DJAM"
-    )
-    reg: float | None = Field(None, ge=0.0, description="ridge / prior strength (default 0.1)")
-    tol: float = Field(1e-8, gt=0.0, description="certified relative-error tolerance of the stopping rule")
-    max_rounds: int | None = Field(None, ge=1)
-    rho: float = Field(0.316, gt=0.0, description="CL-ADMM penalty")
-    n_blocks: int = Field(4, ge=1, description="blocks of the partitioned (djam_blocked) mode")
-    engine: Literal["matching", "simulation"] = Field(
-        "matching",
-        description="djam / djam_blocked / cl_admm: the same activations applied in vertex-disjoint batches "
-        "(matching, equal results, much faster) or one at a time (simulation, the reference)",
-    )
-    executor: Literal["inline", "dask"] = Field(
-        "inline", description="where djam_blocked runs its blocks: in process, or as Dask tasks"
-    )
-    dask_address: str | None = Field(None, description="scheduler address; a local cluster when omitted")
-    features: list[str] | None = Field(None, description="feature columns of the agents table (default: all others)")
-    seed: int = 0
 
 
 class AssignmentOptions(_Strict):

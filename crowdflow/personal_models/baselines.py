@@ -119,7 +119,7 @@ class _AdmmState:
         self.lam_own[ar] = lo_r + rho * (uj - Zj)
         self.lam_copy[al] = lc_l + rho * (xl - Zj)
 
-    def run(self, seqs: np.ndarray, engine: Engine = "simulation") -> None:
+    def run(self, seqs: np.ndarray, engine: Engine) -> None:
         """Activate ``seqs[r, t]`` in replica r, t = 0, 1, ...
 
         ``engine="matching"`` (one replica): the sequence is applied as
@@ -148,7 +148,7 @@ def cl_admm(
     tol: float = 1e-8,
     max_rounds: int | None = None,
     sampling: Sampling = "edge",
-    engine: Engine = "simulation",
+    engine: Engine = "matching",
     reference: np.ndarray | None = None,
     trace_every: int | None = None,
     check_every: int | None = None,
@@ -168,9 +168,9 @@ def cl_admm(
     max_rounds : int, optional
         Default 500·|E|; reaching it gives ``converged=False`` and a ``RuntimeWarning``.
     sampling : {"edge", "agent", "colour"}
-    engine : {"simulation", "matching"}
-        ``matching`` applies the same activations in batches of vertex-disjoint rounds (same result as
-        one at a time, see ``_AdmmState.run``); use it for large graphs.
+    engine : {"matching", "simulation"}
+        ``matching`` (default) applies the same activations in batches of vertex-disjoint rounds (same
+        result as one at a time, see ``_AdmmState.run``); ``simulation`` applies them one by one.
     reference : array (n, p), optional
         Adds ``mean_rel_err``/``max_rel_err`` to the trace.
     trace_every, check_every : int, optional
@@ -289,7 +289,7 @@ def cl_admm_monte_carlo(
     while t < n_rounds:
         stop = min(n_rounds, (t // record_every + 1) * record_every)
         assert stream is not None
-        st.run(stream.take(stop - t))
+        st.run(stream.take(stop - t), "simulation")
         t = stop
         record(t)
     return pd.concat(frames, ignore_index=True)

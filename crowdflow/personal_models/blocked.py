@@ -72,7 +72,7 @@ class BlockTask:
     C: np.ndarray  # (A_b, p)
     b: np.ndarray  # (n_b, p)
     th: np.ndarray  # (n_b, p)
-    engine: str = "simulation"  # "matching": the same rounds in vertex-disjoint batches
+    engine: Engine = "matching"  # "simulation": the same rounds one at a time
 
 
 def run_block(task: BlockTask) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -102,9 +102,9 @@ def djam_blocked(
     executor: Any = None,
     seed: int = 0,
     tol: float = 1e-8,
-    max_sweeps: int = 1000,
+    max_rounds: int | None = None,
     inner_sweeps: int = 1,
-    engine: Engine = "simulation",
+    engine: Engine = "matching",
     init: str | np.ndarray = "zeros",
     reference: np.ndarray | None = None,
     inner_tol: float = 1e-12,
@@ -135,12 +135,14 @@ def djam_blocked(
     seed : int
     tol : float
         Certified relative accuracy, as :func:`djam`.
-    max_sweeps : int
+    max_rounds : int, optional
+        Round budget (default 500·|E|, as :func:`djam`): the run makes as many whole sweeps as fit in it
+        and stops with ``converged=False`` and a ``RuntimeWarning`` if they do not certify ``tol``.
     inner_sweeps : int
         Passes over the internal edges per work item and sweep.
-    engine : {"simulation", "matching"}
-        How a work item (and the cut pass) applies its rounds: one by one, or in vertex-disjoint batches
-        (:func:`matching_batches`; same result, much faster on large blocks).
+    engine : {"matching", "simulation"}
+        How a work item (and the cut pass) applies its rounds: in vertex-disjoint batches
+        (:func:`matching_batches`; same result, much faster on large blocks) or one by one.
     init, reference, inner_tol
         As :func:`djam`.
 
@@ -173,6 +175,9 @@ def djam_blocked(
         local_agent[ag] = np.arange(ag.size)
         edges = np.flatnonzero(internal & (block[g.u] == k))
         specs.append((ag, arcs, local_arc, local_agent, edges))
+    per_sweep = inner_sweeps * int(np.count_nonzero(internal)) + int(cut.size)
+    max_rounds = 500 * max(g.n_edges, 1) if max_rounds is None else int(max_rounds)
+    max_sweeps = max_rounds // max(per_sweep, 1)
     rng = np.random.default_rng(seed)
     trace = [trace_row(problem, 0, th, C, reference)]
     converged = False
@@ -219,7 +224,8 @@ def djam_blocked(
     tracker.done()
     if not converged:
         warnings.warn(
-            f"blocked DJAM stopped after {max_sweeps} sweeps without certifying tol = {tol:g} (bound {bound:.3g})",
+            f"blocked DJAM stopped after {sweeps} sweeps of {per_sweep} rounds (max_rounds = {max_rounds}) "
+            f"without certifying tol = {tol:g} (bound {bound:.3g})",
             RuntimeWarning,
             stacklevel=2,
         )

@@ -164,7 +164,7 @@ class DjamState:
         idx = np.tile(np.arange(n), R)
         self.th = self.solver.solve(idx, self.b.reshape(R * n, p), self.th.reshape(R * n, p)).reshape(R, n, p)
 
-    def run(self, seqs: np.ndarray, engine: str) -> None:
+    def run(self, seqs: np.ndarray, engine: Engine) -> None:
         """Apply the rounds ``seqs`` (R, k): replica r activates seqs[r, 0], seqs[r, 1], ..."""
         g = self.problem.graph
         R, k = seqs.shape
@@ -195,7 +195,7 @@ def djam(
     tol: float = 1e-8,
     max_rounds: int | None = None,
     sampling: Sampling = "edge",
-    engine: Engine = "simulation",
+    engine: Engine = "matching",
     init: str | np.ndarray = "zeros",
     schedule: Sequence[int] | np.ndarray | None = None,
     reference: np.ndarray | None = None,
@@ -230,12 +230,13 @@ def djam(
         ``edge``: i.i.d. uniform edges (default, spec §2.3); ``agent``: a uniform agent (among agents with
         neighbours) wakes and picks a uniform neighbour; ``colour``: deterministic sweeps over the colour
         classes of a greedy edge colouring (each sweep is an epoch).
-    engine : {"simulation", "matching"}
-        ``simulation`` applies one round at a time (spec §2.4); ``matching`` splits the same edge sequence
+    engine : {"matching", "simulation"}
+        ``simulation`` applies one round at a time (spec §2.4, the reference); ``matching`` (default, as
+        :class:`~crowdflow.personal_models.options.PersonalModelsOptions`) splits the same edge sequence
         (between two checks) into :func:`matching_batches` — batches of vertex-disjoint rounds whose
         in-order application equals the sequence — and applies each batch at once (vectorised, same
         result, spec §6; ~40× faster per round at n = 10⁴). Same rounds, same stopping checks, same
-        trace; the default stays the reference ``simulation`` engine.
+        trace.
     init : {"zeros", "local"} or array (n, p)
         Initial copies: zeros, local minimisers ``argmin f_k``, or the given models (``C_i[k] = init[k]``).
     schedule : array of edge indices, optional

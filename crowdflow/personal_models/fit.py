@@ -1,68 +1,76 @@
-"""The one-call entry point of the personal-models job: validate, build and fit (spec §3).
+"""The one-call entry point of the personal-models job: validate, build and fit (docs/methods/personal_models.md §8).
 
 :func:`fit_personal_models` builds the problem from the ``agents``/``edges`` tables
-(:func:`crowdflow.personal_models.problem.build_problem`) and runs the chosen solver: DJAM, blocked DJAM,
-the centralised optimum or the CL-ADMM baseline. It imports the algorithms; none of them imports it.
+(:func:`crowdflow.personal_models.problem.build_problem`, the input checks of §3.2) and runs the method
+the options name: DJAM (§2), blocked DJAM (§6.3), the centralised optimum (§4.1) or the CL-ADMM
+baseline (§4.2). It is the only place that knows which method takes which option; it imports the
+algorithms and none of them imports it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from crowdflow.personal_models.baselines import cl_admm
 from crowdflow.personal_models.blocked import djam_blocked
 from crowdflow.personal_models.centralized import centralized
 from crowdflow.personal_models.djam import djam
-from crowdflow.personal_models.problem import LossName, build_problem
+from crowdflow.personal_models.options import PersonalModelsOptions
+from crowdflow.personal_models.problem import build_problem
 from crowdflow.personal_models.result import PersonalModelsResult
 from crowdflow.progress import IterationProgress, ProgressFn
-
-Method = Literal["djam", "centralized", "cl_admm", "djam_blocked"]
 
 
 def fit_personal_models(
     agents: pd.DataFrame,
     edges: pd.DataFrame,
+    options: PersonalModelsOptions | None = None,
     *,
-    loss: LossName = "quadratic",
-    method: Method = "djam",
-    reg: float | Mapping[str, float] | None = None,
-    prior_mean: float | Sequence[float] | np.ndarray | Mapping[str, Any] = 0.0,
-    huber_c: float | Mapping[str, float] = 1.0,
-    huber_kappa: float | Mapping[str, float] = 1.345,
-    feature_cols: Sequence[str] | None = None,
     allow_disconnected: bool = False,
-    seed: int = 0,
-    tol: float = 1e-8,
-    max_rounds: int | None = None,
-    rho: float = 0.316,
-    n_blocks: int = 4,
-    executor: Any = None,
+    block_executor: Any = None,
     progress: ProgressFn | None = None,
-    **kwargs: Any,
+    **overrides: Any,
 ) -> PersonalModelsResult:
     """Validate, build and fit personal models on an agent graph (the pipeline entry point).
 
+    ``fit_personal_models(agents, edges, method="cl_admm")`` and
+    ``fit_personal_models(agents, edges, PersonalModelsOptions(method="cl_admm"))`` are the same call,
+    and the same fit as a pipeline spec with ``personal_models: {method: cl_admm}``.
+
     Parameters
     ----------
-    agents, edges, loss, reg, prior_mean, huber_c, huber_kappa, feature_cols, allow_disconnected
-        See :func:`build_problem`.
-    method : {"djam", "centralized", "cl_admm", "djam_blocked"}
-        ``centralized`` is the exact batch solver (spec §4.1); ``djam`` the simulation engine;
-        ``djam_blocked`` the partitioned mode; ``cl_admm`` the baseline (penalty ``rho``).
-    seed, tol, max_rounds, rho, n_blocks, executor
-        Passed to the chosen solver; extra ``kwargs`` too.
+    agents, edges : pandas.DataFrame
+        The input tables (see :func:`~crowdflow.personal_models.problem.build_problem`): one row per local
+        sample (``agent``, ``y``, features, optional ``weight`` and per-agent ``reg``, ``prior_mean``,
+        ``huber_c``, ``huber_kappa`` columns) and the undirected weighted agent graph.
+    options : PersonalModelsOptions, optional
+        What to fit and how (loss, method, reg, tol, ...); ``None`` means the defaults.
+    allow_disconnected : bool
+        Fit each connected component of the agent graph on its own instead of refusing a disconnected
+        graph (the pipeline passes ``True`` when its connectivity check is ``warn``).
+    block_executor : None, an object with ``.map(fn, items)``, or a callable ``(fn, items) -> results``
+        Where ``djam_blocked`` runs its blocks (``None``: in this process); the result does not depend on it.
     progress : callable, optional
         ``progress(fraction)`` during DJAM rounds / blocked sweeps (certificate bound against ``tol``);
         the other methods report 1.0 when done.
+    **overrides
+        Option fields, validated like the spec (``method="centralized"``, ``reg=0.5``, ...).
 
     Returns
     -------
     PersonalModelsResult
+
+    Raises
+    ------
+    pydantic.ValidationError
+        An unknown option or a value outside its range (a ``ValueError``).
+    crowdflow.errors.DegenerateInput
+        Tables that admit no fit (non-finite or too large values, naming the column; logistic targets
+        that are not 0/1; an agent whose loss is not strongly convex). Also a ``ValueError``.
+    ValueError
+        Malformed edges or a disconnected graph without ``allow_disconnected``.
 
     Examples
     --------
@@ -73,28 +81,34 @@ def fit_personal_models(
     >>> res.converged, list(res.personal_models.columns)
     (True, ['agent', 'theta_intercept', 'residual', 'component', 'n_samples'])
     """
+    o = PersonalModelsOptions.resolve(options, **overrides)
     problem = build_problem(
         agents,
         edges,
-        loss=loss,
-        reg=reg,
-        prior_mean=prior_mean,
-        huber_c=huber_c,
-        huber_kappa=huber_kappa,
-        feature_cols=feature_cols,
+        loss=o.loss,
+        reg=o.reg,
+        prior_mean=o.prior_mean,
+        huber_c=o.huber_c,
+        huber_kappa=o.huber_kappa,
+        feature_cols=o.features,
         allow_disconnected=allow_disconnected,
     )
-    if method == "djam":
-        return djam(problem, seed=seed, tol=tol, max_rounds=max_rounds, progress=progress, **kwargs)
-    if method == "djam_blocked":
+    if o.method == "djam":
+        return djam(problem, seed=o.seed, tol=o.tol, max_rounds=o.max_rounds, engine=o.engine, progress=progress)
+    if o.method == "djam_blocked":
         return djam_blocked(
-            problem, n_blocks=n_blocks, executor=executor, seed=seed, tol=tol, progress=progress, **kwargs
+            problem,
+            n_blocks=o.n_blocks,
+            executor=block_executor,
+            seed=o.seed,
+            tol=o.tol,
+            max_rounds=o.max_rounds,
+            engine=o.engine,
+            progress=progress,
         )
-    if method in ("centralized", "cl_admm"):
-        if method == "centralized":
-            result = centralized(problem, **kwargs)
-        else:
-            result = cl_admm(problem, rho=rho, seed=seed, tol=tol, max_rounds=max_rounds, **kwargs)
-        IterationProgress(progress, 1).done()
-        return result
-    raise ValueError(f"unknown method '{method}' (djam | centralized | cl_admm | djam_blocked)")
+    if o.method == "cl_admm":
+        result = cl_admm(problem, rho=o.rho, seed=o.seed, tol=o.tol, max_rounds=o.max_rounds, engine=o.engine)
+    else:  # centralized: an exact solve, no rounds, no engine
+        result = centralized(problem)
+    IterationProgress(progress, 1).done()
+    return result

@@ -40,7 +40,12 @@ _LOSS_ALIASES = {
     "huber_scalar": "huber",
     "logistic": "logistic",
 }
-_RESERVED = {"agent", "y", "x", "weight", "reg", "prior_mean", "huber_c", "huber_kappa"}
+#: Columns of the agents table with a meaning of their own: never taken as features.
+RESERVED_COLUMNS = frozenset({"agent", "y", "x", "weight", "reg", "prior_mean", "huber_c", "huber_kappa"})
+#: Prior precision λ_i when neither the ``reg`` argument nor a ``reg`` column gives one.
+DEFAULT_REG = 0.1
+#: Largest magnitude of a target, feature or sample weight (the bound of the agents table contract).
+MAX_ABS = 1e150
 _SC_RTOL = 1e-10  # spec §3: quadratic strong convexity λ_min(A_i) > 1e-10·‖A_i‖
 
 
@@ -114,9 +119,17 @@ def _per_agent(
         g = rows.groupby("agent", sort=True)[name]
         if (g.nunique(dropna=False) > 1).any():
             bad = g.nunique(dropna=False)
-            raise ValueError(f"agents: column '{name}' varies within agent(s) {format_ids(bad[bad > 1].index)}")
+            raise DegenerateInput(
+                f"agents: column '{name}' varies within agent(s) {format_ids(bad[bad > 1].index)}", "bad_agent_setting"
+            )
         vals = pd.to_numeric(g.first(), errors="coerce").reindex(agents)
         out = vals.to_numpy(dtype=np.float64)
+        if not np.all(np.isfinite(out)):
+            raise DegenerateInput(
+                f"agents: column '{name}': missing or non-finite value for agent(s) "
+                f"{format_ids(agents[~np.isfinite(out)])}",
+                "bad_agent_setting",
+            )
     elif isinstance(arg, Mapping):
         missing = [a for a in agents if a not in arg]
         if missing:
@@ -136,7 +149,7 @@ def _features(rows: pd.DataFrame, feature_cols: Sequence[str] | None, loss: str)
         if feature_cols:
             raise ValueError("huber loss is scalar (p = 1): feature columns are not used; drop feature_cols")
         if "x" in rows.columns:
-            raise ValueError("huber loss is scalar (p = 1): drop the 'x' column")
+            raise DegenerateInput("huber loss is scalar (p = 1): drop the 'x' column (column 'x')", "bad_features")
         return np.ones((len(rows), 1)), ("theta",)
     if feature_cols is None and "x" in rows.columns:
         # pandas-stubs cannot type a lambda over an object column (values are lists here)
@@ -144,27 +157,50 @@ def _features(rows: pd.DataFrame, feature_cols: Sequence[str] | None, loss: str)
         obs = rows["y"].notna().to_numpy()
         lens_obs = lens[obs]
         if lens_obs.size and ((lens_obs < 0).any() or lens_obs.nunique() != 1):
-            raise ValueError(
+            raise DegenerateInput(
                 "observations: inconsistent dimension of 'x' (lengths "
-                f"{sorted(set(lens_obs.tolist()))[:5]}); p must be the same for every sample"
+                f"{sorted(set(lens_obs.tolist()))[:5]}); p must be the same for every sample (column 'x')",
+                "bad_features",
             )
         p = int(lens_obs.iloc[0]) if lens_obs.size else int(lens.max())
         if p <= 0:
-            raise ValueError("observations: empty feature vectors in 'x'")
+            raise DegenerateInput("observations: empty feature vectors in 'x' (column 'x')", "bad_features")
         x = np.zeros((len(rows), p))
         if obs.any():
             x[obs] = np.array([np.asarray(v, dtype=np.float64) for v in rows.loc[obs, "x"]])
         return x, tuple(f"x_{k}" for k in range(p))
     if feature_cols is None:
-        feature_cols = [c for c in rows.columns if c not in _RESERVED and pd.api.types.is_numeric_dtype(rows[c])]
+        feature_cols = [c for c in rows.columns if c not in RESERVED_COLUMNS and pd.api.types.is_numeric_dtype(rows[c])]
     if not feature_cols:
         log.info("no feature columns: intercept-only personal models")
         return np.ones((len(rows), 1)), ("intercept",)
     missing = [c for c in feature_cols if c not in rows.columns]
     if missing:
-        raise ValueError(f"agents: missing feature column(s) {missing}")
+        raise DegenerateInput(
+            f"agents: missing feature column(s) {missing}; the table has {format_ids(rows.columns)}", "bad_features"
+        )
     x = rows[list(feature_cols)].apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
     return x, tuple(str(c) for c in feature_cols)
+
+
+def _check_features(
+    x: np.ndarray, obs: np.ndarray, names: tuple[str, ...], ids: np.ndarray, codes: np.ndarray, list_column: bool
+) -> None:
+    """Features of the observed rows must be finite and within ±MAX_ABS; the error names the column."""
+    if not obs.any():
+        return
+    xo = x[obs]
+    bad = ~np.isfinite(xo) | (np.abs(np.nan_to_num(xo)) > MAX_ABS)
+    if not bad.any():
+        return
+    rows_bad = np.flatnonzero(obs)[bad.any(axis=1)]
+    cols = ["x"] if list_column else [names[k] for k in np.flatnonzero(bad.any(axis=0))]
+    what = "non-finite" if not np.all(np.isfinite(xo)) else "too large"
+    raise DegenerateInput(
+        f"observations: {what} features for agent(s) {format_ids(ids[np.unique(codes[rows_bad])])} "
+        f"(column(s) {', '.join(repr(c) for c in cols)}: values must be finite and within ±{MAX_ABS:g})",
+        "bad_features",
+    )
 
 
 def _validate_edges(
@@ -294,9 +330,15 @@ def build_problem(
 
     Raises
     ------
+    crowdflow.errors.DegenerateInput
+        Tables that admit no fit, naming the column: non-finite or too large targets, features or sample
+        weights (``|value| ≤ 1e150``, the agents table contract) or products of them that overflow,
+        logistic targets that are not 0/1 or ±1, an ``x`` list column of varying length, a per-agent
+        setting column that varies within an agent, an agent whose loss is not strongly convex
+        (``agent X: loss not strongly convex (...)``) or without data and prior. A ``ValueError`` too.
     ValueError
-        With the spec §3 message prefixes (``edges: unknown agent id(s) [...]``, ``graph is not
-        connected: K components ...``, ``agent X: loss not strongly convex (...)``, ...).
+        Bad arguments and malformed edges, with the spec §3 message prefixes (``edges: unknown agent
+        id(s) [...]``, ``graph is not connected: K components ...``, ...).
     """
     name = _LOSS_ALIASES.get(str(loss))
     if name is None:
@@ -319,26 +361,33 @@ def build_problem(
     rows = rows.sort_values("agent", kind="stable").reset_index(drop=True)
     codes = pd.Index(ids).get_indexer(rows["agent"].to_numpy())
     y = pd.to_numeric(rows["y"], errors="coerce").to_numpy(dtype=np.float64)
-    if np.isinf(y).any():
-        bad_ids = ids[np.unique(codes[np.isinf(y)])]
-        raise ValueError(f"observations: non-finite target y for agent(s) {format_ids(bad_ids)}")
+    bad_y = np.isinf(y) | (np.abs(np.nan_to_num(y)) > MAX_ABS)
+    if bad_y.any():
+        bad_ids = ids[np.unique(codes[bad_y])]
+        raise DegenerateInput(
+            f"observations: non-finite or too large target y for agent(s) {format_ids(bad_ids)} (column 'y': "
+            f"values must be finite and within ±{MAX_ABS:g})",
+            "bad_target",
+        )
     x, names = _features(rows, feature_cols, name)
     obs = ~np.isnan(y)
-    if obs.any() and not np.all(np.isfinite(x[obs])):
-        bad = obs & ~np.all(np.isfinite(x), axis=1)
-        raise ValueError(f"observations: non-finite features for agent(s) {format_ids(ids[np.unique(codes[bad])])}")
+    _check_features(x, obs, names, ids, codes, list_column="x" in rows.columns and feature_cols is None)
     if "weight" in rows.columns:
         om = pd.to_numeric(rows["weight"], errors="coerce").to_numpy(dtype=np.float64)
-        badw = obs & (~np.isfinite(om) | (om < 0))
+        badw = obs & (~np.isfinite(om) | (om < 0) | (om > MAX_ABS))
         if badw.any():
             bad_ids = ids[np.unique(codes[badw])]
-            raise ValueError(f"observations: non-finite or negative sample weight for agent(s) {format_ids(bad_ids)}")
+            raise DegenerateInput(
+                f"observations: non-finite or negative sample weight for agent(s) {format_ids(bad_ids)} "
+                f"(column 'weight': values must lie in [0, {MAX_ABS:g}])",
+                "bad_weight",
+            )
     else:
         om = np.ones(len(rows))
     p = len(names)
-    lam = _per_agent("reg", reg, rows, ids, 0.1)
+    lam = _per_agent("reg", reg, rows, ids, DEFAULT_REG)
     if (lam < 0).any():
-        raise ValueError(f"reg: negative ridge for agent(s) {format_ids(ids[lam < 0])}")
+        raise DegenerateInput(f"reg: negative ridge for agent(s) {format_ids(ids[lam < 0])}", "bad_agent_setting")
     # prior mean θ̄_i (n, p)
     if "prior_mean" in rows.columns:
         prior = np.repeat(_per_agent("prior_mean", None, rows, ids, None)[:, None], p, axis=1)
@@ -354,6 +403,18 @@ def build_problem(
 
     # keep only real samples, CSR by agent
     xs, ys, ws, cs = x[obs], y[obs], om[obs], codes[obs]
+    if name != "huber":
+        # ω‖x‖² summed per agent bounds XᵀΩX (quadratic) and the logistic curvature: it must be a float64
+        with np.errstate(over="ignore"):
+            scale = np.bincount(cs, weights=ws * np.sum(xs * xs, axis=1), minlength=n)
+        if not np.all(np.isfinite(scale)):
+            raise DegenerateInput(
+                f"observations: features × sample weights overflow float64 for agent(s) "
+                f"{format_ids(ids[~np.isfinite(scale)])} (columns {list(names)}"
+                + (", 'weight'" if "weight" in rows.columns else "")
+                + "); rescale them",
+                "bad_features",
+            )
     n_samples = np.bincount(cs, minlength=n)
     ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(n_samples, out=ptr[1:])
@@ -371,15 +432,19 @@ def build_problem(
         e = segsum(ws[:, None] * ys[:, None] * xs, cs, n) + lam[:, None] * prior
         const = 0.5 * np.bincount(cs, weights=ws * ys * ys, minlength=n) + 0.5 * lam * np.sum(prior**2, axis=1)
         if str(loss) == "ridge" and (lam <= 0).any():
-            raise ValueError(f"agent(s) {format_ids(ids[lam <= 0])}: loss not strongly convex (ridge needs reg > 0)")
+            raise DegenerateInput(
+                f"agent(s) {format_ids(ids[lam <= 0])}: loss not strongly convex (ridge needs reg > 0)",
+                "not_strongly_convex",
+            )
         ev = np.linalg.eigvalsh(A)
         weak = ev[:, 0] <= _SC_RTOL * np.maximum(ev[:, -1], 0.0)
         if weak.any():
             k = int(np.flatnonzero(weak)[0])
-            raise ValueError(
+            raise DegenerateInput(
                 f"agent {ids[k]}: loss not strongly convex (λ_min(XᵀΩX + λI) = {ev[k, 0]:.3g} with "
                 f"{int(n_samples[k])} samples for p = {p}, reg = {lam[k]:.3g}); "
-                f"{int(weak.sum())} agent(s) affected: {format_ids(ids[weak])}. Use reg > 0."
+                f"{int(weak.sum())} agent(s) affected: {format_ids(ids[weak])}. Use reg > 0.",
+                "not_strongly_convex",
             )
         losses: Any = QuadraticLosses(A=A, e=e, const=const)
     elif name == "huber":
@@ -388,21 +453,29 @@ def build_problem(
         bad = (lam <= 0) | (c <= 0) | (kap <= 0)
         if bad.any():
             k = int(np.flatnonzero(bad)[0])
-            raise ValueError(
+            raise DegenerateInput(
                 f"agent {ids[k]}: loss not strongly convex (huber needs s = reg > 0, c > 0, κ > 0; got "
-                f"s = {lam[k]:.3g}, c = {c[k]:.3g}, κ = {kap[k]:.3g}); agent(s) {format_ids(ids[bad])}"
+                f"s = {lam[k]:.3g}, c = {c[k]:.3g}, κ = {kap[k]:.3g}); agent(s) {format_ids(ids[bad])}",
+                "not_strongly_convex",
             )
         losses = HuberLosses.build(ptr, ys, c[cs] * ws, kap, lam, prior[:, 0].copy())
     else:
         if (lam <= 0).any():
-            raise ValueError(f"agent(s) {format_ids(ids[lam <= 0])}: loss not strongly convex (logistic needs reg > 0)")
+            raise DegenerateInput(
+                f"agent(s) {format_ids(ids[lam <= 0])}: loss not strongly convex (logistic needs reg > 0)",
+                "not_strongly_convex",
+            )
         vals = set(np.unique(ys).tolist())
         if vals <= {0.0, 1.0}:
             z = 2.0 * ys - 1.0
         elif vals <= {-1.0, 1.0}:
             z = ys.copy()
         else:
-            raise ValueError(f"observations: logistic targets must be 0/1 or ±1, got {sorted(vals)[:5]}")
+            raise DegenerateInput(
+                f"observations: logistic targets must be 0/1 or ±1, got {sorted(vals)[:5]} (column 'y'); "
+                "use loss quadratic for real-valued targets",
+                "bad_target",
+            )
         losses = LogisticLosses(ptr=ptr, d=xs, z=z, w=ws, lam=lam, prior=prior)
 
     u, v, w = _validate_edges(edges, ids, allow_disconnected)

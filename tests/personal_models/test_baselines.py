@@ -48,18 +48,20 @@ def test_at14_baseline_comparison_full(field):
 
 def test_cl_admm_converges_to_optimum(field, quiet, quadratic_tables):
     _inst, prob, ref = field
-    res = cl_admm(prob, rho=0.316, seed=0, tol=1e-8, reference=ref)
+    res = cl_admm(prob, rho=0.316, seed=0, tol=1e-8, reference=ref, engine="simulation")
     assert res.converged and res.metadata["rho"] == 0.316
     assert np.linalg.norm(res.theta - ref) <= res.error_bound + 1e-15
     assert np.abs(res.theta - ref).max() <= 1e-7
     rows, edges = quadratic_tables(12, n=15)
     qprob = build_problem(rows, edges, reg=0.1)
     qref = centralized(qprob).theta
-    q = cl_admm(qprob, rho=1.0, seed=1, tol=1e-10)
+    q = cl_admm(qprob, rho=1.0, seed=1, tol=1e-10, engine="simulation")
     assert q.converged and np.abs(q.theta - qref).max() <= 1e-9
     # single run equals the Monte Carlo replica with the same seed
     mc = cl_admm_monte_carlo(prob, [3], 2 * prob.graph.n_edges, ref, rho=1.0, record_every=prob.graph.n_edges)
-    single = quiet(cl_admm, prob, rho=1.0, seed=3, tol=0.0, max_rounds=2 * prob.graph.n_edges, reference=ref)
+    single = quiet(
+        cl_admm, prob, rho=1.0, seed=3, tol=0.0, max_rounds=2 * prob.graph.n_edges, reference=ref, engine="simulation"
+    )
     np.testing.assert_allclose(mc["mean_rel_err"].to_numpy(), single.diagnostics["mean_rel_err"].to_numpy(), rtol=1e-13)
 
 

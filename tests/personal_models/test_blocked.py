@@ -39,11 +39,11 @@ def test_blocked_mode_equals_centralized(kind, quadratic_tables):
         rows, edges = quadratic_tables(23, n=40)
         prob = build_problem(rows, edges, reg=0.1)
     ref = centralized(prob).theta
-    seq = djam_blocked(prob, n_blocks=4, seed=0, tol=1e-9)
+    seq = djam_blocked(prob, n_blocks=4, seed=0, tol=1e-9, engine="simulation")
     assert seq.converged and seq.metadata["n_blocks"] == 4 and seq.metadata["cut_edges"] > 0
     assert np.linalg.norm(seq.theta - ref) <= 1e-9 * max(1.0, np.linalg.norm(seq.theta))
     with ThreadPoolExecutor(max_workers=2) as ex:
-        thr = djam_blocked(prob, n_blocks=4, seed=0, tol=1e-9, executor=ex)
+        thr = djam_blocked(prob, n_blocks=4, seed=0, tol=1e-9, executor=ex, engine="simulation")
     np.testing.assert_array_equal(seq.theta, thr.theta)
     calls = []
 
@@ -51,7 +51,7 @@ def test_blocked_mode_equals_centralized(kind, quadratic_tables):
         calls.append(len(items))
         return [fn(it) for it in reversed(items)][::-1]
 
-    cal = djam_blocked(prob, n_blocks=4, seed=0, tol=1e-9, executor=my_executor)
+    cal = djam_blocked(prob, n_blocks=4, seed=0, tol=1e-9, executor=my_executor, engine="simulation")
     np.testing.assert_array_equal(seq.theta, cal.theta)
     assert calls and all(c == 4 for c in calls)
 

@@ -62,7 +62,7 @@ def test_at7_huber_multi_sample_and_logistic_vs_cvxpy(bt_tables):
     ref = centralized(prob)
     assert np.abs(prob.kkt(ref.theta)).max() <= 1e-12
     np.testing.assert_allclose(cvxpy_theta(prob), ref.theta, atol=1e-6)
-    res = djam(prob, seed=0, tol=1e-11)
+    res = djam(prob, seed=0, tol=1e-11, engine="simulation")
     assert res.converged and np.abs(res.theta - ref.theta).max() <= 1e-9
 
     brows, bedges = bt_tables(9, n=12)

@@ -38,7 +38,7 @@ def test_at4_two_agents_closed_form(quiet):
     prob = build_problem(agents, edges, loss="quadratic", reg=0.0)
     assert prob.beta == pytest.approx(0.5)
     exact = np.linalg.solve([[2.0, -1.0], [-1.0, 3.0]], [0.0, 2.0])
-    res = quiet(djam, prob, seed=0, tol=0.0, max_rounds=200)
+    res = quiet(djam, prob, seed=0, tol=0.0, max_rounds=200, engine="simulation")
     np.testing.assert_allclose(res.theta[:, 0], exact, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(centralized(prob).theta[:, 0], exact, rtol=1e-14)
 
@@ -58,7 +58,7 @@ def test_at5_scaling_guard(quadratic_tables):
     rng = np.random.default_rng(0)
     for _ in range(5):
         assert prob.objective(th + 1e-4 * rng.standard_normal(th.shape)) > prob.objective(th)
-    res = djam(prob, seed=1, tol=1e-12)
+    res = djam(prob, seed=1, tol=1e-12, engine="simulation")
     assert res.converged
     np.testing.assert_allclose(res.theta, th, atol=1e-10)
     # Σ without ½ = doubled weights: a different optimum that DJAM must not match
@@ -72,13 +72,13 @@ def test_at6_quadratic_vectors(quiet, quadratic_tables):
     prob = build_problem(rows, edges, loss="ridge", reg=0.1)
     assert prob.n == 30 and prob.p == 3
     ref = centralized(prob).theta
-    res = quiet(djam, prob, seed=2, tol=0.0, max_rounds=20_000)
+    res = quiet(djam, prob, seed=2, tol=0.0, max_rounds=20_000, engine="simulation")
     assert rel_errors(res.theta, ref).max() <= 1e-10
 
 
 def test_local_init_converges(field):
     _inst, prob, ref = field
-    res = djam(prob, seed=3, tol=1e-10, init="local", reference=ref)
+    res = djam(prob, seed=3, tol=1e-10, init="local", reference=ref, engine="simulation")
     assert res.converged and np.abs(res.theta - ref).max() <= 1e-9
     # round 0 of a local init: every copy C_i[k] is argmin f_k, the isolated-agent estimate. Oracle:
     # Brent on each agent's own loss (p = 1 here), then the same run started from those models.
@@ -94,16 +94,20 @@ def test_local_init_converges(field):
             for k in range(prob.n)
         ]
     )
-    given = djam(prob, seed=3, tol=1e-10, init=loc[:, None], reference=ref).diagnostics["V"].iloc[0]
+    given = (
+        djam(prob, seed=3, tol=1e-10, init=loc[:, None], reference=ref, engine="simulation").diagnostics["V"].iloc[0]
+    )
     v0 = res.diagnostics["V"].iloc[0]
     assert v0 == pytest.approx(given, abs=1e-6)
-    zero = djam(prob, seed=3, tol=1e-10, reference=ref).diagnostics["V"].iloc[0]
+    zero = djam(prob, seed=3, tol=1e-10, reference=ref, engine="simulation").diagnostics["V"].iloc[0]
     assert abs(zero - v0) > 1e-3
 
 
 def test_at8_fixed_point(field, quiet):
     _inst, prob, ref = field
-    res = quiet(djam, prob, seed=5, tol=0.0, max_rounds=2000, init=ref, trace_every=100, reference=ref)
+    res = quiet(
+        djam, prob, seed=5, tol=0.0, max_rounds=2000, init=ref, trace_every=100, reference=ref, engine="simulation"
+    )
     assert np.abs(res.theta - ref).max() <= 1e-13
     assert res.diagnostics["V"].max() <= 1e-13
 
@@ -154,7 +158,7 @@ def test_at9_two_step_form_equals_merged_form(kind, field, quiet, quadratic_tabl
         rows, edges = quadratic_tables(7, n=15)
         prob = build_problem(rows, edges, reg=0.1)
     sched = np.random.default_rng(0).integers(0, prob.graph.n_edges, 1500)
-    res = quiet(djam, prob, schedule=sched, tol=0.0, refresh_every=0)
+    res = quiet(djam, prob, schedule=sched, tol=0.0, refresh_every=0, engine="simulation")
     C = res.copies
     g = prob.graph
     key = [(int(g.holder[a]), int(g.nbr[a])) for a in range(g.nbr.size)]
@@ -169,7 +173,7 @@ def test_at10_at11_monotone_V_and_epoch_contraction(field, quiet):
     _inst, prob, ref = field
     m = prob.graph.n_edges
     sched = np.random.default_rng(17).integers(0, m, 6000)
-    res = quiet(djam, prob, schedule=sched, tol=0.0, reference=ref, trace_every=1)
+    res = quiet(djam, prob, schedule=sched, tol=0.0, reference=ref, trace_every=1, engine="simulation")
     V = res.diagnostics.set_index("round")["V"].reindex(np.arange(6001)).to_numpy()
     assert not np.isnan(V).any()
     assert np.all(np.diff(V) <= 1e-14 * V[0])  # AT-10
@@ -220,7 +224,7 @@ def test_at12_speed_full():
 def test_at13_certified_stop(field):
     _inst, prob, ref = field
     for seed in (0, 1, 2):
-        res = djam(prob, seed=seed, tol=1e-8, reference=ref)
+        res = djam(prob, seed=seed, tol=1e-8, reference=ref, engine="simulation")
         assert res.converged
         true_err = np.linalg.norm(res.theta - ref)
         assert res.error_bound >= true_err  # the certificate bounds the true error
@@ -238,7 +242,7 @@ def test_at15_agent_sampling(field):
     mc = djam_monte_carlo(prob, list(range(5)), 30_000, ref, record_every=1000, sampling="agent")
     last = mc[mc["round"] == 30_000]
     assert (last["mean_rel_err"] <= 1e-6).all()
-    res = djam(prob, seed=0, sampling="agent", tol=1e-8)
+    res = djam(prob, seed=0, sampling="agent", tol=1e-8, engine="simulation")
     assert res.converged and np.abs(res.theta - ref).max() <= 1e-7
 
 
@@ -249,7 +253,7 @@ def test_at16_logistic_bradley_terry(bt_tables):
     ref = centralized(prob)
     assert ref.converged
     # certified stop at 1e-9 (relative to ‖Θ̂‖₂ ≈ 4.5), well within the spec's 20,000-round budget
-    res = djam(prob, seed=0, tol=1e-9, max_rounds=20_000, inner_tol=1e-12)
+    res = djam(prob, seed=0, tol=1e-9, max_rounds=20_000, inner_tol=1e-12, engine="simulation")
     assert res.converged and res.iterations <= 20_000
     assert rel_errors(res.theta, ref.theta).max() <= 1e-8
 
@@ -259,22 +263,22 @@ def test_at16_logistic_certified_to_floor(bt_tables):
     rows, edges = bt_tables(16)
     prob = build_problem(rows, edges, loss="logistic", reg=0.1)
     ref = centralized(prob).theta
-    res = djam(prob, seed=1, tol=1e-10, max_rounds=40_000)
+    res = djam(prob, seed=1, tol=1e-10, max_rounds=40_000, engine="simulation")
     assert res.converged and rel_errors(res.theta, ref).max() <= 1e-9
 
 
 def test_at17_determinism(field, quiet):
     _inst, prob, ref = field
-    a = djam(prob, seed=7, tol=1e-10)
-    b = djam(prob, seed=7, tol=1e-10)  # same seed: bit-identical
+    a = djam(prob, seed=7, tol=1e-10, engine="simulation")
+    b = djam(prob, seed=7, tol=1e-10, engine="simulation")  # same seed: bit-identical
     assert a.iterations == b.iterations
     np.testing.assert_array_equal(a.theta, b.theta)
     pd.testing.assert_frame_equal(a.personal_models, b.personal_models)
-    c = djam(prob, seed=8, tol=1e-10)
+    c = djam(prob, seed=8, tol=1e-10, engine="simulation")
     assert np.abs(a.theta - c.theta).max() <= 1e-9
     # a Monte Carlo replica is the single run with the same seed
     mc = djam_monte_carlo(prob, [7], 2 * prob.graph.n_edges, ref, record_every=prob.graph.n_edges)
-    single = quiet(djam, prob, seed=7, tol=0.0, max_rounds=2 * prob.graph.n_edges, reference=ref)
+    single = quiet(djam, prob, seed=7, tol=0.0, max_rounds=2 * prob.graph.n_edges, reference=ref, engine="simulation")
     np.testing.assert_allclose(
         mc["mean_rel_err"].to_numpy(), single.diagnostics["mean_rel_err"].to_numpy(), rtol=0, atol=0
     )
@@ -319,7 +323,7 @@ def test_at18_colour_sweeps_contract(field, quiet):
 def test_at20_budget(field):
     _inst, prob, _ref = field
     with pytest.warns(RuntimeWarning, match="DJAM stopped at max_rounds = 300"):
-        res = djam(prob, seed=0, tol=1e-8, max_rounds=300)
+        res = djam(prob, seed=0, tol=1e-8, max_rounds=300, engine="simulation")
     assert not res.converged and res.iterations == 300
     assert len(res.personal_models) == prob.n and np.isfinite(res.theta).all()
     assert res.diagnostics["round"].iloc[-1] == 300
@@ -332,7 +336,12 @@ def test_no_edges_gives_local_minimisers():
         build_problem(agents, empty)
     prob = build_problem(agents, empty, reg=1.0, prior_mean=0.5, allow_disconnected=True)
     local = np.array([(1 + 3 + 0.5) / 3, (-2 + 0.5) / 2])  # (Σy + λθ̄)/(K + λ)
-    for res in (djam(prob), cl_admm(prob), centralized(prob), djam_blocked(prob, n_blocks=2)):
+    for res in (
+        djam(prob, engine="simulation"),
+        cl_admm(prob, engine="simulation"),
+        centralized(prob),
+        djam_blocked(prob, n_blocks=2, engine="simulation"),
+    ):
         assert res.converged
         np.testing.assert_allclose(res.theta[:, 0], local, rtol=1e-14)
     mc = djam_monte_carlo(prob, [0, 1], 100, local[:, None])

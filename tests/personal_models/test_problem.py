@@ -29,7 +29,7 @@ def test_at1_disconnected_rejected_and_opt_in():
         build_problem(agents, edges)
     prob = build_problem(agents, edges, reg=0.5, prior_mean=1.0, allow_disconnected=True)
     ref = centralized(prob)
-    res = djam(prob, seed=0, tol=1e-12)
+    res = djam(prob, seed=0, tol=1e-12, engine="simulation")
     assert res.converged
     np.testing.assert_allclose(res.theta, ref.theta, atol=1e-11)
     # isolated agent e: argmin ½(y − θ)² + (λ/2)(θ − θ̄)² = (y + λθ̄)/(1 + λ)

@@ -23,7 +23,7 @@ from crowdflow.personal_models import (
 def test_certificate_dominates_true_error_along_runs(field, quiet):
     _inst, prob, ref = field
     for fn in (djam, cl_admm):
-        res = quiet(fn, prob, seed=4, tol=0.0, max_rounds=3000, reference=ref, trace_every=50)
+        res = quiet(fn, prob, seed=4, tol=0.0, max_rounds=3000, reference=ref, trace_every=50, engine="simulation")
         d = res.diagnostics
         # per-agent errors are ≤ the global error ≤ the bound: max_i ‖θ̂_i − θ_i*‖ ≤ error_bound
         max_abs = d["max_rel_err"] * np.linalg.norm(ref, axis=1).max()
@@ -40,7 +40,7 @@ def test_certificate_dominates_true_error_along_runs(field, quiet):
 
 def test_at19_personal_models_roundtrip_parquet(field):
     _inst, prob, _ref = field
-    res = djam(prob, seed=0)
+    res = djam(prob, seed=0, engine="simulation")
     buf = io.BytesIO()
     pq.write_table(pa.Table.from_pandas(res.personal_models, preserve_index=False), buf)
     back = pq.read_table(io.BytesIO(buf.getvalue())).to_pandas()
