@@ -6,7 +6,7 @@
 - Comparison graph (pairwise data): global scores are comparable only within a connected
   component (spec robust-hodgerank.md §5).
 - Agent graph (personal models): must be connected with positive, symmetric weights
-  (spec personal-models-djam.md).
+  (docs/methods/personal_models.md §3.2).
 
 Everything is sparse (``scipy.sparse.csgraph``); bipartiteness is decided for all components at once
 with the bipartite double cover: a component splits into two copies in the cover iff it is bipartite.

@@ -1,7 +1,8 @@
-"""CL-ADMM: the asynchronous edge-based ADMM baseline DJAM is compared with (spec §4.2).
+"""CL-ADMM: the asynchronous edge-based ADMM baseline DJAM is compared with.
 
 Collaborative-learning ADMM of Vanhaesebrouck et al. (AISTATS 2017) in the asynchronous edge-based
-form of Wei & Ozdaglar, as reconstructed in spec personal-models-djam.md §4.2 **[reading]**.
+form of Wei & Ozdaglar, as we reconstruct it in docs/methods/personal_models.md §4.2 (the DJAM paper only
+names the method).
 
 Agent k holds its model ``u_k`` and a copy ``x_kl`` of each neighbour l; its local cost is
 ``f_k(u_k) + Σ_l (a_kl/2)‖u_k − x_kl‖²`` with ``a_kl = W_kl/2`` (each edge in two local costs gives
@@ -14,7 +15,7 @@ Agent k holds its model ``u_k`` and a copy ``x_kl`` of each neighbour l; its loc
     Z_e^i = ½(u_i + x_ji) + (λ_{i,e}^i + λ_{j,e}^i)/(2ρ),   Z_e^j symmetric
     λ_{i,e}^i += ρ(u_i − Z_e^i), λ_{j,e}^i += ρ(x_ji − Z_e^i), λ_{j,e}^j += ρ(u_j − Z_e^j), λ_{i,e}^j += ρ(x_ij − Z_e^j)
 
-The u-update is the local solver of spec §2.5 with shift ``Σ_l (ω_l + ρ)`` and linear term
+The u-update is the local solver of docs/methods/personal_models.md §2.5 with shift ``Σ_l (ω_l + ρ)`` and linear term
 ``Σ_l (ω_l v_l + ρ z_l)`` (same closed forms / Newton as DJAM). The error readout is ``u``. All
 variables start at 0. One activation is one round (the DJAM unit).
 
@@ -41,7 +42,7 @@ from crowdflow.personal_models.schedule import EdgeStream, Engine, Sampling, mat
 
 log = logging.getLogger(__name__)
 
-RHO_GRID = (0.1, 0.316, 1.0, 3.16, 10.0)  # spec §4.2, the paper's grid
+RHO_GRID = (0.1, 0.316, 1.0, 3.16, 10.0)  # the paper's grid, docs/methods/personal_models.md §4.2
 
 
 class _AdmmState:
@@ -154,7 +155,7 @@ def cl_admm(
     check_every: int | None = None,
     inner_tol: float = 1e-12,
 ) -> PersonalModelsResult:
-    """CL-ADMM baseline (spec §4.2) with the certified stopping rule of DJAM (spec §2.6) on ``u``.
+    """CL-ADMM baseline with the certified stopping rule of DJAM on ``u`` (docs/methods/personal_models.md §4.2, §2.6).
 
     Parameters
     ----------
@@ -191,7 +192,8 @@ def cl_admm(
     if engine not in ("simulation", "matching"):
         raise ValueError(f"unknown engine '{engine}' (simulation | matching)")
     st = _AdmmState(problem, np.array([rho], dtype=np.float64), inner_tol)
-    # u starts at 0 (spec); readout of isolated agents is argmin f_i: they are never activated
+    # u starts at 0 (docs/methods/personal_models.md §4.2); the readout of an isolated agent is argmin f_i: it is
+    # never activated
     iso = np.flatnonzero(g.n_neighbours == 0)
     if iso.size:
         st.u[0, iso] = problem.losses.solver(np.zeros(problem.n), inner_tol=inner_tol).solve(
@@ -249,7 +251,7 @@ def cl_admm_monte_carlo(
     sampling: Sampling = "edge",
     inner_tol: float = 1e-12,
 ) -> pd.DataFrame:
-    """CL-ADMM error curves for many edge seeds (and penalties) at once, spec §5 metric.
+    """CL-ADMM error curves for many edge seeds (and penalties) at once (docs/methods/personal_models.md §5.1 metric).
 
     Every (ρ, seed) pair is one replica of a single vectorised state; replica (ρ, s) follows the edge
     sequence of ``cl_admm(problem, rho=ρ, seed=s)``.

@@ -3,8 +3,8 @@
 :func:`partition_agents` cuts a breadth-first order into blocks. One sweep of :func:`djam_blocked` runs
 every block's internal edges as DJAM rounds (one :class:`BlockTask` per block, through any executor:
 in process, a thread pool, Dask), then activates every cut edge once. Every round is an ordinary DJAM
-round and every edge is activated each sweep, so a sweep is an epoch (§3.1) and the result does not
-depend on the executor.
+round and every edge is activated each sweep, so a sweep is an epoch and the result does not depend
+on the executor (docs/methods/personal_models.md §6.3).
 """
 
 from __future__ import annotations
@@ -117,9 +117,9 @@ def djam_blocked(
          (:func:`run_block`, one work item per block, dispatched with ``executor``);
       2. the coordinator activates every cut edge once, in random order (the exchange of boundary
          copies: each such round swaps the two endpoints' readouts across the cut);
-      3. the certified rule of spec §2.6 is checked on the readouts.
-    Every round is an ordinary DJAM round (spec §2.2) and every edge is activated in each sweep, so a
-    sweep is an epoch and V contracts by β per sweep (spec §2.3 [reading], §3). Internal rounds of
+      3. the certified rule of docs/methods/personal_models.md §2.6 is checked on the readouts.
+    Every round is an ordinary DJAM round and every edge is activated in each sweep, so a sweep is an
+    epoch and V contracts by β per sweep (docs/methods/personal_models.md §2.3, §3.1). Internal rounds of
     different blocks touch disjoint state, so the result does not depend on the executor.
 
     Parameters

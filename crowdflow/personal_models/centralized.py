@@ -1,8 +1,9 @@
-"""The centralised optimum Θ* of J, the reference DJAM is checked against (docs/methods/personal_models.md §4.1).
+"""The centralised optimum Θ* of J, the reference DJAM is checked against.
 
 Quadratic losses: one sparse SPD solve ``(L ⊗ I_p + blkdiag(A_i)) vec(Θ) = vec(e_i)``. Huber and
 logistic: Newton on J with Armijo backtracking (gradient ``LΘ + [∇f_i]``, Hessian
 ``L ⊗ I_p + blkdiag(∇²f_i)``; Huber's generalised Hessian counts inliers only).
+See docs/methods/personal_models.md §4.1.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def centralized(
     max_iter: int = 100,
     theta0: np.ndarray | None = None,
 ) -> PersonalModelsResult:
-    """The exact minimiser Θ* of J (spec §4.1).
+    """The exact minimiser Θ* of J (docs/methods/personal_models.md §4.1).
 
     - quadratic: one sparse SPD solve ``(L ⊗ I_p + blkdiag(A_i)) vec(Θ) = vec(e_i)`` (row-major, θ_i is
       block i);

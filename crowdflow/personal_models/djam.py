@@ -7,11 +7,11 @@ exchange, into each other's copies:
 
     b_j += W_ij (g_i − C_j[i]);  C_j[i] ← g_i;   b_i += W_ij (g_j − C_i[j]);  C_i[j] ← g_j.
 
-No step size, no tuning. :func:`djam` runs one seeded edge sequence with the certified stopping rule
-(§2.6), one round at a time (``simulation``) or in vertex-disjoint batches (``matching``, same result,
-§6.1); :func:`djam_monte_carlo` runs many edge seeds at once for error curves (§5). Not implemented: the
-distributed runtime's "quiet" stopping rule and an actor engine (§2.6, §6); the engines here use the
-certified global rule.
+No step size, no tuning. :func:`djam` runs one seeded edge sequence with the certified stopping rule,
+one round at a time (``simulation``) or in vertex-disjoint batches (``matching``, the same result);
+:func:`djam_monte_carlo` runs many edge seeds at once for error curves. Not implemented: a local
+stopping rule for a distributed runtime and an actor engine; the engines here use the certified
+global rule (docs/methods/personal_models.md §2.6, §6.1).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def _apply_rounds(
     gi: np.ndarray,
     gj: np.ndarray,
 ) -> None:
-    """Apply DJAM rounds (spec §2.2, merged form (5)) to slots (replica r, edge {i, j}) at once.
+    """Apply DJAM rounds to slots (replica r, edge {i, j}) at once (docs/methods/personal_models.md §2.2).
 
     Within one call no two slots may share (replica, agent). State arrays: copies C (R, A, p), sums
     b (R, n, p), readouts th (R, n, p); ``li/lj`` index the state, ``gi/gj`` the solver (global ids),
@@ -156,7 +156,7 @@ class DjamState:
         self.refresh()
 
     def refresh(self) -> None:
-        """Recompute b = S C exactly and every readout θ̂ = G(b) (spec §2.4, drift removal)."""
+        """Recompute b = S C and the readouts θ̂ = G(b) exactly (drift removal, docs/methods/personal_models.md §2.4)."""
         n, p, R = self.problem.n, self.problem.p, self.R
         A = self.C.shape[1]
         flat = self.C.transpose(1, 0, 2).reshape(A, R * p)
@@ -205,13 +205,13 @@ def djam(
     inner_tol: float = 1e-12,
     progress: ProgressFn | None = None,
 ) -> PersonalModelsResult:
-    """Fit personal models with DJAM (spec §2), reference simulation engine with a certified stop.
+    """Fit personal models with DJAM (docs/methods/personal_models.md §2) with the certified stop.
 
-    Each round activates one edge {i, j} (spec §2.2, merged form (5)): both endpoints send their readouts
+    Each round activates one edge {i, j} (docs/methods/personal_models.md §2.2): both endpoints send their readouts
     ``g_i = G_i(b_i)``, ``g_j = G_j(b_j)`` computed from their copies before the exchange, then
     ``b_j += W_ij(g_i − C_j[i]); C_j[i] ← g_i`` and symmetrically, and the two readouts are refreshed.
     Every ``refresh_every`` rounds (default |E|) b is recomputed exactly from the copies; every
-    ``check_every`` rounds (default |E|) the certified rule of spec §2.6 is evaluated:
+    ``check_every`` rounds (default |E|) the certified rule of docs/methods/personal_models.md §2.6 is evaluated:
 
         stop when ‖r‖₂/m_min ≤ tol·max(1, ‖Θ̂‖₂),   r_i = ∇f_i(θ̂_i) + Σ_j W_ij(θ̂_i − θ̂_j),
 
@@ -227,16 +227,16 @@ def djam(
         Certified relative accuracy (default 1e-8). ``tol=0`` runs exactly ``max_rounds`` rounds.
     max_rounds : int, optional
     sampling : {"edge", "agent", "colour"}
-        ``edge``: i.i.d. uniform edges (default, spec §2.3); ``agent``: a uniform agent (among agents with
+        ``edge``: i.i.d. uniform edges (default); ``agent``: a uniform agent (among agents with
         neighbours) wakes and picks a uniform neighbour; ``colour``: deterministic sweeps over the colour
-        classes of a greedy edge colouring (each sweep is an epoch).
+        classes of a greedy edge colouring (each sweep is an epoch). See docs/methods/personal_models.md §2.3.
     engine : {"matching", "simulation"}
-        ``simulation`` applies one round at a time (spec §2.4, the reference); ``matching`` (default, as
+        ``simulation`` applies one round at a time (the reference); ``matching`` (default, as
         :class:`~crowdflow.personal_models.options.PersonalModelsOptions`) splits the same edge sequence
         (between two checks) into :func:`matching_batches` — batches of vertex-disjoint rounds whose
         in-order application equals the sequence — and applies each batch at once (vectorised, same
-        result, spec §6; ~40× faster per round at n = 10⁴). Same rounds, same stopping checks, same
-        trace.
+        result; ~40× faster per round at n = 10⁴). Same rounds, same stopping checks, same trace
+        (docs/methods/personal_models.md §6.1).
     init : {"zeros", "local"} or array (n, p)
         Initial copies: zeros, local minimisers ``argmin f_k``, or the given models (``C_i[k] = init[k]``).
     schedule : array of edge indices, optional
@@ -249,7 +249,7 @@ def djam(
     check_every, refresh_every : int, optional
         Stopping-rule and exact-recompute periods (default |E|; ``refresh_every=0`` never recomputes).
     inner_tol : float
-        Logistic inner Newton tolerance (spec §2.5; keep ≥ 100× below ``tol``).
+        Logistic inner Newton tolerance (docs/methods/personal_models.md §2.5; keep ≥ 100× below ``tol``).
 
     Returns
     -------
@@ -346,8 +346,9 @@ def djam_monte_carlo(
 ) -> pd.DataFrame:
     """Error curves of many DJAM runs (one per edge seed) on one instance, vectorised over the seeds.
 
-    Spec §5 metric: ``mean_i ‖θ̂_i(t) − θ_i*‖/‖θ_i*‖`` per run. Replica s follows exactly the edge
-    sequence of ``djam(problem, seed=s)`` (same refresh schedule), so its curve equals that run's.
+    The metric of docs/methods/personal_models.md §5.1, ``mean_i ‖θ̂_i(t) − θ_i*‖/‖θ_i*‖``, per run. Replica s follows
+    exactly the edge sequence of ``djam(problem, seed=s)`` (same refresh schedule), so its curve equals
+    that run's.
 
     Returns
     -------

@@ -1,10 +1,10 @@
-"""The one-call entry point of the personal-models job: validate, build and fit (docs/methods/personal_models.md §8).
+"""The one-call entry point of the personal-models job: validate, build and fit.
 
 :func:`fit_personal_models` builds the problem from the ``agents``/``edges`` tables
-(:func:`crowdflow.personal_models.problem.build_problem`, the input checks of §3.2) and runs the method
-the options name: DJAM (§2), blocked DJAM (§6.3), the centralised optimum (§4.1) or the CL-ADMM
-baseline (§4.2). It is the only place that knows which method takes which option; it imports the
-algorithms and none of them imports it.
+(:func:`crowdflow.personal_models.problem.build_problem`, with the input checks of
+docs/methods/personal_models.md §3.2) and runs the method the options name (§8 there): DJAM, blocked
+DJAM, the centralised optimum or the CL-ADMM baseline. It is the only place that knows which method
+takes which option; it imports the algorithms and none of them imports it.
 """
 
 from __future__ import annotations

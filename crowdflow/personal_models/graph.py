@@ -110,7 +110,7 @@ class AgentGraph:
         return lab
 
     def edge_colouring(self) -> list[np.ndarray]:
-        """Greedy proper edge colouring (≤ 2Δ − 1 colours); each class is a matching (spec §6)."""
+        """Greedy edge colouring (≤ 2Δ − 1 colours), each class a matching (docs/methods/personal_models.md §6.2)."""
         used: list[set[int]] = [set() for _ in range(self.n)]
         colour = np.empty(self.n_edges, dtype=np.int64)
         for e, (a, b) in enumerate(zip(self.u.tolist(), self.v.tolist(), strict=True)):

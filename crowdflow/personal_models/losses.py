@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 class QuadraticLosses:
     """``f_i(θ) = ½θᵀA_iθ − e_iᵀθ + k_i`` with ``A_i = X_iᵀΩ_iX_i + λ_iI``, ``e_i = X_iᵀΩ_iy_i + λ_iθ̄_i``.
 
-    Spec §2.5 (quadratic) and §1.4 A. ``m_i = λ_min(A_i)``.
+    docs/methods/personal_models.md §1.4, §2.5. ``m_i = λ_min(A_i)``.
     """
 
     A: np.ndarray  # (n, p, p)
@@ -87,7 +87,7 @@ class QuadraticSolver:
 
 @dataclass(frozen=True)
 class HuberLosses:
-    """Scalar Huber loss ``f_i(θ) = Σ_s ω̃_s h_κi(y_s − θ) + (λ_i/2)(θ − μ_i)²`` (spec §1.4 C, §2.5).
+    """Scalar Huber loss ``f_i(θ) = Σ_s ω̃_s h_κi(y_s − θ) + (λ_i/2)(θ − μ_i)²`` (docs/methods/personal_models.md §2.5).
 
     ``ω̃_s = c_i ω_s``; ``h_κ(r) = r²/2`` for ``|r| ≤ κ`` and ``κ|r| − κ²/2`` otherwise. Samples are
     stored CSR by agent (``ptr``). ``m_i = λ_i`` and ``M_i = λ_i + Σ_s ω̃_s``.
@@ -95,7 +95,7 @@ class HuberLosses:
     The exact local solve sorts the 2K breakpoints ``y_s ∓ κ`` once per agent (O(K log K)) and keeps,
     after every breakpoint, the affine pieces of ``Σ_s ω̃_s clip(y_s − θ, −κ, κ) = S0 − θ·S1``; a solve
     is then one search for the segment containing the root of the increasing piecewise-linear
-    stationarity function (spec §2.5, "sorting the breakpoints").
+    stationarity function (docs/methods/personal_models.md §2.5).
     """
 
     ptr: np.ndarray  # (n+1,)
@@ -175,7 +175,7 @@ class HuberLosses:
         return cast(np.ndarray, (g + self.s[idx] * (theta[:, 0] - self.mu[idx]))[:, None])
 
     def hess(self, theta: np.ndarray) -> np.ndarray:
-        """Generalised Hessian: λ_i + Σ_{inliers} ω̃_s (spec §4.1)."""
+        """Generalised Hessian: λ_i + Σ_{inliers} ω̃_s (docs/methods/personal_models.md §4.1)."""
         agent, r, k = self._clip_sums(theta)
         inl = np.bincount(agent, weights=self.w * (np.abs(r) <= k), minlength=self.n)
         return (self.s + inl)[:, None, None]
@@ -236,7 +236,7 @@ class HuberSolver:
 
 @dataclass(frozen=True)
 class LogisticLosses:
-    """``f_i(θ) = Σ_s ω_s log(1 + exp(−z_s d_sᵀθ)) + (λ_i/2)‖θ − θ̄_i‖²`` (spec §1.4 B, §2.5).
+    """``f_i(θ) = Σ_s ω_s log(1 + exp(−z_s d_sᵀθ)) + (λ_i/2)‖θ − θ̄_i‖²`` (docs/methods/personal_models.md §2.5).
 
     Samples CSR by agent (``ptr``); ``m_i = λ_i``, ``M_i = λ_i + ¼‖Ω_i^{1/2}D_i‖₂²``.
     """
@@ -314,7 +314,7 @@ class LogisticLosses:
 
 @dataclass(frozen=True)
 class LogisticSolver:
-    """Newton with Armijo backtracking on ``φ(x) = f_i(x) + (a_i/2)‖x‖² − bᵀx`` (spec §2.5).
+    """Newton with Armijo backtracking on ``φ(x) = f_i(x) + (a_i/2)‖x‖² − bᵀx`` (docs/methods/personal_models.md §2.5).
 
     Batched over agents on zero-padded sample blocks; warm start from ``warm`` (the last readout);
     stops per agent when ``‖∇φ‖ ≤ tol·max(1, ‖b‖)`` (default 1e-12). The Armijo test allows a round-off

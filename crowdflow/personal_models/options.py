@@ -1,10 +1,11 @@
-"""The options of the personal-models fit, declared once (docs/methods/personal_models.md §8).
+"""The options of the personal-models fit, declared once.
 
 :class:`PersonalModelsOptions` is the ``options=`` argument of
 :func:`crowdflow.personal_models.fit_personal_models`, the ``personal_models:`` section of a pipeline
 spec (:mod:`crowdflow.spec`) and the Prefect form of the personal-models deployment, so a default, a
 range or a choice is the same for a notebook call and a pipeline run. The ranges are the ones the
-numerics honour (§8.3); combinations the fit cannot run are refused when the spec is parsed (§8.4).
+numerics honour (docs/methods/personal_models.md §8.3); combinations the fit cannot run are refused when the spec is
+parsed (docs/methods/personal_models.md §8.4).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ Loss = Literal["quadratic", "ridge", "huber", "logistic"]
 Method = Literal["djam", "centralized", "cl_admm", "djam_blocked"]
 EngineOption = Literal["matching", "simulation"]
 
-#: Losses that are strongly convex only through the prior: they need ``reg > 0`` (§3.2).
+#: Losses that are strongly convex only through the prior: they need ``reg > 0`` (docs/methods/personal_models.md §1.4).
 NEEDS_REG = ("ridge", "huber", "logistic")
 _CHOICES: dict[str, tuple[str, ...]] = {
     "loss": get_args(Loss),

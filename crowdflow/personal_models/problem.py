@@ -1,12 +1,12 @@
 """A validated personal-models problem and its builder (docs/methods/personal_models.md §1, §3.2).
 
-:func:`build_problem` checks the ``agents`` and ``edges`` tables (the input checks of §3.2) and builds
-the losses and the agent graph; :class:`PersonalProblem` evaluates the objective
+:func:`build_problem` checks the ``agents`` and ``edges`` tables and builds the losses and the agent
+graph; :class:`PersonalProblem` evaluates the objective
 
     J(Θ) = ½ Σ_{{i,j}∈E} W_ij ‖θ_i − θ_j‖² + Σ_i f_i(θ_i)      (every unordered edge once)
 
 and its KKT residual ``r_i = ∇f_i(θ_i) + Σ_j W_ij (θ_i − θ_j)``, and gives the epoch contraction bound
-``β = max_i w_i/(m_i + w_i)`` (§3.1).
+``β = max_i w_i/(m_i + w_i)`` (docs/methods/personal_models.md §3.1).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ RESERVED_COLUMNS = frozenset({"agent", "y", "x", "weight", "reg", "prior_mean", 
 DEFAULT_REG = 0.1
 #: Largest magnitude of a target, feature or sample weight (the bound of the agents table contract).
 MAX_ABS = 1e150
-_SC_RTOL = 1e-10  # spec §3: quadratic strong convexity λ_min(A_i) > 1e-10·‖A_i‖
+_SC_RTOL = 1e-10  # docs/methods/personal_models.md §3.2: quadratic strong convexity λ_min(A_i) > 1e-10·‖A_i‖
 
 
 @dataclass(frozen=True)
@@ -92,18 +92,18 @@ class PersonalProblem:
 
     @property
     def beta(self) -> float:
-        """Epoch contraction bound β = max_i w_i/(m_i + w_i) (spec §3)."""
+        """Epoch contraction bound β = max_i w_i/(m_i + w_i) (docs/methods/personal_models.md §3.1)."""
         w = self.graph.degree
         return float(np.max(w / (self.m + w))) if self.n else 0.0
 
     def objective(self, theta: np.ndarray) -> float:
-        """J(Θ) = ½ Σ_{edges} W_ij‖θ_i − θ_j‖² + Σ f_i(θ_i) (spec §1.2, edges counted once)."""
+        """J(Θ) = ½ Σ_{edges} W_ij‖θ_i − θ_j‖² + Σ f_i(θ_i), each edge once (docs/methods/personal_models.md §1.2)."""
         g = self.graph
         diff = theta[g.u] - theta[g.v]
         return float(0.5 * np.sum(g.w * np.sum(diff * diff, axis=1)) + np.sum(self.losses.value(theta)))
 
     def kkt(self, theta: np.ndarray) -> np.ndarray:
-        """Per-agent KKT residual r_i = ∇f_i(θ_i) + Σ_j W_ij(θ_i − θ_j) (spec §2.6), shape (n, p)."""
+        """KKT residuals r_i = ∇f_i(θ_i) + Σ_j W_ij(θ_i − θ_j), shape (n, p) (docs/methods/personal_models.md §2.6)."""
         return cast(np.ndarray, self.losses.grad(np.arange(self.n), theta) + self.graph.laplacian() @ theta)
 
 
@@ -206,7 +206,7 @@ def _check_features(
 def _validate_edges(
     edges: pd.DataFrame, agents: np.ndarray, allow_disconnected: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Spec §3 edge checks; returns dense (u, v, w) with u < v, one row per unordered pair."""
+    """The edge checks of docs/methods/personal_models.md §3.2: dense (u, v, w) with u < v, one row per pair."""
     for c in ("source", "target", "weight"):
         if c not in edges.columns:
             raise ValueError(f"edges: missing column '{c}' (need source, target, weight)")
@@ -295,7 +295,7 @@ def build_problem(
 ) -> PersonalProblem:
     """Validate the ``agents``/``edges`` tables and build the losses and the agent graph.
 
-    Spec §1.3–1.4 (data model, instantiations) and §3 (pipeline checks).
+    Tables and losses: docs/methods/personal_models.md §1.3, §1.4; the checks: docs/methods/personal_models.md §3.2.
 
     Parameters
     ----------
@@ -337,8 +337,8 @@ def build_problem(
         setting column that varies within an agent, an agent whose loss is not strongly convex
         (``agent X: loss not strongly convex (...)``) or without data and prior. A ``ValueError`` too.
     ValueError
-        Bad arguments and malformed edges, with the spec §3 message prefixes (``edges: unknown agent
-        id(s) [...]``, ``graph is not connected: K components ...``, ...).
+        Bad arguments and malformed edges, with the message prefixes of docs/methods/personal_models.md §3.2
+        (``edges: unknown agent id(s) [...]``, ``graph is not connected: K components ...``, ...).
     """
     name = _LOSS_ALIASES.get(str(loss))
     if name is None:

@@ -1,8 +1,8 @@
 """The fit result and the certified error bound (docs/methods/personal_models.md §1.3, §2.6).
 
 Every solver returns a :class:`PersonalModelsResult` built by :func:`make_result`. Its error bound is
-the certificate of §2.6: J is ``m_min = min_i m_i`` strongly convex, so for any models Θ̂ the KKT
-residual bounds the distance to the optimum, ``‖Θ̂ − Θ*‖₂ ≤ ‖r(Θ̂)‖₂ / m_min``.
+the certificate of docs/methods/personal_models.md §2.6: J is ``m_min = min_i m_i`` strongly convex, so for any
+models Θ̂ the KKT residual bounds the distance to the optimum, ``‖Θ̂ − Θ*‖₂ ≤ ‖r(Θ̂)‖₂ / m_min``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ class PersonalModelsResult:
     diagnostics : pandas.DataFrame
         Convergence trace: ``round`` (or Newton iteration), ``kkt_norm`` (‖r‖₂), ``error_bound``
         (certified ‖Θ̂ − Θ*‖₂ ≤ ‖r‖₂/m_min), ``rel_error_bound`` (error_bound/max(1, ‖Θ̂‖₂)) and, when a
-        reference is known, ``mean_rel_err``, ``max_rel_err``, ``V`` (max copy error, spec §3).
+        reference is known, ``mean_rel_err``, ``max_rel_err``, ``V`` (the largest copy error,
+        docs/methods/personal_models.md §3.1).
     theta : numpy.ndarray
         (n, p) models, rows in ``agents`` order.
     agents : numpy.ndarray
@@ -39,9 +40,9 @@ class PersonalModelsResult:
     converged : bool
     kkt_norm : float
     error_bound : float
-        Certified bound on ‖Θ̂ − Θ*‖₂ (spec §2.6 step 2).
+        Certified bound on ‖Θ̂ − Θ*‖₂ (docs/methods/personal_models.md §2.6, step 2).
     beta : float
-        Epoch contraction bound (spec §3).
+        Epoch contraction bound (docs/methods/personal_models.md §3.1).
     metadata : dict
         n, n_edges, p, loss, sampling, init, tol, seed, wall time, ... (JSON-friendly scalars).
     copies : numpy.ndarray, optional
@@ -70,7 +71,7 @@ def _column_names(problem: PersonalProblem) -> list[str]:
 
 
 def certificate(problem: PersonalProblem, theta: np.ndarray) -> tuple[float, float, np.ndarray]:
-    """Certified error bound (spec §2.6): ``‖Θ̂ − Θ*‖₂ ≤ ‖r‖₂ / m_min``.
+    """Certified error bound (docs/methods/personal_models.md §2.6): ``‖Θ̂ − Θ*‖₂ ≤ ‖r‖₂ / m_min``.
 
     J is ``m_min = min_i m_i`` strongly convex (the Laplacian term is PSD), so for any Θ̂ the KKT
     residual ``r = ∇J(Θ̂)`` bounds the distance to the unique minimiser.

@@ -85,7 +85,7 @@ def matching_batches(seq: np.ndarray, u: np.ndarray, v: np.ndarray) -> list[np.n
     agent-sharing rounds ending at t. Batch ℓ holds the positions t with ``ℓ(t) = ℓ``, in sequence order.
 
     Why applying the batches one after another, all rounds of a batch at once, gives exactly the
-    state of applying the rounds one by one (DJAM, spec §2.2, and CL-ADMM, spec §4.2):
+    state of applying the rounds one by one (DJAM and CL-ADMM, docs/methods/personal_models.md §6.1):
 
     1. *Each batch is a matching.* If s < t share an agent, ``ℓ(t) ≥ ℓ(s) + 1``, so two rounds of one
        batch never share an agent.

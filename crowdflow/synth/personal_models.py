@@ -1,12 +1,14 @@
-"""Seeded personal-models instances with their ground truth (docs/methods/personal_models.md §1.4, §5).
+"""Seeded personal-models instances with their ground truth (docs/methods/personal_models.md).
 
 - :func:`field_estimation_instance`: the field-estimation experiment of the DJAM paper (Section IV) with
-  the default generator of §5.1 (n = 30 agents, Huber losses, a Gaussian field on a geometric graph);
-- :func:`field_estimation_instance_scaled`: the same model at n = 10⁴ and beyond (sparse, §5.2), with
-  :func:`geometric_radius` choosing the radius for a mean degree;
+  our default generator (docs/methods/personal_models.md §5.1: n = 30 agents, Huber losses, a Gaussian field on a
+  geometric graph);
+- :func:`field_estimation_instance_scaled`: the same model at n = 10⁴ and beyond (docs/methods/personal_models.md §5.2),
+  with :func:`geometric_radius` choosing the radius for a mean degree;
 - :func:`worker_calibration_tables`: per-worker accuracy or bias from a few gold answers, smoothed over a
-  worker-similarity graph (§1.4 A/B);
-- :func:`preference_tables`: personalised Bradley–Terry samples from comparisons (§1.4 B).
+  worker-similarity graph (docs/methods/personal_models.md §1.4 A);
+- :func:`preference_tables`: personalised Bradley–Terry samples from comparisons
+  (docs/methods/personal_models.md §1.4 B).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class FieldInstance:
-    """Spec §5 default generator output: tables, the latent field and the geometry."""
+    """The generator output of docs/methods/personal_models.md §5.1: tables, the latent field and the geometry."""
 
     agents: pd.DataFrame
     edges: pd.DataFrame
@@ -68,7 +70,7 @@ def field_estimation_instance(
     p_out: float = 0.1,
     max_tries: int = 1000,
 ) -> FieldInstance:
-    """The field-estimation experiment of the paper §IV with the spec §5 default generator.
+    """The paper's field-estimation experiment (its Section IV), generator of docs/methods/personal_models.md §5.1.
 
     Draws, in this order from ``numpy.random.default_rng(seed)``: positions U[0,1]² until the
     radius-``radius`` geometric graph is connected; edge weights σ_ij ~ U[0.5, 1.5] in row-major order
@@ -144,7 +146,7 @@ def field_estimation_instance_scaled(
     sigma_nu: float = 0.5,
     p_out: float = 0.1,
 ) -> FieldInstance:
-    """The spec §5 field-estimation generator scaled to large n (sparse, O(n log n)) **[reading]**.
+    """The field-estimation generator scaled to large n (sparse, O(n log n); docs/methods/personal_models.md §5.2).
 
     Same model as :func:`field_estimation_instance` (σ_ij ~ U[0.5, 1.5], σ_ii = s, Gaussian field with
     precision ``Q = L_σ + sI``, σ_ν noise with ``p_out`` outliers of 10σ_ν, Huber ``c = 1/σ_ν²``,
@@ -159,7 +161,7 @@ def field_estimation_instance_scaled(
        and that nearest point (components in order of their smallest agent). ``bridges`` counts them.
     3. **Field sampler.** ``θ = μ0 + Q⁻¹(Bᵀ diag(√σ) z₁ + √s z₂)`` with B the edge–agent incidence matrix
        and z₁ ∈ R^|E|, z₂ ∈ R^n standard normal: covariance ``Q⁻¹(BᵀΣB + sI)Q⁻¹ = Q⁻¹``, the same law as the
-       spec's ``R⁻ᵀz`` but with one sparse solve instead of a dense Cholesky (the numbers differ).
+       ``R⁻ᵀz`` of the n = 30 generator but with one sparse solve instead of a dense Cholesky (the numbers differ).
 
     Draw order from ``numpy.random.default_rng(seed)``: positions, weights (edges sorted i < j, row-major,
     bridges included), z₁, z₂, noise, outlier flags, outlier values. Agents ``a00000, ...``.
@@ -244,7 +246,7 @@ def worker_calibration_tables(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``agents``/``edges`` tables for per-worker calibration smoothed over a worker-similarity graph.
 
-    Spec §1.4 A/B instantiated for crowdsourcing: each worker i has a parameter θ_i estimated from the
+    docs/methods/personal_models.md §1.4 A for crowdsourcing: each worker i has a parameter θ_i estimated from the
     few gold tasks it labelled, and borrows strength from workers that behave like it on all tasks.
 
     - ``target="accuracy"`` (categorical labels, ``loss="logistic"``): one sample per gold task the
@@ -380,7 +382,7 @@ def preference_tables(
     *,
     feature_cols: Sequence[str] | None = None,
 ) -> pd.DataFrame:
-    """``agents`` table for personalised Bradley–Terry preferences (spec §1.4 B, ``loss="logistic"``).
+    """``agents`` table of personalised Bradley–Terry preferences (docs/methods/personal_models.md §1.4 B).
 
     Each comparison of user i between items a and b becomes one local sample with ``x = x_a − x_b``
     and ``y = 1`` if a was preferred (``outcome > 0``), ``0`` if b was (``outcome < 0``). A tie
@@ -391,7 +393,7 @@ def preference_tables(
     Parameters
     ----------
     comparisons : pandas.DataFrame
-        ``annotator, item_a, item_b, outcome`` (design.md §3; ``worker``/``user`` accepted for
+        ``annotator, item_a, item_b, outcome`` (the comparisons table of the README; ``worker``/``user`` accepted for
         ``annotator``), optional ``weight``.
     items : pandas.DataFrame
         ``item`` (or ``item_id``) and numeric feature columns.

@@ -25,7 +25,7 @@ def _quiet(fn, *args, **kwargs):
 
 
 def _quadratic_tables(seed: int, n: int = 30, p: int = 3, radius: float = 0.3, lo: int = 2, hi: int = 7):
-    """AT-6 instance: §5 graph, p-dim ridge regression, lo..hi samples per agent."""
+    """AT-6 instance: the graph of docs/methods/personal_models.md §5.1, p-dim ridge regression, lo..hi samples per agent."""
     inst = field_estimation_instance(seed, n=n, radius=radius)
     rng = np.random.default_rng(seed + 1000)
     base = rng.standard_normal(p)

@@ -1,6 +1,6 @@
 """The centralised optimum (crowdflow.personal_models.centralized) against cvxpy (AT-7).
 
-An independent cvxpy model of J (docs/methods/personal_models.md §4.1, §4.3) for Huber and logistic losses.
+An independent cvxpy model of J (docs/methods/personal_models.md §4.3) for Huber and logistic losses.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from crowdflow.synth.personal_models import (
 
 
 def cvxpy_theta(prob: PersonalProblem) -> np.ndarray:
-    """Independent cross-check: J written directly in cvxpy (½ Σ over edges, spec §4.1)."""
+    """Independent cross-check: J written directly in cvxpy (½ Σ over edges, docs/methods/personal_models.md §4.3)."""
     g, L = prob.graph, prob.losses
     T = cp.Variable((prob.n, prob.p))
     obj = 0.5 * cp.sum(cp.multiply(g.w, cp.sum(cp.square(T[g.u] - T[g.v]), axis=1)))

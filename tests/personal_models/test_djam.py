@@ -1,8 +1,8 @@
 """The DJAM engine (crowdflow.personal_models.djam) against docs/methods/personal_models.md §7.
 
-Numbering "AT-k" refers to the acceptance tests listed in §7. Heavier Monte Carlo versions (the full
-seed counts) are marked ``slow``; the default run uses fewer seeds with the same thresholds. The
-batched ``matching`` engine must reproduce the one-round-at-a-time engine exactly (§6.1, AT-18).
+Numbering "AT-k" refers to the acceptance tests of docs/methods/personal_models.md §7. Heavier Monte Carlo versions
+(the full seed counts) are marked ``slow``; the default run uses fewer seeds with the same thresholds.
+The batched ``matching`` engine must reproduce the one-round-at-a-time engine exactly (AT-18, docs/methods/personal_models.md §6.1).
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def test_at8_fixed_point(field, quiet):
 def _form4_reference(
     prob: PersonalProblem, schedule: np.ndarray, incremental: bool
 ) -> dict[tuple[int, int], np.ndarray]:
-    """Spec §2.2 two-step form (4), written naively with dicts: on activation {i, j} the stored own
+    """The two-step form (4) of docs/methods/personal_models.md §2.2, written naively with dicts: on activation {i, j} the stored own
     models are exchanged, then both endpoints re-solve from their copies. ``incremental`` keeps
     b_i = Σ_k W_ik C_i[k] as a running sum (same arithmetic as the engine), otherwise it is re-summed."""
     g = prob.graph
@@ -252,7 +252,7 @@ def test_at16_logistic_bradley_terry(bt_tables):
     assert prob.n == 20 and prob.p == 4
     ref = centralized(prob)
     assert ref.converged
-    # certified stop at 1e-9 (relative to ‖Θ̂‖₂ ≈ 4.5), well within the spec's 20,000-round budget
+    # certified stop at 1e-9 (relative to ‖Θ̂‖₂ ≈ 4.5), well within AT-16's 20,000-round budget
     res = djam(prob, seed=0, tol=1e-9, max_rounds=20_000, inner_tol=1e-12, engine="simulation")
     assert res.converged and res.iterations <= 20_000
     assert rel_errors(res.theta, ref.theta).max() <= 1e-8

@@ -69,7 +69,7 @@ def test_huber_local_solver_matches_brute_force():
 
 
 def test_huber_single_sample_three_cases():
-    """Spec §2.5: the three closed-form cases for one observation."""
+    """docs/methods/personal_models.md §2.5: the three closed-form cases for one observation."""
     agents = pd.DataFrame({"agent": ["a", "b"], "y": [0.0, 0.0]})
     prob = build_problem(
         agents,

@@ -1,7 +1,7 @@
 """The certificate and the result tables (crowdflow.personal_models.result).
 
-The certified bound ‖Θ̂ − Θ*‖₂ ≤ ‖r‖₂/m_min along runs and at random points (docs/methods/personal_models.md
-§2.6); the ``personal_models`` table round-trips through Parquet (AT-19).
+The certified bound ‖Θ̂ − Θ*‖₂ ≤ ‖r‖₂/m_min along runs and at random points (docs/methods/personal_models.md §2.6);
+the ``personal_models`` table round-trips through Parquet (AT-19).
 """
 
 from __future__ import annotations
