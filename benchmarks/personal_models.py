@@ -57,6 +57,7 @@ from crowdflow.personal_models import (  # noqa: E402
     djam_blocked,
     djam_monte_carlo,
     rel_errors,
+    rounds_to,
 )
 from crowdflow.synth.personal_models import field_estimation_instance, field_estimation_instance_scaled  # noqa: E402
 
@@ -178,11 +179,6 @@ def run(instances: int, seeds: int, n_rounds: int, timing_seeds: int) -> str:
     return "\n".join(lines)
 
 
-def _rounds_to(trace: pd.DataFrame, level: float) -> float:
-    hit = trace.loc[trace["mean_rel_err"] <= level, "round"]
-    return float(hit.iloc[0]) if len(hit) else float("nan")
-
-
 def _load() -> str:
     try:
         return f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
@@ -278,7 +274,7 @@ def run_large(n: int, admm_cap: int, seeds: int = 3, instance_seed: int = 0) -> 
     for name, frames in curves.items():
         row: dict[str, object] = {"method": name}
         for lv in LEVELS:
-            hits = [_rounds_to(f, lv) for f in frames]
+            hits = [rounds_to(f, lv) for f in frames]
             med = _median_or_none(pd.Series(hits))
             row[f"rounds to {lv:g}"] = _fmt(med)
             row[f"÷ E ({lv:g})"] = _fmt(med / m, 1)
@@ -286,9 +282,9 @@ def run_large(n: int, admm_cap: int, seeds: int = 3, instance_seed: int = 0) -> 
     # targets of issue 6: 1e-6 within 3× the calibrated rounds (docs/methods/personal_models.md §5.1: median 3,800 rounds at
     # |E| ≈ 94, i.e. ≈ 40·|E|; max 55·|E|), on par with the best-tuned ADMM, ≤ 60 s on 2 cores
     by_name = {r["method"]: r for r in level_rows}
-    djam_e = _median_or_none(pd.Series([_rounds_to(f, 1e-6) for f in curves["djam"]])) / m
+    djam_e = _median_or_none(pd.Series([rounds_to(f, 1e-6) for f in curves["djam"]])) / m
     admm_e = {
-        name: _median_or_none(pd.Series([_rounds_to(f, 1e-6) for f in frames])) / m
+        name: _median_or_none(pd.Series([rounds_to(f, 1e-6) for f in frames])) / m
         for name, frames in curves.items()
         if name != "djam"
     }

@@ -78,15 +78,15 @@ class PersonalModelsOptions(Options):
         1e-8,
         ge=1e-12,
         lt=1.0,
-        description="Stop when the certified relative error of the models is below this value (smaller "
-        "is more accurate and takes more rounds).",
+        description="Stop when the guaranteed (certified) relative error of the models is below this value; "
+        "smaller is more accurate and takes more rounds.",
     )
     max_rounds: int | None = Field(
         None,
         ge=1,
         le=10**12,
-        description="The most edge activations before a run stops without reaching tol, with a warning "
-        "(empty: 500 times the number of edges).",
+        description="The most rounds, each one exchange between two neighbouring agents, before a run stops "
+        "with a warning without reaching tol (empty: 500 times the number of edges).",
     )
     rho: float = Field(
         0.316,
@@ -104,8 +104,8 @@ class PersonalModelsOptions(Options):
     )
     engine: EngineOption = Field(
         "matching",
-        description="matching applies the edge activations in batches that share no agent (the same "
-        "result, much faster); simulation applies them one at a time (the reference).",
+        description="matching applies the exchanges between agents in batches where no agent appears twice "
+        "(the same result, much faster); simulation applies them one at a time (the reference).",
     )
     executor: Literal["inline", "dask"] = Field(
         "inline",
@@ -126,7 +126,8 @@ class PersonalModelsOptions(Options):
         0,
         ge=0,
         le=2**63 - 1,
-        description="Seed of the random order of edge activations; the same seed gives the same result.",
+        description="Seed of the random order in which neighbouring agents exchange models; the same seed "
+        "gives the same result.",
     )
 
     @field_validator("loss", "method", "engine", mode="before")
