@@ -5,15 +5,15 @@ size, ``--quick`` for a smoke run). Prints markdown and writes ``benchmarks/resu
 ``--large`` adds the n = 10⁴ section (``--large-n``, ``--admm-cap``); ``--skip-small`` keeps the n = 30
 section of the existing results file instead of rerunning it (it is labelled as reused).
 
-Large section (n = 10⁴, :func:`crowdflow.models.djam.field_estimation_instance_scaled`: the same model,
+Large section (n = 10⁴, :func:`crowdflow.synth.personal_models.field_estimation_instance_scaled`: the same model,
 radius set for the n = 30 setup's mean degree 6.23, stray components bridged): centralised Newton
 (the reference, timed in the same run), DJAM with the batched ``matching`` engine to the certified
 tolerances 1e-6 and 1e-8 (3 edge seeds), the one-round-at-a-time engine timed on a few |E| rounds,
 CL-ADMM over the ρ grid (matching engine, one seed, capped at ``--admm-cap``·|E| rounds), and the
 partitioned mode with 2 blocks in-process vs. a Dask ``LocalCluster(n_workers=2, threads_per_worker=1)``.
 
-Setup: the field-estimation experiment of the DJAM paper §IV with the spec §5 default generator
-(/work/shared/specs/personal-models-djam.md): n = 30 agents in U[0,1]², radius 0.3, σ_ij ~ U[0.5, 1.5],
+Setup: the field-estimation experiment of the DJAM paper (Section IV) with the default generator of
+docs/methods/personal_models.md §5.1: n = 30 agents in U[0,1]², radius 0.3, σ_ij ~ U[0.5, 1.5],
 σ_ii = 0.1, σ_ν = 0.5, 10 % outliers, Huber c = 1/σ_ν², κ = 1.345σ_ν; instance seeds 100, 101, ...
 
 Measured, all in the same run:
@@ -22,14 +22,14 @@ Measured, all in the same run:
    the exact Newton optimum, recorded every 50 rounds, for S edge seeds per instance (vectorised
    Monte Carlo engines); the table gives the median over (instance, seed) of the first recorded round
    at which the error is ≤ 1e-3 / 1e-6 / 1e-9, and divided by |E| (column "÷ E").
-2. **Wall time to a certified tolerance**: single runs with the certified stopping rule (spec §2.6,
+2. **Wall time to a certified tolerance**: single runs with the certified stopping rule (docs/methods/personal_models.md §2.6,
    tol = 1e-8, checked every |E| rounds), median over instances × min(S, 3) seeds, reported as a
    ratio to the centralised Newton solve (median of 5 repeats) of the same instance, measured in the
    same process. DJAM/CL-ADMM here are single-process *simulations* of a distributed method (one
    Python step per edge activation), so the time ratio measures simulation cost, not what a deployed
    network of agents would see; the round counts are the portable measure.
 
-The peer (the paper's own MATLAB code) is not public; CL-ADMM is our reconstruction (spec §4.2).
+The peer (the paper's own MATLAB code) is not public; CL-ADMM is our reconstruction (docs/methods/personal_models.md §4.2).
 """
 
 from __future__ import annotations
@@ -48,16 +48,18 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from crowdflow.models.djam import (  # noqa: E402
+from crowdflow.personal_models import (  # noqa: E402
+    RHO_GRID,
     centralized,
+    cl_admm,
+    cl_admm_monte_carlo,
     djam,
     djam_blocked,
     djam_monte_carlo,
-    field_estimation_instance,
-    field_estimation_instance_scaled,
     rel_errors,
+    rounds_to,
 )
-from crowdflow.models.djam_baselines import RHO_GRID, cl_admm, cl_admm_monte_carlo  # noqa: E402
+from crowdflow.synth.personal_models import field_estimation_instance, field_estimation_instance_scaled  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "personal_models.md"
 LEVELS = (1e-3, 1e-6, 1e-9)
@@ -115,16 +117,16 @@ def run(instances: int, seeds: int, n_rounds: int, timing_seeds: int) -> str:
             warnings.simplefilter("ignore", RuntimeWarning)
             for e in edge_seeds[:timing_seeds]:
                 t0 = time.perf_counter()
-                res = djam(prob, seed=e, tol=1e-8, max_rounds=cap)
+                res = djam(prob, seed=e, tol=1e-8, max_rounds=cap, engine="simulation")
                 times["djam"].append((time.perf_counter() - t0) / t_cen)
                 reached["djam"].append(res.converged)
                 t0 = time.perf_counter()
-                res = djam_blocked(prob, n_blocks=4, seed=e, tol=1e-8)
+                res = djam_blocked(prob, n_blocks=4, seed=e, tol=1e-8, engine="simulation")
                 times["djam_blocked (4 blocks)"].append((time.perf_counter() - t0) / t_cen)
                 reached["djam_blocked (4 blocks)"].append(res.converged)
                 for r in RHO_GRID:
                     t0 = time.perf_counter()
-                    res = cl_admm(prob, rho=r, seed=e, tol=1e-8, max_rounds=cap)
+                    res = cl_admm(prob, rho=r, seed=e, tol=1e-8, max_rounds=cap, engine="simulation")
                     key = f"cl_admm ρ={r:g}"
                     times[key].append((time.perf_counter() - t0) / t_cen)
                     reached[key].append(res.converged)
@@ -155,7 +157,7 @@ def run(instances: int, seeds: int, n_rounds: int, timing_seeds: int) -> str:
     table = pd.DataFrame(rows)
     cen = float(np.median(cen_times))
     lines = [
-        "# Personal models: DJAM vs CL-ADMM vs centralised (spec personal-models-djam.md §5)",
+        "# Personal models: DJAM vs CL-ADMM vs centralised (docs/methods/personal_models.md §5)",
         "",
         f"Field-estimation setup, {instances} instances (seeds {inst_seeds[0]}–{inst_seeds[-1]}), "
         f"{seeds} edge seeds each, |E| median {m_med:.0f} (range {min(n_edges)}–{max(n_edges)}), "
@@ -175,11 +177,6 @@ def run(instances: int, seeds: int, n_rounds: int, timing_seeds: int) -> str:
         "activation).",
     ]
     return "\n".join(lines)
-
-
-def _rounds_to(trace: pd.DataFrame, level: float) -> float:
-    hit = trace.loc[trace["mean_rel_err"] <= level, "round"]
-    return float(hit.iloc[0]) if len(hit) else float("nan")
 
 
 def _load() -> str:
@@ -277,17 +274,17 @@ def run_large(n: int, admm_cap: int, seeds: int = 3, instance_seed: int = 0) -> 
     for name, frames in curves.items():
         row: dict[str, object] = {"method": name}
         for lv in LEVELS:
-            hits = [_rounds_to(f, lv) for f in frames]
+            hits = [rounds_to(f, lv) for f in frames]
             med = _median_or_none(pd.Series(hits))
             row[f"rounds to {lv:g}"] = _fmt(med)
             row[f"÷ E ({lv:g})"] = _fmt(med / m, 1)
         level_rows.append(row)
-    # targets of issue 6: 1e-6 within 3× the spec's measured rounds (spec §5: median 3,800 rounds at
+    # targets of issue 6: 1e-6 within 3× the calibrated rounds (docs/methods/personal_models.md §5.1: median 3,800 rounds at
     # |E| ≈ 94, i.e. ≈ 40·|E|; max 55·|E|), on par with the best-tuned ADMM, ≤ 60 s on 2 cores
     by_name = {r["method"]: r for r in level_rows}
-    djam_e = _median_or_none(pd.Series([_rounds_to(f, 1e-6) for f in curves["djam"]])) / m
+    djam_e = _median_or_none(pd.Series([rounds_to(f, 1e-6) for f in curves["djam"]])) / m
     admm_e = {
-        name: _median_or_none(pd.Series([_rounds_to(f, 1e-6) for f in frames])) / m
+        name: _median_or_none(pd.Series([rounds_to(f, 1e-6) for f in frames])) / m
         for name, frames in curves.items()
         if name != "djam"
     }
@@ -295,8 +292,8 @@ def run_large(n: int, admm_cap: int, seeds: int = 3, instance_seed: int = 0) -> 
     djam_walls = [float(r["wall s"]) for r in rows]
     verdict = (
         f"Targets: DJAM reaches mean relative error 1e-6 after {by_name['djam']['rounds to 1e-06']} "
-        f"= {djam_e:.0f}·|E| rounds (median of {len(curves['djam'])} seeds) vs. the spec's "
-        f"≈ 40·|E| median (3·40 = 120·|E| allowed; 55·|E| was the spec's worst case) — "
+        f"= {djam_e:.0f}·|E| rounds (median of {len(curves['djam'])} seeds) vs. the calibration's "
+        f"≈ 40·|E| median (3·40 = 120·|E| allowed; 55·|E| was the calibration's worst case) — "
         f"{'met' if djam_e <= 120 else 'NOT met'}. Best-tuned CL-ADMM ({best}): "
         f"{admm_e[best]:.0f}·|E| rounds to 1e-6 (DJAM/best = {djam_e / admm_e[best]:.2f}, no tuning). "
         f"DJAM certified runs: {min(djam_walls):.1f}–{max(djam_walls):.1f} s wall "

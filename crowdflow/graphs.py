@@ -6,7 +6,7 @@
 - Comparison graph (pairwise data): global scores are comparable only within a connected
   component (docs/methods/ranking.md §5.1).
 - Agent graph (personal models): must be connected with positive, symmetric weights
-  (spec personal-models-djam.md).
+  (docs/methods/personal_models.md §3.2).
 
 Everything is sparse (``scipy.sparse.csgraph``); components and bipartiteness come from one BFS per
 component (:func:`graph_structure`): a component is bipartite iff no edge joins two nodes of the same

@@ -37,6 +37,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from crowdflow.assignment import AssignmentOptions
 from crowdflow.errors import SpecError
+from crowdflow.personal_models import PersonalModelsOptions
 from crowdflow.personal_rankings.options import PersonalRankingsOptions
 from crowdflow.ranking import RankingOptions
 from crowdflow.secrets import NO_INLINE_SECRET_PATTERN, NO_USERINFO_PATTERN, refuse_inline_secret
@@ -181,31 +182,6 @@ class SourceSpec(Credentials):
             raise ValueError("a sql source has no path")
         p = Path(self.path).expanduser()
         return p if p.is_absolute() else (base / p)
-
-
-class PersonalModelsOptions(_Strict):
-    """Personal models on an agent graph (spec personal-models-djam.md)."""
-
-    loss: Literal["quadratic", "ridge", "huber", "logistic"] = "quadratic"
-    method: Literal["djam", "centralized", "cl_admm", "djam_blocked"] = Field(
-        "djam", description="DJAM (asynchronous Jacobi), the centralized optimum, CL-ADMM, or blocked DJAM"
-    )
-    reg: float | None = Field(None, ge=0.0, description="ridge / prior strength (default 0.1)")
-    tol: float = Field(1e-8, gt=0.0, description="certified relative-error tolerance of the stopping rule")
-    max_rounds: int | None = Field(None, ge=1)
-    rho: float = Field(0.316, gt=0.0, description="CL-ADMM penalty")
-    n_blocks: int = Field(4, ge=1, description="blocks of the partitioned (djam_blocked) mode")
-    engine: Literal["matching", "simulation"] = Field(
-        "matching",
-        description="djam / djam_blocked / cl_admm: the same activations applied in vertex-disjoint batches "
-        "(matching, equal results, much faster) or one at a time (simulation, the reference)",
-    )
-    executor: Literal["inline", "dask"] = Field(
-        "inline", description="where djam_blocked runs its blocks: in process, or as Dask tasks"
-    )
-    dask_address: str | None = Field(None, description="scheduler address; a local cluster when omitted")
-    features: list[str] | None = Field(None, description="feature columns of the agents table (default: all others)")
-    seed: int = 0
 
 
 class ChecksSpec(_Strict):

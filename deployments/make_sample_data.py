@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from crowdflow.models.djam import field_estimation_instance
+from crowdflow.synth.personal_models import field_estimation_instance
 from crowdflow.synth.personal_rankings import synthetic_personal_comparisons
 
 DATA = Path(__file__).resolve().parents[1] / "crowdflow" / "data"

@@ -16,11 +16,11 @@ from prefect import get_run_logger, task
 from crowdflow.assignment import AssignmentOptions, AssignmentResult, NextBatchResult, assign_tasks, next_batch
 from crowdflow.graphs import WorkerGraphReport
 from crowdflow.labels import LabelMatrix
-from crowdflow.models.djam import PersonalModelsResult, fit_personal_models
+from crowdflow.personal_models import PersonalModelsOptions, PersonalModelsResult, fit_personal_models
 from crowdflow.personal_rankings import PersonalRankingResult, PersonalRankingsOptions, fit_personal_rankings
 from crowdflow.ranking import RankingOptions, fit_ranking
 from crowdflow.skills import SkillsOptions, SkillsResult, fit_skills
-from crowdflow.spec import PersonalModelsOptions, RunnerSpec
+from crowdflow.spec import RunnerSpec
 from tasks.progress import fit_progress
 from tasks.runners import dask_executor
 
@@ -119,14 +119,14 @@ def fit_personal_models_task(
     fingerprint: str,
     runner: RunnerSpec | None = None,
 ) -> PersonalModelsResult:
-    """Personal models coupled over the agent graph (spec personal-models-djam.md).
+    """Personal models coupled over the agent graph (docs/methods/personal_models.md).
 
-    ``djam_blocked`` runs its blocks as Dask tasks with ``executor: dask`` or a Dask ``runner``
-    (the runner's cluster settings win). Progress of the rounds goes to a progress artifact.
+    Blocks of ``djam_blocked`` run as Dask tasks with ``executor: dask`` or a Dask ``runner`` (the
+    runner's cluster settings win). Progress of the rounds goes to a progress artifact.
     """
     logger = get_run_logger()
     o = options
-    if o.method == "djam_blocked" and (o.executor == "dask" or (runner is not None and runner.kind == "dask")):
+    if o.parallel_blocks and (o.executor == "dask" or (runner is not None and runner.kind == "dask")):
         if runner is not None and runner.kind == "dask":
             address, n_workers, processes = runner.address, runner.n_workers, runner.processes
         else:
@@ -142,11 +142,18 @@ def _fit_personal_models(
     edges: pd.DataFrame,
     o: PersonalModelsOptions,
     allow_disconnected: bool,
-    executor: Any,
+    block_executor: Any,
     logger: Any,
 ) -> PersonalModelsResult:
     with fit_progress("fit-personal-models-progress", f"personal models ({o.method})") as progress:
-        result = _call_fit_personal_models(agents, edges, o, allow_disconnected, executor, progress)
+        result = fit_personal_models(
+            agents,
+            edges,
+            o,
+            allow_disconnected=allow_disconnected,
+            block_executor=block_executor,
+            progress=progress,
+        )
     logger.info(
         "%s (%s loss): %s after %d rounds, KKT %.3g, certified relative error <= %.3g",
         o.method,
@@ -157,35 +164,6 @@ def _fit_personal_models(
         result.error_bound,
     )
     return result
-
-
-def _call_fit_personal_models(
-    agents: pd.DataFrame,
-    edges: pd.DataFrame,
-    o: PersonalModelsOptions,
-    allow_disconnected: bool,
-    executor: Any,
-    progress: Any,
-) -> PersonalModelsResult:
-    # the centralized solver has no activation engine; the others take one
-    engine: dict[str, Any] = {} if o.method == "centralized" else {"engine": o.engine}
-    return fit_personal_models(
-        agents,
-        edges,
-        loss=o.loss,
-        method=o.method,
-        reg=o.reg,
-        feature_cols=o.features,
-        allow_disconnected=allow_disconnected,
-        seed=o.seed,
-        tol=o.tol,
-        max_rounds=o.max_rounds,
-        rho=o.rho,
-        n_blocks=o.n_blocks,
-        executor=executor,
-        progress=progress,
-        **engine,
-    )
 
 
 @task(name="fit-ranking", cache_key_fn=fingerprint_key, cache_expiration=timedelta(days=7), persist_result=True)

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 from scipy.stats import kendalltau
 
-from crowdflow.models.djam import field_estimation_instance, fit_personal_models
+from crowdflow.personal_models import fit_personal_models
+from crowdflow.synth.personal_models import field_estimation_instance
 from crowdflow.synth.personal_rankings import synthetic_personal_comparisons
 from flows.cli import main
 

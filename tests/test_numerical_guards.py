@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from crowdflow.errors import CrowdflowError, DegenerateInput
-from crowdflow.models.djam import fit_personal_models
+from crowdflow.personal_models import fit_personal_models
 from crowdflow.personal_rankings import fit_personal_rankings
 from crowdflow.ranking import fit_hlasso, fit_hodgerank, fit_lbi
 from crowdflow.skills import fit_skills

@@ -239,8 +239,9 @@ def test_ranking_page(tmp_path: Path) -> None:
 
 
 def test_personal_rankings_and_models_pages() -> None:
-    from crowdflow.models.djam import field_estimation_instance, fit_personal_models
+    from crowdflow.personal_models import fit_personal_models
     from crowdflow.personal_rankings import fit_personal_rankings
+    from crowdflow.synth.personal_models import field_estimation_instance
     from crowdflow.synth.personal_rankings import synthetic_personal_comparisons
 
     syn = synthetic_personal_comparisons(20, 2, 6.0, seed=1)

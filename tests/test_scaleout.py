@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from crowdflow.labels import encode_labels
-from crowdflow.models.djam import field_estimation_instance, fit_personal_models
+from crowdflow.personal_models import fit_personal_models
 from crowdflow.progress import IterationProgress
 from crowdflow.skills import (
     fit_skills,
@@ -22,6 +22,7 @@ from crowdflow.skills import (
     write_label_partitions,
 )
 from crowdflow.spec import parse_spec
+from crowdflow.synth.personal_models import field_estimation_instance
 
 
 @pytest.fixture(scope="module")

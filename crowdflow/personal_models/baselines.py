@@ -1,7 +1,8 @@
-"""CL-ADMM: the asynchronous edge-based ADMM baseline DJAM is compared with (spec §4.2).
+"""CL-ADMM: the asynchronous edge-based ADMM baseline DJAM is compared with.
 
 Collaborative-learning ADMM of Vanhaesebrouck et al. (AISTATS 2017) in the asynchronous edge-based
-form of Wei & Ozdaglar, as reconstructed in spec personal-models-djam.md §4.2 **[reading]**.
+form of Wei & Ozdaglar, as we reconstruct it in docs/methods/personal_models.md §4.2 (the DJAM paper only
+names the method).
 
 Agent k holds its model ``u_k`` and a copy ``x_kl`` of each neighbour l; its local cost is
 ``f_k(u_k) + Σ_l (a_kl/2)‖u_k − x_kl‖²`` with ``a_kl = W_kl/2`` (each edge in two local costs gives
@@ -14,11 +15,11 @@ Agent k holds its model ``u_k`` and a copy ``x_kl`` of each neighbour l; its loc
     Z_e^i = ½(u_i + x_ji) + (λ_{i,e}^i + λ_{j,e}^i)/(2ρ),   Z_e^j symmetric
     λ_{i,e}^i += ρ(u_i − Z_e^i), λ_{j,e}^i += ρ(x_ji − Z_e^i), λ_{j,e}^j += ρ(u_j − Z_e^j), λ_{i,e}^j += ρ(x_ij − Z_e^j)
 
-The u-update is the local solver of spec §2.5 with shift ``Σ_l (ω_l + ρ)`` and linear term
+The u-update is the local solver of docs/methods/personal_models.md §2.5 with shift ``Σ_l (ω_l + ρ)`` and linear term
 ``Σ_l (ω_l v_l + ρ z_l)`` (same closed forms / Newton as DJAM). The error readout is ``u``. All
 variables start at 0. One activation is one round (the DJAM unit).
 
-Storage per arc α = (k → l) (CSR by holder k, see :class:`crowdflow.models.djam.AgentGraph`):
+Storage per arc α = (k → l) (CSR by holder k, see :class:`crowdflow.personal_models.graph.AgentGraph`):
 ``x[α] = x_kl``, ``Zown[α] = Z_kl^k``, ``lam_own[α] = λ_{k,kl}^k``, ``lam_copy[α] = λ_{k,kl}^l``; so
 ``Z_kl^l = Zown[rev α]``. Replicas (independent edge seeds) are vectorised like DJAM's Monte Carlo.
 """
@@ -34,22 +35,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from crowdflow.models.djam import (
-    PersonalModelsResult,
-    PersonalProblem,
-    Sampling,
-    _EdgeStream,
-    _make_result,
-    _ragged,
-    _trace_row,
-    certificate,
-    matching_batches,
-    rel_errors,
-)
+from crowdflow.personal_models.helpers import ragged
+from crowdflow.personal_models.problem import PersonalProblem
+from crowdflow.personal_models.result import PersonalModelsResult, certificate, make_result, rel_errors, trace_row
+from crowdflow.personal_models.schedule import EdgeStream, Engine, Sampling, matching_batches
 
 log = logging.getLogger(__name__)
 
-RHO_GRID = (0.1, 0.316, 1.0, 3.16, 10.0)  # spec §4.2, the paper's grid
+RHO_GRID = (0.1, 0.316, 1.0, 3.16, 10.0)  # the paper's grid, docs/methods/personal_models.md §4.2
 
 
 class _AdmmState:
@@ -80,7 +73,7 @@ class _AdmmState:
 
     def _primal(self, r: np.ndarray, k: np.ndarray) -> None:
         g = self.problem.graph
-        seg, arcs = _ragged(g.ptr, k)
+        seg, arcs = ragged(g.ptr, k)
         rs = r[seg]
         flat = rs * self.A + arcs
         frev = rs * self.A + g.rev[arcs]
@@ -127,11 +120,11 @@ class _AdmmState:
         self.lam_own[ar] = lo_r + rho * (uj - Zj)
         self.lam_copy[al] = lc_l + rho * (xl - Zj)
 
-    def run(self, seqs: np.ndarray, engine: str = "simulation") -> None:
+    def run(self, seqs: np.ndarray, engine: Engine) -> None:
         """Activate ``seqs[r, t]`` in replica r, t = 0, 1, ...
 
         ``engine="matching"`` (one replica): the sequence is applied as
-        :func:`crowdflow.models.djam.matching_batches`. That is exact for CL-ADMM too: activating
+        :func:`crowdflow.personal_models.schedule.matching_batches`. That is exact for CL-ADMM too: activating
         {i, j} reads and writes only variables on arcs with an endpoint in {i, j} (``u_i, u_j``, the
         copies ``x`` held by i and j, ``Z``/duals of arcs into or out of i and j) and writes ``Z``/duals
         only on the two arcs of {i, j}; so rounds on vertex-disjoint edges touch disjoint state.
@@ -156,13 +149,13 @@ def cl_admm(
     tol: float = 1e-8,
     max_rounds: int | None = None,
     sampling: Sampling = "edge",
-    engine: str = "simulation",
+    engine: Engine = "matching",
     reference: np.ndarray | None = None,
     trace_every: int | None = None,
     check_every: int | None = None,
     inner_tol: float = 1e-12,
 ) -> PersonalModelsResult:
-    """CL-ADMM baseline (spec §4.2) with the certified stopping rule of DJAM (spec §2.6) on ``u``.
+    """CL-ADMM baseline with the certified stopping rule of DJAM on ``u`` (docs/methods/personal_models.md §4.2, §2.6).
 
     Parameters
     ----------
@@ -170,15 +163,15 @@ def cl_admm(
     rho : float
         ADMM penalty ρ > 0 (the paper's grid is :data:`RHO_GRID`; the best value is problem dependent).
     seed : int
-        Edge-draw seed; the same seed draws the same edge sequence as :func:`crowdflow.models.djam.djam`.
+        Edge-draw seed; the same seed draws the same edge sequence as :func:`crowdflow.personal_models.djam.djam`.
     tol : float
         Stop when ``‖r(u)‖₂/m_min ≤ tol·max(1, ‖u‖₂)`` (checked every ``check_every`` = |E| rounds).
     max_rounds : int, optional
         Default 500·|E|; reaching it gives ``converged=False`` and a ``RuntimeWarning``.
     sampling : {"edge", "agent", "colour"}
-    engine : {"simulation", "matching"}
-        ``matching`` applies the same activations in batches of vertex-disjoint rounds (same result as
-        one at a time, see ``_AdmmState.run``); use it for large graphs.
+    engine : {"matching", "simulation"}
+        ``matching`` (default) applies the same activations in batches of vertex-disjoint rounds (same
+        result as one at a time, see ``_AdmmState.run``); ``simulation`` applies them one by one.
     reference : array (n, p), optional
         Adds ``mean_rel_err``/``max_rel_err`` to the trace.
     trace_every, check_every : int, optional
@@ -199,14 +192,15 @@ def cl_admm(
     if engine not in ("simulation", "matching"):
         raise ValueError(f"unknown engine '{engine}' (simulation | matching)")
     st = _AdmmState(problem, np.array([rho], dtype=np.float64), inner_tol)
-    # u starts at 0 (spec); readout of isolated agents is argmin f_i: they are never activated
+    # u starts at 0 (docs/methods/personal_models.md §4.2); the readout of an isolated agent is argmin f_i: it is
+    # never activated
     iso = np.flatnonzero(g.n_neighbours == 0)
     if iso.size:
         st.u[0, iso] = problem.losses.solver(np.zeros(problem.n), inner_tol=inner_tol).solve(
             iso, np.zeros((iso.size, problem.p)), np.zeros((iso.size, problem.p))
         )
-    stream = _EdgeStream(g, [seed], sampling) if g.n_edges else None
-    trace = [_trace_row(problem, 0, st.u[0], None, reference)]
+    stream = EdgeStream(g, [seed], sampling) if g.n_edges else None
+    trace = [trace_row(problem, 0, st.u[0], None, reference)]
     t = 0
     converged = g.n_edges == 0
     while not converged and t < max_rounds:
@@ -215,7 +209,7 @@ def cl_admm(
         st.run(stream.take(stop - t), engine)
         t = stop
         if t % trace_every == 0 or t == max_rounds:
-            trace.append(_trace_row(problem, t, st.u[0], None, reference))
+            trace.append(trace_row(problem, t, st.u[0], None, reference))
         if t % check_every == 0 or t == max_rounds:
             _, bound, _ = certificate(problem, st.u[0])
             converged = bound <= tol * max(1.0, float(np.linalg.norm(st.u[0])))
@@ -226,8 +220,8 @@ def cl_admm(
             stacklevel=2,
         )
     if trace[-1]["round"] != t:
-        trace.append(_trace_row(problem, t, st.u[0], None, reference))
-    return _make_result(
+        trace.append(trace_row(problem, t, st.u[0], None, reference))
+    return make_result(
         problem,
         st.u[0].copy(),
         "cl_admm",
@@ -257,7 +251,7 @@ def cl_admm_monte_carlo(
     sampling: Sampling = "edge",
     inner_tol: float = 1e-12,
 ) -> pd.DataFrame:
-    """CL-ADMM error curves for many edge seeds (and penalties) at once, spec §5 metric.
+    """CL-ADMM error curves for many edge seeds (and penalties) at once (docs/methods/personal_models.md §5.1 metric).
 
     Every (ρ, seed) pair is one replica of a single vectorised state; replica (ρ, s) follows the edge
     sequence of ``cl_admm(problem, rho=ρ, seed=s)``.
@@ -275,7 +269,7 @@ def cl_admm_monte_carlo(
     st = _AdmmState(problem, rep_rho, inner_tol)
     if g.n_edges == 0:
         n_rounds = 0
-    stream = _EdgeStream(g, rep_seed.tolist(), sampling) if g.n_edges else None
+    stream = EdgeStream(g, rep_seed.tolist(), sampling) if g.n_edges else None
     frames = []
 
     def record(t: int) -> None:
@@ -297,7 +291,7 @@ def cl_admm_monte_carlo(
     while t < n_rounds:
         stop = min(n_rounds, (t // record_every + 1) * record_every)
         assert stream is not None
-        st.run(stream.take(stop - t))
+        st.run(stream.take(stop - t), "simulation")
         t = stop
         record(t)
     return pd.concat(frames, ignore_index=True)

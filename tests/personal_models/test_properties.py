@@ -2,8 +2,7 @@
 
 DJAM on random connected small agent graphs matches the centralized quadratic solution (computed
 here as one dense linear solve, independently of the library); a disconnected graph is refused with
-the documented message or solved per component when allowed. (The TVCS assignment property test
-moved to tests/assignment/test_fit_properties.py.)
+the documented message or solved per component when allowed.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crowdflow.models.djam import fit_personal_models
+from crowdflow.personal_models import fit_personal_models
 
 FLOATS = st.floats(-5, 5, allow_nan=False)
 
