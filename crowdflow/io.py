@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
+from crowdflow.comparisons import TIE, rename_comparison_aliases, winner_outcomes
 from crowdflow.errors import InputError
 from crowdflow.manifest import json_safe
 from crowdflow.spec import check_name
@@ -243,27 +244,6 @@ def _arrow_to_frame(table: pa.Table) -> pd.DataFrame:
     return df
 
 
-def _winner_to_outcome(df: pd.DataFrame, col: str, path: str) -> pd.Series:
-    """+1 if the winner is item_a, −1 if item_b, 0 for 'tie'; anything else is an input error."""
-    w = df[col].astype("string")
-    a = df["item_a"].astype("string")
-    b = df["item_b"].astype("string")
-    out: pd.Series = pd.Series(np.nan, index=df.index, dtype=np.float64)
-    out[(w == a).fillna(False).to_numpy()] = 1.0
-    out[(w == b).fillna(False).to_numpy()] = -1.0
-    out[(w.str.lower() == "tie").fillna(False).to_numpy()] = 0.0
-    bad = out.isna() & w.notna()
-    if bad.any():
-        rows = (np.flatnonzero(bad.to_numpy()) + 1).tolist()
-        raise InputError(
-            f"{int(bad.sum())} rows name a {col} that is neither item_a, item_b nor 'tie'",
-            path=path,
-            column=col,
-            rows=rows,
-        )
-    return out
-
-
 def _apply_columns(
     df: pd.DataFrame, schema: TableSchema, columns: Mapping[str, str], path: str
 ) -> tuple[pd.DataFrame, dict[str, str]]:
@@ -284,11 +264,20 @@ def _apply_columns(
             renamed[alias] = canonical
     df = df.rename(columns=renamed)
     if schema.name == "comparisons" and "outcome" not in df.columns:
-        for winner_col in ("winner", "label"):
-            if winner_col in df.columns and {"item_a", "item_b"} <= set(df.columns):
-                df["outcome"] = _winner_to_outcome(df, winner_col, path)
-                renamed[winner_col] = "outcome"
-                break
+        named = rename_comparison_aliases(df)  # the one comparison reader: Crowd-Kit's label is the winner
+        if "winner" in named.columns and {"item_a", "item_b"} <= set(df.columns):
+            source = "winner" if "winner" in df.columns else "label"
+            outcome, bad = winner_outcomes(df["item_a"], df["item_b"], df[source])
+            bad &= df[source].notna().to_numpy()  # a missing winner is the missing outcome the contract reports
+            if bad.any():
+                raise InputError(
+                    f"{int(bad.sum())} rows name a {source} that is neither item_a, item_b nor '{TIE}'",
+                    path=path,
+                    column=source,
+                    rows=(np.flatnonzero(bad) + 1).tolist(),
+                )
+            df["outcome"] = outcome
+            renamed[source] = "outcome"
     missing = [c for c in schema.required if c not in df.columns]
     if missing:
         raise InputError(

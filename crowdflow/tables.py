@@ -15,6 +15,8 @@ from typing import Literal
 
 import pyarrow as pa
 
+from crowdflow.comparisons import COMPARISON_ALIASES
+
 LogicalType = Literal["id", "string", "float", "int", "bool"]
 
 # Text that spells a missing value (spreadsheet exports, pandas' own defaults, ``str(None)``, ``str(nan)``).
@@ -170,8 +172,8 @@ COMPARISONS = TableSchema(
         Column("outcome", "float", max_abs=1e100),
         Column("weight", "float", required=False, min_value=0.0, strict_min=True, max_abs=1e100),
     ),
-    # Crowd-Kit pairwise names; `label` there is the winner's id and is converted by the reader.
-    aliases={"worker": "annotator", "left": "item_a", "right": "item_b"},
+    # Crowd-Kit's and the papers' names; a winner column (Crowd-Kit's `label`) is converted by the reader
+    aliases=COMPARISON_ALIASES,
     distinct=("item_a", "item_b"),
 )
 AGENTS = TableSchema(

@@ -22,7 +22,7 @@ import scipy.sparse as sp
 from scipy.optimize import minimize
 from scipy.special import expit
 
-from crowdflow.personal_rankings.encoding import rename_aliases
+from crowdflow.comparisons import rename_comparison_aliases
 from crowdflow.personal_rankings.objective import pair_nll, pair_nll_slope
 from crowdflow.personal_rankings.types import DEFAULT_ALPHA, DEFAULT_SIGMA, PairData
 
@@ -291,7 +291,7 @@ class GlobalBTLResult:
 
     def predict_proba(self, comparisons: pd.DataFrame) -> np.ndarray:
         """Probability that ``item_a`` is preferred (NaN for unknown items)."""
-        df = rename_aliases(comparisons)
+        df = rename_comparison_aliases(comparisons)
         a = pd.Index(self.items).get_indexer(df["item_a"].astype(str))
         b = pd.Index(self.items).get_indexer(df["item_b"].astype(str))
         ok = (a >= 0) & (b >= 0)

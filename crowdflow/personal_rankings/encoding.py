@@ -21,43 +21,14 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
+from crowdflow.comparisons import describe_positions, rename_comparison_aliases, winner_outcomes
 from crowdflow.errors import DegenerateInput
 from crowdflow.labels import natural_sort
 from crowdflow.personal_rankings.types import InvalidPolicy, PairData
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["COLUMN_ALIASES", "PersonalComparisons", "encode_personal_comparisons", "rename_aliases"]
-
-
-COLUMN_ALIASES = {
-    # the paper's names (user, item_i, item_j, winner)
-    "user": "annotator",
-    "item_i": "item_a",
-    "item_j": "item_b",
-    # Crowd-Kit pairwise names (worker, left, right, label = winner id)
-    "worker": "annotator",
-    "left": "item_a",
-    "right": "item_b",
-    "annotator_id": "annotator",
-}
-
-
-def rename_aliases(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with the alias columns of :data:`COLUMN_ALIASES` renamed to the canonical names.
-
-    An alias is renamed only when its canonical name is absent (``user`` → ``annotator`` unless the
-    table already has an ``annotator`` column). The input is never modified.
-    """
-    ren = {k: v for k, v in COLUMN_ALIASES.items() if k in df.columns and v not in df.columns}
-    return df.rename(columns=ren) if ren else df
-
-
-def _rows_message(mask: np.ndarray, limit: int = 5) -> str:
-    rows = np.flatnonzero(mask)
-    shown = ", ".join(str(int(r)) for r in rows[:limit])
-    more = f" (+{rows.size - limit} more)" if rows.size > limit else ""
-    return f"{rows.size} row(s) at positions [{shown}]{more}"
+__all__ = ["PersonalComparisons", "encode_personal_comparisons"]
 
 
 @dataclass(frozen=True)
@@ -157,9 +128,7 @@ def encode_personal_comparisons(
         raise ValueError(f"comparisons must be a pandas DataFrame, got {type(comparisons).__name__}")
     if on_invalid not in ("raise", "drop"):
         raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
-    df = rename_aliases(comparisons)
-    if "outcome" not in df.columns and "winner" not in df.columns and "label" in df.columns:
-        df = df.rename(columns={"label": "winner"})
+    df = rename_comparison_aliases(comparisons)
     need = ["annotator", "item_a", "item_b"]
     missing = [c for c in need if c not in df.columns]
     if missing or ("outcome" not in df.columns and "winner" not in df.columns):
@@ -186,17 +155,9 @@ def encode_personal_comparisons(
         reasons.append((bad_y, "outcome", "missing, non-numeric or infinite outcome"))
         y = np.where(bad_y, 0.0, y)
     else:
-        win = df["winner"]
-        win_na = win.isna().to_numpy()
-        w = win.astype(str).to_numpy(dtype=object)
-        y = np.full(n_rows, np.nan)
-        y[(w == ia.to_numpy(dtype=object)) & ~win_na] = 1.0
-        y[(w == ib.to_numpy(dtype=object)) & ~win_na] = -1.0
-        tie = np.char.lower(w.astype(str)) == "tie"
-        y[tie & ~win_na & np.isnan(y)] = 0.0
-        bad_y = np.isnan(y) & ~ia_na & ~ib_na
-        reasons.append((bad_y | win_na, "winner", "winner is neither item_a, item_b nor 'tie'"))
-        y = np.where(np.isnan(y), 0.0, y)
+        y, bad_win = winner_outcomes(ia, ib, df["winner"])
+        reasons.append((bad_win & ~ia_na & ~ib_na, "winner", "winner is neither item_a, item_b nor 'tie'"))
+        y = np.where(bad_win, 0.0, y)
     if "weight" in df.columns:
         wt = pd.to_numeric(df["weight"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
         bad_w = ~np.isfinite(wt) | (wt <= 0)
@@ -210,7 +171,7 @@ def encode_personal_comparisons(
         reason[new] = why
         invalid |= mask
         if mask.any() and on_invalid == "raise":
-            raise ValueError(f"column '{col}': {_rows_message(mask)}: {why}")
+            raise ValueError(f"column '{col}': {describe_positions(mask)}: {why}")
     n_invalid = int(invalid.sum())
     if n_invalid:
         logger.warning(

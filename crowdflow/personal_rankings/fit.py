@@ -33,11 +33,11 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit
 
+from crowdflow.comparisons import rename_comparison_aliases
 from crowdflow.personal_rankings.btl import fit_low_rank_btl, select_rank
 from crowdflow.personal_rankings.encoding import (
     PersonalComparisons,
     encode_personal_comparisons,
-    rename_aliases,
 )
 from crowdflow.personal_rankings.manifold import balance_factors
 from crowdflow.personal_rankings.metrics import rankings_from_scores
@@ -174,7 +174,7 @@ class PersonalRankingResult:
         numpy.ndarray
             One probability per row; NaN where the user or an item was not fitted.
         """
-        df = rename_aliases(comparisons)
+        df = rename_comparison_aliases(comparisons)
         u = pd.Index(self.users).get_indexer(df["annotator"].astype(str))
         a = pd.Index(self.items).get_indexer(df["item_a"].astype(str))
         b = pd.Index(self.items).get_indexer(df["item_b"].astype(str))

@@ -7,7 +7,7 @@ options. The building blocks they use are exported for simulations and benchmark
 docs/methods/ranking.md.
 """
 
-from crowdflow.ranking.comparisons import canonical_comparisons, comparisons_from_winners
+from crowdflow.comparisons import canonical_comparisons, comparisons_from_winners
 from crowdflow.ranking.cv import cv_lambda, cv_stop_time
 from crowdflow.ranking.fit import fit_hlasso, fit_hodgerank, fit_lbi, fit_ranking
 from crowdflow.ranking.graph import (

@@ -78,7 +78,7 @@ def fit_ranking(
     Parameters
     ----------
     comparisons : pandas.DataFrame or ComparisonGraph
-        One row per judgement, in any layout :func:`~crowdflow.ranking.comparisons.canonical_comparisons`
+        One row per judgement, in any layout :func:`~crowdflow.comparisons.canonical_comparisons`
         accepts, or a prepared graph.
     options : RankingOptions, optional
         The job's options (default: all defaults, the same as a pipeline spec without a ``ranking:`` section).
@@ -98,7 +98,7 @@ def fit_ranking(
     pydantic.ValidationError
         An unknown option, a value out of range or a combination the fit cannot run.
     ValueError
-        Comparisons that cannot be read (:func:`~crowdflow.ranking.comparisons.canonical_comparisons`);
+        Comparisons that cannot be read (:func:`~crowdflow.comparisons.canonical_comparisons`);
         :class:`~crowdflow.errors.DegenerateInput` for data the chosen options cannot fit.
     """
     o = RankingOptions.resolve(options, **overrides)

@@ -24,8 +24,8 @@ import scipy.sparse as sp
 from scipy.sparse import csgraph
 
 from crowdflow._typing import SparseMatrix
+from crowdflow.comparisons import canonical_comparisons, describe_positions
 from crowdflow.labels import natural_sort
-from crowdflow.ranking.comparisons import _bad_rows_message, canonical_comparisons
 from crowdflow.ranking.types import GraphReport, _str
 
 __all__ = [
@@ -286,7 +286,7 @@ class ComparisonGraph:
         if m and (i.min() < 0 or j.min() < 0 or i.max() >= n or j.max() >= n):
             raise ValueError("item index out of range")
         if np.any(i == j):
-            raise ValueError(f"self-comparisons: {_bad_rows_message(i == j)}")
+            raise ValueError(f"self-comparisons: {describe_positions(i == j)}")
         u = np.minimum(i, j)
         v = np.maximum(i, j)
         edge, edge_u, edge_v, edge_weight = _unique_edges(u, v, w, n)

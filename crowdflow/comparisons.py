@@ -1,17 +1,20 @@
-"""Parsing a comparison table into the canonical form every ranking method reads.
+"""Comparison tables, read one way by every job: aliases, winner → outcome, row checks, row messages.
 
-One row per judgement. The canonical columns are ``row_id, annotator, item_a, item_b, outcome, weight``
+One row per judgement. The canonical columns are ``annotator, item_a, item_b, outcome [, weight]``
 (``outcome > 0``: ``item_a`` preferred; ties are 0; weights are replication counts > 0). Accepted input
-layouts, each mapped onto the canonical one:
+layouts, each mapped onto the canonical one by the same functions wherever a comparison table is read
+(the file reader :mod:`crowdflow.io`, the ranking job, the personal-rankings job):
 
 * canonical ``annotator, item_a, item_b, outcome [, weight]``;
 * winner form ``annotator, item_a, item_b, winner`` (``winner`` names the preferred item or is the tie
-  token), converted by :func:`comparisons_from_winners`;
+  token ``tie``, any case), converted by :func:`winner_outcomes`;
 * Crowd-Kit pairwise ``worker, left, right, label`` (``label`` = the winner's id);
-* the paper's names ``annotator_id, item_i, item_j, y``.
+* the papers' names ``user`` / ``annotator_id``, ``item_i, item_j`` and ``y`` (:data:`COMPARISON_ALIASES`).
 
-:func:`canonical_comparisons` is the module's entry point; its errors name the column and the offending
-row positions. See docs/methods/ranking.md §1.2.
+:func:`canonical_comparisons` is the strict reader the ranking job uses (every bad row is an error);
+the personal-rankings job applies the same aliases and winner rule and may drop bad rows instead. Errors
+name the column and the offending row positions (:func:`describe_positions`). See docs/methods/ranking.md
+§1.2.
 """
 
 from __future__ import annotations
@@ -19,15 +22,27 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-__all__ = ["COMPARISON_ALIASES", "canonical_comparisons", "comparisons_from_winners"]
+__all__ = [
+    "COMPARISON_ALIASES",
+    "TIE",
+    "canonical_comparisons",
+    "comparisons_from_winners",
+    "describe_positions",
+    "rename_comparison_aliases",
+    "winner_outcomes",
+]
 
+#: The tie token of the winner form (compared case-insensitively).
+TIE = "tie"
 
+#: Alternative column name → canonical name; applied only when the canonical name is absent.
 COMPARISON_ALIASES = {
-    # Crowd-Kit pairwise names
+    # Crowd-Kit pairwise names (its `label` is the winner's id: see rename_comparison_aliases)
     "worker": "annotator",
     "left": "item_a",
     "right": "item_b",
-    # the paper's names (docs/methods/ranking.md §1.2)
+    # the papers' names (docs/methods/ranking.md §1.2, docs/methods/personal_rankings.md §1.1)
+    "user": "annotator",
     "annotator_id": "annotator",
     "item_i": "item_a",
     "item_j": "item_b",
@@ -35,11 +50,50 @@ COMPARISON_ALIASES = {
 }
 
 
-def _bad_rows_message(mask: np.ndarray, limit: int = 5) -> str:
+def describe_positions(mask: np.ndarray, limit: int = 5) -> str:
+    """``"3 row(s) at positions [0, 4, 7]"``: the rows a message is about (0-based positions in the table)."""
     rows = np.flatnonzero(mask)
     shown = ", ".join(str(int(r)) for r in rows[:limit])
     more = f" (+{rows.size - limit} more)" if rows.size > limit else ""
     return f"{rows.size} row(s) at positions [{shown}]{more}"
+
+
+def rename_comparison_aliases(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with :data:`COMPARISON_ALIASES` renamed, and Crowd-Kit's ``label`` read as ``winner``.
+
+    An alias is renamed only when its canonical name is absent; ``label`` becomes ``winner`` only when the
+    table has neither an ``outcome`` nor a ``winner``. The input is never modified.
+    """
+    ren = {k: v for k, v in COMPARISON_ALIASES.items() if k in df.columns and v not in df.columns}
+    no_outcome = "outcome" not in df.columns and "outcome" not in ren.values()
+    if no_outcome and "winner" not in df.columns and "label" in df.columns:
+        ren["label"] = "winner"
+    return df.rename(columns=ren) if ren else df
+
+
+def winner_outcomes(item_a: pd.Series, item_b: pd.Series, winner: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Outcomes of winner-form rows: ``+1`` if the winner is ``item_a``, ``−1`` if ``item_b``, ``0`` for a tie.
+
+    Parameters
+    ----------
+    item_a, item_b, winner : pandas.Series
+        The compared ids and the winner's id or the tie token :data:`TIE` (any case).
+
+    Returns
+    -------
+    outcome : numpy.ndarray
+        float64, NaN where the row has no valid winner.
+    bad : numpy.ndarray
+        bool, the rows whose ``winner`` is missing or names neither item nor a tie.
+    """
+    a = item_a.astype("string")
+    b = item_b.astype("string")
+    win = winner.astype("string")
+    out = np.full(len(win), np.nan)
+    out[(win == a).fillna(False).to_numpy(dtype=bool)] = 1.0
+    out[(win == b).fillna(False).to_numpy(dtype=bool)] = -1.0
+    out[(win.str.lower() == TIE).fillna(False).to_numpy(dtype=bool)] = 0.0
+    return out, np.isnan(out)
 
 
 def comparisons_from_winners(
@@ -49,7 +103,6 @@ def comparisons_from_winners(
     item_a: str = "item_a",
     item_b: str = "item_b",
     annotator: str = "annotator",
-    tie: str = "tie",
 ) -> pd.DataFrame:
     """Convert winner-form comparisons to the canonical outcome form.
 
@@ -64,8 +117,6 @@ def comparisons_from_winners(
         Winner-form table. Extra columns are kept.
     winner, item_a, item_b, annotator : str
         Column names in ``df``.
-    tie : str
-        The tie token (compared case-insensitively).
 
     Returns
     -------
@@ -80,16 +131,9 @@ def comparisons_from_winners(
     missing = [c for c in (item_a, item_b, winner) if c not in df.columns]
     if missing:
         raise ValueError(f"winner-form comparisons lack column(s) {missing}; have {list(df.columns)}")
-    a = df[item_a].astype("string")
-    b = df[item_b].astype("string")
-    win = df[winner].astype("string")
-    out = np.full(len(df), np.nan)
-    out[(win == a).fillna(False).to_numpy(dtype=bool)] = 1.0
-    out[(win == b).fillna(False).to_numpy(dtype=bool)] = -1.0
-    out[(win.str.lower() == tie.lower()).fillna(False).to_numpy(dtype=bool)] = 0.0
-    bad = np.isnan(out)
+    out, bad = winner_outcomes(df[item_a], df[item_b], df[winner])
     if bad.any():
-        raise ValueError(f"column '{winner}': {_bad_rows_message(bad)} name neither item_a, item_b nor '{tie}'")
+        raise ValueError(f"column '{winner}': {describe_positions(bad)} name neither item_a, item_b nor '{TIE}'")
     res = df.drop(columns=[winner]).rename(columns={item_a: "item_a", item_b: "item_b"})
     if annotator in res.columns and annotator != "annotator":
         res = res.rename(columns={annotator: "annotator"})
@@ -124,15 +168,9 @@ def canonical_comparisons(comparisons: pd.DataFrame) -> pd.DataFrame:
     """
     if not isinstance(comparisons, pd.DataFrame):
         raise ValueError(f"comparisons must be a pandas DataFrame, got {type(comparisons).__name__}")
-    df = comparisons
-    ren = {k: v for k, v in COMPARISON_ALIASES.items() if k in df.columns and v not in df.columns}
-    if ren:
-        df = df.rename(columns=ren)
-    if "outcome" not in df.columns:
-        if "winner" in df.columns:
-            df = comparisons_from_winners(df)
-        elif "label" in df.columns:
-            df = comparisons_from_winners(df, winner="label")
+    df = rename_comparison_aliases(comparisons)
+    if "outcome" not in df.columns and "winner" in df.columns:
+        df = comparisons_from_winners(df)
     missing = [c for c in ("item_a", "item_b", "outcome") if c not in df.columns]
     if missing:
         raise ValueError(
@@ -147,25 +185,25 @@ def canonical_comparisons(comparisons: pd.DataFrame) -> pd.DataFrame:
         s = df[col]
         na = s.isna().to_numpy()
         if na.any():
-            raise ValueError(f"column '{col}': {_bad_rows_message(na)} have a missing item id")
+            raise ValueError(f"column '{col}': {describe_positions(na)} have a missing item id")
         out[col] = s.astype(str).to_numpy(dtype=object)
     same = out["item_a"].to_numpy() == out["item_b"].to_numpy()
     if same.any():
         raise ValueError(
-            f"columns 'item_a'/'item_b': {_bad_rows_message(same)} compare an item with itself "
+            f"columns 'item_a'/'item_b': {describe_positions(same)} compare an item with itself "
             f"(e.g. item '{out['item_a'].iloc[int(np.flatnonzero(same)[0])]}')"
         )
     y = pd.to_numeric(df["outcome"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     bad = ~np.isfinite(y)
     if bad.any():
-        raise ValueError(f"column 'outcome': {_bad_rows_message(bad)} are missing, non-numeric or infinite")
+        raise ValueError(f"column 'outcome': {describe_positions(bad)} are missing, non-numeric or infinite")
     out["outcome"] = y
     if "weight" in df.columns:
         w = pd.to_numeric(df["weight"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
         bad = ~np.isfinite(w) | (w <= 0)
         if bad.any():
             raise ValueError(
-                f"column 'weight': {_bad_rows_message(bad)} are not finite and > 0 "
+                f"column 'weight': {describe_positions(bad)} are not finite and > 0 "
                 "(weights are replication counts; drop zero-weight rows before fitting)"
             )
     else:
