@@ -127,6 +127,12 @@ _TRANSIENT_ERRNO = frozenset(
     if hasattr(errno, name)
 )  # fmt: skip
 
+# how a permanent fault reads when an OSError carries no errno (pyarrow's, for instance)
+_PERMANENT_WORDS = (
+    "no space left", "quota", "read-only file system", "permission denied", "not permitted", "no such file",
+    "not a directory", "is a directory", "file exists", "too many levels of symbolic links", "file name too long",
+)  # fmt: skip
+
 _OS_MESSAGES = {
     errno.ENOSPC: "no space left on the device",
     errno.EDQUOT: "disk quota exceeded",
@@ -147,8 +153,9 @@ def is_transient(exc: BaseException) -> bool:
     """Whether a retry can fix ``exc`` (the retry condition of every retried task).
 
     True for :class:`TransientError`, connection errors, timeouts and ``OSError`` of a transient kind (EIO,
-    EAGAIN, ECONNREFUSED, ETIMEDOUT, …). False for everything else: bad input or spec, a ``ValueError`` or
-    ``TypeError``, ``MemoryError``, a full or read-only disk, a missing file, a permission.
+    EAGAIN, ECONNREFUSED, ETIMEDOUT, …; an ``OSError`` without an errno unless its text names a permanent
+    fault). False for everything else: bad input or spec, a ``ValueError`` or ``TypeError``, ``MemoryError``,
+    a full or read-only disk, a missing file, a permission.
     """
     if isinstance(exc, TransientError):
         return True
@@ -156,7 +163,11 @@ def is_transient(exc: BaseException) -> bool:
         return False
     if isinstance(exc, ConnectionError | TimeoutError):
         return True
-    return isinstance(exc, OSError) and exc.errno in _TRANSIENT_ERRNO
+    if not isinstance(exc, OSError):
+        return False
+    if exc.errno is None:  # pyarrow and others raise OSError without errno: known permanent faults by their text
+        return not any(word in str(exc).lower() for word in _PERMANENT_WORDS)
+    return exc.errno in _TRANSIENT_ERRNO
 
 
 def user_error(exc: BaseException) -> CrowdflowError | None:

@@ -155,6 +155,8 @@ def test_yaml_key_given_twice_and_deep_nesting_are_spec_errors(tmp_path: Path) -
     ("exc", "transient", "user"),
     [
         (OSError(errno.EIO, "Input/output error"), True, TransientError),
+        (OSError("Error reading bytes from file (no errno)"), True, TransientError),
+        (OSError("[errno 28] No space left on device"), False, ResourceError),
         (ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"), True, TransientError),
         (TimeoutError("timed out"), True, TransientError),
         (TransientError("db down"), True, TransientError),
