@@ -201,6 +201,14 @@ class ChecksSpec(_Strict):
             return self.connectivity
         return "warn" if job == "ranking" else "block"
 
+    def modes(self, job: str) -> dict[str, CheckMode]:
+        """Check name → block/warn for ``job`` (what :func:`crowdflow.checks.graph_checks` takes)."""
+        return {
+            "identifiability": self.identifiability,
+            "isolated_workers": self.isolated_workers,
+            "connectivity": self.connectivity_for(job),
+        }
+
 
 class RunnerSpec(_Strict):
     """Where the fan-out steps of a run execute (design.md §4 scale-out).
@@ -286,6 +294,17 @@ JOB_INPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "personal_models": (("agents", "edges"), ()),
     "assignment": (("candidates",), ("worker_caps", "task_caps")),
     "next_batch": (("open_tasks", "workers"), ()),
+}
+
+
+# The spec key holding each job's options model (next_batch assigns with the assignment options).
+JOB_OPTIONS: dict[str, str] = {
+    "skills": "skills",
+    "ranking": "ranking",
+    "personal_rankings": "personal_rankings",
+    "personal_models": "personal_models",
+    "assignment": "assignment",
+    "next_batch": "assignment",
 }
 
 

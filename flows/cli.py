@@ -1,14 +1,19 @@
 """The ``crowdflow`` command.
 
-    crowdflow run SPEC.yaml [--out DIR]       run a pipeline spec (Prefect flow, embedded API)
-    crowdflow validate SPEC.yaml              check the spec and its inputs (schema + graph); writes nothing
-    crowdflow serve SPEC.yaml [--cron CRON]   serve the spec as a deployment (needs PREFECT_API_URL)
-    crowdflow demo [--out DIR]                the bundled Snow et al. RTE example
-    crowdflow skills --labels PATH [--truth PATH] [--method M] --out DIR
+    crowdflow run SPEC.yaml [--out DIR] [--dry-run]   run a pipeline spec (Prefect flow, embedded API)
+    crowdflow validate SPEC.yaml                      the run's checks on the spec and its inputs; writes nothing
+    crowdflow serve SPEC.yaml [--cron CRON]           serve the spec as a deployment (needs PREFECT_API_URL)
+    crowdflow demo [--out DIR]                        the bundled Snow et al. RTE example
+    crowdflow skills|rank|personal-rank|personal-models|assign|next-batch --<input> PATH ... --out DIR [options]
 
-Exit codes: 0 success, 2 bad spec or input (one-line message; ``--debug`` for the traceback),
-1 unexpected error. Prefect, Great Expectations and the models are imported only when a command
-needs them, so ``crowdflow --help`` is fast.
+The per-job commands are generated from the spec models: one ``--<table>`` flag per input table of the job,
+one flag per field of the job's options model (``Literal`` choices, ``--x/--no-x`` booleans, comma lists,
+the field's description and default as help) and per check of ``ChecksSpec``; ``--dry-run`` checks instead
+of running. A flag therefore always reaches the spec the run receives (:func:`spec_from_args`).
+
+Exit codes: 0 success, 2 bad spec, option or input, or an environment fault (one line; ``--debug`` for the
+traceback), 1 unexpected error (a bug). Prefect, Great Expectations and the models are imported only when a
+command needs them.
 """
 
 from __future__ import annotations
@@ -17,9 +22,14 @@ import argparse
 import logging
 import os
 import sys
+import types
+import typing
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel
 
 DEMO_SPEC = "demo-rte.yaml"
 
@@ -126,115 +136,143 @@ def _run_spec(spec: Any, debug: bool) -> int:
     return 0
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    return _run_spec(_load(args.spec, args.out), args.debug)
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
     return _run_spec(_load(str(_demo_spec_path()), args.out or "crowdflow-out"), args.debug)
 
 
-def cmd_skills(args: argparse.Namespace) -> int:
+# The per-job commands: name, the job, help text, the default pipeline name. Their flags are generated from
+# the spec models (inputs from JOB_INPUTS, options from the job's options model, checks from ChecksSpec), so a
+# flag cannot exist without reaching the run, and its choices, default and help are the model's.
+JOB_COMMANDS: dict[str, tuple[str, str]] = {
+    "skills": ("skills", "consensus labels and worker skills from one labels table"),
+    "rank": ("ranking", "robust global ranking from pairwise comparisons (HodgeRank + outliers)"),
+    "personal-rank": ("personal_rankings", "per-user rankings from pairwise comparisons (low-rank BTL)"),
+    "personal-models": ("personal_models", "per-agent models smoothed over an agent graph (DJAM)"),
+    "assign": ("assignment", "task-worker assignment (exact TVCS selection under budget and caps)"),
+    "next-batch": ("next_batch", "closed loop: newest skills run + open tasks + workers -> assignment"),
+}
+_INPUT_HELP = {
+    "labels": "labels table: task, worker, label (CSV/Parquet file or Parquet folder)",
+    "truth": "gold labels: task, label (enables accuracy/error metrics)",
+    "comparisons": "annotator, item_a, item_b, outcome (or winner)",
+    "agents": "agent, y, feature columns (several rows per agent)",
+    "edges": "source, target, weight (undirected, weight > 0)",
+    "candidates": "task, worker, score",
+    "worker_caps": "per-worker caps table: worker, capacity",
+    "task_caps": "per-task caps table: task, cap",
+    "open_tasks": "task (one row per open task)",
+    "workers": "worker[, capacity] (available workers)",
+}
+# Older spellings kept working: each sets one check mode.
+_CHECK_SHORTHANDS = {
+    "skills": [
+        ("--warn-identifiability", "identifiability", "warn", "warn instead of blocking on bipartite components")
+    ],
+    "ranking": [("--require-connected", "connectivity", "block", "block on a disconnected comparison graph")],
+}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.rstrip("_").replace("_", "-")
+
+
+def _unwrap(annotation: Any) -> Any:
+    """``X`` of ``X | None``."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        return args[0]
+    return annotation
+
+
+def _is_sequence(annotation: Any) -> bool:
+    return typing.get_origin(annotation) in (list, tuple) or any(
+        typing.get_origin(a) in (list, tuple) for a in typing.get_args(annotation)
+    )
+
+
+def _add_model_flags(parser: argparse.ArgumentParser, model: type[BaseModel], dest_prefix: str) -> None:
+    """One flag per field of ``model``: choices from ``Literal``s, --x/--no-x for booleans, comma lists."""
+    group = parser.add_argument_group(f"{dest_prefix} options (the spec's '{dest_prefix}:' block)")
+    for name, field in model.model_fields.items():
+        ann = _unwrap(field.annotation)
+        default = field.get_default(call_default_factory=True)
+        helptext = (field.description or name) + f" (default: {default})"
+        kw: dict[str, Any] = {"dest": f"{dest_prefix}.{name}", "default": argparse.SUPPRESS, "help": helptext}
+        if typing.get_origin(ann) is Literal:
+            values = typing.get_args(ann)
+            kw.update(choices=list(values), type=_literal(values))
+        elif ann is bool:
+            kw.update(action=argparse.BooleanOptionalAction)
+        elif _is_sequence(ann):
+            kw.update(metavar=name.rstrip("_").upper() + "[,...]", type=_comma_list)
+        else:
+            kw.update(metavar=name.rstrip("_").upper())
+        group.add_argument(_flag(name), **kw)
+
+
+def _literal(values: tuple[Any, ...]) -> Callable[[str], Any]:
+    def convert(text: str) -> Any:
+        for v in values:
+            if str(v) == text:
+                return v
+        return text  # argparse's choices refuse it first
+
+    return convert
+
+
+def _comma_list(text: str) -> Any:
+    """``2,4,8`` → a list; one value stays a scalar (a field such as ``rank`` takes both)."""
+    parts = [p.strip() for p in text.split(",")]
+    return parts if len(parts) > 1 or text.endswith(",") else parts[0]
+
+
+def _add_job_command(sub: Any, command: str, job: str, help_text: str) -> None:
+    from crowdflow.spec import JOB_INPUTS, JOB_OPTIONS, ChecksSpec, PipelineSpec
+
+    p = sub.add_parser(command, help=help_text, description=help_text)
+    required, optional = JOB_INPUTS[job]
+    for kind in (*required, *optional):
+        p.add_argument(
+            _flag(kind), dest=f"input.{kind}", metavar="PATH", required=kind in required, help=_INPUT_HELP[kind]
+        )
+    if job == "next_batch":
+        p.add_argument("--skills-run", required=True, help="a skills pipeline output folder (or one run folder)")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--name", default=command, help=f"pipeline name, the output sub-folder (default: {command})")
+    p.add_argument("--dry-run", action="store_true", help="check the inputs as the run would; fit and write nothing")
+    options = PipelineSpec.model_fields[JOB_OPTIONS[job]].annotation
+    assert isinstance(options, type) and issubclass(options, BaseModel)
+    _add_model_flags(p, options, JOB_OPTIONS[job])
+    _add_model_flags(p, ChecksSpec, "checks")
+    for flag, check, mode, text in _CHECK_SHORTHANDS.get(job, []):
+        p.add_argument(
+            flag, dest=f"checks.{check}", action="store_const", const=mode, default=argparse.SUPPRESS, help=text
+        )
+    p.set_defaults(func=cmd_job, job=job)
+
+
+def spec_from_args(args: argparse.Namespace) -> Any:
+    """The pipeline spec a per-job command describes (exactly what the run receives)."""
     from crowdflow.spec import parse_spec
 
-    data: dict[str, Any] = {
-        "name": args.name,
-        "labels": {"path": str(Path(args.labels).resolve())},
-        "skills": {
-            "method": args.method,
-            "tie_break": args.tie_break,
-            "seed": args.seed,
-            "duplicates": args.duplicates,
-        },
-        "output": {"dir": str(Path(args.out).resolve())},
-    }
-    if args.truth:
-        data["truth"] = {"path": str(Path(args.truth).resolve())}
-    if args.warn_identifiability:
-        data["checks"] = {"identifiability": "warn"}
-    return _run_spec(parse_spec(data, origin="command line", base_dir=Path.cwd()), args.debug)
+    data: dict[str, Any] = {"name": args.name, "job": args.job, "output": {"dir": str(Path(args.out).resolve())}}
+    for dest, value in vars(args).items():
+        if dest.startswith("input."):
+            if value is not None:
+                data[dest.split(".", 1)[1]] = {"path": str(Path(value).resolve())}
+        elif "." in dest:
+            block, field = dest.split(".", 1)
+            data.setdefault(block, {})[field] = value
+    if args.job == "next_batch":
+        data["skills_run"] = str(Path(args.skills_run).resolve())
+    return parse_spec(data, origin="command line", base_dir=Path.cwd())
 
 
-def cmd_rank(args: argparse.Namespace) -> int:
-    from crowdflow.spec import parse_spec
-
-    data: dict[str, Any] = {
-        "name": args.name,
-        "job": "ranking",
-        "comparisons": {"path": str(Path(args.comparisons).resolve())},
-        "ranking": {"outliers": args.outliers, "budget": args.budget},
-        "output": {"dir": str(Path(args.out).resolve())},
-    }
-    if args.require_connected:
-        data["checks"] = {"connectivity": "block"}
-    return _run_spec(parse_spec(data, origin="command line", base_dir=Path.cwd()), args.debug)
-
-
-def cmd_personal_rank(args: argparse.Namespace) -> int:
-    from crowdflow.spec import parse_spec
-
-    ranks = [int(r) for r in args.rank.split(",")]
-    data: dict[str, Any] = {
-        "name": args.name,
-        "job": "personal_rankings",
-        "comparisons": {"path": str(Path(args.comparisons).resolve())},
-        "personal_rankings": {"rank": ranks[0] if len(ranks) == 1 else ranks, "method": args.method, "seed": args.seed},
-        "output": {"dir": str(Path(args.out).resolve())},
-    }
-    return _run_spec(parse_spec(data, origin="command line", base_dir=Path.cwd()), args.debug)
-
-
-def cmd_personal_models(args: argparse.Namespace) -> int:
-    from crowdflow.spec import parse_spec
-
-    data: dict[str, Any] = {
-        "name": args.name,
-        "job": "personal_models",
-        "agents": {"path": str(Path(args.agents).resolve())},
-        "edges": {"path": str(Path(args.edges).resolve())},
-        "personal_models": {"loss": args.loss, "method": args.method, "seed": args.seed},
-        "output": {"dir": str(Path(args.out).resolve())},
-    }
-    if args.reg is not None:
-        data["personal_models"]["reg"] = args.reg
-    return _run_spec(parse_spec(data, origin="command line", base_dir=Path.cwd()), args.debug)
-
-
-def cmd_assign(args: argparse.Namespace) -> int:
-    from crowdflow.spec import parse_spec
-
-    data: dict[str, Any] = {
-        "name": args.name,
-        "job": "assignment",
-        "candidates": {"path": str(Path(args.candidates).resolve())},
-        "assignment": {
-            "budget": args.budget,
-            "worker_cap": args.worker_cap,
-            "task_cap": args.task_cap,
-            "backend": args.backend,
-        },
-        "output": {"dir": str(Path(args.out).resolve())},
-    }
-    if args.worker_caps:
-        data["worker_caps"] = {"path": str(Path(args.worker_caps).resolve())}
-    if args.task_caps:
-        data["task_caps"] = {"path": str(Path(args.task_caps).resolve())}
-    return _run_spec(parse_spec(data, origin="command line", base_dir=Path.cwd()), args.debug)
-
-
-def cmd_next_batch(args: argparse.Namespace) -> int:
-    from crowdflow.spec import parse_spec
-
-    data: dict[str, Any] = {
-        "name": args.name,
-        "job": "next_batch",
-        "skills_run": str(Path(args.skills_run).resolve()),
-        "open_tasks": {"path": str(Path(args.open_tasks).resolve())},
-        "workers": {"path": str(Path(args.workers).resolve())},
-        "assignment": {"budget": args.budget, "worker_cap": args.worker_cap, "task_cap": args.task_cap},
-        "output": {"dir": str(Path(args.out).resolve())},
-    }
-    return _run_spec(parse_spec(data, origin="command line", base_dir=Path.cwd()), args.debug)
+def cmd_job(args: argparse.Namespace) -> int:
+    spec = spec_from_args(args)
+    if args.dry_run:
+        return _validate(spec)
+    return _run_spec(spec, args.debug)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -254,17 +292,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
+def _validate(spec: Any) -> int:
     from flows.pipeline import check_spec
 
     _prefect_env()  # a password_secret source reads its Prefect Secret block through the API
-    spec = _load(args.spec, None)
-    lines = check_spec(spec)
-    print("\n".join(lines))
+    print("\n".join(check_spec(spec)))
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def cmd_validate(args: argparse.Namespace) -> int:
+    return _validate(_load(args.spec, None))
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    spec = _load(args.spec, args.out)
+    return _validate(spec) if args.dry_run else _run_spec(spec, args.debug)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser; ``command`` set: only that per-job command gets its generated flags.
+
+    Generating a job's flags imports the spec models (and through them the job packages, ~2 s), so
+    ``crowdflow --help`` and the other commands build the per-job parsers only when one of them is used.
+    """
     parser = argparse.ArgumentParser(
         prog="crowdflow",
         description="Worker skills, consensus labels and rankings from crowdsourcing data, as Prefect pipelines.",
@@ -275,6 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run a pipeline spec (YAML)")
     p.add_argument("spec", help="path to the pipeline spec")
     p.add_argument("--out", help="output folder (overrides output.dir of the spec)")
+    p.add_argument(
+        "--dry-run", action="store_true", help="check the spec and its inputs as the run would; write nothing"
+    )
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("validate", help="check a spec and its inputs without fitting or writing")
@@ -292,77 +345,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output folder (default ./crowdflow-out)")
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("skills", help="consensus labels (and skills) from one labels file")
-    p.add_argument("--labels", required=True, help="labels table: task, worker, label (CSV/Parquet/folder)")
-    p.add_argument("--truth", help="gold labels: task, label (enables accuracy/error metrics)")
-    p.add_argument(
-        "--method",
-        default="pgd",
-        choices=["pgd", "onecoin_ds", "ds", "mv"],
-        help="pgd = rank-one skills (default); onecoin_ds / ds = Dawid-Skene EM; mv = majority vote",
-    )
-    p.add_argument("--solver", default="scaled", choices=["scaled", "gd", "eg"], help="PGD solver")
-    p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--name", default="skills", help="pipeline name (output sub-folder)")
-    p.add_argument("--tie-break", default="random", choices=["random", "smallest"])
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--duplicates", default="error", choices=["error", "keep_last", "keep_first"])
-    p.add_argument(
-        "--warn-identifiability", action="store_true", help="warn instead of blocking on bipartite components"
-    )
-    p.set_defaults(func=cmd_skills)
-
-    p = sub.add_parser("rank", help="robust global ranking from pairwise comparisons (HodgeRank + outliers)")
-    p.add_argument("--comparisons", required=True, help="annotator, item_a, item_b, outcome (or winner)")
-    p.add_argument("--outliers", default="lbi", choices=["lbi", "hlasso", "none"])
-    p.add_argument("--budget", type=float, default=0.05, help="share of comparisons allowed to be outliers")
-    p.add_argument("--require-connected", action="store_true", help="block on a disconnected comparison graph")
-    p.add_argument("--out", required=True)
-    p.add_argument("--name", default="ranking")
-    p.set_defaults(func=cmd_rank)
-
-    p = sub.add_parser("personal-rank", help="per-user rankings from pairwise comparisons (low-rank BTL)")
-    p.add_argument("--comparisons", required=True, help="annotator, item_a, item_b, outcome (or winner)")
-    p.add_argument("--rank", default="5", help="rank r, or a comma list to choose on held-out data")
-    p.add_argument("--method", default="lbfgs", choices=["lbfgs", "rtr"])
-    p.add_argument("--out", required=True)
-    p.add_argument("--name", default="personal-rankings")
-    p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(func=cmd_personal_rank)
-
-    p = sub.add_parser("personal-models", help="per-agent models smoothed over an agent graph (DJAM)")
-    p.add_argument("--agents", required=True, help="agent, y, feature columns (several rows per agent)")
-    p.add_argument("--edges", required=True, help="source, target, weight (undirected, weight > 0)")
-    p.add_argument("--loss", default="quadratic", choices=["quadratic", "ridge", "huber", "logistic"])
-    p.add_argument("--method", default="djam", choices=["djam", "centralized", "cl_admm", "djam_blocked"])
-    p.add_argument("--reg", type=float, help="ridge / prior strength (default 0.1)")
-    p.add_argument("--out", required=True)
-    p.add_argument("--name", default="personal-models")
-    p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(func=cmd_personal_models)
-
-    p = sub.add_parser("assign", help="next-batch task-worker assignment (exact TVCS selection)")
-    p.add_argument("--candidates", required=True, help="task, worker, score")
-    p.add_argument("--budget", type=int, help="total pairs (default unlimited)")
-    p.add_argument("--worker-cap", type=int, help="max tasks per worker (default for workers --worker-caps omits)")
-    p.add_argument("--worker-caps", metavar="PATH", help="per-worker caps table: worker, capacity")
-    p.add_argument("--task-cap", type=int, help="max workers per task (default for tasks --task-caps omits)")
-    p.add_argument("--task-caps", metavar="PATH", help="per-task caps table: task, cap")
-    p.add_argument("--backend", default="flow", choices=["flow", "lp", "pgd"])
-    p.add_argument("--out", required=True)
-    p.add_argument("--name", default="assignment")
-    p.set_defaults(func=cmd_assign)
-
-    p = sub.add_parser("next-batch", help="closed loop: newest skills run + open tasks + workers -> assignment")
-    p.add_argument("--skills-run", required=True, help="a skills pipeline output folder (or one run folder)")
-    p.add_argument("--open-tasks", required=True, help="task (one row per open task)")
-    p.add_argument("--workers", required=True, help="worker[, capacity] (available workers)")
-    p.add_argument("--budget", type=int)
-    p.add_argument("--worker-cap", type=int)
-    p.add_argument("--task-cap", type=int)
-    p.add_argument("--out", required=True)
-    p.add_argument("--name", default="next-batch")
-    p.set_defaults(func=cmd_next_batch)
+    for name, (job, help_text) in JOB_COMMANDS.items():
+        if command is None or command == name:
+            _add_job_command(sub, name, job, help_text)
+        else:
+            sub.add_parser(name, help=help_text)
     return parser
 
 
@@ -374,7 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     out of memory, a database still down after the retries), with one line naming the file, column,
     option or path; 1 for a bug ("unexpected error", ``--debug`` shows the traceback); 130 when interrupted.
     """
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    command = next((w for w in words if not w.startswith("-")), None)
+    args = build_parser(command if command in JOB_COMMANDS else "").parse_args(argv)
     _configure_logging()
     from crowdflow.errors import user_error
 

@@ -11,7 +11,7 @@ from crowdflow.errors import DegenerateInput
 from crowdflow.manifest import content_key
 from crowdflow.spec import PipelineSpec
 from flows.common import Clock, finish_run, load_inputs, run_id_for
-from tasks.check_graph import check_agent_graph
+from tasks.check_graph import check_graph
 from tasks.fit import fit_personal_models_task
 
 
@@ -28,7 +28,9 @@ def personal_models_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[
     clock.lap("ingest_validate")
     agents, edges = inputs["agents"], inputs["edges"]
     mode = spec.checks.connectivity_for(spec.job)
-    report = check_agent_graph(agents.df, edges.df, mode, edges.source)
+    tables = {"agents": agents.df, "edges": edges.df}
+    checked = check_graph("personal_models", spec.checks.modes(spec.job), tables, source=edges.source)
+    report = checked.report
     clock.lap("check_graph")
     opts = spec.personal_models
     key = content_key(
@@ -39,7 +41,7 @@ def personal_models_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[
     except DegenerateInput as exc:  # the data admit no fit: say which file, exit 2
         raise DegenerateInput(f"{agents.source}: {exc}", exc.reason) from None
     clock.lap("fit")
-    tables = {"personal_models": result.personal_models, "convergence": result.diagnostics}
+    outputs = {"personal_models": result.personal_models, "convergence": result.diagnostics}
     metrics = {
         "converged": bool(result.converged),
         "iterations": int(result.iterations),
@@ -51,7 +53,7 @@ def personal_models_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[
         spec,
         run_id,
         inputs,
-        tables,
+        outputs,
         checks=checks,
         metrics=metrics,
         clock=clock,

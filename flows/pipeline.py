@@ -67,11 +67,14 @@ def check_locations(spec: PipelineSpec) -> None:
 
 
 def check_spec(spec: PipelineSpec) -> list[str]:
-    """Read, validate and graph-check the spec's inputs without Prefect; raise on blocking failures.
+    """Read, validate and graph-check the spec's inputs as a run would, without Prefect and without writing.
 
-    Returns the report lines printed by ``crowdflow validate``.
+    The same steps as the job's flow up to the fit, through the same functions: the readers
+    (:func:`tasks.sources.read_source`), the skills job's duplicate policy, the table contracts' suites
+    (:func:`schemas.validation.validate_frame`) and the graph checks (:func:`crowdflow.checks.graph_checks`).
+    Blocking failures raise as they would in the run. Returns the report lines ``crowdflow validate`` prints.
     """
-    from crowdflow.graphs import worker_graph_report
+    from crowdflow.checks import graph_checks
     from crowdflow.labels import deduplicate, encode_labels
     from crowdflow.tables import INPUTS
     from schemas.validation import require_valid, validate_frame
@@ -79,62 +82,31 @@ def check_spec(spec: PipelineSpec) -> list[str]:
 
     check_locations(spec)
     lines = [f"spec {spec.name}: ok (job {spec.job})"]
-    if spec.job != "skills" or spec.labels is None:
-        tables = {}
-        for kind, src in spec.inputs().items():
-            t = read_source(spec, src, kind)
-            rep = validate_frame(t.df, INPUTS[kind], t.source)
-            if spec.checks.validation == "block":
-                require_valid(rep)
-            lines.append(f"{kind} {t.source}: {rep.n_rows} rows, " + ("passed" if rep.success else "FAILED"))
-            tables[kind] = t
-        lines += _graph_lines(spec, tables)
-        return lines
-    labels = read_source(spec, spec.labels, "labels")
-    df = labels.df
-    if spec.skills.duplicates != "error":
-        df, dropped = deduplicate(df, spec.skills.duplicates)
-        lines.append(f"dropped {dropped} duplicate (task, worker) rows")
-    allowed = {"label": spec.skills.classes} if spec.skills.classes else None
-    report = validate_frame(df, INPUTS["labels"], labels.source, allowed)
-    if spec.checks.validation == "block":
-        require_valid(report)
-    lines.append(
-        report.message()
-        if not report.success
-        else f"labels {labels.source}: {report.n_rows} rows, {report.n_expectations} expectations passed"
-    )
-    if spec.truth is not None:
-        truth = read_source(spec, spec.truth, "truth")
-        tr = validate_frame(truth.df, INPUTS["truth"], truth.source)
+    tables = {}
+    for kind, src in spec.inputs().items():
+        t = read_source(spec, src, kind)
+        df = t.df
+        if kind == "labels" and spec.skills.duplicates != "error":
+            df, dropped = deduplicate(df, spec.skills.duplicates)
+            lines.append(f"dropped {dropped} duplicate (task, worker) rows")
+        allowed = {"label": spec.skills.classes} if kind == "labels" and spec.skills.classes else None
+        report = validate_frame(df, INPUTS[kind], t.source, allowed)
         if spec.checks.validation == "block":
-            require_valid(tr)
-        lines.append(f"truth {truth.source}: {tr.n_rows} rows, " + ("passed" if tr.success else "FAILED"))
-    graph = worker_graph_report(encode_labels(df.dropna(subset=["task", "worker", "label"]), spec.skills.classes))
-    counts = graph.components["status"].value_counts().to_dict()
-    lines.append(f"worker graph: {len(graph.components)} components {counts}")
+            require_valid(report)
+        lines.append(
+            report.message()
+            if not report.success
+            else f"{kind} {t.source}: {report.n_rows} rows, {report.n_expectations} expectations passed"
+        )
+        tables[kind] = (df, t.source)
+    frames = {kind: df for kind, (df, _) in tables.items()}
+    lm = None
+    if spec.job == "skills":
+        lm = encode_labels(frames["labels"].dropna(subset=["task", "worker", "label"]), spec.skills.classes)
+    checks = graph_checks(spec.job, frames, spec.checks.modes(spec.job), lm)
+    if checks is not None:
+        source = tables["edges" if spec.job == "personal_models" else next(iter(tables))][1]
+        checks.raise_if_blocking(source)
+        lines.append(f"{checks.summary}; " + ", ".join(f"{k} {v}" for k, v in checks.results.items()))
+        lines += [f"warning: {w}" for w in checks.warnings]
     return lines
-
-
-def _graph_lines(spec: PipelineSpec, tables: dict[str, Any]) -> list[str]:
-    """The job's graph checks, as a run would do them (blocking ones raise ``GraphCheckFailed``)."""
-    from crowdflow.errors import GraphCheckFailed
-    from crowdflow.graphs import agent_graph_problems, agent_graph_report, comparison_graph_report
-
-    mode = spec.checks.connectivity_for(spec.job)
-    if spec.job in ("ranking", "personal_rankings"):
-        cmp = tables["comparisons"]
-        rep = comparison_graph_report(cmp.df)
-        parts = rep.n_user_item_components if spec.job == "personal_rankings" else rep.n_components
-        what = "annotator–item graph" if spec.job == "personal_rankings" else "item comparison graph"
-        if parts > 1 and mode == "block":
-            raise GraphCheckFailed(f"{cmp.source}: the {what} has {parts} connected components", "connectivity")
-        return [f"{what}: {parts} component(s)"]
-    if spec.job == "personal_models":
-        agents, edges = tables["agents"], tables["edges"]
-        agent_rep = agent_graph_report(edges.df, agents.df["agent"].astype(str).unique())
-        problems = agent_graph_problems(agent_rep, require_connected=mode == "block")
-        if problems:
-            raise GraphCheckFailed(f"{edges.source}: " + "; ".join(problems), "agent_graph")
-        return [f"agent graph: {agent_rep.n_agents} agents, {agent_rep.n_components} component(s)"]
-    return []

@@ -10,7 +10,7 @@ from crowdflow import __version__
 from crowdflow.manifest import content_key
 from crowdflow.spec import PipelineSpec
 from flows.common import Clock, finish_run, load_inputs, run_id_for
-from tasks.check_graph import check_comparison_graph
+from tasks.check_graph import check_graph
 from tasks.fit import fit_ranking_task
 
 
@@ -29,7 +29,8 @@ def ranking_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any
     inputs = load_inputs(spec)
     clock.lap("ingest_validate")
     cmp = inputs["comparisons"]
-    graph = check_comparison_graph(cmp.df, spec.checks.connectivity_for(spec.job), False, cmp.source)
+    checked = check_graph("ranking", spec.checks.modes(spec.job), {"comparisons": cmp.df}, source=cmp.source)
+    graph = checked.report
     clock.lap("check_graph")
     opts = spec.ranking
     key = content_key(cmp.sha256, opts.model_dump(), __version__, "ranking")

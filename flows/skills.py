@@ -17,7 +17,7 @@ from crowdflow.manifest import content_key
 from crowdflow.metrics import gold_metrics
 from crowdflow.spec import PipelineSpec
 from flows.common import Clock, finish_run, load_inputs, run_id_for
-from tasks.check_graph import check_worker_graph
+from tasks.check_graph import check_graph
 from tasks.fit import fit_skills_task
 
 _FIT_KEYS = (
@@ -70,7 +70,8 @@ def skills_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]
     labels, truth = inputs["labels"], inputs.get("truth")
 
     lm = encode_labels(labels.df.dropna(subset=["task", "worker", "label"]), opts.classes)
-    graph = check_worker_graph(lm, spec.checks.identifiability, spec.checks.isolated_workers, labels.source)
+    checked = check_graph("skills", spec.checks.modes(spec.job), lm=lm, source=labels.source)
+    graph = checked.report
     clock.lap("check_graph")
 
     # the runner is in the key so a Dask run really computes on Dask (the result is the same)

@@ -47,7 +47,9 @@ def test_corpus_is_complete() -> None:
     folders = {p.name for p in CORPUS.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
     assert folders == set(ids)
     for c in CASES:
-        assert set(c) <= {"id", "args", "exit", "stderr", "stdout", "outputs", "description", "xfail"}, c["id"]
+        assert set(c) <= {"id", "args", "exit", "stderr", "stdout", "outputs", "description", "xfail", "dry_run"}, c[
+            "id"
+        ]
         assert c["description"] and isinstance(c["exit"], int) and c["args"]
         assert c["exit"] == 0 or c.get("stderr"), f"{c['id']}: a failing case must name the words of its message"
 
@@ -89,3 +91,34 @@ def test_bad_input(case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureF
                 ok = bool(got.all()) if isinstance(got, pd.Series) else bool(got)
                 assert ok, f"{case['id']}: {table}: {expr!r} fails:\n{df.to_string()[:2000]}"
         assert {k: v for k, v in _snapshot(folder).items() if k in before} == before
+
+
+def _dry_params() -> list[Any]:
+    """Every case that runs a job: the same command with --dry-run (validate) must give the run's verdict."""
+    return [pytest.param(c, id=c["id"]) for c in CASES if c["args"][0] not in ("validate",) and not c.get("xfail")]
+
+
+@pytest.mark.parametrize("case", _dry_params())
+def test_dry_run_gives_the_runs_verdict(
+    case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--dry-run`` (the same checks as ``crowdflow validate``) exits as the run does, with the same words, and
+    writes nothing. A failure that only the fit can find (a case's ``dry_run`` says why) passes the dry run."""
+    folder = (tmp_path / "case").resolve()
+    shutil.copytree(CORPUS / case["id"], folder)
+    out = (tmp_path / "out").resolve()
+    before = _snapshot(folder)
+
+    def fill(s: str) -> str:
+        return s.replace("{case}", str(folder)).replace("{out}", str(out))
+
+    rc = main([*(fill(a) for a in case["args"]), "--dry-run"])
+    err = capsys.readouterr().err
+    fit_stage = case.get("dry_run")
+    assert rc == (0 if fit_stage else case["exit"]), f"{case['id']}: exit {rc}\nstderr:\n{err[-3000:]}"
+    if rc:
+        for word in case.get("stderr", []):
+            assert fill(word) in err, f"{case['id']}: {fill(word)!r} not in stderr:\n{err[-3000:]}"
+    assert "Traceback" not in err and "unexpected error" not in err
+    assert not out.exists() or not [p for p in out.rglob("*") if p.is_file()]
+    assert _snapshot(folder) == before
