@@ -858,3 +858,24 @@ def latest_run(path: str | os.PathLike[str]) -> Path:
         except (OSError, json.JSONDecodeError):
             continue
     raise InputError("no completed run (manifest.json with status completed) found", path=str(p))
+
+
+def read_skills_run(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The newest completed skills run under ``path`` (or that run): its ``skills`` and ``consensus`` tables.
+
+    Returns ``run_dir``, ``run_id``, ``started_at`` and the two tables. Refused with :class:`InputError` naming
+    the path: no completed run, a run of another job, a table the manifest lists that is missing on disk.
+    """
+    run = latest_run(path)
+    manifest = json.loads((run / "manifest.json").read_text())
+    if manifest.get("job") != "skills":
+        raise InputError(f"run {run.name} is a '{manifest.get('job')}' run, not a skills run", path=str(run))
+    outputs = manifest.get("outputs") or {}
+    tables: dict[str, Any] = {}
+    for name in ("skills", "consensus"):
+        # flat runs hold <table>.parquet; hive runs point at their dataset parts
+        part = run / outputs.get(name, {}).get("path", f"{name}.parquet")
+        if not part.is_file():
+            raise InputError(f"the completed run lists a '{name}' table that is not on disk", path=str(part))
+        tables[name] = pq.ParquetFile(part).read().to_pandas()
+    return {"run_dir": str(run), "run_id": manifest.get("run_id"), "started_at": manifest.get("started_at"), **tables}

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import platform
 import uuid
@@ -34,16 +32,6 @@ def versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[pkg] = "missing"
     return out
-
-
-def content_key(*parts: Any) -> str:
-    """SHA-256 over a JSON rendering of ``parts`` (input fingerprints, options, code version).
-
-    Used as the cache key of fit steps: equal inputs and options give an equal key, and the DataFrames
-    themselves are never hashed.
-    """
-    blob = json.dumps(parts, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()
 
 
 def started_at() -> str:

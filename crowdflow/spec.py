@@ -240,6 +240,19 @@ class RunnerSpec(_Strict):
         return refuse_inline_secret(v, "the address", allow_user=False)
 
 
+class CacheSpec(_Strict):
+    """Whether a fit may be answered from an earlier run's result, and for how long such a result is used.
+
+    The key is what the fit receives (data, options, where it runs, the code's version): any change to those
+    computes anew. A cached answer is logged and recorded in the manifest (``cache.hit``).
+    """
+
+    enabled: bool = Field(True, description="reuse the result of an identical earlier fit (off: always compute)")
+    expiration_days: float = Field(
+        7.0, gt=0.0, le=3650.0, description="how many days a cached fit result may be reused"
+    )
+
+
 class WarehouseSpec(Credentials):
     """Load every output table into DuckDB or PostgreSQL after the Parquet export.
 
@@ -362,6 +375,7 @@ class PipelineSpec(_Strict):
     checks: ChecksSpec = Field(default_factory=ChecksSpec)
     output: OutputSpec = Field(default_factory=OutputSpec)
     runner: RunnerSpec = Field(default_factory=RunnerSpec)
+    cache: CacheSpec = Field(default_factory=CacheSpec)
     base_dir: str = Field(".", description="folder relative paths are resolved against (the spec's folder)")
 
     @field_validator("name")
@@ -393,6 +407,10 @@ class PipelineSpec(_Strict):
 
     def path_of(self, source: SourceSpec) -> Path:
         return source.resolved(Path(self.base_dir))
+
+    def skills_run_path(self) -> str:
+        """The skills run (or pipeline output folder) a next batch reads, resolved against ``base_dir``."""
+        return str(Path(self.base_dir) / Path(str(self.skills_run)).expanduser())
 
     def output_dir(self) -> Path:
         return Path(self.base_dir) / Path(self.output.dir).expanduser()

@@ -6,12 +6,11 @@ from typing import Any
 
 from prefect import flow
 
-from crowdflow import __version__
 from crowdflow.errors import InputError
 from crowdflow.io import LoadedTable
-from crowdflow.manifest import content_key
 from crowdflow.spec import PipelineSpec
-from flows.common import Clock, finish_run, load_inputs, run_id_for
+from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
+from flows.pipeline import fit_data
 from tasks.fit import fit_assignment_task
 
 
@@ -48,15 +47,17 @@ def assignment_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, 
     for kind, col, default in (("worker_caps", "worker", opts.worker_cap), ("task_caps", "task", opts.task_cap)):
         if kind in caps and default is None:
             _require_cap_rows(caps[kind], cand, col, kind[:-1].replace("_", "-"))
-    key = content_key(
-        cand.sha256 + "".join(f"|{k}:{t.sha256}" for k, t in caps.items()), opts.model_dump(), __version__, "assignment"
-    )
-    result = fit_assignment_task(
+    worker_caps = caps["worker_caps"].df if "worker_caps" in caps else None
+    task_caps = caps["task_caps"].df if "task_caps" in caps else None
+    frames = {kind: t.df for kind, t in inputs.items()}
+    result, cache = fit_step(
+        spec,
+        fit_assignment_task,
+        fit_data(spec, frames),
         cand.df,
         opts,
-        key,
-        worker_caps=caps["worker_caps"].df if "worker_caps" in caps else None,
-        task_caps=caps["task_caps"].df if "task_caps" in caps else None,
+        worker_caps=worker_caps,
+        task_caps=task_caps,
     )
     clock.lap("fit")
     tables = {"assignment": result.assignment, "worker_load": result.worker_load, "task_load": result.task_load}
@@ -75,5 +76,5 @@ def assignment_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, 
         checks={"validation": spec.checks.validation},
         metrics=metrics,
         clock=clock,
-        extra={"method": "tvcs", "backend": opts.backend},
+        extra={"method": "tvcs", "backend": opts.backend, "cache": cache},
     )

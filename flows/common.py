@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +14,11 @@ from prefect import get_run_logger
 from prefect.runtime import flow_run
 
 from crowdflow.errors import SpecError
+from crowdflow.fingerprints import fit_key
 from crowdflow.io import LoadedTable
 from crowdflow.manifest import build_manifest, input_record, new_run_id
 from crowdflow.report import REPORT_FILE
-from crowdflow.spec import PipelineSpec, check_name
+from crowdflow.spec import JOB_OPTIONS, PipelineSpec, check_name
 from crowdflow.warehouse import redact_url
 from tasks.artifacts import report_artifacts
 from tasks.export import export_run
@@ -70,6 +72,41 @@ def load_inputs(
     for kind, table in tables.items():
         validate(table, kind, spec.checks.validation, (allowed or {}).get(kind))
     return tables
+
+
+def fit_step(
+    spec: PipelineSpec, fit_task: Any, fit_input: tuple[Any, dict[str, Any]], /, *args: Any, **kwargs: Any
+) -> tuple[Any, dict[str, Any]]:
+    """Run a fit task under the spec's cache settings; return its result and the manifest's ``cache`` record.
+
+    ``fit_input`` is :func:`flows.pipeline.fit_data`: what the fit receives and the other settings it reads. The
+    key (:func:`crowdflow.fingerprints.fit_key`) hashes those, the job's options, where the fit runs (runner
+    kind and address) and the code's identity. With ``cache.enabled: false`` the fit is computed anew (and
+    refreshes the cache). An answer from the cache is logged with the flow run that computed it.
+    """
+    data, settings = fit_input
+    options = getattr(spec, JOB_OPTIONS[spec.job])
+    key = fit_key(spec.job, data, options, (spec.runner.kind, spec.runner.address), **settings)
+    task = fit_task.with_options(
+        cache_expiration=timedelta(days=spec.cache.expiration_days), refresh_cache=not spec.cache.enabled
+    )
+    fitted = task(*args, fingerprint=key, **kwargs)
+    here = str(flow_run.id) if flow_run.id else None
+    hit = fitted.flow_run_id is not None and fitted.flow_run_id != here
+    record = {
+        "enabled": spec.cache.enabled,
+        "key": key,
+        "hit": hit,
+        "computed_in_flow_run": fitted.flow_run_id,
+        "computed_at": fitted.computed_at,
+    }
+    if hit:
+        get_run_logger().info(
+            "fit answered from cache (computed in flow run %s at %s); cache.enabled: false recomputes it",
+            fitted.flow_run_id,
+            fitted.computed_at,
+        )
+    return fitted.result, record
 
 
 def finish_run(

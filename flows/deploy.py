@@ -1,6 +1,7 @@
 """Entry-point flows for deployments (``deployments/prefect.yaml``, ``crowdflow serve``).
 
-Two flows, both running the job flow of a spec as a subflow:
+Two flows, both running the job's steps (tasks, artifacts, logs) inside their own flow run, so the run page
+a deployment links to is the pipeline run:
 
 - :func:`run_pipeline` takes the whole spec as a typed parameter (``spec: PipelineSpec``), so a
   deployment's run form in the Prefect UI is generated from the pydantic models (job, inputs, options,
@@ -40,7 +41,7 @@ def run_pipeline(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any
     dict
         ``run_id``, ``run_dir`` and ``metrics`` of the completed run.
     """
-    return run_spec(spec, run_id)
+    return run_spec(spec, run_id, in_this_flow=True)
 
 
 @flow(name="crowdflow-spec-file", log_prints=True)
@@ -58,4 +59,4 @@ def run_spec_file(spec_path: str, out: str | None = None) -> dict[str, Any]:
     if out:
         out_dir = str(Path(out).resolve())
         spec = spec.model_copy(update={"output": spec.output.model_copy(update={"dir": out_dir})})
-    return run_spec(spec)
+    return run_spec(spec, in_this_flow=True)

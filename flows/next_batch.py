@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from prefect import flow
 
-from crowdflow import __version__
-from crowdflow.manifest import content_key
 from crowdflow.spec import PipelineSpec
-from flows.common import Clock, finish_run, load_inputs, run_id_for
+from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
+from flows.pipeline import fit_data
 from tasks.fit import fit_next_batch_task
 from tasks.ingest import load_skills_run
 
@@ -27,15 +25,12 @@ def next_batch_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, 
     run_id = run_id_for(run_id)
     clock = Clock()
     inputs = load_inputs(spec)
-    skills_run = load_skills_run(str(Path(spec.base_dir) / Path(str(spec.skills_run)).expanduser()))
+    skills_run = load_skills_run(spec.skills_run_path())
     clock.lap("ingest_validate")
     opts = spec.assignment
-    key = content_key(
-        inputs["open_tasks"].sha256, inputs["workers"].sha256, skills_run["run_id"], opts.model_dump(), __version__
-    )
-    out = fit_next_batch_task(
-        inputs["open_tasks"].df, inputs["workers"].df, skills_run["skills"], skills_run["consensus"], opts, key
-    )
+    frames = {k: inputs[k].df for k in ("open_tasks", "workers")}
+    fit_input = fit_data(spec, frames, skills_run=skills_run)
+    out, cache = fit_step(spec, fit_next_batch_task, fit_input, *fit_input[0], opts)
     clock.lap("fit")
     result = out.result
     tables = {
@@ -59,5 +54,9 @@ def next_batch_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, 
         checks={"validation": spec.checks.validation},
         metrics=metrics,
         clock=clock,
-        extra={"method": "tvcs", "skills_run": {"run_id": skills_run["run_id"], "path": skills_run["run_dir"]}},
+        extra={
+            "method": "tvcs",
+            "skills_run": {"run_id": skills_run["run_id"], "path": skills_run["run_dir"]},
+            "cache": cache,
+        },
     )

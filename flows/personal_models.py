@@ -6,11 +6,10 @@ from typing import Any
 
 from prefect import flow
 
-from crowdflow import __version__
 from crowdflow.errors import DegenerateInput
-from crowdflow.manifest import content_key
 from crowdflow.spec import PipelineSpec
-from flows.common import Clock, finish_run, load_inputs, run_id_for
+from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
+from flows.pipeline import fit_data
 from tasks.check_graph import check_graph
 from tasks.fit import fit_personal_models_task
 
@@ -27,17 +26,23 @@ def personal_models_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[
     inputs = load_inputs(spec)
     clock.lap("ingest_validate")
     agents, edges = inputs["agents"], inputs["edges"]
-    mode = spec.checks.connectivity_for(spec.job)
     tables = {"agents": agents.df, "edges": edges.df}
     checked = check_graph("personal_models", spec.checks.modes(spec.job), tables, source=edges.source)
     report = checked.report
     clock.lap("check_graph")
     opts = spec.personal_models
-    key = content_key(
-        agents.sha256, edges.sha256, opts.model_dump(), mode, __version__, "personal_models", spec.runner.kind
-    )
+    fit_input = fit_data(spec, {"agents": agents.df, "edges": edges.df})
     try:
-        result = fit_personal_models_task(agents.df, edges.df, opts, mode == "warn", key, spec.runner)
+        result, cache = fit_step(
+            spec,
+            fit_personal_models_task,
+            fit_input,
+            agents.df,
+            edges.df,
+            opts,
+            fit_input[1]["allow_disconnected"],
+            runner=spec.runner,
+        )
     except DegenerateInput as exc:  # the data admit no fit: say which file, exit 2
         raise DegenerateInput(f"{agents.source}: {exc}", exc.reason) from None
     clock.lap("fit")
@@ -57,5 +62,5 @@ def personal_models_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[
         checks=checks,
         metrics=metrics,
         clock=clock,
-        extra={"method": opts.method, "loss": opts.loss},
+        extra={"method": opts.method, "loss": opts.loss, "cache": cache},
     )

@@ -7,11 +7,10 @@ from typing import Any
 
 from prefect import flow
 
-from crowdflow import __version__
 from crowdflow.errors import DegenerateInput
-from crowdflow.manifest import content_key
 from crowdflow.spec import PipelineSpec
-from flows.common import Clock, finish_run, load_inputs, run_id_for
+from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
+from flows.pipeline import fit_data
 from tasks.check_graph import check_graph
 from tasks.fit import fit_personal_rankings_task
 
@@ -33,9 +32,10 @@ def personal_rankings_flow(spec: PipelineSpec, run_id: str | None = None) -> dic
     graph = checked.report
     clock.lap("check_graph")
     opts = spec.personal_rankings
-    key = content_key(cmp.sha256, opts.model_dump(), __version__, "personal_rankings")
     try:
-        result = fit_personal_rankings_task(cmp.df, opts, key)
+        result, cache = fit_step(
+            spec, fit_personal_rankings_task, fit_data(spec, {"comparisons": cmp.df}), cmp.df, opts
+        )
     except DegenerateInput as exc:  # the data admit no fit: say which file, exit 2
         raise DegenerateInput(f"{cmp.source}: {exc}", exc.reason) from None
     clock.lap("fit")
@@ -57,5 +57,5 @@ def personal_rankings_flow(spec: PipelineSpec, run_id: str | None = None) -> dic
         checks=checks,
         metrics=metrics,
         clock=clock,
-        extra={"method": opts.method, "fit": diag},
+        extra={"method": opts.method, "fit": diag, "cache": cache},
     )

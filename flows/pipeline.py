@@ -2,45 +2,44 @@
 
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass, field
 from typing import Any
 
+import pandas as pd
+
 from crowdflow.errors import SpecError
+from crowdflow.labels import LabelMatrix
 from crowdflow.spec import PipelineSpec, check_name
 
+# job → the module and name of its flow (imported when a run needs it: validate stays free of Prefect)
+JOB_FLOWS: dict[str, tuple[str, str]] = {
+    "skills": ("flows.skills", "skills_flow"),
+    "ranking": ("flows.ranking", "ranking_flow"),
+    "personal_rankings": ("flows.personal_rankings", "personal_rankings_flow"),
+    "personal_models": ("flows.personal_models", "personal_models_flow"),
+    "assignment": ("flows.assignment", "assignment_flow"),
+    "next_batch": ("flows.next_batch", "next_batch_flow"),
+}
 
-def run_spec(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]:
-    """Run the flow of ``spec.job`` and return its summary (``run_id``, ``run_dir``, ``metrics``)."""
+
+def run_spec(spec: PipelineSpec, run_id: str | None = None, *, in_this_flow: bool = False) -> dict[str, Any]:
+    """Run the flow of ``spec.job`` and return its summary (``run_id``, ``run_dir``, ``metrics``).
+
+    ``in_this_flow=True`` (the deployment entry point :func:`flows.deploy.run_pipeline`) runs the job's steps
+    inside the calling flow run instead of as a subflow, so the run a deployment shows holds the task graph,
+    the artifacts and the logs of the pipeline run.
+    """
     check_locations(spec)
     if run_id is not None:
         try:
             check_name(run_id, "run id")
         except ValueError as exc:
             raise SpecError(str(exc)) from None
-    if spec.job == "skills":
-        from flows.skills import skills_flow
-
-        return skills_flow(spec, run_id)
-    if spec.job == "ranking":
-        from flows.ranking import ranking_flow
-
-        return ranking_flow(spec, run_id)
-    if spec.job == "personal_rankings":
-        from flows.personal_rankings import personal_rankings_flow
-
-        return personal_rankings_flow(spec, run_id)
-    if spec.job == "personal_models":
-        from flows.personal_models import personal_models_flow
-
-        return personal_models_flow(spec, run_id)
-    if spec.job == "assignment":
-        from flows.assignment import assignment_flow
-
-        return assignment_flow(spec, run_id)
-    if spec.job == "next_batch":
-        from flows.next_batch import next_batch_flow
-
-        return next_batch_flow(spec, run_id)
-    raise SpecError(f"job '{spec.job}' has no flow")
+    module, name = JOB_FLOWS[spec.job]
+    job_flow = getattr(importlib.import_module(module), name)
+    summary: dict[str, Any] = (job_flow.fn if in_this_flow else job_flow)(spec, run_id)
+    return summary
 
 
 def check_locations(spec: PipelineSpec) -> None:
@@ -66,47 +65,105 @@ def check_locations(spec: PipelineSpec) -> None:
             )
 
 
-def check_spec(spec: PipelineSpec) -> list[str]:
+@dataclass
+class Prepared:
+    """A spec's inputs read, prepared and checked as a run does it, up to the fit (what ``validate`` does).
+
+    Attributes
+    ----------
+    frames : dict
+        Input kind → the validated table (after the skills job's duplicate policy).
+    sources : dict
+        Input kind → where it came from (for messages).
+    lm : LabelMatrix or None
+        The encoded labels (skills).
+    skills_run : dict or None
+        The skills run a next batch reads (its ``skills`` and ``consensus`` tables).
+    lines : list of str
+        What ``crowdflow validate`` prints.
+    """
+
+    frames: dict[str, pd.DataFrame]
+    sources: dict[str, str]
+    lm: LabelMatrix | None = None
+    skills_run: dict[str, Any] | None = None
+    lines: list[str] = field(default_factory=list)
+
+
+def prepare(spec: PipelineSpec, *, validate: bool = True) -> Prepared:
     """Read, validate and graph-check the spec's inputs as a run would, without Prefect and without writing.
 
     The same steps as the job's flow up to the fit, through the same functions: the readers
     (:func:`tasks.sources.read_source`), the skills job's duplicate policy, the table contracts' suites
-    (:func:`schemas.validation.validate_frame`) and the graph checks (:func:`crowdflow.checks.graph_checks`).
-    Blocking failures raise as they would in the run. Returns the report lines ``crowdflow validate`` prints.
+    (:func:`schemas.validation.validate_frame`), the encoding and the graph checks
+    (:func:`crowdflow.checks.graph_checks`). Blocking failures raise as they would in the run.
+    ``validate=False`` skips the Great Expectations suites (they block, never change a row): the prepared
+    fit input is the same (a test that only needs the fit's input uses it).
     """
     from crowdflow.checks import graph_checks
+    from crowdflow.io import read_skills_run
     from crowdflow.labels import deduplicate, encode_labels
     from crowdflow.tables import INPUTS
     from schemas.validation import require_valid, validate_frame
     from tasks.sources import read_source
 
     check_locations(spec)
-    lines = [f"spec {spec.name}: ok (job {spec.job})"]
-    tables = {}
+    out = Prepared(frames={}, sources={}, lines=[f"spec {spec.name}: ok (job {spec.job})"])
     for kind, src in spec.inputs().items():
         t = read_source(spec, src, kind)
         df = t.df
         if kind == "labels" and spec.skills.duplicates != "error":
             df, dropped = deduplicate(df, spec.skills.duplicates)
-            lines.append(f"dropped {dropped} duplicate (task, worker) rows")
+            out.lines.append(f"dropped {dropped} duplicate (task, worker) rows")
         allowed = {"label": spec.skills.classes} if kind == "labels" and spec.skills.classes else None
+        out.frames[kind], out.sources[kind] = df, t.source
+        if not validate:
+            continue
         report = validate_frame(df, INPUTS[kind], t.source, allowed)
         if spec.checks.validation == "block":
             require_valid(report)
-        lines.append(
+        out.lines.append(
             report.message()
             if not report.success
             else f"{kind} {t.source}: {report.n_rows} rows, {report.n_expectations} expectations passed"
         )
-        tables[kind] = (df, t.source)
-    frames = {kind: df for kind, (df, _) in tables.items()}
-    lm = None
     if spec.job == "skills":
-        lm = encode_labels(frames["labels"].dropna(subset=["task", "worker", "label"]), spec.skills.classes)
-    checks = graph_checks(spec.job, frames, spec.checks.modes(spec.job), lm)
+        out.lm = encode_labels(out.frames["labels"].dropna(subset=["task", "worker", "label"]), spec.skills.classes)
+    if spec.job == "next_batch":
+        out.skills_run = read_skills_run(spec.skills_run_path())
+        out.lines.append(f"skills run {out.skills_run['run_dir']}: completed")
+    checks = graph_checks(spec.job, out.frames, spec.checks.modes(spec.job), out.lm)
     if checks is not None:
-        source = tables["edges" if spec.job == "personal_models" else next(iter(tables))][1]
-        checks.raise_if_blocking(source)
-        lines.append(f"{checks.summary}; " + ", ".join(f"{k} {v}" for k, v in checks.results.items()))
-        lines += [f"warning: {w}" for w in checks.warnings]
-    return lines
+        checks.raise_if_blocking(out.sources["edges" if spec.job == "personal_models" else next(iter(out.sources))])
+        out.lines.append(f"{checks.summary}; " + ", ".join(f"{k} {v}" for k, v in checks.results.items()))
+        out.lines += [f"warning: {w}" for w in checks.warnings]
+    return out
+
+
+def check_spec(spec: PipelineSpec) -> list[str]:
+    """The lines ``crowdflow validate`` prints: :func:`prepare`'s report (raises as the run would)."""
+    return prepare(spec).lines
+
+
+def fit_data(
+    spec: PipelineSpec,
+    frames: dict[str, pd.DataFrame],
+    lm: LabelMatrix | None = None,
+    skills_run: dict[str, Any] | None = None,
+) -> tuple[Any, dict[str, Any]]:
+    """What the job's fit receives (hashed into its cache key) and the other settings it reads.
+
+    One definition for the flows (:func:`flows.common.fit_step`) and for the tests that show every spec field
+    reaches the key or cannot change the fit.
+    """
+    job = spec.job
+    if job == "skills":
+        return lm, {}
+    if job in ("ranking", "personal_rankings"):
+        return frames["comparisons"], {}
+    if job == "personal_models":
+        return (frames["agents"], frames["edges"]), {"allow_disconnected": spec.checks.connectivity_for(job) == "warn"}
+    if job == "assignment":
+        return (frames["candidates"], frames.get("worker_caps"), frames.get("task_caps")), {}  # caps: optional
+    assert skills_run is not None
+    return (frames["open_tasks"], frames["workers"], skills_run["skills"], skills_run["consensus"]), {}

@@ -6,10 +6,9 @@ from typing import Any
 
 from prefect import flow
 
-from crowdflow import __version__
-from crowdflow.manifest import content_key
 from crowdflow.spec import PipelineSpec
-from flows.common import Clock, finish_run, load_inputs, run_id_for
+from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
+from flows.pipeline import fit_data
 from tasks.check_graph import check_graph
 from tasks.fit import fit_ranking_task
 
@@ -33,8 +32,7 @@ def ranking_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any
     graph = checked.report
     clock.lap("check_graph")
     opts = spec.ranking
-    key = content_key(cmp.sha256, opts.model_dump(), __version__, "ranking")
-    fitted = fit_ranking_task(cmp.df, opts, key)
+    fitted, cache = fit_step(spec, fit_ranking_task, fit_data(spec, {"comparisons": cmp.df}), cmp.df, opts)
     clock.lap("fit")
     tables = fitted["tables"]
     metrics: dict[str, Any] = {"n_items": len(tables["ranking"]), "n_components": graph.n_components}
@@ -50,5 +48,5 @@ def ranking_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any
         checks=checks,
         metrics=metrics,
         clock=clock,
-        extra={"method": opts.outliers, "fit": fitted["params"]},
+        extra={"method": opts.outliers, "fit": fitted["params"], "cache": cache},
     )

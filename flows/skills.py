@@ -10,13 +10,12 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 
-from crowdflow import __version__
 from crowdflow.io import LoadedTable
 from crowdflow.labels import deduplicate, encode_labels
-from crowdflow.manifest import content_key
 from crowdflow.metrics import gold_metrics
 from crowdflow.spec import PipelineSpec
-from flows.common import Clock, finish_run, load_inputs, run_id_for
+from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
+from flows.pipeline import fit_data
 from tasks.check_graph import check_graph
 from tasks.fit import fit_skills_task
 
@@ -74,9 +73,7 @@ def skills_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]
     graph = checked.report
     clock.lap("check_graph")
 
-    # the runner is in the key so a Dask run really computes on Dask (the result is the same)
-    key = content_key(labels.sha256, opts.model_dump(), __version__, "skills", spec.runner.kind)
-    result = fit_skills_task(lm, graph, opts, key, spec.runner)
+    result, cache = fit_step(spec, fit_skills_task, fit_data(spec, {}, lm), lm, graph, opts, runner=spec.runner)
     clock.lap("fit")
 
     meta = result.metadata
@@ -111,5 +108,5 @@ def skills_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]
         checks=checks,
         metrics=metrics,
         clock=clock,
-        extra={"method": opts.method, "fit": fit},
+        extra={"method": opts.method, "fit": fit, "cache": cache},
     )

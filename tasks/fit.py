@@ -1,17 +1,21 @@
-"""Model-fitting tasks. Each is a thin call into ``crowdflow.models``.
+"""Model-fitting tasks: each reads its inputs, calls one library entry point, logs, returns.
 
-Fits are cached on a content fingerprint (input sha256s + options + crowdflow version) passed in by
-the flow; the DataFrames are never hashed. Cached results live in Prefect's local result storage.
+Fits are cached on the key the flow computes (:func:`crowdflow.fingerprints.fit_key`: what the fit receives,
+its options, where it runs, the code's identity), passed in as ``fingerprint``; Prefect never hashes the
+DataFrames itself. Each task returns a :class:`Fitted`: the result and the flow run that computed it, so a
+result answered from the cache is told apart from a fresh one (:func:`flows.common.fit_step`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from datetime import timedelta
-from typing import Any
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Generic, TypeVar
 
 import pandas as pd
 from prefect import get_run_logger, task
+from prefect.runtime import flow_run
 
 from crowdflow.assignment import AssignmentOptions, AssignmentResult, NextBatchResult, assign_tasks, next_batch
 from crowdflow.graphs import WorkerGraphReport
@@ -23,6 +27,22 @@ from crowdflow.skills import SkillsOptions, SkillsResult, fit_skills
 from crowdflow.spec import RunnerSpec
 from tasks.progress import fit_progress
 from tasks.runners import dask_executor
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Fitted(Generic[T]):
+    """A fit's result and where it was computed (a cached result keeps the run that computed it)."""
+
+    result: T
+    flow_run_id: str | None
+    computed_at: str
+
+
+def _fitted(result: T) -> Fitted[T]:
+    run = str(flow_run.id) if flow_run.id else None
+    return Fitted(result, run, datetime.now(UTC).isoformat(timespec="seconds"))
 
 
 def fingerprint_key(context: Any, parameters: dict[str, Any]) -> str:
@@ -37,7 +57,7 @@ def fit_skills_task(
     options: SkillsOptions,
     fingerprint: str,
     runner: RunnerSpec | None = None,
-) -> SkillsResult:
+) -> Fitted[SkillsResult]:
     """Worker skills and consensus labels with the configured method (docs/methods/skills.md).
 
     Unidentifiable components reach this step only when the identifiability check is ``warn``; their
@@ -81,7 +101,7 @@ def fit_skills_task(
             100 * meta.get("frac_workers_identified", 0.0),
         )
     logger.info("%s on %d tasks / %d labels: %d ties", o.method, lm.n_tasks, lm.n_labels, meta.get("n_ties", 0))
-    return result
+    return _fitted(result)
 
 
 @task(
@@ -89,7 +109,7 @@ def fit_skills_task(
 )
 def fit_personal_rankings_task(
     comparisons: pd.DataFrame, options: PersonalRankingsOptions, fingerprint: str
-) -> PersonalRankingResult:
+) -> Fitted[PersonalRankingResult]:
     """Low-rank BTL per-user scores (docs/methods/personal_rankings.md)."""
     logger = get_run_logger()
     result = fit_personal_rankings(comparisons, options=options)
@@ -107,7 +127,7 @@ def fit_personal_rankings_task(
     )
     if len(result.excluded):
         logger.warning("%d users/items without usable comparisons are not ranked", len(result.excluded))
-    return result
+    return _fitted(result)
 
 
 @task(name="fit-personal-models", cache_key_fn=fingerprint_key, cache_expiration=timedelta(days=7), persist_result=True)
@@ -118,7 +138,7 @@ def fit_personal_models_task(
     allow_disconnected: bool,
     fingerprint: str,
     runner: RunnerSpec | None = None,
-) -> PersonalModelsResult:
+) -> Fitted[PersonalModelsResult]:
     """Personal models coupled over the agent graph (docs/methods/personal_models.md).
 
     Blocks of ``djam_blocked`` run as Dask tasks with ``executor: dask`` or a Dask ``runner`` (the
@@ -133,8 +153,8 @@ def fit_personal_models_task(
             address, n_workers, processes = o.dask_address, 2, True
         with dask_executor(address, n_workers, processes=processes) as run_on_dask:
             logger.info("running %d DJAM blocks as Dask tasks (%s)", o.n_blocks, address or "local cluster")
-            return _fit_personal_models(agents, edges, o, allow_disconnected, run_on_dask, logger)
-    return _fit_personal_models(agents, edges, o, allow_disconnected, None, logger)
+            return _fitted(_fit_personal_models(agents, edges, o, allow_disconnected, run_on_dask, logger))
+    return _fitted(_fit_personal_models(agents, edges, o, allow_disconnected, None, logger))
 
 
 def _fit_personal_models(
@@ -167,7 +187,7 @@ def _fit_personal_models(
 
 
 @task(name="fit-ranking", cache_key_fn=fingerprint_key, cache_expiration=timedelta(days=7), persist_result=True)
-def fit_ranking_task(comparisons: pd.DataFrame, options: RankingOptions, fingerprint: str) -> dict[str, Any]:
+def fit_ranking_task(comparisons: pd.DataFrame, options: RankingOptions, fingerprint: str) -> Fitted[dict[str, Any]]:
     """HodgeRank scores per component, with LBI / HLASSO outlier detection (docs/methods/ranking.md).
 
     Returns the output tables of :func:`crowdflow.ranking.fit_ranking` (``ranking``, ``components`` and
@@ -177,7 +197,7 @@ def fit_ranking_task(comparisons: pd.DataFrame, options: RankingOptions, fingerp
     logger = get_run_logger()
     result = fit_ranking(comparisons, options)
     logger.info(result.summary)
-    return {"tables": result.tables, "params": dict(result.params)}
+    return _fitted({"tables": result.tables, "params": dict(result.params)})
 
 
 @task(name="fit-assignment", cache_key_fn=fingerprint_key, cache_expiration=timedelta(days=7), persist_result=True)
@@ -187,7 +207,7 @@ def fit_assignment_task(
     fingerprint: str,
     worker_caps: pd.DataFrame | None = None,
     task_caps: pd.DataFrame | None = None,
-) -> AssignmentResult:
+) -> Fitted[AssignmentResult]:
     """Exact max-score assignment under budget, per-worker and per-task caps (library: ``assign_tasks``).
 
     Caps tables (``worker_caps``: worker, capacity; ``task_caps``: task, cap) give per-entity caps;
@@ -205,7 +225,7 @@ def fit_assignment_task(
         result.objective,
         "certified optimal" if result.certified else "not certified",
     )
-    return result
+    return _fitted(result)
 
 
 @task(name="fit-next-batch", cache_key_fn=fingerprint_key, cache_expiration=timedelta(days=7), persist_result=True)
@@ -216,7 +236,7 @@ def fit_next_batch_task(
     consensus: pd.DataFrame,
     options: AssignmentOptions,
     fingerprint: str,
-) -> NextBatchResult:
+) -> Fitted[NextBatchResult]:
     """Candidates from fitted skills × task uncertainty, then the exact capped assignment (library: ``next_batch``)."""
     logger = get_run_logger()
     out = next_batch(open_tasks, workers, skills, consensus, options)
@@ -227,4 +247,4 @@ def fit_next_batch_task(
         out.n_workers_without_skill,
         out.result.objective,
     )
-    return out
+    return _fitted(out)

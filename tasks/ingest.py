@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import pyarrow.parquet as pq
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
-from crowdflow.errors import InputError
-from crowdflow.io import LoadedTable, latest_run
+from crowdflow.io import LoadedTable, read_skills_run
 from crowdflow.spec import PipelineSpec, SourceSpec
 from tasks import retry_transient
 from tasks.sources import read_source
@@ -40,17 +37,9 @@ def ingest(spec: PipelineSpec, source: SourceSpec, kind: str) -> LoadedTable:
     cache_policy=NONE,
 )
 def load_skills_run(path: str) -> dict[str, Any]:
-    """The newest completed skills run under ``path``: its ``skills`` and ``consensus`` tables and manifest."""
-    logger = get_run_logger()
-    run = latest_run(path)
-    manifest = json.loads((run / "manifest.json").read_text())
-    if manifest.get("job") != "skills":
-        raise InputError(f"run {run.name} is a '{manifest.get('job')}' run, not a skills run", path=str(run))
-    outputs = manifest.get("outputs") or {}
-    # flat runs hold <table>.parquet; hive runs point at their dataset parts
-    tables = {
-        name: pq.ParquetFile(run / outputs.get(name, {}).get("path", f"{name}.parquet")).read().to_pandas()
-        for name in ("skills", "consensus")
-    }
-    logger.info("using skills run %s (%d workers, %d tasks)", run, len(tables["skills"]), len(tables["consensus"]))
-    return {"run_dir": str(run), "run_id": manifest.get("run_id"), **tables}
+    """The newest completed skills run under ``path`` (:func:`crowdflow.io.read_skills_run`)."""
+    run = read_skills_run(path)
+    get_run_logger().info(
+        "using skills run %s (%d workers, %d tasks)", run["run_dir"], len(run["skills"]), len(run["consensus"])
+    )
+    return run

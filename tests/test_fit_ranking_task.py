@@ -26,7 +26,7 @@ def test_fit_ranking_task_returns_the_library_result(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(tasks.fit, "get_run_logger", lambda: logging.getLogger("test"))
     g = huber_instance(2).graph
     df = comparison_table(g.i, g.j, g.y)
-    out = tasks.fit.fit_ranking_task.fn(df, options, "key")
+    out = tasks.fit.fit_ranking_task.fn(df, options, "key").result
     ref = fit_ranking(df, options)
     assert out["params"] == ref.params  # 'none' used to report only {"method": "hodgerank"}
     assert list(out["tables"]) == list(ref.tables)

@@ -189,3 +189,40 @@ def test_persistent_export_fault_leaves_nothing(tmp_path: Path, rte_dir: Path, m
         skills_flow(spec)
     assert [p.name for p in (tmp_path / "fault").iterdir()] == [Path(first["run_dir"]).name]
     assert sorted(p.name for p in Path(first["run_dir"]).iterdir()) == before
+
+
+def test_cache_follows_what_the_fit_receives(tmp_path: Path) -> None:
+    """The issue's case: a run, then the same file with its task/worker mapping fixed. Before, the second run
+    was answered from the cache (the key was the file's hash plus the options) and exported the first run's
+    consensus while its manifest recorded the new mapping."""
+    from flows.skills import skills_flow
+
+    rows = [(f"t{t}", f"w{w}", "a" if (t + w) % 3 else "b") for t in range(12) for w in range(4)]
+    pd.DataFrame(rows, columns=["a", "b", "label"]).to_csv(tmp_path / "labels.csv", index=False)
+
+    def run(columns: dict[str, str], **cache: object) -> dict:
+        spec = parse_spec(
+            {
+                "name": "cache",
+                "labels": {"path": "labels.csv", "columns": columns},
+                "skills": {"method": "mv", "tie_break": "smallest"},
+                "output": {"dir": "out"},
+                "cache": cache,
+            },
+            base_dir=tmp_path,
+        )
+        summary = skills_flow(spec)
+        manifest = json.loads((Path(summary["run_dir"]) / "manifest.json").read_text())
+        manifest["consensus"] = pd.read_parquet(Path(summary["run_dir"]) / "consensus.parquet")
+        return manifest
+
+    swapped = run({"task": "b", "worker": "a"})
+    fixed = run({"task": "a", "worker": "b"})
+    assert not fixed["cache"]["hit"] and fixed["cache"]["key"] != swapped["cache"]["key"]
+    assert set(fixed["consensus"]["task"]) == {f"t{t}" for t in range(12)}  # tasks named like tasks, not workers
+    again = run({"task": "a", "worker": "b"})
+    assert again["cache"]["hit"] and again["cache"]["key"] == fixed["cache"]["key"]
+    assert again["cache"]["computed_in_flow_run"] == fixed["flow_run_id"]
+    pd.testing.assert_frame_equal(again["consensus"], fixed["consensus"])
+    off = run({"task": "a", "worker": "b"}, enabled=False)
+    assert not off["cache"]["hit"] and off["cache"]["computed_in_flow_run"] == off["flow_run_id"]
