@@ -530,7 +530,7 @@ class ComparisonGraphReport:
         component, n_items, n_comparisons, items (first 20 ids).
     n_user_item_components : int
         Components of the bipartite annotator–item graph (the aggregate graph a personalised model needs
-        connected: spec personal-rankings-manifold.md §1.3).
+        connected: docs/methods/personal_rankings.md §1.3).
     """
 
     items: pd.DataFrame

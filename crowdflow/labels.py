@@ -64,7 +64,7 @@ def natural_sort(values: np.ndarray) -> np.ndarray:
 
 
 def deduplicate(labels: pd.DataFrame, policy: DuplicatePolicy = "error") -> tuple[pd.DataFrame, int]:
-    """Apply the duplicate (task, worker) policy of design.md §3.
+    """Apply the duplicate (task, worker) policy (the spec's `skills.duplicates`; README "The pipeline spec").
 
     Parameters
     ----------

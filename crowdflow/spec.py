@@ -211,7 +211,7 @@ class ChecksSpec(_Strict):
 
 
 class RunnerSpec(_Strict):
-    """Where the fan-out steps of a run execute (design.md §4 scale-out).
+    """Where the fan-out steps of a run execute (README "Scale-out on Dask").
 
     ``inline`` (default) computes everything in the flow's process. ``dask`` sends the steps that split
     into independent pieces to a Dask cluster: the skills job's co-label statistics (one task per

@@ -19,6 +19,7 @@ from crowdflow.ranking.graph import (
 from crowdflow.ranking.hlasso import LassoFit, LassoPath, hlasso, hlasso_path
 from crowdflow.ranking.hodge import HodgeDecomposition, hodge_decomposition, undetectable_rows
 from crowdflow.ranking.identifiability import Identifiability, identifiability
+from crowdflow.ranking.intervals import score_intervals
 from crowdflow.ranking.lbi import lbi_alg2, lbi_alg3, sync_lbi
 from crowdflow.ranking.lbi_path import LBIPath
 from crowdflow.ranking.least_squares import LaplacianSolver, hodgerank_scores, laplacian_lambda_max, refit_without
@@ -61,6 +62,7 @@ __all__ = [
     "lbi_alg2",
     "lbi_alg3",
     "refit_without",
+    "score_intervals",
     "shrink",
     "sync_lbi",
     "undetectable_rows",

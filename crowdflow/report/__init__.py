@@ -15,7 +15,6 @@ from crowdflow.report.page import (
     render_report,
     report_from_run_dir,
 )
-from crowdflow.report.ranking import score_intervals
 
 __all__ = [
     "FIGURE_IDS",
@@ -26,5 +25,4 @@ __all__ = [
     "planned_outputs",
     "render_report",
     "report_from_run_dir",
-    "score_intervals",
 ]
