@@ -43,6 +43,7 @@ import pyarrow.parquet as pq
 
 from crowdflow.comparisons import TIE, rename_comparison_aliases, winner_outcomes
 from crowdflow.errors import InputError
+from crowdflow.labels import canonical_label_text
 from crowdflow.manifest import json_safe
 from crowdflow.spec import check_name
 from crowdflow.tables import TableSchema
@@ -303,7 +304,8 @@ def _coerce(df: pd.DataFrame, schema: TableSchema, path: str) -> pd.DataFrame:
                 s = _float_ids(s, col.name, path)
             text = s.astype("string").str.strip()
             # an id (or label) that is only whitespace is missing, not the id '' shared by every such row
-            out[col.name] = text.mask(text == "")
+            text = text.mask(text == "")
+            out[col.name] = canonical_label_text(text) if col.numbers_as_one else text
         elif col.type in ("float", "int"):
             if s.dtype.kind in "fiu":
                 num = s.astype(np.float64)

@@ -8,6 +8,7 @@ results are deterministic and independent of input row order (docs/methods/skill
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Literal, cast
 
@@ -334,3 +335,36 @@ def encode_canonical(
         ),
         dropped,
     )
+
+
+_INTEGER = re.compile(r"[+-]?\d+")
+
+
+def canonical_label_text(values: pd.Series) -> pd.Series:
+    """Label values with every number written one way: ``1``, ``1.0``, ``1.00``, ``+1`` and ``01`` are ``1``.
+
+    The one rule for numeric-looking labels, applied wherever labels enter (the reader's label columns of the
+    labels and truth tables, the declared ``classes``): a value that parses as a finite number is written as
+    the integer when it is whole (an integer literal exactly, however long; a decimal below 2**53), else as
+    the shortest decimal that round-trips (``0.5``, ``2.5e-08``); any other text is kept as it is. So a float export (``1.0``) matches integer gold (``1``), a
+    decimal Parquet column (``1.00``) reads as ``1``, and ``1`` and ``1.0`` in one file are one class, not two.
+    Missing values stay missing. Vectorised over the distinct values (a label column has few).
+    """
+    codes, uniques = pd.factorize(values.astype("string"), use_na_sentinel=True)
+    text = np.array([str(u).strip() for u in uniques], dtype=object)
+    canon = text.copy()
+    for k, word in enumerate(text):
+        if _INTEGER.fullmatch(word):
+            canon[k] = str(int(word))  # exact, however many digits
+            continue
+        try:
+            v = float(word)
+        except ValueError:
+            continue
+        if not np.isfinite(v):
+            continue
+        canon[k] = str(int(v)) if v == np.floor(v) and abs(v) < 2**53 else repr(v)
+    out = np.full(len(codes), None, dtype=object)
+    present = codes >= 0
+    out[present] = canon[codes[present]]
+    return pd.Series(out, index=values.index, dtype="string")

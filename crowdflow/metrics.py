@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import pandas as pd
@@ -21,29 +22,41 @@ class GoldMetrics:
         |G|: gold tasks that have a consensus label.
     n_gold_unlabelled : int
         Gold tasks nobody labelled (excluded from the metric).
+    n_gold_label_unknown : int
+        Gold tasks whose gold label is none of the fitted classes: they can never be right, which usually
+        means the gold is spelled differently from the labels (a warning, not an error).
     """
 
     accuracy: float
     error: float
     n_gold: int
     n_gold_unlabelled: int
+    n_gold_label_unknown: int = 0
 
     def as_dict(self) -> dict[str, float | int]:
         return asdict(self)
 
 
-def gold_metrics(consensus: pd.DataFrame, truth: pd.DataFrame) -> GoldMetrics:
-    """Compare ``consensus`` (task, label) with ``truth`` (task, label); ids compared as strings."""
+def gold_metrics(consensus: pd.DataFrame, truth: pd.DataFrame, classes: Sequence[str] | None = None) -> GoldMetrics:
+    """Compare ``consensus`` (task, label) with ``truth`` (task, label); ids compared as strings.
+
+    ``classes`` (the fitted label set) counts gold tasks whose gold label is outside it
+    (``n_gold_label_unknown``); default: the labels the consensus uses.
+    """
     pred = consensus[["task", "label"]].astype({"task": "string", "label": "string"})
     gold = truth[["task", "label"]].astype({"task": "string", "label": "string"})
     merged = gold.merge(pred, on="task", how="left", suffixes=("_true", "_pred"))
     has = merged["label_pred"].notna()
     n = int(has.sum())
+    known = set(pred["label"].dropna()) if classes is None else {str(c) for c in classes}
+    unknown = int((has & ~merged["label_true"].isin(known)).sum())
     if n == 0:
         return GoldMetrics(accuracy=float("nan"), error=float("nan"), n_gold=0, n_gold_unlabelled=len(gold))
     correct = (merged.loc[has, "label_true"] == merged.loc[has, "label_pred"]).sum()
     acc = float(correct) / n
-    return GoldMetrics(accuracy=acc, error=1.0 - acc, n_gold=n, n_gold_unlabelled=int((~has).sum()))
+    return GoldMetrics(
+        accuracy=acc, error=1.0 - acc, n_gold=n, n_gold_unlabelled=int((~has).sum()), n_gold_label_unknown=unknown
+    )
 
 
 def majority_vote_expected_error(labels: pd.DataFrame, truth: pd.DataFrame) -> float:

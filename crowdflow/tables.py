@@ -88,6 +88,10 @@ class Column:
         For ``id`` columns: whether a value may be one of :data:`NA_SPELLINGS`. False for entity ids
         (rows sharing ``#N/A`` would be fitted as one worker); True for label values, where ``N/A``
         can be an answer class.
+    numbers_as_one : bool
+        Numeric-looking values are one value however they are written (``1``, ``1.0``, ``01``): the reader
+        writes them in one form (:func:`crowdflow.labels.canonical_label_text`). True for labels; ids keep
+        their text (``007`` and ``7`` are two tasks).
     """
 
     name: str
@@ -101,6 +105,7 @@ class Column:
     max_abs: float | None = None
     min_distinct: int | None = None
     na_spelling_ok: bool = False
+    numbers_as_one: bool = False
 
     @property
     def arrow_type(self) -> pa.DataType:
@@ -154,12 +159,16 @@ class TableSchema:
 
 LABELS = TableSchema(
     name="labels",
-    columns=(Column("task", "id"), Column("worker", "id"), Column("label", "id", min_distinct=2, na_spelling_ok=True)),
+    columns=(
+        Column("task", "id"),
+        Column("worker", "id"),
+        Column("label", "id", min_distinct=2, na_spelling_ok=True, numbers_as_one=True),
+    ),
     unique=("task", "worker"),
 )
 TRUTH = TableSchema(
     name="truth",
-    columns=(Column("task", "id"), Column("label", "id", na_spelling_ok=True)),
+    columns=(Column("task", "id"), Column("label", "id", na_spelling_ok=True, numbers_as_one=True)),
     unique=("task",),
 )
 COMPARISONS = TableSchema(

@@ -84,7 +84,17 @@ def skills_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]
         "frac_workers_identified": meta.get("frac_workers_identified"),
     }
     if truth is not None:
-        metrics.update(gold_metrics(result.consensus, truth.df).as_dict())
+        metrics.update(gold_metrics(result.consensus, truth.df, list(lm.classes)).as_dict())
+        if metrics["n_gold_label_unknown"]:
+            known = ", ".join(map(str, lm.classes[:10]))
+            logger.warning(
+                "%d of %d gold tasks have a gold label that is none of the fitted classes [%s]: they can never be "
+                "counted right (is the gold spelled differently from the labels?) — %s",
+                metrics["n_gold_label_unknown"],
+                metrics["n_gold"],
+                known,
+                truth.source,
+            )
         logger.info(
             "accuracy on %d gold tasks: %.4f (error %.4f)", metrics["n_gold"], metrics["accuracy"], metrics["error"]
         )

@@ -203,3 +203,41 @@ def test_an_output_folder_that_is_a_file_is_refused(tmp_path: Path) -> None:
     target.write_text("not a folder")
     with pytest.raises(InputError, match="the output folder is a file"):
         write_run(target, "pipe", "r1", {"t": pd.DataFrame({"a": [1]})}, {})
+
+
+# --- numeric-looking labels: one rule for labels, truth and classes ----------------------------------------
+
+
+def test_a_number_is_one_label_however_it_is_written(tmp_path: Path) -> None:
+    from crowdflow.metrics import gold_metrics
+
+    lab = _csv(tmp_path, "task,worker,label\nt1,w1,1.0\nt1,w2,1\nt2,w1,0.0\nt2,w2,+0\nt3,w1,01\nt3,w2,cat\n")
+    df = read_table(lab, LABELS).df
+    assert df["label"].tolist() == ["1", "1", "0", "0", "1", "cat"]  # '1' and '1.0' were two classes
+    truth = read_table(_csv(tmp_path, "task,label\nt1,1\nt2,0\nt3,1\n", "truth.csv"), INPUTS["truth"]).df
+    consensus = pd.DataFrame({"task": ["t1", "t2", "t3"], "label": ["1", "0", "1"]})
+    assert gold_metrics(consensus, truth).accuracy == 1.0  # a float export against integer gold gave 0.0
+    dec = tmp_path / "dec.parquet"
+    import decimal
+
+    table = pa.table(
+        {
+            "task": ["t1", "t1"],
+            "worker": ["w1", "w2"],
+            "label": pa.array([decimal.Decimal("1.00"), decimal.Decimal("0.50")], type=pa.decimal128(5, 2)),
+        }
+    )
+    pq.write_table(table, dec)
+    assert read_table(dec, LABELS).df["label"].tolist() == ["1", "0.5"]  # was '1.00'
+    ids = read_table(_csv(tmp_path, "task,worker,label\n007,01,a\n7,1,b\n", "ids.csv"), LABELS).df
+    assert ids["task"].tolist() == ["007", "7"] and ids["worker"].tolist() == ["01", "1"]  # ids keep their text
+
+
+def test_gold_labels_outside_the_fitted_classes_are_counted() -> None:
+    from crowdflow.metrics import gold_metrics
+
+    consensus = pd.DataFrame({"task": ["t1", "t2", "t3"], "label": ["yes", "no", "yes"]})
+    truth = pd.DataFrame({"task": ["t1", "t2", "t3"], "label": ["Yes", "no", "Y"]})
+    m = gold_metrics(consensus, truth, classes=["no", "yes"])
+    assert (m.n_gold, m.n_gold_label_unknown) == (3, 2)
+    assert gold_metrics(consensus, truth.assign(label=["yes", "no", "no"])).n_gold_label_unknown == 0
