@@ -16,7 +16,6 @@ import dataclasses
 import functools
 import hashlib
 import json
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -99,14 +98,8 @@ def code_identity() -> str:
 
 
 def _is_development_install() -> bool:
-    try:
-        dist = metadata.distribution("crowdflow")
-    except metadata.PackageNotFoundError:
-        return True
-    direct = dist.read_text("direct_url.json")
-    if direct is None:
-        return False
-    return bool(json.loads(direct).get("dir_info", {}).get("editable", False))
+    """The library is imported from a source tree (an editable install or none), not from site-packages."""
+    return not any(part in ("site-packages", "dist-packages") for part in Path(__file__).resolve().parts)
 
 
 def fit_key(job: str, data: Any, options: Any, where: Any = None, **settings: Any) -> str:

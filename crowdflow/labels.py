@@ -346,7 +346,8 @@ def canonical_label_text(values: pd.Series) -> pd.Series:
     The one rule for numeric-looking labels, applied wherever labels enter (the reader's label columns of the
     labels and truth tables, the declared ``classes``): a value that parses as a finite number is written as
     the integer when it is whole (an integer literal exactly, however long; a decimal below 2**53), else as
-    the shortest decimal that round-trips (``0.5``, ``2.5e-08``); any other text is kept as it is. So a float export (``1.0``) matches integer gold (``1``), a
+    the shortest decimal that round-trips (``0.5``, ``2.5e-08``); any other text is kept as it is. So a float
+    export (``1.0``) matches integer gold (``1``), a
     decimal Parquet column (``1.00``) reads as ``1``, and ``1`` and ``1.0`` in one file are one class, not two.
     Missing values stay missing. Vectorised over the distinct values (a label column has few).
     """

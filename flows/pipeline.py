@@ -135,8 +135,9 @@ def prepare(spec: PipelineSpec, *, validate: bool = True) -> Prepared:
     checks = graph_checks(spec.job, out.frames, spec.checks.modes(spec.job), out.lm)
     if checks is not None:
         checks.raise_if_blocking(out.sources["edges" if spec.job == "personal_models" else next(iter(out.sources))])
-        out.lines.append(f"{checks.summary}; " + ", ".join(f"{k} {v}" for k, v in checks.results.items()))
         out.lines += [f"warning: {w}" for w in checks.warnings]
+        out.lines.append("graph checks: " + ", ".join(f"{k} {v}" for k, v in checks.results.items()))
+        out.lines.append(checks.summary)
     return out
 
 
