@@ -25,10 +25,35 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict
 
 
+def form_schema(schema: dict[str, Any]) -> None:
+    """Shape a model's JSON schema for a form a person fills in (the Prefect UI's run form).
+
+    An optional field (``X | None``, default ``None``) is shown as its ``X`` input, left empty when unset,
+    instead of a choice between ``X`` and a "None" type the person has to read past: its ``anyOf`` with a
+    ``null`` branch becomes the other branch, and the ``None`` default is dropped (not required either way).
+    Pydantic calls this on every model's schema (``json_schema_extra``); validation in Python is unchanged.
+    """
+    for prop in schema.get("properties", {}).values():
+        branches = prop.get("anyOf")
+        if not branches or {"type": "null"} not in branches:
+            continue
+        rest = [b for b in branches if b != {"type": "null"}]
+        if len(rest) != 1:
+            prop["anyOf"] = rest
+            continue
+        del prop["anyOf"]
+        if prop.get("default", 0) is None:
+            del prop["default"]
+        for key, value in rest[0].items():
+            prop.setdefault(key, value)
+
+
 class Options(BaseModel):
     """Base class of the per-method options models (frozen, strict keys, finite floats)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, allow_inf_nan=False, populate_by_name=True, json_schema_extra=form_schema
+    )
 
     @classmethod
     def resolve(cls, options: Self | None = None, /, **overrides: Any) -> Self:

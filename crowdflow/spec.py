@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from crowdflow.assignment import AssignmentOptions
 from crowdflow.errors import SpecError
+from crowdflow.options import Options, form_schema
 from crowdflow.personal_models import PersonalModelsOptions
 from crowdflow.personal_rankings.options import PersonalRankingsOptions
 from crowdflow.ranking import RankingOptions
@@ -72,24 +73,20 @@ def check_name(name: str, what: str = "name") -> str:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=form_schema)
 
 
 class Credentials(_Strict):
-    """Where a database password comes from: never from the spec file itself.
-
-    Attributes
-    ----------
-    password_env : str, optional
-        Name of an environment variable holding the password (e.g. ``CROWDFLOW_PG_PASSWORD``).
-    password_secret : str, optional
-        Name of a Prefect ``Secret`` block holding the password (resolved by the task layer).
-    """
+    """Where a database password comes from: an environment variable or a Prefect Secret block, never the spec."""
 
     password_env: str | None = Field(
-        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="environment variable holding the password"
+        None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="The name of an environment variable that holds the password (for example PG_PASSWORD).",
     )
-    password_secret: str | None = Field(None, min_length=1, description="Prefect Secret block holding the password")
+    password_secret: str | None = Field(
+        None, min_length=1, description="The name of a Prefect Secret block that holds the password."
+    )
 
     @model_validator(mode="after")
     def _one_password_source(self) -> Credentials:
@@ -109,41 +106,46 @@ def _check_connection(url: str) -> str:
     return url
 
 
+def _source_form_schema(schema: dict[str, Any]) -> None:
+    """A source's form: the file fields, then the query fields, then where a password comes from."""
+    form_schema(schema)
+    props = schema.get("properties", {})
+    order = ["path", "format", "columns", "sql", "params", "connection", "password_env", "password_secret"]
+    schema["properties"] = {
+        k: props[k] for k in [*(k for k in order if k in props), *(k for k in props if k not in order)]
+    }
+
+
 class SourceSpec(Credentials):
-    """Where a table comes from: a file (``path``) or a SQL query against a database (``sql``).
+    """Where a table comes from: a file or folder (path), or a read-only SQL query against a database (sql)."""
 
-    Attributes
-    ----------
-    path : str, optional
-        CSV/TSV file, Parquet file or Parquet folder; relative to the spec file.
-    format : {"auto", "csv", "parquet"}
-        File format (files only).
-    sql : str, optional
-        A query whose result is the table; parameters are bound by the driver, never formatted in:
-        ``:name`` for PostgreSQL, ``$name`` (or ``?`` with a list of params) for DuckDB.
-    params : dict or list
-        Values of the query's parameters.
-    connection : str, optional
-        ``duckdb:///path/file.duckdb`` (relative to the spec file; ``duckdb:////abs/path``) or
-        ``postgresql://user@host:port/db``; never with a password in it.
-    password_env, password_secret : str, optional
-        Where the database password comes from (see :class:`Credentials`).
-    columns : dict
-        Canonical column → the column's name in the source (only the ones that differ).
-    """
+    model_config = ConfigDict(json_schema_extra=_source_form_schema)
 
-    path: str | None = Field(None, min_length=1, description="CSV/TSV file, Parquet file or Parquet folder")
-    format: Literal["auto", "csv", "parquet"] = "auto"
-    sql: str | None = Field(None, min_length=1, description="SQL query (bound parameters: :name / $name / ?)")
+    path: str | None = Field(
+        None,
+        min_length=1,
+        description="A CSV/TSV file, a Parquet file or a folder of Parquet files; relative to the spec's folder.",
+    )
+    format: Literal["auto", "csv", "parquet"] = Field(
+        "auto", description="How to read the file: auto decides from its suffix (.csv, .tsv, .parquet)."
+    )
+    sql: str | None = Field(
+        None,
+        min_length=1,
+        description="A read-only SELECT whose result is the table; parameters as :name (PostgreSQL) or $name (DuckDB).",
+    )
     params: dict[str, Scalar] | list[Scalar] = Field(
-        default_factory=dict, description="query parameters, bound by the database driver"
+        default_factory=dict, description="Values of the query's parameters; the database binds them, never pasted in."
     )
     connection: str | None = Field(
         None,
-        description="duckdb:///file.duckdb or postgresql://user@host:port/db (no password: see password_env)",
+        description="The database: duckdb:///file.duckdb or postgresql://user@host:port/db, without a password.",
         json_schema_extra={"pattern": NO_INLINE_SECRET_PATTERN},
     )
-    columns: dict[str, str] = Field(default_factory=dict, description="canonical name → your column name")
+    columns: dict[str, str] = Field(
+        default_factory=dict,
+        description="Your column names where they differ from crowdflow's, as crowdflow name: yours (task: item_id).",
+    )
 
     @field_validator("connection")
     @classmethod
@@ -185,15 +187,22 @@ class SourceSpec(Credentials):
 
 
 class ChecksSpec(_Strict):
-    """Blocking (default) or warning mode of each pre-fit check."""
+    """What each check before the fit does when it fails: block (stop, write nothing) or warn (log and go on)."""
 
-    validation: CheckMode = Field("block", description="schema expectations (Great Expectations)")
-    identifiability: CheckMode = Field("block", description="no bipartite component in the worker graph")
-    isolated_workers: CheckMode = Field("warn", description="workers who share no task with anyone")
+    validation: CheckMode = Field(
+        "block",
+        description="The table contracts (columns, types, missing or bad values), checked with Great Expectations.",
+    )
+    identifiability: CheckMode = Field(
+        "block", description="Skills: groups of workers whose skills cannot be told apart (a two-sided worker graph)."
+    )
+    isolated_workers: CheckMode = Field(
+        "warn", description="Skills: workers who share no task with anyone, so nothing can be learned about them."
+    )
     connectivity: CheckMode | None = Field(
         None,
-        description="one connected comparison/agent graph; default: warn for ranking (scores per component), "
-        "block for personal_rankings (annotator-item graph) and personal_models (agent graph)",
+        description="Rankings and personal models: data that splits into unconnected parts. Empty: warn for a "
+        "ranking (each part ranked on its own), block for personal rankings and personal models.",
     )
 
     def connectivity_for(self, job: str) -> CheckMode:
@@ -211,27 +220,27 @@ class ChecksSpec(_Strict):
 
 
 class RunnerSpec(_Strict):
-    """Where the fan-out steps of a run execute (README "Scale-out on Dask").
+    """Where the heavy steps of a run execute: in the flow's process, or on a Dask cluster (same results)."""
 
-    ``inline`` (default) computes everything in the flow's process. ``dask`` sends the steps that split
-    into independent pieces to a Dask cluster: the skills job's co-label statistics (one task per
-    Parquet partition of the labels, summed exactly) and the blocks of ``personal_models`` with
-    ``method: djam_blocked``. Results are identical to ``inline``; only the place of computation changes.
-    """
-
-    kind: Literal["inline", "dask"] = Field("inline", description="inline = in the flow process; dask = a Dask cluster")
+    kind: Literal["inline", "dask"] = Field(
+        "inline", description="inline runs everything in the flow's process; dask sends the heavy steps to a cluster."
+    )
     address: str | None = Field(
         None,
-        description="scheduler address (tcp://host:8786) of an existing cluster; a local cluster when empty",
+        description="The address of an existing Dask scheduler (tcp://host:8786); empty starts a local cluster.",
         json_schema_extra={"pattern": NO_USERINFO_PATTERN},
     )
-    n_workers: int = Field(2, ge=1, description="workers of the local cluster (ignored with an address)")
-    processes: bool = Field(True, description="local cluster of processes (true) or threads in this process (false)")
+    n_workers: int = Field(2, ge=1, description="How many workers a local cluster starts (not used with an address).")
+    processes: bool = Field(
+        True, description="A local cluster of separate processes (true) or of threads in this process (false)."
+    )
     partitions: int | None = Field(
-        None, ge=1, description="skills: Parquet partitions of the labels (default: 2 per worker)"
+        None,
+        ge=1,
+        description="Skills: how many pieces the labels are split into for the cluster (default: 2 per worker).",
     )
     scratch_dir: str | None = Field(
-        None, description="folder for the partition files; must be visible to the workers of a remote cluster"
+        None, description="A folder for the pieces the cluster reads; a remote cluster's workers must see it too."
     )
 
     @field_validator("address")
@@ -241,38 +250,31 @@ class RunnerSpec(_Strict):
 
 
 class CacheSpec(_Strict):
-    """Whether a fit may be answered from an earlier run's result, and for how long such a result is used.
+    """Whether a fit may be answered from an identical earlier fit, and for how many days."""
 
-    The key is what the fit receives (data, options, where it runs, the code's version): any change to those
-    computes anew. A cached answer is logged and recorded in the manifest (``cache.hit``).
-    """
-
-    enabled: bool = Field(True, description="reuse the result of an identical earlier fit (off: always compute)")
-    expiration_days: float = Field(
-        7.0, gt=0.0, le=3650.0, description="how many days a cached fit result may be reused"
-    )
+    enabled: bool = Field(True, description="Reuse the result of an identical earlier fit; off computes every time.")
+    expiration_days: float = Field(7.0, gt=0.0, le=3650.0, description="How many days a fit's result may be reused.")
 
 
 class WarehouseSpec(Credentials):
-    """Load every output table into DuckDB or PostgreSQL after the Parquet export.
-
-    Each table gets a ``run_id`` column. ``replace`` recreates the table with this run's rows only;
-    ``append`` adds this run's rows after deleting any earlier rows of the same run id (a rerun of a
-    run id is idempotent). All tables are loaded in one transaction.
-    """
+    """Also load every output table into DuckDB or PostgreSQL, in one transaction per run."""
 
     connection: str = Field(
         description="duckdb:///file.duckdb or postgresql://user@host:port/db (no password: see password_env)",
         json_schema_extra={"pattern": NO_INLINE_SECRET_PATTERN},
     )
-    mode: Literal["replace", "append"] = Field("append", description="replace the tables, or append by run id")
+    mode: Literal["replace", "append"] = Field(
+        "append", description="append adds this run's rows (a rerun replaces its own); replace keeps only this run."
+    )
     db_schema: str | None = Field(
         None,
         validation_alias=AliasChoices("schema", "db_schema"),
         pattern=SQL_NAME_PATTERN,
-        description="database schema of the tables (created if missing); default: the database's default",
+        description="The database schema the tables go into (created if missing); empty: the database's default.",
     )
-    prefix: str = Field("", pattern=r"^[A-Za-z0-9_]{0,40}$", description="table name prefix, e.g. crowdflow_")
+    prefix: str = Field(
+        "", pattern=r"^[A-Za-z0-9_]{0,40}$", description="A prefix for the table names, for example crowdflow_."
+    )
 
     @field_validator("connection")
     @classmethod
@@ -281,56 +283,21 @@ class WarehouseSpec(Credentials):
 
 
 class OutputSpec(_Strict):
-    """Where results go.
+    """Where the results are written, in which layout, and what else a run produces."""
 
-    ``layout: flat`` (default) writes ``<dir>/<pipeline>/<run id>/<table>.parquet``; ``layout: hive``
-    writes each table as a hive-partitioned dataset ``<dir>/<table>/pipeline=<name>/run_date=<YYYY-MM-DD>/
-    part-<run id>.parquet`` (with a ``run_id`` column) and keeps the manifest in ``<dir>/<pipeline>/<run id>/``.
-    """
-
-    dir: str = "crowdflow-out"
-    layout: Literal["flat", "hive"] = Field("flat", description="flat run folders, or hive-partitioned datasets")
-    warehouse: WarehouseSpec | None = Field(None, description="also load the output tables into a database")
+    dir: str = Field("crowdflow-out", description="The output folder; each pipeline writes its runs into a sub-folder.")
+    layout: Literal["flat", "hive"] = Field(
+        "flat",
+        description="flat writes a folder per run; hive writes one dataset per table, by pipeline and date.",
+    )
+    warehouse: WarehouseSpec | None = Field(None, description="Also load the output tables into a database.")
     report: bool = Field(
         default=True,
-        description="write report.html (figures need the 'report' extra: matplotlib) next to the tables",
+        description="Write report.html, a page with the run's figures and tables, next to the outputs.",
     )
 
 
 Job = Literal["skills", "ranking", "personal_rankings", "personal_models", "assignment", "next_batch"]
-
-# Input tables each job needs (required, optional). Names are the table contracts in crowdflow.tables.
-JOB_INPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "skills": (("labels",), ("truth",)),
-    "ranking": (("comparisons",), ()),
-    "personal_rankings": (("comparisons",), ()),
-    "personal_models": (("agents", "edges"), ()),
-    "assignment": (("candidates",), ("worker_caps", "task_caps")),
-    "next_batch": (("open_tasks", "workers"), ()),
-}
-
-
-# The spec key holding each job's options model (next_batch assigns with the assignment options).
-JOB_OPTIONS: dict[str, str] = {
-    "skills": "skills",
-    "ranking": "ranking",
-    "personal_rankings": "personal_rankings",
-    "personal_models": "personal_models",
-    "assignment": "assignment",
-    "next_batch": "assignment",
-}
-
-
-# Output table names of all jobs: with layout hive each is a dataset folder <out>/<table>, so a pipeline
-# (whose run folders are <out>/<pipeline>) must not take one of these names.
-OUTPUT_TABLES = frozenset(
-    {
-        "consensus", "skills", "components", "ranking", "outliers", "annotators", "path", "residuals",
-        "personal_rankings", "user_factors", "item_factors", "excluded", "fit", "personal_models",
-        "convergence", "assignment", "worker_load", "task_load", "candidates",
-    }
-)  # fmt: skip
-
 
 JOB_INPUTS_ALL = (
     "labels",
@@ -345,38 +312,47 @@ JOB_INPUTS_ALL = (
     "workers",
 )
 
+# Output table names of all jobs: with layout hive each is a dataset folder <out>/<table>, so a pipeline
+# (whose run folders are <out>/<pipeline>) must not take one of these names.
+OUTPUT_TABLES = frozenset(
+    {
+        "consensus", "skills", "components", "ranking", "outliers", "annotators", "path", "residuals",
+        "personal_rankings", "user_factors", "item_factors", "excluded", "fit", "personal_models",
+        "convergence", "assignment", "worker_load", "task_load", "candidates",
+    }
+)  # fmt: skip
 
-class PipelineSpec(_Strict):
-    """A crowdflow pipeline: inputs, the job and its options, checks and output."""
 
+def _pipeline_form_schema(schema: dict[str, Any]) -> None:
+    """The run form of a job: its name, inputs and options first, then what every pipeline shares."""
+    form_schema(schema)
+    props = schema.get("properties", {})
+    first = ["job", "name", *(k for k in props if k in JOB_INPUTS_ALL or k == "skills_run")]
+    first += [k for k in props if k in ("skills", "ranking", "personal_rankings", "personal_models", "assignment")]
+    schema["properties"] = {k: props[k] for k in [*first, *(k for k in props if k not in first)]}
+
+
+class PipelineBase(_Strict):
+    """What every pipeline has: a name, checks, an output, where it runs, caching; its job adds inputs and options."""
+
+    model_config = ConfigDict(json_schema_extra=_pipeline_form_schema)
+
+    job: Job = Field(description="The job this pipeline runs.")
     name: str = Field(
-        description="pipeline name, used as an output folder: 1-128 of A-Z a-z 0-9 _ - .",
+        description="The pipeline's name; it is also the folder its runs are written to (letters, digits, _ - .).",
         json_schema_extra={"pattern": NAME_PATTERN},  # the form in Prefect's UI; checked by _safe_name
     )
-    job: Job = "skills"
-    labels: SourceSpec | None = None
-    truth: SourceSpec | None = None
-    comparisons: SourceSpec | None = None
-    agents: SourceSpec | None = None
-    edges: SourceSpec | None = None
-    candidates: SourceSpec | None = None
-    worker_caps: SourceSpec | None = Field(None, description="assignment: per-worker caps table (worker, capacity)")
-    task_caps: SourceSpec | None = Field(None, description="assignment: per-task caps table (task, cap)")
-    open_tasks: SourceSpec | None = None
-    workers: SourceSpec | None = None
-    skills_run: str | None = Field(
-        None, description="next_batch: a skills pipeline output folder (its newest completed run is used) or one run"
+    checks: ChecksSpec = Field(
+        default_factory=ChecksSpec, description="What a failed check before the fit does: stop the run, or warn."
     )
-    skills: SkillsOptions = Field(default_factory=SkillsOptions)
-    ranking: RankingOptions = Field(default_factory=RankingOptions)
-    personal_rankings: PersonalRankingsOptions = Field(default_factory=PersonalRankingsOptions)
-    personal_models: PersonalModelsOptions = Field(default_factory=PersonalModelsOptions)
-    assignment: AssignmentOptions = Field(default_factory=AssignmentOptions)
-    checks: ChecksSpec = Field(default_factory=ChecksSpec)
-    output: OutputSpec = Field(default_factory=OutputSpec)
-    runner: RunnerSpec = Field(default_factory=RunnerSpec)
-    cache: CacheSpec = Field(default_factory=CacheSpec)
-    base_dir: str = Field(".", description="folder relative paths are resolved against (the spec's folder)")
+    output: OutputSpec = Field(default_factory=OutputSpec, description="Where and how the results are written.")
+    runner: RunnerSpec = Field(
+        default_factory=RunnerSpec, description="Where the heavy steps run: in this process, or on a Dask cluster."
+    )
+    cache: CacheSpec = Field(default_factory=CacheSpec, description="Whether an identical earlier fit may be reused.")
+    base_dir: str = Field(
+        ".", description="The folder relative paths start from (a spec file's own folder when it is read from disk)."
+    )
 
     @field_validator("name")
     @classmethod
@@ -384,16 +360,7 @@ class PipelineSpec(_Strict):
         return check_name(v, "pipeline name")
 
     @model_validator(mode="after")
-    def _inputs_for_job(self) -> PipelineSpec:
-        required, optional = JOB_INPUTS[self.job]
-        missing = [k for k in required if getattr(self, k) is None]
-        if missing:
-            raise ValueError(f"job '{self.job}' needs input(s) {missing}")
-        extra = [k for k in JOB_INPUTS_ALL if getattr(self, k) is not None and k not in required + optional]
-        if extra:
-            raise ValueError(f"job '{self.job}' does not use input(s) {extra}")
-        if (self.job == "next_batch") != (self.skills_run is not None):
-            raise ValueError("skills_run is required by job 'next_batch' and used by no other job")
+    def _hive_name(self) -> PipelineBase:
         if self.output.layout == "hive" and self.name in OUTPUT_TABLES:
             raise ValueError(
                 f"with output.layout hive the pipeline name {self.name!r} would share the folder of the "
@@ -403,38 +370,179 @@ class PipelineSpec(_Strict):
 
     def inputs(self) -> dict[str, SourceSpec]:
         """The declared input sources by table kind, in a fixed order."""
-        return {k: getattr(self, k) for k in JOB_INPUTS_ALL if getattr(self, k) is not None}
+        return {k: getattr(self, k) for k in JOB_INPUTS_ALL if getattr(self, k, None) is not None}
 
     def path_of(self, source: SourceSpec) -> Path:
         return source.resolved(Path(self.base_dir))
-
-    def skills_run_path(self) -> str:
-        """The skills run (or pipeline output folder) a next batch reads, resolved against ``base_dir``."""
-        return str(Path(self.base_dir) / Path(str(self.skills_run)).expanduser())
 
     def output_dir(self) -> Path:
         return Path(self.base_dir) / Path(self.output.dir).expanduser()
 
 
-def _format_pydantic(exc: ValidationError, origin: str) -> str:
+class SkillsPipeline(PipelineBase):
+    """Consensus labels and worker skills from a table of workers' answers, scored against gold answers if given."""
+
+    model_config = ConfigDict(title="skills: consensus labels and worker skills")
+
+    job: Literal["skills"] = Field("skills", description="The job this pipeline runs.")
+    labels: SourceSpec = Field(description="The workers' answers: one row per task, worker and label.")
+    truth: SourceSpec | None = Field(
+        None, description="Known right answers for some tasks (task, label); adds accuracy to the run."
+    )
+    skills: SkillsOptions = Field(default_factory=SkillsOptions, description="How the answers are combined.")
+
+
+class RankingPipeline(PipelineBase):
+    """One ranking of items from pairwise comparisons, with the comparisons that look wrong flagged as outliers."""
+
+    model_config = ConfigDict(title="ranking: a robust global ranking")
+
+    job: Literal["ranking"] = Field("ranking", description="The job this pipeline runs.")
+    comparisons: SourceSpec = Field(
+        description="Pairwise judgements: annotator, item_a, item_b and an outcome (or the winner)."
+    )
+    ranking: RankingOptions = Field(default_factory=RankingOptions, description="How the ranking is fitted.")
+
+
+class PersonalRankingsPipeline(PipelineBase):
+    """A ranking of the items for every user, from each user's own pairwise judgements and everyone else's."""
+
+    model_config = ConfigDict(title="personal_rankings: a ranking per user")
+
+    job: Literal["personal_rankings"] = Field("personal_rankings", description="The job this pipeline runs.")
+    comparisons: SourceSpec = Field(
+        description="Pairwise judgements: annotator, item_a, item_b and an outcome (or the winner)."
+    )
+    personal_rankings: PersonalRankingsOptions = Field(
+        default_factory=PersonalRankingsOptions, description="How the per-user rankings are fitted."
+    )
+
+
+class PersonalModelsPipeline(PipelineBase):
+    """A small model per agent, each agent borrowing strength from its neighbours in a similarity graph."""
+
+    model_config = ConfigDict(title="personal_models: a model per agent on a graph")
+
+    job: Literal["personal_models"] = Field("personal_models", description="The job this pipeline runs.")
+    agents: SourceSpec = Field(description="Each agent's data: agent, y and feature columns (one row per sample).")
+    edges: SourceSpec = Field(description="Which agents are alike: source, target and a positive weight.")
+    personal_models: PersonalModelsOptions = Field(
+        default_factory=PersonalModelsOptions, description="How the personal models are fitted."
+    )
+
+
+class AssignmentPipeline(PipelineBase):
+    """The best task-worker pairs from scored candidates, within a budget and per-worker and per-task caps."""
+
+    model_config = ConfigDict(title="assignment: task-worker assignment")
+
+    job: Literal["assignment"] = Field("assignment", description="The job this pipeline runs.")
+    candidates: SourceSpec = Field(description="Candidate pairs: task, worker and a score (higher is better).")
+    worker_caps: SourceSpec | None = Field(
+        None, description="Per-worker limits (worker, capacity); assignment.worker_cap is the default for the rest."
+    )
+    task_caps: SourceSpec | None = Field(
+        None, description="Per-task limits (task, cap); assignment.task_cap is the default for the rest."
+    )
+    assignment: AssignmentOptions = Field(
+        default_factory=AssignmentOptions, description="The budget and the caps of the assignment."
+    )
+
+
+class NextBatchPipeline(PipelineBase):
+    """The next batch of work: open tasks go to available workers, scored by a skills run's skills and confidences."""
+
+    model_config = ConfigDict(title="next_batch: the closed loop after a skills run")
+
+    job: Literal["next_batch"] = Field("next_batch", description="The job this pipeline runs.")
+    skills_run: str = Field(
+        description="A skills pipeline's output folder (its newest completed run is used), or one run's folder."
+    )
+    open_tasks: SourceSpec = Field(description="The tasks still to be labelled: one row per task.")
+    workers: SourceSpec = Field(description="The workers available now: worker and an optional capacity.")
+    assignment: AssignmentOptions = Field(
+        default_factory=AssignmentOptions, description="The budget and the caps of the batch."
+    )
+
+    def skills_run_path(self) -> str:
+        """The skills run (or pipeline output folder) a next batch reads, resolved against ``base_dir``."""
+        return str(Path(self.base_dir) / Path(self.skills_run).expanduser())
+
+
+JOB_MODELS: dict[str, type[PipelineBase]] = {
+    "skills": SkillsPipeline,
+    "ranking": RankingPipeline,
+    "personal_rankings": PersonalRankingsPipeline,
+    "personal_models": PersonalModelsPipeline,
+    "assignment": AssignmentPipeline,
+    "next_batch": NextBatchPipeline,
+}
+
+#: A pipeline spec of any job. As a Prefect flow parameter its JSON schema is an ``anyOf`` over the jobs' models
+#: (titled by job), which the UI's run form shows as a choice of job followed by that job's inputs and options only.
+PipelineSpec = Annotated[
+    SkillsPipeline
+    | RankingPipeline
+    | PersonalRankingsPipeline
+    | PersonalModelsPipeline
+    | AssignmentPipeline
+    | NextBatchPipeline,
+    Field(union_mode="left_to_right"),
+]
+
+
+def _options_key(model: type[PipelineBase]) -> str:
+    keys = [
+        n for n, f in model.model_fields.items() if isinstance(f.annotation, type) and issubclass(f.annotation, Options)
+    ]
+    assert len(keys) == 1, model
+    return keys[0]
+
+
+def _inputs_of(model: type[PipelineBase]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    required = tuple(k for k in JOB_INPUTS_ALL if k in model.model_fields and model.model_fields[k].is_required())
+    optional = tuple(k for k in JOB_INPUTS_ALL if k in model.model_fields and not model.model_fields[k].is_required())
+    return required, optional
+
+
+# Derived from the job models (declared once there): input tables per job (required, optional), and the field
+# holding each job's options (next_batch assigns with the assignment options).
+JOB_INPUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {j: _inputs_of(m) for j, m in JOB_MODELS.items()}
+JOB_OPTIONS: dict[str, str] = {j: _options_key(m) for j, m in JOB_MODELS.items()}
+
+
+def _format_pydantic(exc: ValidationError, origin: str, job: str) -> str:
     parts = []
+    inputs = JOB_INPUTS[job][0] + JOB_INPUTS[job][1]
     for err in exc.errors():
         loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
-        parts.append(f"{loc}: {err['msg'].removeprefix('Value error, ')}")
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "missing" and len(err["loc"]) == 1 and err["loc"][0] in inputs:
+            msg = f"job '{job}' needs input(s) ['{err['loc'][0]}']"
+        elif err["type"] == "extra_forbidden" and len(err["loc"]) == 1 and str(err["loc"][0]) in JOB_INPUTS_ALL:
+            msg = f"job '{job}' does not use input(s) ['{err['loc'][0]}']"
+        parts.append(f"{loc}: {msg}")
     return f"{origin}: invalid spec: " + "; ".join(parts)
 
 
-def parse_spec(data: Any, origin: str = "<spec>", base_dir: str | Path | None = None) -> PipelineSpec:
-    """Validate a spec mapping; errors name the spec and the offending keys."""
+def parse_spec(data: Any, origin: str = "<spec>", base_dir: str | Path | None = None) -> PipelineBase:
+    """Validate a spec mapping with its job's model (``job`` defaults to ``skills``); errors name the spec and keys.
+
+    Returns the job's model (:class:`SkillsPipeline`, :class:`RankingPipeline`, …): it holds that job's inputs and
+    options only, so a key of another job is refused as an unknown key.
+    """
     if not isinstance(data, dict):
         raise SpecError(f"{origin}: a spec must be a YAML mapping, got {type(data).__name__}")
     data = dict(data)
+    job = data.setdefault("job", "skills")
+    if job not in JOB_MODELS:
+        raise SpecError(f"{origin}: invalid spec: job: unknown job {job!r}; use one of {list(JOB_MODELS)}")
     if base_dir is not None and "base_dir" not in data:
         data["base_dir"] = str(base_dir)
     try:
-        return PipelineSpec.model_validate(data)
+        return JOB_MODELS[job].model_validate(data)
     except ValidationError as exc:
-        raise SpecError(_format_pydantic(exc, origin)) from None
+        raise SpecError(_format_pydantic(exc, origin, job)) from None
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -459,7 +567,7 @@ _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
 MAX_SPEC_BYTES = 1 << 20  # a spec is a page of YAML; a bigger file is not one
 
 
-def load_spec(path: str | Path) -> PipelineSpec:
+def load_spec(path: str | Path) -> PipelineBase:
     """Read a YAML spec safely; relative paths resolve against its folder.
 
     Plain YAML only (``safe_load`` semantics: no ``!!python`` tags), every key at most once per mapping,

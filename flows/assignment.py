@@ -8,7 +8,7 @@ from prefect import flow
 
 from crowdflow.errors import InputError
 from crowdflow.io import LoadedTable
-from crowdflow.spec import PipelineSpec
+from crowdflow.spec import AssignmentPipeline
 from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
 from flows.pipeline import fit_data
 from tasks.fit import fit_assignment_task
@@ -27,7 +27,7 @@ def _require_cap_rows(caps: LoadedTable, cand: LoadedTable, col: str, option: st
 
 
 @flow(name="crowdflow-assignment", log_prints=True)
-def assignment_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]:
+def assignment_flow(spec: AssignmentPipeline, run_id: str | None = None) -> dict[str, Any]:
     """Next-batch task–worker assignment from scored candidates (``candidates`` input: task, worker, score).
 
     Optional inputs ``worker_caps`` (worker, capacity) and ``task_caps`` (task, cap) set per-entity caps;

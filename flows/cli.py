@@ -227,7 +227,7 @@ def _comma_list(text: str) -> Any:
 
 
 def _add_job_command(sub: Any, command: str, job: str, help_text: str) -> None:
-    from crowdflow.spec import JOB_INPUTS, JOB_OPTIONS, ChecksSpec, PipelineSpec
+    from crowdflow.spec import JOB_INPUTS, JOB_MODELS, JOB_OPTIONS, ChecksSpec
 
     p = sub.add_parser(command, help=help_text, description=help_text)
     required, optional = JOB_INPUTS[job]
@@ -240,7 +240,7 @@ def _add_job_command(sub: Any, command: str, job: str, help_text: str) -> None:
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--name", default=command, help=f"pipeline name, the output sub-folder (default: {command})")
     p.add_argument("--dry-run", action="store_true", help="check the inputs as the run would; fit and write nothing")
-    options = PipelineSpec.model_fields[JOB_OPTIONS[job]].annotation
+    options = JOB_MODELS[job].model_fields[JOB_OPTIONS[job]].annotation
     assert isinstance(options, type) and issubclass(options, BaseModel)
     _add_model_flags(p, options, JOB_OPTIONS[job])
     _add_model_flags(p, ChecksSpec, "checks")
@@ -284,7 +284,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     run_pipeline.serve(
         name=args.name or spec.name,
         cron=args.cron,
-        parameters={"spec": spec.model_dump(mode="json")},
+        parameters={"spec": spec.model_dump(mode="json", exclude_none=True)},
         description=f"crowdflow {spec.job} pipeline from {Path(args.spec).resolve()}",
         tags=["crowdflow", spec.job.replace("_", "-")],
         pause_on_shutdown=False,

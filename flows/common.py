@@ -18,7 +18,7 @@ from crowdflow.fingerprints import fit_key
 from crowdflow.io import LoadedTable
 from crowdflow.manifest import build_manifest, input_record, new_run_id
 from crowdflow.report import REPORT_FILE
-from crowdflow.spec import JOB_OPTIONS, PipelineSpec, check_name
+from crowdflow.spec import JOB_OPTIONS, PipelineBase, check_name
 from crowdflow.warehouse import redact_url
 from tasks.artifacts import report_artifacts
 from tasks.export import export_run
@@ -57,7 +57,7 @@ def run_id_for(run_id: str | None) -> str:
 
 
 def load_inputs(
-    spec: PipelineSpec,
+    spec: PipelineBase,
     prepare: dict[str, Callable[[LoadedTable], LoadedTable]] | None = None,
     allowed: dict[str, dict[str, list[str]]] | None = None,
 ) -> dict[str, LoadedTable]:
@@ -75,7 +75,7 @@ def load_inputs(
 
 
 def fit_step(
-    spec: PipelineSpec, fit_task: Any, fit_input: tuple[Any, dict[str, Any]], /, *args: Any, **kwargs: Any
+    spec: PipelineBase, fit_task: Any, fit_input: tuple[Any, dict[str, Any]], /, *args: Any, **kwargs: Any
 ) -> tuple[Any, dict[str, Any]]:
     """Run a fit task under the spec's cache settings; return its result and the manifest's ``cache`` record.
 
@@ -110,7 +110,7 @@ def fit_step(
 
 
 def finish_run(
-    spec: PipelineSpec,
+    spec: PipelineBase,
     run_id: str,
     inputs: dict[str, LoadedTable],
     tables: dict[str, pd.DataFrame],

@@ -26,7 +26,7 @@ from flows.pipeline import run_spec
 
 
 @flow(name="crowdflow-pipeline", log_prints=True)
-def run_pipeline(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]:
+def run_pipeline(spec: PipelineSpec, run_id: str = "") -> dict[str, Any]:
     """Run one crowdflow pipeline spec (any job) and return its summary.
 
     Parameters
@@ -34,14 +34,14 @@ def run_pipeline(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any
     spec : PipelineSpec
         The pipeline: job, inputs, options, checks, runner and output folder.
     run_id : str, optional
-        Defaults to ``<UTC timestamp>-<flow run id>``.
+        Empty (the default) names the run ``<UTC timestamp>-<flow run id>``.
 
     Returns
     -------
     dict
         ``run_id``, ``run_dir`` and ``metrics`` of the completed run.
     """
-    return run_spec(spec, run_id, in_this_flow=True)
+    return run_spec(spec, run_id or None, in_this_flow=True)
 
 
 @flow(name="crowdflow-spec-file", log_prints=True)

@@ -6,7 +6,7 @@ from typing import Any
 
 from prefect import flow
 
-from crowdflow.spec import PipelineSpec
+from crowdflow.spec import NextBatchPipeline
 from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
 from flows.pipeline import fit_data
 from tasks.fit import fit_next_batch_task
@@ -14,7 +14,7 @@ from tasks.ingest import load_skills_run
 
 
 @flow(name="crowdflow-next-batch", log_prints=True)
-def next_batch_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]:
+def next_batch_flow(spec: NextBatchPipeline, run_id: str | None = None) -> dict[str, Any]:
     """Assign open tasks to available workers using the newest completed skills run.
 
     Inputs: ``open_tasks`` (task), ``workers`` (worker[, capacity]) and ``skills_run`` (a skills pipeline

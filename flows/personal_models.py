@@ -7,7 +7,7 @@ from typing import Any
 from prefect import flow
 
 from crowdflow.errors import DegenerateInput
-from crowdflow.spec import PipelineSpec
+from crowdflow.spec import PersonalModelsPipeline
 from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
 from flows.pipeline import fit_data
 from tasks.check_graph import check_graph
@@ -15,7 +15,7 @@ from tasks.fit import fit_personal_models_task
 
 
 @flow(name="crowdflow-personal-models", log_prints=True)
-def personal_models_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]:
+def personal_models_flow(spec: PersonalModelsPipeline, run_id: str | None = None) -> dict[str, Any]:
     """One model per agent, smoothed over a weighted agent graph (``agents`` + ``edges`` inputs).
 
     Outputs: ``personal_models`` (agent, one column per parameter, residual, component, n_samples) and

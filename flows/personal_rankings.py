@@ -8,7 +8,7 @@ from typing import Any
 from prefect import flow
 
 from crowdflow.errors import DegenerateInput
-from crowdflow.spec import PipelineSpec
+from crowdflow.spec import PersonalRankingsPipeline
 from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
 from flows.pipeline import fit_data
 from tasks.check_graph import check_graph
@@ -16,7 +16,7 @@ from tasks.fit import fit_personal_rankings_task
 
 
 @flow(name="crowdflow-personal-rankings", log_prints=True)
-def personal_rankings_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]:
+def personal_rankings_flow(spec: PersonalRankingsPipeline, run_id: str | None = None) -> dict[str, Any]:
     """Per-user item scores and ranks from pairwise comparisons (``comparisons`` input).
 
     Outputs: ``personal_rankings`` (user, item, score, rank; rank 1 = best per user), ``user_factors``,

@@ -10,7 +10,7 @@ import pandas as pd
 
 from crowdflow.errors import SpecError
 from crowdflow.labels import LabelMatrix
-from crowdflow.spec import PipelineSpec, check_name
+from crowdflow.spec import NextBatchPipeline, PipelineBase, SkillsPipeline, check_name
 
 # job → the module and name of its flow (imported when a run needs it: validate stays free of Prefect)
 JOB_FLOWS: dict[str, tuple[str, str]] = {
@@ -23,7 +23,7 @@ JOB_FLOWS: dict[str, tuple[str, str]] = {
 }
 
 
-def run_spec(spec: PipelineSpec, run_id: str | None = None, *, in_this_flow: bool = False) -> dict[str, Any]:
+def run_spec(spec: PipelineBase, run_id: str | None = None, *, in_this_flow: bool = False) -> dict[str, Any]:
     """Run the flow of ``spec.job`` and return its summary (``run_id``, ``run_dir``, ``metrics``).
 
     ``in_this_flow=True`` (the deployment entry point :func:`flows.deploy.run_pipeline`) runs the job's steps
@@ -42,7 +42,7 @@ def run_spec(spec: PipelineSpec, run_id: str | None = None, *, in_this_flow: boo
     return summary
 
 
-def check_locations(spec: PipelineSpec) -> None:
+def check_locations(spec: PipelineBase) -> None:
     """Inputs and outputs never overlap, so a run can never overwrite, list or clean up its inputs.
 
     Refused: the output folder is an input file's folder, is an input Parquet folder or lies inside
@@ -90,7 +90,7 @@ class Prepared:
     lines: list[str] = field(default_factory=list)
 
 
-def prepare(spec: PipelineSpec, *, validate: bool = True) -> Prepared:
+def prepare(spec: PipelineBase, *, validate: bool = True) -> Prepared:
     """Read, validate and graph-check the spec's inputs as a run would, without Prefect and without writing.
 
     The same steps as the job's flow up to the fit, through the same functions: the readers
@@ -112,10 +112,11 @@ def prepare(spec: PipelineSpec, *, validate: bool = True) -> Prepared:
     for kind, src in spec.inputs().items():
         t = read_source(spec, src, kind)
         df = t.df
-        if kind == "labels" and spec.skills.duplicates != "error":
-            df, dropped = deduplicate(df, spec.skills.duplicates)
+        skills = spec.skills if isinstance(spec, SkillsPipeline) else None
+        if kind == "labels" and skills is not None and skills.duplicates != "error":
+            df, dropped = deduplicate(df, skills.duplicates)
             out.lines.append(f"dropped {dropped} duplicate (task, worker) rows")
-        allowed = {"label": spec.skills.classes} if kind == "labels" and spec.skills.classes else None
+        allowed = {"label": skills.classes} if kind == "labels" and skills is not None and skills.classes else None
         out.frames[kind], out.sources[kind] = df, t.source
         if not validate:
             continue
@@ -127,9 +128,9 @@ def prepare(spec: PipelineSpec, *, validate: bool = True) -> Prepared:
             if not report.success
             else f"{kind} {t.source}: {report.n_rows} rows, {report.n_expectations} expectations passed"
         )
-    if spec.job == "skills":
+    if isinstance(spec, SkillsPipeline):
         out.lm = encode_labels(out.frames["labels"].dropna(subset=["task", "worker", "label"]), spec.skills.classes)
-    if spec.job == "next_batch":
+    if isinstance(spec, NextBatchPipeline):
         out.skills_run = read_skills_run(spec.skills_run_path())
         out.lines.append(f"skills run {out.skills_run['run_dir']}: completed")
     checks = graph_checks(spec.job, out.frames, spec.checks.modes(spec.job), out.lm)
@@ -141,13 +142,13 @@ def prepare(spec: PipelineSpec, *, validate: bool = True) -> Prepared:
     return out
 
 
-def check_spec(spec: PipelineSpec) -> list[str]:
+def check_spec(spec: PipelineBase) -> list[str]:
     """The lines ``crowdflow validate`` prints: :func:`prepare`'s report (raises as the run would)."""
     return prepare(spec).lines
 
 
 def fit_data(
-    spec: PipelineSpec,
+    spec: PipelineBase,
     frames: dict[str, pd.DataFrame],
     lm: LabelMatrix | None = None,
     skills_run: dict[str, Any] | None = None,

@@ -6,7 +6,7 @@ from typing import Any
 
 from prefect import flow
 
-from crowdflow.spec import PipelineSpec
+from crowdflow.spec import RankingPipeline
 from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
 from flows.pipeline import fit_data
 from tasks.check_graph import check_graph
@@ -14,7 +14,7 @@ from tasks.fit import fit_ranking_task
 
 
 @flow(name="crowdflow-ranking", log_prints=True)
-def ranking_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]:
+def ranking_flow(spec: RankingPipeline, run_id: str | None = None) -> dict[str, Any]:
     """Robust global scores from pairwise comparisons (``comparisons`` input).
 
     Scores are computed per connected component of the comparison graph and are never compared across

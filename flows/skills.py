@@ -13,7 +13,7 @@ from prefect import flow, get_run_logger
 from crowdflow.io import LoadedTable
 from crowdflow.labels import deduplicate, encode_labels
 from crowdflow.metrics import gold_metrics
-from crowdflow.spec import PipelineSpec
+from crowdflow.spec import SkillsPipeline
 from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
 from flows.pipeline import fit_data
 from tasks.check_graph import check_graph
@@ -36,12 +36,12 @@ _FIT_KEYS = (
 
 
 @flow(name="crowdflow-skills", log_prints=True)
-def skills_flow(spec: PipelineSpec, run_id: str | None = None) -> dict[str, Any]:
+def skills_flow(spec: SkillsPipeline, run_id: str | None = None) -> dict[str, Any]:
     """Consensus labels (and worker skills) from a labels table, per the pipeline spec.
 
     Parameters
     ----------
-    spec : PipelineSpec
+    spec : SkillsPipeline
         Inputs (``labels``, optional ``truth``), ``skills`` options, check modes and output folder.
     run_id : str, optional
         Defaults to ``<UTC timestamp>-<flow run id>``.

@@ -8,7 +8,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
 from crowdflow.io import LoadedTable, read_skills_run
-from crowdflow.spec import PipelineSpec, SourceSpec
+from crowdflow.spec import PipelineBase, SourceSpec
 from tasks import retry_transient
 from tasks.sources import read_source
 
@@ -21,7 +21,7 @@ from tasks.sources import read_source
     cache_policy=NONE,
     task_run_name="ingest-{kind}",
 )
-def ingest(spec: PipelineSpec, source: SourceSpec, kind: str) -> LoadedTable:
+def ingest(spec: PipelineBase, source: SourceSpec, kind: str) -> LoadedTable:
     """Read ``source`` as a ``kind`` table (labels, truth, comparisons, …): a file or a database query."""
     logger = get_run_logger()
     table = read_source(spec, source, kind)

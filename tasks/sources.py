@@ -12,7 +12,7 @@ from typing import Any, cast
 
 from crowdflow.errors import SpecError
 from crowdflow.io import LoadedTable, read_query, read_table
-from crowdflow.spec import Credentials, PipelineSpec, SourceSpec
+from crowdflow.spec import Credentials, PipelineBase, SourceSpec
 from crowdflow.tables import INPUTS
 from crowdflow.warehouse import password_from_env
 
@@ -48,7 +48,7 @@ def resolve_password(creds: Credentials, what: str) -> str | None:
     return None
 
 
-def read_source(spec: PipelineSpec, source: SourceSpec, kind: str) -> LoadedTable:
+def read_source(spec: PipelineBase, source: SourceSpec, kind: str) -> LoadedTable:
     """A file source through :func:`read_table`, a query source through :func:`read_query` (password resolved)."""
     if not source.is_query:
         return read_table(spec.path_of(source), INPUTS[kind], source.columns, source.format)

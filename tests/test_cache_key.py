@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from crowdflow.errors import CrowdflowError
 from crowdflow.fingerprints import code_identity, data_fingerprint, fit_key
-from crowdflow.spec import JOB_INPUTS_ALL, JOB_OPTIONS, PipelineSpec, parse_spec
+from crowdflow.spec import JOB_INPUTS_ALL, JOB_MODELS, JOB_OPTIONS, PipelineBase, parse_spec
 from flows.pipeline import fit_data, prepare
 
 DATA = Path(__file__).resolve().parents[1] / "crowdflow" / "data"
@@ -77,7 +77,7 @@ def _copy_inputs(tmp: Path, job: str) -> dict[str, Any]:
     return {"candidates": {"path": "candidates.csv"}, "worker_caps": {"path": "caps.csv"}}
 
 
-def _key(spec: PipelineSpec) -> tuple[str, str]:
+def _key(spec: PipelineBase) -> tuple[str, str]:
     """The fit's cache key, and a fingerprint of everything the fit receives (data, options, settings)."""
     prepared = prepare(spec, validate=False)  # validation blocks or passes; it never changes a row
     data, settings = fit_data(spec, prepared.frames, prepared.lm, prepared.skills_run)
@@ -183,7 +183,7 @@ def test_every_spec_field_moves_the_fit_key_or_cannot_change_the_fit(job: str, t
     neutral: list[str] = []
     unmoved: list[str] = []
     not_applicable: list[str] = []
-    for path, field in _leaves(PipelineSpec):
+    for path, field in _leaves(JOB_MODELS[job]):
         top = path.split(".")[0]
         is_source = top in JOB_INPUTS_ALL
         if is_source and (top not in sources or path.split(".")[-1] in ("sql", "params", "connection")):
@@ -219,7 +219,7 @@ def test_every_spec_field_moves_the_fit_key_or_cannot_change_the_fit(job: str, t
     # every file, every option of the job and the runner's address move the key; a swapped id mapping too
     options = JOB_OPTIONS[job]
     assert {f"{k}.path" for k in sources if k != "truth"} <= set(moved)
-    assert {p for p, _ in _leaves(PipelineSpec) if p.startswith(f"{options}.")} - set(moved) <= set(unmoved)
+    assert {p for p, _ in _leaves(JOB_MODELS[job]) if p.startswith(f"{options}.")} - set(moved) <= set(unmoved)
     assert "runner.address" in moved and "runner.kind" in moved
     if job in ("skills", "ranking", "personal_rankings", "assignment"):
         assert any(p.endswith(".columns") for p in moved)

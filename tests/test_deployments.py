@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from crowdflow.spec import load_spec, parse_spec
+from crowdflow.spec import JOB_INPUTS, JOB_INPUTS_ALL, JOB_MODELS, JOB_OPTIONS, load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deployments"
@@ -52,11 +52,26 @@ def test_run_pipeline_parameters_are_an_object_schema() -> None:
 
     schema = parameter_schema(run_pipeline.fn).model_dump()
     assert schema["required"] == ["spec"]
-    assert schema["properties"]["spec"]["$ref"] == "#/definitions/PipelineSpec"
-    spec_def = schema["definitions"]["PipelineSpec"]
-    assert spec_def["type"] == "object" and spec_def["required"] == ["name"]
+    # one form per job: an anyOf over the jobs' models, each holding only its own inputs and options
+    refs = [b["$ref"].split("/")[-1] for b in schema["properties"]["spec"]["anyOf"]]
+    assert refs == [m.__name__ for m in JOB_MODELS.values()]
+    for job, model in JOB_MODELS.items():
+        d = schema["definitions"][model.__name__]
+        assert d["type"] == "object" and d["properties"]["job"]["const"] == job and d["title"].startswith(job)
+        required, optional = JOB_INPUTS[job]
+        assert set(required) <= set(d["required"]) and "name" in d["required"]
+        inputs = {k for k in d["properties"] if k in JOB_INPUTS_ALL}
+        assert inputs == set(required) | set(optional)  # no other job's tables
+        assert JOB_OPTIONS[job] in d["properties"]
+        assert not (set(JOB_OPTIONS.values()) - {JOB_OPTIONS[job]}) & set(d["properties"])  # no other job's options
+        assert "Attributes" not in d.get("description", "") and "\n\n" not in d.get("description", "")
+        for name, prop in d["properties"].items():  # a plain sentence per field; no "None" type to read past
+            assert prop.get("description"), f"{model.__name__}.{name}"
+            assert {"type": "null"} not in prop.get("anyOf", []), f"{model.__name__}.{name}"
     assert schema["definitions"]["RunnerSpec"]["properties"]["kind"]["enum"] == ["inline", "dask"]
-    assert schema["definitions"]["SkillsOptions"]["properties"]["method"]["enum"] == ["pgd", "onecoin_ds", "ds", "mv"]
+    assert {"pgd", "onecoin_ds", "ds", "mv"} <= set(
+        schema["definitions"]["SkillsOptions"]["properties"]["method"]["enum"]
+    )
     by_path = parameter_schema(run_spec_file.fn).model_dump()
     assert by_path["properties"]["spec_path"]["type"] == "string" and by_path["required"] == ["spec_path"]
 

@@ -149,11 +149,11 @@ def test_served_deployment_runs_through_the_api(
     deployment = _get_json(deployment_url)
     assert isinstance(deployment, dict)
     schema = deployment["parameter_openapi_schema"]
-    # the UI builds its run form from this: spec is the PipelineSpec object with its nested option models
+    # the UI builds its run form from this: spec is one of the jobs' models, each with its own inputs and options
     assert schema["required"] == ["spec"]
-    assert schema["properties"]["spec"]["$ref"] == "#/definitions/PipelineSpec"
-    assert schema["definitions"]["PipelineSpec"]["type"] == "object"
-    assert {"skills", "runner", "checks"} <= set(schema["definitions"]["PipelineSpec"]["properties"])
+    refs = [b["$ref"] for b in schema["properties"]["spec"]["anyOf"]]
+    assert refs[0] == "#/definitions/SkillsPipeline" and len(refs) == 6  # one form per job
+    assert {"skills", "runner", "checks"} <= set(schema["definitions"]["SkillsPipeline"]["properties"])
 
     from prefect.deployments import run_deployment
     from prefect.settings import PREFECT_API_URL, temporary_settings

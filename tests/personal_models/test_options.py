@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from crowdflow.errors import SpecError
 from crowdflow.personal_models import PersonalModelsOptions, build_problem, cl_admm, djam, djam_blocked
-from crowdflow.spec import PipelineSpec, parse_spec
+from crowdflow.spec import PersonalModelsPipeline, parse_spec
 
 SPEC = {
     "name": "pm",
@@ -25,7 +25,7 @@ SPEC = {
 
 
 def test_the_spec_composes_the_options_model() -> None:
-    assert PipelineSpec.model_fields["personal_models"].annotation is PersonalModelsOptions
+    assert PersonalModelsPipeline.model_fields["personal_models"].annotation is PersonalModelsOptions
     spec = parse_spec({**SPEC, "personal_models": {"method": "cl_admm", "rho": 1.0}})
     assert spec.personal_models == PersonalModelsOptions(method="cl_admm", rho=1.0)
     assert parse_spec(SPEC).personal_models == PersonalModelsOptions()

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from crowdflow.errors import SpecError
 from crowdflow.skills import SkillsOptions, fit_rank_one, fit_skills, skills_from_moments
 from crowdflow.skills.streaming import accumulate_moments
-from crowdflow.spec import PipelineSpec, load_spec, parse_spec
+from crowdflow.spec import SkillsPipeline, load_spec, parse_spec
 from crowdflow.synth import skills as synth
 
 DATA = Path(__file__).resolve().parents[2] / "crowdflow" / "data"
@@ -28,7 +28,7 @@ def _spec(skills: dict[str, object]) -> dict[str, object]:
 def test_the_spec_composes_the_options_model_with_the_same_defaults() -> None:
     spec = parse_spec(_spec({}))
     assert isinstance(spec.skills, SkillsOptions) and spec.skills == SkillsOptions()
-    assert PipelineSpec.model_fields["skills"].annotation is SkillsOptions
+    assert SkillsPipeline.model_fields["skills"].annotation is SkillsOptions
     # the deployments' example specs and the bundled demo still parse
     for path in [*sorted((Path(__file__).resolve().parents[2] / "deployments" / "specs").glob("*.yaml"))]:
         load_spec(path)
