@@ -1,36 +1,45 @@
 """Real-data benchmark of worker-skill aggregation against Crowd-Kit, same rows, same run.
 
-Run: ``python -m benchmarks.skills_real`` (writes ``benchmarks/results/skills_real.md``).
+Run: ``python -m benchmarks.skills_real`` (writes ``benchmarks/results/skills_real.md``; the committed run
+uses ``--slow-ck-max-labels 30000``).
 
 For every public gold label set in /work/shared/data with at most 20 classes: prediction error on
 the gold tasks and wall time (median of ``--repeats``, default 3) of
 
-- ours, each a whole ``crowdflow.skills.fit_skills`` call on the DataFrame (validation,
-  encoding, moments, identifiability check, fit, consensus, per-component diagnostics without
-  eigenvalues, ``spectral=False``): PGD with the paper's solver (``gd``, η = 1/(4 max r_i)),
-  PGD with the ``scaled`` solver (the pipeline default), one-coin DS, full DS, MV;
+- ours, each a whole ``crowdflow.skills.fit_skills`` call on the DataFrame (validation, encoding,
+  moments, identifiability check, fit, consensus, per-component diagnostics without eigenvalues,
+  ``spectral=False``): the **default** (``fit_skills(labels)``: Dawid–Skene EM with one virtual correct
+  answer per true class and worker, ``ds_prior=1``; docs/methods/skills.md §7.3), classic DS
+  (``ds_prior=0``), one-coin DS, PGD with the paper's solver (``gd``, η = 1/(4 max r_i)) and with the
+  ``scaled`` solver (the default before issue #20), MV;
 - Crowd-Kit (benchmark-only peer, the ``bench`` extra): MajorityVote, DawidSkene,
   OneCoinDawidSkene, MMSR with their default settings, ``fit_predict`` on the same rows.
 
 Rows: nulls dropped, then one answer per (task, worker) (the last), identical for both libraries.
-The speed ratio is Crowd-Kit DawidSkene time / our time. The paper's Table 5 (Ma et al.) is shown
-where it has the data set. Errors of methods with random tie-breaks are one seeded draw.
+The speed ratio is Crowd-Kit DawidSkene time / our time. Errors of methods with random tie-breaks are
+one seeded draw.
 
-Issue #3's speed target is "faster than Crowd-Kit DawidSkene *at equal or lower error*": the column
-``at ≤ CK DS error`` names the fastest of our model-based methods (PGD, PGD-scaled, 1-coin DS, DS;
-majority vote excluded) whose error on that set is not above Crowd-Kit DS's, with its ratio. The
-column ``50x budget`` (Crowd-Kit DS time / 50) is the time a whole call may take for that ratio; the
-report counts the sets where even a majority vote, ours or Crowd-Kit's, takes longer.
+Issue #20's target for the default: never worse than Crowd-Kit DS by more than 0.005 on any set, better
+on the mean. The section "The default vs. Crowd-Kit DS" gives the gap per set with the paired count of
+gold tasks only one of the two gets wrong and the exact McNemar p-value: 0.005 is one to a few gold
+tasks on most sets, so the comparison is as noisy as the gold labels.
 
-``MV E[coin]`` (``crowdflow.metrics.majority_vote_expected_error``) is the exact expected error of
-majority vote under fair-coin tie-breaks. The paper's
-MV column equals it on RTE, Temp and WSD, which shows our copies are the paper's rows; the report
-also reads the paper's PGD errors as counts of wrong gold tasks (Temp's 0.0512 is no whole count).
+The paper's Table 5 (Ma et al.) is shown where it has the data set. ``MV E[coin]``
+(``crowdflow.metrics.majority_vote_expected_error``) is the exact expected error of majority vote under
+fair-coin tie-breaks; the paper's MV column equals it on RTE, Temp and WSD, which shows our copies are
+the paper's rows. The Table 5 section reads the paper's PGD errors as counts of wrong gold tasks and adds
+the spread of PGD-scaled over 20 random tie-break seeds and over 20 random starts (x⁰_i ~ U(0, hi_i),
+each run with its own tie-break seed), the protocol the paper's non-integer counts imply; the target
+stays our deterministic fit (issue #20, part 3).
 
-The ablation section (``--ablation``, on by default) refits with the alternatives to our defaults
-that the method allows (docs/methods/skills.md §8.1) — box τ ∈ {0, 0.5, 2} (default 1), binary weighting (default N), DS smoothing
-α = 1 (default 0.01) — on the same rows, and gives the mean error over all sets, so that the
-defaults can be seen to be the paper's and not tuned to these sets.
+The ablation section (``--ablation``, on by default) refits with one setting of the defaults changed —
+PGD box τ ∈ {0, 0.5, 2} and binary weights; the DS prior β ∈ {0.5, 2} and smoothing α = 1 — on the same
+rows, with the mean error over all sets.
+
+Issue #3's "≥ 50× faster than Crowd-Kit DS" is retired (issue #20): its budget, CK DS time / 50, is below
+the time of any DataFrame-in, tables-out call on most of these sets, a majority vote included (the
+report still counts them); the skills speed targets are the 10^6–10^8-label sizes of
+``benchmarks.skills_scale``.
 """
 
 from __future__ import annotations
@@ -49,8 +58,20 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from crowdflow.graphs import graph_structure  # noqa: E402
 from crowdflow.metrics import gold_metrics, majority_vote_expected_error  # noqa: E402
-from crowdflow.skills import fit_skills, prediction_error  # noqa: E402
+from crowdflow.skills import (  # noqa: E402
+    edge_weights,
+    fit_rank_one,
+    fit_skills,
+    label_moments,
+    prediction_error,
+    prepare_labels,
+    resolve_signs,
+    skill_box,
+    vote_weights,
+    weighted_consensus,
+)
 
 DATA = Path("/work/shared/data")
 OUT = Path(__file__).resolve().parent / "results" / "skills_real.md"
@@ -58,21 +79,27 @@ MAX_CLASSES = 20
 # Ma et al. Table 5 as printed (the number of digits says how precisely a value is known)
 TABLE5 = {"snow_rte": "0.07", "snow_temp": "0.0512", "snow_wsd": "0.0056"}
 TABLE5_MV = {"snow_rte": "0.1031", "snow_temp": "0.0639", "snow_wsd": "0.0056"}
+# name -> fit_skills options (every call also gets spectral=False)
 OURS = [
-    ("PGD", "pgd", {"solver": "gd", "spectral": False}),
-    ("PGD-scaled", "pgd", {"solver": "scaled", "spectral": False}),
-    ("1-coin DS", "onecoin_ds", {"spectral": False}),
-    ("DS", "ds", {"spectral": False}),
-    ("MV", "mv", {"spectral": False}),
+    ("default", {}),
+    ("DS β=0", {"method": "ds", "ds_prior": 0.0}),
+    ("1-coin DS", {"method": "onecoin_ds"}),
+    ("PGD", {"method": "pgd", "solver": "gd"}),
+    ("PGD-scaled", {"method": "pgd", "solver": "scaled"}),
+    ("MV", {"method": "mv"}),
 ]
-MODEL_BASED = ["PGD", "PGD-scaled", "1-coin DS", "DS"]  # candidates for the "at <= CK DS error" column
+MODEL_BASED = ["default", "DS β=0", "1-coin DS", "PGD", "PGD-scaled"]  # candidates for "at <= CK DS error"
 ABLATION = [
-    ("PGD τ=0", "pgd", {"solver": "scaled", "spectral": False, "tau": 0.0}),
-    ("PGD τ=0.5", "pgd", {"solver": "scaled", "spectral": False, "tau": 0.5}),
-    ("PGD τ=2", "pgd", {"solver": "scaled", "spectral": False, "tau": 2.0}),
-    ("PGD binary w", "pgd", {"solver": "scaled", "spectral": False, "weighting": "binary"}),
-    ("DS α=1", "ds", {"ds_smoothing": 1.0, "spectral": False}),
+    ("PGD τ=0", {"method": "pgd", "tau": 0.0}),
+    ("PGD τ=0.5", {"method": "pgd", "tau": 0.5}),
+    ("PGD τ=2", {"method": "pgd", "tau": 2.0}),
+    ("PGD binary w", {"method": "pgd", "weighting": "binary"}),
+    ("DS β=0.5", {"ds_prior": 0.5}),
+    ("DS β=2", {"ds_prior": 2.0}),
+    ("DS α=1", {"ds_smoothing": 1.0}),
 ]
+TOL = 0.005  # issue #20: never worse than Crowd-Kit DS by more than this on any set
+TABLE5_RUNS = 20
 
 
 def _median_time(fn, repeats: int) -> tuple[object, float]:
@@ -114,11 +141,77 @@ def _fastest_at_ck_error(row: dict[str, object]) -> tuple[str, float]:
     return best, ck_s / float(row[f"{best} s"])  # type: ignore[arg-type]
 
 
+def _paired(ours: pd.DataFrame, theirs: pd.DataFrame, truth: pd.DataFrame) -> tuple[int, int, float]:
+    """Gold tasks only ours gets wrong, only theirs gets wrong, and the exact (binomial) McNemar p-value."""
+    from scipy.stats import binomtest
+
+    gold = truth.drop_duplicates("task").set_index("task")["label"].astype(str)
+    a = ours.set_index("task")["label"].astype(str).reindex(gold.index)
+    b = theirs.set_index("task")["label"].astype(str).reindex(gold.index)
+    keep = a.notna() & b.notna()
+    wrong_a, wrong_b = (a != gold)[keep], (b != gold)[keep]
+    only_a, only_b = int((wrong_a & ~wrong_b).sum()), int((wrong_b & ~wrong_a).sum())
+    p = binomtest(only_a, only_a + only_b, 0.5).pvalue if only_a + only_b else 1.0
+    return only_a, only_b, float(p)
+
+
+def _pgd_from_start(labels: pd.DataFrame, x0: np.ndarray | float, seed: int) -> pd.DataFrame:
+    """The consensus of ``fit_skills(method="pgd")`` (scaled solver, τ = 1, sum rule, MAP vote) from the
+    start ``x0`` (a vector allowed) with tie-break seed ``seed``; every worker must be ``ok`` (true on
+    the Snow sets, AT-R1)."""
+    lm, _ = prepare_labels(labels)
+    mo = label_moments(lm)
+    lo, hi = skill_box(lm.labels_per_worker(), lm.n_classes, 1.0)
+    fit = fit_rank_one(mo.c_hat, edge_weights(mo.co_labels), lo, hi, x0=x0, solver="scaled")
+    comp = graph_structure(mo.co_labels, symmetric=True).graph.labels
+    x = np.clip(resolve_signs(fit.x, comp, "sum_rule"), lo, hi)
+    return weighted_consensus(lm, vote_weights(x, lm.n_classes, lo, hi), tie_break="random", seed=seed).consensus
+
+
+def table5_spread(labels: pd.DataFrame, truth: pd.DataFrame, runs: int = TABLE5_RUNS) -> dict[str, object]:
+    """PGD-scaled errors over ``runs`` random tie-break seeds (start 0.5), over ``runs`` random positive
+    starts x⁰_i ~ U(0, hi_i) and over ``runs`` random starts with signs x⁰_i ~ U(lo_i, hi_i) (run k: start
+    from seed k, tie-break seed k)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = fit_skills(labels, method="pgd", spectral=False)
+    base = _pgd_from_start(labels, 0.5, 0)
+    if not base.equals(ref.consensus[base.columns]):
+        raise RuntimeError("the Table 5 re-implementation differs from fit_skills(method='pgd')")
+    lm, _ = prepare_labels(labels)
+    lo, hi = skill_box(lm.labels_per_worker(), lm.n_classes, 1.0)
+    seeds = np.array(
+        [
+            prediction_error(fit_skills(labels, method="pgd", spectral=False, seed=k).consensus, truth)
+            for k in range(runs)
+        ]
+    )
+    starts = np.array(
+        [
+            prediction_error(_pgd_from_start(labels, np.random.default_rng(k).uniform(0.0, hi), k), truth)
+            for k in range(runs)
+        ]
+    )
+    signed = []
+    for k in range(runs):
+        x0 = np.random.default_rng([k, 1]).uniform(lo, hi)
+        x0 = np.where(np.abs(x0) < 1e-3, 0.1, x0)  # 0 is a stationary coordinate
+        signed.append(prediction_error(_pgd_from_start(labels, x0, k), truth))
+    return {"ties": seeds, "starts": starts, "signed": np.array(signed)}
+
+
 def run(
     repeats: int = 3, only: list[str] | None = None, slow_ck_max_labels: int | None = None, ablation: bool = True
-) -> pd.DataFrame:
+) -> tuple[pd.DataFrame, dict[str, dict[str, object]]]:
     ck = _crowdkit()
     rows = []
+    spreads: dict[str, dict[str, object]] = {}
+    # compile (or load from numba's cache) every kernel once, so no timed call pays it
+    tiny = pd.DataFrame({"task": list("aabbcc"), "worker": list("xyxyxy"), "label": list("010110")})
+    for _, kw in OURS:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit_skills(tiny, spectral=False, **kw)
     for folder in sorted(p for p in DATA.iterdir() if p.is_dir()):
         if only and folder.name not in only:
             continue
@@ -138,12 +231,16 @@ def run(
             "labels": len(labels),
             "M": labels["label"].nunique(),
         }
-        for name, method, kw in OURS:
-            res, secs = _median_time(lambda m=method, k=kw: fit_skills(labels, method=m, **k), repeats)
+        consensus: dict[str, pd.DataFrame] = {}
+        for name, kw in OURS:
+            res, secs = _median_time(lambda k=kw: fit_skills(labels, spectral=False, **k), repeats)
+            consensus[name] = res.consensus  # type: ignore[attr-defined]
             row[name] = prediction_error(res.consensus, truth)  # type: ignore[attr-defined]
             row[f"{name} s"] = secs
             row[f"{name} ties"] = res.metadata.get("n_ties", np.nan)  # type: ignore[attr-defined]
-        row["gold"] = gold_metrics(res.consensus, truth.drop_duplicates("task")).n_gold  # type: ignore[attr-defined]
+            row[f"{name} iterations"] = res.metadata.get("iterations", np.nan)  # type: ignore[attr-defined]
+            row[f"{name} converged"] = res.metadata.get("converged", np.nan)  # type: ignore[attr-defined]
+        row["gold"] = gold_metrics(consensus["default"], truth.drop_duplicates("task")).n_gold
         if ck is not None:
             for name, cls in ck.items():
                 if name in SLOW_CK and slow_ck_max_labels is not None and len(labels) > slow_ck_max_labels:
@@ -153,31 +250,39 @@ def run(
                 try:
                     pred, secs = _median_time(lambda c=cls: c().fit_predict(labels), repeats)
                     cons = pd.DataFrame({"task": pred.index.astype(str), "label": pred.astype(str).to_numpy()})
+                    consensus[name] = cons
                     row[name] = prediction_error(cons, truth)
                     row[f"{name} s"] = secs
                 except Exception as exc:  # report, do not hide
                     row[name] = np.nan
                     row[f"{name} s"] = np.nan
                     row["note"] = f"{name}: {type(exc).__name__}"
-            row["x vs CK DS (PGD-scaled)"] = row["CK DS s"] / row["PGD-scaled s"]  # type: ignore[operator]
-            row["x vs CK DS (DS)"] = row["CK DS s"] / row["DS s"]  # type: ignore[operator]
+            for name in ("default", "PGD-scaled"):
+                row[f"x vs CK DS ({name})"] = row["CK DS s"] / row[f"{name} s"]  # type: ignore[operator]
             row["at ≤ CK DS error"], row["x vs CK DS (at ≤ error)"] = _fastest_at_ck_error(row)
             row["50x budget s"] = row["CK DS s"] / 50.0  # type: ignore[operator]
+            if "CK DS" in consensus:
+                for name in ("default", "DS β=0"):
+                    only_ours, only_ck, p = _paired(consensus[name], consensus["CK DS"], truth)
+                    row[f"{name} only wrong"], row[f"CK only wrong ({name})"] = only_ours, only_ck
+                    row[f"McNemar p ({name})"] = p
         if ablation:
-            for name, method, kw in ABLATION:
+            for name, kw in ABLATION:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    res = fit_skills(labels, method=method, **kw)
+                    res = fit_skills(labels, spectral=False, **kw)
                 row[name] = prediction_error(res.consensus, truth)
         row["MV E[coin]"] = majority_vote_expected_error(labels, truth)
         row["paper MV"] = float(TABLE5_MV.get(folder.name, "nan"))
         row["paper PGD"] = float(TABLE5.get(folder.name, "nan"))
+        if folder.name in TABLE5:
+            spreads[folder.name] = table5_spread(labels, truth)
         rows.append(row)
         print(f"  {folder.name} done", flush=True)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows), spreads
 
 
-INT_COLS = {"tasks", "workers", "labels", "M"}
+INT_COLS = {"tasks", "workers", "labels", "M", "gold", "default only wrong", "CK only wrong", "default EM iterations"}
 
 
 def markdown(df: pd.DataFrame, cols: list[str]) -> str:
@@ -186,10 +291,10 @@ def markdown(df: pd.DataFrame, cols: list[str]) -> str:
     def fmt(col: str, v: object) -> str:
         if v is None or (isinstance(v, float) and np.isnan(v)):
             return ""
-        if col in INT_COLS:
-            return str(int(v))  # type: ignore[call-overload]
+        if col in INT_COLS and isinstance(v, int | float | np.integer | np.floating):
+            return str(int(v))
         if col.startswith("x vs"):
-            return f"{v:.0f}x"
+            return f"{v:.1f}x" if float(v) < 10 else f"{v:.0f}x"  # type: ignore[arg-type]
         if col.endswith(" s"):
             return f"{1e3 * float(v):.1f}"  # type: ignore[arg-type]
         if isinstance(v, float | np.floating):
@@ -202,12 +307,17 @@ def markdown(df: pd.DataFrame, cols: list[str]) -> str:
     return "\n".join([head, sep, *body])
 
 
-def report(df: pd.DataFrame, repeats: int, load: tuple[float, float] = (np.nan, np.nan)) -> str:
-    err_cols = ["data", "tasks", "workers", "labels", "M", "PGD", "PGD-scaled", "1-coin DS", "DS", "MV"]
-    err_cols += ["CK MV", "CK DS", "CK 1-coin DS", "CK MMSR", "MV E[coin]", "paper MV", "paper PGD", "note"]
-    time_cols = ["data", "PGD s", "PGD-scaled s", "1-coin DS s", "DS s", "MV s"]
-    time_cols += ["CK MV s", "CK DS s", "CK 1-coin DS s", "CK MMSR s", "x vs CK DS (PGD-scaled)", "x vs CK DS (DS)"]
-    time_cols += ["at ≤ CK DS error", "x vs CK DS (at ≤ error)", "50x budget s"]
+def report(
+    df: pd.DataFrame,
+    repeats: int,
+    load: tuple[float, float] = (np.nan, np.nan),
+    spreads: dict[str, dict[str, object]] | None = None,
+) -> str:
+    err_cols = ["data", "tasks", "workers", "labels", "M", "default", "DS β=0", "1-coin DS", "PGD", "PGD-scaled"]
+    err_cols += ["MV", "CK MV", "CK DS", "CK 1-coin DS", "CK MMSR", "MV E[coin]", "paper MV", "paper PGD", "note"]
+    time_cols = ["data", "default s", "DS β=0 s", "1-coin DS s", "PGD s", "PGD-scaled s", "MV s"]
+    time_cols += ["CK MV s", "CK DS s", "CK 1-coin DS s", "CK MMSR s", "x vs CK DS (default)"]
+    time_cols += ["x vs CK DS (PGD-scaled)", "at ≤ CK DS error", "x vs CK DS (at ≤ error)", "50x budget s"]
     try:
         import crowdkit
 
@@ -223,15 +333,20 @@ def report(df: pd.DataFrame, repeats: int, load: tuple[float, float] = (np.nan, 
             f"{load[1]:.1f} at the end; single-threaded BLAS; times are medians of {repeats} whole calls on the "
             "DataFrame, ours and Crowd-Kit's interleaved per set.",
             "",
+            "`default` = `fit_skills(labels)`: Dawid–Skene EM with one virtual correct answer per true class and "
+            "worker (`ds_prior=1`, docs/methods/skills.md §7.3); `DS β=0` = classic Dawid–Skene (`ds_prior=0`); "
+            "`PGD-scaled` = the rank-one PGD of Ma et al. (the default before issue #20).",
+            "",
+            *default_section(df),
             "## Prediction error on the gold tasks",
             "",
             markdown(df, err_cols),
             "",
-            *paper_section(df),
+            *paper_section(df, spreads or {}),
             "## Wall time (ms) and speed ratio vs. Crowd-Kit DawidSkene",
             "",
-            "`at ≤ CK DS error`: our fastest model-based method (PGD, PGD-scaled, 1-coin DS, DS; not MV) whose "
-            "error is not above Crowd-Kit DS's on that set (`none`: every one is above), and its speed-up.",
+            "`at ≤ CK DS error`: our fastest model-based method (default, DS β=0, 1-coin DS, PGD, PGD-scaled; not "
+            "MV) whose error is not above Crowd-Kit DS's on that set (`none`: every one is above), and its speed-up.",
             "",
             markdown(df, time_cols),
             "",
@@ -241,19 +356,94 @@ def report(df: pd.DataFrame, repeats: int, load: tuple[float, float] = (np.nan, 
     )
 
 
+def default_section(df: pd.DataFrame) -> list[str]:
+    """Issue #20's target: the default never worse than Crowd-Kit DS by more than 0.005, better on the mean;
+    per set with the paired counts and the exact McNemar p-value, and the same for classic DS and PGD."""
+    if "CK DS" not in df.columns or df["CK DS"].isna().all():
+        return []
+    d = df[df["CK DS"].notna()]
+    table = pd.DataFrame(
+        {
+            "data": d["data"],
+            "gold": d["gold"],
+            "CK DS": d["CK DS"],
+            "default": d["default"],
+            "default − CK": d["default"] - d["CK DS"],
+            "default only wrong": d.get("default only wrong"),
+            "CK only wrong": d.get("CK only wrong (default)"),
+            "McNemar p": d.get("McNemar p (default)"),
+            "0.005 in tasks": d["gold"] * TOL,
+            "default EM iterations": d.get("default iterations"),
+            "DS β=0": d["DS β=0"],
+            "DS β=0 − CK": d["DS β=0"] - d["CK DS"],
+            "PGD-scaled": d["PGD-scaled"],
+            "PGD-scaled − CK": d["PGD-scaled"] - d["CK DS"],
+        }
+    )
+    mean = {c: float(table[c].mean()) for c in ("CK DS", "default", "DS β=0", "PGD-scaled")}
+    gaps = {c: table[f"{c} − CK"] for c in ("default", "DS β=0", "PGD-scaled")}
+    worst = {c: (float(g.max()), str(table.loc[g.idxmax(), "data"])) for c, g in gaps.items()}
+    over = {c: int((g > TOL + 1e-12).sum()) for c, g in gaps.items()}
+    meets = worst["default"][0] <= TOL + 1e-12 and mean["default"] < mean["CK DS"]
+    p_col = table["McNemar p"].astype(float)
+    p_min, p_set = float(p_col.min()), str(table.loc[p_col.idxmin(), "data"])
+    tight = table.loc[gaps["default"] > 0, ["data", "default − CK", "default only wrong", "CK only wrong", "gold"]]
+    tight_text = "; ".join(
+        f"{r['data']} {r['default − CK']:+.4f} = {r['default only wrong']:.0f} vs {r['CK only wrong']:.0f} "
+        f"discordant of {r['gold']:.0f} gold tasks"
+        for _, r in tight.iterrows()
+    )
+    rows = pd.concat(
+        [
+            table,
+            pd.DataFrame([{"data": "**mean**", **mean}]),
+            pd.DataFrame([{"data": "**worst gap**", **{f"{c} − CK": worst[c][0] for c in gaps}}]),
+            pd.DataFrame([{"data": f"**sets > CK + {TOL}**", **{f"{c} − CK": str(over[c]) for c in gaps}}]),
+        ],
+        ignore_index=True,
+    )
+    cols = list(table.columns)
+    return [
+        "## The default vs. Crowd-Kit DS (issue #20)",
+        "",
+        f"Target: never worse than Crowd-Kit DS by more than {TOL} on any set, better on the mean: "
+        f"**{'met' if meets else 'not met'}** — worst gap {worst['default'][0]:+.4f} ({worst['default'][1]}), "
+        f"mean {mean['default']:.4f} vs {mean['CK DS']:.4f}. Classic DS (β = 0): worst "
+        f"{worst['DS β=0'][0]:+.4f} ({worst['DS β=0'][1]}), mean {mean['DS β=0']:.4f}, {over['DS β=0']} set(s) "
+        f"beyond {TOL}; PGD-scaled: worst {worst['PGD-scaled'][0]:+.4f} ({worst['PGD-scaled'][1]}), mean "
+        f"{mean['PGD-scaled']:.4f}, {over['PGD-scaled']} set(s) beyond {TOL}.",
+        "",
+        "Read the gaps with the gold labels' noise in mind. `default only wrong` / `CK only wrong` count the gold "
+        "tasks exactly one of the two gets wrong, and `McNemar p` is the exact two-sided test of those counts "
+        f"(smallest: {p_min:.2f}, {p_set}). The tolerance itself is "
+        f"`0.005 in tasks` gold tasks, one or two on most sets, so the pass rests on a task or two where the "
+        f"default is behind ({tight_text or 'none'}); relabelling one gold task can turn a pass into a fail, "
+        "and a set the rule has not seen can land either side. The synthetic families "
+        "(`results/skills_family.md`) are the larger sample. `default EM iterations` = 100 is the cap: "
+        "the fit warns and reports `not_converged` there; 300 or 1000 iterations change no error on these sets "
+        "(docs/methods/skills.md §7.3).",
+        "",
+        markdown(rows, cols),
+        "",
+    ]
+
+
 def budget_section(df: pd.DataFrame) -> list[str]:
-    """Where a 50x speed-up over Crowd-Kit DS is out of reach of any model: the budget (CK DS time / 50)
-    is below the time of a majority vote alone, ours or Crowd-Kit's, on the same rows."""
+    """Issue #3's 50x speed-up over Crowd-Kit DS, retired by issue #20: the budget (CK DS time / 50) is below
+    the time of a majority vote alone, ours or Crowd-Kit's, on the same rows."""
     if "50x budget s" not in df.columns:
         return []
     ok = df["50x budget s"].notna()
     ours = df.loc[ok & (df["MV s"] > df["50x budget s"]), "data"].tolist()
     theirs = df.loc[ok & (df["CK MV s"] > df["50x budget s"]), "data"].tolist()
     return [
-        f"`50x budget ms` = CK DS time / 50, the time a whole call may take for issue #3's 50x. On {len(ours)} of "
-        f"{int(ok.sum())} sets our majority vote alone (no model: validate, encode, vote, identifiability check, "
-        f"output tables) takes longer than that ({', '.join(ours) or '-'}); Crowd-Kit's own MajorityVote "
-        f"takes longer on {len(theirs)} ({', '.join(theirs) or '-'}).",
+        "**≥ 50× faster than Crowd-Kit DS on the 1–90k-label sets: retired** (issue #20, part 3.3). "
+        "`50x budget ms` = CK DS time / 50, the time a whole call could take. On "
+        f"{len(ours)} of {int(ok.sum())} sets our majority vote alone (no model: validate, encode, vote, "
+        f"identifiability check, output tables) takes longer than that ({', '.join(ours) or '-'}); Crowd-Kit's own "
+        f"MajorityVote takes longer on {len(theirs)} ({', '.join(theirs) or '-'}). The budget is below any "
+        "DataFrame-in, tables-out call there, so no fit can meet it; the skills speed targets are now the "
+        "10^6–10^8-label sizes of the performance issue (`results/skills_scale.md`).",
         "",
     ]
 
@@ -264,9 +454,10 @@ def _printed_range(printed: str) -> tuple[float, float]:
     return float(printed) - half, float(printed) + half
 
 
-def paper_section(df: pd.DataFrame) -> list[str]:
-    """How the paper's Table 5 numbers relate to these rows: its MV is the fair-coin expectation, and
-    its PGD, as a count of errors on the gold tasks, is not always a whole number."""
+def paper_section(df: pd.DataFrame, spreads: dict[str, dict[str, object]]) -> list[str]:
+    """How the paper's Table 5 numbers relate to these rows: its MV is the fair-coin expectation, its PGD,
+    as a count of errors on the gold tasks, is not always a whole number; and the spread of our PGD over
+    random tie-breaks and random starts."""
     rows = df[df["paper PGD"].notna()] if "paper PGD" in df.columns else df.iloc[:0]
     if rows.empty or "MV E[coin]" not in rows.columns:
         return []
@@ -288,31 +479,79 @@ def paper_section(df: pd.DataFrame) -> list[str]:
     lines += [
         "",
         "Where the paper's MV equals our fair-coin expectation the data are the paper's. A PGD value that "
-        "no whole count of errors rounds to "
-        "means the paper's PGD number is itself a mean over some randomness it does not report (starts, "
-        "tie-breaks or runs), not one deterministic fit; ours is one deterministic fit. A value printed with fewer digits than its neighbours (RTE's 0.07 beside Opt-D&S's "
-        "0.0712) may be 0.0700 with the zeros dropped, i.e. 56 errors.",
+        "no whole count of errors rounds to means the paper's PGD number is itself a mean over some randomness "
+        "it does not report (starts, tie-breaks or runs), not one deterministic fit. A value printed with fewer "
+        "digits than its neighbours (RTE's 0.07 beside Opt-D&S's 0.0712) may be 0.0700 with the zeros dropped, "
+        "i.e. 56 errors.",
         "",
     ]
+    if spreads:
+        lines += [
+            "### Table 5: our deterministic fit and its spread under the paper's implied protocol",
+            "",
+            "The target is our deterministic fit (issue #20, part 3.2: no tuning per set to chase the paper's "
+            f"numbers). Beside it, PGD-scaled over {TABLE5_RUNS} random tie-break seeds (start x⁰ = 0.5) and over "
+            f"{TABLE5_RUNS} random starts x⁰_i ~ U(0, hi_i) inside the box and over {TABLE5_RUNS} random starts "
+            "with signs, x⁰_i ~ U(lo_i, hi_i) (run k: start and tie-break seed k), mean ± standard deviation and "
+            "the range, as error rates.",
+            "",
+            "| data | paper PGD | ours (deterministic) | 20 tie-break seeds | range | 20 random starts | range "
+            "| 20 random starts with signs | range |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for _, r in rows.iterrows():
+            sp = spreads.get(str(r["data"]))
+            if sp is None:
+                continue
+            cells = [
+                f"{v.mean():.4f} ± {v.std():.4f} | {v.min():.4f}–{v.max():.4f}"
+                for v in (np.asarray(sp[key]) for key in ("ties", "starts", "signed"))
+            ]
+            lines.append(f"| {r['data']} | {TABLE5[r['data']]} | {r['PGD-scaled']:.4f} | " + " | ".join(cells) + " |")
+        paper_below = []
+        for name, sp in spreads.items():
+            if name in TABLE5:
+                best_run = min(float(np.min(np.asarray(sp[key]))) for key in ("ties", "starts", "signed"))
+                if _printed_range(TABLE5[name])[1] < best_run:  # even the printed value's upper end is below
+                    paper_below.append(name)
+        lines += [
+            "",
+            "Our PGD-scaled fit has no tied task on these sets, so the tie-break seed changes nothing; positive "
+            "random starts all reach the optimum of the default start; starts with random signs stop in other "
+            "local minima, never in a better one (as `test_default_start_reaches_the_best_of_random_restarts_on_"
+            "real_data` asserts on the loss). "
+            + (
+                f"The paper's value (with its printed precision) is below every run on {', '.join(paper_below)}: "
+                "none of these protocols explains it; elsewhere our deterministic fit rounds to the paper's number."
+                if paper_below
+                else "Our deterministic fit rounds to the paper's number on every set."
+            ),
+            "",
+        ]
     return lines
 
 
 def ablation_section(df: pd.DataFrame) -> list[str]:
-    """Errors of the method's alternatives to our defaults, with the mean over all sets (last row)."""
-    names = [n for n, _, _ in ABLATION if n in df.columns]
+    """Errors with one setting of the defaults changed, with the mean over all sets (last row)."""
+    names = [n for n, _ in ABLATION if n in df.columns]
     if not names:
         return []
-    cols = ["data", "PGD-scaled", *names[:-1], "DS", names[-1], "CK DS"]
+    pgd = [n for n in names if n.startswith("PGD")]
+    ds = [n for n in names if n.startswith("DS")]
+    cols = ["data", "PGD-scaled", *pgd, "default", *ds, "DS β=0", "CK DS"]
     cols = [c for c in cols if c in df.columns]
     mean = {c: float(df[c].mean()) for c in cols if c != "data"}
     table = pd.concat([df[cols], pd.DataFrame([{"data": "**mean**", **mean}])], ignore_index=True)
     best = min(mean, key=mean.__getitem__)
+    best_text = "the default itself" if best == "default" else best
     return [
-        "## Defaults vs. the method's alternatives (same rows)",
+        "## Defaults vs. one changed setting (same rows)",
         "",
-        "PGD-scaled and DS are the defaults (τ = 1, weights N; DS smoothing α = 0.01). Each other column changes one "
-        f"setting. Lowest mean error over the {len(df)} sets: {best} ({mean[best]:.4f}); "
-        f"PGD default {mean['PGD-scaled']:.4f}, DS default {mean['DS']:.4f}.",
+        "The default is DS with β = 1, α = 0.01 (`ds_prior`, `ds_smoothing`); PGD's defaults are τ = 1 and "
+        "weights N. Each other column changes one setting of its method. Lowest mean error over the "
+        f"{len(df)} sets: {best_text} ({mean[best]:.4f}); default {mean['default']:.4f}, PGD-scaled "
+        f"{mean['PGD-scaled']:.4f}. β was fixed on synthetic crowds before these sets were looked at "
+        "(docs/methods/skills.md §7.3); the β columns show how much the real-set results depend on it.",
         "",
         markdown(table, cols),
         "",
@@ -333,8 +572,8 @@ def main(argv: list[str] | None = None) -> str:
     ap.add_argument("--no-ablation", action="store_true", help="skip the defaults-vs-alternatives refits")
     args = ap.parse_args(argv)
     load0 = os.getloadavg()[0]
-    df = run(args.repeats, args.only, args.slow_ck_max_labels, not args.no_ablation)
-    text = report(df, args.repeats, (load0, os.getloadavg()[0]))
+    df, spreads = run(args.repeats, args.only, args.slow_ck_max_labels, not args.no_ablation)
+    text = report(df, args.repeats, (load0, os.getloadavg()[0]), spreads)
     if args.slow_ck_max_labels is not None:
         text += (
             f"\n\nCrowd-Kit 1-coin DS and MMSR were skipped (empty cells) on sets with more than "

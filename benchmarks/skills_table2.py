@@ -20,7 +20,10 @@ Diagnostic columns: the same fit with ``solver="scaled"`` and 100 000 iterations
 whether stopping ``gd`` at 5000 iterations matters) and the "star floor", which puts the true hub
 skill s_0 in and estimates every other worker as C_0j/s_0 (clipped to the same box), i.e. the best
 a star can do when its scale is known: how much of the gap the noise on the star edges alone causes.
-The second table repeats the run (fewer runs, no diagnostics) under alternative readings.
+The second table puts the two readings of the noise side by side (issue #20, decision 1: the paper's
+text states ξ ∈ [−0.2, 0.2] and that reading stands; the paper's own notation for its other injected
+noise, Figs. 4–5, would make it U[−0.1, 0.1]); the third repeats the run (fewer runs, no diagnostics)
+under alternative readings of the evaluation setup.
 """
 
 from __future__ import annotations
@@ -97,9 +100,10 @@ ALTERNATIVES: dict[str, tuple[SkillsFn, int, dict[str, object], float]] = {
 }
 
 
-# the fit these tables were made with: the paper's solver, no spectral diagnostics (the library defaults
-# until #24; SkillsOptions now defaults to solver "scaled" with spectra, so they are passed explicitly)
-PGD_BASE: dict[str, object] = {"solver": "gd", "spectral": False}
+# the fit these tables were made with: PGD with the paper's solver, no spectral diagnostics (the library
+# defaults until #24; SkillsOptions now defaults to method "ds" and, for pgd, solver "scaled" with spectra,
+# so they are passed explicitly)
+PGD_BASE: dict[str, object] = {"method": "pgd", "solver": "gd", "spectral": False}
 
 
 def injected_moments(inst: synth.InjectedNoiseInstance) -> LabelMoments:
@@ -187,6 +191,7 @@ def report(n_runs: int, alt_runs: int) -> str:
     load0 = os.getloadavg()[0]
     main = {w: runs(w, n_runs) for w in WORKERS}
     t_main = time.perf_counter() - t0
+    fig45 = {w: runs(w, n_runs, half_width=0.1) for w in WORKERS}
     alts: dict[str, dict[int, dict[str, np.ndarray]]] = {}
     if alt_runs > 0:
         for name, (fn, k, options, h) in ALTERNATIVES.items():
@@ -199,7 +204,7 @@ def report(n_runs: int, alt_runs: int) -> str:
         f"`python -m benchmarks.skills_table2 --runs {n_runs} --alt-runs {alt_runs}` (also run by "
         "`python -m benchmarks.skills`); regenerates only this section. Setup and reading: docstring of "
         "`benchmarks/skills_table2.py` and `crowdflow.synth.star_triangle_injected` (docs/methods/skills.md §5.3). "
-        f"{n_runs} seeded runs per W; mean ± std over runs; PGD = `fit_skills` defaults on the injected C. "
+        f'{n_runs} seeded runs per W; mean ± std over runs; PGD = `fit_skills(method="pgd", solver="gd")` on the injected C. '
         f"Machine: {platform.machine()}, Python {platform.python_version()}, numpy {np.__version__}; shared "
         f"2-core host (load average {load0:.1f} at start); {t_main:.0f} s for this table, {t_all:.0f} s in all.",
         "",
@@ -223,7 +228,7 @@ def report(n_runs: int, alt_runs: int) -> str:
     gaps, floors, scaled = gap("pgd"), gap("floor"), gap("scaled")
     n_scaled_conv = int(sum(main[w]["scaled_converged"].sum() for w in WORKERS))
     rms = float(np.sqrt(np.mean([(main[w]["bayes"].mean() - PAPER[w][0][0]) ** 2 for w in WORKERS])))
-    verdict = "met" if max(gaps) <= 0.01 else "**not met**"
+    verdict = "reproduced" if max(gaps) <= 0.01 else "**not reproducible**"
     lines += [
         "",
         "Columns: *scaled* = the same fit with `solver='scaled', max_iter=100000` (same objective; "
@@ -231,15 +236,40 @@ def report(n_runs: int, alt_runs: int) -> str:
         "*star floor* = true hub skill s_0 and every other worker C_0j/s_0 clipped to the same box, i.e. the "
         "best a star can do when its scale is known.",
         "",
-        f"Issue #3 criterion (PGD within 0.01 of Bayes): {verdict} under this reading. PGD − Bayes is "
+        "The paper's text states ξ ∈ [−0.2, 0.2] and that reading stands (issue #20, decision 1). The paper's "
+        f"result under it, PGD within 0.01 of Bayes, is {verdict}: PGD − Bayes is "
         f"{min(gaps):+.4f} to {max(gaps):+.4f} (paper: +0.0000 to +0.0044); converged fits give "
         f"{min(scaled):+.4f} to {max(scaled):+.4f}, so stopping `gd` at 5000 iterations is not the cause. "
         f"The star floor is {min(floors):+.4f} to {max(floors):+.4f}: with ξ ~ U[−0.2, 0.2] on the star edges "
         "each leaf skill carries an error up to ±0.2/s_0 (±0.25 for s_0 = 0.8) that no estimator on this "
-        "support removes. The Bayes column is at the paper's level (RMS difference to the paper's means "
-        f"{rms:.4f}). The gap does not grow with W, as in the paper. The default test run covers W = 21 and 91 "
-        "with 10 seeds (`tests/skills/test_fit.py::test_table2_*`: the 0.01 criterion as a strict xfail, a "
-        "regression guard at 0.03).",
+        "support removes, so even the true hub skill leaves most of the gap. The Bayes column is at the "
+        f"paper's level (RMS difference to the paper's means {rms:.4f}). The gap does not grow with W, as in "
+        "the paper.",
+        "",
+        f"Both readings of the noise ({n_runs} runs per W each; mean Bayes, then mean PGD − Bayes and star "
+        "floor − Bayes):",
+        "",
+        "| W | stated ξ ~ U[−0.2, 0.2]: Bayes | PGD − Bayes | star floor − Bayes | Figs. 4–5 notation "
+        "ξ ~ 0.2·U[−1/2, 1/2] = U[−0.1, 0.1]: Bayes | PGD − Bayes | star floor − Bayes |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for w in WORKERS:
+        a, b = main[w], fig45[w]
+        lines.append(
+            f"| {w} | {a['bayes'].mean():.4f} | {a['pgd'].mean() - a['bayes'].mean():+.4f} | "
+            f"{a['floor'].mean() - a['bayes'].mean():+.4f} | {b['bayes'].mean():.4f} | "
+            f"{b['pgd'].mean() - b['bayes'].mean():+.4f} | {b['floor'].mean() - b['bayes'].mean():+.4f} |"
+        )
+    g45_main = [float(fig45[w]["pgd"].mean() - fig45[w]["bayes"].mean()) for w in WORKERS]
+    lines += [
+        "",
+        f"Under the stated noise the paper's 0.01 is out of reach (PGD {min(gaps):+.4f} to {max(gaps):+.4f}, "
+        f"star floor {min(floors):+.4f} to {max(floors):+.4f}); under U[−0.1, 0.1] PGD is "
+        f"{min(g45_main):+.4f} to {max(g45_main):+.4f}, within 0.01 and near the paper's gaps. The tests "
+        "(`tests/skills/test_fit.py::test_table2_*`, W = 21 and 91, 10 seeds) keep a regression guard at +0.03 "
+        "under the stated reading and the 0.01 under the U[−0.1, 0.1] reading; no test asserts the unreachable "
+        "0.01 under the stated noise (the strict expected failure that did was removed in issue #20: a test that "
+        "always fails guards nothing).",
     ]
     if alts:
         lines += [
@@ -264,8 +294,9 @@ def report(n_runs: int, alt_runs: int) -> str:
                 "The last row reads the noise as the paper writes its other injected noise (Figs. 4–5: "
                 '"0.01 · U[−1/2, 1/2]", docs/methods/skills.md §5.7), i.e. noise level 0.2 = U[−0.1, 0.1]. There PGD − Bayes is '
                 f"{min(g45):+.4f} to {max(g45):+.4f}: within 0.01, and near the paper's +0.0000 to +0.0044, where the "
-                "stated U[−0.2, 0.2] gives the flat +0.016 to +0.018 above. The paper states U[−0.2, 0.2], so the tests "
-                "keep it; which one the paper meant needs the paper's text.",
+                f"stated U[−0.2, 0.2] gives the flat {min(gaps):+.4f} to {max(gaps):+.4f} above. The paper's text "
+                "states U[−0.2, 0.2]; "
+                "that reading stands, and both are reported.",
             ]
         lines += [
             "",

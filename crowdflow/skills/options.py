@@ -40,10 +40,11 @@ class SkillsOptions(Options):
     """
 
     method: Method = Field(
-        "pgd",
-        description="How the labels are combined: pgd fits one skill per worker and weights each vote by it; "
-        "onecoin_ds and ds fit Dawid-Skene models by expectation-maximisation (an iterative maximum-likelihood "
-        "fit) with one accuracy per worker or a full table of confusions per worker; mv is a plain majority vote.",
+        "ds",
+        description="How the labels are combined: ds fits a Dawid-Skene model (a table of how often each worker "
+        "gives each answer for each true label) by expectation-maximisation, an iterative maximum-likelihood fit; "
+        "onecoin_ds fits one accuracy per worker the same way; pgd fits one skill per worker from how often "
+        "pairs of workers agree and weights each vote by it; mv is a plain majority vote.",
     )
     solver: Solver = Field(
         "scaled",
@@ -151,6 +152,14 @@ class SkillsOptions(Options):
         le=1000.0,
         description="Pseudo-count added to every count of the Dawid-Skene methods, which keeps the estimated "
         "probabilities away from exactly 0 and 1.",
+    )
+    ds_prior: float = Field(
+        1.0,
+        ge=0.0,
+        le=100.0,
+        description="Virtual correct answers that method ds adds to each worker's table for every true label, "
+        "so that a worker with few labels is not taken to confuse labels systematically; 0 is the classic "
+        "Dawid-Skene fit.",
     )
     tie_break: TieBreak = Field(
         "random",

@@ -264,9 +264,12 @@ def skills_from_moments(
     """Rank-one PGD skills from accumulated statistics (the first pass of a streaming fit).
 
     The same identifiability check (components, bipartiteness, too_few_labels pruning, policy
-    ``flag``), PGD and sign rule as :func:`~crowdflow.skills.fit_skills`, with the same options
-    (``weighting``, ``tau``, ``x0``, ``eta``, ``tol``, ``max_iter``, ``solver``, ``sign_mode`` are used;
-    ``options`` as in ``fit_skills``, keyword ``overrides`` replace its fields). The skills table has
+    ``flag``), PGD and sign rule as :func:`~crowdflow.skills.fit_skills` with ``method="pgd"``, with the
+    same options (``weighting``, ``tau``, ``x0``, ``eta``, ``tol``, ``max_iter``, ``solver``,
+    ``sign_mode`` are used; ``options`` as in ``fit_skills``, keyword ``overrides`` replace its fields).
+    The co-label statistics are all PGD needs, so the streaming path is PGD whatever ``method`` says
+    (Dawid–Skene EM, the default of ``fit_skills``, needs every label at every iteration;
+    docs/methods/skills.md §4.2). The skills table has
     the columns worker, skill, accuracy, vote_weight, n_labels, n_partners, component, status,
     identifiable, lower, upper. Feed it to :func:`stream_consensus` for the second pass over the labels.
     """

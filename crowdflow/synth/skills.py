@@ -14,6 +14,11 @@ Assignments (who labels which task) are given as two aligned integer arrays (wor
 Moment matrices with injected noise (no labels behind them): :func:`rank_one_moments` (Figs. 4–5)
 and :func:`star_triangle_injected` (Table 2, with separate evaluation labels).
 
+Beyond the one-coin model (docs/methods/skills.md §5.8): :func:`crowd_labels` draws a crowd of a
+:class:`CrowdConfig` (full confusion matrices, spammers, adversaries, 2–5 classes, skewed class
+priors, Zipf worker activity) and :func:`crowd_family` a seeded family of such crowds, on which the
+default of ``fit_skills`` was chosen and is tested (§7.3).
+
 Ids: workers ``w0000…``, tasks ``t0000000…`` (zero-padded, so sorted-id order = generation order);
 labels are the class indices ``"0" … "M−1"`` unless ``classes`` is given.
 """
@@ -21,6 +26,7 @@ labels are the class indices ``"0" … "M−1"`` unless ``classes`` is given.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, cast
 
 import numpy as np
 import pandas as pd
@@ -340,3 +346,212 @@ def star_triangle_injected(
     wi, ti = random_assignment(n_workers, n_tasks, per_task, seed=assign_seed)
     data = one_coin_labels(s, wi, ti, 2, seed=label_seed, n_tasks=n_tasks)
     return InjectedNoiseInstance(data=data, c_hat=c_hat, support=support, edges=edges)
+
+
+# --------------------------------------------------------------------------------------------
+# Dawid–Skene crowds: full confusion matrices, spammers, adversaries (docs/methods/skills.md §5.8)
+# --------------------------------------------------------------------------------------------
+WorkerKind = Literal["onecoin", "confusion"]
+
+#: codes of :attr:`CrowdLabels.kind`
+GOOD, SPAMMER, ADVERSARY = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class CrowdConfig:
+    """One crowd of the Dawid–Skene family (:func:`crowd_labels`, docs/methods/skills.md §5.8).
+
+    Attributes
+    ----------
+    n_classes : int
+        M ≥ 2.
+    n_tasks : int
+        T.
+    per_task : int
+        Distinct workers per task (capped at ``n_workers``).
+    n_workers : int
+        W.
+    good : {"onecoin", "confusion"}
+        The honest workers: ``onecoin`` are right with one probability a_i ~ U[1/M + 0.1, 0.95] and
+        otherwise uniform; ``confusion`` have a per-class accuracy a_il ~ U[max(1/M, 0.35), 0.98] and
+        put the rest on the wrong classes by Dir(1/2) weights (structured, asymmetric errors).
+    spammers : float
+        Share of workers whose answer ignores the truth (uniform, or a Dir(0.3) favourite-label law).
+    adversaries : float
+        Share of workers who apply a fixed derangement of the classes with probability a ~ U[0.6, 0.9].
+    prior : {"uniform", "skewed"}
+        Class prior: uniform, or q_l ∝ 0.35^l + 0.02.
+    activity : {"uniform", "zipf"}
+        Who labels a task: uniformly, or with weight ∝ 1/(i + 1)^1.1 (a few very active workers, a long
+        tail of workers with a handful of labels).
+    seed : int
+    """
+
+    n_classes: int
+    n_tasks: int
+    per_task: int
+    n_workers: int
+    good: WorkerKind
+    spammers: float
+    adversaries: float
+    prior: Literal["uniform", "skewed"]
+    activity: Literal["uniform", "zipf"]
+    seed: int
+
+    @property
+    def name(self) -> str:
+        """Short id, e.g. ``M3-T1000-r5-W50-confusion-s0.2-a0-skewed-zipf-#7``."""
+        return (
+            f"M{self.n_classes}-T{self.n_tasks}-r{self.per_task}-W{self.n_workers}-{self.good}"
+            f"-s{self.spammers:g}-a{self.adversaries:g}-{self.prior}-{self.activity}-#{self.seed}"
+        )
+
+    @property
+    def n_labels(self) -> int:
+        return self.n_tasks * min(self.per_task, self.n_workers)
+
+
+@dataclass(frozen=True)
+class CrowdLabels:
+    """Labels of a :class:`CrowdConfig` with everything that generated them.
+
+    Attributes
+    ----------
+    labels : pandas.DataFrame
+        task, worker, label (strings), one row per (task, worker).
+    truth : pandas.DataFrame
+        task, label (every task).
+    confusion : numpy.ndarray
+        W×M×M, confusion[i, l, m] = P(worker i answers m | true class l).
+    class_prior : numpy.ndarray
+        q (length M).
+    kind : numpy.ndarray
+        Per worker: :data:`GOOD`, :data:`SPAMMER` or :data:`ADVERSARY`.
+    workers : numpy.ndarray
+        Worker ids (sorted order = index order; a worker may have no label).
+    classes : list of str
+        ``"0" … "M−1"``.
+    """
+
+    labels: pd.DataFrame
+    truth: pd.DataFrame
+    confusion: np.ndarray
+    class_prior: np.ndarray
+    kind: np.ndarray
+    workers: np.ndarray
+    classes: list[str]
+
+
+def crowd_class_prior(config: CrowdConfig) -> np.ndarray:
+    """q of the configuration (uniform, or ∝ 0.35^l + 0.02)."""
+    m = config.n_classes
+    if config.prior == "uniform":
+        return np.full(m, 1.0 / m)
+    v = 0.35 ** np.arange(m) + 0.02
+    return np.asarray(v / v.sum())
+
+
+def crowd_confusions(config: CrowdConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Confusion matrices (W×M×M) and kinds of the workers of ``config`` (see :class:`CrowdConfig`)."""
+    m, w = config.n_classes, config.n_workers
+    good = 1.0 - config.spammers - config.adversaries
+    if good < 0:
+        raise ValueError("spammers + adversaries must be <= 1")
+    kind = rng.choice(3, size=w, p=[good, config.spammers, config.adversaries])
+    pi = np.empty((w, m, m))
+    for i in range(w):
+        if kind[i] == GOOD and config.good == "onecoin":
+            a = rng.uniform(1.0 / m + 0.1, 0.95)
+            pi[i] = (1.0 - a) / (m - 1)
+            np.fill_diagonal(pi[i], a)
+        elif kind[i] == GOOD:
+            for true in range(m):
+                a = rng.uniform(max(1.0 / m, 0.35), 0.98)
+                wrong = rng.dirichlet(np.full(m - 1, 0.5)) * (1.0 - a)
+                pi[i, true] = np.insert(wrong, true, a)
+        elif kind[i] == SPAMMER:
+            row = np.full(m, 1.0 / m) if rng.random() < 0.5 else rng.dirichlet(np.full(m, 0.3))
+            pi[i] = row[None, :]
+        else:
+            target = np.roll(np.arange(m), rng.integers(1, m))  # a derangement: never the true class
+            a = rng.uniform(0.6, 0.9)
+            pi[i] = (1.0 - a) / (m - 1)
+            pi[i, np.arange(m), target] = a
+    return pi, kind
+
+
+def crowd_labels(config: CrowdConfig, *, chunk_cells: int = 2_000_000) -> CrowdLabels:
+    """Draw the labels of one :class:`CrowdConfig` (seeded by ``config.seed``).
+
+    Truth g_t ~ q; each task gets ``per_task`` distinct workers drawn without replacement with
+    probability ∝ activity (Gumbel top-k, ``chunk_cells`` Gumbel draws at a time); worker i answers m
+    with probability confusion[i, g_t, m].
+    """
+    rng = np.random.default_rng(config.seed)
+    m, t, w = config.n_classes, config.n_tasks, config.n_workers
+    r = min(config.per_task, w)
+    q = crowd_class_prior(config)
+    truth = rng.choice(m, size=t, p=q)
+    pi, kind = crowd_confusions(config, rng)
+    act = np.ones(w) if config.activity == "uniform" else 1.0 / np.arange(1, w + 1) ** 1.1
+    log_act = np.log(act / act.sum())
+    rows = max(1, chunk_cells // w)
+    picks = []
+    for start in range(0, t, rows):
+        keys = log_act[None, :] + rng.gumbel(size=(min(rows, t - start), w))
+        picks.append(np.argpartition(-keys, r - 1, axis=1)[:, :r])
+    worker = np.vstack(picks).ravel()
+    task = np.repeat(np.arange(t), r)
+    cum = np.cumsum(pi[worker, truth[task]], axis=1)
+    answer = np.minimum((rng.random(task.size)[:, None] > cum).sum(axis=1), m - 1)
+    names = np.array([str(c) for c in range(m)], dtype=object)
+    wids, tids = worker_ids(w), task_ids(t)
+    labels = pd.DataFrame({"task": tids[task], "worker": wids[worker], "label": names[answer]})
+    truth_df = pd.DataFrame({"task": tids, "label": names[truth]})
+    return CrowdLabels(
+        labels=labels, truth=truth_df, confusion=pi, class_prior=q, kind=kind, workers=wids, classes=names.tolist()
+    )
+
+
+def crowd_family(
+    n: int = 40, seed: int = 2024, *, max_labels: int = 100_000, corners: bool = True
+) -> list[CrowdConfig]:
+    """A seeded family of crowds (docs/methods/skills.md §5.8): ``n`` random configurations plus, with
+    ``corners``, eight fixed corner cases.
+
+    Random draws: M ∈ {2, 3, 4, 5}; labels per task r ∈ {2, 3, 5, 10}; T ∈ {200, 1000, 3000, 10000},
+    halved until T·r ≤ ``max_labels``; W ∈ {15, 50, 200, 800} (at least r + 1); honest workers
+    one-coin or confusion; spammer share ∈ {0, 0.2, 0.4}; adversary share 0, 0, 0.1 or 0.2; uniform or
+    skewed classes; uniform or Zipf activity; seeds 1000, 1001, …. Corners: a tiny crowd (30 tasks), a
+    dense one (20 workers, 10 per task, 10^5 labels), a very sparse one (5000 workers, Zipf activity,
+    10^5 labels), two labels per task, half spammers, 30 % adversaries, skewed and sparse
+    (gal_adultcontent2-like), binary biased workers. The family of seed 2024 is the design family of
+    the default's choice, seed 7 the confirmation family drawn after it (§7.3).
+    """
+    rng = np.random.default_rng(seed)
+    out: list[CrowdConfig] = []
+    for k in range(n):
+        m = int(rng.choice([2, 3, 4, 5]))
+        r = int(rng.choice([2, 3, 5, 10]))
+        t = int(rng.choice([200, 1000, 3000, 10000]))
+        while t * r > max_labels and t > 1:
+            t //= 2
+        w = max(int(rng.choice([15, 50, 200, 800])), r + 1)
+        good = cast(WorkerKind, str(rng.choice(["onecoin", "confusion"])))
+        spam = float(rng.choice([0, 0.2, 0.4]))
+        adv = float(rng.choice([0, 0, 0.1, 0.2]))
+        prior = cast(Literal["uniform", "skewed"], str(rng.choice(["uniform", "skewed"])))
+        activity = cast(Literal["uniform", "zipf"], str(rng.choice(["uniform", "zipf"])))
+        out.append(CrowdConfig(m, t, r, w, good, spam, adv, prior, activity, 1000 + k))
+    if corners:
+        out += [
+            CrowdConfig(2, 30, 3, 10, "onecoin", 0.0, 0.0, "uniform", "uniform", 1),
+            CrowdConfig(2, 10_000, 10, 20, "onecoin", 0.0, 0.0, "uniform", "uniform", 2),
+            CrowdConfig(3, 20_000, 5, 5000, "confusion", 0.2, 0.0, "skewed", "zipf", 3),
+            CrowdConfig(2, 2000, 2, 40, "onecoin", 0.0, 0.0, "uniform", "uniform", 4),
+            CrowdConfig(5, 2000, 5, 50, "confusion", 0.5, 0.0, "skewed", "uniform", 5),
+            CrowdConfig(2, 2000, 5, 50, "onecoin", 0.0, 0.3, "uniform", "uniform", 6),
+            CrowdConfig(4, 1000, 3, 300, "confusion", 0.0, 0.0, "skewed", "zipf", 7),
+            CrowdConfig(2, 1000, 5, 30, "confusion", 0.0, 0.0, "skewed", "uniform", 8),
+        ]
+    return out

@@ -33,7 +33,7 @@ def test_at_o4_sign_convention():
     wi, ti = synth.random_assignment(30, 2000, 5, seed=6)
     pos = synth.one_coin_labels(s, wi, ti, 2, seed=6)
     neg = synth.one_coin_labels(-s, wi, ti, 2, seed=6)
-    r_pos, r_neg = fit_quiet(pos.labels), fit_quiet(neg.labels)
+    r_pos, r_neg = fit_quiet(pos.labels, method="pgd"), fit_quiet(neg.labels, method="pgd")
     # negated true skills: the sum rule picks the mirrored solution, i.e. the same skills (+s)
     assert np.sqrt(np.mean((skills_of(r_neg, neg) - s) ** 2)) <= 0.1
     assert np.sqrt(np.mean((skills_of(r_pos, pos) - s) ** 2)) <= 0.1
@@ -42,7 +42,7 @@ def test_at_o4_sign_convention():
     assert e_pos <= 0.15 and abs(e_neg - (1 - e_pos)) <= 0.03
     # flipping every label: identical skills, every prediction flipped
     flipped = pos.labels.assign(label=np.where(pos.labels["label"] == "1", "0", "1"))
-    r_flip = fit_quiet(flipped)
+    r_flip = fit_quiet(flipped, method="pgd")
     np.testing.assert_array_equal(r_flip.skills["skill"].to_numpy(), r_pos.skills["skill"].to_numpy())
     a = r_pos.consensus["label"].to_numpy()
     b = r_flip.consensus["label"].to_numpy()
@@ -64,11 +64,11 @@ def test_sign_mode_bfs_noiseless_and_real_signs():
     np.testing.assert_allclose(x, s, atol=1e-9)
     # S2 with EG on labels: agrees with S1 on clearly skilled data
     data = synth.one_coin_labels(np.linspace(0.3, 0.9, 15), *synth.random_assignment(15, 1500, 4, seed=8), 2, seed=8)
-    r1 = fit_quiet(data.labels, solver="scaled")
-    r2 = fit_quiet(data.labels, sign_mode="bfs", solver="eg", max_iter=50_000)
+    r1 = fit_quiet(data.labels, method="pgd", solver="scaled")
+    r2 = fit_quiet(data.labels, method="pgd", sign_mode="bfs", solver="eg", max_iter=50_000)
     np.testing.assert_allclose(r1.skills["skill"], r2.skills["skill"], atol=0.05)
     with pytest.raises(ValueError, match="bfs"):
-        fit_skills(data.labels, solver="eg")
+        fit_skills(data.labels, method="pgd", solver="eg")
 
 
 def test_map_vote_posterior_closed_form():

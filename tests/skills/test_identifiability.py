@@ -49,14 +49,14 @@ BIPARTITE_GRAPHS = {
 def test_at_g1_bipartite_reported_and_raise(name):
     edges, n = BIPARTITE_GRAPHS[name]
     data = edge_labels(edges, 5, np.full(n, 0.6), seed=1)
-    res = fit_quiet(data.labels)
+    res = fit_quiet(data.labels, method="pgd")
     assert set(res.skills["status"]) == {"bipartite_component"}
     assert res.diagnostics.loc[0, "bipartite"] and res.diagnostics.loc[0, "status"] == "bipartite_component"
     assert res.diagnostics.loc[0, "odd_cycle_witness_len"] == 0
     assert res.skills["skill"].isna().all() and (res.skills["vote_weight"] == 0).all()
     assert res.consensus["fallback"].all()
     with pytest.raises(ValueError) as exc:
-        fit_skills(data.labels, identifiability_policy="raise")
+        fit_skills(data.labels, method="pgd", identifiability_policy="raise")
     msg = str(exc.value)
     assert "component 0" in msg and f"{n} workers" in msg and "bipartite_component" in msg
     for wid in data.workers[:20]:  # ids truncated to 20 + count (docs/methods/skills.md §3.3)
@@ -84,7 +84,7 @@ def test_at_g2_odd_cycle_witness(name):
     dense = adj.toarray()
     assert all(dense[cyc[k], cyc[(k + 1) % cyc.size]] > 0 for k in range(cyc.size))
     data = edge_labels(edges, 5, np.full(n, 0.6), seed=2)
-    res = fit_quiet(data.labels)
+    res = fit_quiet(data.labels, method="pgd")
     assert (res.skills["status"] == "ok").all()
     diag = res.diagnostics.iloc[0]
     assert not diag["bipartite"] and diag["status"] == "ok" and diag["odd_cycle_witness_len"] % 2 == 1
@@ -118,7 +118,7 @@ def test_at_g3_disjoint_union():
     )
     iso = pd.DataFrame({"task": [f"i{k}" for k in range(5)], "worker": "w0005", "label": "1"})
     df = pd.concat([tri, pair, iso], ignore_index=True)
-    res = fit_skills(df)
+    res = fit_skills(df, method="pgd")
     sk = res.skills.set_index("worker")
     assert sk.loc[["w0000", "w0001", "w0002"], "status"].eq("ok").all()
     assert sk.loc[["w0003", "w0004"], "status"].eq("bipartite_component").all()
@@ -134,7 +134,7 @@ def test_at_g3_disjoint_union():
     assert not cons.loc[tri["task"].unique(), "fallback"].any()
     assert res.metadata["frac_workers_identified"] == pytest.approx(0.5)
     with pytest.raises(ValueError, match="isolated"):
-        fit_skills(df, identifiability_policy="raise")
+        fit_skills(df, method="pgd", identifiability_policy="raise")
 
 
 def test_at_g4_signless_lambda_min_closed_forms():
@@ -167,21 +167,23 @@ def test_at_g4_eigsh_matches_dense():
 def test_diagnostics_report_eig_method_and_spectra():
     edges = synth.ring_edges(11)
     data = edge_labels(edges, 3, np.full(11, 0.7), seed=0)
-    assert fit_quiet(data.labels, spectral=False).diagnostics.iloc[0]["eig_method"] == "none"  # spectra off
-    res = fit_quiet(data.labels, weighting="binary", spectral=True)
+    assert (
+        fit_quiet(data.labels, method="pgd", spectral=False).diagnostics.iloc[0]["eig_method"] == "none"
+    )  # spectra off
+    res = fit_quiet(data.labels, method="pgd", weighting="binary", spectral=True)
     d = res.diagnostics.iloc[0]
     assert d["eig_method"] == "eigvalsh"
     assert d["lambda_min_signless_unit"] == pytest.approx(2 - 2 * math.cos(math.pi / 11), abs=1e-9)
     assert d["lambda_min_signless_weighted"] == pytest.approx(d["lambda_min_signless_unit"], abs=1e-9)
     assert d["N_min"] == d["N_max"] == 3 and d["d_max"] == 2 and d["D_sum"] == 22
     assert d["norm_N_2"] == pytest.approx(6.0) and d["norm_N_inf"] == 6
-    res2 = fit_quiet(data.labels, weighting="binary", spectral=True, dense_eig_max=5)
+    res2 = fit_quiet(data.labels, method="pgd", weighting="binary", spectral=True, dense_eig_max=5)
     assert res2.diagnostics.iloc[0]["eig_method"] == "eigsh"
     assert res2.diagnostics.iloc[0]["lambda_min_signless_unit"] == pytest.approx(
         d["lambda_min_signless_unit"], abs=1e-6
     )
     # above the stored-entry limit the eigenvalues are skipped, and said so
-    res3 = fit_quiet(data.labels, weighting="binary", spectral=True, spectral_max_nnz=10)
+    res3 = fit_quiet(data.labels, method="pgd", weighting="binary", spectral=True, spectral_max_nnz=10)
     assert res3.diagnostics.iloc[0]["eig_method"] == "skipped"
     assert np.isnan(res3.diagnostics.iloc[0]["lambda_min_signless_unit"])
 
@@ -240,10 +242,10 @@ def test_star_with_one_odd_cycle_identifies_skills():
     n = 9
     s = np.linspace(0.3, 0.9, n)
     data = edge_labels(synth.star_triangle_edges(n), 2000, s, seed=2)
-    res = fit_quiet(data.labels, solver="scaled")
+    res = fit_quiet(data.labels, method="pgd", solver="scaled")
     assert (res.skills["status"] == "ok").all() and np.isfinite(res.skills["skill"]).all()
     est = skills_of(res, data)
     # one triangle pins the hub's scale (s_0² = C01 C02 / C12, noisy); the leaves follow C_0j / s_0
     assert np.max(np.abs(est - s)) < 0.25 and np.corrcoef(est, s)[0, 1] > 0.85
-    star = fit_quiet(edge_labels(synth.star_edges(n), 400, s, seed=2).labels)
+    star = fit_quiet(edge_labels(synth.star_edges(n), 400, s, seed=2).labels, method="pgd")
     assert (star.skills["status"] == "bipartite_component").all() and star.skills["skill"].isna().all()

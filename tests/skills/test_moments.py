@@ -117,7 +117,7 @@ def test_min_pair_count_drops_rare_pairs():
     assert np.array_equal(mo.co_labels.toarray(), [[0, 3, 0], [3, 0, 3], [0, 3, 0]])
     np.testing.assert_allclose(mo.c_hat.toarray(), [[0, 1 / 3, 0], [1 / 3, 0, 1 / 3], [0, 1 / 3, 0]])
     # the remaining path a-b-c is bipartite
-    res = fit_skills(df, min_pair_count=3)
+    res = fit_skills(df, method="pgd", min_pair_count=3)
     assert (res.skills["status"] == "bipartite_component").all()
 
 
@@ -129,10 +129,10 @@ def test_spammer_pruning_isolates_spammers():
     mo = label_moments(lm)
     pruned, dropped = prune_spammer_edges(mo, 0.05, 1.0)
     assert dropped > 0 and pruned.co_labels.nnz == mo.co_labels.nnz - 2 * dropped
-    res = fit_quiet(data.labels, prune_spammers=(0.05, 1.0))
+    res = fit_quiet(data.labels, method="pgd", prune_spammers=(0.05, 1.0))
     st = res.skills.set_index("worker")["status"]
     assert (st.iloc[:5] == "isolated").all() and (st.iloc[5:] == "ok").all()
     assert (res.skills["vote_weight"].iloc[:5] == 0).all()
     assert res.metadata["n_pairs_pruned"] == dropped
-    plain = fit_quiet(data.labels)
+    plain = fit_quiet(data.labels, method="pgd")
     assert prediction_error(res.consensus, data.truth) <= prediction_error(plain.consensus, data.truth) + 0.005

@@ -72,7 +72,7 @@ def test_streaming_fit_takes_the_same_options() -> None:
     data = synth.one_coin_labels(np.linspace(0.2, 0.9, 12), *synth.random_assignment(12, 300, 4, seed=3), 2, seed=3)
     df = data.labels.sort_values("task", kind="stable").reset_index(drop=True)
     streamed = accumulate_moments([df])
-    opts = SkillsOptions(solver="gd", tau=0.5)
+    opts = SkillsOptions(method="pgd", solver="gd", tau=0.5)
     table, fit = skills_from_moments(streamed, opts)
     ref = fit_skills(df, opts)
     assert fit is not None and fit.solver == "gd"

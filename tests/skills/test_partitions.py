@@ -28,8 +28,8 @@ def test_fit_with_an_executor_equals_the_in_memory_fit(tmp_path: Path) -> None:
         calls.append(len(items))
         return _serial(fn, items)
 
-    a = fit_skills(lm)
-    b = fit_skills(lm, executor=executor, n_partitions=3, scratch_dir=str(tmp_path))
+    a = fit_skills(lm, method="pgd")
+    b = fit_skills(lm, method="pgd", executor=executor, n_partitions=3, scratch_dir=str(tmp_path))
     assert calls == [3] and b.metadata["moments_partitions"] == 3 and "moments_partitions" not in a.metadata
     for name in ("skills", "consensus", "diagnostics"):
         pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name))

@@ -235,7 +235,7 @@ def test_default_start_reaches_the_best_of_random_restarts_on_real_data(name):
     w = edge_weights(mo.co_labels)
     base = fit_rank_one(mo.c_hat, w, lo, hi, solver="scaled")
     assert base.converged
-    res = fit_quiet(labels, solver="scaled")
+    res = fit_quiet(labels, method="pgd", solver="scaled")
     assert res.metadata["final_loss"] == pytest.approx(base.final_loss, rel=1e-12)
     rng = np.random.default_rng(3)
     losses, dist = [], []

@@ -33,7 +33,7 @@ def test_streaming_moments_skills_and_consensus_equal_in_memory():
         np.testing.assert_array_equal(a.indices, b.indices)
         np.testing.assert_array_equal(a.data, b.data)
     table_sk, _ = skills_from_moments(streamed)
-    ref = fit_skills(df, solver="scaled", tie_break="smallest")
+    ref = fit_skills(df, method="pgd", solver="scaled", tie_break="smallest")
     np.testing.assert_array_equal(table_sk["skill"].to_numpy(), ref.skills["skill"].to_numpy())
     cons = stream_consensus(table.to_batches(max_chunksize=50), table_sk, streamed.classes)
     a = cons.set_index("task").sort_index()

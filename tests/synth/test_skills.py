@@ -134,3 +134,40 @@ def test_star_triangle_injected_table2():
         synth.star_triangle_injected(2)
     with pytest.raises(ValueError, match="length"):
         synth.star_triangle_injected(5, skills=np.zeros(4))
+
+
+def test_crowd_labels_follow_their_confusion_matrices():
+    """Dawid–Skene crowds (docs/methods/skills.md §5.8): each worker answers with its own confusion row,
+    tasks get distinct workers, the truth follows the class prior; the same config gives the same data."""
+    config = synth.CrowdConfig(3, 30_000, 10, 20, "confusion", 0.2, 0.2, "skewed", "uniform", 3)
+    data = synth.crowd_labels(config)
+    assert len(data.labels) == config.n_labels == 300_000
+    assert not data.labels.duplicated(["task", "worker"]).any()
+    assert (data.labels.groupby("task").size() == 10).all()
+    np.testing.assert_allclose(data.confusion.sum(axis=2), 1.0)
+    np.testing.assert_allclose(
+        data.truth["label"].value_counts(normalize=True).sort_index(), data.class_prior, atol=0.01
+    )
+    merged = data.labels.merge(data.truth, on="task", suffixes=("", "_true"))
+    empirical = pd.crosstab([merged["worker"], merged["label_true"]], merged["label"], normalize="index")
+    for i, worker in enumerate(data.workers):
+        np.testing.assert_allclose(empirical.loc[worker].to_numpy(), data.confusion[i], atol=0.04)
+    kinds = {k: (data.kind == k).sum() for k in (synth.GOOD, synth.SPAMMER, synth.ADVERSARY)}
+    assert min(kinds.values()) >= 1
+    spam = data.confusion[data.kind == synth.SPAMMER]
+    np.testing.assert_allclose(spam, np.repeat(spam[:, :1, :], 3, axis=1))  # the answer ignores the truth
+    adv = data.confusion[data.kind == synth.ADVERSARY]
+    assert (adv.argmax(axis=2) != np.arange(3)).all()  # an adversary's favourite answer is always wrong
+    again = synth.crowd_labels(config)
+    pd.testing.assert_frame_equal(data.labels, again.labels)
+
+
+def test_crowd_family_is_seeded_and_bounded():
+    family = synth.crowd_family(12, seed=5, max_labels=20_000)
+    assert len(family) == 12 + 8 and family == synth.crowd_family(12, seed=5, max_labels=20_000)
+    assert all(c.n_labels <= 20_000 for c in family[:12])
+    assert len({c.name for c in family}) == len(family)
+    assert synth.crowd_family(12, seed=6, corners=False) != family[:12]
+    sparse = synth.crowd_labels(synth.CrowdConfig(2, 2000, 3, 500, "onecoin", 0.0, 0.0, "uniform", "zipf", 1))
+    per_worker = sparse.labels.groupby("worker").size()
+    assert per_worker.max() > 20 * per_worker.median()  # Zipf activity: a few busy workers, a long tail
