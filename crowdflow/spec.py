@@ -368,6 +368,10 @@ class PipelineBase(_Strict):
             )
         return self
 
+    def check_modes(self) -> dict[str, CheckMode]:
+        """Check name → block/warn for this pipeline (what :func:`crowdflow.checks.graph_checks` takes)."""
+        return self.checks.modes(self.job)
+
     def inputs(self) -> dict[str, SourceSpec]:
         """The declared input sources by table kind, in a fixed order."""
         return {k: getattr(self, k) for k in JOB_INPUTS_ALL if getattr(self, k, None) is not None}
@@ -390,6 +394,17 @@ class SkillsPipeline(PipelineBase):
         None, description="Known right answers for some tasks (task, label); adds accuracy to the run."
     )
     skills: SkillsOptions = Field(default_factory=SkillsOptions, description="How the answers are combined.")
+
+    def check_modes(self) -> dict[str, CheckMode]:
+        """The checks' policies; the bipartite-component rule blocks only the rank-one method (pgd).
+
+        A bipartite worker graph leaves the rank-one skills unidentified (docs/methods/skills.md §3.1); Dawid–Skene
+        and majority vote do not estimate those skills, so for them the finding is reported and the run goes on.
+        """
+        modes = super().check_modes()
+        if self.skills.method != "pgd":
+            modes["identifiability"] = "warn"
+        return modes
 
 
 class RankingPipeline(PipelineBase):

@@ -27,7 +27,7 @@ def personal_models_flow(spec: PersonalModelsPipeline, run_id: str | None = None
     clock.lap("ingest_validate")
     agents, edges = inputs["agents"], inputs["edges"]
     tables = {"agents": agents.df, "edges": edges.df}
-    checked = check_graph("personal_models", spec.checks.modes(spec.job), tables, source=edges.source)
+    checked = check_graph("personal_models", spec.check_modes(), tables, source=edges.source)
     report = checked.report
     clock.lap("check_graph")
     opts = spec.personal_models

@@ -28,7 +28,7 @@ def personal_rankings_flow(spec: PersonalRankingsPipeline, run_id: str | None = 
     inputs = load_inputs(spec)
     clock.lap("ingest_validate")
     cmp = inputs["comparisons"]
-    checked = check_graph("personal_rankings", spec.checks.modes(spec.job), {"comparisons": cmp.df}, source=cmp.source)
+    checked = check_graph("personal_rankings", spec.check_modes(), {"comparisons": cmp.df}, source=cmp.source)
     graph = checked.report
     clock.lap("check_graph")
     opts = spec.personal_rankings

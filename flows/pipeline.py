@@ -133,7 +133,7 @@ def prepare(spec: PipelineBase, *, validate: bool = True) -> Prepared:
     if isinstance(spec, NextBatchPipeline):
         out.skills_run = read_skills_run(spec.skills_run_path())
         out.lines.append(f"skills run {out.skills_run['run_dir']}: completed")
-    checks = graph_checks(spec.job, out.frames, spec.checks.modes(spec.job), out.lm)
+    checks = graph_checks(spec.job, out.frames, spec.check_modes(), out.lm)
     if checks is not None:
         checks.raise_if_blocking(out.sources["edges" if spec.job == "personal_models" else next(iter(out.sources))])
         out.lines += [f"warning: {w}" for w in checks.warnings]

@@ -28,7 +28,7 @@ def ranking_flow(spec: RankingPipeline, run_id: str | None = None) -> dict[str, 
     inputs = load_inputs(spec)
     clock.lap("ingest_validate")
     cmp = inputs["comparisons"]
-    checked = check_graph("ranking", spec.checks.modes(spec.job), {"comparisons": cmp.df}, source=cmp.source)
+    checked = check_graph("ranking", spec.check_modes(), {"comparisons": cmp.df}, source=cmp.source)
     graph = checked.report
     clock.lap("check_graph")
     opts = spec.ranking

@@ -69,7 +69,7 @@ def skills_flow(spec: SkillsPipeline, run_id: str | None = None) -> dict[str, An
     labels, truth = inputs["labels"], inputs.get("truth")
 
     lm = encode_labels(labels.df.dropna(subset=["task", "worker", "label"]), opts.classes)
-    checked = check_graph("skills", spec.checks.modes(spec.job), lm=lm, source=labels.source)
+    checked = check_graph("skills", spec.check_modes(), lm=lm, source=labels.source)
     graph = checked.report
     clock.lap("check_graph")
 

@@ -121,19 +121,35 @@ def test_bipartite_component_blocks(tmp_path: Path, capsys: pytest.CaptureFixtur
     labels = tmp_path / "labels.csv"
     _bipartite_labels(labels)
     out = tmp_path / "out"
-    assert main(["skills", "--labels", str(labels), "--out", str(out)]) == 2
+    # the rank-one method (pgd) cannot identify skills on a bipartite component: the run is refused
+    assert main(["skills", "--labels", str(labels), "--out", str(out), "--method", "pgd"]) == 2
     err = capsys.readouterr().err
     assert "1 bipartite component(s)" in err
     assert "component 1: bipartite_component, 2 workers, colour classes 1/1, 4 labels: [d,e]" in err
     assert _files(out) == []
     # downgraded to a warning, the run completes and the workers table carries the status
-    assert main(["skills", "--labels", str(labels), "--out", str(out), "--warn-identifiability"]) == 0
+    assert (
+        main(["skills", "--labels", str(labels), "--out", str(out), "--method", "pgd", "--warn-identifiability"]) == 0
+    )
     (man,) = _runs(out)
     skills = pd.read_parquet(man.parent / "skills.parquet").set_index("worker")
     assert skills.loc["d", "status"] == "bipartite_component" and skills.loc["a", "status"] == "ok"
     assert pd.isna(skills.loc["d", "skill"]) and skills.loc["d", "vote_weight"] == 0.0
     consensus = pd.read_parquet(man.parent / "consensus.parquet").set_index("task")
     assert consensus.loc[["t3", "t4"], "fallback"].all() and not consensus.loc["t0", "fallback"]
+
+
+def test_bipartite_component_warns_under_the_default_method(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Dawid-Skene (the default) needs no rank-one identifiability: the finding is a warning and the run completes."""
+    labels = tmp_path / "labels.csv"
+    _bipartite_labels(labels)
+    out = tmp_path / "out"
+    assert main(["skills", "--labels", str(labels), "--out", str(out)]) == 0
+    assert "1 bipartite component(s)" in capsys.readouterr().err
+    (man,) = _runs(out)
+    skills = pd.read_parquet(man.parent / "skills.parquet").set_index("worker")
+    assert skills.loc["d", "status"] == "bipartite_component"
+    assert skills["skill"].notna().all()
 
 
 def test_transient_faults_are_retried(tmp_path: Path, rte_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:

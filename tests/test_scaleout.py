@@ -166,7 +166,17 @@ def test_cli_draws_a_progress_bar_on_a_terminal(rte_dir: Path, tmp_path: Path, m
 
     err = _Tty()
     monkeypatch.setattr("sys.stderr", err)
-    args = ["skills", "--labels", str(rte_dir / "labels.csv"), "--seed", "11", "--out", str(tmp_path)]
+    args = [
+        "skills",
+        "--labels",
+        str(rte_dir / "labels.csv"),
+        "--seed",
+        "11",
+        "--method",
+        "pgd",
+        "--out",
+        str(tmp_path),
+    ]
     assert main(args) == 0
     text = err.getvalue()
     assert "\rskills fit (pgd) [" in text and text.count("100%") == 1 and "] 100%\n" in text

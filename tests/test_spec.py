@@ -142,3 +142,15 @@ def test_output_beside_inputs_is_fine(tmp_path: Path) -> None:
     for out in ("crowdflow-out", "../elsewhere"):
         spec = parse_spec({"name": "p", "labels": {"path": "l.csv"}, "output": {"dir": out}}, base_dir=tmp_path)
         check_locations(spec)
+
+
+def test_the_bipartite_rule_blocks_only_the_rank_one_method(tmp_path: Path) -> None:
+    """Dawid-Skene (the default) and majority vote do not estimate rank-one skills: a bipartite worker graph is
+    reported, not blocking; with method pgd it blocks unless the spec says warn."""
+    for method, want in (("pgd", "block"), ("ds", "warn"), ("mv", "warn"), ("onecoin_ds", "warn")):
+        spec = parse_spec({"name": "p", "labels": {"path": "l.csv"}, "skills": {"method": method}}, base_dir=tmp_path)
+        assert spec.check_modes()["identifiability"] == want, method
+    warn = parse_spec(
+        {"name": "p", "labels": {"path": "l.csv"}, "skills": {"method": "pgd"}, "checks": {"identifiability": "warn"}}
+    )
+    assert warn.check_modes()["identifiability"] == "warn"
