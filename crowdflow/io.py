@@ -45,6 +45,7 @@ from crowdflow.comparisons import TIE, rename_comparison_aliases, winner_outcome
 from crowdflow.errors import InputError
 from crowdflow.labels import canonical_label_text
 from crowdflow.manifest import json_safe
+from crowdflow.missing import with_reasons
 from crowdflow.spec import check_name
 from crowdflow.tables import TableSchema
 
@@ -650,7 +651,9 @@ def write_run(
 
     The manifest gets ``outputs`` (table → path relative to the run folder, rows) and ``status:
     completed``; it is the last file written, and the staging folder is renamed into place only after
-    it. On any error the staging folder is removed and the exception propagates.
+    it. On any error the staging folder is removed and the exception propagates. Before anything is
+    written the tables pass :func:`crowdflow.missing.with_reasons`: a NaN without a ``missing_reason`` or
+    an infinity refuses the run, and every table with a float column gets its ``missing_reason`` column.
 
     With ``layout="hive"`` each table is written instead as one part of a hive-partitioned dataset,
     ``<out>/<table>/pipeline=<pipeline>/run_date=<date>/part-<run_id>.parquet`` with a ``run_id``
@@ -688,6 +691,7 @@ def write_run(
     check_name(run_id, "run id")
     if layout not in ("flat", "hive"):
         raise ValueError(f"layout must be flat or hive, got {layout!r}")
+    tables = with_reasons(dict(tables))
     base = Path(out_dir) / pipeline
     final = base / run_id
     for folder in (Path(out_dir), base):

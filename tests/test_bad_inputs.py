@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from crowdflow.missing import unexplained
 from flows.cli import main
 
 CORPUS = Path(__file__).resolve().parent / "bad_inputs"
@@ -47,9 +48,18 @@ def test_corpus_is_complete() -> None:
     folders = {p.name for p in CORPUS.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
     assert folders == set(ids)
     for c in CASES:
-        assert set(c) <= {"id", "args", "exit", "stderr", "stdout", "outputs", "description", "xfail", "dry_run"}, c[
-            "id"
-        ]
+        assert set(c) <= {
+            "id",
+            "args",
+            "exit",
+            "stderr",
+            "stdout",
+            "outputs",
+            "description",
+            "xfail",
+            "dry_run",
+            "absent",
+        }, c["id"]
         assert c["description"] and isinstance(c["exit"], int) and c["args"]
         assert c["exit"] == 0 or c.get("stderr"), f"{c['id']}: a failing case must name the words of its message"
 
@@ -75,6 +85,8 @@ def test_bad_input(case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureF
     for word in case.get("stdout", []):
         assert fill(word) in stdout, f"{case['id']}: {fill(word)!r} not in stdout:\n{stdout[-2000:]}"
     assert "Traceback" not in err and "unexpected error" not in err
+    for word in case.get("absent", []):  # e.g. a planted secret: never echoed
+        assert word not in err + stdout, f"{case['id']}: {word!r} echoed"
     if case["exit"] != 0:
         assert err.count("crowdflow: error:") == 1
         leftovers = [p for p in out.rglob("*") if p.is_file()] if out.exists() else []
@@ -84,6 +96,8 @@ def test_bad_input(case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureF
         manifests = [*out.rglob("manifest.json"), *folder.rglob("manifest.json")]
         assert len(manifests) == 1
         assert json.loads(manifests[0].read_text())["status"] == "completed"
+        for table in manifests[0].parent.glob("*.parquet"):  # the rule of crowdflow/missing.py, on every pass
+            assert not unexplained(pd.read_parquet(table)), f"{case['id']}: {table.name}: non-finite without a reason"
         for table, checks in case.get("outputs", {}).items():  # what the description claims of the outputs
             df = pd.read_parquet(manifests[0].parent / f"{table}.parquet")
             for expr in checks:

@@ -13,6 +13,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
+from crowdflow.missing import explain_missing
 from crowdflow.personal_models.problem import PersonalProblem
 
 
@@ -114,6 +115,15 @@ def make_result(
     pm["n_samples"] = problem.n_samples
     diag_cols = ["round", "kkt_norm", "error_bound", "rel_error_bound", "mean_rel_err", "max_rel_err", "V"]
     diag = pd.DataFrame(trace, columns=diag_cols) if trace else pd.DataFrame(columns=diag_cols)
+    diag = diag.astype(dict.fromkeys(diag_cols[1:], float))
+    explain_missing(
+        diag, ["V"], "no neighbour copies (V is the largest copy error of DJAM)", where=diag["mean_rel_err"].notna()
+    )
+    explain_missing(
+        diag,
+        ["mean_rel_err", "max_rel_err", "V"],
+        "no reference optimum to compare with (errors are measured against a centralized solve when one is given)",
+    )
     meta = {
         "n": problem.n,
         "n_edges": problem.graph.n_edges,

@@ -26,6 +26,7 @@ from scipy.sparse import csgraph
 from scipy.sparse import linalg as spla
 
 from crowdflow._typing import SparseMatrix
+from crowdflow.missing import explain_missing
 from crowdflow.ranking.graph import ComparisonGraph
 from crowdflow.ranking.least_squares import LaplacianSolver, hodgerank_scores
 
@@ -428,6 +429,23 @@ def hodge_decomposition(
             "n_undetectable": np.bincount(rcomp, weights=undetectable, minlength=C).astype(np.int64),
         }
     )
+    no_rows = n_rows == 0
+    explain_missing(table, list(table.columns), "no comparison rows in this component", where=no_rows)
+    explain_missing(
+        table,
+        ["fiedler_value"],
+        "Fiedler values not computed (fiedler off)" if not fiedler else "single-item component (no Fiedler value)",
+    )
+    shares = ["total_inconsistency", "bicycle_share", "curl_share", "harmonic_share"]
+    all_ties = ynorm == 0
+    explain_missing(table, shares, "every outcome in the component is 0 (all ties), so no share of it", where=all_ties)
+    tri_cols = ["n_triangles", "n_cyclic_triangles", "tsr", "curl_share", "harmonic_share", "harmonic_dim"]
+    if tri is None:
+        explain_missing(table, tri_cols, "triangles not enumerated (more candidates than max_triangle_candidates)")
+    elif not curl_split:
+        explain_missing(table, tri_cols[3:], "curl/harmonic split skipped (more triangles than max_triangles)")
+    explain_missing(table, ["tsr"], "no triangle whose three pairs all have a non-tied mean outcome")
+    explain_missing(table, ["harmonic_dim"], "harmonic dimension computed for dense-solver components only")
     return HodgeDecomposition(
         theta=theta,
         gradient=grad,

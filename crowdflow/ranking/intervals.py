@@ -14,6 +14,8 @@ import pandas as pd
 import scipy.sparse as sp
 from scipy.sparse.linalg import splu
 
+from crowdflow.missing import explain_missing
+
 __all__ = ["score_intervals"]
 
 
@@ -55,10 +57,11 @@ def score_intervals(
     res["se"] = np.nan
     res["sigma"] = np.nan
     res["dof"] = 0
+    cols = ["se", "sigma", "lower", "upper"]
     if rows is None or rows.empty or "residual" not in rows:
         res["lower"] = np.nan
         res["upper"] = np.nan
-        return res.reset_index(drop=True)
+        return explain_missing(res.reset_index(drop=True), cols, "no residuals to estimate the noise from")
     keep = ~rows["is_outlier"].to_numpy(dtype=bool) if "is_outlier" in rows else np.ones(len(rows), bool)
     kept = rows[keep]
     comp_of = dict(zip(ranking["item"].astype(str), ranking["component"].astype(int), strict=True))
@@ -67,6 +70,7 @@ def score_intervals(
     w = kept["weight"].to_numpy(dtype=float) if "weight" in kept else np.ones(len(kept))
     resid = kept["residual"].to_numpy(dtype=float)
     row_comp = np.array([comp_of.get(x, -1) for x in a], dtype=np.int64)
+    why: dict[object, str] = {}
     for comp, idx in res.groupby("component").groups.items():
         members = ranking.loc[ranking["component"] == comp, "item"].astype(str).to_numpy()
         n = len(members)
@@ -74,6 +78,7 @@ def score_intervals(
         m = int(sel.sum())
         dof = m - n + 1
         if n < 2 or dof <= 0:
+            why[comp] = "single-item component" if n < 2 else "no cycle in the kept comparisons (no residual dof)"
             continue
         pos = {it: k for k, it in enumerate(members)}
         ia = np.array([pos[x] for x in a[sel]])
@@ -88,6 +93,7 @@ def score_intervals(
         try:
             lu = splu(grounded)
         except RuntimeError:  # singular: the kept rows leave the component disconnected
+            why[comp] = "the kept comparisons leave the component disconnected"
             continue
         wanted = res.loc[idx, "item"].to_numpy()
         rhs = np.full((n, len(wanted)), -1.0 / n)
@@ -102,4 +108,8 @@ def score_intervals(
         res.loc[idx, "dof"] = dof
     res["lower"] = res["score"] - z * res["se"]
     res["upper"] = res["score"] + z * res["se"]
-    return res.reset_index(drop=True)
+    res = res.reset_index(drop=True)
+    res_comp = res["component"].to_numpy()
+    for c, reason in why.items():
+        explain_missing(res, cols, reason, where=res_comp == c)
+    return res

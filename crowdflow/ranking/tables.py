@@ -17,12 +17,18 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from crowdflow.missing import explain_missing
 from crowdflow.ranking.graph import ComparisonGraph
 from crowdflow.ranking.hodge import hodge_decomposition, undetectable_rows
 from crowdflow.ranking.least_squares import refit_without
 from crowdflow.ranking.types import GraphReport, RobustRankingResult, _rank_desc, _str
 
 __all__ = ["assemble_robust_result"]
+
+
+def _finite_or_nan(x: np.ndarray) -> np.ndarray:
+    """``x`` with ±inf (a time never reached) as NaN, the missing value of an output table."""
+    return np.where(np.isfinite(x), x, np.nan)
 
 
 def _ranking_table(g: ComparisonGraph, theta: np.ndarray) -> pd.DataFrame:
@@ -115,7 +121,7 @@ def assemble_robust_result(
         {
             **_row_columns(g),
             "gamma": gamma,
-            "entry_time": np.asarray(entry_time_fit, dtype=float)[group],
+            "entry_time": _finite_or_nan(np.asarray(entry_time_fit, dtype=float)[group]),
             "entry_sign": (sign * np.asarray(entry_sign_fit, dtype=float)[group]).astype(np.int8),
             "path_rank": _rank_desc(np.asarray(order_key_fit, dtype=float)[group]),
             "is_outlier": is_out,
@@ -123,6 +129,7 @@ def assemble_robust_result(
             "residual": g.y - fitted,
         }
     )
+    explain_missing(outl, ["entry_time"], "the row never entered the regularisation path (no outlier at any t)")
     scores = pd.DataFrame(
         {
             "item": _str(g.items),
@@ -141,6 +148,7 @@ def assemble_robust_result(
     wc = np.bincount(rcomp, weights=g.w, minlength=g.n_components)
     with np.errstate(invalid="ignore", divide="ignore"):
         diag["outlier_weight_share"] = np.bincount(rcomp, weights=g.w * is_out, minlength=g.n_components) / wc
+    explain_missing(diag, ["outlier_weight_share"], "no comparison rows in this component")
     frames = []
     for cid, t, gam_c in checkpoints:
         gcol = np.asarray(gam_c.toarray()).ravel() if sp.issparse(gam_c) else np.asarray(gam_c)

@@ -38,6 +38,7 @@ from crowdflow.skills.moments import LabelMoments, edge_weights, label_moments, 
 from crowdflow.skills.options import SkillsOptions
 from crowdflow.skills.partitions import MapFn, partitioned_moments
 from crowdflow.skills.rank_one import fit_active
+from crowdflow.skills.reasons import explain_missing_skills
 from crowdflow.skills.types import Policy
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ class SkillsResult:
     skills : pandas.DataFrame
         One row per worker (sorted id order): worker, skill, accuracy, vote_weight, n_labels,
         n_partners, component, status, identifiable, strength, lower, upper, fit_component.
-        ``skill`` = ŝ_i (NaN unless status ``ok`` for pgd; NaN for mv), ``accuracy`` =
+        ``skill`` = ŝ_i (NaN unless status ``ok`` for pgd; mv and DS: (M·accuracy − 1)/(M − 1)), ``accuracy`` =
         ((M−1) ŝ + 1)/M (mv: agreement rate with the MV label), ``vote_weight`` = v_i used in the
         vote, ``component`` = component of the interaction graph (as in
         ``crowdflow.graphs.worker_graph_report``), ``status`` ∈ ok | isolated |
@@ -384,6 +385,7 @@ def fit_skills(
     )
     if cons.n_ties:
         log.info("MAP vote: %d tied tasks (tie_break=%s)", cons.n_ties, o.tie_break)
+    explain_missing_skills(table, diag, "pgd")
     return SkillsResult(
         skills=table,
         consensus=cons.consensus,
@@ -415,7 +417,8 @@ def _fit_baseline(
         mv = majority_vote(lm, o.tie_break, o.seed)
         agree = (lm.class_idx == mv.winner[lm.task_idx]).astype(np.float64)
         accuracy = np.bincount(lm.worker_idx, weights=agree, minlength=lm.n_workers) / np.maximum(n_i, 1)
-        skill = nan
+        m = lm.n_classes
+        skill = (m * accuracy - 1.0) / (m - 1.0)  # the one-coin skill of that agreement rate, as for DS
         weight = np.ones(lm.n_workers)
         cons = mv.consensus.assign(fallback=np.zeros(lm.n_tasks, dtype=bool))
         meta.update(
@@ -505,6 +508,7 @@ def _fit_baseline(
             "frac_tasks_identified": float(np.unique(lm.task_idx[ok[lm.worker_idx]]).size / lm.n_tasks),
         }
     )
+    explain_missing_skills(table, diag, o.method)
     return SkillsResult(
         skills=table, consensus=cons, diagnostics=diag, metadata=meta, loss_trace=trace, timings=timings
     )

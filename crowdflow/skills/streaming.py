@@ -23,6 +23,7 @@ from crowdflow.skills.identifiability import active_workers
 from crowdflow.skills.moments import LabelMoments, edge_weights, moments_from_packed, pack_counts
 from crowdflow.skills.options import SkillsOptions
 from crowdflow.skills.rank_one import RankOneFit, fit_active
+from crowdflow.skills.reasons import explain_missing_skills
 from crowdflow.skills.rows import row_argmax, softmax_rows
 from crowdflow.skills.types import Fallback
 
@@ -314,6 +315,7 @@ def skills_from_moments(
             "upper": hi,
         }
     )
+    explain_missing_skills(table, None, "pgd")
     return table, fit
 
 

@@ -1,0 +1,149 @@
+"""Missing numbers in output tables: each one carries its reason (issue #18, class 7; README "What a run writes").
+
+The rule, enforced in one place (:func:`check_explained`, called by :func:`crowdflow.io.write_run` before
+anything is written): every float in an output table is finite, or it is missing (NaN, written as null) in a
+row whose ``missing_reason`` names its column. An infinity is never written. ``missing_reason`` is a string
+column, null where nothing is missing, otherwise ``"<col>[,<col>…]: <why>"`` clauses joined by ``"; "``, e.g.
+``"lower,upper: the feasibility box is the rank-one method's (pgd) only"``. Producers call
+:func:`explain_missing` where they know why a value is undefined; a value left unexplained is a defect and
+:func:`check_explained` refuses the run (exit 1, naming the table, column and an example row).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+import numpy as np
+import pandas as pd
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "MISSING_REASON",
+    "UnexplainedMissing",
+    "check_explained",
+    "explain_missing",
+    "explained_columns",
+    "with_reasons",
+]
+
+MISSING_REASON = "missing_reason"
+"""Name of the column that says why a row's missing numbers are missing."""
+
+
+class UnexplainedMissing(RuntimeError):
+    """An output table holds a NaN without a reason, or an infinity: a defect of crowdflow, not of the input
+    (so not a :class:`~crowdflow.errors.CrowdflowError`: the CLI exits 1 and asks for a report)."""
+
+
+def _clauses(text: object) -> list[tuple[list[str], str]]:
+    if not isinstance(text, str) or not text:
+        return []
+    out = []
+    for clause in text.split("; "):
+        cols, _, why = clause.partition(": ")
+        out.append((cols.split(","), why))
+    return out
+
+
+def explained_columns(text: object) -> set[str]:
+    """The column names a ``missing_reason`` value explains (empty for null)."""
+    return {c for cols, _ in _clauses(text) for c in cols}
+
+
+def explain_missing(
+    df: pd.DataFrame, columns: Iterable[str], reason: str, where: np.ndarray | pd.Series | None = None
+) -> pd.DataFrame:
+    """Record ``reason`` for ``columns`` in the rows where one of them is NaN (and ``where``, if given).
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        An output table; gets a ``missing_reason`` column (all null) if it has none. Modified in place and returned.
+    columns : iterable of str
+        Float columns of ``df`` that the reason explains; only those actually NaN in a row are named in it.
+    reason : str
+        Why, in words a reader of the table understands (no ``;`` or ``:`` separators).
+    where : boolean array, optional
+        Restrict to these rows.
+    """
+    cols = [c for c in columns if c in df.columns]
+    if ";" in reason or ": " in reason:
+        raise ValueError(f"a missing reason must not contain '; ' or ': ' (it is parsed): {reason!r}")
+    if MISSING_REASON not in df.columns:
+        df[MISSING_REASON] = pd.Series(pd.NA, index=df.index, dtype="string")
+    if not cols or df.empty:
+        return df
+    isna = np.column_stack([pd.isna(df[c]).to_numpy() for c in cols])
+    rows = isna.any(axis=1)
+    if where is not None:
+        rows &= np.asarray(where, dtype=bool)
+    if not rows.any():
+        return df
+    names = np.asarray(cols, dtype=object)
+    current = df[MISSING_REASON].to_numpy(dtype=object)
+    for r in np.flatnonzero(rows):
+        clause = ",".join(names[isna[r]]) + ": " + reason
+        prev = current[r]
+        current[r] = clause if not isinstance(prev, str) or not prev else f"{prev}; {clause}"
+    df[MISSING_REASON] = pd.array(current, dtype="string")
+    return df
+
+
+def unexplained(df: pd.DataFrame) -> dict[str, tuple[int, int, str]]:
+    """Float columns with non-finite values that no ``missing_reason`` explains.
+
+    Returns ``{column: (count, first row position, 'inf' | 'nan')}``.
+    """
+    bad: dict[str, tuple[int, int, str]] = {}
+    reasons = df[MISSING_REASON].to_numpy(dtype=object) if MISSING_REASON in df.columns else None
+    for c in df.columns:
+        if c == MISSING_REASON or df[c].dtype.kind not in "fc":
+            continue
+        v = df[c].to_numpy(dtype=float)
+        inf = np.isinf(v)
+        nan = np.isnan(v)
+        if reasons is not None and nan.any():
+            nan_rows = np.flatnonzero(nan)
+            ok = np.fromiter((c in explained_columns(reasons[r]) for r in nan_rows), bool, nan_rows.size)
+            nan[nan_rows[ok]] = False
+        hit = inf | nan
+        if hit.any():
+            first = int(np.flatnonzero(hit)[0])
+            bad[c] = (int(hit.sum()), first, "inf" if inf[first] else "nan")
+    return bad
+
+
+def check_explained(tables: dict[str, pd.DataFrame]) -> None:
+    """Refuse output tables with an infinity or an unexplained NaN (the rule of this module).
+
+    Raises
+    ------
+    UnexplainedMissing
+        Naming each table, column, count and first row.
+    """
+    problems = []
+    for name, df in tables.items():
+        for col, (n, first, kind) in unexplained(df).items():
+            what = "infinite" if kind == "inf" else "missing (NaN) without a missing_reason"
+            problems.append(f"{name}.{col}: {n} value(s) {what}, e.g. row {first}")
+    if problems:
+        raise UnexplainedMissing(
+            "output tables break the rule that every number is finite or missing with a reason "
+            "(a crowdflow defect; please report it): " + "; ".join(problems)
+        )
+
+
+def with_reasons(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """The tables as written: checked by :func:`check_explained`, and every table with a float column given a
+    ``missing_reason`` column (null where nothing is missing), last, so every such table has the same shape."""
+    check_explained(tables)
+    out = {}
+    for name, df in tables.items():
+        if MISSING_REASON not in df.columns and any(df[c].dtype.kind in "fc" for c in df.columns):
+            df = df.assign(**{MISSING_REASON: pd.Series(pd.NA, index=df.index, dtype="string")})
+        elif MISSING_REASON in df.columns:
+            df = df[[c for c in df.columns if c != MISSING_REASON] + [MISSING_REASON]]
+        out[name] = df
+    return out

@@ -1,0 +1,43 @@
+"""Why a number of the skills tables is undefined (the rule of crowdflow/missing.py, for this package)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from crowdflow.missing import explain_missing
+
+__all__ = ["explain_missing_skills"]
+
+_STATUS_REASON = {
+    "isolated": "isolated worker (shares no task with another worker)",
+    "bipartite_component": "worker in a bipartite component (rank-one skills not identifiable)",
+    "too_few_labels": "too few labels for a skill (empty feasibility box)",
+}
+_PGD_DIAGNOSTICS = ("kappa", "K", "mu_hat", "lip_hat", "cond_hat", "error_bound_hat")
+
+
+def explain_missing_skills(table: pd.DataFrame, diag: pd.DataFrame | None, method: str) -> None:
+    """Give every undefined number of the skills and components tables its reason (crowdflow/missing.py).
+
+    A worker whose status is not ``ok`` has no rank-one skill under pgd (docs/methods/skills.md §3.3); the
+    feasibility box ``lower``/``upper`` (§2.3) and the convergence diagnostics of a component (§3.4) are
+    computed by pgd only; a component that is not ``ok`` has no diagnostics.
+    """
+    status = table["status"].to_numpy(dtype=object)
+    for st, why in _STATUS_REASON.items():
+        explain_missing(table, [c for c in table.columns if c not in ("lower", "upper")], why, where=status == st)
+    if method == "ds":
+        explain_missing(table, ["vote_weight"], "full Dawid-Skene votes with the confusion matrix (no scalar weight)")
+    if method != "pgd":
+        explain_missing(table, ["lower", "upper"], f"the feasibility box is computed by method pgd only, not {method}")
+    else:
+        explain_missing(table, ["lower", "upper"], "no feasibility box for this worker", where=status != "ok")
+    if diag is None:
+        return
+    if method != "pgd":
+        explain_missing(diag, _PGD_DIAGNOSTICS, f"PGD convergence diagnostics (method pgd only, not {method})")
+    if "status" in diag.columns:
+        cstatus = diag["status"].to_numpy(dtype=object)
+        for st in np.unique(cstatus[cstatus != "ok"]):
+            explain_missing(diag, list(diag.columns), f"component {st}: no diagnostics", where=cstatus == st)
