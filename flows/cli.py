@@ -363,7 +363,10 @@ def main(argv: list[str] | None = None) -> int:
     """
     words = sys.argv[1:] if argv is None else argv
     command = next((w for w in words if not w.startswith("-")), None)
-    args = build_parser(command if command in JOB_COMMANDS else "").parse_args(argv)
+    try:  # argparse reports a bad flag itself ("crowdflow <command>: error: ...", exit 2; --help exits 0)
+        args = build_parser(command if command in JOB_COMMANDS else "").parse_args(argv)
+    except SystemExit as stop:
+        return stop.code if isinstance(stop.code, int) else 2
     _configure_logging()
     from crowdflow.errors import user_error
 

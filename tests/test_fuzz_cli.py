@@ -21,6 +21,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -282,7 +283,7 @@ def _check_run(args: list[str], out: Path, capsys: pytest.CaptureFixture[str], d
     assert rc in (0, 2), f"exit {rc}" + context
     assert "Traceback" not in err and "unexpected error" not in err, context
     if rc == 2:
-        assert err.count("crowdflow: error:") == 1, context
+        assert len(re.findall(r"^crowdflow[\w -]*: error: ", err, re.M)) == 1, context
         left = [p for p in out.rglob("*") if p.is_file()] if out.exists() else []
         assert left == [], f"files left after exit 2: {left}" + context
         return

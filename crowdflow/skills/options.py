@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, get_args
 
+import pandas as pd
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from crowdflow.labels import DuplicatePolicy
+from crowdflow.labels import DuplicatePolicy, canonical_label_text
 from crowdflow.options import Options
 from crowdflow.skills.types import Fallback, Method, SignMode, Solver, TieBreak, Weighting
 
@@ -189,9 +190,17 @@ class SkillsOptions(Options):
     @field_validator("classes")
     @classmethod
     def _two_classes(cls, v: list[str] | None) -> list[str] | None:
-        if v is not None and len(set(v)) < 2:
+        """Canonical spellings (``1.0`` is ``1``: the labels rule, crowdflow.labels.canonical_label_text), at
+        least two distinct classes, none given twice under two spellings."""
+        if v is None:
+            return v
+        canon = [str(c) for c in canonical_label_text(pd.Series(v, dtype="string"))]
+        if len(set(canon)) < 2:
             raise ValueError("a label set needs at least 2 distinct classes")
-        return v
+        if len(set(canon)) < len(canon):
+            same = sorted({f"{a!r} = {b!r}" for a, b in zip(v, canon, strict=True) if canon.count(b) > 1})
+            raise ValueError("a class is listed twice (numbers are one label however written: " + ", ".join(same) + ")")
+        return canon
 
     @model_validator(mode="after")
     def _runnable(self) -> SkillsOptions:

@@ -174,3 +174,17 @@ def test_cli_exits_2_on_a_spec_the_fit_cannot_run(tmp_path: Path, capsys: pytest
         assert main(["validate", str(spec)]) == 2
         err = capsys.readouterr().err
         assert "invalid spec: skills" in err and "unexpected error" not in err
+
+
+def test_declared_classes_follow_the_numeric_label_rule() -> None:
+    """classes are canonical like the labels they are checked against (1.0 is 1), and one class written two
+    ways is refused rather than kept as two classes every task ties between."""
+    import pydantic
+
+    from crowdflow.skills import SkillsOptions
+
+    assert SkillsOptions(classes=["1.0", "0", "2", "yes"]).classes == ["1", "0", "2", "yes"]
+    with pytest.raises(pydantic.ValidationError, match=r"listed twice.*'1\.0' = '1'"):
+        SkillsOptions(classes=["1", "1.0", "0"])
+    with pytest.raises(pydantic.ValidationError, match="at least 2 distinct"):
+        SkillsOptions(classes=["1", "01"])
