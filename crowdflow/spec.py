@@ -526,6 +526,12 @@ class NextBatchPipeline(PipelineBase):
     skills_run: str = Field(
         description="A skills pipeline's output folder (its newest completed run is used), or one run's folder."
     )
+    max_skills_run_age_hours: float | None = Field(
+        None,
+        gt=0.0,
+        description="Refuse a skills run that finished longer ago than this many hours (the run stops, exit 2, "
+        "naming the run and its age); empty: any age.",
+    )
     open_tasks: SourceSpec = Field(description="The tasks still to be labelled: one row per task.")
     workers: SourceSpec = Field(description="The workers available now: worker and an optional capacity.")
     assignment: AssignmentOptions = Field(

@@ -154,7 +154,7 @@ def prepare(spec: PipelineBase, *, validate: bool = True) -> Prepared:
     if isinstance(spec, SkillsPipeline):
         out.lm = encode_labels(out.frames["labels"].dropna(subset=["task", "worker", "label"]), spec.skills.classes)
     if isinstance(spec, NextBatchPipeline):
-        out.skills_run = read_skills_run(spec.skills_run_path())
+        out.skills_run = read_skills_run(spec.skills_run_path(), spec.max_skills_run_age_hours)
         out.lines.append(f"skills run {out.skills_run['run_dir']}: completed")
     checks = graph_checks(spec.job, out.frames, spec.check_modes(), out.lm)
     if checks is not None:
