@@ -13,7 +13,7 @@ Relative paths inside a spec resolve against its ``base_dir`` (for ``run_pipelin
 file's folder (for ``run_spec_file``); a relative ``base_dir`` is taken from the flow run's working
 directory: for the deployments of ``deployments/prefect.yaml`` the project folder their pull step moves into
 (the Prefect Variable ``crowdflow_project_dir``, read by the worker when the run starts), for ``crowdflow serve``
-the folder it was started in. Paths are normalised (:meth:`crowdflow.spec.PipelineSpec.path_of`).
+the folder it was started in. Paths are normalised (:meth:`crowdflow.spec.PipelineBase.path_of`).
 """
 
 # No ``from __future__ import annotations`` here: a worker loads this file by path (the deployment's
