@@ -106,6 +106,11 @@ class WarehouseError(CrowdflowError):
     """
 
 
+class RunnerError(CrowdflowError):
+    """The compute cluster a spec names cannot take the run: the scheduler at ``runner.address`` is not reachable,
+    or no worker joined it within ``runner.worker_timeout``. The message names the address."""
+
+
 class TransientError(CrowdflowError):
     """A fault of the environment that may pass: a database not reachable, a timeout, an I/O error.
 

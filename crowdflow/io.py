@@ -755,6 +755,7 @@ def write_run(
         full["outputs"] = outputs
         full["layout"] = layout
         full["status"] = "completed"
+        full["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")  # the age a next batch checks
         text = json.dumps(json_safe(full), indent=2, default=str, allow_nan=False)  # strict JSON: no NaN
         _fsync_write(staging / "manifest.json", text.encode())
         steps.done("manifest")
@@ -866,16 +867,29 @@ def latest_run(path: str | os.PathLike[str]) -> Path:
     raise InputError("no completed run (manifest.json with status completed) found", path=str(p))
 
 
-def read_skills_run(path: str | os.PathLike[str]) -> dict[str, Any]:
+def read_skills_run(
+    path: str | os.PathLike[str], max_age_hours: float | None = None, *, now: datetime | None = None
+) -> dict[str, Any]:
     """The newest completed skills run under ``path`` (or that run): its ``skills`` and ``consensus`` tables.
 
-    Returns ``run_dir``, ``run_id``, ``started_at`` and the two tables. Refused with :class:`InputError` naming
-    the path: no completed run, a run of another job, a table the manifest lists that is missing on disk.
+    Returns ``run_dir``, ``run_id``, ``started_at``, ``finished_at``, ``age_hours`` and the two tables. Refused
+    with :class:`InputError` naming the path: no completed run, a run of another job, a table the manifest lists
+    that is missing on disk, and, with ``max_age_hours``, a run that finished longer ago than that (the message
+    names the run and its age: a late or failed skills run is never silently replaced by an old one).
     """
     run = latest_run(path)
     manifest = json.loads((run / "manifest.json").read_text())
     if manifest.get("job") != "skills":
         raise InputError(f"run {run.name} is a '{manifest.get('job')}' run, not a skills run", path=str(run))
+    age = run_age_hours(manifest, now)
+    if max_age_hours is not None and (age is None or age > max_age_hours):
+        shown = "of unknown age (no finished_at/started_at in its manifest)" if age is None else f"{age:.1f} h old"
+        raise InputError(
+            f"the newest completed skills run {manifest.get('run_id') or run.name} is {shown} "
+            f"(finished {manifest.get('finished_at') or manifest.get('started_at') or '?'}), older than "
+            f"max_skills_run_age_hours: {max_age_hours:g}; run the skills pipeline again or raise the limit",
+            path=str(run),
+        )
     outputs = manifest.get("outputs") or {}
     tables: dict[str, Any] = {}
     for name in ("skills", "consensus"):
@@ -884,4 +898,25 @@ def read_skills_run(path: str | os.PathLike[str]) -> dict[str, Any]:
         if not part.is_file():
             raise InputError(f"the completed run lists a '{name}' table that is not on disk", path=str(part))
         tables[name] = pq.ParquetFile(part).read().to_pandas()
-    return {"run_dir": str(run), "run_id": manifest.get("run_id"), "started_at": manifest.get("started_at"), **tables}
+    return {
+        "run_dir": str(run),
+        "run_id": manifest.get("run_id"),
+        "started_at": manifest.get("started_at"),
+        "finished_at": manifest.get("finished_at"),
+        "age_hours": age,
+        **tables,
+    }
+
+
+def run_age_hours(manifest: Mapping[str, Any], now: datetime | None = None) -> float | None:
+    """Hours since a run finished (``finished_at``; runs written before it was recorded: ``started_at``)."""
+    stamp = manifest.get("finished_at") or manifest.get("started_at")
+    if not stamp:
+        return None
+    try:
+        when = datetime.fromisoformat(str(stamp))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, ((now or datetime.now(UTC)) - when).total_seconds() / 3600.0)

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import platform
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from importlib import metadata
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from crowdflow.secrets import redact
+from crowdflow.tables import RUNS_SCHEMA
 
 _PACKAGES = ("crowdflow", "prefect", "pandas", "numpy", "scipy", "pyarrow", "great-expectations", "cvxpy", "pydantic")
 
@@ -110,3 +115,61 @@ def build_manifest(
     manifest.update(extra or {})
     safe: dict[str, Any] = redact(manifest)
     return safe
+
+
+def _timestamp(value: Any) -> datetime | None:
+    try:
+        when = datetime.fromisoformat(str(value)) if value else None
+    except ValueError:
+        return None
+    return when.replace(tzinfo=UTC) if when is not None and when.tzinfo is None else when
+
+
+def _number(value: Any, kind: type) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return kind(value)
+
+
+def runs_row(manifest: Mapping[str, Any]) -> pa.Table:
+    """The ``runs`` table row of a completed run (:data:`crowdflow.tables.RUNS_SCHEMA`), built from its manifest.
+
+    The warehouse load appends it next to the run's output tables, so accuracy, counts and timings across runs
+    are one query away instead of one ``manifest.json`` per run.
+    """
+    metrics = dict(manifest.get("metrics") or {})
+    timings = dict(manifest.get("timings") or {})
+    inputs = [
+        {k: v for k, v in (i or {}).items() if k in ("name", "sha256", "rows", "path", "connection", "format")}
+        for i in manifest.get("inputs") or []
+    ]
+    pairs = sorted(f"{i.get('name')}:{i.get('sha256')}" for i in inputs)
+    cache = manifest.get("cache") or {}
+
+    def text(value: Any) -> str:
+        return json.dumps(json_safe(value), sort_keys=True, default=str)
+
+    row = {
+        "run_id": manifest.get("run_id"),
+        "pipeline": manifest.get("pipeline"),
+        "job": manifest.get("job"),
+        "method": None if manifest.get("method") is None else str(manifest.get("method")),
+        "status": manifest.get("status"),
+        "flow_run_id": manifest.get("flow_run_id"),
+        "started_at": _timestamp(manifest.get("started_at")),
+        "finished_at": _timestamp(manifest.get("finished_at")),
+        "seconds": float(sum(v for v in timings.values() if _number(v, float) is not None)),
+        "cache_hit": cache.get("hit") if isinstance(cache.get("hit"), bool) else None,
+        "accuracy": _number(metrics.get("accuracy"), float),
+        "error": _number(metrics.get("error"), float),
+        "n_gold": _number(metrics.get("n_gold"), int),
+        "metrics": text(metrics),
+        "timings": text(timings),
+        "checks": text(manifest.get("checks") or {}),
+        "inputs": text(inputs),
+        "inputs_sha256": hashlib.sha256("\n".join(pairs).encode()).hexdigest(),
+        "crowdflow_version": (manifest.get("versions") or {}).get("crowdflow"),
+    }
+    return pa.Table.from_pylist([row], schema=RUNS_SCHEMA)

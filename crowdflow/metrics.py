@@ -84,3 +84,116 @@ def majority_vote_expected_error(labels: pd.DataFrame, truth: pd.DataFrame) -> f
     hit = tied["label"].to_numpy() == gold.reindex(tied["task"]).to_numpy()
     p_right = pd.Series(hit / size).groupby(tied["task"].to_numpy()).sum()
     return float(1.0 - p_right.mean())
+
+
+def _as_text(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """``columns`` of ``df`` without missing values, as text (ids and labels compare as strings, as in gold_metrics)."""
+    return df[columns].dropna().astype(str)
+
+
+def gold_by_worker(labels: pd.DataFrame, truth: pd.DataFrame) -> pd.DataFrame:
+    """Each worker's accuracy measured on the gold tasks it labelled.
+
+    Parameters
+    ----------
+    labels : pandas.DataFrame
+        task, worker, label.
+    truth : pandas.DataFrame
+        task, label (the first row of a repeated task kept).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``worker``, ``n_gold_labels`` (its labels on gold tasks), ``n_gold_correct``, ``gold_accuracy``
+        (= correct / gold labels), one row per worker with at least one gold label, most gold labels first.
+    """
+    gold = _as_text(truth, ["task", "label"]).drop_duplicates("task")
+    lab = _as_text(labels, ["task", "worker", "label"]).merge(gold, on="task", suffixes=("", "_gold"))
+    lab["correct"] = lab["label"] == lab["label_gold"]
+    out = lab.groupby("worker", sort=True).agg(n_gold_labels=("correct", "size"), n_gold_correct=("correct", "sum"))
+    out = out.reset_index().astype({"n_gold_labels": "int64", "n_gold_correct": "int64"})
+    out["gold_accuracy"] = out["n_gold_correct"] / out["n_gold_labels"]
+    return out.sort_values(["n_gold_labels", "worker"], ascending=[False, True], kind="stable").reset_index(drop=True)
+
+
+def confusion_matrix(consensus: pd.DataFrame, truth: pd.DataFrame) -> pd.DataFrame:
+    """Gold label × consensus label counts over the gold tasks that have a consensus label (long format).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``true_label``, ``predicted_label``, ``n_tasks``: every pair of the labels seen (zero counts included),
+        sorted by both labels; the diagonal sums to accuracy × n_gold of :func:`gold_metrics`.
+    """
+    gold = _as_text(truth, ["task", "label"]).drop_duplicates("task").rename(columns={"label": "true_label"})
+    pred = _as_text(consensus, ["task", "label"]).rename(columns={"label": "predicted_label"})
+    both = gold.merge(pred, on="task")
+    classes = sorted(set(both["true_label"]) | set(both["predicted_label"]))
+    counts = both.groupby(["true_label", "predicted_label"]).size()
+    grid = pd.MultiIndex.from_product([classes, classes], names=["true_label", "predicted_label"])
+    return counts.reindex(grid, fill_value=0).rename("n_tasks").astype("int64").reset_index()
+
+
+def majority_changes(labels: pd.DataFrame, consensus: pd.DataFrame) -> pd.DataFrame:
+    """The tasks whose consensus label is not a majority-vote label (what the model changed against the vote).
+
+    A task's majority labels are its most frequent labels (all of them when tied), so a tie broken either way
+    is no change: majority vote itself changes nothing.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``task``, ``label`` (the consensus), ``majority_labels`` (``|``-joined), ``majority_share`` (votes of the
+        majority label / labels of the task), ``n_labels``; one row per changed task, the clearest majorities first.
+    """
+    lab = _as_text(labels, ["task", "label"])
+    counts = lab.groupby(["task", "label"]).size().rename("n").reset_index()
+    total = counts.groupby("task")["n"].transform("sum")
+    top = counts[counts["n"] == counts.groupby("task")["n"].transform("max")].assign(share=lambda d: d["n"] / total)
+    majority = top.groupby("task").agg(
+        majority_labels=("label", lambda s: "|".join(sorted(s))), majority_share=("share", "first")
+    )
+    pred = _as_text(consensus, ["task", "label"])
+    hit = pred.merge(top[["task", "label"]].assign(in_majority=True), on=["task", "label"], how="left")
+    changed = hit[hit["in_majority"].isna() & hit["task"].isin(majority.index)][["task", "label"]]
+    out = changed.merge(majority.reset_index(), on="task")
+    out["n_labels"] = out["task"].map(lab.groupby("task").size()).astype("int64")
+    return out.sort_values(
+        ["majority_share", "n_labels", "task"], ascending=[False, False, True], kind="stable"
+    ).reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class SkillsReview:
+    """What a skills run adds for the people who act on it (the report's "What to act on", the warehouse).
+
+    Attributes
+    ----------
+    tables : dict
+        Output tables: ``gold_workers`` (:func:`gold_by_worker`) and ``gold_confusion`` (:func:`confusion_matrix`)
+        when gold labels were given.
+    metrics : dict
+        ``n_changed_vs_majority``: tasks whose consensus is not a majority-vote label.
+    record : dict
+        The manifest's ``review``: the count, the tasks labelled, and up to ``examples`` changed tasks.
+    """
+
+    tables: dict[str, pd.DataFrame]
+    metrics: dict[str, int]
+    record: dict[str, object]
+
+
+def review_skills(
+    labels: pd.DataFrame, consensus: pd.DataFrame, truth: pd.DataFrame | None = None, examples: int = 10
+) -> SkillsReview:
+    """Gold-measured worker accuracy and confusion matrix (with ``truth``), and the changes against majority vote."""
+    changed = majority_changes(labels, consensus)
+    tables = {}
+    if truth is not None:
+        tables = {"gold_workers": gold_by_worker(labels, truth), "gold_confusion": confusion_matrix(consensus, truth)}
+    record: dict[str, object] = {
+        "n_changed_vs_majority": len(changed),
+        "n_tasks": int(consensus["task"].nunique()),
+        "changed_vs_majority": changed.head(examples).to_dict("records"),
+    }
+    return SkillsReview(tables, {"n_changed_vs_majority": len(changed)}, record)

@@ -28,6 +28,7 @@ Relative paths are resolved against the spec file's folder.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -186,6 +187,17 @@ class SourceSpec(Credentials):
         return p if p.is_absolute() else (base / p)
 
 
+# The checks each job runs: schema validation of every input, then the job's graph checks (crowdflow.checks).
+JOB_CHECKS: dict[str, tuple[str, ...]] = {
+    "skills": ("validation", "identifiability", "isolated_workers"),
+    "ranking": ("validation", "connectivity"),
+    "personal_rankings": ("validation", "connectivity"),
+    "personal_models": ("validation", "connectivity"),
+    "assignment": ("validation",),
+    "next_batch": ("validation",),
+}
+
+
 class ChecksSpec(_Strict):
     """What each check before the fit does when it fails: block (stop, write nothing) or warn (log and go on)."""
 
@@ -240,7 +252,16 @@ class RunnerSpec(_Strict):
         description="Skills: how many pieces the labels are split into for the cluster (default: 2 per worker).",
     )
     scratch_dir: str | None = Field(
-        None, description="A folder for the pieces the cluster reads; a remote cluster's workers must see it too."
+        None,
+        description="A folder for the pieces the cluster reads (created if missing); a remote cluster's workers must "
+        "see it too.",
+    )
+    worker_timeout: float = Field(
+        60.0,
+        gt=0.0,
+        le=86400.0,
+        description="Seconds to wait for the cluster at address to have a worker; then the run stops (exit 2) "
+        "naming the address.",
     )
 
     @field_validator("address")
@@ -316,8 +337,8 @@ JOB_INPUTS_ALL = (
 # (whose run folders are <out>/<pipeline>) must not take one of these names.
 OUTPUT_TABLES = frozenset(
     {
-        "consensus", "skills", "components", "ranking", "outliers", "annotators", "path", "residuals",
-        "personal_rankings", "user_factors", "item_factors", "excluded", "fit", "personal_models",
+        "consensus", "skills", "components", "gold_workers", "gold_confusion", "ranking", "outliers", "annotators",
+        "path", "residuals", "personal_rankings", "user_factors", "item_factors", "excluded", "fit", "personal_models",
         "convergence", "assignment", "worker_load", "task_load", "candidates",
     }
 )  # fmt: skip
@@ -372,15 +393,47 @@ class PipelineBase(_Strict):
         """Check name → block/warn for this pipeline (what :func:`crowdflow.checks.graph_checks` takes)."""
         return self.checks.modes(self.job)
 
+    def check_settings(self) -> dict[str, CheckMode]:
+        """The checks that apply to this job and their policy (the manifest's ``check_settings``, the report's
+        "Check settings"); what they found is recorded apart, under ``checks``."""
+        modes = {"validation": self.checks.validation, **self.check_modes()}
+        return {name: modes[name] for name in JOB_CHECKS[self.job]}
+
+    def extras(self) -> dict[str, str]:
+        """The optional extras of the ``crowdflow`` package a run of this spec uses → what uses them.
+
+        ``report`` (matplotlib) draws the figures of report.html (without it the page has their numbers as
+        tables), ``dask`` (dask.distributed) runs a ``runner.kind: dask`` fan-out, ``warehouse`` (DuckDB,
+        psycopg, sqlglot) reads SQL sources and loads ``output.warehouse``. The ``deploy`` extra holds all three:
+        what every shipped deployment needs on a worker (README "Running on a schedule").
+        """
+        out: dict[str, str] = {}
+        if self.output.report:
+            out["report"] = "output.report: the figures of report.html"
+        if self.runner.kind == "dask":
+            out["dask"] = "runner.kind: dask"
+        elif getattr(getattr(self, "personal_models", None), "executor", None) == "dask":
+            out["dask"] = "personal_models.executor: dask"
+        queries = [k for k, src in self.inputs().items() if src.is_query]
+        if queries or self.output.warehouse is not None:
+            out["warehouse"] = ", ".join(
+                [f"{k}.sql" for k in queries] + (["output.warehouse"] * bool(self.output.warehouse))
+            )
+        return out
+
     def inputs(self) -> dict[str, SourceSpec]:
         """The declared input sources by table kind, in a fixed order."""
         return {k: getattr(self, k) for k in JOB_INPUTS_ALL if getattr(self, k, None) is not None}
 
+    # Paths are resolved against ``base_dir`` (a relative ``base_dir`` against the working directory: the project
+    # folder of a deployment's pull step) and normalised, so messages and logs name ``/srv/crowdflow/data/x.csv``,
+    # never ``deployments/specs/../../data/x.csv``. Symbolic links are kept (``abspath``, not ``resolve``).
+
     def path_of(self, source: SourceSpec) -> Path:
-        return source.resolved(Path(self.base_dir))
+        return Path(os.path.abspath(source.resolved(Path(self.base_dir))))
 
     def output_dir(self) -> Path:
-        return Path(self.base_dir) / Path(self.output.dir).expanduser()
+        return Path(os.path.abspath(Path(self.base_dir) / Path(self.output.dir).expanduser()))
 
 
 class SkillsPipeline(PipelineBase):
@@ -473,6 +526,12 @@ class NextBatchPipeline(PipelineBase):
     skills_run: str = Field(
         description="A skills pipeline's output folder (its newest completed run is used), or one run's folder."
     )
+    max_skills_run_age_hours: float | None = Field(
+        None,
+        gt=0.0,
+        description="Refuse a skills run that finished longer ago than this many hours (the run stops, exit 2, "
+        "naming the run and its age); empty: any age.",
+    )
     open_tasks: SourceSpec = Field(description="The tasks still to be labelled: one row per task.")
     workers: SourceSpec = Field(description="The workers available now: worker and an optional capacity.")
     assignment: AssignmentOptions = Field(
@@ -481,7 +540,7 @@ class NextBatchPipeline(PipelineBase):
 
     def skills_run_path(self) -> str:
         """The skills run (or pipeline output folder) a next batch reads, resolved against ``base_dir``."""
-        return str(Path(self.base_dir) / Path(self.skills_run).expanduser())
+        return os.path.abspath(Path(self.base_dir) / Path(self.skills_run).expanduser())
 
 
 JOB_MODELS: dict[str, type[PipelineBase]] = {

@@ -288,6 +288,9 @@ _SKILLS_OUTPUTS: dict[str, pa.Schema] = {
         ("cond_hat", _F),
         ("error_bound_hat", _F),
     ),
+    # with gold labels (truth): each worker's accuracy measured on gold, and gold × consensus label counts
+    "gold_workers": _schema(("worker", _S), ("n_gold_labels", _I), ("n_gold_correct", _I), ("gold_accuracy", _F)),
+    "gold_confusion": _schema(("true_label", _S), ("predicted_label", _S), ("n_tasks", _I)),
 }
 
 OUTPUTS: dict[str, dict[str, pa.Schema]] = {
@@ -305,3 +308,34 @@ OUTPUTS: dict[str, dict[str, pa.Schema]] = {
 }
 """Stable Parquet schemas of each job's output tables (README "What a run writes"); tables not listed
 (factors with one column per rank, parameters per agent) keep the columns the model produced."""
+
+
+#: The warehouse's log of runs: one row per run, loaded with the run's output tables in the same transaction and
+#: always appended (``output.warehouse.mode: replace`` replaces the output tables, never this history). Metrics,
+#: timings, checks and inputs are JSON text (their keys differ by job); the gold metrics every skills run with
+#: truth has are also columns, so a trend is one query: ``SELECT started_at, accuracy FROM runs WHERE pipeline = ...``.
+RUNS_TABLE = "runs"
+RUNS_SCHEMA = _schema(
+    ("run_id", _S),
+    ("pipeline", _S),
+    ("job", _S),
+    ("method", _S),
+    ("status", _S),
+    ("flow_run_id", _S),
+    ("started_at", pa.timestamp("us", tz="UTC")),
+    ("finished_at", pa.timestamp("us", tz="UTC")),
+    ("seconds", _F),
+    ("cache_hit", _B),
+    ("accuracy", _F),
+    ("error", _F),
+    ("n_gold", _I),
+    ("metrics", _S),
+    ("timings", _S),
+    ("checks", _S),
+    ("inputs", _S),
+    ("inputs_sha256", _S),
+    ("crowdflow_version", _S),
+)
+"""Columns of the ``runs`` table (README "Warehouse inputs and outputs"): ``metrics``/``timings``/``checks`` are JSON
+objects, ``inputs`` a JSON list of {name, sha256, rows, path or connection}; ``inputs_sha256`` is the SHA-256 of
+the sorted ``name:sha256`` pairs (runs on the same data share it)."""

@@ -24,7 +24,7 @@ import importlib
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
@@ -299,6 +299,7 @@ def load_tables(
     prefix: str = "",
     password: str | None = None,
     base_dir: str | os.PathLike[str] = ".",
+    always_append: Collection[str] = (),
 ) -> dict[str, str]:
     """Load a run's output tables into DuckDB or PostgreSQL in one transaction.
 
@@ -319,6 +320,8 @@ def load_tables(
     password : str, optional
     base_dir : path
         Folder a relative DuckDB file is resolved against.
+    always_append : collection of str
+        Tables appended by run id whatever ``mode`` says (the ``runs`` log keeps every run's row).
 
     Returns
     -------
@@ -339,10 +342,11 @@ def load_tables(
     if schema is not None:
         _qident(schema)
     data = {name: _with_run_id(t, run_id) for name, t in tables.items()}
+    modes = {name: "append" if name in always_append else mode for name in tables}
     if kind == "duckdb":
-        _load_duckdb(url, data, names, run_id, mode, schema, base_dir)
+        _load_duckdb(url, data, names, run_id, modes, schema, base_dir)
     else:
-        _load_postgresql(url, data, names, run_id, mode, schema, password)
+        _load_postgresql(url, data, names, run_id, modes, schema, password)
     qualified = {n: f"{schema}.{t}" if schema else t for n, t in names.items()}
     log.info("loaded %d tables of run %s into %s (%s)", len(data), run_id, redact_url(url), mode)
     return qualified
@@ -353,7 +357,7 @@ def _load_duckdb(
     data: Mapping[str, pa.Table],
     names: Mapping[str, str],
     run_id: str,
-    mode: str,
+    modes: Mapping[str, str],
     schema: str | None,
     base_dir: str | os.PathLike[str],
 ) -> None:
@@ -371,7 +375,7 @@ def _load_duckdb(
             for name, table in data.items():
                 target = (f"{_qident(schema)}." if schema else "") + _qident(names[name])
                 con.register(view, table)
-                if mode == "replace":
+                if modes[name] == "replace":
                     con.execute(f"CREATE OR REPLACE TABLE {target} AS SELECT * FROM {view}")
                 else:
                     con.execute(f"CREATE TABLE IF NOT EXISTS {target} AS SELECT * FROM {view} LIMIT 0")
@@ -418,7 +422,7 @@ def _load_postgresql(
     data: Mapping[str, pa.Table],
     names: Mapping[str, str],
     run_id: str,
-    mode: str,
+    modes: Mapping[str, str],
     schema: str | None,
     password: str | None,
 ) -> None:
@@ -432,7 +436,7 @@ def _load_postgresql(
             for name, table in data.items():
                 cols = [sa.Column(f.name, _pg_type(sa, f)) for f in table.schema]
                 target = sa.Table(names[name], metadata, *cols)
-                if mode == "replace":
+                if modes[name] == "replace":
                     target.drop(conn, checkfirst=True)
                     target.create(conn)
                 else:

@@ -237,6 +237,12 @@ def _add_job_command(sub: Any, command: str, job: str, help_text: str) -> None:
         )
     if job == "next_batch":
         p.add_argument("--skills-run", required=True, help="a skills pipeline output folder (or one run folder)")
+        p.add_argument(
+            "--max-skills-run-age-hours",
+            type=float,
+            metavar="HOURS",
+            help=JOB_MODELS["next_batch"].model_fields["max_skills_run_age_hours"].description,
+        )
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--name", default=command, help=f"pipeline name, the output sub-folder (default: {command})")
     p.add_argument("--dry-run", action="store_true", help="check the inputs as the run would; fit and write nothing")
@@ -265,6 +271,8 @@ def spec_from_args(args: argparse.Namespace) -> Any:
             data.setdefault(block, {})[field] = value
     if args.job == "next_batch":
         data["skills_run"] = str(Path(args.skills_run).resolve())
+        if args.max_skills_run_age_hours is not None:
+            data["max_skills_run_age_hours"] = args.max_skills_run_age_hours
     return parse_spec(data, origin="command line", base_dir=Path.cwd())
 
 

@@ -19,8 +19,9 @@ from crowdflow.io import LoadedTable
 from crowdflow.manifest import build_manifest, input_record, new_run_id
 from crowdflow.report import REPORT_FILE
 from crowdflow.spec import JOB_OPTIONS, PipelineBase, check_name
+from crowdflow.tables import RUNS_TABLE
 from crowdflow.warehouse import redact_url
-from tasks.artifacts import report_artifacts
+from tasks.artifacts import report_artifacts, set_pipeline
 from tasks.export import export_run
 from tasks.ingest import ingest
 from tasks.report import render_report_task
@@ -56,22 +57,40 @@ def run_id_for(run_id: str | None) -> str:
         raise SpecError(str(exc)) from None
 
 
+class Inputs(dict[str, LoadedTable]):
+    """A run's validated input tables by kind, and what their validation found (for the manifest's ``checks``)."""
+
+    def __init__(self, tables: dict[str, LoadedTable], validation: dict[str, str]) -> None:
+        super().__init__(tables)
+        self.validation = validation
+
+
 def load_inputs(
     spec: PipelineBase,
     prepare: dict[str, Callable[[LoadedTable], LoadedTable]] | None = None,
     allowed: dict[str, dict[str, list[str]]] | None = None,
-) -> dict[str, LoadedTable]:
+) -> Inputs:
     """Ingest every declared input, apply an optional per-kind preparation, validate each table.
 
-    Validation failures block (raise) unless ``checks.validation`` is ``warn``.
+    Validation failures block (raise) unless ``checks.validation`` is ``warn``. The first step of every job
+    flow: from here on the run's artifacts carry the pipeline's name (:func:`tasks.artifacts.artifact_key`).
     """
+    set_pipeline(spec.name)
     tables = {kind: ingest(spec, src, kind) for kind, src in spec.inputs().items()}
     for kind, prep in (prepare or {}).items():
         if kind in tables:
             tables[kind] = prep(tables[kind])
+    found: dict[str, str] = {}
+    any_failed = False
     for kind, table in tables.items():
-        validate(table, kind, spec.checks.validation, (allowed or {}).get(kind))
-    return tables
+        report = validate(table, kind, spec.checks.validation, (allowed or {}).get(kind))
+        n_failed = len(report.failures)
+        any_failed = any_failed or n_failed > 0
+        found[f"validation.{kind}"] = (
+            f"{report.n_expectations - n_failed} of {report.n_expectations} expectations passed ({report.n_rows} rows)"
+        )
+    overall = "failed; the run went on (checks.validation: warn)" if any_failed else "passed"
+    return Inputs(tables, {"validation": overall, **found})
 
 
 def fit_step(
@@ -124,6 +143,8 @@ def finish_run(
 
     Returns the flow's summary: ``run_id``, ``run_dir`` and ``metrics``.
     """
+    if isinstance(inputs, Inputs):  # what validation found; the flows' "validation" entry may hold the setting
+        checks = {**checks, **inputs.validation}
     manifest = build_manifest(
         run_id=run_id,
         pipeline=spec.name,
@@ -139,7 +160,7 @@ def finish_run(
         metrics=metrics,
         timings=dict(clock.timings),
         flow_run_id=str(flow_run.id) if flow_run.id else None,
-        extra=extra,
+        extra={"check_settings": spec.check_settings(), **(extra or {})},
     )
     outcome = render_report_task(manifest, tables, spec.output.report)
     clock.lap("report")
@@ -153,7 +174,8 @@ def finish_run(
             "mode": wh.mode,
             "schema": wh.db_schema,
             "tables": {
-                name: f"{wh.db_schema}.{wh.prefix}{name}" if wh.db_schema else wh.prefix + name for name in tables
+                name: f"{wh.db_schema}.{wh.prefix}{name}" if wh.db_schema else wh.prefix + name
+                for name in [*tables, RUNS_TABLE]
             },
         }
     run_dir = export_run(str(spec.output_dir()), spec.name, run_id, tables, manifest, spec.output.layout, files)
@@ -161,5 +183,5 @@ def finish_run(
         report_artifacts(outcome.report, Path(run_dir) / REPORT_FILE)
     if wh is not None:
         load_warehouse(run_dir, run_id, wh, spec.base_dir)
-    get_run_logger().info("run %s completed in %.2f s → %s", run_id, clock.total, run_dir)
+    get_run_logger().info("run %s completed in %.2f s → %s", run_id, clock.total, Path(run_dir).resolve())
     return {"run_id": run_id, "run_dir": run_dir, "metrics": metrics}

@@ -11,7 +11,9 @@ a deployment links to is the pipeline run:
 
 Relative paths inside a spec resolve against its ``base_dir`` (for ``run_pipeline``) or the spec
 file's folder (for ``run_spec_file``); a relative ``base_dir`` is taken from the flow run's working
-directory, which is the project folder for ``prefect deploy`` (its pull step) and ``crowdflow serve``.
+directory: for the deployments of ``deployments/prefect.yaml`` the project folder their pull step moves into
+(the Prefect Variable ``crowdflow_project_dir``, read by the worker when the run starts), for ``crowdflow serve``
+the folder it was started in. Paths are normalised (:meth:`crowdflow.spec.PipelineBase.path_of`).
 """
 
 # No ``from __future__ import annotations`` here: a worker loads this file by path (the deployment's

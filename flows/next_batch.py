@@ -25,7 +25,7 @@ def next_batch_flow(spec: NextBatchPipeline, run_id: str | None = None) -> dict[
     run_id = run_id_for(run_id)
     clock = Clock()
     inputs = load_inputs(spec)
-    skills_run = load_skills_run(spec.skills_run_path())
+    skills_run = load_skills_run(spec.skills_run_path(), spec.max_skills_run_age_hours)
     clock.lap("ingest_validate")
     opts = spec.assignment
     frames = {k: inputs[k].df for k in ("open_tasks", "workers")}
@@ -56,7 +56,11 @@ def next_batch_flow(spec: NextBatchPipeline, run_id: str | None = None) -> dict[
         clock=clock,
         extra={
             "method": "tvcs",
-            "skills_run": {"run_id": skills_run["run_id"], "path": skills_run["run_dir"]},
+            "skills_run": {
+                "run_id": skills_run["run_id"],
+                "path": skills_run["run_dir"],
+                "age_hours": skills_run["age_hours"],
+            },
             "cache": cache,
         },
     )

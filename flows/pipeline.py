@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,26 @@ JOB_FLOWS: dict[str, tuple[str, str]] = {
 }
 
 
+# What each optional extra must make importable for a run to start (report is optional: without matplotlib the page
+# shows the figures' numbers; the warehouse drivers are checked per connection URL by crowdflow.warehouse).
+EXTRA_MODULES: dict[str, tuple[str, ...]] = {"report": (), "dask": ("distributed",), "warehouse": ("sqlglot",)}
+
+
+def check_installed(spec: PipelineBase) -> None:
+    """Refuse (``SpecError``, exit 2) a run whose spec uses an extra this environment lacks, before any step runs.
+
+    Before, a ``runner.kind: dask`` deployment on a worker installed with ``[report]`` only ran its ingest and
+    validation and then failed as an "unexpected error" ("needs dask.distributed").
+    """
+    for extra, why in spec.extras().items():
+        missing = [m for m in EXTRA_MODULES.get(extra, ()) if importlib.util.find_spec(m) is None]
+        if missing:
+            raise SpecError(
+                f"{why} needs the '{extra}' extra ({', '.join(missing)} is not installed in this environment): "
+                f"pip install 'crowdflow[deploy]' (every deployment's needs) or 'crowdflow[{extra}]'"
+            )
+
+
 def run_spec(spec: PipelineBase, run_id: str | None = None, *, in_this_flow: bool = False) -> dict[str, Any]:
     """Run the flow of ``spec.job`` and return its summary (``run_id``, ``run_dir``, ``metrics``).
 
@@ -31,6 +52,7 @@ def run_spec(spec: PipelineBase, run_id: str | None = None, *, in_this_flow: boo
     the artifacts and the logs of the pipeline run.
     """
     check_locations(spec)
+    check_installed(spec)
     if run_id is not None:
         try:
             check_name(run_id, "run id")
@@ -108,6 +130,7 @@ def prepare(spec: PipelineBase, *, validate: bool = True) -> Prepared:
     from tasks.sources import read_source
 
     check_locations(spec)
+    check_installed(spec)
     out = Prepared(frames={}, sources={}, lines=[f"spec {spec.name}: ok (job {spec.job})"])
     for kind, src in spec.inputs().items():
         t = read_source(spec, src, kind)
@@ -131,7 +154,7 @@ def prepare(spec: PipelineBase, *, validate: bool = True) -> Prepared:
     if isinstance(spec, SkillsPipeline):
         out.lm = encode_labels(out.frames["labels"].dropna(subset=["task", "worker", "label"]), spec.skills.classes)
     if isinstance(spec, NextBatchPipeline):
-        out.skills_run = read_skills_run(spec.skills_run_path())
+        out.skills_run = read_skills_run(spec.skills_run_path(), spec.max_skills_run_age_hours)
         out.lines.append(f"skills run {out.skills_run['run_dir']}: completed")
     checks = graph_checks(spec.job, out.frames, spec.check_modes(), out.lm)
     if checks is not None:

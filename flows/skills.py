@@ -12,7 +12,7 @@ from prefect import flow, get_run_logger
 
 from crowdflow.io import LoadedTable
 from crowdflow.labels import deduplicate, encode_labels
-from crowdflow.metrics import gold_metrics
+from crowdflow.metrics import gold_metrics, review_skills
 from crowdflow.spec import SkillsPipeline
 from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
 from flows.pipeline import fit_data
@@ -109,6 +109,10 @@ def skills_flow(spec: SkillsPipeline, run_id: str | None = None) -> dict[str, An
         graph.components[["component", "colour_sizes", "workers"]], on="component", how="left"
     )
     tables = {"consensus": result.consensus, "skills": result.skills, "components": components}
+    # what people act on: gold-measured worker accuracy and confusion (with truth), changes against majority vote
+    review = review_skills(labels.df, result.consensus, None if truth is None else truth.df)
+    tables.update(review.tables)
+    metrics.update(review.metrics)
     fit = {k: v for k, v in meta.items() if k in _FIT_KEYS}
     return finish_run(
         spec,
@@ -118,5 +122,5 @@ def skills_flow(spec: SkillsPipeline, run_id: str | None = None) -> dict[str, An
         checks=checks,
         metrics=metrics,
         clock=clock,
-        extra={"method": opts.method, "fit": fit, "cache": cache},
+        extra={"method": opts.method, "fit": fit, "cache": cache, "review": review.record},
     )

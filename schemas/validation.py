@@ -6,7 +6,7 @@ GX is imported lazily (it costs ~4 s), so importing this module is cheap.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -48,14 +48,36 @@ class Failure:
 
 
 @dataclass(frozen=True)
+class Checked:
+    """One expectation that was run on the table, and whether it held.
+
+    Attributes
+    ----------
+    expectation : str
+        GX expectation type.
+    column : str
+        Column (or comma-joined columns) it applies to.
+    rule : str
+        The constraint in words.
+    passed : bool
+    """
+
+    expectation: str
+    column: str
+    rule: str
+    passed: bool
+
+
+@dataclass(frozen=True)
 class ValidationReport:
-    """Result of validating one table."""
+    """Result of validating one table: what failed, and every expectation that was checked."""
 
     table: str
     source: str
     n_rows: int
     n_expectations: int
     failures: list[Failure]
+    checked: list[Checked] = field(default_factory=list)
 
     @property
     def success(self) -> bool:
@@ -87,6 +109,12 @@ class ValidationReport:
                 "example_rows": ",".join(str(r) for r in f.rows),
             }
             for f in self.failures
+        ]
+
+    def checked_records(self) -> list[dict[str, Any]]:
+        """Every expectation that was run: column, rule, ``passed`` or ``FAILED`` (what a passed table was held to)."""
+        return [
+            {"column": c.column, "rule": c.rule, "result": "passed" if c.passed else "FAILED"} for c in self.checked
         ]
 
 
@@ -206,12 +234,15 @@ def validate_frame(
         frame = df.assign(**{_DISTINCT: (df[a] != df[b]).fillna(True).astype(bool)})
     res = vd.run(batch_parameters={"dataframe": frame}, result_format="SUMMARY")
     failures: list[Failure] = []
+    checked: list[Checked] = []
     for r in res.results:
-        if r.success:
-            continue
         cfg = r.expectation_config
         kw = cfg.kwargs
         column = kw.get("column") or ",".join(kw.get("column_list", []))
+        shown = ",".join(schema.distinct) if column == _DISTINCT else column
+        checked.append(Checked(cfg.type, shown, rules.get(str(cfg.id), cfg.type), bool(r.success)))
+        if r.success:
+            continue
         idx = list(r.result.get("partial_unexpected_index_list") or [])[:MAX_EXAMPLES]
         vals = list(r.result.get("partial_unexpected_list") or [])[:MAX_EXAMPLES]
         if cfg.type == "expect_compound_columns_to_be_unique" and idx:
@@ -246,6 +277,7 @@ def validate_frame(
         n_rows=len(df),
         n_expectations=len(expectations),
         failures=failures,
+        checked=checked,
     )
     log.info("validated %s (%d rows): %d failures", source, len(df), len(failures))
     return report

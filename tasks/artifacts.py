@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import re
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, cast
 
@@ -16,33 +18,61 @@ from crowdflow.report import RunReport
 MAX_ARTIFACT_IMAGE_BYTES = 1_500_000
 
 
+# The pipeline whose run is in progress in this context (set by the flows when a run starts reading its inputs).
+_PIPELINE: ContextVar[str | None] = ContextVar("crowdflow_pipeline", default=None)
+
+
 def _key(text: str) -> str:
     """Artifact keys allow lowercase letters, digits and dashes only."""
     return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:100] or "artifact"
 
 
-def markdown(key: str, body: str, description: str) -> None:
-    """Publish a markdown artifact under a sanitised key."""
-    create_markdown_artifact(key=_key(key), markdown=body, description=description)
+def set_pipeline(name: str) -> None:
+    """Name the pipeline of the run in progress: every artifact key from here on starts with it."""
+    _PIPELINE.set(name)
 
 
-def table(key: str, df: pd.DataFrame, description: str, max_rows: int = 200) -> None:
-    """Publish the first ``max_rows`` rows of ``df`` as a table artifact."""
+def artifact_key(what: str) -> str:
+    """The key of a run's artifact: ``<pipeline>-<what>`` (e.g. ``rte-skills-run-report``), sanitised.
+
+    The one rule for every artifact of a run (validation, graph checks, fit progress, report, outputs, warehouse
+    load): a key's versions in the Prefect UI are the runs of one pipeline, never a mix of pipelines. Pipeline
+    names are folder names (letters, digits, ``_ - .``); in a key they are lower-cased with other characters
+    turned into dashes. Outside a run (no pipeline named) the key is ``what`` alone.
+    """
+    pipeline = _PIPELINE.get()
+    return _key(f"{pipeline}-{what}" if pipeline else what)
+
+
+def markdown(what: str, body: str, description: str) -> None:
+    """Publish a markdown artifact under :func:`artifact_key` of ``what``."""
+    create_markdown_artifact(key=artifact_key(what), markdown=body, description=description)
+
+
+def table(what: str, df: pd.DataFrame, description: str, max_rows: int = 200) -> None:
+    """Publish the first ``max_rows`` rows of ``df`` as a table artifact under :func:`artifact_key` of ``what``."""
     head = df.head(max_rows).astype(object)
     # column names are strings here; pandas-stubs types record keys as Hashable
     records = cast(list[dict[str, Any]], head.where(head.notna(), None).to_dict("records"))
-    create_table_artifact(key=_key(key), table=records, description=description)
+    create_table_artifact(key=artifact_key(what), table=records, description=description)
 
 
-def frame_to_markdown(df: pd.DataFrame, max_rows: int = 20) -> str:
-    """A small pipe table (no tabulate dependency)."""
+def _cell(v: Any) -> str:
+    """A table cell: missing values (None, NaN, NA) are empty, never ``nan``; floats with 4 significant digits."""
+    if v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def frame_to_markdown(df: pd.DataFrame, max_rows: int = 20, empty: str = "_(none)_") -> str:
+    """A small pipe table (no tabulate dependency); ``empty`` when ``df`` has no rows."""
     if df.empty:
-        return "_(none)_"
+        return empty
     head = df.head(max_rows)
     cols = [str(c) for c in head.columns]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for row in head.itertuples(index=False):
-        cells = [f"{v:.4g}" if isinstance(v, float) else str(v) for v in row]
+        cells = [_cell(v) for v in row]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     if len(df) > max_rows:
         lines.append(f"\n… {len(df) - max_rows} more rows")
@@ -62,9 +92,17 @@ def report_artifacts(report: RunReport, path: Path) -> None:
         f"Full page (static, self-contained): [{path.name}]({uri}) — `{path}`\n",
         frame_to_markdown(report.summary, max_rows=50),
     ]
+    if report.actions:
+        lines.append("\n## What to act on\n")
+        for act in report.actions:
+            lines.append(f"\n### {act.title}\n\n{act.text}\n")
+            if act.table is not None and not act.table.empty:
+                lines.append(frame_to_markdown(act.table, max_rows=10))
     budget = MAX_ARTIFACT_IMAGE_BYTES
     for fig in report.figures:
         lines.append(f"\n## {fig.title}\n")
+        if fig.sentence:
+            lines.append(f"**{fig.sentence}**\n")
         data_uri = fig.data_uri()
         if data_uri is not None and len(data_uri) <= budget:
             budget -= len(data_uri)
@@ -78,5 +116,5 @@ def report_artifacts(report: RunReport, path: Path) -> None:
             lines.append(frame_to_markdown(fig.data, max_rows=10))
     markdown("run-report", "\n".join(lines), "key figures of the run report")
     create_link_artifact(
-        key=_key("run-report-file"), link=uri, link_text=path.name, description="the run's static report.html"
+        key=artifact_key("run-report-file"), link=uri, link_text=path.name, description="the run's static report.html"
     )

@@ -26,7 +26,7 @@ from crowdflow.ranking import RankingOptions, fit_ranking
 from crowdflow.skills import SkillsOptions, SkillsResult, fit_skills
 from crowdflow.spec import RunnerSpec
 from tasks.progress import fit_progress
-from tasks.runners import dask_executor
+from tasks.runners import dask_executor, scratch_folder
 
 T = TypeVar("T")
 
@@ -71,9 +71,11 @@ def fit_skills_task(
     with contextlib.ExitStack() as stack:
         executor, n_partitions, scratch_dir = None, 1, None
         if runner is not None and runner.kind == "dask":
-            executor = stack.enter_context(dask_executor(runner.address, runner.n_workers, processes=runner.processes))
+            scratch_dir = scratch_folder(runner.scratch_dir)  # created if missing
+            executor = stack.enter_context(
+                dask_executor(runner.address, runner.n_workers, runner.processes, runner.worker_timeout)
+            )
             n_partitions = runner.partitions or 2 * runner.n_workers
-            scratch_dir = runner.scratch_dir
         progress = stack.enter_context(fit_progress("fit-skills-progress", f"skills fit ({o.method})"))
         result = fit_skills(
             lm,
@@ -149,9 +151,10 @@ def fit_personal_models_task(
     if o.parallel_blocks and (o.executor == "dask" or (runner is not None and runner.kind == "dask")):
         if runner is not None and runner.kind == "dask":
             address, n_workers, processes = runner.address, runner.n_workers, runner.processes
+            timeout = runner.worker_timeout
         else:
-            address, n_workers, processes = o.dask_address, 2, True
-        with dask_executor(address, n_workers, processes=processes) as run_on_dask:
+            address, n_workers, processes, timeout = o.dask_address, 2, True, 60.0
+        with dask_executor(address, n_workers, processes, timeout) as run_on_dask:
             logger.info("running %d DJAM blocks as Dask tasks (%s)", o.n_blocks, address or "local cluster")
             return _fitted(_fit_personal_models(agents, edges, o, allow_disconnected, run_on_dask, logger))
     return _fitted(_fit_personal_models(agents, edges, o, allow_disconnected, None, logger))

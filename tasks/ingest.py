@@ -36,10 +36,16 @@ def ingest(spec: PipelineBase, source: SourceSpec, kind: str) -> LoadedTable:
     retry_condition_fn=retry_transient,
     cache_policy=NONE,
 )
-def load_skills_run(path: str) -> dict[str, Any]:
-    """The newest completed skills run under ``path`` (:func:`crowdflow.io.read_skills_run`)."""
-    run = read_skills_run(path)
+def load_skills_run(path: str, max_age_hours: float | None = None) -> dict[str, Any]:
+    """The newest completed skills run under ``path`` (:func:`crowdflow.io.read_skills_run`), refused when it
+    finished more than ``max_age_hours`` ago."""
+    run = read_skills_run(path, max_age_hours)
+    age = run["age_hours"]
     get_run_logger().info(
-        "using skills run %s (%d workers, %d tasks)", run["run_dir"], len(run["skills"]), len(run["consensus"])
+        "using skills run %s (%d workers, %d tasks), finished %s ago",
+        run["run_dir"],
+        len(run["skills"]),
+        len(run["consensus"]),
+        "?" if age is None else f"{age:.2f} h",
     )
     return run

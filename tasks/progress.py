@@ -17,6 +17,8 @@ from typing import Any
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.context import FlowRunContext, TaskRunContext
 
+from tasks.artifacts import artifact_key
+
 Listener = Callable[[str, float], None]
 
 _listeners: list[Listener] = []
@@ -40,6 +42,8 @@ def remove_listener(listener: Listener) -> None:
 def fit_progress(key: str, description: str, min_interval: float = 0.5) -> Iterator[Callable[[float], None]]:
     """Yield a ``progress(fraction)`` callback backed by a Prefect progress artifact (0 → 100 %).
 
+    The artifact's key is :func:`tasks.artifacts.artifact_key` of ``key`` (``<pipeline>-fit-skills-progress``).
+
     The artifact is created at 0 % on entry and set to 100 % when the block exits without an error.
     Artifact updates are throttled to one per ``min_interval`` seconds (each is an API call); the
     listeners see every value. Outside a flow or task run (a plain ``.fn`` call) there is no artifact.
@@ -48,7 +52,7 @@ def fit_progress(key: str, description: str, min_interval: float = 0.5) -> Itera
     artifact_id: Any = None
     if TaskRunContext.get() is not None or FlowRunContext.get() is not None:  # not in plain ``.fn`` calls
         try:
-            artifact_id = create_progress_artifact(progress=0.0, key=key, description=description)
+            artifact_id = create_progress_artifact(progress=0.0, key=artifact_key(key), description=description)
         except Exception:  # pragma: no cover - reporting must not break a fit
             artifact_id = None
     state = {"sent": 0.0, "at": time.monotonic()}

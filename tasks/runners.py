@@ -2,21 +2,86 @@
 
 The library's blocked algorithms accept any ``executor(fn, items) -> results`` callable; this module
 provides one backed by ``dask.distributed`` — an existing cluster (``address``) or a local one that is
-started for the call and torn down after it. Dask is an optional dependency (``pip install .[dask]``).
+started for the call and torn down after it. Dask is an optional dependency (``pip install .[dask]``, also in
+``.[deploy]``).
+
+An existing cluster is never waited for silently: the scheduler must answer and have at least one worker
+within ``worker_timeout`` seconds, else :class:`~crowdflow.errors.RunnerError` (exit 2) names the address and
+what is missing. A scratch folder for partition files is created when it does not exist yet.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+
+from crowdflow.errors import RunnerError, SpecError
+from crowdflow.secrets import redact
 
 MapFn = Callable[[Callable[[Any], Any], list[Any]], list[Any]]
 
+log = logging.getLogger(__name__)
+
+
+def scratch_folder(path: str | None) -> str | None:
+    """``runner.scratch_dir`` as an absolute folder that exists (created with its parents), or None.
+
+    Raises :class:`~crowdflow.errors.SpecError` naming the folder when it cannot be created (a file stands
+    there, no permission).
+    """
+    if path is None:
+        return None
+    folder = Path(os.path.abspath(Path(path).expanduser()))
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecError(f"runner.scratch_dir {folder}: cannot create the folder: {exc.strerror or exc}") from None
+    return str(folder)
+
+
+def connect(address: str, worker_timeout: float) -> Any:
+    """A ``distributed.Client`` of the cluster at ``address`` that has at least one worker.
+
+    Raises
+    ------
+    RunnerError
+        The scheduler did not answer, or had no worker, within ``worker_timeout`` seconds.
+    """
+    from distributed import Client
+
+    shown = redact(address)
+    t0 = time.monotonic()
+    try:
+        client = Client(address, timeout=worker_timeout)
+    except (OSError, TimeoutError) as exc:
+        raise RunnerError(
+            f"runner.address {shown}: no Dask scheduler answered within {worker_timeout:g} s "
+            f"(runner.worker_timeout): {exc}"
+        ) from None
+    left = max(worker_timeout - (time.monotonic() - t0), 0.1)
+    try:
+        client.wait_for_workers(1, timeout=left)
+    except TimeoutError:
+        client.close()
+        raise RunnerError(
+            f"runner.address {shown}: the Dask scheduler has no worker after {worker_timeout:g} s "
+            f"(runner.worker_timeout); start workers (dask worker {shown}) or raise runner.worker_timeout"
+        ) from None
+    n = len(client.scheduler_info().get("workers", {}))
+    log.info("Dask cluster %s: %d worker(s) after %.1f s", shown, n, time.monotonic() - t0)
+    return client
+
 
 @contextmanager
-def dask_executor(address: str | None = None, n_workers: int = 2, processes: bool = True) -> Iterator[MapFn]:
+def dask_executor(
+    address: str | None = None, n_workers: int = 2, processes: bool = True, worker_timeout: float = 60.0
+) -> Iterator[MapFn]:
     """Yield ``map(fn, items)`` running each item as a Dask task (results in input order).
 
     Parameters
@@ -29,11 +94,16 @@ def dask_executor(address: str | None = None, n_workers: int = 2, processes: boo
     processes : bool
         Local cluster of worker processes (default) or of threads in this process (cheap to start;
         the GIL limits the gain to code that releases it, e.g. sparse products and Parquet I/O).
+    worker_timeout : float
+        Seconds the cluster at ``address`` has to answer with at least one worker (:func:`connect`).
     """
     try:
         from distributed import Client, LocalCluster
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise RuntimeError("the dask executor needs dask.distributed: pip install 'crowdflow[dask]'") from exc
+    except ImportError:  # pragma: no cover - depends on the install
+        raise SpecError(
+            "runner.kind dask needs dask.distributed, which is not installed here: "
+            "pip install 'crowdflow[deploy]' (or 'crowdflow[dask]')"
+        ) from None
 
     cluster = None
     scratch = tempfile.TemporaryDirectory(prefix="crowdflow-dask-")
@@ -48,7 +118,7 @@ def dask_executor(address: str | None = None, n_workers: int = 2, processes: boo
             )
             client = Client(cluster)
         else:
-            client = Client(address)
+            client = connect(address, worker_timeout)
         try:
             yield lambda fn, items: list(client.gather(client.map(fn, items, pure=False)))
         finally:

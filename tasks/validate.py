@@ -25,8 +25,14 @@ def validate(
     status = "passed" if report.success else ("FAILED" if mode == "block" else "failed (warn only)")
     body = (
         f"# Validation of `{kind}`: {status}\n\n"
-        f"Source `{table.source}` — {report.n_rows} rows, {report.n_expectations} expectations.\n\n"
-        + frame_to_markdown(pd.DataFrame(report.as_records()))
+        f"Source `{table.source}` — {report.n_rows} rows, {report.n_expectations} expectations "
+        f"(checks.validation: {mode}).\n\n"
+    )
+    if not report.success:
+        body += "## Failed\n\n" + frame_to_markdown(pd.DataFrame(report.as_records())) + "\n\n"
+    # what the table was held to, passed or not (a passed table lists its expectations, not "none")
+    body += "## Expectations checked\n\n" + frame_to_markdown(
+        pd.DataFrame(report.checked_records()), max_rows=100, empty="_(no expectation applies to these columns)_"
     )
     markdown(f"validation-{kind}", body, f"Great Expectations results for {kind}")
     if report.success:

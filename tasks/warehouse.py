@@ -9,7 +9,9 @@ import pyarrow.parquet as pq
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
+from crowdflow.manifest import runs_row
 from crowdflow.spec import WarehouseSpec
+from crowdflow.tables import RUNS_TABLE
 from crowdflow.warehouse import load_tables, redact_url
 from tasks import retry_transient
 from tasks.artifacts import markdown
@@ -27,7 +29,9 @@ def load_warehouse(run_dir: str, run_id: str, warehouse: WarehouseSpec, base_dir
     """Load the exported Parquet tables of a completed run into the warehouse (one transaction).
 
     Runs after the atomic export, from the files the export wrote, so the database holds exactly the
-    Parquet content (plus ``run_id``). Returns table → qualified database table.
+    Parquet content (plus ``run_id``), and the run's row of the ``runs`` table (pipeline, status, metrics,
+    timings, input hashes, cache hit: :func:`crowdflow.manifest.runs_row`), always appended, in the same
+    transaction. Returns table → qualified database table.
     """
     logger = get_run_logger()
     run = Path(run_dir)
@@ -36,6 +40,7 @@ def load_warehouse(run_dir: str, run_id: str, warehouse: WarehouseSpec, base_dir
     tables = {  # the run's tables (entries with a row count); other outputs such as report.html are not loaded
         name: pq.ParquetFile(run / info["path"]).read() for name, info in manifest["outputs"].items() if "rows" in info
     }
+    tables[RUNS_TABLE] = runs_row(manifest)
     password = resolve_password(warehouse, "output.warehouse")
     loaded = load_tables(
         warehouse.connection,
@@ -46,6 +51,7 @@ def load_warehouse(run_dir: str, run_id: str, warehouse: WarehouseSpec, base_dir
         prefix=warehouse.prefix,
         password=password,
         base_dir=base_dir,
+        always_append=(RUNS_TABLE,),
     )
     where = redact_url(warehouse.connection)
     lines = [f"# Run `{run_id}` loaded into `{where}` ({warehouse.mode})\n", "| table | rows | database table |"]

@@ -1,16 +1,22 @@
-"""deployments/prefect.yaml, the example specs and their sample data; the typed deployment parameters."""
+"""deployments/prefect.yaml, the example specs and their sample data; the typed deployment parameters; the
+pull step that makes deployments run on any worker, the event trigger that chains the closed loop, the freshness
+guard on the skills run it reads, and the one install extra that holds what every deployment needs."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import tomllib
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
+from crowdflow.errors import InputError
 from crowdflow.spec import JOB_INPUTS, JOB_INPUTS_ALL, JOB_MODELS, JOB_OPTIONS, load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,8 +47,148 @@ def test_one_scheduled_deployment_per_job_and_specs_in_sync() -> None:
             assert (ROOT / spec.path_of(src)).is_file(), src.path
         if spec.runner.kind == "inline":
             jobs.add(spec.job)
-            assert dep["schedules"][0]["cron"]
+            # each runs on a clock or, the closed loop, on the completion of the run it reads
+            assert dep.get("schedules", [{}])[0].get("cron") or dep.get("triggers"), dep["name"]
     assert jobs == JOBS
+
+
+PULL_STEP = {
+    "prefect.deployments.steps.set_working_directory": {"directory": "{{ prefect.variables.crowdflow_project_dir }}"}
+}
+
+
+def test_deployments_pull_the_project_folder_from_a_variable() -> None:
+    """No deployment records the deploying machine's folder: one pull step, resolved by the worker at run time.
+
+    Without a ``pull`` section ``prefect deploy`` stores ``set_working_directory: <the absolute folder it ran in>``,
+    so only that machine (and folder) could run the deployments (issue #25 item 1).
+    """
+    config = yaml.safe_load((DEPLOY / "prefect.yaml").read_text())
+    assert config["pull"] == [PULL_STEP]
+    for dep in config["deployments"]:
+        assert "pull" not in dep, dep["name"]  # the top-level step applies to every deployment
+        spec = dep["parameters"].get("spec")
+        if spec is not None:  # relative to the project folder on the worker, never an absolute path of this machine
+            assert not Path(spec["base_dir"]).is_absolute() and not Path(spec["output"]["dir"]).is_absolute()
+    text = (DEPLOY / "prefect.yaml").read_text()
+    assert str(ROOT) not in text and not re.search(r"^\s*directory: /", text, re.M)
+
+
+def test_paths_are_resolved_without_dot_dot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deployment's relative paths resolve against the run's working directory (the project folder) into
+    absolute, normalised paths: logs and manifests name /srv/crowdflow/crowdflow/data/..., never ../../."""
+    monkeypatch.chdir(ROOT)
+    dep = next(d for d in _deployments() if d["name"] == "next-batch")
+    spec = parse_spec(dep["parameters"]["spec"], base_dir=None)
+    paths = [spec.path_of(src) for src in spec.inputs().values()] + [spec.output_dir(), Path(spec.skills_run_path())]
+    for p in paths:
+        assert p.is_absolute() and ".." not in p.parts, p
+    assert spec.path_of(spec.inputs()["workers"]) == ROOT / "crowdflow" / "data" / "samples" / "workers.csv"
+    assert spec.output_dir() == ROOT / "crowdflow-out"
+
+
+def test_next_batch_is_chained_by_the_skills_runs_completion() -> None:
+    """The closed loop runs on Prefect's event, not 30 minutes after the skills run (issue #25 item 4)."""
+    deps = {d["name"]: d for d in _deployments()}
+    loop = deps["next-batch"]
+    assert not loop.get("schedules")  # no clock
+    (trigger,) = loop["triggers"]
+    assert trigger["enabled"] and trigger.get("type", "event") == "event"
+    assert trigger["expect"] == ["prefect.flow-run.Completed"]  # a failed or crashed skills run starts nothing
+    assert trigger["match"] == {"prefect.resource.id": "prefect.flow-run.*"}
+    assert trigger["match_related"] == {"prefect.resource.role": "deployment", "prefect.resource.name": "rte-skills"}
+    skills = parse_spec(deps["rte-skills"]["parameters"]["spec"], base_dir=None)
+    spec = parse_spec(loop["parameters"]["spec"], base_dir=None)
+    # it reads the output folder of the deployment whose completion triggers it, and refuses a stale run
+    assert Path(spec.skills_run_path()) == skills.output_dir() / skills.name
+    assert spec.max_skills_run_age_hours is not None and spec.max_skills_run_age_hours <= 24
+    # the Prefect model of deployment triggers accepts it as written
+    from prefect.events.schemas.deployment_triggers import DeploymentEventTrigger
+
+    model = DeploymentEventTrigger.model_validate(trigger)
+    assert model.expect == {"prefect.flow-run.Completed"}
+
+
+def _requirement_names(reqs: list[str]) -> set[str]:
+    return {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].lower() for r in reqs}
+
+
+def test_the_deploy_extra_holds_what_every_deployment_needs() -> None:
+    """``pip install '.[deploy]'`` is the one install for workers: report + dask + warehouse, and it covers the needs of
+    every shipped deployment (before, ``deploy --all`` shipped rte-skills-dask to workers installed with ``[report]``)."""
+    from flows.pipeline import EXTRA_MODULES
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    deploy = _requirement_names(extras["deploy"])
+    for name in ("report", "dask", "warehouse"):
+        assert _requirement_names(extras[name]) <= deploy, name
+    assert set(EXTRA_MODULES) == {"report", "dask", "warehouse"}
+    needed: set[str] = set()
+    for dep in _deployments():
+        params = dep["parameters"]
+        spec = parse_spec(params["spec"], base_dir=None) if "spec" in params else load_spec(ROOT / params["spec_path"])
+        needed |= set(spec.extras())
+    for path in sorted((DEPLOY / "specs").glob("*.yaml")):  # what the spec-file deployment can be pointed at
+        needed |= set(load_spec(path).extras())
+    assert needed == {"report", "dask", "warehouse"}  # rte-skills-dask and rte-skills-warehouse are shipped specs
+    assert needed <= set(extras) and all(_requirement_names(extras[n]) <= deploy for n in needed)
+
+
+def _skills_run(out: Path, finished: datetime) -> Path:
+    run = out / "rte-skills" / "20260101T000000Z-aaaaaaaa"
+    run.mkdir(parents=True)
+    for name in ("skills", "consensus"):
+        pd.DataFrame({"x": [1]}).to_parquet(run / f"{name}.parquet")
+    manifest = {
+        "run_id": run.name,
+        "job": "skills",
+        "status": "completed",
+        "started_at": (finished - timedelta(minutes=5)).isoformat(timespec="seconds"),
+        "finished_at": finished.isoformat(timespec="seconds"),
+        "outputs": {"skills": {"path": "skills.parquet"}, "consensus": {"path": "consensus.parquet"}},
+    }
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    return run
+
+
+def test_a_stale_skills_run_is_refused_naming_the_run_and_its_age(tmp_path: Path) -> None:
+    """max_skills_run_age_hours: an old skills run (the skills deployment failed or is late) is refused, not used."""
+    from crowdflow.io import read_skills_run
+
+    now = datetime(2026, 1, 2, 12, 0, tzinfo=UTC)
+    run = _skills_run(tmp_path, now - timedelta(hours=30))
+    assert read_skills_run(tmp_path / "rte-skills", now=now)["age_hours"] == pytest.approx(30.0)  # no limit: used
+    assert read_skills_run(tmp_path / "rte-skills", 36, now=now)["run_id"] == run.name
+    with pytest.raises(InputError) as exc:
+        read_skills_run(tmp_path / "rte-skills", 12, now=now)
+    msg = str(exc.value)
+    assert run.name in msg and "30.0 h old" in msg and "max_skills_run_age_hours: 12" in msg and str(run) in msg
+    # the run's start time serves for runs written before finished_at was recorded
+    manifest = json.loads((run / "manifest.json").read_text())
+    del manifest["finished_at"]
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    assert read_skills_run(run, now=now)["age_hours"] == pytest.approx(30.0 + 5 / 60)
+
+
+def test_the_freshness_guard_is_the_cli_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Through ``crowdflow next-batch --dry-run`` (the run's own checks): exit 2 with the run and its age."""
+    from flows.cli import main
+
+    _skills_run(tmp_path / "out", datetime.now(UTC) - timedelta(hours=3))
+    samples = ROOT / "crowdflow" / "data" / "samples"
+    argv = ["next-batch", "--skills-run", str(tmp_path / "out" / "rte-skills"), "--open-tasks"]
+    argv += [str(samples / "open_tasks.csv"), "--workers", str(samples / "workers.csv"), "--out", str(tmp_path / "o")]
+    assert main([*argv, "--max-skills-run-age-hours", "2", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "20260101T000000Z-aaaaaaaa is 3.0 h old" in err and "max_skills_run_age_hours: 2" in err
+    with pytest.raises(SystemExit):  # a non-positive limit is a spec error
+        main([*argv, "--max-skills-run-age-hours", "abc"])
+    assert (
+        parse_spec(
+            {"name": "n", "job": "next_batch", "skills_run": "x", "open_tasks": {"path": "a"}, "workers": {"path": "b"}}
+        ).max_skills_run_age_hours
+        is None
+    )
 
 
 def test_run_pipeline_parameters_are_an_object_schema() -> None:

@@ -46,7 +46,7 @@ def test_rte_mv_run(tmp_path: Path, rte_dir: Path, capsys: pytest.CaptureFixture
     assert man["metrics"]["error"] == pytest.approx(77 / 800, abs=1e-12)  # the library's seeded draw
     assert {i["name"]: i["rows"] for i in man["inputs"]} == {"labels": 8000, "truth": 800}
     assert len(man["inputs"][0]["sha256"]) == 64
-    assert set(man["outputs"]) == {"consensus", "skills", "components", "report"}
+    assert set(man["outputs"]) == {"consensus", "skills", "components", "gold_workers", "gold_confusion", "report"}
     assert man["outputs"]["report"]["path"] == "report.html" and (manifest_path.parent / "report.html").is_file()
     assert set(man["timings"]) == {"ingest_validate", "check_graph", "fit", "report"}  # export ends after the manifest
     consensus = pd.read_parquet(manifest_path.parent / "consensus.parquet")

@@ -1,13 +1,19 @@
-"""The run report (report.html): structure, figures per job, intervals, the atomic export, a real browser."""
+"""The run report (report.html): structure, figures per job, what to act on, the checks split into settings and
+results, intervals, the atomic export, the Prefect artifacts, and a real browser (headless Chromium driven over the
+DevTools protocol: the new sections have a size on the page, their images decode, a screenshot is kept)."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import io
 import json
 import os
 import shutil
+import signal
 import subprocess
-import tempfile
+import time
+import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -18,6 +24,7 @@ import pytest
 import crowdflow.report.page as report_mod
 from crowdflow.io import write_run
 from crowdflow.report import FIGURE_IDS, REPORT_FILE, render_report, report_from_run_dir
+from crowdflow.report.page import ACTION_IDS
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -115,23 +122,38 @@ def _manifest(job: str, **extra: object) -> dict:
     }
 
 
+# RTE is one connected, non-bipartite worker graph: the identifiability chart would be one bar (a sentence instead)
+ONE_COMPONENT_DRAWN = set(FIGURE_IDS["skills"]) - {"fig-identifiability"}
+
+
 @pytest.fixture(scope="module")
-def skills_tables(rte_dir: Path) -> dict[str, pd.DataFrame]:
+def skills_review(rte_dir: Path):  # type: ignore[no-untyped-def]
     from crowdflow.graphs import worker_graph_report
     from crowdflow.labels import encode_labels
+    from crowdflow.metrics import review_skills
     from crowdflow.skills import fit_skills
 
-    lm = encode_labels(pd.read_csv(rte_dir / "labels.csv", dtype=str))
+    labels = pd.read_csv(rte_dir / "labels.csv", dtype=str)
+    lm = encode_labels(labels)
     graph = worker_graph_report(lm)
     res = fit_skills(lm, method="pgd", solver="scaled", graph_report=graph)
-    return {"consensus": res.consensus, "skills": res.skills, "components": res.diagnostics}
+    review = review_skills(labels, res.consensus, pd.read_csv(rte_dir / "truth.csv", dtype=str))
+    return {"consensus": res.consensus, "skills": res.skills, "components": res.diagnostics}, review
 
 
-def test_skills_page_is_valid_and_self_contained(skills_tables: dict[str, pd.DataFrame]) -> None:
-    rep = render_report(_manifest("skills", method="pgd", metrics={"accuracy": 0.9275, "n_gold": 800}), skills_tables)
+@pytest.fixture(scope="module")
+def skills_tables(skills_review) -> dict[str, pd.DataFrame]:  # type: ignore[no-untyped-def]
+    return skills_review[0]
+
+
+def test_skills_page_is_valid_and_self_contained(skills_review) -> None:  # type: ignore[no-untyped-def]
+    base, review = skills_review
+    skills_tables = {**base, **review.tables}
+    man = _manifest("skills", method="pgd", metrics={"accuracy": 0.9275, "n_gold": 800}, review=review.record)
+    rep = render_report(man, skills_tables)
     page = parse(rep.html)
     check_self_contained(page)
-    assert_figures(page, "skills")
+    assert_figures(page, "skills", drawn=ONE_COMPONENT_DRAWN)
     assert {"run-header", "figures", "outputs", "inputs", "outputs-table", "inputs-table", "timings-table"} <= set(
         page.ids
     )
@@ -142,6 +164,94 @@ def test_skills_page_is_valid_and_self_contained(skills_tables: dict[str, pd.Dat
     assert rep.has_plots and [f.id for f in rep.figures] == list(FIGURE_IDS["skills"])
     assert "164 workers" in rep.figure("fig-skill-distribution").caption
     assert "Accuracy on 800 gold tasks: 0.9275" in rep.figure("fig-consensus-confidence").caption
+    # one component, one status: sentences instead of single bars (the degree histogram stays)
+    assert rep.figure("fig-identifiability").png is None
+    assert rep.figure("fig-identifiability").sentence == (
+        "All 164 workers have status ok: each is in a non-bipartite component, so its skill is identifiable."
+    )
+    assert rep.figure("fig-worker-components").sentence.startswith("All 164 workers form one connected component")
+    assert 'class="sentence"' in rep.html
+    # with gold: the confusion matrix and estimated vs gold-measured accuracy, from the exported tables
+    conf = rep.figure("fig-confusion")
+    assert "742 on the diagonal (accuracy 0.9275)" in conf.caption and conf.data is not None
+    assert "164 workers" in rep.figure("fig-gold-vs-estimated").caption
+    # what to act on: workers by name, tasks to re-label, labels changed against majority vote, estimates vs gold
+    assert [a.id for a in rep.actions] == list(ACTION_IDS["skills"]) and set(ACTION_IDS["skills"]) <= set(page.ids)
+    acts = {a.id: a for a in rep.actions}
+    best, worst = acts["act-best-workers"].table, acts["act-worst-workers"].table
+    assert best is not None and worst is not None and len(best) == len(worst) == 5
+    assert set(best["worker"]).isdisjoint(worst["worker"]) and all(
+        w in acts["act-best-workers"].text for w in best["worker"]
+    )
+    assert best["estimated accuracy"].min() > worst["estimated accuracy"].max()
+    assert "accuracy on gold" in best and best["labels"].min() >= 10
+    relabel = acts["act-relabel"].table
+    assert relabel is not None and len(relabel) == 10 and relabel["confidence"].is_monotonic_increasing
+    assert relabel["confidence"].max() <= base["consensus"]["confidence"].nsmallest(10).max()
+    assert "changed 35 of 800 task labels (4.4%) against the majority vote" in acts["act-majority"].text
+    assert "off by 0.041 on average" in acts["act-gold"].text
+    # checks: settings apart from results
+    assert {"check-settings-table", "check-results-table", "actions"} <= set(page.ids)
+
+
+def test_single_bars_and_missing_gold(skills_tables: dict[str, pd.DataFrame]) -> None:
+    """Several components and statuses are charted; without gold the gold figures and the gold item say why."""
+    skills = pd.DataFrame(
+        {
+            "worker": [f"w{i}" for i in range(6)],
+            "skill": [0.8, 0.6, 0.4, np.nan, np.nan, np.nan],
+            "accuracy": [0.9, 0.8, 0.7, np.nan, np.nan, np.nan],
+            "n_labels": [30, 30, 30, 3, 3, 1],
+            "n_partners": [2, 2, 2, 1, 1, 0],
+            "status": ["ok", "ok", "ok", "bipartite_component", "bipartite_component", "isolated"],
+            "identifiable": [True, True, True, False, False, False],
+        }
+    )
+    comps = pd.DataFrame(
+        {"component": [0, 1, 2], "status": ["ok", "bipartite_component", "isolated"], "n_workers": [3, 2, 1]}
+    )
+    rep = render_report(
+        _manifest("skills", method="pgd"),
+        {"skills": skills, "components": comps, "consensus": skills_tables["consensus"]},
+    )
+    page = parse(rep.html)
+    assert_figures(page, "skills", drawn=set(FIGURE_IDS["skills"]) - {"fig-gold-vs-estimated", "fig-confusion"})
+    for fig_id in ("fig-identifiability", "fig-worker-components"):
+        assert rep.figure(fig_id).sentence is None and rep.figure(fig_id).png is not None
+    for fig_id in ("fig-gold-vs-estimated", "fig-confusion"):
+        assert rep.figure(fig_id).png is None and "no gold labels" in (rep.figure(fig_id).note or "")
+    acts = {a.id: a for a in rep.actions}
+    assert "No gold labels in this run" in acts["act-gold"].text and acts["act-gold"].table is None
+    assert "all 3 workers" in acts["act-best-workers"].text  # too few workers with 10 labels: all are ranked
+    assert "act-majority" not in acts  # no review record in this manifest
+
+
+def test_checks_are_split_into_settings_and_results() -> None:
+    """The Checks table no longer mixes a setting (validation: block) with results (passed)."""
+    from crowdflow.report.page import check_tables
+
+    man = _manifest(
+        "skills",
+        check_settings={"validation": "block", "identifiability": "block", "isolated_workers": "warn"},
+        checks={
+            "validation": "passed",
+            "validation.labels": "7 of 7 expectations passed (20 rows)",
+            "worker_components": 1,
+        },
+    )
+    settings, results = check_tables(man)
+    assert dict(zip(settings["check"], settings["setting"], strict=True)) == man["check_settings"]
+    assert dict(zip(results["check"], results["result"], strict=True)) == {
+        "validation": "passed",
+        "validation.labels": "7 of 7 expectations passed (20 rows)",
+        "worker_components": "1",
+    }
+    # an older manifest (validation: block under checks, no check_settings): the setting is shown as a setting
+    old = _manifest("next_batch", spec={"checks": {"validation": "block"}})
+    settings, results = check_tables(old)
+    assert settings.to_dict("records") == [{"check": "validation", "setting": "block"}] and results.empty
+    page = parse(render_report(old, {}).html)
+    assert "check-settings-table" in page.ids
 
 
 def test_without_matplotlib_the_page_keeps_figures_as_tables(
@@ -276,7 +386,13 @@ def test_demo_run_writes_report(demo_run: Path) -> None:
     assert len(html.encode()) == man["outputs"]["report"]["bytes"]
     page = parse(html)
     check_self_contained(page)
-    assert_figures(page, "skills")
+    assert_figures(page, "skills", drawn=ONE_COMPONENT_DRAWN)
+    assert set(ACTION_IDS["skills"]) <= set(page.ids)
+    assert {"gold_workers", "gold_confusion"} <= set(man["outputs"])  # the demo has gold labels
+    assert man["review"]["n_changed_vs_majority"] == man["metrics"]["n_changed_vs_majority"] > 0
+    # checks: what was found, apart from the settings
+    assert man["check_settings"] == {"validation": "block", "identifiability": "block", "isolated_workers": "warn"}
+    assert man["checks"]["validation"] == "passed" and "expectations passed" in man["checks"]["validation.labels"]
     for name, info in man["outputs"].items():
         assert info["path"] in page.links and (demo_run / info["path"]).is_file(), name
     assert man["run_id"] in html and man["inputs"][0]["sha256"][:16] in html
@@ -325,47 +441,157 @@ def _browser() -> str | None:
     return "/usr/bin/chromium" if os.access("/usr/bin/chromium", os.X_OK) else None
 
 
-@pytest.mark.flow
-def test_demo_report_renders_in_headless_chromium(demo_run: Path, tmp_path: Path) -> None:
-    browser = _browser()
-    if browser is None:
-        pytest.skip("no Chromium/Chrome on this machine (.ci/run installs it with apt-get where it can)")
-    shot = tmp_path / "report-demo.png"
-    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
-        proc = subprocess.run(
+class _DevTools:
+    """Headless Chromium driven over the DevTools protocol (a websocket; no driver, no downloaded browser)."""
+
+    def __init__(self, browser: str, profile: Path, size: tuple[int, int]) -> None:
+        self.log = (profile.parent / "chromium.log").open("w")
+        self.proc = subprocess.Popen(
             [
                 browser,
                 "--headless",
                 "--no-sandbox",
                 "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
                 "--disable-background-networking",
                 "--disable-component-update",
                 "--disable-sync",
+                "--no-first-run",
+                "--hide-scrollbars",
                 f"--user-data-dir={profile}",
-                f"--screenshot={shot}",
-                "--window-size=1280,2000",
-                (demo_run / REPORT_FILE).resolve().as_uri(),
+                "--remote-debugging-port=0",
+                f"--window-size={size[0]},{size[1]}",
+                "about:blank",
             ],
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
-    assert proc.returncode == 0 and shot.is_file(), proc.stderr[-2000:]
-    ARTIFACTS.mkdir(exist_ok=True)
-    shutil.copy(shot, ARTIFACTS / shot.name)
-    data = shot.read_bytes()
-    assert data[:8] == PNG_MAGIC and len(data) > 50_000  # a blank 1280×2000 page compresses to a few kB
+        port_file = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + 120
+        while not (port_file.is_file() and port_file.read_text().strip()):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                raise AssertionError(f"Chromium did not start: {(profile.parent / 'chromium.log').read_text()[-2000:]}")
+            time.sleep(0.2)
+        port = int(port_file.read_text().split()[0])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=30) as resp:
+            pages = [t for t in json.loads(resp.read()) if t["type"] == "page"]
+        from websockets.sync.client import connect
+
+        self.ws = connect(pages[0]["webSocketDebuggerUrl"], max_size=None, open_timeout=60)
+        self.n = 0
+        self.events: list[dict] = []
+
+    def call(self, method: str, **params: object) -> dict:
+        self.n += 1
+        self.ws.send(json.dumps({"id": self.n, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv(timeout=120))
+            if msg.get("id") == self.n:
+                assert "error" not in msg, msg["error"]
+                return msg["result"]
+            self.events.append(msg)
+
+    def wait_for(self, event: str, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(e.get("method") == event for e in self.events):
+            self.events.append(json.loads(self.ws.recv(timeout=max(deadline - time.monotonic(), 0.1))))
+
+    def screenshot(self, path: Path, clip: dict | None = None) -> bytes:
+        params: dict = {"format": "png", "captureBeyondViewport": True}
+        if clip is not None:
+            params["clip"] = {**clip, "scale": 1}
+        data = base64.b64decode(self.call("Page.captureScreenshot", **params)["data"])
+        path.write_bytes(data)
+        return data
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.ws.close()
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        self.log.close()
+
+
+_LAYOUT_JS = """JSON.stringify(Object.fromEntries(%s.map(id => {
+  const el = document.getElementById(id);
+  if (!el) return [id, null];
+  const r = el.getBoundingClientRect();
+  const imgs = [...el.querySelectorAll('img')].map(i => i.complete && i.naturalWidth > 0);
+  return [id, {x: r.x + scrollX, y: r.y + scrollY, w: r.width, h: r.height, imgs: imgs,
+               rows: el.querySelectorAll('tbody tr').length, text: el.innerText.slice(0, 400)}];
+})))"""
+
+
+def _non_blank(png_bytes: bytes) -> float:
     import matplotlib.image as mpimg
 
-    img = mpimg.imread(str(shot))
-    assert img.shape[:2] == (2000, 1280)
+    img = mpimg.imread(io.BytesIO(png_bytes), format="png")
     gray = img[..., :3].mean(axis=2)
-    assert gray.std() > 0.05  # not blank
-    # the figures were painted: rows below the header hold many non-background (plot) pixels
-    assert (np.abs(gray[300:1800] - np.median(gray)) > 0.2).mean() > 0.01
+    return float((np.abs(gray - np.median(gray)) > 0.2).mean())
+
+
+@pytest.mark.flow
+def test_demo_report_renders_in_headless_chromium(demo_run: Path, tmp_path: Path) -> None:
+    """The demo's report.html in a real browser: every section the report promises is laid out with a size, its
+    images decode, the new sections hold what they name; screenshots go to tests/artifacts/."""
+    browser = _browser()
+    if browser is None:
+        if os.environ.get("CROWDFLOW_REQUIRE_CHROMIUM"):  # .ci/run installs it: missing there is a failure
+            pytest.fail("CROWDFLOW_REQUIRE_CHROMIUM is set but no Chromium/Chrome was found")
+        pytest.skip("no Chromium/Chrome on this machine (.ci/run installs it with apt-get where it can)")
+    ids = [
+        "run-header",
+        "actions",
+        *ACTION_IDS["skills"],
+        *FIGURE_IDS["skills"],
+        "checks",
+        "check-settings-table",
+        "check-results-table",
+        "outputs-table",
+    ]
+    ARTIFACTS.mkdir(exist_ok=True)
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    chrome = _DevTools(browser, profile, (1280, 1000))
+    try:
+        chrome.call("Page.enable")
+        chrome.call("Page.navigate", url=(demo_run / REPORT_FILE).resolve().as_uri())
+        chrome.wait_for("Page.loadEventFired")
+        layout = json.loads(chrome.call("Runtime.evaluate", expression=_LAYOUT_JS % json.dumps(ids))["result"]["value"])
+        full = chrome.screenshot(ARTIFACTS / "report-demo.png")
+        box = layout["actions"]
+        actions = chrome.screenshot(
+            ARTIFACTS / "report-demo-actions.png", {"x": box["x"], "y": box["y"], "width": box["w"], "height": box["h"]}
+        )
+        box = layout["fig-confusion"]
+        confusion = chrome.screenshot(
+            ARTIFACTS / "report-demo-confusion.png",
+            {"x": box["x"], "y": box["y"], "width": box["w"], "height": box["h"]},
+        )
+    finally:
+        chrome.close()
+    missing = [i for i, v in layout.items() if v is None or v["w"] < 100 or v["h"] < 20]
+    assert not missing, missing
+    for fig_id in ONE_COMPONENT_DRAWN:  # every drawn figure's image decoded in the browser
+        assert layout[fig_id]["imgs"] == [True], fig_id
+    assert (
+        layout["fig-identifiability"]["imgs"] == []
+        and "All 164 workers have status ok" in (layout["fig-identifiability"]["text"])
+    )
+    assert layout["actions"]["y"] < layout["fig-skill-distribution"]["y"]  # what to act on comes first
+    for act in ("act-best-workers", "act-worst-workers"):
+        assert layout[act]["rows"] == 5
+    assert layout["act-relabel"]["rows"] == 10 and "least certain" in layout["act-relabel"]["text"]
+    assert "against the majority vote" in layout["act-majority"]["text"]
+    assert "gold labels" in layout["act-gold"]["text"] and layout["act-gold"]["rows"] == 5
+    assert "block" in layout["check-settings-table"]["text"] and "passed" in layout["check-results-table"]["text"]
+    assert "block" not in layout["check-results-table"]["text"]
+    # the pictures are not blank: text and tables in the actions, a painted matrix, a page full of plots
+    assert full[:8] == PNG_MAGIC and len(full) > 100_000
+    assert _non_blank(actions) > 0.02 and _non_blank(confusion) > 0.05 and _non_blank(full) > 0.02
 
 
 @pytest.mark.flow
@@ -405,13 +631,21 @@ def test_demo_run_publishes_report_artifacts(demo_run: Path) -> None:
     man = json.loads((demo_run / "manifest.json").read_text())
     with get_client(sync_client=True) as client:
         arts = client.read_artifacts(
-            artifact_filter=ArtifactFilter(
-                key=ArtifactFilterKey(any_=["run-report", "run-report-file"]),
-                flow_run_id=ArtifactFilterFlowRunId(any_=[man["flow_run_id"]]),
-            )
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[man["flow_run_id"]]))
         )
+        old = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["run-report"])))
     by_key = {a.key: a for a in arts}
-    md = str(by_key["run-report"].data)
-    assert md.count("](data:image/png;base64,") == len(FIGURE_IDS["skills"])
+    # every key carries the pipeline's name: a key's versions are runs of one pipeline (issue #25 item 3)
+    assert by_key and all(key.startswith("demo-rte-") for key in by_key), sorted(by_key)
+    assert not old
+    md = str(by_key["demo-rte-run-report"].data)
+    assert md.count("](data:image/png;base64,") == len(ONE_COMPONENT_DRAWN)
     assert "Worker skill distribution" in md and "| consensus | consensus.parquet | 800 |" in md
-    assert (demo_run / REPORT_FILE).resolve().as_uri() in str(by_key["run-report-file"].data)
+    assert "| report | report.html |  |" in md and "nan" not in md  # no NaN where a file has no row count
+    assert "## What to act on" in md and "### Tasks to send for re-labelling" in md
+    assert "**All 164 workers have status ok" in md
+    assert (demo_run / REPORT_FILE).resolve().as_uri() in str(by_key["demo-rte-run-report-file"].data)
+    # a passed validation lists what it checked, not "none"
+    validation = str(by_key["demo-rte-validation-labels"].data)
+    assert "_(none)_" not in validation and "## Expectations checked" in validation
+    assert "| worker | must not be null/NaN | passed |" in validation

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -107,7 +108,8 @@ def test_dask_runner_gives_identical_outputs(rte_dir: Path, tmp_path: Path, dask
 
     from flows.deploy import run_pipeline
 
-    dask = {"kind": "dask", "n_workers": 2, "processes": False, "partitions": 4}
+    scratch = tmp_path / "scratch" / "not-yet"  # created by the run (before: "unexpected error")
+    dask = {"kind": "dask", "n_workers": 2, "processes": False, "partitions": 4, "scratch_dir": str(scratch)}
     base = {
         "name": "rte",
         "labels": {"path": str(rte_dir / "labels.csv")},
@@ -118,8 +120,9 @@ def test_dask_runner_gives_identical_outputs(rte_dir: Path, tmp_path: Path, dask
     assert dask_spy == []  # the in-process run never touches Dask
     on_dask = run_pipeline(parse_spec({**base, "runner": dask, "output": {"dir": str(tmp_path / "dask")}}))
     assert dask_spy == [4]  # the moments: one Dask task per partition
+    assert scratch.is_dir()
     a, b = _outputs(inline["run_dir"]), _outputs(on_dask["run_dir"])
-    assert set(a) == {"consensus", "skills", "components"} == set(b)
+    assert set(a) == {"consensus", "skills", "components", "gold_workers", "gold_confusion"} == set(b)
     for name in a:
         pd.testing.assert_frame_equal(a[name], b[name], check_exact=True)
     man = json.loads((Path(on_dask["run_dir"]) / "manifest.json").read_text())
@@ -129,7 +132,7 @@ def test_dask_runner_gives_identical_outputs(rte_dir: Path, tmp_path: Path, dask
     with get_client(sync_client=True) as client:  # the Dask run's own progress artifact
         arts = client.read_artifacts(
             artifact_filter=ArtifactFilter(
-                key=ArtifactFilterKey(any_=["fit-skills-progress"]),
+                key=ArtifactFilterKey(any_=["rte-fit-skills-progress"]),  # <pipeline>-fit-skills-progress
                 flow_run_id=ArtifactFilterFlowRunId(any_=[UUID(man["flow_run_id"])]),
             )
         )
@@ -180,3 +183,56 @@ def test_cli_draws_a_progress_bar_on_a_terminal(rte_dir: Path, tmp_path: Path, m
     assert main(args) == 0
     text = err.getvalue()
     assert "\rskills fit (pgd) [" in text and text.count("100%") == 1 and "] 100%\n" in text
+
+
+def test_a_cluster_without_workers_is_refused_naming_the_address(tmp_path: Path) -> None:
+    """runner.address: a scheduler with no worker, or none at all, stops after runner.worker_timeout with a
+    RunnerError (exit 2) naming the address. Before, the run waited silently until a worker joined (598 s)."""
+    from distributed import LocalCluster
+
+    from crowdflow.errors import RunnerError, SpecError
+    from tasks.runners import dask_executor, scratch_folder
+
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster:
+        address = cluster.scheduler_address
+        with pytest.raises(RunnerError) as exc, dask_executor(address, worker_timeout=1.0):
+            pass
+    assert f"runner.address {address}: the Dask scheduler has no worker after 1 s" in str(exc.value)
+    assert "runner.worker_timeout" in str(exc.value)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        nobody = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    with pytest.raises(RunnerError) as exc, dask_executor(nobody, worker_timeout=1.0):
+        pass
+    assert f"runner.address {nobody}: no Dask scheduler answered within 1 s" in str(exc.value)
+    # the scratch folder is created, or refused naming it
+    assert scratch_folder(str(tmp_path / "a" / "b")) == str(tmp_path / "a" / "b") and (tmp_path / "a" / "b").is_dir()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SpecError, match=r"runner.scratch_dir .*file"):
+        scratch_folder(str(tmp_path / "file" / "sub"))
+
+
+@pytest.mark.flow
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_run_on_a_cluster_without_workers_exits_2(
+    tmp_path: Path, rte_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+    from distributed import LocalCluster
+
+    from flows.cli import main
+
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster:
+        spec = {
+            "name": "rte-remote",
+            "labels": {"path": str(rte_dir / "labels.csv")},
+            "skills": {"method": "pgd"},
+            "runner": {"kind": "dask", "address": cluster.scheduler_address, "worker_timeout": 2},
+            "cache": {"enabled": False},
+            "output": {"dir": str(tmp_path / "out")},
+        }
+        (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+        assert main(["run", str(tmp_path / "spec.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert f"runner.address {cluster.scheduler_address}: the Dask scheduler has no worker after 2 s" in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("manifest.json"))

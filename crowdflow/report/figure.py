@@ -44,6 +44,8 @@ class ReportFigure:
         Why there is no image (nothing to plot, matplotlib missing).
     data : DataFrame or None
         A small table of the plotted numbers (shown without matplotlib, and in the Prefect artifacts).
+    sentence : str or None
+        What the figure would show, said in words instead of a chart that would say nothing (one bar).
     """
 
     id: str
@@ -52,6 +54,7 @@ class ReportFigure:
     png: bytes | None = None
     note: str | None = None
     data: pd.DataFrame | None = None
+    sentence: str | None = None
 
     @property
     def alt(self) -> str:
@@ -99,7 +102,10 @@ def style(ax: Any) -> None:
 
 @dataclass
 class Plot:
-    """What a figure builder returns: text, the data table and a draw callback (None: nothing to plot)."""
+    """What a figure builder returns: text, the data table and a draw callback (None: nothing to plot).
+
+    ``sentence`` replaces a chart that would say nothing (a single bar): the page shows the sentence instead.
+    """
 
     id: str
     title: str
@@ -109,3 +115,23 @@ class Plot:
     note: str | None = None
     size: tuple[float, float] = (6.4, 3.6)
     margins: dict[str, float] | None = None
+    sentence: str | None = None
+
+
+@dataclass
+class Action:
+    """One item of the report's "What to act on": who or what to look at, in a sentence and a short table.
+
+    Attributes
+    ----------
+    id : str
+        Stable HTML id (``act-…``).
+    title, text : str
+    table : DataFrame or None
+        The workers or tasks named (a few rows).
+    """
+
+    id: str
+    title: str
+    text: str
+    table: pd.DataFrame | None = None

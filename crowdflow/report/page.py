@@ -4,8 +4,12 @@
 
 * a header: run id, pipeline, job, method, start time, status, per-step timings, input fingerprints
   (path, SHA-256, rows), output row counts and relative links to each Parquet file and the manifest;
+* what to act on (skills runs: best and worst workers by name, tasks to re-label, labels changed against
+  majority vote, estimated vs gold-measured accuracy), each with a stable ``id`` (see :data:`ACTION_IDS`);
 * the job's figures, each a ``<figure>`` with a stable ``id`` (see :data:`FIGURE_IDS`), a PNG embedded
-  as a ``data:`` URI, ``alt`` text and a caption saying what is plotted and how it was computed;
+  as a ``data:`` URI, ``alt`` text and a caption saying what is plotted and how it was computed (or a sentence
+  where a chart would be one bar that says nothing);
+* the checks: their settings (block/warn) apart from what they found;
 * previews of every output table.
 
 Figures need matplotlib (``pip install 'crowdflow[report]'``), drawn with the Agg canvas through the
@@ -34,10 +38,10 @@ import pandas as pd
 from crowdflow import __version__
 from crowdflow.io import run_date_of
 from crowdflow.report.assignment import assignment_figures
-from crowdflow.report.figure import INSTALL_HINT, Plot, ReportFigure, matplotlib_figure, png
+from crowdflow.report.figure import INSTALL_HINT, Action, Plot, ReportFigure, matplotlib_figure, png
 from crowdflow.report.personal import personal_models_figures, personal_rankings_figures
 from crowdflow.report.ranking import ranking_figures
-from crowdflow.report.skills import skills_figures
+from crowdflow.report.skills import skills_actions, skills_figures
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +56,8 @@ FIGURE_IDS: dict[str, tuple[str, ...]] = {
         "fig-worker-components",
         "fig-identifiability",
         "fig-consensus-confidence",
+        "fig-gold-vs-estimated",
+        "fig-confusion",
     ),
     "ranking": ("fig-ranking-intervals", "fig-outlier-path", "fig-annotator-outliers"),
     "personal_rankings": ("fig-personal-heatmap", "fig-item-score-spread"),
@@ -61,15 +67,23 @@ FIGURE_IDS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: Items of "What to act on" per job, in page order (skills: every id is present, with a sentence saying what is
+#: missing when the run lacks its data, e.g. gold labels).
+ACTION_IDS: dict[str, tuple[str, ...]] = {
+    "skills": ("act-best-workers", "act-worst-workers", "act-relabel", "act-majority", "act-gold"),
+}
+
+
 @dataclass
 class RunReport:
-    """The rendered report: the HTML page and the figures it embeds."""
+    """The rendered report: the HTML page, the figures it embeds and what to act on."""
 
     html: str
     figures: list[ReportFigure]
     has_plots: bool
     seconds: float
     summary: pd.DataFrame = field(default_factory=pd.DataFrame)
+    actions: list[Action] = field(default_factory=list)
 
     def figure(self, fig_id: str) -> ReportFigure:
         for f in self.figures:
@@ -77,6 +91,10 @@ class RunReport:
                 return f
         raise KeyError(fig_id)
 
+
+_ACTIONS: dict[str, Callable[[Mapping[str, pd.DataFrame], Mapping[str, Any]], list[Action]]] = {
+    "skills": skills_actions,
+}
 
 _BUILDERS: dict[str, Callable[[Mapping[str, pd.DataFrame], Mapping[str, Any]], list[Plot]]] = {
     "skills": skills_figures,
@@ -118,6 +136,10 @@ th{background:#f0f2f5} td.num{text-align:right;font-variant-numeric:tabular-nums
 details{margin:6px 0} summary{cursor:pointer;font-weight:600}
 .cols{display:grid;grid-template-columns:repeat(auto-fit,minmax(380px,1fr));gap:16px}
 code{font-size:12px;overflow-wrap:anywhere} a{color:var(--accent)}
+p.sentence{font-size:15px;margin:10px 4px 14px;padding:12px 14px;border-left:4px solid var(--accent);background:#f3f6fa}
+.acts{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:16px}
+.act{background:#fff;border:1px solid var(--line);border-radius:8px;padding:10px 14px;overflow-x:auto}
+.act h3{margin:2px 0 6px;font-size:15px} .act p{margin:0 0 8px}
 footer{color:var(--muted);font-size:12px;margin-top:28px}
 """
 
@@ -138,7 +160,7 @@ def _fmt(v: Any) -> str:
 
 def _table_html(df: pd.DataFrame, max_rows: int = 20, table_id: str | None = None) -> str:
     if df is None or df.empty:
-        return '<p class="sub">(no rows)</p>'
+        return f'<p class="sub"{f" id={_q(table_id)}" if table_id else ""}>(no rows)</p>'
     head = df.head(max_rows)
     num = [pd.api.types.is_numeric_dtype(head[c]) and not pd.api.types.is_bool_dtype(head[c]) for c in head.columns]
     parts = [f"<table{f' id={_q(table_id)}' if table_id else ''}><thead><tr>"]
@@ -170,8 +192,12 @@ def _kv(items: list[tuple[str, Any]]) -> str:
 def _figure_html(f: ReportFigure, has_mpl: bool) -> str:
     parts = [f"<figure id={_q(f.id)} data-figure={_q(f.id)}>"]
     uri = f.data_uri()
+    if f.sentence:  # what a one-bar chart would have shown, in words
+        parts.append(f'<p class="sentence">{_e(f.sentence)}</p>')
     if uri:
         parts.append(f'<img src="{uri}" alt={_q(f.alt)}>')
+    elif f.sentence and not (f.note or "").startswith("figure needs matplotlib"):
+        pass  # the sentence is the whole figure
     else:
         reason = f.note or ""
         if not has_mpl and f.data is not None:
@@ -207,7 +233,7 @@ def _header(manifest: Mapping[str, Any], outputs: Mapping[str, Mapping[str, Any]
     timings = manifest.get("timings") or {}
     total = sum(float(v) for v in timings.values() if isinstance(v, int | float))
     checks = manifest.get("checks") or {}
-    warn = any(str(v) in ("warn", "failed") for v in checks.values())
+    warn = any(str(v) in ("warn", "failed") or str(v).startswith("failed") for v in checks.values())
     items: list[tuple[str, Any]] = [
         ("pipeline", _e(manifest.get("pipeline", "?"))),
         ("job", _e(manifest.get("job", "?"))),
@@ -260,16 +286,55 @@ def _meta_sections(manifest: Mapping[str, Any], outputs: Mapping[str, Mapping[st
     t_html = _table_html(
         pd.DataFrame({"step": list(timings), "seconds": [float(v) for v in timings.values()]}), 50, "timings-table"
     )
-    checks = manifest.get("checks") or {}
-    c_html = _table_html(
-        pd.DataFrame({"check": list(checks), "result": [str(v) for v in checks.values()]}), 50, "checks-table"
-    )
+    settings, results = check_tables(manifest)
+    s_html = _table_html(settings, 50, "check-settings-table")
+    c_html = _table_html(results, 50, "check-results-table")
     return (
         '<section id="outputs"><h2>Outputs</h2><div class="cols">'
         f"<div><h3>Files of this run</h3>{''.join(links)}</div>"
-        f"<div><h3>Checks</h3>{c_html}<h3>Timings</h3>{t_html}</div></div></section>"
+        f'<div id="checks"><h3>Check settings</h3>{s_html}<h3>Check results</h3>{c_html}'
+        f"<h3>Timings</h3>{t_html}</div></div></section>"
         f'<section id="inputs"><h2>Inputs (fingerprints)</h2>{in_html}</section>'
     )
+
+
+_SETTING_VALUES = frozenset({"block", "warn"})
+
+
+def check_tables(manifest: Mapping[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The checks of a run as two tables: their settings (check → block/warn) and what they found (check → result).
+
+    Settings come from the manifest's ``check_settings`` (older manifests: the spec's ``checks``); results from its
+    ``checks``, where a value that is only a setting (``validation: block`` in manifests before the split) is left
+    out and a nested record is shown as ``key.sub``.
+    """
+    settings = dict(manifest.get("check_settings") or {})
+    if not settings:
+        spec_checks = (manifest.get("spec") or {}).get("checks") or {}
+        settings = {k: v for k, v in spec_checks.items() if v is not None}
+    rows: list[tuple[str, str]] = []
+    for key, value in (manifest.get("checks") or {}).items():
+        if isinstance(value, Mapping):
+            rows += [(f"{key}.{k}", _fmt(v)) for k, v in value.items()]
+        elif str(value) in _SETTING_VALUES:  # a setting recorded among the results (manifests before the split)
+            settings.setdefault(str(key), str(value))
+        else:
+            rows.append((str(key), _fmt(value)))
+    return (
+        pd.DataFrame({"check": list(settings), "setting": [str(v) for v in settings.values()]}),
+        pd.DataFrame(rows, columns=["check", "result"]),
+    )
+
+
+def _actions_html(actions: list[Action]) -> str:
+    parts = ['<section id="actions"><h2>What to act on</h2><div class="acts">']
+    for a in actions:
+        parts.append(f"<div class={_q('act')} id={_q(a.id)}><h3>{_e(a.title)}</h3><p>{_e(a.text)}</p>")
+        if a.table is not None and not a.table.empty:
+            parts.append(_table_html(a.table, 12))
+        parts.append("</div>")
+    parts.append("</div></section>")
+    return "".join(parts)
 
 
 def render_report(
@@ -317,7 +382,9 @@ def render_report(
             image = png(figure_cls, p.draw, p.size, p.margins)
         elif p.draw is not None:
             note = f"figure needs matplotlib: {INSTALL_HINT}"
-        figures.append(ReportFigure(p.id, p.title, p.caption, image, note, p.data))
+        figures.append(ReportFigure(p.id, p.title, p.caption, image, note, p.data, p.sentence))
+    act_builder = _ACTIONS.get(job)
+    actions = act_builder(tables, manifest) if act_builder else []
 
     run_id = str(manifest.get("run_id", "?"))
     body = [
@@ -327,10 +394,14 @@ def render_report(
         f"<title>crowdflow {_e(manifest.get('pipeline', ''))} · {_e(run_id)}</title>",
         f"<style>{_CSS}</style></head><body><main>",
         _header(manifest, outputs),
-        '<nav class="toc"><a href="#figures">Figures</a><a href="#outputs">Outputs</a><a href="#inputs">Inputs</a>'
+        '<nav class="toc">'
+        + ('<a href="#actions">What to act on</a>' if actions else "")
+        + '<a href="#figures">Figures</a><a href="#outputs">Outputs</a><a href="#inputs">Inputs</a>'
         '<a href="#tables">Table previews</a><a href="#versions">Versions</a></nav>',
-        '<section id="figures"><h2>Figures</h2>',
     ]
+    if actions:
+        body.append(_actions_html(actions))
+    body.append('<section id="figures"><h2>Figures</h2>')
     if figure_cls is None and any(p.draw is not None for p in plots_spec):
         body.append(
             f'<div class="note" id="no-matplotlib">Figures need matplotlib: <code>{_e(INSTALL_HINT)}</code>. '
@@ -375,6 +446,7 @@ def render_report(
         has_plots=figure_cls is not None,
         seconds=time.perf_counter() - t0,
         summary=summary,
+        actions=actions,
     )
 
 

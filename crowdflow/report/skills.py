@@ -1,4 +1,6 @@
-"""Figures of a skills run: skill distribution, labels per worker, components, identifiability, consensus confidence."""
+"""A skills run in the report: its figures (skill distribution, labels per worker, components, identifiability,
+consensus confidence, estimated vs gold-measured worker accuracy, confusion matrix) and what to act on (best and
+worst workers, tasks to re-label, labels changed against majority vote, where estimates and gold disagree)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from crowdflow.report.figure import BLUE, GREY, ORANGE, STATUS_COLOURS, Plot, style
+from crowdflow.report.figure import BLUE, GREY, ORANGE, STATUS_COLOURS, Action, Plot, style
+
+# Workers ranked by their estimate need this many labels (when at least TOP workers have them): a worker with
+# two labels has an accuracy of 0, 0.5 or 1 and would top or tail every list.
+MIN_LABELS = 10
+TOP = 5
+RELABEL = 10
+LOW_CONFIDENCE = 0.6
+_STATUS_MEANING = {
+    "ok": "in a non-bipartite component, so its skill is identifiable",
+    "bipartite_component": "in a bipartite component: skills are only determined up to a sign flip between its sides",
+    "isolated": "shares no task with any other worker: no skill can be estimated",
+    "too_few_labels": "has too few labels for a skill",
+}
 
 
 def skills_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) -> list[Plot]:
@@ -93,61 +108,7 @@ def skills_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) -
     if comps is None or comps.empty:
         out.append(Plot(fid, title, "No component table in this run.", note="nothing to plot"))
     else:
-        c = comps.sort_values("n_workers", ascending=False, kind="stable").reset_index(drop=True)
-        cstat = c["status"].astype(str).to_numpy() if "status" in c else np.full(len(c), "ok")
-        status_counts = pd.Series(cstat).value_counts()
-        caption = (
-            f"Connected components of the worker interaction graph (workers linked when they labelled a common "
-            f"task), largest first: {len(c)} component(s), "
-            + ", ".join(f"{v} {k}" for k, v in status_counts.items())
-            + ". Skills are identifiable only in non-bipartite components with at least two workers"
-            + (" (largest 30 shown)." if len(c) > 30 else ".")
-        )
-        keep = [k for k in ("component", "status", "n_workers", "n_tasks", "n_labels", "bipartite") if k in c]
-        data = c[keep].head(30)
-        shown = c.head(30)
-
-        partners = (
-            skills["n_partners"].to_numpy(dtype=float)
-            if skills is not None and "n_partners" in skills
-            else np.array([], dtype=float)
-        )
-        if "lambda_min_signless_unit" in c and c["lambda_min_signless_unit"].notna().any():
-            lam = float(pd.to_numeric(c["lambda_min_signless_unit"], errors="coerce").iloc[0])
-            if not math.isnan(lam):
-                caption += (
-                    f" Largest component: smallest eigenvalue of the signless Laplacian {lam:.3g} "
-                    "(> 0 proves it is not bipartite)."
-                )
-        if partners.size:
-            caption += " Right: how many other workers each worker shares a task with (its degree in the graph)."
-
-        def draw_3(
-            fig: Any, shown: pd.DataFrame = shown, cstat: np.ndarray = cstat[:30], partners: np.ndarray = partners
-        ) -> None:
-            axes = fig.subplots(1, 2, width_ratios=[1, 1.3]) if partners.size else [fig.add_subplot()]
-            ax = axes[0]
-            labels = [str(v) for v in shown["component"]]
-            colours = [STATUS_COLOURS.get(st, GREY) for st in cstat]
-            ax.bar(labels, shown["n_workers"], color=colours, width=0.7)
-            for st in dict.fromkeys(cstat):
-                ax.bar([], [], color=STATUS_COLOURS.get(st, GREY), label=st)
-            ax.set_xlabel("component id")
-            ax.set_ylabel("workers")
-            if shown["n_workers"].max() > 50 * max(shown["n_workers"].min(), 1):
-                ax.set_yscale("log")
-            if len(set(cstat)) > 1:
-                ax.legend(frameon=False, fontsize=8)
-            ax.tick_params(axis="x", labelsize=7)
-            style(ax)
-            if partners.size:
-                ax = axes[1]
-                ax.hist(partners, bins=30, color=BLUE, edgecolor="white")
-                ax.set_xlabel("partners per worker (graph degree)")
-                ax.set_ylabel("workers")
-                style(ax)
-
-        out.append(Plot(fid, title, caption, draw_3, data))
+        out.append(_components_plot(comps, skills))
 
     # identifiability status counts
     fid, title = "fig-identifiability", "Identifiability status of workers"
@@ -162,16 +123,26 @@ def skills_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) -
             "`ok`: in a non-bipartite component; `bipartite_component`: the skills of that component are "
             "only determined up to a sign flip between its two sides; `isolated`: shares no task with anyone."
         )
+        if len(vc) == 1:  # one bar says nothing: say it
+            only = str(vc.index[0])
+            sentence = (
+                f"All {len(skills)} workers have status {only}: each is "
+                + _STATUS_MEANING.get(only, f"in status {only}")
+                + "."
+            )
+            out.append(Plot(fid, title, caption, None, data, sentence=sentence))
+        else:
 
-        def draw_4(fig: Any, vc: pd.Series = vc) -> None:
-            ax = fig.add_subplot()
-            ax.barh(vc.index[::-1], vc.to_numpy()[::-1], color=[STATUS_COLOURS.get(s, GREY) for s in vc.index[::-1]])
-            for y, v in enumerate(vc.to_numpy()[::-1]):
-                ax.text(v, y, f" {v}", va="center", fontsize=9)
-            ax.set_xlabel("workers")
-            ax.spines[["top", "right"]].set_visible(False)
+            def draw_4(fig: Any, vc: pd.Series = vc) -> None:
+                ax = fig.add_subplot()
+                colours = [STATUS_COLOURS.get(s, GREY) for s in vc.index[::-1]]
+                ax.barh(vc.index[::-1], vc.to_numpy()[::-1], color=colours)
+                for y, v in enumerate(vc.to_numpy()[::-1]):
+                    ax.text(v, y, f" {v}", va="center", fontsize=9)
+                ax.set_xlabel("workers")
+                ax.spines[["top", "right"]].set_visible(False)
 
-        out.append(Plot(fid, title, caption, draw_4, data, size=(6.4, 2.4), margins={"left": 0.27, "bottom": 0.2}))
+            out.append(Plot(fid, title, caption, draw_4, data, size=(6.4, 2.4), margins={"left": 0.27, "bottom": 0.2}))
 
     # consensus confidence
     fid, title = "fig-consensus-confidence", "Consensus confidence"
@@ -215,4 +186,296 @@ def skills_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) -
             style(ax)
 
         out.append(Plot(fid, title, caption, draw_5, data))
+    out.append(_gold_vs_estimated_plot(skills, t.get("gold_workers")))
+    out.append(_confusion_plot(t.get("gold_confusion"), manifest))
+    return out
+
+
+def _components_plot(comps: pd.DataFrame, skills: pd.DataFrame | None) -> Plot:
+    fid, title = "fig-worker-components", "Worker-graph components"
+    c = comps.sort_values("n_workers", ascending=False, kind="stable").reset_index(drop=True)
+    cstat = c["status"].astype(str).to_numpy() if "status" in c else np.full(len(c), "ok")
+    status_counts = pd.Series(cstat).value_counts()
+    keep = [k for k in ("component", "status", "n_workers", "n_tasks", "n_labels", "bipartite") if k in c]
+    data = c[keep].head(30)
+    shown = c.head(30)
+    partners = (
+        skills["n_partners"].to_numpy(dtype=float)
+        if skills is not None and "n_partners" in skills
+        else np.array([], dtype=float)
+    )
+    spectral = ""
+    if "lambda_min_signless_unit" in c and c["lambda_min_signless_unit"].notna().any():
+        lam = float(pd.to_numeric(c["lambda_min_signless_unit"], errors="coerce").iloc[0])
+        if not math.isnan(lam):
+            spectral = (
+                f" Largest component: smallest eigenvalue of the signless Laplacian {lam:.3g} "
+                "(> 0 proves it is not bipartite)."
+            )
+    degree = " Right: how many other workers each worker shares a task with (its degree in the graph)."
+    if len(c) == 1:  # one bar says nothing: say it, and keep the degree histogram (that one says something)
+        status = str(cstat[0])
+        sentence = f"All {int(c['n_workers'].iloc[0])} workers form one connected component (status {status}): " + (
+            "the worker graph is connected and not bipartite, so every skill is identifiable."
+            if status == "ok"
+            else _STATUS_MEANING.get(status, f"status {status}") + "."
+        )
+        if not partners.size:
+            return Plot(fid, title, "Connected components of the worker interaction graph." + spectral, None, data,
+                        sentence=sentence)  # fmt: skip
+        caption = (
+            "Connected components of the worker interaction graph (workers linked when they labelled a common "
+            "task)." + spectral + " The histogram: how many other workers each worker shares a task with "
+            f"(its degree in the graph; median {np.median(partners):.0f})."
+        )
+
+        def draw_degrees(fig: Any, partners: np.ndarray = partners) -> None:
+            ax = fig.add_subplot()
+            ax.hist(partners, bins=30, color=BLUE, edgecolor="white")
+            ax.set_xlabel("partners per worker (graph degree)")
+            ax.set_ylabel("workers")
+            style(ax)
+
+        return Plot(fid, title, caption, draw_degrees, data, sentence=sentence)
+    caption = (
+        f"Connected components of the worker interaction graph (workers linked when they labelled a common "
+        f"task), largest first: {len(c)} component(s), "
+        + ", ".join(f"{v} {k}" for k, v in status_counts.items())
+        + ". Skills are identifiable only in non-bipartite components with at least two workers"
+        + (" (largest 30 shown)." if len(c) > 30 else ".")
+        + spectral
+        + (degree if partners.size else "")
+    )
+
+    def draw_3(
+        fig: Any, shown: pd.DataFrame = shown, cstat: np.ndarray = cstat[:30], partners: np.ndarray = partners
+    ) -> None:
+        axes = fig.subplots(1, 2, width_ratios=[1, 1.3]) if partners.size else [fig.add_subplot()]
+        ax = axes[0]
+        labels = [str(v) for v in shown["component"]]
+        colours = [STATUS_COLOURS.get(st, GREY) for st in cstat]
+        ax.bar(labels, shown["n_workers"], color=colours, width=0.7)
+        for st in dict.fromkeys(cstat):
+            ax.bar([], [], color=STATUS_COLOURS.get(st, GREY), label=st)
+        ax.set_xlabel("component id")
+        ax.set_ylabel("workers")
+        if shown["n_workers"].max() > 50 * max(shown["n_workers"].min(), 1):
+            ax.set_yscale("log")
+        if len(set(cstat)) > 1:
+            ax.legend(frameon=False, fontsize=8)
+        ax.tick_params(axis="x", labelsize=7)
+        style(ax)
+        if partners.size:
+            ax = axes[1]
+            ax.hist(partners, bins=30, color=BLUE, edgecolor="white")
+            ax.set_xlabel("partners per worker (graph degree)")
+            ax.set_ylabel("workers")
+            style(ax)
+
+    return Plot(fid, title, caption, draw_3, data)
+
+
+def _gold_and_estimate(skills: pd.DataFrame | None, gold: pd.DataFrame | None) -> pd.DataFrame | None:
+    """Per worker: the fitted accuracy next to the accuracy measured on gold (workers with gold labels)."""
+    if skills is None or gold is None or gold.empty or "accuracy" not in skills:
+        return None
+    est = skills[["worker", "accuracy", "n_labels"]].astype({"worker": str})
+    both = gold.astype({"worker": str}).merge(est, on="worker", how="inner")
+    both = both.rename(columns={"accuracy": "estimated_accuracy"})
+    both = both[both["estimated_accuracy"].notna()].copy()
+    both["difference"] = both["estimated_accuracy"] - both["gold_accuracy"]
+    return both
+
+
+def _gold_vs_estimated_plot(skills: pd.DataFrame | None, gold: pd.DataFrame | None) -> Plot:
+    fid, title = "fig-gold-vs-estimated", "Estimated vs gold-measured worker accuracy"
+    both = _gold_and_estimate(skills, gold)
+    if both is None or both.empty:
+        why = "no gold labels in this run (a truth: table in the spec measures each worker on gold)"
+        return Plot(fid, title, f"Needs gold labels: {why}.", note=f"nothing to plot: {why}")
+    w = both["n_gold_labels"].to_numpy(dtype=float)
+    diff = both["difference"].to_numpy(dtype=float)
+    mad = float(np.average(np.abs(diff), weights=w))
+    r = float(np.corrcoef(both["estimated_accuracy"], both["gold_accuracy"])[0, 1]) if len(both) > 2 else float("nan")
+    caption = (
+        f"Each dot is a worker with gold labels ({len(both)} workers, dot area ∝ its gold labels): the accuracy the "
+        f"model estimated (x) against the share of its labels that match gold (y); on the diagonal they agree. "
+        f"Mean |estimated − gold| weighted by gold labels: {mad:.3f}"
+        + (f"; correlation {r:.2f}" if math.isfinite(r) else "")
+        + (
+            f"; the model {'over' if np.average(diff, weights=w) > 0 else 'under'}estimates on average."
+            if len(w)
+            else "."
+        )
+    )
+    data = both.sort_values("n_gold_labels", ascending=False)[
+        ["worker", "n_gold_labels", "gold_accuracy", "estimated_accuracy"]
+    ].head(20)
+
+    def draw(fig: Any, both: pd.DataFrame = both) -> None:
+        ax = fig.add_subplot()
+        size = 12 + 120 * both["n_gold_labels"] / max(float(both["n_gold_labels"].max()), 1.0)
+        ax.scatter(both["estimated_accuracy"], both["gold_accuracy"], s=size, color=BLUE, alpha=0.55, lw=0)
+        ax.plot([0, 1], [0, 1], color=GREY, ls="--", lw=1)
+        ax.set_xlim(-0.02, 1.02)
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("estimated accuracy (model)")
+        ax.set_ylabel("accuracy on gold")
+        style(ax)
+
+    return Plot(fid, title, caption, draw, data, size=(6.4, 4.0))
+
+
+def _confusion_plot(conf: pd.DataFrame | None, manifest: Mapping[str, Any]) -> Plot:
+    fid, title = "fig-confusion", "Confusion matrix against gold"
+    if conf is None or conf.empty:
+        why = "no gold labels in this run (a truth: table in the spec)"
+        return Plot(fid, title, f"Needs gold labels: {why}.", note=f"nothing to plot: {why}")
+    grid = conf.pivot(index="true_label", columns="predicted_label", values="n_tasks").fillna(0).astype(int)
+    n = int(grid.to_numpy().sum())
+    right = int(np.trace(grid.reindex(index=grid.columns, fill_value=0).to_numpy())) if n else 0
+    recall = {str(k): grid.loc[k, k] / max(grid.loc[k].sum(), 1) for k in grid.index if k in grid.columns}
+    caption = (
+        f"Gold label (rows) against the consensus label (columns) on {n} gold tasks: {right} on the diagonal "
+        f"(accuracy {right / max(n, 1):.4f}). Share of each gold class recovered: "
+        + ", ".join(f"{k}: {v:.1%}" for k, v in recall.items())
+        + "."
+    )
+    data = grid.reset_index().rename(columns={"true_label": "gold label"})
+    data.columns = [str(c) for c in data.columns]
+
+    def draw(fig: Any, grid: pd.DataFrame = grid) -> None:
+        ax = fig.add_subplot()
+        values = grid.to_numpy(dtype=float)
+        ax.imshow(values, cmap="Blues")
+        for (i, j), v in np.ndenumerate(values):
+            colour = "white" if v > 0.6 * values.max() else "black"
+            ax.text(j, i, f"{int(v)}", ha="center", va="center", color=colour, fontsize=10)
+        ax.set_xticks(range(len(grid.columns)), [str(c) for c in grid.columns])
+        ax.set_yticks(range(len(grid.index)), [str(c) for c in grid.index])
+        ax.set_xlabel("consensus label")
+        ax.set_ylabel("gold label")
+
+    side = min(2.6 + 0.45 * len(grid), 7.0)
+    return Plot(fid, title, caption, draw, data, size=(side + 1.2, side), margins={"left": 0.2, "bottom": 0.18})
+
+
+def _worker_table(df: pd.DataFrame) -> pd.DataFrame:
+    cols = [c for c in ("worker", "n_labels", "accuracy", "n_gold_labels", "gold_accuracy") if c in df]
+    out = df[cols].dropna(axis=1, how="all").reset_index(drop=True)
+    return out.rename(columns=_SHOWN)
+
+
+# column headers of the "What to act on" tables (words wrap in a narrow card; the table names stay in the data)
+_SHOWN = {
+    "n_labels": "labels",
+    "accuracy": "estimated accuracy",
+    "estimated_accuracy": "estimated accuracy",
+    "n_gold_labels": "gold labels",
+    "gold_accuracy": "accuracy on gold",
+    "difference": "estimated − gold",
+    "majority_labels": "majority label",
+    "majority_share": "majority share",
+}
+
+
+def skills_actions(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) -> list[Action]:
+    """What a person acts on after a skills run: who to trust or coach, what to re-label, what the model changed."""
+    skills, consensus, gold = t.get("skills"), t.get("consensus"), t.get("gold_workers")
+    method = str(manifest.get("method") or "")
+    out: list[Action] = []
+
+    # best and worst workers by name
+    if skills is not None and not skills.empty and "accuracy" in skills and skills["accuracy"].notna().any():
+        ranked = skills[skills["accuracy"].notna()].astype({"worker": str})
+        if gold is not None and not gold.empty:
+            ranked = ranked.merge(gold.astype({"worker": str}), on="worker", how="left")
+        busy = ranked[ranked["n_labels"] >= MIN_LABELS] if "n_labels" in ranked else ranked
+        pool = busy if len(busy) >= 2 * TOP else ranked
+        which = (
+            f"the {len(pool)} workers with at least {MIN_LABELS} labels" if pool is busy else f"all {len(pool)} workers"
+        )
+        meaning = (
+            "agreement with the majority vote"
+            if method == "mv"
+            else f"the accuracy the model ({method or 'fit'}) estimated"
+        )
+        order = pool.sort_values(["accuracy", "n_labels"], ascending=[False, False], kind="stable")
+        best, worst = order.head(TOP), order.tail(TOP).iloc[::-1]
+        out.append(
+            Action(
+                "act-best-workers",
+                "Best workers",
+                f"Ranked by {meaning}, among {which}: {', '.join(best['worker'])}. Route the hard tasks to them.",
+                _worker_table(best),
+            )
+        )
+        out.append(
+            Action(
+                "act-worst-workers",
+                "Worst workers",
+                f"Lowest by {meaning}, among {which}: {', '.join(worst['worker'])}. Review their labels, coach "
+                "or stop assigning them.",
+                _worker_table(worst),
+            )
+        )
+    # lowest-confidence tasks
+    if consensus is not None and not consensus.empty and "confidence" in consensus:
+        conf = pd.to_numeric(consensus["confidence"], errors="coerce")
+        low = consensus.assign(confidence=conf).sort_values(["confidence", "n_labels", "task"], kind="stable")
+        cols = [c for c in ("task", "label", "confidence", "n_labels", "fallback") if c in low]
+        n_low = int((conf < LOW_CONFIDENCE).sum())
+        out.append(
+            Action(
+                "act-relabel",
+                "Tasks to send for re-labelling",
+                f"{n_low} of {len(consensus)} tasks have a consensus confidence below {LOW_CONFIDENCE}; the "
+                f"{min(RELABEL, len(low))} least certain are below. More labels on them change the most.",
+                low[cols].head(RELABEL).reset_index(drop=True),
+            )
+        )
+    # changes against majority vote
+    review = manifest.get("review") or {}
+    if "n_changed_vs_majority" in review:
+        n = int(review["n_changed_vs_majority"])
+        total = int(review.get("n_tasks") or (len(consensus) if consensus is not None else 0))
+        examples = pd.DataFrame(review.get("changed_vs_majority") or [])
+        if method == "mv":
+            text = "This run is the majority vote: it changes no label against itself (ties are broken, not changed)."
+        else:
+            text = (
+                f"The model changed {n} of {total} task labels ({n / max(total, 1):.1%}) against the majority vote: "
+                "the workers it trusts more outvoted the majority there."
+                + (" The clearest majorities it overruled:" if n else "")
+            )
+        shown = examples.rename(columns=_SHOWN) if n else None
+        out.append(Action("act-majority", "Labels changed against majority vote", text, shown))
+    # estimated vs gold-measured accuracy
+    both = _gold_and_estimate(skills, gold)
+    if both is None or both.empty:
+        out.append(
+            Action(
+                "act-gold",
+                "Estimated vs gold-measured accuracy",
+                "No gold labels in this run: add a truth: table (task, label) to the spec to measure workers on gold.",
+            )
+        )
+    else:
+        enough = both[both["n_gold_labels"] >= MIN_LABELS]
+        pool = enough if len(enough) >= TOP else both
+        far = pool.reindex(pool["difference"].abs().sort_values(ascending=False).index).head(TOP)
+        w = both["n_gold_labels"].to_numpy(dtype=float)
+        mad = float(np.average(np.abs(both["difference"]), weights=w))
+        out.append(
+            Action(
+                "act-gold",
+                "Estimated vs gold-measured accuracy",
+                f"On {len(both)} workers with gold labels the estimate is off by {mad:.3f} on average (weighted by "
+                f"gold labels). Largest gaps: {', '.join(far['worker'])}; check their gold answers before "
+                "trusting or dropping them.",
+                far[["worker", "n_labels", "n_gold_labels", "gold_accuracy", "estimated_accuracy", "difference"]]
+                .rename(columns=_SHOWN)
+                .reset_index(drop=True),
+            )
+        )
     return out

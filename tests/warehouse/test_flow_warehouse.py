@@ -117,7 +117,28 @@ def test_duckdb_sourced_spec_hive_parquet_and_duckdb_tables(tmp_path: Path, rte_
     wh = duckdb.connect(str(tmp_path / "wh" / "warehouse.duckdb"), read_only=True)
     db = wh.execute("SELECT * FROM crowd.consensus").df()
     n_skills = wh.execute("SELECT count(*) FROM crowd.skills").fetchone()
+    # the runs table: one row per run, loaded with the outputs (issue #25 item 6)
+    runs = wh.execute(
+        "SELECT run_id, pipeline, job, status, accuracy, n_gold, cache_hit, inputs_sha256,"
+        " json_extract(metrics, '$.n_gold')::INT AS n_gold_json, json_extract(timings, '$.fit') IS NOT NULL AS timed"
+        " FROM crowd.runs"
+    ).df()
     wh.close()
+    assert runs.to_dict("records") == [
+        {
+            "run_id": run_id,
+            "pipeline": "rte-duck",
+            "job": "skills",
+            "status": "completed",
+            "accuracy": pytest.approx(man["metrics"]["accuracy"]),
+            "n_gold": man["metrics"]["n_gold"],
+            "cache_hit": False,
+            "inputs_sha256": runs["inputs_sha256"][0],
+            "n_gold_json": man["metrics"]["n_gold"],
+            "timed": True,
+        }
+    ]
+    assert man["warehouse"]["tables"]["runs"] == "crowd.runs" and len(runs["inputs_sha256"][0]) == 64
     assert len(db) == n_tasks and set(db["run_id"]) == {run_id}
     pd.testing.assert_frame_equal(_sorted(db), _sorted(parquet), check_dtype=False)
     assert n_skills == (man["outputs"]["skills"]["rows"],)
@@ -203,8 +224,19 @@ def test_postgresql_sourced_spec_append_replace_and_no_password_in_outputs(
     engine.dispose()
     assert [tuple(r) for r in runs] == [(third["run_id"], n_tasks)]
     assert n_skills == json.loads((Path(third["run_dir"]) / "manifest.json").read_text())["outputs"]["skills"]["rows"]
+    # the runs table keeps every run's row whatever the mode (replace replaced the outputs only); same inputs
+    with engine.connect() as c:
+        log = c.execute(
+            sa.text("SELECT run_id, status, accuracy, inputs_sha256, started_at FROM flow_out.runs ORDER BY run_id")
+        ).all()
+        trend = c.execute(sa.text("SELECT (metrics::jsonb->>'accuracy')::float FROM flow_out.runs")).scalars().all()
+    engine.dispose()
+    assert [r[0] for r in log] == sorted([first["run_id"], second["run_id"], third["run_id"]])
+    assert {r[1] for r in log} == {"completed"} and len({r[3] for r in log}) == 1  # the same query results
+    assert all(r[2] == pytest.approx(first["metrics"]["accuracy"]) for r in log) and len(trend) == 3
+    assert all(r[4] is not None and r[4].tzinfo is not None for r in log)
 
     # the password is nowhere in what the runs wrote
     written = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
-    assert len(written) == 15  # 3 runs x (3 tables + report.html + manifest)
+    assert len(written) == 21  # 3 runs x (5 tables: 3 + gold_workers, gold_confusion; report.html; manifest)
     assert all(pg_server.password.encode() not in p.read_bytes() for p in written)

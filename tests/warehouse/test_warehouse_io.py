@@ -234,6 +234,39 @@ def test_duckdb_append_is_idempotent_per_run_and_replace_keeps_latest(tmp_path: 
     assert got[0] == ("1", "0", 0.5) and got[1][2] != got[1][2]  # NaN stays NaN
 
 
+def test_the_runs_table_is_appended_whatever_the_mode(tmp_path: Path) -> None:
+    """``runs`` (one row per run, crowdflow.manifest.runs_row) keeps every run when the outputs are replaced."""
+    from crowdflow.manifest import runs_row
+    from crowdflow.tables import RUNS_SCHEMA
+
+    db = tmp_path / "w.duckdb"
+    url = f"duckdb:///{db}"
+    for i, mode in enumerate(["append", "replace", "replace", "replace"]):
+        run_id = f"r{min(i, 2)}"  # the last load reruns r2: its row is replaced, not doubled
+        manifest = {
+            "run_id": run_id,
+            "pipeline": "p",
+            "job": "skills",
+            "status": "completed",
+            "started_at": f"2026-01-0{i + 1}T02:00:00+00:00",
+            "metrics": {"accuracy": 0.9 + i / 100, "n_gold": 10, "n_ties": 1},
+            "timings": {"fit": 1.0, "export": 0.5},
+            "inputs": [{"name": "labels", "path": "/d/l.csv", "sha256": "ab" * 32, "rows": 3, "format": "csv"}],
+            "cache": {"hit": i == 3},
+        }
+        tables = {**_out_tables(), "runs": runs_row(manifest)}
+        load_tables(url, tables, run_id, mode=mode, schema="crowd", always_append=("runs",))
+    assert _duck_rows(db, "SELECT DISTINCT run_id FROM crowd.consensus") == [("r2",)]
+    rows = _duck_rows(
+        db,
+        "SELECT run_id, accuracy, n_gold, seconds, cache_hit, json_extract(metrics, '$.n_ties')::INT"
+        " FROM crowd.runs ORDER BY run_id",
+    )
+    assert rows == [("r0", 0.9, 10, 1.5, False, 1), ("r1", 0.91, 10, 1.5, False, 1), ("r2", 0.93, 10, 1.5, True, 1)]
+    cols = _duck_rows(db, "SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'")
+    assert [c for (c,) in cols] == RUNS_SCHEMA.names
+
+
 def test_duckdb_failed_load_leaves_no_rows_of_the_run(tmp_path: Path) -> None:
     db = tmp_path / "out.duckdb"
     con = duckdb.connect(str(db))

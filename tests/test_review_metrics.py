@@ -1,0 +1,91 @@
+"""What a skills run adds for the people who act on it (crowdflow.metrics): gold-measured worker accuracy, the
+confusion matrix, the labels the model changed against majority vote, and the runs-table row of a manifest."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from crowdflow.manifest import runs_row
+from crowdflow.metrics import confusion_matrix, gold_by_worker, gold_metrics, majority_changes, review_skills
+from crowdflow.tables import OUTPUTS, RUNS_SCHEMA
+
+LABELS = pd.DataFrame(
+    [
+        # t1: a, a, b -> majority a; t2: a, b tie; t3: b, b, a -> majority b; t4: no gold
+        ("t1", "w1", "a"), ("t1", "w2", "a"), ("t1", "w3", "b"),
+        ("t2", "w1", "a"), ("t2", "w2", "b"),
+        ("t3", "w1", "b"), ("t3", "w2", "b"), ("t3", "w3", "a"),
+        ("t4", "w3", "a"),
+    ],
+    columns=["task", "worker", "label"],
+)  # fmt: skip
+TRUTH = pd.DataFrame({"task": ["t1", "t2", "t3", "t9"], "label": ["a", "b", "a", "b"]})
+
+
+def test_gold_by_worker_counts_each_workers_gold_labels() -> None:
+    got = gold_by_worker(LABELS, TRUTH).set_index("worker")
+    # w1: t1 a (right), t2 a (wrong), t3 b (wrong); w2: a right, b right, b wrong; w3: b wrong, a right (t4 no gold)
+    assert got.loc["w1"].tolist() == [3, 1, pytest.approx(1 / 3)]
+    assert got.loc["w2"].tolist() == [3, 2, pytest.approx(2 / 3)]
+    assert got.loc["w3"].tolist() == [2, 1, 0.5]
+    assert list(got.reset_index().columns) == OUTPUTS["skills"]["gold_workers"].names
+
+
+def test_confusion_matrix_diagonal_is_gold_accuracy() -> None:
+    consensus = pd.DataFrame({"task": ["t1", "t2", "t3", "t4"], "label": ["a", "b", "b", "a"]})
+    conf = confusion_matrix(consensus, TRUTH)
+    assert list(conf.columns) == OUTPUTS["skills"]["gold_confusion"].names
+    cells = {(r.true_label, r.predicted_label): r.n_tasks for r in conf.itertuples()}
+    assert cells == {("a", "a"): 1, ("a", "b"): 1, ("b", "a"): 0, ("b", "b"): 1}  # zeros included
+    g = gold_metrics(consensus, TRUTH)
+    assert cells[("a", "a")] + cells[("b", "b")] == round(g.accuracy * g.n_gold)
+
+
+def test_majority_changes_ignore_ties_and_count_overrules() -> None:
+    # t1: a is the majority, the model says b (changed); t2: a tie, either label is no change; t3: b kept
+    consensus = pd.DataFrame({"task": ["t1", "t2", "t3", "t4"], "label": ["b", "a", "b", "a"]})
+    changed = majority_changes(LABELS, consensus)
+    assert changed.to_dict("records") == [
+        {"task": "t1", "label": "b", "majority_labels": "a", "majority_share": pytest.approx(2 / 3), "n_labels": 3}
+    ]
+    tie_other_way = consensus.assign(label=["a", "b", "b", "a"])
+    assert majority_changes(LABELS, tie_other_way).empty  # majority vote itself changes nothing
+    review = review_skills(LABELS, consensus, TRUTH)
+    assert review.metrics == {"n_changed_vs_majority": 1} and review.record["n_tasks"] == 4
+    assert set(review.tables) == {"gold_workers", "gold_confusion"}
+    assert review_skills(LABELS, consensus).tables == {}  # no gold: no gold tables
+
+
+def test_a_manifest_becomes_one_runs_row() -> None:
+    manifest = {
+        "run_id": "20260101T020000Z-abcdef12",
+        "pipeline": "rte-skills",
+        "job": "skills",
+        "method": "mv",
+        "status": "completed",
+        "flow_run_id": "abcdef12-0000",
+        "started_at": "2026-01-01T02:00:00+00:00",
+        "finished_at": "2026-01-01T02:00:30+00:00",
+        "metrics": {"accuracy": 0.9, "error": 0.1, "n_gold": 800, "frac": float("nan")},
+        "timings": {"ingest_validate": 2.0, "fit": 0.5},
+        "checks": {"validation": "passed"},
+        "inputs": [
+            {"name": "truth", "path": "/d/t.csv", "sha256": "cd" * 32, "rows": 800, "format": "csv"},
+            {"name": "labels", "path": "/d/l.csv", "sha256": "ab" * 32, "rows": 8000, "format": "csv"},
+        ],
+        "cache": {"hit": True, "computed_in_flow_run": "x"},
+        "versions": {"crowdflow": "0.1.0"},
+    }
+    table = runs_row(manifest)
+    assert table.schema == RUNS_SCHEMA and table.num_rows == 1
+    (row,) = table.to_pylist()
+    assert row["accuracy"] == 0.9 and row["n_gold"] == 800 and row["cache_hit"] is True and row["seconds"] == 2.5
+    assert row["finished_at"].isoformat() == "2026-01-01T02:00:30+00:00" and row["crowdflow_version"] == "0.1.0"
+    assert '"frac": null' in row["metrics"]  # strict JSON, never NaN
+    swapped = runs_row({**manifest, "inputs": manifest["inputs"][::-1]}).to_pylist()[0]
+    assert swapped["inputs_sha256"] == row["inputs_sha256"]  # the same data, listed in another order
+    bare = runs_row({"run_id": "r"}).to_pylist()[0]
+    assert bare["accuracy"] is None and bare["started_at"] is None and not math.isnan(bare["seconds"])
