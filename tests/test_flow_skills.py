@@ -50,7 +50,8 @@ def test_rte_mv_run(tmp_path: Path, rte_dir: Path, capsys: pytest.CaptureFixture
     assert man["outputs"]["report"]["path"] == "report.html" and (manifest_path.parent / "report.html").is_file()
     assert set(man["timings"]) == {"ingest_validate", "check_graph", "fit", "report"}  # export ends after the manifest
     consensus = pd.read_parquet(manifest_path.parent / "consensus.parquet")
-    assert list(consensus.columns) == ["task", "label", "confidence", "n_labels", "fallback"] and len(consensus) == 800
+    assert list(consensus.columns) == ["task", "label", "confidence", "n_labels", "fallback", "missing_reason"]
+    assert len(consensus) == 800 and consensus["missing_reason"].isna().all()
     assert (consensus["n_labels"] == 10).all()
     # confidence = the winning label's share of the task's votes, recounted from the input file
     raw = pd.read_csv(rte_dir / "labels.csv", dtype=str)

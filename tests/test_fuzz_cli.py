@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from crowdflow.missing import unexplained
 from flows.cli import main
 
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "8"))
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "6"))
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,

@@ -31,7 +31,7 @@ def test_gold_by_worker_counts_each_workers_gold_labels() -> None:
     assert got.loc["w1"].tolist() == [3, 1, pytest.approx(1 / 3)]
     assert got.loc["w2"].tolist() == [3, 2, pytest.approx(2 / 3)]
     assert got.loc["w3"].tolist() == [2, 1, 0.5]
-    assert list(got.reset_index().columns) == OUTPUTS["skills"]["gold_workers"].names
+    assert [*got.reset_index().columns, "missing_reason"] == OUTPUTS["skills"]["gold_workers"].names
 
 
 def test_confusion_matrix_diagonal_is_gold_accuracy() -> None:

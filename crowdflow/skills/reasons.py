@@ -40,4 +40,4 @@ def explain_missing_skills(table: pd.DataFrame, diag: pd.DataFrame | None, metho
     if "status" in diag.columns:
         cstatus = diag["status"].to_numpy(dtype=object)
         for st in np.unique(cstatus[cstatus != "ok"]):
-            explain_missing(diag, list(diag.columns), f"component {st}: no diagnostics", where=cstatus == st)
+            explain_missing(diag, list(diag.columns), f"the component is {st} (no diagnostics)", where=cstatus == st)

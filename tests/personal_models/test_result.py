@@ -56,4 +56,5 @@ def test_at19_personal_models_roundtrip_parquet(field):
         "mean_rel_err",
         "max_rel_err",
         "V",
+        "missing_reason",
     ]
