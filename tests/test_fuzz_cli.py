@@ -12,7 +12,7 @@ non-finite values, unknown and duplicated keys, options that conflict). Whatever
 - on exit 0 leave one completed run whose tables hold no infinity and no NaN without a ``missing_reason``
   (``crowdflow.missing``).
 
-The default run draws ``FUZZ_EXAMPLES`` (8) inputs per job, derandomized so that CI is repeatable; raise it
+The default run draws ``FUZZ_EXAMPLES`` (6) inputs per job, derandomized so that CI is repeatable; raise it
 (``FUZZ_EXAMPLES=200 pytest tests/test_fuzz_cli.py``) to search harder: a failure prints the drawn files.
 """
 
