@@ -29,6 +29,7 @@ __all__ = [
     "comparisons_from_winners",
     "describe_positions",
     "rename_comparison_aliases",
+    "text_ids",
     "winner_outcomes",
 ]
 
@@ -141,6 +142,20 @@ def comparisons_from_winners(
     return res
 
 
+def text_ids(s: pd.Series) -> pd.Series:
+    """An id column as text without a round trip through Python objects (missing stays missing).
+
+    A column that already holds strings (Arrow-backed or pandas ``string``, what the readers give) is kept as
+    it is: at 10^7 rows converting it to Python ``str`` objects and back cost seconds (issue #19). Other
+    columns (numbers, mixed objects) are written with ``str`` as before, so ``7`` and ``"7"`` are one id.
+    """
+    values = s.reset_index(drop=True)
+    if isinstance(values.dtype, pd.StringDtype):
+        return values
+    text = values.astype(str).astype("string")
+    return text.mask(values.isna().to_numpy())
+
+
 def canonical_comparisons(comparisons: pd.DataFrame) -> pd.DataFrame:
     """Validate a comparison table and return it in canonical form (docs/methods/ranking.md §1.2).
 
@@ -186,8 +201,8 @@ def canonical_comparisons(comparisons: pd.DataFrame) -> pd.DataFrame:
         na = s.isna().to_numpy()
         if na.any():
             raise ValueError(f"column '{col}': {describe_positions(na)} have a missing item id")
-        out[col] = s.astype(str).to_numpy(dtype=object)
-    same = out["item_a"].to_numpy() == out["item_b"].to_numpy()
+        out[col] = text_ids(s)
+    same = (out["item_a"] == out["item_b"]).to_numpy(dtype=bool)
     if same.any():
         raise ValueError(
             f"columns 'item_a'/'item_b': {describe_positions(same)} compare an item with itself "
@@ -210,8 +225,7 @@ def canonical_comparisons(comparisons: pd.DataFrame) -> pd.DataFrame:
         w = np.ones(m)
     out["weight"] = w
     if "annotator" in df.columns:
-        ann = df["annotator"]
-        out["annotator"] = ann.astype(str).where(ann.notna(), None).to_numpy(dtype=object)
+        out["annotator"] = text_ids(df["annotator"])
     else:
         out["annotator"] = np.full(m, None, dtype=object)
     return out[["row_id", "annotator", "item_a", "item_b", "outcome", "weight"]]

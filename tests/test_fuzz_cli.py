@@ -13,7 +13,8 @@ non-finite values, unknown and duplicated keys, options that conflict). Whatever
   (``crowdflow.missing``).
 
 The default run draws ``FUZZ_EXAMPLES`` (6) inputs per job, derandomized so that CI is repeatable; raise it
-(``FUZZ_EXAMPLES=200 pytest tests/test_fuzz_cli.py``) to search harder: a failure prints the drawn files.
+(``FUZZ_EXAMPLES=200 pytest tests/test_fuzz_cli.py``) to search harder: a failure prints the drawn files;
+``FUZZ_STATS=<file>`` appends one ``<command> <exit code>`` line per draw (how many draws got past the checks).
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
 
 from crowdflow.missing import unexplained
 from flows.cli import main
@@ -279,6 +281,11 @@ def _skills_run(folder: Path) -> Path:
 def _check_run(args: list[str], out: Path, capsys: pytest.CaptureFixture[str], drawn: str) -> None:
     rc = main(args)
     err = capsys.readouterr().err
+    if currently_in_test_context():
+        event(f"exit {rc}")
+    if os.environ.get("FUZZ_STATS"):  # a file collecting "<command> <exit>" lines: how many draws ran to the end
+        with open(os.environ["FUZZ_STATS"], "a", encoding="utf-8") as fh:
+            fh.write(f"{args[0]} {rc}\n")
     context = f"\nargs: {args}\ndrawn inputs:\n{drawn}\nstderr:\n{err[-2500:]}"
     assert rc in (0, 2), f"exit {rc}" + context
     assert "Traceback" not in err and "unexpected error" not in err, context

@@ -25,7 +25,7 @@ from scipy.sparse import csgraph
 
 from crowdflow._typing import SparseMatrix
 from crowdflow.comparisons import canonical_comparisons, describe_positions
-from crowdflow.labels import natural_sort
+from crowdflow.labels import natural_order
 from crowdflow.ranking.types import GraphReport, _str
 
 __all__ = [
@@ -363,18 +363,26 @@ def build_comparison_graph(comparisons: pd.DataFrame, *, items: Sequence[Any] | 
         Internal item ids follow the natural sort of the string ids.
     """
     df = canonical_comparisons(comparisons)
-    a = df["item_a"].to_numpy(dtype=object)
-    b = df["item_b"].to_numpy(dtype=object)
-    universe = pd.unique(np.concatenate([a, b]))
+    m = len(df)
+    # one hash pass over both id columns (Arrow's dictionary encoding for string columns), then only the
+    # distinct ids are sorted and turned into Python strings
+    codes, uniques = pd.factorize(pd.concat([df["item_a"], df["item_b"]], ignore_index=True))
+    universe = np.asarray(uniques, dtype=object)
     if items is not None:
         extra = pd.Series(list(items), dtype=object)
         if extra.isna().any():
             raise ValueError("items: the item universe contains missing ids")
-        universe = pd.unique(np.concatenate([universe, extra.astype(str).to_numpy(dtype=object)]))
-    ids = natural_sort(np.asarray(universe, dtype=object))
-    index = pd.Index(ids)
-    i = index.get_indexer(a)
-    j = index.get_indexer(b)
+        known = set(universe.tolist())
+        more = [x for x in pd.unique(extra.astype(str).to_numpy(dtype=object)) if x not in known]
+        universe = np.concatenate([universe, np.asarray(more, dtype=object)])
+    order = natural_order(universe)
+    ids = universe[order]
+    position = np.empty(universe.size, dtype=np.int64)
+    position[order] = np.arange(universe.size, dtype=np.int64)
+    i = position[codes[:m]]
+    j = position[codes[m:]]
+    ann_codes, ann_uniques = pd.factorize(df["annotator"])
+    annotator = np.append(np.asarray(ann_uniques, dtype=object), None)[ann_codes]  # code -1 (missing) -> None
     return ComparisonGraph.from_arrays(
         i,
         j,
@@ -383,7 +391,7 @@ def build_comparison_graph(comparisons: pd.DataFrame, *, items: Sequence[Any] | 
         n=ids.size,
         items=ids,
         row_id=df["row_id"].to_numpy(),
-        annotator=df["annotator"].to_numpy(dtype=object),
+        annotator=annotator,
     )
 
 
