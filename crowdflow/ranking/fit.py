@@ -17,6 +17,7 @@ See docs/methods/ranking.md §2–§4 (methods), §6 (options) and §7 (tables).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,7 +33,7 @@ from crowdflow.ranking.hodge import hodge_decomposition, undetectable_rows
 from crowdflow.ranking.lbi import lbi
 from crowdflow.ranking.least_squares import LaplacianSolver, hodgerank_scores
 from crowdflow.ranking.options import RankingOptions
-from crowdflow.ranking.scale import huber_concomitant_scale
+from crowdflow.ranking.scale import AdaptiveLambda, adaptive_lambda, huber_concomitant_scale
 from crowdflow.ranking.tables import _ranking_table, _row_columns, assemble_robust_result
 from crowdflow.ranking.types import GraphReport, RankingResult, RobustRankingResult
 
@@ -228,6 +229,13 @@ def fit_hlasso(
     if path.lambda_max <= 0:
         fit = LassoFit(0.0, np.zeros(gf.m), theta_ls, 0, True, 0.0)
         logger.info("data are exactly consistent with a global ranking: no outliers")
+    elif lambda_rule == "adaptive":
+        ad = adaptive_lambda(gf, solver=sol, q=o.fdr_q, t_min=o.t_min)
+        params.update(_adaptive_params(ad, o))
+        if ad.lam < path.lambda_max:
+            fit = hlasso(gf, ad.lam, solver=sol, gamma0=nearest(ad.lam), tol=tol, max_iter=max_iter)
+        else:  # nothing to flag (HLASSO at λ ≥ λ_max is the least-squares fit)
+            fit = LassoFit(path.lambda_max, np.zeros(gf.m), theta_ls, 0, True, 0.0)
     elif lambda_rule == "budget":
         fit = _budget_fit(gf, sol, path, o.budget, tol=tol, max_iter=max_iter)
         params["budget"] = o.budget
@@ -293,6 +301,20 @@ def fit_hlasso(
     )
 
 
+def _adaptive_params(ad: AdaptiveLambda, o: RankingOptions) -> dict[str, Any]:
+    """The run parameters of the adaptive rule (an infinite λ*, nothing to flag, is recorded as None)."""
+    fin = math.isfinite(ad.lam)
+    return {
+        "sigma": ad.sigma,
+        "t": ad.t if fin and math.isfinite(ad.t) else None,
+        "adaptive_lambda": ad.lam if fin else None,
+        "scale_start": ad.scale.start,
+        "outcome_kind": ad.outcome,
+        "fdr_q": o.fdr_q,
+        "t_min": o.t_min,
+    }
+
+
 def _inv(x: np.ndarray | float) -> np.ndarray:
     """``1/x`` with ``1/0 = inf`` (time ↔ 1/λ, docs/methods/ranking.md §4)."""
     x = np.asarray(x, dtype=float)
@@ -348,6 +370,11 @@ def fit_lbi(
         est = huber_concomitant_scale(gf, M=o.huber_m, a=o.scale_a, solver=sol, tol=o.tol)
         sigma = est.sigma
         params["sigma_source"] = "huber_concomitant"
+    lbi_rule = stop_rule
+    if stop_rule == "adaptive":
+        ad = adaptive_lambda(gf, solver=sol, q=o.fdr_q, t_min=o.t_min)
+        t_stop, lbi_rule = ad.t_stop, "time"
+        params.update(_adaptive_params(ad, o))
     if stop_rule == "cv":
         assert o.t_max is not None  # RankingOptions requires t_max with stop_rule='cv'
         dt_cv = dt if (dt is not None and algorithm == 3) else 1.0 / kappa
@@ -366,7 +393,7 @@ def fit_lbi(
         max_iter=o.lbi_max_iter(),
         kappa=kappa,
         dt=dt,
-        stop_rule=stop_rule,
+        stop_rule=lbi_rule,
         budget=o.budget,
         t_stop=t_stop,
         sigma=sigma,
@@ -382,7 +409,7 @@ def fit_lbi(
         stop_iter=path.stop_iter,
         n_iter=path.n_iter,
         stop_fired=path.stop_fired,
-        sigma=sigma,
+        sigma=sigma if stop_rule != "adaptive" else params["sigma"],
         t_max=o.t_max,
     )
     theta_rob = path.theta

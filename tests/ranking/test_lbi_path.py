@@ -13,7 +13,10 @@ from crowdflow.synth.ranking import huber_instance
 def test_stop_rules():
     inst = huber_instance(0)
     g, truth = inst.graph, inst.outlier
-    b = lbi_alg3(g, budget=0.05)
+    a = lbi_alg3(g)  # the default: the adaptive rule's time 1/λ*
+    assert a.stop_fired and a.stop_rule == "time"
+    assert (a.gamma[truth] != 0).all() and np.count_nonzero(a.gamma) <= 1.5 * truth.sum()  # 20σ outliers
+    b = lbi_alg3(g, stop_rule="budget", budget=0.05)
     assert b.stop_fired and g.w[b.gamma != 0].sum() >= 0.05 * g.m
     assert b.trace["support_weight"].iloc[-2] < 0.05 * g.m  # first iterate that reaches the budget
     d = lbi_alg3(g, stop_rule="discrepancy", sigma=0.2)

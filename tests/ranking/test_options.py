@@ -37,6 +37,8 @@ FLOAT_FIELDS = [
 
 def test_float_fields_found() -> None:
     assert set(FLOAT_FIELDS) == {
+        "fdr_q",
+        "t_min",
         "budget",
         "huber_m",
         "scale_a",
