@@ -7,7 +7,7 @@ the LASSO on the training rows along the λ grid and scores ``‖Ψ_val(y − γ
 does the same for the LBI time t. The chosen value is mapped to the full problem by ``s = √(l_tr/l)``
 (or ``l_tr/l`` with ``rescale='linear'``).
 
-See docs/methods/ranking.md §3.4.2 (λ) and §4.4 (the LBI stopping time).
+See docs/methods/ranking.md §3.4.7 (λ) and §4.4 (the LBI stopping time).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ __all__ = ["cv_lambda", "cv_stop_time", "cycle_basis"]
 
 
 def cycle_basis(g: ComparisonGraph, *, max_rows: int = 4000) -> np.ndarray:
-    """Dense orthonormal basis ``Q`` (m×l) of the W-weighted cycle space, small m only (docs/methods/ranking.md §3.4.2).
+    """Dense orthonormal basis ``Q`` (m×l) of the W-weighted cycle space, small m only (docs/methods/ranking.md §3.4.7).
 
     ``Q`` spans ``null((W^{1/2}X)ᵀ)``, so ``‖P v‖²_W = ‖Qᵀ W^{1/2} v‖²``; the rows of ``Ψ = QᵀW^{1/2}``
     are the l "projected measurements" (``U2ᵀ`` in the unweighted case).
@@ -77,7 +77,7 @@ def cv_lambda(
     fold_tol: float = 1e-9,
     fold_max_iter: int = 5000,
 ) -> tuple[float, pd.DataFrame]:
-    """Cross-validation on random projections of the cycle space (docs/methods/ranking.md §3.4.2).
+    """Cross-validation on random projections of the cycle space (docs/methods/ranking.md §3.4.7).
 
     The l rows of ``Ψ = QᵀW^{1/2}`` (:func:`cycle_basis`) are split into K folds. For each fold the
     LASSO ``½‖Ψ_tr(y − γ)‖² + λ_trΣw_k|γ_k|`` is fitted along the grid ``λ_tr = λ·s`` (warm starts) and
@@ -126,7 +126,7 @@ def cv_stop_time(
     n_eval: int = 200,
     max_rows: int = 4000,
 ) -> tuple[float, pd.DataFrame]:
-    """Random-projection cross-validation of the LBI stopping time (docs/methods/ranking.md §4.4, §3.4.2).
+    """Random-projection cross-validation of the LBI stopping time (docs/methods/ranking.md §4.4, §3.4.7).
 
     The l rows of ``Ψ = QᵀW^{1/2}`` (dense cycle basis, small m) are split into K folds; on the training
     rows the projected LBI ``z += Δt·W^{-1/2}Q_trQ_trᵀW^{1/2}(y − γ)``, ``γ = κ·shrink(z)`` runs to ``t_max``

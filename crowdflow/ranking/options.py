@@ -73,14 +73,14 @@ class RankingOptions(Options):
         ge=1.0,
         le=10.0,
         description="Adaptive rule: the smallest outlier threshold, in estimated noise levels; 2.576 keeps false "
-        "alarms below 1 % of the clean comparisons however many outliers there are.",
+        "alarms below one in a hundred clean comparisons however many outliers there are.",
     )
     budget: float = Field(
         0.05,
         gt=0.0,
         lt=1.0,
         description="Share of the comparisons (by weight) flagged as outliers by the budget rule (lambda_rule or "
-        "stop_rule budget), whatever the data; 0.05 flags the 5 % most inconsistent ones.",
+        "stop_rule budget), whatever the data; 0.05 flags the most inconsistent twentieth.",
     )
     allow_disconnected: bool = Field(
         True,

@@ -11,7 +11,7 @@ The instances of the method's papers and of its acceptance tests (docs/methods/r
 - :func:`erdos_renyi_flips`: one ±1 comparison per pair of an Erdős–Rényi graph G(n, q), a random
   fraction reversed;
 - :func:`planted_instance`: the planted family of the outlier rule's tests and benchmark
-  (docs/methods/ranking.md §3.4.2, §8): :class:`PlantedSpec` sets the size (10²–10⁴ items), the rows per
+  (docs/methods/ranking.md §3.4.2, §8.6): :class:`PlantedSpec` sets the size (10²–10⁴ items), the rows per
   item, the pair design (uniform, band, Zipf), the number of connected pieces, the outcome type (graded,
   graded with ties, Student-t noise, ±1 BTL, ±1 Thurstone with ties), the noise level, the share and size
   of planted row outliers and the share of annotators who flip most of their answers;
@@ -189,7 +189,7 @@ Design = Literal["uniform", "band", "zipf"]
 
 @dataclass(frozen=True)
 class PlantedSpec:
-    """One cell of the planted family (docs/methods/ranking.md §8.3).
+    """One cell of the planted family (docs/methods/ranking.md §8.6).
 
     Model: ``θ* ~ N(0, 1)``; row k compares ``(i, j)`` with true gap ``d_k = θ*_i − θ*_j``.
 

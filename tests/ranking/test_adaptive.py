@@ -1,9 +1,9 @@
-"""The adaptive outlier rule, the default of the ranking job (docs/methods/ranking.md §3.4.2, §8.3).
+"""The adaptive outlier rule, the default of the ranking job (docs/methods/ranking.md §3.4.2, §8.6).
 
 Families, not shapes: every test draws several seeded instances from the planted family
 (crowdflow.synth.ranking.planted_instance) and holds the rule to the bound on each draw or on the mean.
 Every test runs the job's defaults (``OPTIONS`` is empty): with the old defaults (``lambda_rule: budget``,
-``stop_rule: budget``, budget 0.05) each of them fails (docs/methods/ranking.md §8.3 lists what the old
+``stop_rule: budget``, budget 0.05) each of them fails (docs/methods/ranking.md §8.6 lists what the old
 rule gave). The whole grid is the benchmark's (``python -m benchmarks.ranking_outliers``); a reduced grid
 runs under ``-m slow``.
 """
@@ -182,7 +182,7 @@ def test_family_grid_reduced() -> None:
     """A reduced grid of the benchmark: ≥ 3σ graded cells on well-connected uniform graphs, ≤ 10 % outliers.
 
     Mean recall ≥ 0.75 and precision ≥ 0.85 over the cells (the oracle bound at 3σ is 0.51 per row:
-    docs/methods/ranking.md §8.3 says where 0.9 cannot be reached).
+    docs/methods/ranking.md §8.6 says where 0.9 cannot be reached).
     """
     rec, prec = [], []
     for size in (3.0, 4.0, 5.0):

@@ -1,4 +1,4 @@
-"""Tests for crowdflow.ranking.cv: random-projection cross-validation of λ (docs/methods/ranking.md §3.4.2)."""
+"""Tests for crowdflow.ranking.cv: random-projection cross-validation of λ (docs/methods/ranking.md §3.4.7)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from crowdflow.synth.ranking import comparison_table, huber_instance
 
 
 def test_cv_lambda_recovers_gross_outliers():
-    """docs/methods/ranking.md §3.4.2: random-projection CV picks a λ between noise and the ±4 shifts."""
+    """docs/methods/ranking.md §3.4.7: random-projection CV picks a λ between noise and the ±4 shifts."""
     inst = huber_instance(0)
     g, truth = inst.graph, inst.outlier
     path = hlasso_path(g, n_lambdas=40)

@@ -237,3 +237,10 @@ def test_iteration_caps_come_from_the_options_module() -> None:
     for alg, fn in ((2, lbi_alg2), (3, lbi_alg3), (4, sync_lbi)):
         assert _default(fn, "max_iter") == RankingOptions(algorithm=alg).lbi_max_iter() == LBI_MAX_ITER[alg]
     assert RankingOptions(max_iter=7).lbi_max_iter() == RankingOptions(max_iter=7).hlasso_max_iter() == 7
+
+
+def test_descriptions_are_safe_help_text() -> None:
+    """The CLI passes every description to argparse as help, which %-formats it: no bare '%' (a '5 %' broke
+    ``crowdflow rank --help``)."""
+    for name, f in RankingOptions.model_fields.items():
+        assert f.description and "%" not in f.description, name
