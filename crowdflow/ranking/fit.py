@@ -204,6 +204,7 @@ def fit_hlasso(
     """
     o = RankingOptions.resolve(options, **overrides)
     tol, max_iter, lambda_rule = o.tol, o.hlasso_max_iter(), o.lambda_rule
+    _warn_unused_budget(o, lambda_rule)
     g, rep = _prepare(comparisons, items, o.allow_disconnected)
     gf, group, sign = _group_or_identity(g, o.group_identical)
     sol = LaplacianSolver.from_graph(gf, method=o.solver)
@@ -301,6 +302,17 @@ def fit_hlasso(
     )
 
 
+def _warn_unused_budget(o: RankingOptions, rule: str) -> None:
+    """Log a warning when ``budget`` was set but the rule in force does not read it (it was the default rule)."""
+    if "budget" in o.model_fields_set and rule != "budget":
+        logger.warning(
+            "budget=%g is ignored: the outlier rule is %r (the default is the adaptive rule since crowdflow "
+            "issue #20); set lambda_rule / stop_rule to 'budget' to flag a fixed share",
+            o.budget,
+            rule,
+        )
+
+
 def _adaptive_params(ad: AdaptiveLambda, o: RankingOptions) -> dict[str, Any]:
     """The run parameters of the adaptive rule (an infinite λ*, nothing to flag, is recorded as None)."""
     fin = math.isfinite(ad.lam)
@@ -354,6 +366,7 @@ def fit_lbi(
     """
     o = RankingOptions.resolve(options, **overrides)
     algorithm, kappa, dt, stop_rule, sigma, t_stop = o.algorithm, o.kappa, o.dt, o.stop_rule, o.sigma, o.t_stop
+    _warn_unused_budget(o, stop_rule)
     g, rep = _prepare(comparisons, items, o.allow_disconnected)
     gf, group, sign = _group_or_identity(g, o.group_identical)
     sol = LaplacianSolver.from_graph(gf, method=o.solver)

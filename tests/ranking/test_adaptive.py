@@ -71,7 +71,7 @@ def test_issue_instance() -> None:
         PlantedSpec(n=150, rows_per_item=30, frac=0.01, size=5.0),
         PlantedSpec(n=150, rows_per_item=30, frac=0.1, size=5.0),
         PlantedSpec(n=150, rows_per_item=30, frac=0.1, size=5.0, outcome="graded_ties"),
-        PlantedSpec(n=200, rows_per_item=20, frac=0.05, size=5.0, design="band"),
+        PlantedSpec(n=200, rows_per_item=20, frac=0.1, size=5.0, design="band"),
     ],
     ids=lambda s: f"{s.outcome}-{s.design}-{s.frac:g}",
 )
@@ -194,3 +194,15 @@ def test_family_grid_reduced() -> None:
                 rec.append(r)
                 prec.append(p)
     assert np.mean(prec) >= 0.85 and np.mean(rec) >= 0.6, (np.mean(rec), np.mean(prec))
+
+
+def test_a_budget_the_rule_does_not_read_is_named(caplog: pytest.LogCaptureFixture) -> None:
+    """A spec that still sets ``budget`` (the former default's knob) is told that the adaptive rule ignores it."""
+    g = issue_instance(0).graph
+    with caplog.at_level("WARNING", logger="crowdflow.ranking.fit"):
+        fit_ranking(g, budget=0.1, diagnostics=False)
+    assert "budget=0.1 is ignored" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="crowdflow.ranking.fit"):
+        fit_ranking(g, budget=0.1, stop_rule="budget", diagnostics=False)
+    assert "ignored" not in caplog.text
