@@ -1,9 +1,9 @@
 """Benchmark of the outlier rules on the planted family (crowdflow issue #20 part 1, docs/methods/ranking.md §8.6).
 
 Run: ``python -m benchmarks.ranking_outliers`` (flags: ``--reps N`` random shapes per cell, default 3;
-``--max-rows M`` largest instance, default 20,000 rows; ``--cv`` adds the random-projection CV rule on
-the issue's instance (two fold seeds) and a clean instance (three); ``--cv-only`` runs that alone and
-writes ``ranking_outliers_cv.md``). Prints markdown and writes
+``--max-rows M`` largest instance, default 20,000 rows). ``results/ranking_outliers_cv.md`` holds the
+measurement of the cross-validation rule made before its removal (commit c518e65, ``--cv-only``).
+Prints markdown and writes
 ``benchmarks/results/ranking_outliers.md`` (and the per-instance records, ``ranking_outliers.csv``).
 
 The grid (crowdflow.synth.ranking.PlantedSpec): graded and graded-with-ties outcomes with 1, 5, 10 and
@@ -320,8 +320,8 @@ def summarise(df: pd.DataFrame) -> str:
     return "\n".join(out)
 
 
-def issue_section(cv: bool) -> str:
-    """The issue's instance (5 draws) with every rule; with ``cv``, the CV rule on one draw and a clean draw."""
+def issue_section() -> str:
+    """The issue's instance (5 draws) with every rule."""
     rows = []
     for seed in range(5):
         inst = issue_instance(seed)
@@ -343,67 +343,16 @@ def issue_section(cv: bool) -> str:
     )
     text = "## The issue's instance (60 items, 3,000 rows, σ = 0.3, 10 % replaced by −sign(d)·U(2, 4); 5 draws)\n\n"
     text += md_table(t)
-    if cv:
-        text += "\n\n" + cv_section()
     return text
-
-
-def cv_section() -> str:
-    """``lambda_rule: cv`` (5 folds) with three fold seeds on a clean instance and two on the issue's instance."""
-    from crowdflow.ranking.scale import trimmed_scale
-
-    lines = [
-        "## The cross-validation rule (lambda_rule: cv, 5 folds, fold seeds 0–2 on the clean instance, 0–1 on the issue's)\n",
-        "| instance | fold seed | λ*/σ̂ | flagged | recall | precision | seconds | seconds of the adaptive HLASSO |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    issue = issue_instance(1)
-    cases = [
-        (
-            "clean, n = 60, band, 20 rows/item",
-            planted_instance(PlantedSpec(n=60, rows_per_item=20, design="band", frac=0.0), 3).graph,
-            None,
-        ),
-        ("issue #20, draw 1", issue.graph, issue.outlier),
-    ]
-    for name, g, truth in cases:
-        sigma = trimmed_scale(g).sigma
-        t0 = time.perf_counter()
-        fit_ranking(g, outliers="hlasso", diagnostics=False)
-        t_ad = time.perf_counter() - t0
-        for seed in range(3 if truth is None else 2):
-            t0 = time.perf_counter()
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                r = fit_ranking(g, outliers="hlasso", lambda_rule="cv", seed=seed, diagnostics=False)
-            sec = time.perf_counter() - t0
-            f = r.outliers.sort_values("row_id")["is_outlier"].to_numpy(bool)
-            rec = f"{(f & truth).sum() / truth.sum():.3f}" if truth is not None else ""
-            prec = f"{(f & truth).sum() / max(int(f.sum()), 1):.3f}" if truth is not None else ""
-            lines.append(
-                f"| {name} | {seed} | {r.params['lambda_star'] / sigma:.2f} | {int(f.sum())} of {g.m} | {rec} | "
-                f"{prec} | {sec:.1f} | {t_ad:.2f} |"
-            )
-            print(lines[-1], flush=True)
-    return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--max-rows", type=int, default=20_000)
-    ap.add_argument("--cv", action="store_true")
-    ap.add_argument("--cv-only", action="store_true")
     a = ap.parse_args()
     t0 = time.perf_counter()
-    if a.cv_only:
-        text = "# The cross-validation rule (benchmarks/ranking_outliers.py --cv-only)\n\n" + cv_section()
-        text += f"\n\n{time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.1f} at the end (2 shared cores).\n"
-        OUT.mkdir(exist_ok=True)
-        (OUT / "ranking_outliers_cv.md").write_text(text)
-        print(text)
-        return
-    issue = issue_section(a.cv)
+    issue = issue_section()
     print(issue, flush=True)
     df = run_grid(a.reps, a.max_rows)
     OUT.mkdir(exist_ok=True)
@@ -411,7 +360,7 @@ def main() -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     text = (
         "# Outlier rules on the planted family (benchmarks/ranking_outliers.py)\n\n"
-        f"`python -m benchmarks.ranking_outliers --reps {a.reps} --max-rows {a.max_rows}{' --cv' if a.cv else ''}`; "
+        f"`python -m benchmarks.ranking_outliers --reps {a.reps} --max-rows {a.max_rows}`; "
         f"{df['seed'].nunique()} instances, {df.groupby(['outcome', 'kind', 'frac', 'size', 'flipper_frac']).ngroups} cells, "
         f"m from {int(df['m'].min())} to {int(df['m'].max())} rows; {time.perf_counter() - t0:.0f} s on "
         f"{platform.machine()} Python {platform.python_version()}, load {load:.1f} at the end (2 shared cores).\n\n"

@@ -32,8 +32,8 @@ __all__ = [
 ]
 
 OutlierMethod = Literal["lbi", "hlasso", "none"]
-StopRule = Literal["adaptive", "budget", "time", "discrepancy", "cv", "none"]
-LambdaRule = Literal["adaptive", "budget", "concomitant", "cv", "fixed", "magnitude"]
+StopRule = Literal["adaptive", "budget", "time", "discrepancy", "none"]
+LambdaRule = Literal["adaptive", "budget", "concomitant", "fixed", "magnitude"]
 SolverMethod = Literal["auto", "splu", "cg"]
 
 #: Huber's constant M (about 95 % efficiency under Gaussian noise), docs/methods/ranking.md §3.4.1.
@@ -111,18 +111,8 @@ class RankingOptions(Options):
         0,
         ge=0,
         le=2**63 - 1,
-        description="Seed of the random fold split used by cross-validation, so reruns give the same result.",
-    )
-    cv_folds: int = Field(
-        5,
-        ge=2,
-        le=20,
-        description="Number of folds when a cross-validation rule chooses the outlier threshold or the stopping time.",
-    )
-    cv_rescale: Literal["sqrt", "linear"] = Field(
-        "sqrt",
-        description="How a value chosen on the training folds is scaled to the whole data: by the square root "
-        "of the share of data used (sqrt) or by the share itself (linear).",
+        description="Random seed; no ranking rule draws random numbers since the cross-validation rules were "
+        "removed, so it changes nothing (kept so that specs which set it stay valid).",
     )
     max_iter: int | None = Field(
         None,
@@ -170,7 +160,7 @@ class RankingOptions(Options):
         "adaptive",
         description="When LBI stops: adaptive (where the path reaches the adaptive rule's threshold, "
         "t = 1/lambda*), budget (the outlier budget is reached), time (at t_stop), discrepancy "
-        "(the residual matches the noise level sigma), cv (a time chosen by cross-validation up to t_max) or "
+        "(the residual matches the noise level sigma) or "
         "none (run to t_max or the iteration cap).",
     )
     t_stop: float | None = Field(
@@ -183,8 +173,7 @@ class RankingOptions(Options):
         None,
         gt=0.0,
         le=1e6,
-        description="Path time LBI runs to after stopping, so more comparisons get an entry time; also the "
-        "search horizon of stop_rule cv (required by that rule).",
+        description="Path time LBI runs to after stopping, so more comparisons get an entry time.",
     )
     sigma: float | None = Field(
         None,
@@ -211,7 +200,7 @@ class RankingOptions(Options):
         description="How HLASSO picks its outlier threshold: adaptive (a number of robustly estimated noise "
         "levels set by a false-discovery-rate cut, for graded outcomes; an upset-curve cut for +-1 "
         "outcomes), budget (flag the budget share first on the path), "
-        "concomitant (M times an estimated noise level), cv (cross-validation), fixed (the value lam) or "
+        "concomitant (M times an estimated noise level), fixed (the value lam) or "
         "magnitude (1, for ±1 outcomes).",
     )
     lam: float | None = Field(
@@ -245,8 +234,6 @@ class RankingOptions(Options):
         """Refuse the combinations the fit cannot run (docs/methods/ranking.md §6.5)."""
         if self.stop_rule == "time" and self.t_stop is None:
             raise ValueError("stop_rule 'time' needs t_stop (the path time at which LBI stops)")
-        if self.stop_rule == "cv" and self.t_max is None:
-            raise ValueError("stop_rule 'cv' needs t_max (the horizon the cross-validation searches)")
         if self.lambda_rule == "fixed" and self.lam is None:
             raise ValueError("lambda_rule 'fixed' needs lam (the outlier threshold)")
         if self.dt is not None and self.kappa * self.dt >= 2.0:
