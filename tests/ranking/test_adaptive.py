@@ -179,12 +179,13 @@ def test_exact_data_flag_nothing() -> None:
 
 @pytest.mark.slow
 def test_family_grid_reduced() -> None:
-    """A reduced grid of the benchmark: ≥ 3σ graded cells on well-connected uniform graphs, ≤ 10 % outliers.
+    """A reduced grid of the benchmark: 3–5σ graded cells on well-connected uniform graphs (30 rows per item), ≤ 10 %.
 
-    Mean recall ≥ 0.75 and precision ≥ 0.85 over the cells (the oracle bound at 3σ is 0.51 per row:
-    docs/methods/ranking.md §8.6 says where 0.9 cannot be reached).
+    Mean precision ≥ 0.85 over the cells, mean recall ≥ 0.6 over all sizes and ≥ 0.9 at 5σ (measured: 0.91,
+    0.68, 0.96). The oracle's recall at 3σ is about 0.5 per row: docs/methods/ranking.md §8.6 says where 0.9
+    cannot be reached.
     """
-    rec, prec = [], []
+    rec, prec, rec5 = [], [], []
     for size in (3.0, 4.0, 5.0):
         for frac in (0.01, 0.05, 0.1):
             for outcome in ("graded", "graded_ties"):
@@ -193,7 +194,9 @@ def test_family_grid_reduced() -> None:
                 r, p = _recall_precision(flags, inst.outlier)
                 rec.append(r)
                 prec.append(p)
-    assert np.mean(prec) >= 0.85 and np.mean(rec) >= 0.6, (np.mean(rec), np.mean(prec))
+                if size == 5.0:
+                    rec5.append(r)
+    assert np.mean(prec) >= 0.85 and np.mean(rec) >= 0.6 and np.mean(rec5) >= 0.9, (rec, prec)
 
 
 def test_a_budget_the_rule_does_not_read_is_named(caplog: pytest.LogCaptureFixture) -> None:
