@@ -8,7 +8,6 @@ docs/methods/ranking.md.
 """
 
 from crowdflow.comparisons import canonical_comparisons, comparisons_from_winners
-from crowdflow.ranking.cv import cv_lambda, cv_stop_time
 from crowdflow.ranking.fit import fit_hlasso, fit_hodgerank, fit_lbi, fit_ranking
 from crowdflow.ranking.graph import (
     ComparisonGraph,
@@ -45,8 +44,6 @@ __all__ = [
     "canonical_comparisons",
     "check_comparison_graph",
     "comparisons_from_winners",
-    "cv_lambda",
-    "cv_stop_time",
     "fit_hlasso",
     "fit_hodgerank",
     "fit_lbi",

@@ -17,6 +17,7 @@ See docs/methods/ranking.md §2–§4 (methods), §6 (options) and §7 (tables).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,14 +26,13 @@ import pandas as pd
 import scipy.sparse as sp
 
 from crowdflow.errors import DegenerateInput
-from crowdflow.ranking.cv import cv_lambda, cv_stop_time
 from crowdflow.ranking.graph import ComparisonGraph, _graph_report, build_comparison_graph, group_identical_rows
 from crowdflow.ranking.hlasso import LassoFit, _budget_fit, hlasso, hlasso_path
 from crowdflow.ranking.hodge import hodge_decomposition, undetectable_rows
 from crowdflow.ranking.lbi import lbi
 from crowdflow.ranking.least_squares import LaplacianSolver, hodgerank_scores
 from crowdflow.ranking.options import RankingOptions
-from crowdflow.ranking.scale import huber_concomitant_scale
+from crowdflow.ranking.scale import AdaptiveLambda, adaptive_lambda, huber_concomitant_scale
 from crowdflow.ranking.tables import _ranking_table, _row_columns, assemble_robust_result
 from crowdflow.ranking.types import GraphReport, RankingResult, RobustRankingResult
 
@@ -174,24 +174,25 @@ def fit_hlasso(
 
     1. ``P = I − XL†XᵀW`` as an operator (one Laplacian solve per application);
     2. the LASSO path ``γ̂(λ) = argmin ½‖P(y − γ)‖²_W + λΣw_k|γ_k|`` from ``λ_max`` down (warm starts);
-    3. λ* by ``lambda_rule``: ``'budget'`` (flag the first ``budget`` share of the weight along the path,
-       including the crossing group; λ* refined by bisection), ``'concomitant'`` (Huber scale, λ* = Mσ̂),
-       ``'cv'`` (random-projection CV, dense cycle basis, small m), ``'fixed'`` (``lam``) or
+    3. λ* by ``lambda_rule``: ``'adaptive'`` (the default: λ* = t*·σ̂ with the trimmed noise level and a
+       Benjamini–Hochberg cut, or the upset-curve cut for ±1 outcomes, docs/methods/ranking.md §3.4.2),
+       ``'budget'`` (flag the first ``budget`` share of the weight along the path, including the crossing
+       group; λ* refined by bisection), ``'concomitant'`` (Huber scale, λ* = Mσ̂), ``'fixed'`` (``lam``) or
        ``'magnitude'`` (λ = 1 for ±1 data);
     4. outliers ``γ̂_k(λ*) ≠ 0``, robust scores ``θ̂ = L†XᵀW(y − γ̂)`` (= Huber regression);
     5. debiased scores: LS refit without the flagged rows ("LASSO+L2").
 
-    Identical rows are merged first when ``group_identical`` (exactly equivalent, docs/methods/ranking.md §1.3);
-    the CV rule then works on the merged problem's cycle space. ``entry_time`` in the outlier table is ``1/λ_entry``.
+    Identical rows are merged first when ``group_identical`` (exactly equivalent, docs/methods/ranking.md §1.3).
+    ``entry_time`` in the outlier table is ``1/λ_entry``.
     The method is HLASSO whatever ``outliers`` says (:func:`fit_ranking` dispatches on it).
 
     Parameters
     ----------
     comparisons : pandas.DataFrame or ComparisonGraph
     options : RankingOptions, optional
-        Default: all defaults. Uses ``lambda_rule``, ``lam``, ``budget``, ``n_lambdas``,
-        ``lambda_min_ratio``, ``huber_m``, ``scale_a``, ``cv_folds``, ``cv_rescale``, ``seed``, ``tol``,
-        ``max_iter`` and the common fields.
+        Default: all defaults. Uses ``lambda_rule``, ``fdr_q``, ``t_min``, ``lam``, ``budget``,
+        ``n_lambdas``, ``lambda_min_ratio``, ``huber_m``, ``scale_a``, ``tol``, ``max_iter`` and the common
+        fields.
     items : sequence, optional
         Item universe.
     **overrides
@@ -203,6 +204,7 @@ def fit_hlasso(
     """
     o = RankingOptions.resolve(options, **overrides)
     tol, max_iter, lambda_rule = o.tol, o.hlasso_max_iter(), o.lambda_rule
+    _warn_unused_budget(o, lambda_rule)
     g, rep = _prepare(comparisons, items, o.allow_disconnected)
     gf, group, sign = _group_or_identity(g, o.group_identical)
     sol = LaplacianSolver.from_graph(gf, method=o.solver)
@@ -228,6 +230,13 @@ def fit_hlasso(
     if path.lambda_max <= 0:
         fit = LassoFit(0.0, np.zeros(gf.m), theta_ls, 0, True, 0.0)
         logger.info("data are exactly consistent with a global ranking: no outliers")
+    elif lambda_rule == "adaptive":
+        ad = adaptive_lambda(gf, solver=sol, q=o.fdr_q, t_min=o.t_min)
+        params.update(_adaptive_params(ad, o))
+        if ad.lam < path.lambda_max:
+            fit = hlasso(gf, ad.lam, solver=sol, gamma0=nearest(ad.lam), tol=tol, max_iter=max_iter)
+        else:  # nothing to flag (HLASSO at λ ≥ λ_max is the least-squares fit)
+            fit = LassoFit(path.lambda_max, np.zeros(gf.m), theta_ls, 0, True, 0.0)
     elif lambda_rule == "budget":
         fit = _budget_fit(gf, sol, path, o.budget, tol=tol, max_iter=max_iter)
         params["budget"] = o.budget
@@ -236,10 +245,6 @@ def fit_hlasso(
         fit = est.fit
         converged &= est.converged
         params.update(sigma=est.sigma, huber_m=o.huber_m, scale_a=o.scale_a, scale_iterations=est.n_iter)
-    elif lambda_rule == "cv":
-        lam_cv, cvt = cv_lambda(gf, path.lambdas, folds=o.cv_folds, seed=o.seed, rescale=o.cv_rescale)
-        fit = hlasso(gf, lam_cv, solver=sol, gamma0=nearest(lam_cv), tol=tol, max_iter=max_iter)
-        params.update(cv_folds=o.cv_folds, cv_rescale=o.cv_rescale, cv_min_error=float(cvt["cv_error"].min()))
     else:  # 'fixed' (lam is set: checked by RankingOptions) or 'magnitude'
         lam_f = 1.0 if lambda_rule == "magnitude" else o.lam
         assert lam_f is not None  # RankingOptions requires lam with lambda_rule='fixed'
@@ -293,6 +298,31 @@ def fit_hlasso(
     )
 
 
+def _warn_unused_budget(o: RankingOptions, rule: str) -> None:
+    """Log a warning when ``budget`` was set but the rule in force does not read it (it was the default rule)."""
+    if "budget" in o.model_fields_set and rule != "budget":
+        logger.warning(
+            "budget=%g is ignored: the outlier rule is %r (the default is the adaptive rule since crowdflow "
+            "issue #20); set lambda_rule / stop_rule to 'budget' to flag a fixed share",
+            o.budget,
+            rule,
+        )
+
+
+def _adaptive_params(ad: AdaptiveLambda, o: RankingOptions) -> dict[str, Any]:
+    """The run parameters of the adaptive rule (an infinite λ*, nothing to flag, is recorded as None)."""
+    fin = math.isfinite(ad.lam)
+    return {
+        "sigma": ad.sigma,
+        "t": ad.t if fin and math.isfinite(ad.t) else None,
+        "adaptive_lambda": ad.lam if fin else None,
+        "scale_start": ad.scale.start,
+        "outcome_kind": ad.outcome,
+        "fdr_q": o.fdr_q,
+        "t_min": o.t_min,
+    }
+
+
 def _inv(x: np.ndarray | float) -> np.ndarray:
     """``1/x`` with ``1/0 = inf`` (time ↔ 1/λ, docs/methods/ranking.md §4)."""
     x = np.asarray(x, dtype=float)
@@ -317,10 +347,10 @@ def fit_lbi(
     options : RankingOptions, optional
         Default: all defaults. Uses ``algorithm`` (2: gradient θ-steps; 3: exact θ, Δt = 1/κ whatever the
         degrees; 4: Sync-LBI on ``n_workers`` threads), ``kappa`` and ``dt`` (default 1/κ for Alg. 3,
-        ``1/((λ_max(L)+1)κ)`` for Alg. 2/4), ``stop_rule`` with ``budget``, ``t_stop``, ``sigma`` (or,
-        if empty, the Huber concomitant scale estimate with ``huber_m``, ``scale_a``) and ``t_max`` (the
-        path is extended to it; the CV horizon of ``stop_rule='cv'``), ``max_iter``, ``theta0``,
-        ``checkpoint_every``, ``cv_folds``, ``cv_rescale``, ``seed`` and the common fields.
+        ``1/((λ_max(L)+1)κ)`` for Alg. 2/4), ``stop_rule`` (default ``'adaptive'``: the time 1/λ* of the
+        adaptive rule with ``fdr_q`` and ``t_min``) with ``budget``, ``t_stop``, ``sigma`` (or, if empty,
+        the Huber concomitant scale estimate with ``huber_m``, ``scale_a``) and ``t_max`` (the path is
+        extended to it), ``max_iter``, ``theta0``, ``checkpoint_every`` and the common fields.
     items : sequence, optional
         Item universe.
     **overrides
@@ -332,6 +362,7 @@ def fit_lbi(
     """
     o = RankingOptions.resolve(options, **overrides)
     algorithm, kappa, dt, stop_rule, sigma, t_stop = o.algorithm, o.kappa, o.dt, o.stop_rule, o.sigma, o.t_stop
+    _warn_unused_budget(o, stop_rule)
     g, rep = _prepare(comparisons, items, o.allow_disconnected)
     gf, group, sign = _group_or_identity(g, o.group_identical)
     sol = LaplacianSolver.from_graph(gf, method=o.solver)
@@ -348,13 +379,11 @@ def fit_lbi(
         est = huber_concomitant_scale(gf, M=o.huber_m, a=o.scale_a, solver=sol, tol=o.tol)
         sigma = est.sigma
         params["sigma_source"] = "huber_concomitant"
-    if stop_rule == "cv":
-        assert o.t_max is not None  # RankingOptions requires t_max with stop_rule='cv'
-        dt_cv = dt if (dt is not None and algorithm == 3) else 1.0 / kappa
-        t_stop, _ = cv_stop_time(
-            gf, kappa=kappa, dt=dt_cv, t_max=o.t_max, folds=o.cv_folds, seed=o.seed, rescale=o.cv_rescale
-        )
-        params.update(cv_folds=o.cv_folds, cv_rescale=o.cv_rescale)
+    lbi_rule = stop_rule
+    if stop_rule == "adaptive":
+        ad = adaptive_lambda(gf, solver=sol, q=o.fdr_q, t_min=o.t_min)
+        t_stop, lbi_rule = ad.t_stop, "time"
+        params.update(_adaptive_params(ad, o))
     per_algorithm: dict[str, Any] = {} if algorithm == 3 else {"theta0": o.theta0}
     if algorithm == 4:
         per_algorithm["n_workers"] = o.n_workers
@@ -366,7 +395,7 @@ def fit_lbi(
         max_iter=o.lbi_max_iter(),
         kappa=kappa,
         dt=dt,
-        stop_rule=stop_rule,
+        stop_rule=lbi_rule,
         budget=o.budget,
         t_stop=t_stop,
         sigma=sigma,
@@ -382,7 +411,7 @@ def fit_lbi(
         stop_iter=path.stop_iter,
         n_iter=path.n_iter,
         stop_fired=path.stop_fired,
-        sigma=sigma,
+        sigma=sigma if stop_rule != "adaptive" else params["sigma"],
         t_max=o.t_max,
     )
     theta_rob = path.theta

@@ -40,8 +40,22 @@ from crowdflow.ranking.lbi_path import LBIPath, _check_stop_args, _DZView, _Moni
 from crowdflow.ranking.least_squares import LaplacianSolver, cycle_projector, hodgerank_scores, laplacian_lambda_max
 from crowdflow.ranking.numerics import shrink, wdot
 from crowdflow.ranking.options import LBI_MAX_ITER, StopRule
+from crowdflow.ranking.scale import adaptive_lambda
 
 __all__ = ["lbi", "lbi_alg2", "lbi_alg3", "sync_lbi"]
+
+
+def _adaptive_stop(
+    g: ComparisonGraph, solver: LaplacianSolver | None, stop_rule: StopRule, t_stop: float | None
+) -> tuple[StopRule, float | None]:
+    """``stop_rule='adaptive'`` is the time rule at ``t = 1/λ*`` of the adaptive rule (docs/methods/ranking.md §4.4).
+
+    λ* with the default ``fdr_q`` and ``t_min``; :func:`crowdflow.ranking.fit_lbi` passes the options'
+    values as ``stop_rule='time'``. Other rules pass through.
+    """
+    if stop_rule != "adaptive":
+        return stop_rule, t_stop
+    return "time", adaptive_lambda(g, solver=solver).t_stop
 
 
 def _theta0(g: ComparisonGraph, solver: LaplacianSolver | None, theta0: Any) -> np.ndarray:
@@ -83,7 +97,7 @@ def lbi_alg2(
     kappa: float = 100.0,
     dt: float | None = None,
     theta0: Literal["ls", "zero"] | np.ndarray = "ls",
-    stop_rule: StopRule = "budget",
+    stop_rule: StopRule = "adaptive",
     budget: float = 0.05,
     t_stop: float | None = None,
     sigma: float | None = None,
@@ -134,6 +148,7 @@ def lbi_alg2(
     """
     h, dt = _alg2_steps(g, kappa, dt, guard, lam_max)
     target = _resid_target(g, sigma)
+    stop_rule, t_stop = _adaptive_stop(g, solver, stop_rule, t_stop)
     _check_stop_args(stop_rule, t_stop, target, budget)
     theta = _theta0(g, solver, theta0)
     m = g.m
@@ -181,7 +196,7 @@ def lbi_alg3(
     *,
     kappa: float = 100.0,
     dt: float | None = None,
-    stop_rule: StopRule = "budget",
+    stop_rule: StopRule = "adaptive",
     budget: float = 0.05,
     t_stop: float | None = None,
     sigma: float | None = None,
@@ -215,6 +230,7 @@ def lbi_alg3(
     if kappa * dt >= 2.0:
         raise ValueError(f"LBI (alg3) step too large: kappa*dt = {kappa * dt:.4g} >= 2")
     target = _resid_target(g, sigma)
+    stop_rule, t_stop = _adaptive_stop(g, solver, stop_rule, t_stop)
     _check_stop_args(stop_rule, t_stop, target, budget)
     solver = solver or LaplacianSolver.from_graph(g)
     m = g.m
@@ -282,7 +298,7 @@ def sync_lbi(
     kappa: float = 100.0,
     dt: float | None = None,
     theta0: Literal["ls", "zero"] | np.ndarray = "ls",
-    stop_rule: StopRule = "budget",
+    stop_rule: StopRule = "adaptive",
     budget: float = 0.05,
     t_stop: float | None = None,
     sigma: float | None = None,
@@ -325,6 +341,7 @@ def sync_lbi(
         raise ValueError("n_workers must be >= 1")
     h, dt = _alg2_steps(g, kappa, dt, guard, lam_max)
     target = _resid_target(g, sigma)
+    stop_rule, t_stop = _adaptive_stop(g, solver, stop_rule, t_stop)
     _check_stop_args(stop_rule, t_stop, target, budget)
     theta = _theta0(g, solver, theta0)
     m, n = g.m, g.n

@@ -6,7 +6,7 @@ tie-breaker), the support size and weight, the residual norm, γ at checkpoints,
 rule (``stop_rule``):
 
 * ``'budget'``: first iterate whose flagged weight ``Σ_{γ_k≠0} w_k`` reaches ``budget·Σw``;
-* ``'time'``: first iterate with ``t_k ≥ t_stop`` (``'cv'`` chooses that time by cross-validation);
+* ``'time'``: first iterate with ``t_k ≥ t_stop`` (``'adaptive'`` is this rule at ``t_stop = 1/λ*``);
 * ``'discrepancy'`` (our addition): first iterate with ``‖P(y − γ)‖²_W ≤ σ²·l_w`` (``l_w = Σw − n + c``);
 * ``'none'``: run to ``t_max`` / ``max_iter``.
 
@@ -196,7 +196,7 @@ class _Monitor:
             rule = self.stop_rule
             if rule == "budget":
                 fire = weight >= self.budget_w * (1 - 1e-12)
-            elif rule in ("time", "cv"):
+            elif rule == "time":
                 assert self.t_stop is not None  # required for these rules (checked on entry)
                 fire = k * self.dt >= self.t_stop * (1 - 1e-12)
             elif rule == "discrepancy":
@@ -314,9 +314,9 @@ class _Monitor:
 
 
 def _check_stop_args(stop_rule: str, t_stop: float | None, resid_target: float | None, budget: float) -> None:
-    if stop_rule not in ("budget", "time", "discrepancy", "cv", "none"):
+    if stop_rule not in ("budget", "time", "discrepancy", "none"):
         raise ValueError(f"unknown stop_rule {stop_rule!r}")
-    if stop_rule in ("time", "cv") and (t_stop is None or not t_stop >= 0):
+    if stop_rule == "time" and (t_stop is None or not t_stop >= 0):
         raise ValueError(f"stop_rule={stop_rule!r} needs t_stop >= 0")
     if stop_rule == "discrepancy" and resid_target is None:
         raise ValueError("stop_rule='discrepancy' needs sigma")

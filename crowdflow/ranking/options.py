@@ -18,10 +18,12 @@ from pydantic import Field, model_validator
 from crowdflow.options import Options
 
 __all__ = [
+    "FDR_Q",
     "HLASSO_MAX_ITER",
     "HUBER_A",
     "HUBER_M",
     "LBI_MAX_ITER",
+    "T_MIN",
     "LambdaRule",
     "OutlierMethod",
     "RankingOptions",
@@ -30,14 +32,18 @@ __all__ = [
 ]
 
 OutlierMethod = Literal["lbi", "hlasso", "none"]
-StopRule = Literal["budget", "time", "discrepancy", "cv", "none"]
-LambdaRule = Literal["budget", "concomitant", "cv", "fixed", "magnitude"]
+StopRule = Literal["adaptive", "budget", "time", "discrepancy", "none"]
+LambdaRule = Literal["adaptive", "budget", "concomitant", "fixed", "magnitude"]
 SolverMethod = Literal["auto", "splu", "cg"]
 
 #: Huber's constant M (about 95 % efficiency under Gaussian noise), docs/methods/ranking.md §3.4.1.
 HUBER_M = 1.35
 #: Huber's Fisher-consistent constant E[min(Z², M²)] for M = 1.35, Z ~ N(0, 1) (docs/methods/ranking.md §3.4.1).
 HUBER_A = 0.7126
+#: Target false discovery rate of the adaptive rule (docs/methods/ranking.md §3.4.2).
+FDR_Q = 0.1
+#: Floor of the adaptive threshold in noise levels: Φ̄⁻¹(0.005), at most 1 % of clean rows beyond it.
+T_MIN = 2.576
 #: FISTA iteration cap per λ of the HLASSO solver when ``max_iter`` is not set.
 HLASSO_MAX_ITER = 20_000
 #: LBI iteration cap per algorithm when ``max_iter`` is not set (Algorithm 3 needs far fewer steps).
@@ -55,12 +61,26 @@ class RankingOptions(Options):
         description="How to find comparisons that disagree with the ranking: lbi follows the outliers' entry "
         "order along one iterative path, hlasso solves a robust (Huber) regression, none skips the search.",
     )
+    fdr_q: float = Field(
+        FDR_Q,
+        gt=0.0,
+        le=0.5,
+        description="Adaptive rule (the default): the share of false alarms accepted among the flagged "
+        "comparisons; on data without outliers nothing is flagged in about 1 - fdr_q of the cases.",
+    )
+    t_min: float = Field(
+        T_MIN,
+        ge=1.0,
+        le=10.0,
+        description="Adaptive rule: the smallest outlier threshold, in estimated noise levels; 2.576 keeps false "
+        "alarms below one in a hundred clean comparisons however many outliers there are.",
+    )
     budget: float = Field(
         0.05,
         gt=0.0,
         lt=1.0,
-        description="Share of the comparisons (by weight) that may be flagged as outliers when the budget rule "
-        "stops the search; 0.05 flags the 5 % most inconsistent ones.",
+        description="Share of the comparisons (by weight) flagged as outliers by the budget rule (lambda_rule or "
+        "stop_rule budget), whatever the data; 0.05 flags the most inconsistent twentieth.",
     )
     allow_disconnected: bool = Field(
         True,
@@ -91,18 +111,8 @@ class RankingOptions(Options):
         0,
         ge=0,
         le=2**63 - 1,
-        description="Seed of the random fold split used by cross-validation, so reruns give the same result.",
-    )
-    cv_folds: int = Field(
-        5,
-        ge=2,
-        le=20,
-        description="Number of folds when a cross-validation rule chooses the outlier threshold or the stopping time.",
-    )
-    cv_rescale: Literal["sqrt", "linear"] = Field(
-        "sqrt",
-        description="How a value chosen on the training folds is scaled to the whole data: by the square root "
-        "of the share of data used (sqrt) or by the share itself (linear).",
+        description="Random seed; no ranking rule draws random numbers since the cross-validation rules were "
+        "removed, so it changes nothing (kept so that specs which set it stay valid).",
     )
     max_iter: int | None = Field(
         None,
@@ -147,9 +157,10 @@ class RankingOptions(Options):
         "kappa times dt must stay below 2.",
     )
     stop_rule: StopRule = Field(
-        "budget",
-        description="When LBI stops: budget (the outlier budget is reached), time (at t_stop), discrepancy "
-        "(the residual matches the noise level sigma), cv (a time chosen by cross-validation up to t_max) or "
+        "adaptive",
+        description="When LBI stops: adaptive (where the path reaches the adaptive rule's threshold, "
+        "t = 1/lambda*), budget (the outlier budget is reached), time (at t_stop), discrepancy "
+        "(the residual matches the noise level sigma) or "
         "none (run to t_max or the iteration cap).",
     )
     t_stop: float | None = Field(
@@ -162,8 +173,7 @@ class RankingOptions(Options):
         None,
         gt=0.0,
         le=1e6,
-        description="Path time LBI runs to after stopping, so more comparisons get an entry time; also the "
-        "search horizon of stop_rule cv (required by that rule).",
+        description="Path time LBI runs to after stopping, so more comparisons get an entry time.",
     )
     sigma: float | None = Field(
         None,
@@ -186,9 +196,11 @@ class RankingOptions(Options):
     )
     # HLASSO
     lambda_rule: LambdaRule = Field(
-        "budget",
-        description="How HLASSO picks its outlier threshold: budget (flag the budget share first on the path), "
-        "concomitant (M times an estimated noise level), cv (cross-validation), fixed (the value lam) or "
+        "adaptive",
+        description="How HLASSO picks its outlier threshold: adaptive (a number of robustly estimated noise "
+        "levels set by a false-discovery-rate cut, for graded outcomes; an upset-curve cut for +-1 "
+        "outcomes), budget (flag the budget share first on the path), "
+        "concomitant (M times an estimated noise level), fixed (the value lam) or "
         "magnitude (1, for ±1 outcomes).",
     )
     lam: float | None = Field(
@@ -222,8 +234,6 @@ class RankingOptions(Options):
         """Refuse the combinations the fit cannot run (docs/methods/ranking.md §6.5)."""
         if self.stop_rule == "time" and self.t_stop is None:
             raise ValueError("stop_rule 'time' needs t_stop (the path time at which LBI stops)")
-        if self.stop_rule == "cv" and self.t_max is None:
-            raise ValueError("stop_rule 'cv' needs t_max (the horizon the cross-validation searches)")
         if self.lambda_rule == "fixed" and self.lam is None:
             raise ValueError("lambda_rule 'fixed' needs lam (the outlier threshold)")
         if self.dt is not None and self.kappa * self.dt >= 2.0:
