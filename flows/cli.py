@@ -34,6 +34,11 @@ from pydantic import BaseModel
 DEMO_SPEC = "demo-rte.yaml"
 
 
+def _help(text: str) -> str:
+    """Help text taken from a model's description, with ``%`` escaped for argparse (which formats help with ``%``)."""
+    return text.replace("%", "%%")
+
+
 def _prefect_env() -> None:
     """Sensible defaults for Prefect's embedded (ephemeral) API; the user's own settings win."""
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -196,7 +201,7 @@ def _add_model_flags(parser: argparse.ArgumentParser, model: type[BaseModel], de
     for name, field in model.model_fields.items():
         ann = _unwrap(field.annotation)
         default = field.get_default(call_default_factory=True)
-        helptext = (field.description or name) + f" (default: {default})"
+        helptext = _help((field.description or name) + f" (default: {default})")
         kw: dict[str, Any] = {"dest": f"{dest_prefix}.{name}", "default": argparse.SUPPRESS, "help": helptext}
         if typing.get_origin(ann) is Literal:
             values = typing.get_args(ann)
@@ -241,7 +246,7 @@ def _add_job_command(sub: Any, command: str, job: str, help_text: str) -> None:
             "--max-skills-run-age-hours",
             type=float,
             metavar="HOURS",
-            help=JOB_MODELS["next_batch"].model_fields["max_skills_run_age_hours"].description,
+            help=_help(JOB_MODELS["next_batch"].model_fields["max_skills_run_age_hours"].description or ""),
         )
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--name", default=command, help=f"pipeline name, the output sub-folder (default: {command})")

@@ -382,7 +382,9 @@ def build_comparison_graph(comparisons: pd.DataFrame, *, items: Sequence[Any] | 
     i = position[codes[:m]]
     j = position[codes[m:]]
     ann_codes, ann_uniques = pd.factorize(df["annotator"])
-    annotator = np.append(np.asarray(ann_uniques, dtype=object), None)[ann_codes]  # code -1 (missing) -> None
+    ann_table = np.empty(len(ann_uniques) + 1, dtype=object)  # the last slot (code -1: missing) stays None
+    ann_table[:-1] = np.asarray(ann_uniques, dtype=object)
+    annotator = ann_table[ann_codes]
     return ComparisonGraph.from_arrays(
         i,
         j,
