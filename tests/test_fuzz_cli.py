@@ -1,6 +1,7 @@
 """CLI fuzz suite (issue #18, "Done when"): malformed tables and specs for all six jobs, through ``crowdflow``.
 
-Hypothesis draws inputs from a family of mutations of small valid tables: encodings (UTF-8 with and without
+Hypothesis draws small valid tables (unique keys, no self-comparisons; about half the draws stay valid so the
+fit, the export and the output rule run) and corrupts the others: encodings (UTF-8 with and without
 BOM, UTF-16, Latin-1), headers (a column dropped, doubled, renamed, upper-cased, an extra one, a second
 header row), ids (empty, blank, NA spellings in any case, numbers, floats, very long, unicode, quotes and
 newlines), labels (``1`` next to ``1.0``, one class), numbers (text, NaN, ±inf, 1e300, −0, huge), Parquet
@@ -56,13 +57,9 @@ BAD_NUMBERS = ["yes", "", "nan", "NaN", "inf", "-inf", "Infinity", "1e300", "-1e
 GOOD_NUMBERS = ["0", "1", "-1", "0.5", "2", "-2.25", "1e-3", "1.0", "-0"]
 
 
-def _ids(prefix: str, n: int) -> st.SearchStrategy[str]:
-    good = st.sampled_from([f"{prefix}{k}" for k in range(n)])
-    return st.one_of(good, good, good, good, st.sampled_from(NA_SPELLINGS + ODD_IDS))
-
-
-def _numbers(good: list[str] = GOOD_NUMBERS) -> st.SearchStrategy[str]:
-    return st.one_of(*([st.sampled_from(good)] * 6), st.sampled_from(BAD_NUMBERS))
+BAD_IDS = NA_SPELLINGS + ODD_IDS
+BAD_LABELS = ["1.0", "0.0", "2", "yes", "", "NA", "01", "+1"]
+MUTATIONS = ["drop", "double", "rename", "upper", "extra", "header_row", "empty"]
 
 
 # --- tables ------------------------------------------------------------------------------------------------
@@ -72,38 +69,114 @@ class Table:
 
     header: list[str]
     rows: list[list[str]]
-    typed: dict[str, str] = field(default_factory=dict)  # column -> 'float' | 'int' for the Parquet rendering
+    bad_cells: dict[str, list[str]] = field(default_factory=dict)  # column -> values a corruption may write
+    corruption: str = "clean"
 
 
 @st.composite
-def _table(draw: st.DrawFn, columns: dict[str, st.SearchStrategy[str]], min_rows: int, max_rows: int) -> Table:
-    n = draw(st.integers(min_rows, max_rows))
-    header = list(columns)
-    rows = [[draw(s) for s in columns.values()] for _ in range(n)]
-    mutation = draw(
-        st.sampled_from(["none"] * 6 + ["drop", "double", "rename", "upper", "extra", "header_row", "empty"])
-    )
-    if mutation == "drop" and len(header) > 1:
+def _corrupt(draw: st.DrawFn, t: Table) -> Table:
+    """About half the draws stay valid (so the fit, the export and the missing_reason rule run); the others get
+    a few bad cells or one header mutation."""
+    mode = draw(st.sampled_from(["clean", "clean", "clean", "cells", "cells", "header"]))
+    header, rows = list(t.header), [list(r) for r in t.rows]
+    if mode == "cells" and rows:
+        for _ in range(draw(st.integers(1, 3))):
+            r = draw(st.integers(0, len(rows) - 1))
+            c = draw(st.integers(0, len(header) - 1))
+            rows[r][c] = draw(st.sampled_from(t.bad_cells.get(header[c], BAD_IDS)))
+    elif mode == "header":
+        mutation = draw(st.sampled_from(MUTATIONS))
+        mode = f"header:{mutation}"
         k = draw(st.integers(0, len(header) - 1))
-        header.pop(k)
-        rows = [r[:k] + r[k + 1 :] for r in rows]
-    elif mutation == "double":
-        k = draw(st.integers(0, len(header) - 1))
-        header.append(header[k])
-        rows = [[*r, r[k]] for r in rows]
-    elif mutation == "rename":
-        k = draw(st.integers(0, len(header) - 1))
-        header[k] = header[k] + "_x"
-    elif mutation == "upper":
-        header = [h.upper() for h in header]
-    elif mutation == "extra":
-        header.append("comment")
-        rows = [[*r, draw(st.sampled_from(["", "ok", "1e300", "n/a"]))] for r in rows]
-    elif mutation == "header_row" and rows:
-        rows.insert(draw(st.integers(0, len(rows))), list(header))
-    elif mutation == "empty":
-        rows = []
-    return Table(header, rows)
+        if mutation == "drop" and len(header) > 1:
+            header.pop(k)
+            rows = [r[:k] + r[k + 1 :] for r in rows]
+        elif mutation == "double":
+            header.append(header[k])
+            rows = [[*r, r[k]] for r in rows]
+        elif mutation == "rename":
+            header[k] = header[k] + "_x"
+        elif mutation == "upper":
+            header = [h.upper() for h in header]
+        elif mutation == "extra":
+            header.append("comment")
+            rows = [[*r, draw(st.sampled_from(["", "ok", "1e300", "n/a"]))] for r in rows]
+        elif mutation == "header_row" and rows:
+            rows.insert(draw(st.integers(0, len(rows))), list(header))
+        elif mutation == "empty":
+            rows = []
+    return Table(header, rows, t.bad_cells, mode)
+
+
+def _num(values: list[str]) -> st.SearchStrategy[str]:
+    return st.sampled_from(values)
+
+
+def _keyed(
+    keys: st.SearchStrategy[tuple[int, ...]], min_size: int, max_size: int, unique: bool
+) -> st.SearchStrategy[list[tuple[int, ...]]]:
+    return st.lists(keys, min_size=min_size, max_size=max_size, unique=unique)
+
+
+@st.composite
+def _labels(draw: st.DrawFn) -> Table:
+    pairs = draw(_keyed(st.tuples(st.integers(0, 7), st.integers(0, 4)), 1, 40, True))
+    classes = draw(st.sampled_from([["0", "1"], ["0", "1"], ["a", "b", "c"], ["1", "1.0", "0"]]))
+    rows = [[f"t{t}", f"w{w}", draw(st.sampled_from(classes))] for t, w in pairs]
+    return draw(_corrupt(Table(["task", "worker", "label"], rows, {"label": BAD_LABELS})))
+
+
+@st.composite
+def _truth(draw: st.DrawFn) -> Table:
+    tasks = draw(st.lists(st.integers(0, 9), min_size=1, max_size=8, unique=True))
+    rows = [[f"t{t}", draw(st.sampled_from(["0", "1", "1.0", "a"]))] for t in tasks]
+    return draw(_corrupt(Table(["task", "label"], rows, {"label": ["", "NA", "2"]})))
+
+
+@st.composite
+def _comparisons(draw: st.DrawFn) -> Table:
+    keys = draw(_keyed(st.tuples(st.integers(0, 3), st.integers(0, 5), st.integers(1, 5)), 1, 40, False))
+    outcomes = draw(st.sampled_from([["1", "-1"], ["1", "-1", "0"], GOOD_NUMBERS, ["0"]]))
+    rows = [[f"u{u}", f"i{a}", f"i{(a + d) % 6}", draw(st.sampled_from(outcomes))] for u, a, d in keys]
+    return draw(_corrupt(Table(["annotator", "item_a", "item_b", "outcome"], rows, {"outcome": BAD_NUMBERS})))
+
+
+@st.composite
+def _agents(draw: st.DrawFn) -> Table:
+    agents = [(a,) for a in range(6)] + draw(_keyed(st.tuples(st.integers(0, 5)), 0, 24, False))
+    y = draw(st.sampled_from([GOOD_NUMBERS, ["0", "1"], ["", "1", "2"]]))
+    rows = [[f"a{a}", draw(st.sampled_from(y)), draw(st.sampled_from(GOOD_NUMBERS))] for (a,) in agents]
+    return draw(_corrupt(Table(["agent", "y", "x1"], rows, {"y": BAD_NUMBERS, "x1": BAD_NUMBERS})))
+
+
+@st.composite
+def _edges(draw: st.DrawFn) -> Table:
+    pairs = draw(_keyed(st.tuples(st.integers(0, 5), st.integers(1, 5)), 0, 15, False))
+    chain = [(a, a + 1) for a in range(5) if draw(st.integers(0, 9))]  # usually connected, sometimes not
+    seen = dict.fromkeys(chain + [(min(a, (a + d) % 6), max(a, (a + d) % 6)) for a, d in pairs])
+    rows = [[f"a{a}", f"a{b}", draw(_num(["1", "0.5", "2", "1.0", "3"]))] for a, b in seen]
+    return draw(_corrupt(Table(["source", "target", "weight"], rows, {"weight": ["0", "-1", *BAD_NUMBERS]})))
+
+
+@st.composite
+def _candidates(draw: st.DrawFn) -> Table:
+    pairs = draw(_keyed(st.tuples(st.integers(0, 7), st.integers(0, 4)), 1, 40, True))
+    scores = draw(st.sampled_from([GOOD_NUMBERS, ["1", "2", "3"], ["0.5"], ["-1", "-2"]]))
+    rows = [[f"t{t}", f"w{w}", draw(st.sampled_from(scores))] for t, w in pairs]
+    return draw(_corrupt(Table(["task", "worker", "score"], rows, {"score": BAD_NUMBERS})))
+
+
+@st.composite
+def _caps(draw: st.DrawFn, column: str = "capacity") -> Table:
+    workers = draw(st.lists(st.integers(0, 4), min_size=0, max_size=5, unique=True))
+    rows = [[f"w{w}", draw(_num(["0", "1", "2", "3"]))] for w in workers]
+    return draw(_corrupt(Table(["worker", column], rows, {column: ["1.5", "-1", "", "x", "1e300"]})))
+
+
+@st.composite
+def _open_tasks(draw: st.DrawFn) -> Table:
+    tasks = draw(st.lists(st.integers(0, 12), min_size=0, max_size=10, unique=True))
+    return draw(_corrupt(Table(["task"], [[f"t{t}"] for t in tasks])))
 
 
 def _csv_text(t: Table) -> str:
@@ -168,35 +241,18 @@ def _inputs(draw: st.DrawFn, tables: dict[str, st.SearchStrategy[Table]]) -> dic
     return {name: (draw(s), draw(FORMATS), draw(ENCODINGS)) for name, s in tables.items()}
 
 
-LABELS = _table(
-    {
-        "task": _ids("t", 8),
-        "worker": _ids("w", 5),
-        "label": st.one_of(*[st.sampled_from(["0", "1"])] * 6, st.sampled_from(["1.0", "0.0", "2", "yes", "", "NA"])),
-    },
-    0,
-    40,
-)
-TRUTH = _table({"task": _ids("t", 8), "label": st.sampled_from(["0", "1", "1.0", "2", ""])}, 0, 8)
-COMPARISONS = _table(
-    {"annotator": _ids("u", 4), "item_a": _ids("i", 6), "item_b": _ids("i", 6), "outcome": _numbers()}, 0, 40
-)
-AGENTS = _table({"agent": _ids("a", 6), "y": _numbers(), "x1": _numbers()}, 0, 30)
-EDGES = _table(
-    {"source": _ids("a", 6), "target": _ids("a", 6), "weight": _numbers(["1", "0.5", "2", "1.0", "3"])}, 0, 15
-)
-CANDIDATES = _table({"task": _ids("t", 8), "worker": _ids("w", 5), "score": _numbers()}, 0, 40)
-CAPS = _table({"worker": _ids("w", 5), "capacity": _numbers(["0", "1", "2", "3", "1.5", "-1"])}, 0, 6)
-OPEN = _table({"task": _ids("t", 8)}, 0, 10)
-WORKERS = _table({"worker": _ids("w", 5), "capacity": _numbers(["1", "2", "3", "", "2.5"])}, 0, 6)
+LABELS, TRUTH, COMPARISONS, AGENTS, EDGES = _labels(), _truth(), _comparisons(), _agents(), _edges()
+CANDIDATES, CAPS, OPEN, WORKERS = _candidates(), _caps(), _open_tasks(), _caps()
 
 
 def _int_opt() -> st.SearchStrategy[str]:
-    return st.sampled_from(["0", "1", "2", "3", "-1", "abc", "1.5", "1e9", "nan", "inf"])
+    good = st.sampled_from(["1", "2", "3", "5"])
+    return st.one_of(good, good, st.sampled_from(["0", "-1", "abc", "1.5", "1e9", "nan", "inf"]))
 
 
 def _float_opt() -> st.SearchStrategy[str]:
-    return st.sampled_from(["0", "0.1", "1", "2.5", "-1", "nan", "inf", "-inf", "1e-300", "1e300", "x"])
+    good = st.sampled_from(["0.1", "0.5", "1", "2.5"])
+    return st.one_of(good, good, st.sampled_from(["0", "-1", "nan", "inf", "-inf", "1e-300", "1e300", "x"]))
 
 
 @dataclass(frozen=True)
@@ -331,7 +387,7 @@ pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]
 
 
 @pytest.mark.parametrize("name", [j for j in JOBS if j != "next-batch"])
-def test_malformed_tables_exit_0_or_2(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_drawn_tables_exit_0_or_2(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     @FUZZ
     @given(data=st.data())
     def run(data: st.DataObject) -> None:
@@ -340,7 +396,7 @@ def test_malformed_tables_exit_0_or_2(name: str, capsys: pytest.CaptureFixture[s
     run()
 
 
-def test_malformed_next_batch_tables_exit_0_or_2(skills_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_drawn_next_batch_tables_exit_0_or_2(skills_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
     @FUZZ
     @given(data=st.data())
     def run(data: st.DataObject) -> None:
@@ -360,6 +416,37 @@ JOB_OPTIONS = {
 }
 
 
+VALID_OPTIONS: dict[str, list[Any]] = {  # values each option accepts (drawn half the time, so that runs complete)
+    "method": ["ds", "mv", "pgd", "onecoin_ds", "lbfgs", "rtr", "djam", "centralized"],
+    "seed": [0, 1],
+    "tau": [0.5],
+    "max_iter": [200],
+    "classes": [["0", "1"]],
+    "duplicates": ["error", "keep_last"],
+    "fallback": ["mv", "zero"],
+    "ds_prior": [1.0, 0.0],
+    "eta": [0.01],
+    "outliers": ["lbi", "hlasso", "none"],
+    "kappa": [10, 100],
+    "budget": [0.05, 5],
+    "lambda_rule": ["adaptive", "budget", "concomitant"],
+    "lam": [1.0],
+    "debias": [True, False],
+    "rank": [1, 2],
+    "sigma": [0.5, 1.0],
+    "lambda_scale": [1.0],
+    "loss": ["quadratic", "ridge"],
+    "reg": [0.1, 1.0],
+    "max_rounds": [50],
+    "rho": [1.0],
+    "tol": [1e-6],
+    "huber_c": [1.0],
+    "worker_cap": [2],
+    "task_cap": [1, 2],
+    "backend": ["flow", "lp"],
+}
+
+
 def _yaml_scalar(v: Any) -> str:
     if isinstance(v, str) and v.startswith("."):
         return v
@@ -369,17 +456,23 @@ def _yaml_scalar(v: Any) -> str:
 @st.composite
 def _spec_text(draw: st.DrawFn, job: str, inputs: dict[str, str], out: str) -> str:
     block, opts = JOB_OPTIONS[job]
-    lines = [f"name: {draw(st.sampled_from(['fz', 'fz-1', 'a.b', '../x', '', 'ok name']))}", f"job: {job}"]
+    name = draw(st.sampled_from(["fz", "fz", "fz", "fz-1", "a.b", "../x", "", "ok name"]))
+    lines = [f"name: {name}", f"job: {job}"]
     for name, path in inputs.items():
         lines.append(f"{name}:\n  path: {json.dumps(path)}")
     chosen = draw(st.lists(st.sampled_from(opts), max_size=4))
     if chosen or draw(st.booleans()):
         lines.append(f"{block}:")
         for k in chosen:  # a repeated key is a duplicated YAML key: refused
-            lines.append(f"  {k}: {_yaml_scalar(draw(st.sampled_from(SPEC_VALUES)))}")
+            valid = st.sampled_from(VALID_OPTIONS.get(k, [None]))
+            value = draw(st.one_of(valid, valid, st.sampled_from(SPEC_VALUES)))
+            lines.append(f"  {k}: {_yaml_scalar(value)}")
     extra = draw(
         st.sampled_from(
             [
+                "",
+                "",
+                "",
                 "",
                 "unknown_key: 1",
                 "checks: {validation: maybe}",
@@ -424,7 +517,7 @@ GOOD_FILES: dict[str, Callable[[], str]] = {
 
 
 @pytest.mark.parametrize("job", list(JOB_OPTIONS))
-def test_malformed_specs_exit_0_or_2(job: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_drawn_specs_exit_0_or_2(job: str, capsys: pytest.CaptureFixture[str]) -> None:
     @FUZZ
     @given(data=st.data())
     def run(data: st.DataObject) -> None:
