@@ -498,7 +498,13 @@ class DawidSkene(_Aggregator):
         pw, pm = pairs // m, pairs % m
         index = pd.MultiIndex.from_arrays([enc.workers.take(pw), enc.classes.take(pm)], names=["worker", "label"])
         values = res.confusion[pw, :, pm][:, cols]  # (pair, true label)
-        return pd.DataFrame(values, index=index, columns=pd.Index(labels.to_numpy(), dtype=object))
+        # Crowd-Kit's columns: text labels keep their string dtype, other labels become an object index
+        columns = (
+            labels.rename(None)
+            if isinstance(labels.dtype, pd.StringDtype)
+            else pd.Index(labels, dtype=object).rename(None)
+        )
+        return pd.DataFrame(values, index=index, columns=columns)
 
     def _skills(self, enc: _Encoded, res: DawidSkeneResult) -> pd.Series:
         codes, index = enc.worker_index("sorted")
