@@ -32,8 +32,11 @@ Where they differ from Crowd-Kit (``tests/test_estimators.py`` runs the same Dat
   one EM iteration to the next (Crowd-Kit: the change of its evidence lower bound per answer, which it may stop
   on early, even on a decrease), and ``smoothing`` adds a pseudo-count to every count (default 0.01, the
   pipeline's; Crowd-Kit clips probabilities at 1e-10). Both run the same EM from the same start (majority-vote
-  shares), so with ``smoothing`` near 0 and a small ``tol`` both reach the same estimates, up to Crowd-Kit's
-  early stop.
+  shares), so with ``smoothing=0`` and a small ``tol`` (and Crowd-Kit run for all ``n_iter``, ``tol=-inf``)
+  labels are equal and probabilities agree to 1e-4 on every test set with 3 or more answers per task. With 2
+  answers per task EM reaches degenerate maxima (posteriors exactly 0 or 1) where the two clip differently and
+  end apart; a confusion row for a true label none of a worker's tasks has is 0/0 (Crowd-Kit fills it, we
+  give 0). ``prior`` (default 0, the classic model) is the pipeline's ``ds_prior``.
 - **Duplicates and missing values.** A repeated (task, worker) pair is refused (``duplicates="error"``, the
   pipeline's default; ``keep_first``/``keep_last`` keep one answer), a missing id or label is refused, naming
   the rows: :class:`~crowdflow.errors.InputError`. Crowd-Kit counts every row.
