@@ -181,7 +181,7 @@ def _host() -> str:
 
 
 def render(flow_rows: list[dict], cold_rows: list[dict], first: float, host: str, total: float) -> str:
-    from crowdflow import __version__
+    from crowdflow._version import __version__
 
     lines = [
         "# Pipeline overhead: full flow vs. bare library call, and CLI cold start",

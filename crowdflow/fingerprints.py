@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel
 
-from crowdflow import __version__
+from crowdflow._version import __version__
 
 __all__ = ["code_identity", "data_fingerprint", "fit_key"]
 

@@ -46,7 +46,7 @@ from crowdflow.errors import InputError
 from crowdflow.labels import canonical_label_text
 from crowdflow.manifest import json_safe
 from crowdflow.missing import with_reasons
-from crowdflow.spec import check_name
+from crowdflow.names import check_name
 from crowdflow.tables import TableSchema
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ class LoadedTable:
     sha256 : str
         Content fingerprint (file bytes; for a folder, a hash over its Parquet files' names and hashes).
     format : str
-        ``csv`` or ``parquet``.
+        ``csv`` or ``parquet`` (a database kind for a query, ``dataframe`` for :func:`read_frame`).
     renamed : dict
         Input column → canonical column for every renamed column.
     query : dict, optional
@@ -435,6 +435,80 @@ def _check_readable(p: Path) -> None:
         )
 
 
+def _canonical(
+    df: pd.DataFrame, schema: TableSchema, columns: Mapping[str, str] | None, where: str, empty: str
+) -> tuple[pd.DataFrame, dict[str, str]]:
+    """The one set of rules every source goes through: column mapping and aliases, no empty table, coercion.
+
+    Files (:func:`read_table`), query results (:func:`read_query`) and DataFrames (:func:`read_frame`) all
+    reach the canonical columns of ``schema`` here, so a rule cannot differ between them.
+    """
+    df, renamed = _apply_columns(df, schema, columns or {}, where)
+    if len(df) == 0:
+        raise InputError(empty, path=where)
+    return _coerce(df, schema, where), renamed
+
+
+def frame_fingerprint(df: pd.DataFrame) -> str:
+    """SHA-256 over a DataFrame's column names and values (row order included), for a table given in memory."""
+    h = hashlib.sha256()
+    h.update(json.dumps([str(c) for c in df.columns]).encode())
+    if len(df.columns):
+        try:
+            hashed = pd.util.hash_pandas_object(df, index=False)
+        except TypeError:  # unhashable cells (list-valued features): hash their text
+            hashed = pd.util.hash_pandas_object(df.astype(str), index=False)
+        h.update(hashed.to_numpy().tobytes())
+    return h.hexdigest()
+
+
+def read_frame(
+    df: pd.DataFrame,
+    schema: TableSchema,
+    columns: Mapping[str, str] | None = None,
+    source: str | None = None,
+) -> LoadedTable:
+    """A DataFrame in the canonical columns of ``schema``, by the rules a file goes through (:func:`read_table`).
+
+    The same column mapping (``columns``, then the contract's aliases: Crowd-Kit's ``task, worker, label`` and
+    ``worker, left, right, label`` included, a winner column turned into ``outcome``), the same refusal of an
+    empty table and of a column named twice, and the same coercion (ids as text, ``3.0`` as ``3``, numbers
+    parsed, whole numbers for counts, nested values refused). ``df`` itself is never modified.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+    schema : TableSchema
+        Contract of the table (``crowdflow.tables.INPUTS[kind]``).
+    columns : mapping, optional
+        Canonical column → the column's name in ``df`` (only where they differ).
+    source : str, optional
+        How messages name the table (default: ``"<kind> DataFrame"``).
+
+    Returns
+    -------
+    LoadedTable
+        ``format="dataframe"``, ``sha256`` = :func:`frame_fingerprint` of ``df``; ``df`` of the result has a
+        RangeIndex (row number in messages = position + 1).
+
+    Raises
+    ------
+    InputError
+        Not a DataFrame, a missing or mis-mapped column, an empty table, values of the wrong type.
+    """
+    where = source or f"{schema.name} DataFrame"
+    if not isinstance(df, pd.DataFrame):
+        raise InputError(
+            f"expected a pandas DataFrame for the {schema.name} table, got {type(df).__name__}", path=where
+        )
+    _check_header([str(c).strip() for c in df.columns], where)
+    frame = df.copy(deep=False)  # the caller's frame keeps its column names
+    frame.index = pd.RangeIndex(len(frame))
+    out, renamed = _canonical(frame, schema, columns, where, f"no rows in the {schema.name} table")
+    log.debug("read %s: %d rows", where, len(out))
+    return LoadedTable(df=out, source=where, sha256=frame_fingerprint(df), format="dataframe", renamed=renamed)
+
+
 def read_table(
     path: str | os.PathLike[str],
     schema: TableSchema,
@@ -466,10 +540,7 @@ def read_table(
     kind = _detect_format(p, fmt)
     df, digest = _read_csv(p) if kind == "csv" else _read_parquet(p)
     _repeated_header_rows(df, str(p))
-    df, renamed = _apply_columns(df, schema, columns or {}, str(p))
-    if len(df) == 0:
-        raise InputError(f"no data rows (header only) in a {schema.name} table", path=str(p))
-    df = _coerce(df, schema, str(p))
+    df, renamed = _canonical(df, schema, columns, str(p), f"no data rows (header only) in a {schema.name} table")
     log.info("read %s: %d rows (%s, sha256 %s)", p, len(df), kind, digest[:12])
     return LoadedTable(df=df, source=str(p), sha256=digest, format=kind, renamed=renamed)
 
@@ -516,10 +587,9 @@ def read_query(
     where = f"{redact_url(url)} (query of the {schema.name} source)"
     table = fetch_query(url, sql, params, password=password, base_dir=base_dir)
     digest = table_fingerprint(table)
-    df, renamed = _apply_columns(_arrow_to_frame(table), schema, columns or {}, where)
-    if len(df) == 0:
-        raise InputError(f"the query returned no rows for a {schema.name} table", path=where)
-    df = _coerce(df, schema, where)
+    df, renamed = _canonical(
+        _arrow_to_frame(table), schema, columns, where, f"the query returned no rows for a {schema.name} table"
+    )
     log.info("fetched %s: %d rows (%s, fingerprint %s)", redact_url(url), len(df), kind, digest[:12])
     query = {"sql": sql, "params": params if params is not None else {}}
     return LoadedTable(df=df, source=redact_url(url), sha256=digest, format=kind, renamed=renamed, query=query)
@@ -612,6 +682,16 @@ def _to_arrow(df: pd.DataFrame, schema: pa.Schema | None, run_id: str | None = N
     if run_id is not None and RUN_ID_COLUMN not in table.column_names:
         table = table.append_column(RUN_ID_COLUMN, pa.array([run_id] * table.num_rows, type=pa.string()))
     return table
+
+
+def written_frame(df: pd.DataFrame, schema: pa.Schema | None = None) -> pd.DataFrame:
+    """``df`` as a reader of the Parquet file :func:`write_parquet` writes gets it back.
+
+    Cast to ``schema`` the way the writer does (exactly its columns, in order, with its types), or converted
+    through Arrow as it is without one; the index becomes a RangeIndex.
+    """
+    out: pd.DataFrame = _to_arrow(df, schema).to_pandas()
+    return out
 
 
 def write_parquet(df: pd.DataFrame, path: Path, schema: pa.Schema | None = None) -> int:

@@ -29,7 +29,6 @@ Relative paths are resolved against the spec file's folder.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -38,6 +37,8 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 from crowdflow.assignment import AssignmentOptions
 from crowdflow.errors import SpecError
+from crowdflow.names import NAME_PATTERN as NAME_PATTERN  # re-exported: spec users import them from here
+from crowdflow.names import check_name as check_name
 from crowdflow.options import Options, form_schema
 from crowdflow.personal_models import PersonalModelsOptions
 from crowdflow.personal_rankings.options import PersonalRankingsOptions
@@ -47,30 +48,7 @@ from crowdflow.skills import SkillsOptions
 
 CheckMode = Literal["block", "warn"]
 Scalar = str | int | float | bool | None
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 SQL_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"
-
-
-def check_name(name: str, what: str = "name") -> str:
-    """A pipeline name or run id that is safe as one path component, or ``ValueError`` saying why.
-
-    1-128 characters of ``A-Z a-z 0-9 _ - .``, starting with a letter or digit: no ``/`` or ``\\``, no
-    ``..``, no absolute path, no NUL, nothing a shell or a file system treats specially.
-    """
-    if not isinstance(name, str) or re.fullmatch(NAME_PATTERN, name) is None:
-        shown = repr(name) if len(str(name)) <= 60 else repr(str(name)[:60]) + "..."
-        why = ""
-        if isinstance(name, str):
-            if "\x00" in name:
-                why = " (contains a NUL byte)"
-            elif "/" in name or "\\" in name or name.startswith(("~", ".")):
-                why = " (a name is one folder, not a path)"
-            elif len(name) > 128:
-                why = f" ({len(name)} characters, at most 128)"
-        raise ValueError(
-            f"invalid {what} {shown}{why}: use 1-128 letters, digits, '_', '-', '.', starting with a letter or digit"
-        )
-    return name
 
 
 class _Strict(BaseModel):
@@ -455,7 +433,7 @@ class SkillsPipeline(PipelineBase):
         and majority vote do not estimate those skills, so for them the finding is reported and the run goes on.
         """
         modes = super().check_modes()
-        if self.skills.method != "pgd":
+        if not self.skills.needs_identifiable_skills:
             modes["identifiability"] = "warn"
         return modes
 

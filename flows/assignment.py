@@ -6,6 +6,7 @@ from typing import Any
 
 from prefect import flow
 
+from crowdflow.assignment import output_tables
 from crowdflow.errors import InputError
 from crowdflow.io import LoadedTable
 from crowdflow.spec import AssignmentPipeline
@@ -60,7 +61,7 @@ def assignment_flow(spec: AssignmentPipeline, run_id: str | None = None) -> dict
         task_caps=task_caps,
     )
     clock.lap("fit")
-    tables = {"assignment": result.assignment, "worker_load": result.worker_load, "task_load": result.task_load}
+    tables = output_tables(result)  # the same tables as crowdflow.assign(candidates)
     metrics = {
         "n_assigned": int(result.n_selected),
         "objective": float(result.objective),

@@ -6,6 +6,7 @@ from typing import Any
 
 from prefect import flow
 
+from crowdflow.assignment import output_tables
 from crowdflow.spec import NextBatchPipeline
 from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
 from flows.pipeline import fit_data
@@ -33,12 +34,7 @@ def next_batch_flow(spec: NextBatchPipeline, run_id: str | None = None) -> dict[
     out, cache = fit_step(spec, fit_next_batch_task, fit_input, *fit_input[0], opts)
     clock.lap("fit")
     result = out.result
-    tables = {
-        "assignment": result.assignment,
-        "worker_load": result.worker_load,
-        "task_load": result.task_load,
-        "candidates": out.candidates,
-    }
+    tables = output_tables(out)
     metrics = {
         "n_assigned": int(result.n_selected),
         "objective": float(result.objective),

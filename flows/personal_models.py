@@ -7,6 +7,7 @@ from typing import Any
 from prefect import flow
 
 from crowdflow.errors import DegenerateInput
+from crowdflow.personal_models import output_tables
 from crowdflow.spec import PersonalModelsPipeline
 from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
 from flows.pipeline import fit_data
@@ -46,7 +47,7 @@ def personal_models_flow(spec: PersonalModelsPipeline, run_id: str | None = None
     except DegenerateInput as exc:  # the data admit no fit: say which file, exit 2
         raise DegenerateInput(f"{agents.source}: {exc}", exc.reason) from None
     clock.lap("fit")
-    outputs = {"personal_models": result.personal_models, "convergence": result.diagnostics}
+    outputs = output_tables(result)  # the same tables as crowdflow.personal_models(agents, edges)
     metrics = {
         "converged": bool(result.converged),
         "iterations": int(result.iterations),

@@ -8,6 +8,7 @@ from typing import Any
 from prefect import flow
 
 from crowdflow.errors import DegenerateInput
+from crowdflow.personal_rankings import output_tables
 from crowdflow.spec import PersonalRankingsPipeline
 from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
 from flows.pipeline import fit_data
@@ -40,13 +41,7 @@ def personal_rankings_flow(spec: PersonalRankingsPipeline, run_id: str | None = 
         raise DegenerateInput(f"{cmp.source}: {exc}", exc.reason) from None
     clock.lap("fit")
     diag = asdict(result.diagnostics)
-    tables = {
-        "personal_rankings": result.personal_rankings,
-        "user_factors": result.user_factors,
-        "item_factors": result.item_factors,
-        "excluded": result.excluded,
-        "fit": result.diagnostics_table(),
-    }
+    tables = output_tables(result)  # the same tables as crowdflow.personal_rankings(comparisons)
     checks = {"validation": spec.checks.validation, "annotator_item_components": graph.n_user_item_components}
     metrics = {k: diag[k] for k in ("rank", "n_users", "n_items", "n_pairs", "n_excluded", "objective")}
     return finish_run(

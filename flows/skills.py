@@ -12,7 +12,8 @@ from prefect import flow, get_run_logger
 
 from crowdflow.io import LoadedTable
 from crowdflow.labels import deduplicate, encode_labels
-from crowdflow.metrics import gold_metrics, review_skills
+from crowdflow.metrics import review_skills
+from crowdflow.skills import output_metrics, output_tables
 from crowdflow.spec import SkillsPipeline
 from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
 from flows.pipeline import fit_data
@@ -77,14 +78,8 @@ def skills_flow(spec: SkillsPipeline, run_id: str | None = None) -> dict[str, An
     clock.lap("fit")
 
     meta = result.metadata
-    metrics: dict[str, Any] = {
-        "n_ties": meta.get("n_ties", 0),
-        "n_fallback_tasks": meta.get("n_fallback_tasks", 0),
-        "n_duplicates_dropped": dropped["n"],
-        "frac_workers_identified": meta.get("frac_workers_identified"),
-    }
+    metrics = output_metrics(result, truth.df if truth is not None else None, dropped["n"], list(lm.classes))
     if truth is not None:
-        metrics.update(gold_metrics(result.consensus, truth.df, list(lm.classes)).as_dict())
         if metrics["n_gold_label_unknown"]:
             known = ", ".join(map(str, lm.classes[:10]))
             logger.warning(
@@ -105,14 +100,10 @@ def skills_flow(spec: SkillsPipeline, run_id: str | None = None) -> dict[str, An
         "bipartite_components": int((comps["status"] == "bipartite_component").sum()),
         "isolated_workers": int((comps["status"] == "isolated").sum()),
     }
-    components = result.diagnostics.merge(
-        graph.components[["component", "colour_sizes", "workers"]], on="component", how="left"
-    )
-    tables = {"consensus": result.consensus, "skills": result.skills, "components": components}
     # what people act on: gold-measured worker accuracy and confusion (with truth), changes against majority vote
     review = review_skills(labels.df, result.consensus, None if truth is None else truth.df)
-    tables.update(review.tables)
     metrics.update(review.metrics)
+    tables = output_tables(result, graph, review)  # the same tables as crowdflow.skills(labels, truth)
     fit = {k: v for k, v in meta.items() if k in _FIT_KEYS}
     return finish_run(
         spec,

@@ -22,7 +22,7 @@ from crowdflow.graphs import WorkerGraphReport
 from crowdflow.labels import LabelMatrix
 from crowdflow.personal_models import PersonalModelsOptions, PersonalModelsResult, fit_personal_models
 from crowdflow.personal_rankings import PersonalRankingResult, PersonalRankingsOptions, fit_personal_rankings
-from crowdflow.ranking import RankingOptions, fit_ranking
+from crowdflow.ranking import RankingOptions, fit_ranking, output_tables
 from crowdflow.skills import SkillsOptions, SkillsResult, fit_skills
 from crowdflow.spec import RunnerSpec
 from tasks.progress import fit_progress
@@ -200,7 +200,7 @@ def fit_ranking_task(comparisons: pd.DataFrame, options: RankingOptions, fingerp
     logger = get_run_logger()
     result = fit_ranking(comparisons, options)
     logger.info(result.summary)
-    return _fitted({"tables": result.tables, "params": dict(result.params)})
+    return _fitted({"tables": output_tables(result), "params": dict(result.params)})
 
 
 @task(name="fit-assignment", cache_key_fn=fingerprint_key, cache_expiration=timedelta(days=7), persist_result=True)

@@ -9,11 +9,15 @@ assignment by stochastic IHT (:func:`assign_siht`, :func:`assign_baseline`,
 with the projection (:func:`iht`, :func:`gradmp`).
 
 See docs/methods/assignment.md.
+
+The job's front door is :func:`assign` (``crowdflow.assign(candidates, budget=100)``: DataFrames in, the
+tables an assignment run writes out); :func:`output_tables` gives those tables from a result.
 """
 
 from crowdflow.assignment.accuracy import expected_accuracy, map_accuracy_exact, map_accuracy_mc
 from crowdflow.assignment.backends import greedy_select
 from crowdflow.assignment.constraints import TVCSConstraints
+from crowdflow.assignment.door import AssignmentFit, assign, output_tables
 from crowdflow.assignment.fit import assign_tasks, next_batch
 from crowdflow.assignment.iht import (
     Loss,
@@ -32,6 +36,7 @@ from crowdflow.assignment.siht import assign_baseline, assign_siht
 from crowdflow.assignment.types import AssignmentResult, NextBatchResult, SelectResult
 
 __all__ = [
+    "AssignmentFit",
     "AssignmentOptions",
     "AssignmentResult",
     "CapsTableError",
@@ -41,6 +46,7 @@ __all__ = [
     "SparseFitResult",
     "TVCSConstraints",
     "TVCSProjector",
+    "assign",
     "assign_baseline",
     "assign_siht",
     "assign_tasks",
@@ -53,6 +59,7 @@ __all__ = [
     "map_accuracy_exact",
     "map_accuracy_mc",
     "next_batch",
+    "output_tables",
     "project_elements",
     "relax_constraints",
     "selection_recall",

@@ -5,9 +5,13 @@ pipeline spec); it runs :func:`fit_lbi` (Linearized Bregman Iterations), :func:`
 (Huber-LASSO) or :func:`fit_hodgerank` (least squares per connected component), which take the same
 options. The building blocks they use are exported for simulations and benchmarks. See
 docs/methods/ranking.md.
+
+The job's front door is :func:`rank` (``crowdflow.rank(comparisons)``: a DataFrame in, the tables a ranking run
+writes out); :func:`output_tables` gives those tables from a fit, for the pipeline and the front door alike.
 """
 
 from crowdflow.comparisons import canonical_comparisons, comparisons_from_winners
+from crowdflow.ranking.door import RankingFit, output_tables, rank
 from crowdflow.ranking.fit import fit_hlasso, fit_hodgerank, fit_lbi, fit_ranking
 from crowdflow.ranking.graph import (
     ComparisonGraph,
@@ -36,6 +40,7 @@ __all__ = [
     "LaplacianSolver",
     "LassoFit",
     "LassoPath",
+    "RankingFit",
     "RankingOptions",
     "RankingResult",
     "RobustRankingResult",
@@ -58,6 +63,8 @@ __all__ = [
     "laplacian_lambda_max",
     "lbi_alg2",
     "lbi_alg3",
+    "output_tables",
+    "rank",
     "refit_without",
     "score_intervals",
     "shrink",

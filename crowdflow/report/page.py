@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from crowdflow import __version__
+from crowdflow._version import __version__
 from crowdflow.io import run_date_of
 from crowdflow.report.assignment import assignment_figures
 from crowdflow.report.figure import INSTALL_HINT, Action, Plot, ReportFigure, matplotlib_figure, png

@@ -6,8 +6,13 @@ configured by one :class:`SkillsOptions` object (the ``skills:`` section of a pi
 larger than memory, and :func:`write_label_partitions` / :func:`partition_pair_counts` /
 :func:`moments_from_partitions` compute the co-label statistics on a cluster. The lower-level steps
 (moments, solver, signs, vote, identifiability diagnostics) are exported for notebooks and benchmarks.
+
+The package is also the job's front door: ``crowdflow.skills(labels, ...)`` is :func:`crowdflow.skills.door.skills`
+(a labels DataFrame in, the tables a skills run writes out); :func:`output_tables` assembles those tables from
+a fit for the pipeline and the front door alike.
 """
 
+from crowdflow.frontdoor import callable_package
 from crowdflow.skills.consensus import (
     ConsensusOutput,
     prediction_error,
@@ -17,6 +22,8 @@ from crowdflow.skills.consensus import (
     weighted_consensus,
 )
 from crowdflow.skills.dawid_skene import DawidSkeneResult, dawid_skene, one_coin_dawid_skene
+from crowdflow.skills.door import SkillsFit, output_metrics, output_tables
+from crowdflow.skills.door import skills as _front_door
 from crowdflow.skills.fit import SkillsResult, fit_skills
 from crowdflow.skills.identifiability import (
     active_workers,
@@ -44,6 +51,7 @@ __all__ = [
     "DawidSkeneResult",
     "LabelMoments",
     "RankOneFit",
+    "SkillsFit",
     "SkillsOptions",
     "SkillsResult",
     "StreamedMoments",
@@ -62,6 +70,8 @@ __all__ = [
     "moments_from_partitions",
     "odd_cycle_witnesses",
     "one_coin_dawid_skene",
+    "output_metrics",
+    "output_tables",
     "partition_pair_counts",
     "partitioned_moments",
     "prediction_error",
@@ -81,3 +91,6 @@ __all__ = [
     "weighted_vote",
     "write_label_partitions",
 ]
+
+# crowdflow.skills(labels, ...) runs the job (the package stays a package: crowdflow.skills.fit_skills works)
+callable_package(__name__, _front_door)

@@ -202,6 +202,13 @@ class SkillsOptions(Options):
             raise ValueError("a class is listed twice (numbers are one label however written: " + ", ".join(same) + ")")
         return canon
 
+    @property
+    def needs_identifiable_skills(self) -> bool:
+        """Whether the method estimates rank-one skills, which a bipartite worker graph leaves unidentified
+        (docs/methods/skills.md §3.1): only ``pgd``. The one place the identifiability rule is decided; the
+        pipeline (``SkillsPipeline.check_modes``) and the front door (``crowdflow.skills``) read it."""
+        return self.method == "pgd"
+
     @model_validator(mode="after")
     def _runnable(self) -> SkillsOptions:
         if self.solver == "eg" and self.sign_mode != "bfs":

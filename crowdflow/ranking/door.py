@@ -1,0 +1,144 @@
+"""The ranking job's front door: a comparisons DataFrame in, the tables a ranking run writes out.
+
+:func:`output_tables` is the job's output tables from a fit (the flow and the front door both use it);
+:func:`rank` is the whole job in one call, ``crowdflow.rank(comparisons, outliers=...)``: the file reader's
+column rules (Crowd-Kit's ``worker, left, right, label`` and the papers' names accepted, a winner column read
+as the outcome), the table contract, the comparison-graph check (:func:`crowdflow.checks.check_comparison_graph`)
+and :func:`~crowdflow.ranking.fit_ranking`, as a pipeline runs them (docs/methods/ranking.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from crowdflow.checks import GraphChecks, check_comparison_graph
+from crowdflow.frontdoor import Checks, Columns, check_modes, columns_for, input_errors, read_input, written_tables
+from crowdflow.ranking.fit import fit_ranking
+from crowdflow.ranking.options import RankingOptions
+from crowdflow.ranking.types import RankingResult, RobustRankingResult
+
+log = logging.getLogger(__name__)
+
+__all__ = ["RankingFit", "output_tables", "rank"]
+
+
+def output_tables(result: RankingResult | RobustRankingResult) -> dict[str, pd.DataFrame]:
+    """The ranking job's output tables: ``ranking``, ``components`` and ``outliers``, ``annotators``, ``path``
+    (an outlier search) or ``residuals`` (plain least squares); docs/methods/ranking.md §7."""
+    return dict(result.tables)
+
+
+@dataclass(frozen=True)
+class RankingFit:
+    """What ``crowdflow.rank(comparisons)`` returns: the run's tables, the checks and the fit.
+
+    Attributes
+    ----------
+    tables : dict
+        The tables a ranking run writes (``ranking``, ``components``, and ``outliers``, ``annotators``,
+        ``path`` or ``residuals``).
+    checks : GraphChecks
+        The comparison-graph check (components of the item graph).
+    result : RankingResult or RobustRankingResult
+        The fit (parameters, trace, graph report).
+    options : RankingOptions
+    """
+
+    tables: dict[str, pd.DataFrame]
+    checks: GraphChecks
+    result: RankingResult | RobustRankingResult
+    options: RankingOptions
+
+    @property
+    def ranking(self) -> pd.DataFrame:
+        """One row per item: ``item, score, rank, component, n_comparisons`` (rank 1 = best in its component)."""
+        return self.tables["ranking"]
+
+    @property
+    def outliers(self) -> pd.DataFrame | None:
+        """One row per comparison with ``gamma``, ``entry_time`` and ``is_outlier`` (None with ``outliers="none"``)."""
+        return self.tables.get("outliers")
+
+    @property
+    def annotators(self) -> pd.DataFrame | None:
+        """Per annotator: ``n_comparisons, n_outliers, outlier_rate`` (None with ``outliers="none"``)."""
+        return self.tables.get("annotators")
+
+    @property
+    def components(self) -> pd.DataFrame:
+        """Hodge diagnostics per connected component of the comparison graph."""
+        return self.tables["components"]
+
+
+def rank(
+    comparisons: pd.DataFrame,
+    *,
+    options: RankingOptions | None = None,
+    checks: Checks = None,
+    columns: Columns = None,
+    **overrides: Any,
+) -> RankingFit:
+    """A global ranking of items from pairwise comparisons, with the outlying comparisons flagged.
+
+    Parameters
+    ----------
+    comparisons : pandas.DataFrame
+        One row per judgement: ``annotator, item_a, item_b, outcome`` (> 0: ``item_a`` preferred; 0 a tie) or
+        a ``winner`` column; Crowd-Kit's ``worker, left, right, label`` (label = the winner) and the papers'
+        ``user``/``item_i``/``item_j``/``y`` are read as they are. Optional ``weight``.
+    options : RankingOptions, optional
+        The job's options (the ``ranking:`` section of a spec); default: the pipeline's defaults.
+    checks : {"block", "warn"} or mapping, optional
+        Policy of ``validation`` (block) and ``connectivity`` (warn: each component is ranked on its own).
+    columns : mapping, optional
+        Canonical column → your column name, e.g. ``{"annotator": "rater"}``.
+    **overrides
+        Fields of :class:`~crowdflow.ranking.RankingOptions` (``outliers="hlasso"``, ``budget=0.1``, …).
+
+    Returns
+    -------
+    RankingFit
+        ``.ranking``, ``.outliers``, ``.annotators``, ``.components``, ``.tables``.
+
+    Raises
+    ------
+    pydantic.ValidationError
+        An unknown option or a value outside its range.
+    crowdflow.errors.InputError
+        A missing column, an unreadable outcome or winner, comparisons the fit cannot use.
+    crowdflow.errors.ValidationFailed
+        The table breaks its contract (null ids, a self-comparison, a non-finite outcome …).
+    crowdflow.errors.GraphCheckFailed
+        A disconnected comparison graph when ``connectivity`` blocks.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> import crowdflow as cf
+    >>> votes = pd.DataFrame({
+    ...     "worker": ["u1", "u1", "u2", "u2", "u3", "u3"],
+    ...     "left": ["a", "b", "a", "c", "b", "a"],
+    ...     "right": ["b", "c", "c", "b", "c", "b"],
+    ...     "label": ["a", "b", "a", "b", "b", "a"],
+    ... })
+    >>> fit = cf.rank(votes, outliers="none")
+    >>> fit.ranking[["item", "rank"]].to_dict("records")
+    [{'item': 'a', 'rank': 1}, {'item': 'b', 'rank': 2}, {'item': 'c', 'rank': 3}]
+    """
+    o = RankingOptions.resolve(options, **overrides)
+    modes = check_modes("ranking", checks)
+    cmp = read_input(
+        comparisons, "comparisons", columns_for("comparisons", columns, "comparisons"), validation=modes["validation"]
+    )
+    with input_errors(cmp.source):
+        graph = check_comparison_graph(cmp.df, modes["connectivity"], aggregate=False)
+    for text in graph.warnings:
+        log.warning("%s", text)
+    graph.raise_if_blocking(cmp.source)
+    with input_errors(cmp.source):
+        result = fit_ranking(cmp.df, o)
+    return RankingFit(written_tables("ranking", output_tables(result)), graph, result, o)

@@ -1,0 +1,152 @@
+"""Completed runs as Python objects: ``crowdflow.read_run(path)`` and ``crowdflow.latest_run(out_dir, pipeline)``.
+
+A run folder ``<out>/<pipeline>/<run_id>/`` holds ``manifest.json`` (written last, ``status: completed``) and
+the run's tables, either as ``<table>.parquet`` beside it (``layout: flat``) or as parts of hive-partitioned
+datasets that the manifest's ``outputs`` point to (``layout: hive``). :func:`read_run` reads the manifest and
+every table it lists, whatever the layout, and refuses anything that is not a completed run: a staging folder
+(``.<run_id>.partial``) of an unfinished or killed export, a manifest without ``status: completed``, a table the
+manifest lists that is not on disk (a hive part not yet published).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from crowdflow.errors import InputError
+from crowdflow.io import RUN_ID_COLUMN
+from crowdflow.io import latest_run as _latest_run_dir
+from crowdflow.names import check_name
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Run", "latest_run", "read_run"]
+
+
+@dataclass(frozen=True)
+class Run:
+    """A completed run: its folder, its manifest and its tables.
+
+    Attributes
+    ----------
+    path : pathlib.Path
+        The run folder ``<out>/<pipeline>/<run_id>``.
+    manifest : dict
+        ``manifest.json`` (run id, pipeline, job, spec, inputs, checks, metrics, versions, timings, outputs).
+    tables : dict
+        Table name → DataFrame, every table the manifest's ``outputs`` list (for a hive run without the
+        ``run_id`` column the dataset parts carry, so both layouts give the same tables).
+    """
+
+    path: Path
+    manifest: dict[str, Any]
+    tables: dict[str, pd.DataFrame]
+
+    @property
+    def run_id(self) -> str:
+        return str(self.manifest.get("run_id", self.path.name))
+
+    @property
+    def pipeline(self) -> str | None:
+        value = self.manifest.get("pipeline")
+        return None if value is None else str(value)
+
+    @property
+    def job(self) -> str | None:
+        value = self.manifest.get("job")
+        return None if value is None else str(value)
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """The run's metrics (accuracy on gold labels, ties, outliers, … by job)."""
+        return dict(self.manifest.get("metrics") or {})
+
+    def __getitem__(self, name: str) -> pd.DataFrame:
+        """``run["consensus"]``: one table; ``KeyError`` naming the tables the run has."""
+        try:
+            return self.tables[name]
+        except KeyError:
+            raise KeyError(f"run {self.run_id} has no table {name!r}; it has {sorted(self.tables)}") from None
+
+
+def _read_table(part: Path, layout: str) -> pd.DataFrame:
+    df: pd.DataFrame = pq.read_table(part).to_pandas()
+    if layout == "hive" and RUN_ID_COLUMN in df.columns:
+        df = df.drop(columns=RUN_ID_COLUMN)
+    return df
+
+
+def read_run(path: str | os.PathLike[str]) -> Run:
+    """The manifest and the tables of the completed run in folder ``path``.
+
+    Parameters
+    ----------
+    path : str or PathLike
+        A run folder, ``<out>/<pipeline>/<run_id>`` (for the newest run of a pipeline use :func:`latest_run`).
+
+    Returns
+    -------
+    Run
+
+    Raises
+    ------
+    InputError
+        ``path`` is not a completed run: no such folder, a staging folder of an unfinished export, no
+        ``manifest.json`` (a pipeline folder: use :func:`latest_run`), a manifest that is not valid JSON or not
+        ``status: completed``, or a listed table missing on disk.
+    """
+    run = Path(path)
+    if not run.is_dir():
+        raise InputError("no run folder here", path=str(run))
+    if run.name.startswith(".") or run.name.endswith(".partial"):
+        raise InputError("a staging folder of an unfinished or interrupted export, not a completed run", path=str(run))
+    manifest_path = run / "manifest.json"
+    if not manifest_path.is_file():
+        has_runs = any((d / "manifest.json").is_file() for d in run.iterdir() if d.is_dir())
+        hint = "; this is a pipeline folder: use crowdflow.latest_run(out_dir, pipeline)" if has_runs else ""
+        raise InputError(f"no manifest.json: not a run folder{hint}", path=str(run))
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"cannot read the manifest: {exc}", path=str(manifest_path)) from None
+    if not isinstance(manifest, dict) or manifest.get("status") != "completed":
+        status = manifest.get("status") if isinstance(manifest, dict) else None
+        raise InputError(f"the run is not completed (manifest status {status!r})", path=str(run))
+    layout = str(manifest.get("layout") or "flat")
+    outputs = manifest.get("outputs") or {}
+    tables: dict[str, pd.DataFrame] = {}
+    for name, info in outputs.items() if isinstance(outputs, Mapping) else ():
+        if not isinstance(info, Mapping) or "rows" not in info:  # a file such as report.html, not a table
+            continue
+        part = run / str(info.get("path", f"{name}.parquet"))
+        if not part.is_file():
+            raise InputError(f"the completed run lists a '{name}' table that is not on disk", path=str(part))
+        tables[name] = _read_table(part, layout)
+    log.info("read run %s (%d tables)", run, len(tables))
+    return Run(path=run, manifest=manifest, tables=tables)
+
+
+def latest_run(out_dir: str | os.PathLike[str], pipeline: str) -> Run:
+    """The newest completed run of ``pipeline`` under the output folder ``out_dir`` (:func:`read_run` of it).
+
+    Run ids start with their UTC start time, so the newest is the last completed run folder of
+    ``<out_dir>/<pipeline>``; staging folders and runs whose manifest is not completed are skipped.
+
+    Raises
+    ------
+    InputError
+        An invalid pipeline name, or no completed run of that pipeline.
+    """
+    try:
+        check_name(pipeline, "pipeline name")
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    return read_run(_latest_run_dir(Path(out_dir) / pipeline))
