@@ -128,7 +128,7 @@ def assign(
     >>> import pandas as pd
     >>> import crowdflow as cf
     >>> cand = pd.DataFrame({"task": ["t1", "t1", "t2"], "worker": ["a", "b", "a"], "score": [0.9, 0.5, 0.8]})
-    >>> cf.assign(cand, worker_cap=1, task_cap=1).assignment.to_dict("records")
+    >>> cf.assign(cand, worker_cap=1, task_cap=1).assignment[["task", "worker", "score"]].to_dict("records")
     [{'task': 't1', 'worker': 'b', 'score': 0.5}, {'task': 't2', 'worker': 'a', 'score': 0.8}]
     """
     o = AssignmentOptions.resolve(options, **overrides)

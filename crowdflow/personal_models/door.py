@@ -115,7 +115,7 @@ def personal_models(
     >>> edges = pd.DataFrame({"source": ["a", "b"], "target": ["b", "c"], "weight": [1.0, 0.5]})
     >>> fit = cf.personal_models(agents, edges, loss="quadratic", reg=0.1)
     >>> list(fit.models.columns)
-    ['agent', 'theta_intercept', 'residual', 'component', 'n_samples']
+    ['agent', 'theta_intercept', 'residual', 'component', 'n_samples', 'missing_reason']
     """
     o = PersonalModelsOptions.resolve(options, **overrides)
     modes = check_modes("personal_models", checks)
