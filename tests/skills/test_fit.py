@@ -389,7 +389,9 @@ def test_result_tables_schema():
 def test_onecoin_dispatch_and_mv_accuracy_column():
     data = synth.one_coin_labels(np.linspace(0.1, 0.9, 12), *synth.random_assignment(12, 500, 5, seed=2), 2, seed=2)
     mv = fit_skills(data.labels, method="mv")
-    assert mv.skills["skill"].isna().all() and (mv.skills["vote_weight"] == 1).all()
+    assert (mv.skills["vote_weight"] == 1).all()
+    # skill is the one-coin skill of the agreement rate, (M accuracy - 1)/(M - 1), as for Dawid-Skene
+    np.testing.assert_allclose(mv.skills["skill"], 2 * mv.skills["accuracy"] - 1)
     # accuracy = agreement with the MV label
     lab = data.labels.merge(mv.consensus[["task", "label"]], on="task", suffixes=("", "_mv"))
     agree = (lab["label"] == lab["label_mv"]).groupby(lab["worker"]).mean()
