@@ -37,7 +37,9 @@ def test_personal_rankings_recover_truth(tmp_path: Path) -> None:
     est = pr.pivot(index="user", columns="item", values="score").loc[syn.users, syn.items].to_numpy()
     taus = [kendalltau(est[i], syn.X_star[i]).statistic for i in range(len(syn.users))]
     assert np.mean(taus) > 0.6  # per-user orders agree with the generating scores
-    assert pd.read_parquet(run / "user_factors.parquet").shape == (len(syn.users), 4)
+    factors = pd.read_parquet(run / "user_factors.parquet")
+    assert list(factors.columns) == ["user", "f0", "f1", "f2", "missing_reason"] and len(factors) == len(syn.users)
+    assert factors["missing_reason"].isna().all()
     assert pd.read_parquet(run / "excluded.parquet").empty
 
 
