@@ -37,9 +37,10 @@ import pandas as pd
 from pydantic import ValidationError
 
 from crowdflow.errors import CrowdflowError, InputError
-from crowdflow.io import LoadedTable, read_frame, written_frame
+from crowdflow.io import LoadedTable, read_frame
 from crowdflow.missing import with_reasons
 from crowdflow.rules import check_rules
+from crowdflow.run_store import written_frame
 from crowdflow.tables import INPUTS, OUTPUTS
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Missing numbers in output tables: each one carries its reason (issue #18, class 7; README "What a run writes").
 
-The rule, enforced in one place (:func:`check_explained`, called by :func:`crowdflow.io.write_run` before
+The rule, enforced in one place (:func:`check_explained`, called by :func:`crowdflow.run_store.write_run` before
 anything is written): every float in an output table is finite, or it is missing (NaN, written as null) in a
 row whose ``missing_reason`` names its column. An infinity is never written. ``missing_reason`` is a string
 column, null where nothing is missing, otherwise ``"<col>[,<col>…]: <why>"`` clauses joined by ``"; "``, e.g.

@@ -22,9 +22,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from crowdflow.errors import InputError
-from crowdflow.io import RUN_ID_COLUMN
-from crowdflow.io import latest_run as _latest_run_dir
 from crowdflow.names import check_name
+from crowdflow.run_store import RUN_ID_COLUMN
+from crowdflow.run_store import latest_run as _latest_run_dir
 
 log = logging.getLogger(__name__)
 

@@ -123,8 +123,8 @@ def prepare(spec: PipelineBase, *, validate: bool = True) -> Prepared:
     fit input is the same (a test that only needs the fit's input uses it).
     """
     from crowdflow.checks import graph_checks
-    from crowdflow.io import read_skills_run
     from crowdflow.labels import deduplicate, encode_labels
+    from crowdflow.run_store import read_skills_run
     from crowdflow.tables import INPUTS
     from schemas.validation import require_valid, validate_frame
     from tasks.sources import read_source

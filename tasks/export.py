@@ -9,7 +9,7 @@ import pandas as pd
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
-from crowdflow.io import write_run
+from crowdflow.run_store import write_run
 from crowdflow.tables import OUTPUTS
 from tasks import retry_transient
 from tasks.artifacts import markdown

@@ -155,9 +155,10 @@ def test_bipartite_component_warns_under_the_default_method(tmp_path: Path, caps
 
 def test_transient_faults_are_retried(tmp_path: Path, rte_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import crowdflow.io as cio
+    import crowdflow.run_store as store
 
     calls = {"read": 0, "write": 0}
-    real_read, real_write = cio._read_csv, cio.write_parquet
+    real_read, real_write = cio._read_csv, store.write_parquet
 
     def flaky_read(p: Path):  # type: ignore[no-untyped-def]
         calls["read"] += 1
@@ -172,7 +173,7 @@ def test_transient_faults_are_retried(tmp_path: Path, rte_dir: Path, monkeypatch
         return real_write(df, path, schema)
 
     monkeypatch.setattr(cio, "_read_csv", flaky_read)
-    monkeypatch.setattr(cio, "write_parquet", flaky_write)
+    monkeypatch.setattr(store, "write_parquet", flaky_write)
     spec = parse_spec(
         {"name": "retry", "labels": {"path": str(rte_dir / "labels.csv")}, "output": {"dir": str(tmp_path)}}
     )
@@ -185,7 +186,7 @@ def test_transient_faults_are_retried(tmp_path: Path, rte_dir: Path, monkeypatch
 
 
 def test_persistent_export_fault_leaves_nothing(tmp_path: Path, rte_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import crowdflow.io as cio
+    import crowdflow.run_store as cio
 
     spec = parse_spec(
         {"name": "fault", "labels": {"path": str(rte_dir / "labels.csv")}, "output": {"dir": str(tmp_path)}}

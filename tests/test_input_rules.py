@@ -30,7 +30,8 @@ from crowdflow.errors import (
     is_transient,
     user_error,
 )
-from crowdflow.io import read_table, write_run
+from crowdflow.io import read_table
+from crowdflow.run_store import write_run
 from crowdflow.spec import load_spec
 from crowdflow.tables import INPUTS, LABELS, NA_SPELLINGS, NA_SPELLINGS_ANY_CASE
 from schemas.validation import require_valid, validate_frame
@@ -184,7 +185,7 @@ def test_what_is_retried_and_what_exits_2(exc: BaseException, transient: bool, u
 
 
 def test_a_full_disk_names_the_run_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import crowdflow.io as io_mod
+    import crowdflow.run_store as io_mod
 
     def full(*args: object, **kwargs: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")  # as pyarrow raises it: no file name

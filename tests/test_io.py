@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from crowdflow.errors import InputError
-from crowdflow.io import fingerprint, read_table, write_run
+from crowdflow.io import fingerprint, read_table
+from crowdflow.run_store import write_run
 from crowdflow.tables import COMPARISONS, LABELS, OUTPUTS
 
 
@@ -122,7 +123,7 @@ def test_write_run_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     man = json.loads((first.path / "manifest.json").read_text())
     assert man["status"] == "completed" and man["outputs"]["consensus"]["rows"] == 1
 
-    import crowdflow.io as cio
+    import crowdflow.run_store as cio
 
     calls = {"n": 0}
     real = cio.write_parquet

@@ -76,7 +76,7 @@ def test_written_manifest_is_strict_json(tmp_path) -> None:  # type: ignore[no-u
     import numpy as np
     import pandas as pd
 
-    from crowdflow.io import write_run
+    from crowdflow.run_store import write_run
 
     manifest = {"fit": {"eta": float("nan"), "final_loss": np.float64("inf"), "iterations": 0}, "x": [1.5, -np.inf]}
     run = write_run(tmp_path, "p", "r1", {"t": pd.DataFrame({"a": [1]})}, manifest)

@@ -98,7 +98,7 @@ def test_unsafe_pipeline_names_are_refused(tmp_path: Path, name: str, why: str) 
 
 
 def test_safe_names_pass_and_run_ids_are_checked(tmp_path: Path) -> None:
-    from crowdflow.io import write_run
+    from crowdflow.run_store import write_run
     from crowdflow.spec import check_name
     from flows.pipeline import run_spec
 

@@ -36,12 +36,12 @@ import numpy as np
 import pandas as pd
 
 from crowdflow._version import __version__
-from crowdflow.io import run_date_of
 from crowdflow.report.assignment import assignment_figures
 from crowdflow.report.figure import INSTALL_HINT, Action, Plot, ReportFigure, matplotlib_figure, png
 from crowdflow.report.personal import personal_models_figures, personal_rankings_figures
 from crowdflow.report.ranking import ranking_figures
 from crowdflow.report.skills import skills_actions, skills_figures
+from crowdflow.run_store import run_date_of
 
 log = logging.getLogger(__name__)
 

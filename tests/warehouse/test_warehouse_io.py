@@ -17,7 +17,8 @@ import pytest
 import sqlalchemy as sa
 
 from crowdflow.errors import InputError, SpecError, WarehouseError
-from crowdflow.io import read_query, write_run
+from crowdflow.io import read_query
+from crowdflow.run_store import write_run
 from crowdflow.spec import parse_spec
 from crowdflow.tables import INPUTS, OUTPUTS
 from crowdflow.warehouse import check_connection_url, load_tables, redact_url, table_fingerprint

@@ -1,0 +1,444 @@
+"""Writing runs and finding completed ones: the run folder, its manifest, hive-partitioned datasets.
+
+Writers are atomic at the run level: every table of a run is written into a hidden staging folder
+``<out>/<pipeline>/.<run_id>.partial`` (each file under a temporary name, then renamed), the manifest
+last, and the folder is renamed to ``<out>/<pipeline>/<run_id>`` only when everything is written. A
+failure removes the staging folder, so a failed run leaves no table behind and never a manifest
+with ``status: completed``; earlier runs are never touched. Reading inputs is :mod:`crowdflow.io`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from crowdflow.errors import InputError
+from crowdflow.manifest import json_safe
+from crowdflow.missing import with_reasons
+from crowdflow.names import check_name
+
+log = logging.getLogger(__name__)
+
+_RUN_DATE_RE = re.compile(r"^(\d{4})(\d{2})(\d{2})T")
+RUN_ID_COLUMN = "run_id"
+
+_OWNER = ".owner"
+TEST_PAUSE_ENV = "CROWDFLOW_TEST_PAUSE_EXPORT"
+TEST_KILL_ENV = "CROWDFLOW_TEST_KILL_AT_STEP"
+
+
+class _ExportSteps:
+    """TEST-ONLY fault hooks at each file-system step of an export, inert unless an environment variable is set.
+
+    - ``CROWDFLOW_TEST_PAUSE_EXPORT=<file>`` (tests/test_faults.py): after the first table the writer writes
+      the staging folder's path into ``<file>`` and waits until the file is deleted, so a test can kill the
+      whole command at that point.
+    - ``CROWDFLOW_TEST_KILL_AT_STEP=<k>``: the process SIGKILLs itself right after its k-th step (1-based),
+      so a test can crash a writer at every step and check what a reader sees and what the next run repairs.
+    """
+
+    def __init__(self, staging: Path) -> None:
+        self.staging = staging
+        self.count = 0
+        self.pause = os.environ.get(TEST_PAUSE_ENV)
+        kill = os.environ.get(TEST_KILL_ENV)
+        self.kill_at = int(kill) if kill else None
+
+    def done(self, label: str) -> None:
+        self.count += 1
+        if self.kill_at is not None and self.count == self.kill_at:
+            log.warning("test hook: killing the writer after step %d (%s)", self.count, label)
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.pause and label.startswith("table"):
+            marker = Path(self.pause)
+            if marker.exists():  # already paused once in this run: don't stop again
+                return
+            marker.write_text(str(self.staging))
+            while marker.exists():
+                time.sleep(0.05)
+            marker.write_text("resumed")
+            self.pause = None
+
+
+def remove_stale_staging(base: Path) -> list[Path]:
+    """Remove staging folders ``.<run_id>.partial`` left by a killed writer on this machine.
+
+    A staging folder is stale when the process that created it (``.owner``: host and pid) is no
+    longer alive on this host. Folders of live writers, of other hosts (a shared file system) or
+    without an owner file are left alone; readers ignore staging folders anyway (:func:`latest_run`).
+    Returns the removed folders.
+    """
+    removed: list[Path] = []
+    host = socket.gethostname()
+    for d in base.glob(".*.partial"):
+        try:
+            owner_host, pid = (d / _OWNER).read_text().split()
+            if owner_host != host or int(pid) == os.getpid():
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+            log.warning("removed the staging folder %s of a killed run (pid %s)", d, pid)
+        except (OSError, ValueError):
+            continue
+    return removed
+
+
+@dataclass(frozen=True)
+class WrittenRun:
+    """Where a completed run landed."""
+
+    path: Path
+    outputs: dict[str, dict[str, Any]]
+
+
+def _fsync_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _to_arrow(df: pd.DataFrame, schema: pa.Schema | None, run_id: str | None = None) -> pa.Table:
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    if schema is not None:
+        table = table.select(schema.names).cast(schema)
+    if run_id is not None and RUN_ID_COLUMN not in table.column_names:
+        table = table.append_column(RUN_ID_COLUMN, pa.array([run_id] * table.num_rows, type=pa.string()))
+    return table
+
+
+def written_frame(df: pd.DataFrame, schema: pa.Schema | None = None) -> pd.DataFrame:
+    """``df`` as a reader of the Parquet file :func:`write_parquet` writes gets it back.
+
+    Cast to ``schema`` the way the writer does (exactly its columns, in order, with its types), or converted
+    through Arrow as it is without one; the index becomes a RangeIndex.
+    """
+    out: pd.DataFrame = _to_arrow(df, schema).to_pandas()
+    return out
+
+
+def write_parquet(df: pd.DataFrame, path: Path, schema: pa.Schema | None = None) -> int:
+    """Write one table atomically (temp name + rename); returns its row count."""
+    table = _to_arrow(df, schema)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+    return int(table.num_rows)
+
+
+def run_date_of(run_id: str) -> str:
+    """``YYYY-MM-DD`` of a run: the UTC start date in a crowdflow run id, else today's UTC date."""
+    m = _RUN_DATE_RE.match(run_id)
+    if m:
+        return f"{m[1]}-{m[2]}-{m[3]}"
+    return datetime.now(UTC).date().isoformat()
+
+
+def hive_part(out_dir: str | os.PathLike[str], table: str, pipeline: str, run_date: str, run_id: str) -> Path:
+    """``<out>/<table>/pipeline=<pipeline>/run_date=<YYYY-MM-DD>/part-<run_id>.parquet``."""
+    return Path(out_dir) / table / f"pipeline={pipeline}" / f"run_date={run_date}" / f"part-{run_id}.parquet"
+
+
+def write_run(
+    out_dir: str | os.PathLike[str],
+    pipeline: str,
+    run_id: str,
+    tables: Mapping[str, pd.DataFrame],
+    manifest: dict[str, Any],
+    schemas: Mapping[str, pa.Schema] | None = None,
+    extra_files: Mapping[str, bytes] | None = None,
+    layout: Literal["flat", "hive"] = "flat",
+    run_date: str | None = None,
+) -> WrittenRun:
+    """Write all tables of a run and its manifest, atomically, to ``<out>/<pipeline>/<run_id>/``.
+
+    The manifest gets ``outputs`` (table → path relative to the run folder, rows) and ``status:
+    completed``; it is the last file written, and the staging folder is renamed into place only after
+    it. On any error the staging folder is removed and the exception propagates. Before anything is
+    written the tables pass :func:`crowdflow.missing.with_reasons`: a NaN without a ``missing_reason`` or
+    an infinity refuses the run, and every table with a float column gets its ``missing_reason`` column.
+
+    With ``layout="hive"`` each table is written instead as one part of a hive-partitioned dataset,
+    ``<out>/<table>/pipeline=<pipeline>/run_date=<date>/part-<run_id>.parquet`` with a ``run_id``
+    column (DuckDB ``read_parquet(..., hive_partitioning=true)``, ``pyarrow.dataset(...,
+    partitioning="hive")``, Spark and Trino read it directly); the run folder holds the manifest.
+    Parts are written under hidden names (``.part-<run_id>.parquet.pending``, which those readers skip);
+    the run folder with its completed manifest is renamed into place (the commit point), and only then are
+    the parts renamed to their visible names. So a reader of a dataset never sees a part of a run whose
+    manifest is not completed. A failure before the commit removes every part of the run; a process killed
+    before it leaves hidden parts that the next hive export of the pipeline removes, and one killed after it
+    leaves hidden parts that the next export publishes (:func:`recover_hive_parts`).
+
+    Parameters
+    ----------
+    out_dir : path
+    pipeline, run_id : str
+        Validated with :func:`check_name`.
+    tables : mapping of name → DataFrame
+    manifest : dict
+        JSON-serialisable run metadata (``run_id``, ``spec``, ``inputs``, ``metrics``…).
+    schemas : mapping of name → pyarrow.Schema, optional
+        Stable output schemas to cast to.
+    extra_files : mapping of file name → bytes, optional
+        Other files of the run (the report): written into the staging folder before the manifest and
+        listed in its ``outputs`` under the file's stem (``path``, ``bytes``).
+    layout : {"flat", "hive"}
+    run_date : str, optional
+        Hive partition date (default: :func:`run_date_of` the run id).
+
+    Returns
+    -------
+    WrittenRun
+    """
+    check_name(pipeline, "pipeline name")
+    check_name(run_id, "run id")
+    if layout not in ("flat", "hive"):
+        raise ValueError(f"layout must be flat or hive, got {layout!r}")
+    tables = with_reasons(dict(tables))
+    base = Path(out_dir) / pipeline
+    final = base / run_id
+    for folder in (Path(out_dir), base):
+        if folder.exists() and not folder.is_dir():
+            raise InputError("the output folder is a file; choose another output dir", path=str(folder))
+    if final.exists():
+        raise FileExistsError(f"run directory {final} already exists; run ids must be unique")
+    parts: dict[str, Path] = {}
+    if layout == "hive":
+        if pipeline in tables:
+            raise ValueError(
+                f"pipeline name {pipeline!r} is also an output table name: with layout hive the table's "
+                f"dataset folder {Path(out_dir) / pipeline} would hold the run folders; rename the pipeline"
+            )
+        date = run_date or run_date_of(run_id)
+        for name in tables:
+            check_name(name, "table name")
+            parts[name] = hive_part(out_dir, name, pipeline, date, run_id)
+            if parts[name].exists():
+                raise FileExistsError(f"dataset part {parts[name]} already exists; run ids must be unique")
+    staging = base / f".{run_id}.partial"
+    base.mkdir(parents=True, exist_ok=True)
+    remove_stale_staging(base)
+    if layout == "hive":
+        recover_hive_parts(out_dir, pipeline)
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir()
+    steps = _ExportSteps(staging)
+    try:
+        (staging / _OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n")
+        outputs: dict[str, dict[str, Any]] = {}
+        for name, df in tables.items():
+            check_name(name, "table name")
+            schema = (schemas or {}).get(name)
+            if layout == "flat":
+                rows = write_parquet(df, staging / f"{name}.parquet", schema)
+                outputs[name] = {"path": f"{name}.parquet", "rows": rows}
+                steps.done(f"table {name}")
+                continue
+            part = parts[name]
+            part.parent.mkdir(parents=True, exist_ok=True)
+            table = _to_arrow(df, schema, run_id)
+            pq.write_table(table, _pending(part))
+            outputs[name] = {
+                "path": os.path.relpath(part, final),
+                "rows": table.num_rows,
+                "dataset": os.path.relpath(Path(out_dir) / name, final),
+                "partition": {"pipeline": pipeline, "run_date": part.parent.name.split("=", 1)[1]},
+            }
+            steps.done(f"table {name}")
+        for fname, data in (extra_files or {}).items():
+            check_name(fname, "file name")
+            key = Path(fname).stem
+            if key in outputs:
+                raise ValueError(f"extra file {fname!r} clashes with the output table {key!r}")
+            _fsync_write(staging / fname, data)
+            outputs[key] = {"path": fname, "bytes": len(data)}
+            steps.done(f"file {fname}")
+        full = dict(manifest)
+        full["outputs"] = outputs
+        full["layout"] = layout
+        full["status"] = "completed"
+        full["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")  # the age a next batch checks
+        text = json.dumps(json_safe(full), indent=2, default=str, allow_nan=False)  # strict JSON: no NaN
+        _fsync_write(staging / "manifest.json", text.encode())
+        steps.done("manifest")
+        (staging / _OWNER).unlink()
+        os.rename(staging, final)  # the commit point: from here on the run is completed
+    except BaseException as exc:
+        for part in parts.values():
+            _pending(part).unlink(missing_ok=True)
+            _remove_empty_dirs(part.parent, Path(out_dir))
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(exc, OSError) and exc.filename is None:  # e.g. ENOSPC from a writer: say where
+            raise OSError(exc.errno, exc.strerror or str(exc), str(final)) from exc
+        raise
+    steps.done("commit")
+    # hive parts become visible only now, after the manifest says completed: a reader of a dataset never
+    # sees a part of an uncommitted run; a crash from here on is finished by the next run's recovery
+    for name, part in parts.items():
+        os.replace(_pending(part), part)
+        steps.done(f"publish {name}")
+    log.info("wrote run %s (%d tables, %s layout)", final, len(outputs), layout)
+    return WrittenRun(path=final, outputs=outputs)
+
+
+def _pending(part: Path) -> Path:
+    """The hidden name a hive part has until its run commits (``.part-<run>.parquet.pending``).
+
+    Hidden from every reader: pyarrow datasets skip names starting with ``.``, and globs such as DuckDB's
+    ``**/*.parquet`` do not match the suffix.
+    """
+    return part.with_name(f".{part.name}.pending")
+
+
+def recover_hive_parts(out_dir: str | os.PathLike[str], pipeline: str) -> tuple[list[Path], list[Path]]:
+    """Finish or undo what a killed hive export of ``pipeline`` left in the datasets under ``out_dir``.
+
+    A pending part ``<out>/<table>/pipeline=<pipeline>/run_date=<d>/.part-<run>.parquet.pending`` is
+    published (renamed to its visible name) when its run folder ``<out>/<pipeline>/<run>`` exists with a
+    completed manifest: the writer was killed after the commit point. It is removed when the run never
+    committed and no live writer owns it (its staging folder is gone, or belongs to a dead process on this
+    host); parts of a live writer's run are left alone. Leftover temporary files (``.*.tmp``) of dead
+    writers go too, and folders left empty.
+
+    Returns
+    -------
+    (published, removed) : lists of Path
+    """
+    out = Path(out_dir)
+    base = out / pipeline
+    published: list[Path] = []
+    removed: list[Path] = []
+    for pending in sorted(out.glob(f"*/pipeline={pipeline}/run_date=*/.part-*.parquet.pending")):
+        run_id = pending.name[len(".part-") : -len(".parquet.pending")]
+        if _run_completed(base / run_id):
+            os.replace(pending, pending.with_name(pending.name[1 : -len(".pending")]))
+            published.append(pending)
+            log.warning("published %s of run %s, whose export was interrupted after it committed", pending, run_id)
+        elif not (base / f".{run_id}.partial").exists():
+            pending.unlink(missing_ok=True)
+            _remove_empty_dirs(pending.parent, out)
+            removed.append(pending)
+            log.warning("removed %s: a part of run %s, which never committed", pending, run_id)
+    return published, removed
+
+
+def _run_completed(run_dir: Path) -> bool:
+    try:
+        return bool(json.loads((run_dir / "manifest.json").read_text()).get("status") == "completed")
+    except (OSError, json.JSONDecodeError):
+        return False
+
+
+def _remove_empty_dirs(folder: Path, stop: Path) -> None:
+    """Remove ``folder`` and its empty parents up to (not including) ``stop``."""
+    try:
+        while folder != stop and stop in folder.parents:
+            folder.rmdir()
+            folder = folder.parent
+    except OSError:
+        pass
+
+
+def latest_run(path: str | os.PathLike[str]) -> Path:
+    """The newest completed run under a pipeline folder (``<out>/<pipeline>``), or ``path`` itself.
+
+    A run counts when its ``manifest.json`` says ``status: completed``; run ids start with their UTC
+    start time, so the lexicographically last completed run is the newest. Raises :class:`InputError`
+    when there is none.
+    """
+    p = Path(path)
+    if (p / "manifest.json").is_file():
+        runs = [p]
+    else:
+        runs = (
+            sorted(
+                d
+                for d in p.iterdir()
+                # staging folders (.<run_id>.partial) of unfinished or killed runs are never runs
+                if d.is_dir() and not d.name.startswith(".") and (d / "manifest.json").is_file()
+            )
+            if p.is_dir()
+            else []
+        )
+    for run in reversed(runs):
+        try:
+            if json.loads((run / "manifest.json").read_text()).get("status") == "completed":
+                return run
+        except (OSError, json.JSONDecodeError):
+            continue
+    raise InputError("no completed run (manifest.json with status completed) found", path=str(p))
+
+
+def read_skills_run(
+    path: str | os.PathLike[str], max_age_hours: float | None = None, *, now: datetime | None = None
+) -> dict[str, Any]:
+    """The newest completed skills run under ``path`` (or that run): its ``skills`` and ``consensus`` tables.
+
+    Returns ``run_dir``, ``run_id``, ``started_at``, ``finished_at``, ``age_hours`` and the two tables. Refused
+    with :class:`InputError` naming the path: no completed run, a run of another job, a table the manifest lists
+    that is missing on disk, and, with ``max_age_hours``, a run that finished longer ago than that (the message
+    names the run and its age: a late or failed skills run is never silently replaced by an old one).
+    """
+    run = latest_run(path)
+    manifest = json.loads((run / "manifest.json").read_text())
+    if manifest.get("job") != "skills":
+        raise InputError(f"run {run.name} is a '{manifest.get('job')}' run, not a skills run", path=str(run))
+    age = run_age_hours(manifest, now)
+    if max_age_hours is not None and (age is None or age > max_age_hours):
+        shown = "of unknown age (no finished_at/started_at in its manifest)" if age is None else f"{age:.1f} h old"
+        raise InputError(
+            f"the newest completed skills run {manifest.get('run_id') or run.name} is {shown} "
+            f"(finished {manifest.get('finished_at') or manifest.get('started_at') or '?'}), older than "
+            f"max_skills_run_age_hours: {max_age_hours:g}; run the skills pipeline again or raise the limit",
+            path=str(run),
+        )
+    outputs = manifest.get("outputs") or {}
+    tables: dict[str, Any] = {}
+    for name in ("skills", "consensus"):
+        # flat runs hold <table>.parquet; hive runs point at their dataset parts
+        part = run / outputs.get(name, {}).get("path", f"{name}.parquet")
+        if not part.is_file():
+            raise InputError(f"the completed run lists a '{name}' table that is not on disk", path=str(part))
+        tables[name] = pq.ParquetFile(part).read().to_pandas()
+    return {
+        "run_dir": str(run),
+        "run_id": manifest.get("run_id"),
+        "started_at": manifest.get("started_at"),
+        "finished_at": manifest.get("finished_at"),
+        "age_hours": age,
+        **tables,
+    }
+
+
+def run_age_hours(manifest: Mapping[str, Any], now: datetime | None = None) -> float | None:
+    """Hours since a run finished (``finished_at``; runs written before it was recorded: ``started_at``)."""
+    stamp = manifest.get("finished_at") or manifest.get("started_at")
+    if not stamp:
+        return None
+    try:
+        when = datetime.fromisoformat(str(stamp))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, ((now or datetime.now(UTC)) - when).total_seconds() / 3600.0)
