@@ -103,9 +103,15 @@ class GraphChecks:
             raise GraphCheckFailed(where + "\n".join(p for o in blocking for p in o.problems), check=blocking[0].name)
 
 
-def check_worker_graph(lm: LabelMatrix, identifiability: CheckMode, isolated_workers: CheckMode) -> GraphChecks:
-    """Skills: components of the worker interaction graph; bipartite ones and isolated workers per policy."""
-    report: WorkerGraphReport = worker_graph_report(lm)
+def check_worker_graph(
+    lm: LabelMatrix | WorkerGraphReport, identifiability: CheckMode, isolated_workers: CheckMode
+) -> GraphChecks:
+    """Skills: components of the worker interaction graph; bipartite ones and isolated workers per policy.
+
+    ``lm`` is the encoded labels, or the graph report already built from counts summed over partitions
+    (:func:`crowdflow.graphs.worker_graph_from_counts`).
+    """
+    report: WorkerGraphReport = lm if isinstance(lm, WorkerGraphReport) else worker_graph_report(lm)
     comps = report.components
     n_bip = int((comps["status"] == "bipartite_component").sum())
     n_iso = int((comps["status"] == "isolated").sum())
@@ -171,7 +177,10 @@ def check_agent_graph(agents: pd.DataFrame, edges: pd.DataFrame, connectivity: C
 
 
 def graph_checks(
-    job: str, tables: Mapping[str, pd.DataFrame], modes: Mapping[str, CheckMode], lm: LabelMatrix | None = None
+    job: str,
+    tables: Mapping[str, pd.DataFrame],
+    modes: Mapping[str, CheckMode],
+    lm: LabelMatrix | WorkerGraphReport | None = None,
 ) -> GraphChecks | None:
     """The graph checks of ``job`` (None for a job without any: assignment, next batch).
 
@@ -183,8 +192,8 @@ def graph_checks(
         The job's validated input tables by kind (``comparisons``; ``agents`` and ``edges``).
     modes : mapping
         Check name → policy (``identifiability``, ``isolated_workers``, ``connectivity``).
-    lm : LabelMatrix, optional
-        The encoded labels (skills).
+    lm : LabelMatrix or WorkerGraphReport, optional
+        The encoded labels (skills), or their worker graph built from partition counts.
     """
     if job == "skills":
         if lm is None:

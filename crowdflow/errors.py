@@ -16,12 +16,25 @@ Two functions hold the rule every layer uses (tasks' retry conditions, the CLI's
 from __future__ import annotations
 
 import errno
+from typing import Any
 
 
 class CrowdflowError(Exception):
     """Base class: an expected failure with a message meant for the user (CLI exit code 2)."""
 
     exit_code = 2
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # unpickled (a Dask worker's exception reaching the flow) with the attributes it was raised with, since
+        # the subclasses' constructors take more than the message
+        return (_rebuild, (type(self), str(self), dict(self.__dict__)))
+
+
+def _rebuild(cls: type[CrowdflowError], message: str, state: dict[str, Any]) -> CrowdflowError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, message)
+    err.__dict__.update(state)
+    return err
 
 
 class SpecError(CrowdflowError):

@@ -352,16 +352,25 @@ def worker_graph_report(lm: LabelMatrix, max_listed: int = 20) -> WorkerGraphRep
     max_listed : int
         How many worker ids to list per component.
     """
-    n = co_label_counts(lm)
+    return worker_graph_from_counts(co_label_counts(lm), lm.labels_per_worker(), lm.workers, max_listed)
+
+
+def worker_graph_from_counts(
+    n: sp.csr_matrix, n_labels: np.ndarray, worker_ids: np.ndarray, max_listed: int = 20
+) -> WorkerGraphReport:
+    """:func:`worker_graph_report` from N (symmetric CSR, zero diagonal), the labels per worker and the worker ids.
+
+    The form a partitioned run uses: N is a sum over partitions that hold whole tasks, so no process holds the
+    labels (docs/scale.md).
+    """
     g = components(n)
-    n_labels = lm.labels_per_worker()
     n_partners = np.diff(n.indptr)
     comp_status = np.where(g.bipartite, "bipartite_component", "ok").astype(object)
     comp_status[(g.sizes == 1)] = "isolated"
     worker_status = comp_status[g.labels]
     workers = pd.DataFrame(
         {
-            "worker": lm.workers.astype(str),
+            "worker": worker_ids.astype(str),
             "component": g.labels,
             "n_labels": n_labels.astype(np.int64),
             "n_partners": n_partners.astype(np.int64),
@@ -374,7 +383,7 @@ def worker_graph_report(lm: LabelMatrix, max_listed: int = 20) -> WorkerGraphRep
     order = np.argsort(g.labels, kind="stable")
     starts = np.searchsorted(g.labels[order], np.arange(g.n_components))
     listed = [
-        lm.workers[order[s : s + min(int(sz), max_listed)]].astype(str).tolist()
+        worker_ids[order[s : s + min(int(sz), max_listed)]].astype(str).tolist()
         for s, sz in zip(starts, g.sizes, strict=True)
     ]
     colour_sizes = [

@@ -452,6 +452,7 @@ def read_frame(
     schema: TableSchema,
     columns: Mapping[str, str] | None = None,
     source: str | None = None,
+    fingerprint: bool = True,
 ) -> LoadedTable:
     """A DataFrame in the canonical columns of ``schema``, by the rules a file goes through (:func:`read_table`).
 
@@ -469,6 +470,9 @@ def read_frame(
         Canonical column → the column's name in ``df`` (only where they differ).
     source : str, optional
         How messages name the table (default: ``"<kind> DataFrame"``).
+    fingerprint : bool
+        Hash the frame's content into ``sha256`` (a caller that hashed the bytes it parsed passes False;
+        ``sha256`` is then empty).
 
     Returns
     -------
@@ -491,7 +495,8 @@ def read_frame(
     frame.index = pd.RangeIndex(len(frame))
     out, renamed = _canonical(frame, schema, columns, where, f"no rows in the {schema.name} table")
     log.debug("read %s: %d rows", where, len(out))
-    return LoadedTable(df=out, source=where, sha256=frame_fingerprint(df), format="dataframe", renamed=renamed)
+    digest = frame_fingerprint(df) if fingerprint else ""
+    return LoadedTable(df=out, source=where, sha256=digest, format="dataframe", renamed=renamed)
 
 
 def read_table(

@@ -17,7 +17,7 @@ import shutil
 import signal
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -168,6 +168,7 @@ def write_run(
     extra_files: Mapping[str, bytes] | None = None,
     layout: Literal["flat", "hive"] = "flat",
     run_date: str | None = None,
+    datasets: Mapping[str, Sequence[str]] | None = None,
 ) -> WrittenRun:
     """Write all tables of a run and its manifest, atomically, to ``<out>/<pipeline>/<run_id>/``.
 
@@ -204,6 +205,10 @@ def write_run(
     layout : {"flat", "hive"}
     run_date : str, optional
         Hive partition date (default: :func:`run_date_of` the run id).
+    datasets : mapping of name → list of paths, optional
+        Tables already written as Parquet parts by the workers of a partitioned run (each part checked by
+        :func:`crowdflow.missing.with_reasons` where it was written): the parts are moved into the run folder as
+        ``<name>/part-<k>.parquet`` (flat layout only), so no process ever holds the whole table.
 
     Returns
     -------
@@ -264,6 +269,18 @@ def write_run(
                 "dataset": os.path.relpath(Path(out_dir) / name, final),
                 "partition": {"pipeline": pipeline, "run_date": part.parent.name.split("=", 1)[1]},
             }
+            steps.done(f"table {name}")
+        for name, files in (datasets or {}).items():
+            check_name(name, "table name")
+            if layout != "flat" or name in outputs:
+                raise ValueError(f"dataset {name!r}: partitioned tables are written with the flat layout only")
+            folder = staging / name
+            folder.mkdir()
+            rows = 0
+            for k, src in enumerate(files):
+                rows += pq.read_metadata(src).num_rows
+                shutil.move(src, folder / f"part-{k:05d}.parquet")
+            outputs[name] = {"path": f"{name}/", "rows": rows, "parts": len(files)}
             steps.done(f"table {name}")
         for fname, data in (extra_files or {}).items():
             check_name(fname, "file name")

@@ -29,6 +29,7 @@ Relative paths are resolved against the spec file's folder.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -48,6 +49,8 @@ from crowdflow.skills import SkillsOptions
 
 CheckMode = Literal["block", "warn"]
 Scalar = str | int | float | bool | None
+# storage option names that hold a credential (key, secret, token, password, credentials)
+_SECRET_OPTION = re.compile(r"(^|_)(key|secret|token|password|passwd|credentials?)($|_)", re.IGNORECASE)
 SQL_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"
 
 
@@ -125,6 +128,11 @@ class SourceSpec(Credentials):
         default_factory=dict,
         description="Your column names where they differ from crowdflow's, as crowdflow name: yours (task: item_id).",
     )
+    storage_options: dict[str, Scalar] = Field(
+        default_factory=dict,
+        description="Options of the file system of a URL path (s3://, gs://), e.g. endpoint_url or anon; "
+        "credentials come from the environment, never from the spec.",
+    )
 
     @field_validator("connection")
     @classmethod
@@ -139,6 +147,16 @@ class SourceSpec(Credentials):
             used = [k for k in ("params", "connection", "password_env", "password_secret") if getattr(self, k)]
             if used:
                 raise ValueError(f"{used} only apply to a sql source")
+            if self.storage_options and not self.is_url:
+                raise ValueError("storage_options apply to a URL path (s3://…, gs://…) only")
+            secret = [k for k in self.storage_options if _SECRET_OPTION.search(k)]
+            if secret:
+                raise ValueError(
+                    f"storage_options {secret} hold credentials, which never go in a spec: set them in the environment "
+                    "of the flow and the workers (AWS_ACCESS_KEY_ID, a profile, GOOGLE_APPLICATION_CREDENTIALS)"
+                )
+            if self.is_url:
+                refuse_inline_secret(self.path, "the path")
             return self
         if self.connection is None:
             raise ValueError("a sql source needs a connection (duckdb:///file.duckdb or postgresql://user@host/db)")
@@ -158,12 +176,20 @@ class SourceSpec(Credentials):
     def is_query(self) -> bool:
         return self.sql is not None
 
+    @property
+    def is_url(self) -> bool:
+        """A path with a scheme (``s3://bucket/labels/``): a dataset read where it lives, by the Dask workers."""
+        return self.path is not None and "://" in self.path
+
     def resolved(self, base: Path) -> Path:
         if self.path is None:
             raise ValueError("a sql source has no path")
         p = Path(self.path).expanduser()
         return p if p.is_absolute() else (base / p)
 
+
+# The input of each job that a Dask runner reads on its workers when it is a Parquet folder or a URL (docs/scale.md).
+PARTITIONED_INPUTS: dict[str, str] = {"skills": "labels"}
 
 # The checks each job runs: schema validation of every input, then the job's graph checks (crowdflow.checks).
 JOB_CHECKS: dict[str, tuple[str, ...]] = {
@@ -233,6 +259,12 @@ class RunnerSpec(_Strict):
         None,
         description="A folder for the pieces the cluster reads (created if missing); a remote cluster's workers must "
         "see it too.",
+    )
+    memory_limit: str | None = Field(
+        None,
+        pattern=r"^\s*\d+(\.\d+)?\s*([kKmMgGtT]i?[bB]|[bB])?\s*$",
+        description="Memory per worker of a local cluster (e.g. 4GB); a worker over it is restarted by Dask. "
+        "Default: the machine's memory shared by the workers.",
     )
     worker_timeout: float = Field(
         60.0,
@@ -357,6 +389,36 @@ class PipelineBase(_Strict):
     @classmethod
     def _safe_name(cls, v: str) -> str:
         return check_name(v, "pipeline name")
+
+    @model_validator(mode="after")
+    def _urls_on_workers(self) -> PipelineBase:
+        for kind, src in self.inputs().items():
+            if not src.is_url:
+                continue
+            if PARTITIONED_INPUTS.get(self.job) != kind:
+                where = ", ".join(f"{j}.{k}" for j, k in PARTITIONED_INPUTS.items())
+                raise ValueError(
+                    f"{kind}: a URL path is read by Dask workers, which read only {where}; give a local path"
+                )
+            if self.runner.kind != "dask":
+                raise ValueError(f"{kind}: a URL path is read by Dask workers: set runner.kind: dask")
+        return self
+
+    def partitioned_input(self) -> str | None:
+        """The input kind the Dask workers read file by file (docs/scale.md), or None.
+
+        With ``runner.kind: dask``, the job's large input (``PARTITIONED_INPUTS``) given as a Parquet folder or a URL
+        is never read by the flow: the workers read, validate and reduce it partition by partition.
+        """
+        kind = PARTITIONED_INPUTS.get(self.job)
+        src = self.inputs().get(kind) if kind else None
+        if self.runner.kind != "dask" or src is None or src.is_query:
+            return None
+        return kind if src.is_url or self.path_of(src).is_dir() else None
+
+    def location_of(self, source: SourceSpec) -> str:
+        """Where a file source is: its URL as given, else the absolute path (:meth:`path_of`)."""
+        return str(source.path) if source.is_url else str(self.path_of(source))
 
     @model_validator(mode="after")
     def _hive_name(self) -> PipelineBase:

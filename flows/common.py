@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -131,17 +131,19 @@ def fit_step(
 def finish_run(
     spec: PipelineBase,
     run_id: str,
-    inputs: dict[str, LoadedTable],
+    inputs: Mapping[str, Any],
     tables: dict[str, pd.DataFrame],
     *,
     checks: dict[str, Any],
     metrics: dict[str, Any],
     clock: Clock,
     extra: dict[str, Any] | None = None,
+    datasets: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     """Build the manifest, render report.html, export all tables and the report atomically, log the run.
 
-    Returns the flow's summary: ``run_id``, ``run_dir`` and ``metrics``.
+    ``datasets`` are tables the workers wrote as Parquet parts (a partitioned run): moved into the run folder by
+    the export, never loaded here. Returns the flow's summary: ``run_id``, ``run_dir`` and ``metrics``.
     """
     if isinstance(inputs, Inputs):  # what validation found; the flows' "validation" entry may hold the setting
         checks = {**checks, **inputs.validation}
@@ -152,7 +154,12 @@ def finish_run(
         spec=spec.model_dump(mode="json"),
         inputs=[
             input_record(
-                kind, t.source if t.query else str(Path(t.source).resolve()), t.sha256, t.n_rows, t.format, t.query
+                kind,
+                t.source if t.query or "://" in t.source else str(Path(t.source).resolve()),
+                t.sha256,
+                t.n_rows,
+                t.format,
+                t.query,
             )
             for kind, t in inputs.items()
         ],
@@ -175,10 +182,12 @@ def finish_run(
             "schema": wh.db_schema,
             "tables": {
                 name: f"{wh.db_schema}.{wh.prefix}{name}" if wh.db_schema else wh.prefix + name
-                for name in [*tables, RUNS_TABLE]
+                for name in [*tables, *(datasets or {}), RUNS_TABLE]
             },
         }
-    run_dir = export_run(str(spec.output_dir()), spec.name, run_id, tables, manifest, spec.output.layout, files)
+    run_dir = export_run(
+        str(spec.output_dir()), spec.name, run_id, tables, manifest, spec.output.layout, files, datasets
+    )
     if outcome.report is not None:
         report_artifacts(outcome.report, Path(run_dir) / REPORT_FILE)
     if wh is not None:

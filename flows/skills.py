@@ -5,11 +5,14 @@ Nothing is written unless every blocking step passes; the export is one atomic s
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger
 
+from crowdflow.errors import SpecError
 from crowdflow.io import LoadedTable
 from crowdflow.labels import deduplicate, encode_labels
 from crowdflow.metrics import review_skills
@@ -17,8 +20,13 @@ from crowdflow.skills import output_metrics, output_tables
 from crowdflow.spec import SkillsPipeline
 from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
 from flows.pipeline import fit_data
+from tasks.artifacts import set_pipeline
 from tasks.check_graph import check_graph
 from tasks.fit import fit_skills_task
+from tasks.ingest import ingest
+from tasks.partitioned import encode_on_workers, fit_on_workers, list_dataset, split_on_workers
+from tasks.runners import runner_executor, scratch_folder
+from tasks.validate import validate
 
 _FIT_KEYS = (
     "fit_status",
@@ -54,6 +62,8 @@ def skills_flow(spec: SkillsPipeline, run_id: str | None = None) -> dict[str, An
     """
     logger = get_run_logger()
     run_id = run_id_for(run_id)
+    if spec.partitioned_input() is not None:
+        return _partitioned_skills(spec, run_id)
     clock = Clock()
     opts = spec.skills
     dropped = {"n": 0}
@@ -115,3 +125,93 @@ def skills_flow(spec: SkillsPipeline, run_id: str | None = None) -> dict[str, An
         clock=clock,
         extra={"method": opts.method, "fit": fit, "cache": cache, "review": review.record},
     )
+
+
+def _partitioned_skills(spec: SkillsPipeline, run_id: str) -> dict[str, Any]:
+    """The skills job on a Parquet dataset read by the Dask workers: the flow holds statistics, never the labels.
+
+    Passes (docs/scale.md): list the files; read + validate + split by task on the workers; encode the buckets
+    and sum the W×W statistics; the worker-graph check on them; the fit (its passes on the workers) writing the
+    consensus as Parquet parts; the export moves the parts into the run folder with the other tables.
+    """
+    logger = get_run_logger()
+    clock = Clock()
+    opts = spec.skills
+    if spec.output.layout != "flat":
+        raise SpecError(
+            "output.layout hive is not available when the Dask workers read the labels (a partitioned consensus); "
+            "use output.layout flat"
+        )
+    set_pipeline(spec.name)
+    truth_table = ingest(spec, spec.truth, "truth") if spec.truth is not None else None
+    truth_report = validate(truth_table, "truth", spec.checks.validation, None) if truth_table is not None else None
+    scratch_root = scratch_folder(spec.runner.scratch_dir)
+    with (
+        tempfile.TemporaryDirectory(prefix="crowdflow-run-", dir=scratch_root) as scratch,
+        runner_executor(spec.runner) as executor,
+    ):
+        parts = list_dataset(spec, spec.labels, "labels")
+        n_buckets = spec.runner.partitions or max(2 * spec.runner.n_workers, len(parts))
+        split = split_on_workers(
+            parts,
+            "labels",
+            spec.labels,
+            executor,
+            str(Path(scratch) / "buckets"),
+            n_buckets,
+            spec.checks.validation,
+            opts.classes,
+        )
+        clock.lap("ingest_validate")
+        enc = encode_on_workers(split, executor, opts.duplicates)
+        checked = check_graph("skills", spec.check_modes(), lm=enc.report, source=split.dataset.source)
+        clock.lap("check_graph")
+        fit = fit_on_workers(
+            enc, executor, opts, str(Path(scratch) / "consensus"), truth_table.df if truth_table is not None else None
+        )
+        clock.lap("fit")
+        result = fit.result
+        n_gold, n_right = fit.gold
+        metrics: dict[str, Any] = {
+            "n_ties": result.metadata.get("n_ties", 0),
+            "n_fallback_tasks": result.metadata.get("n_fallback_tasks", 0),
+            "n_duplicates_dropped": enc.n_dropped,
+            "frac_workers_identified": result.metadata.get("frac_workers_identified"),
+        }
+        if truth_table is not None:
+            metrics.update({"n_gold": n_gold, "accuracy": n_right / n_gold if n_gold else float("nan")})
+            metrics["error"] = 1.0 - metrics["accuracy"] if n_gold else float("nan")
+            logger.info("accuracy on %d gold tasks: %.4f", n_gold, metrics["accuracy"])
+        comps = checked.report.components
+        checks = {
+            "validation": "passed" if all(r.success for r in split.reports) else "failed; the run went on",
+            "validation.labels": f"{sum(r.success for r in split.reports)} of {len(split.reports)} files passed "
+            f"({split.dataset.n_rows} rows)",
+            "worker_components": len(comps),
+            "bipartite_components": int((comps["status"] == "bipartite_component").sum()),
+            "isolated_workers": int((comps["status"] == "isolated").sum()),
+        }
+        if truth_report is not None:
+            passed = truth_report.n_expectations - len(truth_report.failures)
+            checks["validation.truth"] = f"{passed} of {truth_report.n_expectations} expectations passed"
+        tables = {k: v for k, v in output_tables(result, enc.report).items() if k != "consensus"}
+        inputs: dict[str, Any] = {"labels": split.dataset}
+        if truth_table is not None:
+            inputs["truth"] = truth_table
+        fit_meta = {k: v for k, v in result.metadata.items() if k in _FIT_KEYS or k == "partitions"}
+        return finish_run(
+            spec,
+            run_id,
+            inputs,
+            tables,
+            checks=checks,
+            metrics=metrics,
+            clock=clock,
+            extra={
+                "method": opts.method,
+                "fit": fit_meta,
+                "cache": {"enabled": False, "why": "a partitioned input is fitted on the workers every run"},
+                "partitioned": {"files": split.dataset.n_files, "buckets": len(enc.buckets), "passes": fit.passes},
+            },
+            datasets={"consensus": fit.consensus_parts},
+        )

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from crowdflow.errors import ValidationFailed
+from crowdflow.io import LoadedTable
 from crowdflow.tables import NA_SPELLINGS_ANY_CASE, TableSchema
 
 log = logging.getLogger(__name__)
@@ -287,3 +288,26 @@ def require_valid(report: ValidationReport) -> None:
     """Raise :class:`ValidationFailed` listing every failed expectation."""
     if not report.success:
         raise ValidationFailed(report.message(), failures=report.as_records())
+
+
+def validate_loaded(table: LoadedTable, kind: str, allowed: dict[str, list[str]] | None = None) -> ValidationReport:
+    """The ``kind`` contract's suite on one loaded table (a partition, validated where a Dask worker read it)."""
+    from crowdflow.tables import INPUTS
+
+    return validate_frame(table.df, INPUTS[kind], table.source, allowed)
+
+
+def combined_message(reports: list[ValidationReport], dataset: str, limit: int = 10) -> str:
+    """One message for the files of a dataset that failed: each file's failures with its own row numbers."""
+    failed = [r for r in reports if not r.success]
+    head = f"{dataset}: {len(failed)} of {len(reports)} files failed validation"
+    body = [r.message() for r in failed[:limit]]
+    more = [f"... and {len(failed) - limit} more files"] if len(failed) > limit else []
+    return "\n".join([head, *body, *more])
+
+
+def require_all_valid(reports: list[ValidationReport], dataset: str) -> None:
+    """Raise :class:`ValidationFailed` naming every failing file of ``dataset`` (its rows counted in that file)."""
+    if any(not r.success for r in reports):
+        records = [rec for r in reports for rec in r.as_records()]
+        raise ValidationFailed(combined_message(reports, dataset), failures=records)

@@ -9,6 +9,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
 from crowdflow.checks import CheckMode, GraphChecks, graph_checks
+from crowdflow.graphs import WorkerGraphReport
 from crowdflow.labels import LabelMatrix
 from tasks.artifacts import frame_to_markdown, markdown, table
 
@@ -18,7 +19,7 @@ def check_graph(
     job: str,
     modes: Mapping[str, CheckMode],
     tables: Mapping[str, pd.DataFrame] | None = None,
-    lm: LabelMatrix | None = None,
+    lm: LabelMatrix | WorkerGraphReport | None = None,
     source: str = "",
 ) -> GraphChecks:
     """Run ``job``'s graph checks, publish what they found, log warnings, raise on a blocking failure.

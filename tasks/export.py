@@ -24,16 +24,25 @@ def export_run(
     manifest: dict[str, Any],
     layout: Literal["flat", "hive"] = "flat",
     extra_files: dict[str, bytes] | None = None,
+    datasets: dict[str, list[str]] | None = None,
 ) -> str:
     """Write the run (flat run folder or hive-partitioned datasets; ``extra_files`` such as report.html;
-    manifest last); returns the run directory.
+    ``datasets``: tables already written as parts by the workers; manifest last); returns the run directory.
 
     Nothing is left behind on failure.
     """
     logger = get_run_logger()
     schemas = OUTPUTS.get(str(manifest.get("job")), {})
     written = write_run(
-        out_dir, pipeline, run_id, tables, manifest, schemas=schemas, extra_files=extra_files, layout=layout
+        out_dir,
+        pipeline,
+        run_id,
+        tables,
+        manifest,
+        schemas=schemas,
+        extra_files=extra_files,
+        layout=layout,
+        datasets=datasets,
     )
     lines = [f"# Run `{run_id}` exported\n", f"Folder: `{written.path}`\n", "| output | rows | file |", "|---|---|---|"]
     for name, info in written.outputs.items():

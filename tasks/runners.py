@@ -78,9 +78,20 @@ def connect(address: str, worker_timeout: float) -> Any:
     return client
 
 
+def runner_executor(runner: Any) -> Any:
+    """:func:`dask_executor` with the settings of a spec's ``runner`` (a context manager)."""
+    return dask_executor(
+        runner.address, runner.n_workers, runner.processes, runner.worker_timeout, getattr(runner, "memory_limit", None)
+    )
+
+
 @contextmanager
 def dask_executor(
-    address: str | None = None, n_workers: int = 2, processes: bool = True, worker_timeout: float = 60.0
+    address: str | None = None,
+    n_workers: int = 2,
+    processes: bool = True,
+    worker_timeout: float = 60.0,
+    memory_limit: str | None = None,
 ) -> Iterator[MapFn]:
     """Yield ``map(fn, items)`` running each item as a Dask task (results in input order).
 
@@ -96,6 +107,9 @@ def dask_executor(
         the GIL limits the gain to code that releases it, e.g. sparse products and Parquet I/O).
     worker_timeout : float
         Seconds the cluster at ``address`` has to answer with at least one worker (:func:`connect`).
+    memory_limit : str, optional
+        Memory per worker of the local cluster (``"4GB"``); Dask's default (the machine's memory shared by the
+        workers) when omitted.
     """
     try:
         from distributed import Client, LocalCluster
@@ -105,6 +119,8 @@ def dask_executor(
             "pip install 'crowdflow[deploy]' (or 'crowdflow[dask]')"
         ) from None
 
+    for name in ("distributed", "distributed.scheduler", "distributed.nanny", "distributed.core"):
+        logging.getLogger(name).setLevel(logging.WARNING)  # the cluster's start and stop are not the run's news
     cluster = None
     scratch = tempfile.TemporaryDirectory(prefix="crowdflow-dask-")
     try:
@@ -115,6 +131,7 @@ def dask_executor(
                 processes=processes,
                 dashboard_address=":0",
                 local_directory=scratch.name,
+                **({"memory_limit": memory_limit} if memory_limit else {}),
             )
             client = Client(cluster)
         else:

@@ -272,6 +272,37 @@ def _class_prior(post_t: np.ndarray, alpha: float, q: np.ndarray) -> None:
 
 
 @compiled_kernel
+def _confusion_counts(task: np.ndarray, rows: np.ndarray, post_t: np.ndarray, counts_t: np.ndarray) -> None:
+    """G_i[l, m] = Σ_{labels (i, t, m)} T_tl into ``counts_t[l, i·M + m]`` (overwritten): the full M-step's
+    sufficient statistics, a sum over tasks (so over partitions that hold whole tasks)."""
+    m = post_t.shape[0]
+    counts_t[:] = 0.0
+    for c in range(m):
+        cc = counts_t[c]
+        pc = post_t[c]
+        for k in range(task.size):
+            cc[rows[k]] += pc[task[k]]
+
+
+@compiled_kernel
+def _confusion_from_counts(counts_t: np.ndarray, alpha: float, beta: float, pi: np.ndarray) -> None:
+    """π_i[l, m] = (G_i[l, m] + α + β 1{m = l})/Σ_m' (G_i[l, m'] + α + β 1{m' = l}) into ``pi`` (a row
+    without any mass, α = β = 0 and no label, gets the uniform row 1/M).
+
+    β enters as one more term of the diagonal entry only, so with β = 0 every sum is the sum of the
+    classic M-step plus an exact +0.0: the same bits."""
+    n_workers, m, _ = pi.shape
+    for i in range(n_workers):
+        for c in range(m):
+            tot = 0.0
+            for y in range(m):
+                tot += counts_t[c, i * m + y] + alpha + (beta if y == c else 0.0)
+            for y in range(m):
+                num = counts_t[c, i * m + y] + alpha + (beta if y == c else 0.0)
+                pi[i, c, y] = num / tot if tot > 0 else 1.0 / m
+
+
+@compiled_kernel
 def _full_m_step(
     task: np.ndarray,
     rows: np.ndarray,
@@ -281,27 +312,10 @@ def _full_m_step(
     counts_t: np.ndarray,
     pi: np.ndarray,
 ) -> None:
-    """π_i[l, m] = (G_i[l, m] + α + β 1{m = l})/Σ_m' (G_i[l, m'] + α + β 1{m' = l}),
-    G_i[l, m] = Σ_{labels (i, t, m)} T_tl, into ``pi`` (a row without any mass, α = β = 0 and no label,
-    gets the uniform row 1/M); ``counts_t[l, i·M + m]`` is scratch for G.
-
-    β enters as one more term of the diagonal entry only, so with β = 0 every sum is the sum of the
-    classic M-step plus an exact +0.0: the same bits."""
-    n_workers, m, _ = pi.shape
-    counts_t[:] = 0.0
-    for c in range(m):
-        cc = counts_t[c]
-        pc = post_t[c]
-        for k in range(task.size):
-            cc[rows[k]] += pc[task[k]]
-    for i in range(n_workers):
-        for c in range(m):
-            tot = 0.0
-            for y in range(m):
-                tot += counts_t[c, i * m + y] + alpha + (beta if y == c else 0.0)
-            for y in range(m):
-                num = counts_t[c, i * m + y] + alpha + (beta if y == c else 0.0)
-                pi[i, c, y] = num / tot if tot > 0 else 1.0 / m
+    """The full model's M-step into ``pi``: :func:`_confusion_counts` (``counts_t`` is scratch for G),
+    then :func:`_confusion_from_counts`."""
+    _confusion_counts(task, rows, post_t, counts_t)
+    _confusion_from_counts(counts_t, alpha, beta, pi)
 
 
 @compiled_kernel
@@ -315,6 +329,27 @@ def _full_log_pi(pi: np.ndarray, log_pi_t: np.ndarray) -> None:
 
 
 @compiled_kernel
+def _one_coin_sums(task: np.ndarray, worker: np.ndarray, given: np.ndarray, post_t: np.ndarray, p: np.ndarray) -> None:
+    """Σ_{labels (i, t, m)} T_tm into ``p[i]`` (overwritten): the one-coin M-step's sufficient statistics."""
+    p[:] = 0.0
+    for k in range(task.size):
+        p[worker[k]] += post_t[given[k], task[k]]
+
+
+@compiled_kernel
+def _one_coin_from_sums(n_labels: np.ndarray, alpha: float, p: np.ndarray, pi: np.ndarray) -> None:
+    """p_i = clip((p_i + α)/(n_i + 2α), ε, 1 − ε) in place (``p`` holds the sums of :func:`_one_coin_sums`),
+    and the one-coin confusion π_i[l, l] = p_i, π_i[l, m] = (1 − p_i)/(M − 1) into ``pi``."""
+    m = pi.shape[1]
+    for i in range(p.size):
+        p[i] = min(max((p[i] + alpha) / (n_labels[i] + 2 * alpha), _EPS), 1 - _EPS)
+        wrong = (1 - p[i]) / (m - 1)
+        for c in range(m):
+            for y in range(m):
+                pi[i, c, y] = p[i] if c == y else wrong
+
+
+@compiled_kernel
 def _one_coin_m_step(
     task: np.ndarray,
     worker: np.ndarray,
@@ -325,18 +360,9 @@ def _one_coin_m_step(
     p: np.ndarray,
     pi: np.ndarray,
 ) -> None:
-    """p_i = clip((Σ_{labels (i, t, m)} T_tm + α)/(n_i + 2α), ε, 1 − ε) into ``p``, and the one-coin
-    confusion π_i[l, l] = p_i, π_i[l, m] = (1 − p_i)/(M − 1) into ``pi``."""
-    m = pi.shape[1]
-    p[:] = 0.0
-    for k in range(task.size):
-        p[worker[k]] += post_t[given[k], task[k]]
-    for i in range(p.size):
-        p[i] = min(max((p[i] + alpha) / (n_labels[i] + 2 * alpha), _EPS), 1 - _EPS)
-        wrong = (1 - p[i]) / (m - 1)
-        for c in range(m):
-            for y in range(m):
-                pi[i, c, y] = p[i] if c == y else wrong
+    """The one-coin M-step: :func:`_one_coin_sums`, then :func:`_one_coin_from_sums`."""
+    _one_coin_sums(task, worker, given, post_t, p)
+    _one_coin_from_sums(n_labels, alpha, p, pi)
 
 
 @compiled_kernel

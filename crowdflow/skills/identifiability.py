@@ -129,8 +129,31 @@ def _group_quantile(groups: np.ndarray, values: np.ndarray, n_groups: int, q: fl
     return out
 
 
+def labels_and_tasks_per_component(
+    lm: LabelMatrix, worker_component: np.ndarray, n_components: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Labels, and tasks with at least one label, per component of the worker graph (int64 arrays).
+
+    Sums over tasks: for labels split into partitions that hold whole tasks, the sums over the partitions.
+    """
+    nc = n_components
+    lab_comp = worker_component[lm.worker_idx]
+    n_lab = np.bincount(lab_comp, minlength=nc).astype(np.int64)
+    # tasks touching each component: the largest component by a bincount over tasks, the rest
+    # (usually few labels) by a unique over (task, component) pairs
+    n_tasks = np.zeros(nc, dtype=np.int64)
+    if nc and lm.n_labels:
+        big = int(np.argmax(n_lab))
+        in_big = lab_comp == big
+        n_tasks[big] = int(np.count_nonzero(np.bincount(lm.task_idx[in_big], minlength=lm.n_tasks)))
+        if not in_big.all():
+            pairs = np.unique(lm.task_idx[~in_big] * nc + lab_comp[~in_big])
+            n_tasks += np.bincount(pairs % nc, minlength=nc)
+    return n_lab, n_tasks
+
+
 def component_diagnostics(
-    lm: LabelMatrix,
+    lm: LabelMatrix | None,
     co_labels: sp.csr_matrix,
     weights: sp.csr_matrix,
     graph: Components,
@@ -143,6 +166,7 @@ def component_diagnostics(
     delta: float = 0.05,
     spectral_max_nnz: int | None = 2_000_000,
     witnesses: dict[int, np.ndarray] | None = None,
+    per_component: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> pd.DataFrame:
     """Per-component diagnostics table of docs/methods/skills.md §3.4.
 
@@ -168,6 +192,9 @@ def component_diagnostics(
     ----------
     witnesses : dict, optional
         Precomputed odd-cycle witnesses (component → cycle), e.g. from :func:`graph_structure`.
+    per_component : (numpy.ndarray, numpy.ndarray), optional
+        Labels and tasks per component (:func:`labels_and_tasks_per_component`) summed elsewhere (over the
+        partitions of a partitioned run); then ``lm`` may be None.
     """
     n_mat = sp.csr_matrix(co_labels, dtype=np.float64)
     w_mat = sp.csr_matrix(weights, dtype=np.float64)
@@ -176,18 +203,12 @@ def component_diagnostics(
     deg = np.diff(n_mat.indptr)
     rowsum = np.asarray(n_mat.sum(axis=1)).ravel()
     n_edges = np.bincount(g_lab, weights=deg, minlength=nc) / 2
-    lab_comp = g_lab[lm.worker_idx]
-    n_lab = np.bincount(lab_comp, minlength=nc)
-    # tasks touching each component: the largest component by a bincount over tasks, the rest
-    # (usually few labels) by a unique over (task, component) pairs
-    n_tasks = np.zeros(nc, dtype=np.int64)
-    if nc:
-        big = int(np.argmax(n_lab))
-        in_big = lab_comp == big
-        n_tasks[big] = int(np.count_nonzero(np.bincount(lm.task_idx[in_big], minlength=lm.n_tasks)))
-        if not in_big.all():
-            pairs = np.unique(lm.task_idx[~in_big] * nc + lab_comp[~in_big])
-            n_tasks += np.bincount(pairs % nc, minlength=nc)
+    if per_component is None:
+        if lm is None:
+            raise ValueError("component_diagnostics needs the labels or their per_component counts")
+        n_lab, n_tasks = labels_and_tasks_per_component(lm, g_lab, nc)
+    else:
+        n_lab, n_tasks = per_component
     d_max = np.zeros(nc, dtype=np.int64)
     np.maximum.at(d_max, g_lab, deg)
     norm_inf = np.zeros(nc)

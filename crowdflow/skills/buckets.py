@@ -1,0 +1,504 @@
+"""Labels in task buckets: the per-partition work of a partitioned skills run (runs on any worker process).
+
+A partitioned run (docs/scale.md, :mod:`crowdflow.skills.partitioned`) never holds the labels in one process.
+Its passes over the data are the functions here, each sent to a worker with a file path and small arguments:
+
+1. :func:`split_labels` — one input file: rows go to bucket ``h(task) mod B`` (a fixed hash of the task id),
+   so every task lies in exactly one bucket; returns the file's distinct workers and labels;
+2. :func:`encode_bucket` — one bucket: its pieces (in input order) are encoded with the run's global worker
+   and class dictionaries, the duplicate policy applied, the codes written once (``codes.parquet`` and
+   ``tasks.parquet``) and the bucket's sums returned: the packed co-label counts P = N + 2³²·Agree
+   (W×W), labels per worker, tasks and labels;
+3. one or more passes over the codes (:func:`em_pass` per Dawid–Skene iteration, then one consensus pass:
+   :func:`ds_consensus`, :func:`mv_consensus` or :func:`weighted_consensus_pass`), each returning sums over
+   the bucket's tasks and writing its consensus rows as one Parquet part.
+
+Every sum is over tasks, so the sum over buckets is the statistic of all the labels: integer counts exactly,
+floating-point sums up to their order of addition (docs/methods/skills.md §4.3).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from crowdflow.errors import InputError
+from crowdflow.graphs import pair_counts
+from crowdflow.labels import DuplicatePolicy, LabelMatrix, factorize_ids, task_major_order
+from crowdflow.missing import with_reasons
+from crowdflow.skills.consensus import weighted_consensus
+from crowdflow.skills.dawid_skene import (
+    _confusion_counts,
+    _e_step,
+    _label_arrays,
+    _mv_init,
+    _one_coin_sums,
+    _pick,
+)
+from crowdflow.skills.identifiability import labels_and_tasks_per_component
+from crowdflow.skills.majority import majority_vote
+from crowdflow.skills.moments import pack_counts
+from crowdflow.skills.types import Fallback, TieBreak
+from crowdflow.tables import OUTPUTS
+
+log = logging.getLogger(__name__)
+
+_CODES, _TASKS = "codes.parquet", "tasks.parquet"
+
+
+def task_buckets(task: np.ndarray | pd.Series, n_buckets: int) -> np.ndarray:
+    """Bucket of every row: a fixed 64-bit hash of the task id's text mod ``n_buckets`` (the same in every process)."""
+    h = pd.util.hash_array(np.asarray(task, dtype=object), categorize=True)
+    return (h % np.uint64(n_buckets)).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class SplitSummary:
+    """What :func:`split_labels` found in one input file.
+
+    Attributes
+    ----------
+    partition : int
+        The file's index in the dataset.
+    n_rows, n_dropped_null : int
+        Rows read, and rows without a task, worker or label (not used, as in an in-memory run).
+    workers, labels : numpy.ndarray
+        Distinct worker ids and label texts of the file.
+    sha256 : str
+        The file's content hash (set by the reader; empty for a table given in memory).
+    """
+
+    partition: int
+    n_rows: int
+    n_dropped_null: int
+    workers: np.ndarray
+    labels: np.ndarray
+    sha256: str = ""
+
+
+def split_labels(labels: pd.DataFrame, partition: int, folder: str, n_buckets: int) -> SplitSummary:
+    """Write one input file's labels into the task buckets under ``folder`` (``bucket-<b>/part-<partition>.parquet``).
+
+    Parameters
+    ----------
+    labels : pandas.DataFrame
+        Canonical ``task, worker, label`` text columns of one file (``crowdflow.datasets.read_partition``).
+    partition : int
+        The file's index (orders the pieces of a bucket as the input is ordered).
+    folder : str
+        The run's scratch folder for buckets (visible to every worker).
+    n_buckets : int
+        B ≥ 1.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n_rows = len(labels)
+    df = labels[["task", "worker", "label"]].dropna()
+    bucket = task_buckets(df["task"].to_numpy(), n_buckets)
+    order = np.argsort(bucket, kind="stable")
+    bounds = np.searchsorted(bucket[order], np.arange(n_buckets + 1))
+    for b in range(n_buckets):
+        rows = order[bounds[b] : bounds[b + 1]]
+        if not rows.size:
+            continue
+        piece = df.iloc[rows]
+        out = Path(folder) / f"bucket-{b:05d}"
+        out.mkdir(parents=True, exist_ok=True)
+        table = pa.table(
+            {
+                "task": pa.array(piece["task"].to_numpy(dtype=object), pa.string()),
+                "worker": pa.array(piece["worker"].to_numpy(dtype=object), pa.string()),
+                "label": pa.array(piece["label"].to_numpy(dtype=object), pa.string()),
+                "row": pa.array(piece.index.to_numpy(dtype=np.int64) + 1),
+            }
+        )
+        pq.write_table(table, out / f"part-{partition:06d}.parquet")
+    return SplitSummary(
+        partition=partition,
+        n_rows=n_rows,
+        n_dropped_null=n_rows - len(df),
+        workers=pd.unique(df["worker"].to_numpy(dtype=object)),
+        labels=pd.unique(df["label"].to_numpy(dtype=object)),
+    )
+
+
+@dataclass(frozen=True)
+class BucketStats:
+    """Sums over one bucket's tasks (:func:`encode_bucket`).
+
+    Attributes
+    ----------
+    path : str
+        The bucket's folder (its codes are read by every later pass).
+    n_tasks, n_labels, n_dropped : int
+        Tasks, labels kept, and duplicate (task, worker) rows dropped by the policy.
+    packed : scipy.sparse.csr_matrix
+        P = N + 2³²·Agree (W×W int64) of the bucket.
+    labels_per_worker : numpy.ndarray
+        n_i (int64, length W).
+    """
+
+    path: str
+    n_tasks: int
+    n_labels: int
+    n_dropped: int
+    packed: sp.csr_matrix
+    labels_per_worker: np.ndarray
+
+
+def _duplicates(
+    key: np.ndarray, order: np.ndarray, policy: DuplicatePolicy, frame: pd.DataFrame
+) -> tuple[np.ndarray, int]:
+    same = key[1:] == key[:-1]
+    if not same.any():
+        return order, 0
+    if policy == "error":
+        in_dup = np.zeros(key.size, dtype=bool)
+        in_dup[1:] |= same
+        in_dup[:-1] |= same
+        rows = np.sort(order[in_dup])
+        task, worker, file, row = (frame[c].to_numpy() for c in ("task", "worker", "file", "row"))
+        ex = ", ".join(f"(task={task[r]}, worker={worker[r]}: {file[r]} row {row[r]})" for r in rows[:5])
+        raise InputError(
+            f"{rows.size} rows repeat a (task, worker) pair, e.g. {ex}; "
+            "set duplicates: keep_last or keep_first in the spec to keep one answer per pair",
+            column="task,worker",
+        )
+    keep = np.ones(key.size, dtype=bool)
+    if policy == "keep_last":
+        keep[:-1] = ~same  # stable order: the last of a run is the last in input order
+    else:
+        keep[1:] = ~same
+    return order[keep], int(key.size - keep.sum())
+
+
+def encode_bucket(
+    folder: str, workers: np.ndarray, classes: np.ndarray, duplicates: DuplicatePolicy, file_names: list[str]
+) -> BucketStats:
+    """Encode one bucket with the global dictionaries, write its codes, return its sums (pass 2).
+
+    Pieces are read in input-file order, so ``keep_first``/``keep_last`` keep the answer an in-memory run
+    keeps. Tasks get local codes in :func:`~crowdflow.labels.natural_sort` order; entries are sorted by
+    (task, worker) like :func:`~crowdflow.labels.encode_canonical`, so every per-task sum runs in the order
+    of an in-memory run.
+
+    Parameters
+    ----------
+    folder : str
+        ``bucket-<b>`` folder of :func:`split_labels`.
+    workers, classes : numpy.ndarray
+        The run's sorted worker ids and classes (position = code).
+    duplicates : {"error", "keep_last", "keep_first"}
+    file_names : list of str
+        Input file names by partition index (for the duplicate message).
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pieces = sorted(Path(folder).glob("part-*.parquet"))
+    frames = []
+    for piece in pieces:
+        f = pq.read_table(piece).to_pandas()
+        f["file"] = file_names[int(piece.stem.split("-")[1])]
+        frames.append(f)
+    frame = pd.concat(frames, ignore_index=True)
+    task_idx, tasks = factorize_ids(frame["task"], "task")
+    worker_idx = pd.Index(workers).get_indexer(frame["worker"])
+    class_idx = pd.Index(classes).get_indexer(frame["label"])
+    if (worker_idx < 0).any() or (class_idx < 0).any():
+        raise ValueError(f"{folder}: a worker or label outside the run's dictionaries (the buckets are stale)")
+    n_workers = int(workers.size)
+    order, key = task_major_order(task_idx, worker_idx, n_workers)
+    order, dropped = _duplicates(key, order, duplicates, frame)
+    task_idx, worker_idx, class_idx = task_idx[order], worker_idx[order].astype(np.int64), class_idx[order]
+    used = np.bincount(task_idx, minlength=tasks.size) > 0
+    if not used.all():  # a task whose rows were all dropped cannot happen (one row per pair is kept)
+        raise AssertionError("a task lost every label to the duplicate policy")
+    codes = pa.table({"task": task_idx, "worker": worker_idx, "label": class_idx.astype(np.int64)})
+    pq.write_table(codes, Path(folder) / _CODES)
+    pq.write_table(pa.table({"task": pa.array(tasks, pa.string())}), Path(folder) / _TASKS)
+    indptr = np.zeros(tasks.size + 1, dtype=np.int64)
+    np.cumsum(np.bincount(task_idx, minlength=tasks.size), out=indptr[1:])
+    n_b, ag_b = pair_counts(indptr, worker_idx, class_idx, n_workers, int(classes.size))
+    return BucketStats(
+        path=str(folder),
+        n_tasks=int(tasks.size),
+        n_labels=int(task_idx.size),
+        n_dropped=dropped,
+        packed=pack_counts(n_b, ag_b),
+        labels_per_worker=np.bincount(worker_idx, minlength=n_workers).astype(np.int64),
+    )
+
+
+def load_bucket(folder: str, n_workers: int, classes: np.ndarray) -> LabelMatrix:
+    """The bucket's encoded labels as a :class:`LabelMatrix` (global worker and class codes, local task codes).
+
+    Its ``workers`` are the global codes (as ids), so any in-memory function of one label matrix runs on it.
+    """
+    import pyarrow.parquet as pq
+
+    codes = pq.read_table(Path(folder) / _CODES)
+    tasks = pq.read_table(Path(folder) / _TASKS).column("task").to_numpy(zero_copy_only=False)
+    return LabelMatrix(
+        workers=np.arange(n_workers).astype(object),
+        tasks=np.asarray(tasks, dtype=object),
+        classes=classes,
+        worker_idx=codes.column("worker").to_numpy(),
+        task_idx=codes.column("task").to_numpy(),
+        class_idx=codes.column("label").to_numpy(),
+    )
+
+
+@dataclass(frozen=True)
+class EMSums:
+    """One Dawid–Skene pass over a bucket (:func:`em_pass`).
+
+    Attributes
+    ----------
+    counts : numpy.ndarray
+        Full model: G[l, i·M + m] = Σ T_tl 1{Y_it = m}; one-coin: Σ_{labels of i} T_{t, Y_it} (length W).
+    class_sums : numpy.ndarray
+        Σ_t T_tl (length M).
+    n_tasks : int
+    log_likelihood : float
+        Σ_t log Σ_l exp ℓ_lt of the E-step (0 on the initialising pass).
+    """
+
+    counts: np.ndarray
+    class_sums: np.ndarray
+    n_tasks: int
+    log_likelihood: float
+
+
+def _posteriors(
+    lm: LabelMatrix, log_pi_t: np.ndarray | None, log_q: np.ndarray | None
+) -> tuple[np.ndarray, float, tuple[np.ndarray, ...]]:
+    arrays = _label_arrays(lm)
+    if log_pi_t is None or log_q is None:
+        return np.ascontiguousarray(_mv_init(lm).T), 0.0, arrays
+    post_t = np.empty((lm.n_classes, lm.n_tasks))
+    ll = _e_step(arrays[0], arrays[4], log_pi_t, log_q, post_t)
+    return post_t, float(ll), arrays
+
+
+def em_pass(
+    folder: str,
+    n_workers: int,
+    classes: np.ndarray,
+    one_coin: bool,
+    log_pi_t: np.ndarray | None = None,
+    log_q: np.ndarray | None = None,
+) -> EMSums:
+    """E-step with the broadcast parameters (majority-vote fractions when None), then the M-step's sums.
+
+    ``log_pi_t[l, i·M + m] = log π_i[l, m]`` and ``log q`` are the current parameters; the flow turns the
+    summed :class:`EMSums` into the next ones (docs/methods/skills.md §7.2).
+    """
+    lm = load_bucket(folder, n_workers, classes)
+    post_t, ll, (_, task, worker, given, rows) = _posteriors(lm, log_pi_t, log_q)
+    m = lm.n_classes
+    if one_coin:
+        counts = np.empty(n_workers)
+        _one_coin_sums(task, worker, given, post_t, counts)
+    else:
+        counts = np.empty((m, n_workers * m))
+        _confusion_counts(task, rows, post_t, counts)
+    return EMSums(counts=counts, class_sums=post_t.sum(axis=1), n_tasks=lm.n_tasks, log_likelihood=ll)
+
+
+@dataclass(frozen=True)
+class ConsensusPart:
+    """One bucket's consensus (written as a Parquet part) and its sums.
+
+    Attributes
+    ----------
+    path : str
+        The written part.
+    n_tasks, n_ties, n_fallback : int
+    log_likelihood : float
+        Dawid–Skene: the final E-step's log-likelihood of the bucket; else 0.
+    agreements : numpy.ndarray
+        Per worker, labels equal to the consensus (majority vote's accuracy; length W).
+    per_component : (numpy.ndarray, numpy.ndarray)
+        Labels and tasks per worker-graph component.
+    tasks_with_ok_worker : int
+        Tasks with a label from a worker whose status is ok.
+    gold : (int, int)
+        Gold tasks of the bucket, and how many of them the consensus gets right.
+    """
+
+    path: str
+    n_tasks: int
+    n_ties: int
+    n_fallback: int
+    log_likelihood: float
+    agreements: np.ndarray
+    per_component: tuple[np.ndarray, np.ndarray]
+    tasks_with_ok_worker: int
+    gold: tuple[int, int]
+
+
+def consensus_part_path(folder: str, out_folder: str) -> str:
+    """Where the consensus of the bucket ``folder`` is written: ``<out_folder>/part-<b>.parquet``."""
+    return str(Path(out_folder) / f"part-{Path(folder).name.split('-')[-1]}.parquet")
+
+
+def _write_consensus(
+    lm: LabelMatrix,
+    table: pd.DataFrame,
+    out: str,
+    winner: np.ndarray,
+    n_ties: int,
+    n_fallback: int,
+    ll: float,
+    component: np.ndarray,
+    ok: np.ndarray,
+    truth: pd.Series | None,
+) -> ConsensusPart:
+    import pyarrow.parquet as pq
+
+    from crowdflow.run_store import written_frame
+
+    cols = ["task", "label", "confidence", "n_labels", "fallback"]
+    frame = with_reasons({"consensus": table[cols].reset_index(drop=True)})["consensus"]
+    schema = OUTPUTS["skills"]["consensus"]
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    import pyarrow as pa
+
+    pq.write_table(pa.Table.from_pandas(written_frame(frame, schema), schema=schema, preserve_index=False), out)
+    agree = np.bincount(
+        lm.worker_idx, weights=(lm.class_idx == winner[lm.task_idx]).astype(np.float64), minlength=lm.n_workers
+    )
+    has_ok = np.bincount(lm.task_idx[ok[lm.worker_idx]], minlength=lm.n_tasks) > 0
+    gold = (0, 0)
+    if truth is not None:
+        known = truth.reindex(pd.Index(lm.tasks))
+        hit = known.notna().to_numpy()
+        right = (known.to_numpy(dtype=object)[hit] == lm.classes[winner[hit]].astype(str)).sum()
+        gold = (int(hit.sum()), int(right))
+    return ConsensusPart(
+        path=out,
+        n_tasks=lm.n_tasks,
+        n_ties=n_ties,
+        n_fallback=n_fallback,
+        log_likelihood=ll,
+        agreements=agree,
+        per_component=labels_and_tasks_per_component(lm, component, int(component.max()) + 1 if component.size else 0),
+        tasks_with_ok_worker=int(has_ok.sum()),
+        gold=gold,
+    )
+
+
+def ds_consensus(
+    folder: str,
+    out_folder: str,
+    n_workers: int,
+    classes: np.ndarray,
+    log_pi_t: np.ndarray,
+    log_q: np.ndarray,
+    tie_break: TieBreak,
+    seed: int,
+    component: np.ndarray,
+    ok: np.ndarray,
+    truth: pd.Series | None = None,
+) -> ConsensusPart:
+    """Final Dawid–Skene E-step of one bucket and its consensus part (label = arg-max posterior)."""
+    lm = load_bucket(folder, n_workers, classes)
+    post_t, ll, _ = _posteriors(lm, log_pi_t, log_q)
+    post = np.ascontiguousarray(post_t.T)
+    winner, ties = _pick(post, tie_break, seed)
+    table = pd.DataFrame(
+        {
+            "task": lm.tasks,
+            "label": lm.classes[winner],
+            "confidence": post[np.arange(lm.n_tasks), winner].astype(np.float64),
+            "n_labels": lm.labels_per_task().astype(np.int64),
+            "fallback": False,
+        }
+    )
+    return _write_consensus(
+        lm, table, consensus_part_path(folder, out_folder), winner, ties, 0, ll, component, ok, truth
+    )
+
+
+def mv_consensus(
+    folder: str,
+    out_folder: str,
+    n_workers: int,
+    classes: np.ndarray,
+    tie_break: TieBreak,
+    seed: int,
+    component: np.ndarray,
+    ok: np.ndarray,
+    truth: pd.Series | None = None,
+) -> ConsensusPart:
+    """Majority vote of one bucket (:func:`~crowdflow.skills.majority_vote`) and its consensus part."""
+    lm = load_bucket(folder, n_workers, classes)
+    mv = majority_vote(lm, tie_break, seed)
+    table = mv.consensus.assign(fallback=False)
+    return _write_consensus(
+        lm, table, consensus_part_path(folder, out_folder), mv.winner, mv.n_ties, 0, 0.0, component, ok, truth
+    )
+
+
+def weighted_consensus_pass(
+    folder: str,
+    out_folder: str,
+    n_workers: int,
+    classes: np.ndarray,
+    weights: np.ndarray,
+    identified: np.ndarray,
+    fallback: Fallback,
+    tie_break: TieBreak,
+    seed: int,
+    component: np.ndarray,
+    ok: np.ndarray,
+    truth: pd.Series | None = None,
+) -> ConsensusPart:
+    """MAP weighted vote of one bucket with the broadcast weights (:func:`~crowdflow.skills.weighted_consensus`)."""
+    lm = load_bucket(folder, n_workers, classes)
+    cons = weighted_consensus(lm, weights, identified=identified, fallback=fallback, tie_break=tie_break, seed=seed)
+    winner = pd.Index(lm.classes).get_indexer(cons.consensus["label"].to_numpy())
+    return _write_consensus(
+        lm,
+        cons.consensus,
+        consensus_part_path(folder, out_folder),
+        winner,
+        cons.n_ties,
+        cons.n_fallback,
+        0.0,
+        component,
+        ok,
+        truth,
+    )
+
+
+def bucket_tasks(folder: str) -> int:
+    """Tasks of an encoded bucket (for progress messages)."""
+    import pyarrow.parquet as pq
+
+    return int(pq.read_metadata(Path(folder) / _TASKS).num_rows)
+
+
+__all__ = [
+    "BucketStats",
+    "ConsensusPart",
+    "EMSums",
+    "SplitSummary",
+    "bucket_tasks",
+    "consensus_part_path",
+    "ds_consensus",
+    "em_pass",
+    "encode_bucket",
+    "load_bucket",
+    "mv_consensus",
+    "split_labels",
+    "task_buckets",
+    "weighted_consensus_pass",
+]

@@ -1,0 +1,475 @@
+"""Skills from labels that no single process holds: the flow keeps W×W statistics, the workers keep the labels.
+
+The labels are split into task buckets (:func:`crowdflow.skills.buckets.split_labels`, one pass over the input
+files) and every later step is a pass over the buckets through an executor (``executor(fn, items)``, e.g. a
+Dask client's map), returning sums over tasks (docs/scale.md, docs/methods/skills.md §4.3):
+
+1. :func:`encode_buckets` — the codes of every bucket written once; the packed co-label counts, labels per worker
+   and task counts summed: N, agreements and C^ (W×W) and the worker-graph report, for the pre-fit check;
+2. :func:`fit_buckets` — the fit on those statistics, by method:
+
+   * ``pgd``: the rank-one fit of docs/methods/skills.md §2.8 in the flow (it needs only N and C^), then one
+     weighted-vote pass writing the consensus;
+   * ``ds`` / ``onecoin_ds``: Dawid–Skene EM, one pass per iteration: the workers run the E-step with the
+     broadcast parameters (W·M² numbers) and return the M-step's sums, the flow normalises them into the next
+     parameters; the same stopping rule as the in-memory EM, then a final E-step pass writing the consensus;
+   * ``mv``: one majority-vote pass (agreements per worker summed for the accuracy).
+
+Memory in the flow: O(W² density + W·M²) — the statistics, never O(labels) or O(tasks). Bytes moved per pass:
+the parameters out, the sums back. The results equal an in-memory :func:`~crowdflow.skills.fit_skills` on the
+same labels: the counts and the graph exactly, PGD and majority vote exactly (the same statistics and the same
+per-task votes), Dawid–Skene to floating-point summation order (the M-step sums are added bucket by bucket).
+Tie-breaks with ``tie_break: random`` draw per bucket, so a tied task may get another of its tied labels.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from crowdflow.datasets import Partition, read_partition
+from crowdflow.errors import InputError
+from crowdflow.graphs import WorkerGraphReport, graph_structure, worker_graph_from_counts
+from crowdflow.io import LoadedTable
+from crowdflow.labels import natural_sort
+from crowdflow.progress import ProgressFn
+from crowdflow.skills.buckets import (
+    BucketStats,
+    ConsensusPart,
+    EMSums,
+    SplitSummary,
+    ds_consensus,
+    em_pass,
+    encode_bucket,
+    mv_consensus,
+    split_labels,
+    weighted_consensus_pass,
+)
+from crowdflow.skills.consensus import vote_weights
+from crowdflow.skills.dawid_skene import _confusion_from_counts, _full_log_pi, _one_coin_from_sums
+from crowdflow.skills.fit import SkillsResult
+from crowdflow.skills.identifiability import active_workers, component_diagnostics, witness_cycles
+from crowdflow.skills.moments import LabelMoments, edge_weights, moments_from_packed, prune_spammer_edges
+from crowdflow.skills.options import SkillsOptions
+from crowdflow.skills.rank_one import fit_active
+from crowdflow.skills.reasons import explain_missing_skills
+from crowdflow.tables import INPUTS
+
+log = logging.getLogger(__name__)
+
+#: ``executor(fn, items) -> results`` in the order of ``items`` (a Dask client's map, or a list comprehension)
+MapFn = Callable[[Callable[[Any], Any], list[Any]], list[Any]]
+
+
+def read_and_split(
+    part: Partition,
+    folder: str,
+    n_buckets: int,
+    columns: dict[str, str] | None = None,
+    check: Callable[[LoadedTable], Any] | None = None,
+) -> tuple[SplitSummary, Any]:
+    """Pass 1 on one input file, where it is read: canonical columns, the optional ``check`` (the run's table
+    validation, injected by the orchestration layer), then the task buckets (:func:`split_labels`).
+
+    Returns the file's summary and what ``check`` returned (None without one).
+    """
+    loaded = read_partition(part, INPUTS["labels"], columns)
+    found = check(loaded) if check is not None else None
+    return replace(split_labels(loaded.df, part.index, folder, n_buckets), sha256=loaded.sha256), found
+
+
+def dictionaries(summaries: list[SplitSummary], classes: list[str] | None) -> tuple[np.ndarray, np.ndarray]:
+    """The run's sorted worker ids and classes from the files' distinct values (as :func:`encode_labels` sorts them).
+
+    Raises :class:`~crowdflow.errors.InputError` for labels outside a declared label set.
+    """
+    workers = natural_sort(np.unique(np.concatenate([s.workers for s in summaries]).astype(str)))
+    seen = natural_sort(np.unique(np.concatenate([s.labels for s in summaries]).astype(str)))
+    if classes is None:
+        return workers, seen
+    declared = np.asarray([str(c) for c in classes], dtype=object)
+    unknown = sorted(set(seen.tolist()) - set(declared.tolist()))
+    if unknown:
+        raise InputError(f"labels outside the declared label set {declared.tolist()}: {unknown[:5]}", column="label")
+    return workers, declared
+
+
+@dataclass(frozen=True)
+class EncodedBuckets:
+    """The buckets after :func:`encode_buckets`: their folders and the statistics summed over them.
+
+    Attributes
+    ----------
+    buckets : list of str
+        Bucket folders (each holds its codes).
+    workers, classes : numpy.ndarray
+        The run's sorted worker ids and classes.
+    packed : scipy.sparse.csr_matrix
+        Σ P = N + 2³²·Agree (W×W int64).
+    labels_per_worker : numpy.ndarray
+    n_tasks, n_labels, n_dropped : int
+    report : WorkerGraphReport
+        The worker interaction graph of all the labels (for the pre-fit check).
+    """
+
+    buckets: list[str]
+    workers: np.ndarray
+    classes: np.ndarray
+    packed: sp.csr_matrix
+    labels_per_worker: np.ndarray
+    n_tasks: int
+    n_labels: int
+    n_dropped: int
+    report: WorkerGraphReport
+
+
+def encode_buckets(
+    buckets: list[str],
+    executor: MapFn,
+    workers: np.ndarray,
+    classes: np.ndarray,
+    duplicates: Any,
+    file_names: list[str],
+) -> EncodedBuckets:
+    """Encode every bucket once (:func:`~crowdflow.skills.buckets.encode_bucket`) and sum their statistics."""
+    run = functools.partial(
+        encode_bucket, workers=workers, classes=classes, duplicates=duplicates, file_names=file_names
+    )
+    stats: list[BucketStats] = executor(run, buckets)
+    packed = stats[0].packed.copy()
+    for s in stats[1:]:
+        packed = packed + s.packed
+    n_i = np.sum([s.labels_per_worker for s in stats], axis=0)
+    raw = moments_from_packed(packed, int(classes.size), 1)
+    report = worker_graph_from_counts(raw.co_labels, n_i, workers)
+    enc = EncodedBuckets(
+        buckets=[s.path for s in stats],
+        workers=workers,
+        classes=classes,
+        packed=packed,
+        labels_per_worker=n_i,
+        n_tasks=sum(s.n_tasks for s in stats),
+        n_labels=sum(s.n_labels for s in stats),
+        n_dropped=sum(s.n_dropped for s in stats),
+        report=report,
+    )
+    log.info(
+        "encoded %d buckets: %d labels, %d tasks, %d workers, %d classes",
+        len(stats),
+        enc.n_labels,
+        enc.n_tasks,
+        workers.size,
+        classes.size,
+    )
+    return enc
+
+
+@dataclass(frozen=True)
+class PartitionedSkills:
+    """A partitioned skills fit: the in-memory tables but the consensus, which is written as parts.
+
+    Attributes
+    ----------
+    result : SkillsResult
+        Skills, diagnostics, metadata and loss trace as :func:`~crowdflow.skills.fit_skills` gives them; its
+        ``consensus`` is empty (the consensus is ``consensus_parts``).
+    consensus_parts : list of str
+        The consensus as Parquet parts, one per bucket (columns of ``OUTPUTS["skills"]["consensus"]``).
+    passes : int
+        Passes over the buckets after encoding.
+    gold : (int, int)
+        Gold tasks found in the labels and how many the consensus gets right (0, 0 without gold labels).
+    """
+
+    result: SkillsResult
+    consensus_parts: list[str]
+    passes: int
+    gold: tuple[int, int] = (0, 0)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def _sum_parts(parts: list[ConsensusPart], n_workers: int, n_comp: int) -> dict[str, Any]:
+    lab = np.zeros(n_comp, dtype=np.int64)
+    tasks = np.zeros(n_comp, dtype=np.int64)
+    for p in parts:
+        a, b = p.per_component
+        lab[: a.size] += a
+        tasks[: b.size] += b
+    return {
+        "paths": [p.path for p in parts],
+        "agreements": np.sum([p.agreements for p in parts], axis=0) if parts else np.zeros(n_workers),
+        "per_component": (lab, tasks),
+        "n_ties": sum(p.n_ties for p in parts),
+        "n_fallback": sum(p.n_fallback for p in parts),
+        "tasks_with_ok": sum(p.tasks_with_ok_worker for p in parts),
+        "gold": (sum(p.gold[0] for p in parts), sum(p.gold[1] for p in parts)),
+        "log_likelihood": math.fsum(p.log_likelihood for p in parts),
+    }
+
+
+def _em(
+    enc: EncodedBuckets, executor: MapFn, o: SkillsOptions, one_coin: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[float], int, bool, int]:
+    """Dawid–Skene EM as passes: (π, q, log π table, trace without the final E-step, iterations, converged, passes)."""
+    m, w = int(enc.classes.size), int(enc.workers.size)
+    alpha, beta = float(o.ds_smoothing), 0.0 if one_coin else float(o.ds_prior)
+    n_f = enc.labels_per_worker.astype(np.float64)
+    step = functools.partial(em_pass, n_workers=w, classes=enc.classes, one_coin=one_coin)
+    sums: list[EMSums] = executor(step, enc.buckets)
+    passes, it, converged = 1, 0, False
+    pi_old = q_old = None
+    trace: list[float] = []
+    table = np.empty((m, w * m))
+    while True:
+        counts = np.sum([s.counts for s in sums], axis=0)
+        pi = np.empty((w, m, m))
+        if one_coin:
+            _one_coin_from_sums(n_f, alpha, counts, pi)
+        else:
+            _confusion_from_counts(counts, alpha, beta, pi)
+        q = (np.sum([s.class_sums for s in sums], axis=0) + alpha) / (enc.n_tasks + m * alpha)
+        if it > 0 and pi_old is not None and q_old is not None:
+            converged = max(float(np.max(np.abs(pi - pi_old))), float(np.max(np.abs(q - q_old)))) < o.ds_tol
+        pi_old, q_old = pi, q
+        _full_log_pi(pi, table)
+        if it == o.ds_max_iter or converged:
+            return pi, q, table, trace, it, converged, passes
+        sums = executor(functools.partial(step, log_pi_t=table.copy(), log_q=np.log(q)), enc.buckets)
+        trace.append(math.fsum(s.log_likelihood for s in sums))
+        passes += 1
+        it += 1
+        log.info("Dawid-Skene EM iteration %d: log-likelihood %.6f", it, trace[-1])
+
+
+def fit_buckets(
+    enc: EncodedBuckets,
+    executor: MapFn,
+    options: SkillsOptions,
+    out_folder: str,
+    *,
+    truth: pd.Series | None = None,
+    progress: ProgressFn | None = None,
+) -> PartitionedSkills:
+    """Skills and consensus of encoded buckets (see the module docstring for the passes of each method).
+
+    Parameters
+    ----------
+    enc : EncodedBuckets
+    executor : callable
+        ``executor(fn, items) -> results``; ``fn`` and its arguments are picklable.
+    options : SkillsOptions
+    out_folder : str
+        Where the consensus parts are written (visible to the workers).
+    truth : pandas.Series, optional
+        Gold label by task id (text): the consensus passes count the gold tasks they get right.
+    progress : callable, optional
+        ``progress(fraction)`` during the PGD iterations.
+    """
+    o = options
+    m, w = int(enc.classes.size), int(enc.workers.size)
+    moments: LabelMoments = moments_from_packed(enc.packed, m, o.min_pair_count)
+    n_pruned = 0
+    if o.prune_spammers is not None:
+        moments, n_pruned = prune_spammer_edges(moments, *o.prune_spammers)
+    n_mat = moments.co_labels
+    structure = graph_structure(n_mat, symmetric=True)
+    graph = structure.graph
+    w_all = edge_weights(n_mat, o.weighting)
+    n_i = enc.labels_per_worker
+    n_partners = np.diff(n_mat.indptr).astype(np.int64)
+    strength = np.asarray(n_mat.sum(axis=1)).ravel()
+    base = np.where(graph.bipartite, "bipartite_component", "ok").astype(object)
+    base[graph.sizes == 1] = "isolated"
+    status = base[graph.labels].copy()
+    ok = status == "ok"
+    nan = np.full(w, np.nan)
+    lo, hi, fit_comp = nan, nan, np.full(w, -1, dtype=np.int64)
+    common: dict[str, Any] = {"n_workers": w, "classes": enc.classes, "component": graph.labels, "truth": truth}
+    meta: dict[str, Any] = {
+        "method": o.method,
+        "n_classes": m,
+        "classes": enc.classes.astype(str).tolist(),
+        "n_workers": w,
+        "n_tasks": enc.n_tasks,
+        "n_labels": enc.n_labels,
+        "n_duplicates_dropped": enc.n_dropped,
+        "weighting": o.weighting,
+        "tau": float(o.tau),
+        "x0": float(o.x0),
+        "tol": float(o.tol),
+        "max_iter": int(o.max_iter),
+        "solver": o.solver,
+        "sign_mode": o.sign_mode,
+        "identifiability_policy": "flag",
+        "fallback": o.fallback,
+        "tie_break": o.tie_break,
+        "seed": int(o.seed),
+        "min_pair_count": int(o.min_pair_count),
+        "prune_spammers": "" if o.prune_spammers is None else ",".join(map(str, o.prune_spammers)),
+        "n_pairs_pruned": n_pruned,
+        "partitions": len(enc.buckets),
+    }
+    trace = np.empty(0)
+    if o.method == "pgd":
+        status, active, lo, hi, ag, _ = active_workers(graph, base, w_all, n_i, m, o.tau)
+        skill, fit_comp, fit = fit_active(
+            active,
+            ag,
+            w_all,
+            moments.c_hat,
+            lo,
+            hi,
+            x0=o.x0,
+            eta=o.eta,
+            tol=o.tol,
+            max_iter=o.max_iter,
+            solver=o.solver,
+            sign_mode=o.sign_mode,
+            progress=progress,
+        )
+        weight = vote_weights(skill, m, lo, hi).astype(np.float64)
+        run = functools.partial(
+            weighted_consensus_pass,
+            out_folder=out_folder,
+            weights=weight,
+            identified=active,
+            fallback=o.fallback,
+            tie_break=o.tie_break,
+            seed=o.seed,
+            ok=active,
+            **common,
+        )
+        sums = _sum_parts(executor(run, enc.buckets), w, graph.n_components)
+        accuracy = ((m - 1) * skill + 1) / m
+        ok = active
+        passes = 1
+        trace = fit.loss_trace if fit else np.empty(0)
+        meta.update(
+            {
+                "iterations": fit.iterations if fit else 0,
+                "converged": fit.converged if fit else True,
+                "final_loss": fit.final_loss if fit else 0.0,
+                "eta": fit.eta if fit else float("nan"),
+                "last_step": fit.last_step if fit else 0.0,
+                "n_fallback_steps": fit.n_fallback_steps if fit else 0,
+                "fit_status": "no_identifiable_worker"
+                if fit is None
+                else ("converged" if fit.converged else "not_converged"),
+            }
+        )
+    elif o.method == "mv":
+        run = functools.partial(
+            mv_consensus, out_folder=out_folder, tie_break=o.tie_break, seed=o.seed, ok=ok, **common
+        )
+        sums = _sum_parts(executor(run, enc.buckets), w, graph.n_components)
+        accuracy = sums["agreements"] / np.maximum(n_i, 1)
+        skill = (m * accuracy - 1.0) / (m - 1.0)
+        weight = np.ones(w)
+        passes = 1
+        meta.update(
+            {
+                "iterations": 0,
+                "converged": True,
+                "final_loss": float("nan"),
+                "eta": float("nan"),
+                "fit_status": "closed_form",
+            }
+        )
+    else:
+        one_coin = o.method == "onecoin_ds"
+        pi, q, table, ll, it, converged, passes = _em(enc, executor, o, one_coin)
+        run = functools.partial(
+            ds_consensus,
+            out_folder=out_folder,
+            log_pi_t=table,
+            log_q=np.log(q),
+            tie_break=o.tie_break,
+            seed=o.seed,
+            ok=ok,
+            **common,
+        )
+        sums = _sum_parts(executor(run, enc.buckets), w, graph.n_components)
+        passes += 1
+        ll.append(sums["log_likelihood"])
+        trace = -np.asarray(ll)
+        if one_coin:
+            accuracy = pi[:, 0, 0].copy()
+            weight = np.log((m - 1) * accuracy / (1 - accuracy))
+        else:
+            accuracy = np.einsum("l,ill->i", q, pi)
+            weight = nan.copy()
+        skill = (m * accuracy - 1.0) / (m - 1.0)
+        if not converged:
+            warnings.warn(
+                f"{o.method} EM stopped after {it} iterations without converging (parameter change >= tol)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        meta.update(
+            {
+                "ds_tol": float(o.ds_tol),
+                "ds_max_iter": int(o.ds_max_iter),
+                "ds_smoothing": float(o.ds_smoothing),
+                "ds_prior": float(o.ds_prior) if o.method == "ds" else 0.0,
+                "iterations": it,
+                "converged": converged,
+                "final_loss": float(trace[-1]),
+                "eta": float("nan"),
+                "fit_status": "converged" if converged else "not_converged",
+            }
+        )
+    table_ = pd.DataFrame(
+        {
+            "worker": enc.workers,
+            "skill": skill,
+            "accuracy": accuracy,
+            "vote_weight": weight,
+            "n_labels": n_i.astype(np.int64),
+            "n_partners": n_partners,
+            "component": graph.labels.astype(np.int64),
+            "status": status.astype(str),
+            "identifiable": ok,
+            "strength": strength.astype(np.float64),
+            "lower": lo,
+            "upper": hi,
+            "fit_component": fit_comp,
+        }
+    )
+    diag = component_diagnostics(
+        None,
+        n_mat,
+        w_all,
+        graph,
+        skill,
+        status.astype(str),
+        spectral=o.spectral,
+        dense_max=o.dense_eig_max,
+        witness=o.witness,
+        spectral_max_nnz=o.spectral_max_nnz,
+        witnesses=witness_cycles(structure) if o.witness else None,
+        per_component=sums["per_component"],
+    )
+    meta.update(
+        {
+            "n_ties": sums["n_ties"],
+            "n_fallback_tasks": sums["n_fallback"],
+            "frac_workers_identified": float(ok.mean()),
+            "frac_labels_identified": float(n_i[ok].sum() / max(enc.n_labels, 1)),
+            "frac_tasks_identified": float(
+                (1.0 - sums["n_fallback"] / enc.n_tasks) if o.method == "pgd" else sums["tasks_with_ok"] / enc.n_tasks
+            ),
+        }
+    )
+    explain_missing_skills(table_, diag, o.method)
+    empty = pd.DataFrame({c: [] for c in ("task", "label", "confidence", "n_labels", "fallback")})
+    result = SkillsResult(skills=table_, consensus=empty, diagnostics=diag, metadata=meta, loss_trace=trace)
+    return PartitionedSkills(result=result, consensus_parts=sums["paths"], passes=passes, gold=sums["gold"])

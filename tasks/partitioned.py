@@ -1,0 +1,178 @@
+"""Tasks of a partitioned run: the input is read, validated and reduced by the Dask workers, file by file.
+
+The flow lists the dataset (:func:`crowdflow.datasets.list_partitions`) and holds only what the library's passes
+return (distinct ids, validation reports, W×W statistics); each pass is one Prefect task, so the run page shows
+the passes and their timings (docs/scale.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from prefect import get_run_logger, task
+from prefect.cache_policies import NONE
+
+from crowdflow.datasets import Partition, dataset_fingerprint, list_partitions
+from crowdflow.skills import SkillsOptions
+from crowdflow.skills.partitioned import (
+    EncodedBuckets,
+    MapFn,
+    PartitionedSkills,
+    dictionaries,
+    encode_buckets,
+    fit_buckets,
+    read_and_split,
+)
+from crowdflow.spec import PipelineBase, SourceSpec
+from schemas.validation import ValidationReport, combined_message, require_all_valid, validate_loaded
+from tasks.artifacts import markdown
+from tasks.progress import fit_progress
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DatasetInput:
+    """What the manifest records of an input the workers read: where, its fingerprint, rows, files.
+
+    Duck-types :class:`crowdflow.io.LoadedTable` for :func:`flows.common.finish_run` (``source``, ``sha256``,
+    ``n_rows``, ``format``, ``query``).
+    """
+
+    source: str
+    sha256: str
+    n_rows: int
+    n_files: int
+    format: str = "parquet-dataset"
+    query: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class SplitLabels:
+    """The labels split into task buckets on the workers, with what validation found."""
+
+    buckets: list[str]
+    workers: Any
+    classes: Any
+    files: list[str]
+    dataset: DatasetInput
+    reports: list[ValidationReport]
+    n_dropped_null: int
+
+
+@task(name="list-dataset", cache_policy=NONE, task_run_name="list-{kind}")
+def list_dataset(spec: PipelineBase, source: SourceSpec, kind: str) -> list[Partition]:
+    """The dataset's Parquet files (names and sizes; no row is read)."""
+    parts = list_partitions(spec.location_of(source), source.storage_options or None)
+    get_run_logger().info(
+        "%s: %d Parquet files, %.1f MB, read by the Dask workers",
+        parts[0].dataset,
+        len(parts),
+        sum(p.n_bytes for p in parts) / 1e6,
+    )
+    return parts
+
+
+@task(name="read-validate-split", cache_policy=NONE, task_run_name="read-validate-split-{kind}")
+def split_on_workers(
+    parts: list[Partition],
+    kind: str,
+    source: SourceSpec,
+    executor: MapFn,
+    folder: str,
+    n_buckets: int,
+    mode: str,
+    classes: list[str] | None,
+) -> SplitLabels:
+    """Pass 1 on the workers: read each file, run its table contract and Great Expectations suite, split it by task.
+
+    Every file's failures are merged into one message naming the file and its rows; with ``checks.validation:
+    block`` they stop the run before anything is fitted or written.
+    """
+    logger = get_run_logger()
+    allowed = {"label": classes} if classes else None
+    check = functools.partial(validate_loaded, kind=kind, allowed=allowed)
+    split = functools.partial(
+        read_and_split, folder=folder, n_buckets=n_buckets, columns=dict(source.columns) or None, check=check
+    )
+    results = executor(split, parts)
+    summaries = [r[0] for r in results]
+    reports: list[ValidationReport] = [r[1] for r in results]
+    failed = [r for r in reports if not r.success]
+    body = f"# Validation of `{kind}` on the workers\n\n{len(parts)} files, {len(failed)} failed.\n"
+    if failed:
+        body += "\n```\n" + combined_message(reports, parts[0].dataset) + "\n```\n"
+    markdown(f"validation-{kind}", body, f"Great Expectations results for {kind}, file by file")
+    if failed and mode == "block":
+        require_all_valid(reports, parts[0].dataset)
+    if failed:
+        logger.warning("%s", combined_message(reports, parts[0].dataset))
+    workers, cls = dictionaries(summaries, classes)
+    n_rows = sum(s.n_rows for s in summaries)
+    digests = [s.sha256 for s in summaries]
+    buckets = sorted(str(p) for p in Path(folder).glob("bucket-*"))
+    logger.info(
+        "%d rows in %d files → %d task buckets; %d workers, %d classes",
+        n_rows,
+        len(parts),
+        len(buckets),
+        workers.size,
+        cls.size,
+    )
+    return SplitLabels(
+        buckets=buckets,
+        workers=workers,
+        classes=cls,
+        files=[p.name for p in parts],
+        dataset=DatasetInput(parts[0].dataset, dataset_fingerprint(parts, digests), n_rows, len(parts)),
+        reports=reports,
+        n_dropped_null=sum(s.n_dropped_null for s in summaries),
+    )
+
+
+@task(name="encode-buckets", cache_policy=NONE)
+def encode_on_workers(split: SplitLabels, executor: MapFn, duplicates: str) -> EncodedBuckets:
+    """Pass 2 on the workers: codes written once per bucket, the W×W statistics summed in the flow."""
+    enc = encode_buckets(split.buckets, executor, split.workers, split.classes, duplicates, split.files)
+    get_run_logger().info(
+        "encoded %d labels of %d tasks in %d buckets (%d duplicates dropped)",
+        enc.n_labels,
+        enc.n_tasks,
+        len(enc.buckets),
+        enc.n_dropped,
+    )
+    return enc
+
+
+@task(name="fit-skills-partitioned", cache_policy=NONE)
+def fit_on_workers(
+    enc: EncodedBuckets,
+    executor: MapFn,
+    options: SkillsOptions,
+    out_folder: str,
+    truth: pd.DataFrame | None,
+) -> PartitionedSkills:
+    """The fit on the statistics in the flow, its passes (EM iterations, the consensus) on the workers."""
+    logger = get_run_logger()
+    gold = None
+    if truth is not None:
+        t = truth.dropna(subset=["task", "label"]).drop_duplicates("task", keep="last")
+        gold = pd.Series(t["label"].astype(str).to_numpy(), index=t["task"].astype(str).to_numpy())
+    with fit_progress("fit-skills-progress", f"skills fit ({options.method}, partitioned)") as progress:
+        fit = fit_buckets(enc, executor, options, out_folder, truth=gold, progress=progress)
+    meta = fit.result.metadata
+    logger.info(
+        "%s on %d tasks / %d labels in %d buckets: %d passes over the buckets, %s",
+        options.method,
+        enc.n_tasks,
+        enc.n_labels,
+        len(enc.buckets),
+        fit.passes,
+        meta.get("fit_status"),
+    )
+    return fit
