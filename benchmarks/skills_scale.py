@@ -16,8 +16,8 @@ own subprocess so peak memory is that size's own:
    peak above cannot);
 3. the spectral diagnostics on their own (``spectral=True, spectral_max_nnz=None``: eigsh on the
    one 2,000-worker component), their price (on by default in `SkillsOptions`);
-4. the streaming path: ``accumulate_moments`` over pyarrow RecordBatches of 10^6 rows of the
-   task-sorted table, then ``skills_from_moments`` and the second pass ``stream_consensus``;
+4. the larger-than-memory path: the labels written as Parquet files of 10^6 rows, then
+   ``fit_skills_partitioned`` (PGD, passes over task buckets in this process, docs/methods/skills.md §4.2);
 5. the other methods as whole ``fit_skills`` calls on the same labels: majority vote, one-coin DS,
    classic DS (``ds_prior=0``) and the default (``fit_skills`` defaults: DS with ``ds_prior=1``,
    docs/methods/skills.md §7.3): time, EM iterations and error.
@@ -181,21 +181,24 @@ def child(exp: int, n_workers: int) -> dict:
     out["spectral diagnostics s"] = time.perf_counter() - t
     out["N nnz"] = int(mo.co_labels.nnz)
 
-    # 4. streaming: task-sorted table in RecordBatches
-    table = pa.Table.from_pandas(labels, preserve_index=False)
+    # 4. larger than memory: Parquet files of 10^6 rows, passes over task buckets in this process
+    import tempfile
+
     batch_rows = min(10**6, max(n_labels // 10, 1))
-    t = time.perf_counter()
-    sm = sk.accumulate_moments(table.to_batches(max_chunksize=batch_rows))
-    out["stream pass 1 s"] = time.perf_counter() - t
-    t = time.perf_counter()
-    sk_table, _ = sk.skills_from_moments(sm)
-    out["stream fit s"] = time.perf_counter() - t
-    t = time.perf_counter()
-    cons = sk.stream_consensus(table.to_batches(max_chunksize=batch_rows), sk_table, sm.classes)
-    out["stream pass 2 s"] = time.perf_counter() - t
+    with tempfile.TemporaryDirectory(prefix="skills-scale-") as tmp:
+        folder = os.path.join(tmp, "labels")
+        os.mkdir(folder)
+        for k, start in enumerate(range(0, n_labels, batch_rows)):
+            labels.iloc[start : start + batch_rows].to_parquet(os.path.join(folder, f"part-{k:04d}.parquet"))
+        t = time.perf_counter()
+        part = sk.fit_skills_partitioned(folder, out_folder=os.path.join(tmp, "out"), method="pgd", spectral=False)
+        out["stream pass 1 s"] = time.perf_counter() - t
+        import pandas as pd
+
+        cons = pd.concat([pd.read_parquet(p) for p in part.consensus_parts], ignore_index=True)
     out["stream error"] = sk.prediction_error(cons, data.truth)
-    out["stream batches"] = sm.n_batches
-    out["peak RSS (incl. streaming)"] = _peak_rss()
+    out["stream batches"] = len(part.consensus_parts)
+    out["peak RSS (incl. partitioned)"] = _peak_rss()
     return out
 
 
@@ -263,16 +266,16 @@ def report(results: list[dict]) -> str:
         lines.append(f"| {r['labels']:.0e} | " + " | ".join(cells) + f" | {r['spectral diagnostics s']:.2f} |")
     lines += [
         "",
-        "## Streaming (pyarrow RecordBatches of the task-sorted table)",
+        "## Larger than memory (Parquet files of 10^6 rows, passes over task buckets in this process)",
         "",
-        "| labels | batches | pass 1 accumulate_moments s | skills_from_moments s | pass 2 stream_consensus s | "
-        "error (= in-memory) | peak RSS GB (process, incl. everything above) |",
-        "|---|---|---|---|---|---|---|",
+        "| labels | buckets | fit_skills_partitioned s (all passes) | error (= in-memory) | "
+        "peak RSS GB (process, incl. everything above) |",
+        "|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
-            f"| {r['labels']:.0e} | {r['stream batches']} | {r['stream pass 1 s']:.2f} | {r['stream fit s']:.2f} | "
-            f"{r['stream pass 2 s']:.2f} | {r['stream error']:.4f} | {_gb(r['peak RSS (incl. streaming)'])} |"
+            f"| {r['labels']:.0e} | {r['stream batches']} | {r['stream pass 1 s']:.2f} | "
+            f"{r['stream error']:.4f} | {_gb(r['peak RSS (incl. partitioned)'])} |"
         )
     return "\n".join(lines) + "\n"
 

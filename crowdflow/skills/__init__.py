@@ -2,9 +2,9 @@
 
 The entry point is :func:`fit_skills` (rank-one PGD, Dawid–Skene EM or majority vote on a labels table),
 configured by one :class:`SkillsOptions` object (the ``skills:`` section of a pipeline spec);
-:func:`accumulate_moments`, :func:`skills_from_moments` and :func:`stream_consensus` fit label streams
-larger than memory, and :func:`write_label_partitions` / :func:`partition_pair_counts` /
-:func:`moments_from_partitions` compute the co-label statistics on a cluster. The lower-level steps
+:func:`fit_skills_partitioned` fits a Parquet dataset larger than memory in passes over task buckets (in this
+process or on a Dask cluster; docs/scale.md), and :func:`write_label_partitions` / :func:`partition_pair_counts` /
+:func:`moments_from_partitions` compute the co-label statistics of labels held in memory on a cluster. The lower-level steps
 (moments, solver, signs, vote, identifiability diagnostics) are exported for notebooks and benchmarks.
 
 The package is also the job's front door: ``crowdflow.skills(labels, ...)`` is :func:`crowdflow.skills.door.skills`
@@ -43,7 +43,7 @@ from crowdflow.skills.partitions import (
 )
 from crowdflow.skills.rank_one import RankOneFit, fit_active, fit_rank_one, rank_one_gradient, rank_one_loss
 from crowdflow.skills.spectra import signless_lambda_min, signless_laplacian
-from crowdflow.skills.streaming import StreamedMoments, accumulate_moments, skills_from_moments, stream_consensus
+from crowdflow.skills.partitioned import PartitionedSkills, fit_skills_partitioned
 
 __all__ = [
     "ConsensusOutput",
@@ -54,8 +54,7 @@ __all__ = [
     "SkillsFit",
     "SkillsOptions",
     "SkillsResult",
-    "StreamedMoments",
-    "accumulate_moments",
+    "PartitionedSkills",
     "active_workers",
     "canonical_label_matrix",
     "component_diagnostics",
@@ -64,6 +63,7 @@ __all__ = [
     "fit_active",
     "fit_rank_one",
     "fit_skills",
+    "fit_skills_partitioned",
     "label_moments",
     "majority_vote",
     "moments_from_counts",
@@ -83,8 +83,6 @@ __all__ = [
     "signless_lambda_min",
     "signless_laplacian",
     "skill_box",
-    "skills_from_moments",
-    "stream_consensus",
     "theorem12_error_bound",
     "vote_weights",
     "weighted_consensus",

@@ -11,7 +11,7 @@ wrong classes uniformly, skill s_i = (M p_i − 1)/(M − 1). The fit encodes th
 moments C^ with E[C^_ij] = s_i s_j, checks identifiability, fits x xᵀ to C^ in a box by projected
 gradient descent, fixes the signs, votes with log-odds weights and reports per-component diagnostics;
 the other methods share the encoding and the graph. For inputs larger than memory see
-:mod:`crowdflow.skills.streaming` and :mod:`crowdflow.skills.partitions` (PGD only). The method step by
+:mod:`crowdflow.skills.partitioned` (every method, in passes over task buckets). The method step by
 step: docs/methods/skills.md §2.8 (model §1, moments §2.1, solver §2.3 and §2.9, identifiability §3).
 """
 
@@ -159,7 +159,8 @@ def fit_skills(
     Steps 1–2 run once for every method: labels encoded by hash (``encode_canonical``), N and the
     agreements from one integer sparse product, components/bipartiteness/odd-cycle witnesses from
     one BFS (``crowdflow.graphs.graph_structure``). Wall time per step is in ``SkillsResult.timings``.
-    For data that does not fit in memory see :func:`accumulate_moments` (streaming, two passes).
+    For data that does not fit in memory see :func:`~crowdflow.skills.fit_skills_partitioned` (passes over task
+    buckets of a Parquet dataset, docs/methods/skills.md §4.2).
 
     Parameters
     ----------

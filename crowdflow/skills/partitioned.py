@@ -27,16 +27,19 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import os
+import tempfile
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from crowdflow.datasets import Partition, read_partition
+from crowdflow.datasets import Partition, list_partitions, read_partition
 from crowdflow.errors import InputError
 from crowdflow.graphs import WorkerGraphReport, graph_structure, worker_graph_from_counts
 from crowdflow.io import LoadedTable
@@ -473,3 +476,64 @@ def fit_buckets(
     empty = pd.DataFrame({c: [] for c in ("task", "label", "confidence", "n_labels", "fallback")})
     result = SkillsResult(skills=table_, consensus=empty, diagnostics=diag, metadata=meta, loss_trace=trace)
     return PartitionedSkills(result=result, consensus_parts=sums["paths"], passes=passes, gold=sums["gold"])
+
+
+def _in_process(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+    return [fn(x) for x in items]
+
+
+def fit_skills_partitioned(
+    source: str | os.PathLike[str],
+    options: SkillsOptions | None = None,
+    *,
+    out_folder: str | os.PathLike[str],
+    executor: MapFn | None = None,
+    n_buckets: int | None = None,
+    columns: dict[str, str] | None = None,
+    truth: pd.Series | None = None,
+    storage_options: dict[str, Any] | None = None,
+    work_dir: str | None = None,
+    **overrides: Any,
+) -> PartitionedSkills:
+    """Skills and consensus of a Parquet dataset larger than memory, in passes over its files (no Prefect).
+
+    The library form of a partitioned run (docs/scale.md): :func:`read_and_split` on every file, the dictionaries,
+    :func:`encode_buckets`, :func:`fit_buckets`. With the default in-process executor one file or one bucket is
+    in memory at a time (the single-machine path for inputs larger than memory); with a Dask client's map the
+    passes run on its workers. Nothing is validated beyond the table contract (the pipeline adds Great
+    Expectations per file and the worker-graph check).
+
+    Parameters
+    ----------
+    source : str or PathLike
+        A folder of Parquet files, one file, or an fsspec URL.
+    options : SkillsOptions, optional
+    out_folder : path
+        Where the consensus parts are written (created).
+    executor : callable, optional
+        ``executor(fn, items) -> results``; default: one item after the other in this process.
+    n_buckets : int, optional
+        Task buckets (default: the number of files, at least 2).
+    columns : dict, optional
+        Canonical column → the files' column name.
+    truth : pandas.Series, optional
+        Gold label by task id, for the gold counts.
+    storage_options : dict, optional
+        fsspec options of a URL.
+    work_dir : str, optional
+        Folder for the buckets (a temporary folder inside it, removed at the end).
+    **overrides
+        Fields of :class:`SkillsOptions`.
+    """
+    o = SkillsOptions.resolve(options, **overrides)
+    run = executor or _in_process
+    parts = list_partitions(source, storage_options)
+    out = Path(out_folder)
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="crowdflow-buckets-", dir=work_dir) as tmp:
+        split = functools.partial(read_and_split, folder=tmp, n_buckets=n_buckets or max(2, len(parts)), columns=columns)
+        summaries = [r[0] for r in run(split, parts)]
+        workers, classes = dictionaries(summaries, o.classes)
+        buckets = sorted(str(p) for p in Path(tmp).glob("bucket-*"))
+        enc = encode_buckets(buckets, run, workers, classes, o.duplicates, [p.name for p in parts])
+        return fit_buckets(enc, run, o, str(out), truth=truth)

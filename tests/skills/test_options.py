@@ -13,8 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from crowdflow.errors import SpecError
-from crowdflow.skills import SkillsOptions, fit_rank_one, fit_skills, skills_from_moments
-from crowdflow.skills.streaming import accumulate_moments
+from crowdflow.skills import SkillsOptions, fit_rank_one, fit_skills, fit_skills_partitioned
 from crowdflow.spec import SkillsPipeline, load_spec, parse_spec
 from crowdflow.synth import skills as synth
 
@@ -68,17 +67,20 @@ def test_options_object_and_keyword_overrides_are_the_same_call() -> None:
         fit_skills(labels, iterations=10)
 
 
-def test_streaming_fit_takes_the_same_options() -> None:
+def test_partitioned_fit_takes_the_same_options(tmp_path) -> None:  # type: ignore[no-untyped-def]
     data = synth.one_coin_labels(np.linspace(0.2, 0.9, 12), *synth.random_assignment(12, 300, 4, seed=3), 2, seed=3)
-    df = data.labels.sort_values("task", kind="stable").reset_index(drop=True)
-    streamed = accumulate_moments([df])
+    df = data.labels
+    folder = tmp_path / "labels"
+    folder.mkdir()
+    for k in range(3):
+        df.iloc[k::3].to_parquet(folder / f"part-{k}.parquet", index=False)
     opts = SkillsOptions(method="pgd", solver="gd", tau=0.5)
-    table, fit = skills_from_moments(streamed, opts)
+    part = fit_skills_partitioned(folder, opts, out_folder=tmp_path / "out")
     ref = fit_skills(df, opts)
-    assert fit is not None and fit.solver == "gd"
-    np.testing.assert_array_equal(table["skill"].to_numpy(), ref.skills["skill"].to_numpy())
-    table2, _ = skills_from_moments(streamed, solver="gd", tau=0.5)
-    np.testing.assert_array_equal(table2["skill"].to_numpy(), table["skill"].to_numpy())
+    assert part.result.metadata["solver"] == "gd"
+    np.testing.assert_array_equal(part.result.skills["skill"].to_numpy(), ref.skills["skill"].to_numpy())
+    again = fit_skills_partitioned(folder, out_folder=tmp_path / "out2", method="pgd", solver="gd", tau=0.5)
+    np.testing.assert_array_equal(again.result.skills["skill"].to_numpy(), part.result.skills["skill"].to_numpy())
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,222 @@
+"""The partitioned skills path (task buckets, passes over files) gives the in-memory fit, on a family of inputs.
+
+Each case is drawn by :func:`_draw`: worker counts, task counts, classes, labels per task (including one-label
+tasks and two-label ties), skewed worker activity, files that split tasks, duplicates across files, null rows,
+integer ids, declared classes never used, more buckets than tasks. The in-memory reference is
+:func:`crowdflow.skills.fit_skills` on the concatenated files.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from crowdflow.errors import InputError
+from crowdflow.skills import SkillsOptions, fit_skills, fit_skills_partitioned
+
+METHODS = ("ds", "onecoin_ds", "mv", "pgd")
+
+
+def _draw(seed: int) -> dict:  # type: ignore[type-arg]
+    """One case of the family: labels, how they are cut into files, and the options that vary."""
+    rng = np.random.default_rng(seed)
+    n_workers = int(rng.choice([3, 8, 30, 90]))
+    n_tasks = int(rng.choice([20, 150, 900]))
+    m = int(rng.choice([2, 2, 3, 5]))
+    activity = rng.pareto(1.2, n_workers) + 0.05  # a few heavy workers, many light ones
+    p_worker = activity / activity.sum()
+    skill = rng.uniform(-0.1, 0.9, n_workers)
+    truth = rng.integers(0, m, n_tasks)
+    rows = []
+    for t in range(n_tasks):
+        k = int(min(n_workers, rng.choice([1, 2, 3, 5, 7])))
+        for w in rng.choice(n_workers, k, replace=False, p=p_worker):
+            right = rng.random() < (1 + (m - 1) * skill[w]) / m
+            rows.append((t, w, int(truth[t]) if right else int(rng.integers(0, m))))
+    df = pd.DataFrame(rows, columns=["task", "worker", "label"])
+    ids_as_int = bool(rng.random() < 0.3)
+    if not ids_as_int:
+        df["task"] = "t" + df["task"].astype(str)
+        df["worker"] = "w" + df["worker"].astype(str)
+        df["label"] = np.array(["cat", "dog", "eel", "fox", "gnu"])[df["label"]]
+    df = df.sample(frac=1.0, random_state=seed).reset_index(drop=True)
+    duplicates = str(rng.choice(["error", "keep_first", "keep_last"]))
+    if duplicates != "error":  # repeat some (task, worker) pairs with another answer, in other files
+        extra = df.sample(n=max(1, len(df) // 20), random_state=seed + 1).copy()
+        extra["label"] = extra["label"].sample(frac=1.0, random_state=seed + 2).to_numpy()
+        df = pd.concat([df, extra], ignore_index=True)
+    n_files = int(rng.choice([1, 3, 7]))
+    return {
+        "labels": df,
+        "n_files": n_files,
+        "n_buckets": int(rng.choice([1, 2, 5, 64])),
+        "duplicates": duplicates,
+        "ids_as_int": ids_as_int,
+        "seed": seed,
+    }
+
+
+def _write(case: dict, folder: Path) -> pd.DataFrame:  # type: ignore[type-arg]
+    """Cut the labels into files (contiguous row ranges, so a task's labels span files) and return the frame read."""
+    folder.mkdir(parents=True, exist_ok=True)
+    df = case["labels"]
+    for k, rows in enumerate(np.array_split(np.arange(len(df)), case["n_files"])):
+        df.iloc[rows].to_parquet(folder / f"part-{k:03d}.parquet", index=False)
+    return df.astype(str)
+
+
+def _same_fit(part, ref, exact: bool) -> None:  # type: ignore[no-untyped-def]
+    tol = {"rtol": 0.0, "atol": 0.0} if exact else {"rtol": 1e-9, "atol": 1e-12}
+    pd.testing.assert_frame_equal(part.result.skills, ref.skills, check_exact=exact, **tol)
+    pd.testing.assert_frame_equal(part.result.diagnostics, ref.diagnostics, check_exact=exact, **tol)
+    cons = pd.concat([pd.read_parquet(p) for p in part.consensus_parts], ignore_index=True)
+    cons = cons.sort_values("task").reset_index(drop=True)
+    want = ref.consensus.sort_values("task").reset_index(drop=True)
+    assert cons["task"].tolist() == want["task"].astype(str).tolist()
+    assert cons["label"].tolist() == want["label"].astype(str).tolist()
+    np.testing.assert_allclose(cons["confidence"], want["confidence"], **tol)
+    np.testing.assert_array_equal(cons["n_labels"], want["n_labels"])
+    np.testing.assert_array_equal(cons["fallback"], want["fallback"])
+    for key in ("n_tasks", "n_labels", "n_workers", "n_duplicates_dropped", "iterations", "converged", "n_ties"):
+        assert part.result.metadata[key] == ref.metadata[key], key
+    for key in ("frac_workers_identified", "frac_labels_identified", "frac_tasks_identified"):
+        assert part.result.metadata[key] == pytest.approx(ref.metadata[key], abs=1e-12), key
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_partitioned_equals_in_memory_over_the_family(seed: int, tmp_path: Path) -> None:
+    case = _draw(seed)
+    frame = _write(case, tmp_path / "labels")
+    method = METHODS[seed % len(METHODS)]
+    opts = SkillsOptions(method=method, tie_break="smallest", duplicates=case["duplicates"])
+    ref = fit_skills(frame, opts)
+    part = fit_skills_partitioned(tmp_path / "labels", opts, out_folder=tmp_path / "out", n_buckets=case["n_buckets"])
+    _same_fit(part, ref, exact=method in ("mv", "pgd"))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_on_a_three_class_set_with_ties(method: str, tmp_path: Path) -> None:
+    """Each method once on the same cut, with two-label ties and declared classes one of which is never used."""
+    case = _draw(101) | {"n_files": 4, "n_buckets": 3}
+    frame = _write(case, tmp_path / "labels")
+    classes = sorted(set(frame["label"])) + ["zzz-unused"]
+    opts = SkillsOptions(method=method, tie_break="smallest", duplicates=case["duplicates"], classes=classes)
+    ref = fit_skills(frame, opts)
+    part = fit_skills_partitioned(tmp_path / "labels", opts, out_folder=tmp_path / "out", n_buckets=3)
+    assert part.result.metadata["classes"] == ref.metadata["classes"]
+    _same_fit(part, ref, exact=method in ("mv", "pgd"))
+
+
+def test_passes_are_iterations_plus_two_and_gold_is_counted(tmp_path: Path) -> None:
+    """DS: one initialising pass, one per EM iteration, one final E-step with the consensus; gold counted there."""
+    case = _draw(7) | {"duplicates": "error"}
+    case["labels"] = case["labels"].drop_duplicates(["task", "worker"])
+    frame = _write(case, tmp_path / "labels")
+    ref = fit_skills(frame, method="ds", tie_break="smallest")
+    gold = ref.consensus.set_index("task")["label"].astype(str).iloc[::3]
+    gold.iloc[::2] = "not-a-class"  # half of them wrong on purpose
+    part = fit_skills_partitioned(
+        tmp_path / "labels", out_folder=tmp_path / "out", method="ds", tie_break="smallest", truth=gold
+    )
+    assert part.passes == ref.metadata["iterations"] + 2
+    assert part.gold == (len(gold), int((gold != "not-a-class").sum()))
+
+
+def test_dask_workers_give_the_same_fit(tmp_path: Path) -> None:
+    """The passes pickled to Dask worker processes (not threads) return the in-process result."""
+    distributed = pytest.importorskip("distributed")
+    case = _draw(3) | {"n_files": 3}
+    frame = _write(case, tmp_path / "labels")
+    ref = fit_skills(frame, method="ds", tie_break="smallest", duplicates=case["duplicates"])
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster,
+        distributed.Client(cluster) as client,
+    ):
+
+        def run(fn, items):  # type: ignore[no-untyped-def]
+            return client.gather(client.map(fn, items, pure=False))
+
+        part = fit_skills_partitioned(
+            tmp_path / "labels",
+            out_folder=tmp_path / "out",
+            executor=run,
+            method="ds",
+            tie_break="smallest",
+            duplicates=case["duplicates"],
+        )
+    _same_fit(part, ref, exact=False)
+
+
+def test_duplicates_across_files_name_both_files(tmp_path: Path) -> None:
+    folder = tmp_path / "labels"
+    folder.mkdir()
+    pd.DataFrame({"task": ["a", "b"], "worker": ["x", "y"], "label": ["1", "0"]}).to_parquet(folder / "one.parquet")
+    pd.DataFrame({"task": ["c", "a"], "worker": ["y", "x"], "label": ["1", "1"]}).to_parquet(folder / "two.parquet")
+    with pytest.raises(InputError, match=r"2 rows repeat a \(task, worker\) pair") as err:
+        fit_skills_partitioned(folder, out_folder=tmp_path / "out")
+    assert "one.parquet row 1" in str(err.value) and "two.parquet row 2" in str(err.value)
+    part = fit_skills_partitioned(folder, out_folder=tmp_path / "out", duplicates="keep_last", method="mv")
+    assert part.result.metadata["n_duplicates_dropped"] == 1
+
+
+def test_bad_files_are_named(tmp_path: Path) -> None:
+    folder = tmp_path / "labels"
+    folder.mkdir()
+    pd.DataFrame({"task": ["a"], "worker": ["x"], "label": ["1"]}).to_parquet(folder / "good.parquet")
+    pd.DataFrame({"task": ["b"], "annotator": ["x"], "answer": ["1"]}).to_parquet(folder / "bad.parquet")
+    with pytest.raises(InputError, match=r"bad\.parquet.*missing required column"):
+        fit_skills_partitioned(folder, out_folder=tmp_path / "out")
+    (folder / "bad.parquet").write_bytes(b"not parquet")
+    with pytest.raises(InputError, match=r"bad\.parquet.*cannot read Parquet"):
+        fit_skills_partitioned(folder, out_folder=tmp_path / "out")
+    with pytest.raises(InputError, match="outside the declared label set"):
+        (folder / "bad.parquet").unlink()
+        fit_skills_partitioned(folder, out_folder=tmp_path / "out", classes=["0", "2"])
+    with pytest.raises(InputError, match="no Parquet file"):
+        fit_skills_partitioned(tmp_path / "out", out_folder=tmp_path / "out2")
+
+
+def test_skills_recover_the_truth_from_partitions(tmp_path: Path) -> None:
+    """Not only equal to in-memory: the partitioned DS skills track the skills that generated the labels."""
+    rng = np.random.default_rng(11)
+    n_workers, n_tasks = 25, 3000
+    skill = rng.uniform(0.1, 0.9, n_workers)
+    truth = rng.integers(0, 2, n_tasks)
+    task = np.repeat(np.arange(n_tasks), 5)
+    worker = np.concatenate([rng.choice(n_workers, 5, replace=False) for _ in range(n_tasks)])
+    right = rng.random(task.size) < (1 + skill[worker]) / 2
+    label = np.where(right, truth[task], 1 - truth[task])
+    df = pd.DataFrame({"task": task.astype(str), "worker": worker.astype(str), "label": label.astype(str)})
+    folder = tmp_path / "labels"
+    folder.mkdir()
+    for k, rows in enumerate(np.array_split(rng.permutation(len(df)), 5)):
+        df.iloc[rows].to_parquet(folder / f"{k}.parquet", index=False)
+    part = fit_skills_partitioned(folder, out_folder=tmp_path / "out", n_buckets=4)
+    got = part.result.skills.set_index("worker")["skill"].reindex([str(w) for w in range(n_workers)]).to_numpy()
+    assert np.sqrt(np.mean((got - skill) ** 2)) < 0.05
+    cons = pd.concat([pd.read_parquet(p) for p in part.consensus_parts])
+    acc = (cons.set_index("task")["label"].reindex([str(t) for t in range(n_tasks)]).to_numpy() == truth.astype(str))
+    assert acc.mean() > 0.9
+
+
+def test_in_process_executor_is_the_default(tmp_path: Path) -> None:
+    """``executor=None`` and an explicit list-map executor are the same computation."""
+    case = _draw(5)
+    _write(case, tmp_path / "labels")
+    calls: list[int] = []
+
+    def counting(fn, items):  # type: ignore[no-untyped-def]
+        calls.append(len(items))
+        return [fn(x) for x in items]
+
+    run = functools.partial(
+        fit_skills_partitioned, tmp_path / "labels", method="mv", duplicates=case["duplicates"], n_buckets=3
+    )
+    a = run(out_folder=tmp_path / "a")
+    b = run(out_folder=tmp_path / "b", executor=counting)
+    pd.testing.assert_frame_equal(a.result.skills, b.result.skills)
+    assert calls[0] == case["n_files"] and all(c <= 3 for c in calls[1:])
