@@ -197,3 +197,97 @@ def review_skills(
         "changed_vs_majority": changed.head(examples).to_dict("records"),
     }
     return SkillsReview(tables, {"n_changed_vs_majority": len(changed)}, record)
+
+
+@dataclass(frozen=True)
+class ReviewPart:
+    """:func:`review_skills` and :func:`gold_metrics` of one part of the tasks (a bucket of a partitioned run).
+
+    Every quantity is a sum over tasks, so the parts of disjoint task sets add up (:func:`merge_review_parts`).
+    """
+
+    n_tasks: int
+    n_gold: int
+    n_correct: int
+    n_gold_label_unknown: int
+    gold_workers: pd.DataFrame | None
+    gold_confusion: pd.DataFrame | None
+    n_changed: int
+    changed: pd.DataFrame
+
+
+def review_part(
+    labels: pd.DataFrame,
+    consensus: pd.DataFrame,
+    truth: pd.DataFrame | None,
+    classes: Sequence[str],
+    examples: int = 10,
+) -> ReviewPart:
+    """The review of the tasks of ``consensus`` (all of their labels are in ``labels``); ``truth`` may hold others."""
+    gold = None
+    if truth is not None:
+        tasks = set(_as_text(consensus, ["task"])["task"])
+        text = _as_text(truth, ["task", "label"]).drop_duplicates("task")
+        gold = text[text["task"].isin(tasks)]
+    review = review_skills(labels, consensus, gold if gold is not None and len(gold) else None, examples)
+    changed = majority_changes(labels, consensus)
+    g = gold_metrics(consensus, gold, classes) if gold is not None and len(gold) else None
+    return ReviewPart(
+        n_tasks=int(consensus["task"].nunique()),
+        n_gold=g.n_gold if g else 0,
+        n_correct=round(g.accuracy * g.n_gold) if g else 0,
+        n_gold_label_unknown=g.n_gold_label_unknown if g else 0,
+        gold_workers=review.tables.get("gold_workers"),
+        gold_confusion=review.tables.get("gold_confusion"),
+        n_changed=len(changed),
+        changed=changed.head(examples),
+    )
+
+
+def merge_review_parts(
+    parts: Sequence[ReviewPart], truth: pd.DataFrame | None, examples: int = 10
+) -> tuple[SkillsReview, dict[str, float | int]]:
+    """The review and the gold metrics of all the tasks from those of disjoint parts (:func:`review_part`).
+
+    Equal to :func:`review_skills` and :func:`gold_metrics` on the whole: counts are summed, accuracies recomputed
+    from the sums, the examples of changed tasks are the first ``examples`` of the parts' first ones.
+    """
+    changed = pd.concat([p.changed for p in parts], ignore_index=True) if parts else pd.DataFrame()
+    if len(changed):
+        changed = changed.sort_values(
+            ["majority_share", "n_labels", "task"], ascending=[False, False, True], kind="stable"
+        ).reset_index(drop=True)
+    n_changed = sum(p.n_changed for p in parts)
+    record: dict[str, object] = {
+        "n_changed_vs_majority": n_changed,
+        "n_tasks": sum(p.n_tasks for p in parts),
+        "changed_vs_majority": changed.head(examples).to_dict("records"),
+    }
+    tables: dict[str, pd.DataFrame] = {}
+    metrics: dict[str, float | int] = {}
+    if truth is not None:
+        workers = [p.gold_workers for p in parts if p.gold_workers is not None]
+        if workers:
+            gw = pd.concat(workers).groupby("worker", sort=True)[["n_gold_labels", "n_gold_correct"]].sum()
+            gw = gw.reset_index().astype({"n_gold_labels": "int64", "n_gold_correct": "int64"})
+            gw["gold_accuracy"] = gw["n_gold_correct"] / gw["n_gold_labels"]
+            tables["gold_workers"] = gw.sort_values(
+                ["n_gold_labels", "worker"], ascending=[False, True], kind="stable"
+            ).reset_index(drop=True)
+        conf = [p.gold_confusion for p in parts if p.gold_confusion is not None]
+        if conf:
+            counts = pd.concat(conf).groupby(["true_label", "predicted_label"])["n_tasks"].sum()
+            classes = sorted(set(counts.index.get_level_values(0)) | set(counts.index.get_level_values(1)))
+            grid = pd.MultiIndex.from_product([classes, classes], names=["true_label", "predicted_label"])
+            tables["gold_confusion"] = counts.reindex(grid, fill_value=0).astype("int64").reset_index()
+        n_gold = sum(p.n_gold for p in parts)
+        n_truth = int(_as_text(truth, ["task"])["task"].nunique())
+        acc = sum(p.n_correct for p in parts) / n_gold if n_gold else float("nan")
+        metrics = GoldMetrics(
+            accuracy=acc,
+            error=1.0 - acc if n_gold else float("nan"),
+            n_gold=n_gold,
+            n_gold_unlabelled=n_truth - n_gold,
+            n_gold_label_unknown=sum(p.n_gold_label_unknown for p in parts),
+        ).as_dict()
+    return SkillsReview(tables, {"n_changed_vs_majority": n_changed}, record), metrics

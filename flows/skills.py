@@ -90,19 +90,7 @@ def skills_flow(spec: SkillsPipeline, run_id: str | None = None) -> dict[str, An
     meta = result.metadata
     metrics = output_metrics(result, truth.df if truth is not None else None, dropped["n"], list(lm.classes))
     if truth is not None:
-        if metrics["n_gold_label_unknown"]:
-            known = ", ".join(map(str, lm.classes[:10]))
-            logger.warning(
-                "%d of %d gold tasks have a gold label that is none of the fitted classes [%s]: they can never be "
-                "counted right (is the gold spelled differently from the labels?) — %s",
-                metrics["n_gold_label_unknown"],
-                metrics["n_gold"],
-                known,
-                truth.source,
-            )
-        logger.info(
-            "accuracy on %d gold tasks: %.4f (error %.4f)", metrics["n_gold"], metrics["accuracy"], metrics["error"]
-        )
+        _log_gold(metrics, lm.classes, truth.source)
     comps = graph.components
     checks = {
         "validation": "passed" if spec.checks.validation == "block" else "warn",
@@ -125,6 +113,20 @@ def skills_flow(spec: SkillsPipeline, run_id: str | None = None) -> dict[str, An
         clock=clock,
         extra={"method": opts.method, "fit": fit, "cache": cache, "review": review.record},
     )
+
+
+def _log_gold(metrics: dict[str, Any], classes: Any, source: str) -> None:
+    logger = get_run_logger()
+    if metrics["n_gold_label_unknown"]:
+        logger.warning(
+            "%d of %d gold tasks have a gold label that is none of the fitted classes [%s]: they can never be "
+            "counted right (is the gold spelled differently from the labels?) — %s",
+            metrics["n_gold_label_unknown"],
+            metrics["n_gold"],
+            ", ".join(map(str, classes[:10])),
+            source,
+        )
+    logger.info("accuracy on %d gold tasks: %.4f (error %.4f)", metrics["n_gold"], metrics["accuracy"], metrics["error"])
 
 
 def _partitioned_skills(spec: SkillsPipeline, run_id: str) -> dict[str, Any]:
@@ -171,17 +173,16 @@ def _partitioned_skills(spec: SkillsPipeline, run_id: str) -> dict[str, Any]:
         )
         clock.lap("fit")
         result = fit.result
-        n_gold, n_right = fit.gold
         metrics: dict[str, Any] = {
             "n_ties": result.metadata.get("n_ties", 0),
             "n_fallback_tasks": result.metadata.get("n_fallback_tasks", 0),
             "n_duplicates_dropped": enc.n_dropped,
             "frac_workers_identified": result.metadata.get("frac_workers_identified"),
+            **fit.gold,
+            **fit.review.metrics,
         }
         if truth_table is not None:
-            metrics.update({"n_gold": n_gold, "accuracy": n_right / n_gold if n_gold else float("nan")})
-            metrics["error"] = 1.0 - metrics["accuracy"] if n_gold else float("nan")
-            logger.info("accuracy on %d gold tasks: %.4f", n_gold, metrics["accuracy"])
+            _log_gold(metrics, enc.classes, truth_table.source)
         comps = checked.report.components
         checks = {
             "validation": "passed" if all(r.success for r in split.reports) else "failed; the run went on",
@@ -194,7 +195,7 @@ def _partitioned_skills(spec: SkillsPipeline, run_id: str) -> dict[str, Any]:
         if truth_report is not None:
             passed = truth_report.n_expectations - len(truth_report.failures)
             checks["validation.truth"] = f"{passed} of {truth_report.n_expectations} expectations passed"
-        tables = {k: v for k, v in output_tables(result, enc.report).items() if k != "consensus"}
+        tables = {k: v for k, v in output_tables(result, enc.report, fit.review).items() if k != "consensus"}
         inputs: dict[str, Any] = {"labels": split.dataset}
         if truth_table is not None:
             inputs["truth"] = truth_table
@@ -210,6 +211,7 @@ def _partitioned_skills(spec: SkillsPipeline, run_id: str) -> dict[str, Any]:
             extra={
                 "method": opts.method,
                 "fit": fit_meta,
+                "review": fit.review.record,
                 "cache": {"enabled": False, "why": "a partitioned input is fitted on the workers every run"},
                 "partitioned": {"files": split.dataset.n_files, "buckets": len(enc.buckets), "passes": fit.passes},
             },

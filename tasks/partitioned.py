@@ -159,12 +159,8 @@ def fit_on_workers(
 ) -> PartitionedSkills:
     """The fit on the statistics in the flow, its passes (EM iterations, the consensus) on the workers."""
     logger = get_run_logger()
-    gold = None
-    if truth is not None:
-        t = truth.dropna(subset=["task", "label"]).drop_duplicates("task", keep="last")
-        gold = pd.Series(t["label"].astype(str).to_numpy(), index=t["task"].astype(str).to_numpy())
     with fit_progress("fit-skills-progress", f"skills fit ({options.method}, partitioned)") as progress:
-        fit = fit_buckets(enc, executor, options, out_folder, truth=gold, progress=progress)
+        fit = fit_buckets(enc, executor, options, out_folder, truth=truth, progress=progress)
     meta = fit.result.metadata
     logger.info(
         "%s on %d tasks / %d labels in %d buckets: %d passes over the buckets, %s",

@@ -30,6 +30,7 @@ import scipy.sparse as sp
 from crowdflow.errors import InputError
 from crowdflow.graphs import pair_counts
 from crowdflow.labels import DuplicatePolicy, LabelMatrix, factorize_ids, task_major_order
+from crowdflow.metrics import ReviewPart, review_part
 from crowdflow.missing import with_reasons
 from crowdflow.skills.consensus import weighted_consensus
 from crowdflow.skills.dawid_skene import (
@@ -329,8 +330,9 @@ class ConsensusPart:
         Labels and tasks per worker-graph component.
     tasks_with_ok_worker : int
         Tasks with a label from a worker whose status is ok.
-    gold : (int, int)
-        Gold tasks of the bucket, and how many of them the consensus gets right.
+    review : ReviewPart
+        Gold counts, gold accuracy per worker (workers as global codes) and the changes against majority vote of
+        the bucket's tasks (:func:`crowdflow.metrics.review_part`).
     """
 
     path: str
@@ -341,7 +343,7 @@ class ConsensusPart:
     agreements: np.ndarray
     per_component: tuple[np.ndarray, np.ndarray]
     tasks_with_ok_worker: int
-    gold: tuple[int, int]
+    review: ReviewPart
 
 
 def consensus_part_path(folder: str, out_folder: str) -> str:
@@ -359,7 +361,7 @@ def _write_consensus(
     ll: float,
     component: np.ndarray,
     ok: np.ndarray,
-    truth: pd.Series | None,
+    truth: pd.DataFrame | None,
 ) -> ConsensusPart:
     import pyarrow.parquet as pq
 
@@ -376,12 +378,13 @@ def _write_consensus(
         lm.worker_idx, weights=(lm.class_idx == winner[lm.task_idx]).astype(np.float64), minlength=lm.n_workers
     )
     has_ok = np.bincount(lm.task_idx[ok[lm.worker_idx]], minlength=lm.n_tasks) > 0
-    gold = (0, 0)
-    if truth is not None:
-        known = truth.reindex(pd.Index(lm.tasks))
-        hit = known.notna().to_numpy()
-        right = (known.to_numpy(dtype=object)[hit] == lm.classes[winner[hit]].astype(str)).sum()
-        gold = (int(hit.sum()), int(right))
+    labels = pd.DataFrame(
+        {
+            "task": lm.tasks[lm.task_idx],
+            "worker": lm.worker_idx.astype(str),  # global codes; the flow maps them back to ids
+            "label": lm.classes[lm.class_idx],
+        }
+    )
     return ConsensusPart(
         path=out,
         n_tasks=lm.n_tasks,
@@ -391,7 +394,7 @@ def _write_consensus(
         agreements=agree,
         per_component=labels_and_tasks_per_component(lm, component, int(component.max()) + 1 if component.size else 0),
         tasks_with_ok_worker=int(has_ok.sum()),
-        gold=gold,
+        review=review_part(labels, frame, truth, lm.classes.astype(str).tolist()),
     )
 
 
@@ -406,7 +409,7 @@ def ds_consensus(
     seed: int,
     component: np.ndarray,
     ok: np.ndarray,
-    truth: pd.Series | None = None,
+    truth: pd.DataFrame | None = None,
 ) -> ConsensusPart:
     """Final Dawid–Skene E-step of one bucket and its consensus part (label = arg-max posterior)."""
     lm = load_bucket(folder, n_workers, classes)
@@ -436,7 +439,7 @@ def mv_consensus(
     seed: int,
     component: np.ndarray,
     ok: np.ndarray,
-    truth: pd.Series | None = None,
+    truth: pd.DataFrame | None = None,
 ) -> ConsensusPart:
     """Majority vote of one bucket (:func:`~crowdflow.skills.majority_vote`) and its consensus part."""
     lm = load_bucket(folder, n_workers, classes)
@@ -459,7 +462,7 @@ def weighted_consensus_pass(
     seed: int,
     component: np.ndarray,
     ok: np.ndarray,
-    truth: pd.Series | None = None,
+    truth: pd.DataFrame | None = None,
 ) -> ConsensusPart:
     """MAP weighted vote of one bucket with the broadcast weights (:func:`~crowdflow.skills.weighted_consensus`)."""
     lm = load_bucket(folder, n_workers, classes)

@@ -44,6 +44,7 @@ from crowdflow.errors import InputError
 from crowdflow.graphs import WorkerGraphReport, graph_structure, worker_graph_from_counts
 from crowdflow.io import LoadedTable
 from crowdflow.labels import natural_sort
+from crowdflow.metrics import ReviewPart, SkillsReview, merge_review_parts
 from crowdflow.progress import ProgressFn
 from crowdflow.skills.buckets import (
     BucketStats,
@@ -189,15 +190,18 @@ class PartitionedSkills:
         The consensus as Parquet parts, one per bucket (columns of ``OUTPUTS["skills"]["consensus"]``).
     passes : int
         Passes over the buckets after encoding.
-    gold : (int, int)
-        Gold tasks found in the labels and how many the consensus gets right (0, 0 without gold labels).
+    review : SkillsReview
+        What :func:`crowdflow.metrics.review_skills` gives on all the labels (gold tables with gold labels, the
+        changes against majority vote), summed over the buckets.
+    gold : dict
+        :func:`crowdflow.metrics.gold_metrics` of the consensus (empty without gold labels).
     """
 
     result: SkillsResult
     consensus_parts: list[str]
     passes: int
-    gold: tuple[int, int] = (0, 0)
-    timings: dict[str, float] = field(default_factory=dict)
+    review: SkillsReview
+    gold: dict[str, float | int] = field(default_factory=dict)
 
 
 def _sum_parts(parts: list[ConsensusPart], n_workers: int, n_comp: int) -> dict[str, Any]:
@@ -214,7 +218,7 @@ def _sum_parts(parts: list[ConsensusPart], n_workers: int, n_comp: int) -> dict[
         "n_ties": sum(p.n_ties for p in parts),
         "n_fallback": sum(p.n_fallback for p in parts),
         "tasks_with_ok": sum(p.tasks_with_ok_worker for p in parts),
-        "gold": (sum(p.gold[0] for p in parts), sum(p.gold[1] for p in parts)),
+        "reviews": [p.review for p in parts],
         "log_likelihood": math.fsum(p.log_likelihood for p in parts),
     }
 
@@ -259,7 +263,7 @@ def fit_buckets(
     options: SkillsOptions,
     out_folder: str,
     *,
-    truth: pd.Series | None = None,
+    truth: pd.DataFrame | None = None,
     progress: ProgressFn | None = None,
 ) -> PartitionedSkills:
     """Skills and consensus of encoded buckets (see the module docstring for the passes of each method).
@@ -272,8 +276,8 @@ def fit_buckets(
     options : SkillsOptions
     out_folder : str
         Where the consensus parts are written (visible to the workers).
-    truth : pandas.Series, optional
-        Gold label by task id (text): the consensus passes count the gold tasks they get right.
+    truth : pandas.DataFrame, optional
+        Gold labels (``task``, ``label``): the consensus passes review their tasks against them.
     progress : callable, optional
         ``progress(fraction)`` during the PGD iterations.
     """
@@ -475,7 +479,18 @@ def fit_buckets(
     explain_missing_skills(table_, diag, o.method)
     empty = pd.DataFrame({c: [] for c in ("task", "label", "confidence", "n_labels", "fallback")})
     result = SkillsResult(skills=table_, consensus=empty, diagnostics=diag, metadata=meta, loss_trace=trace)
-    return PartitionedSkills(result=result, consensus_parts=sums["paths"], passes=passes, gold=sums["gold"])
+    reviews = [_worker_ids(r, enc.workers) for r in sums["reviews"]]
+    review, gold = merge_review_parts(reviews, truth)
+    return PartitionedSkills(
+        result=result, consensus_parts=sums["paths"], passes=passes, review=review, gold=gold
+    )
+
+
+def _worker_ids(part: ReviewPart, workers: np.ndarray) -> ReviewPart:
+    if part.gold_workers is None or not len(part.gold_workers):
+        return part
+    ids = workers[part.gold_workers["worker"].astype(np.int64).to_numpy()].astype(str)
+    return replace(part, gold_workers=part.gold_workers.assign(worker=ids))
 
 
 def _in_process(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
@@ -490,7 +505,7 @@ def fit_skills_partitioned(
     executor: MapFn | None = None,
     n_buckets: int | None = None,
     columns: dict[str, str] | None = None,
-    truth: pd.Series | None = None,
+    truth: pd.DataFrame | None = None,
     storage_options: dict[str, Any] | None = None,
     work_dir: str | None = None,
     **overrides: Any,
@@ -516,8 +531,8 @@ def fit_skills_partitioned(
         Task buckets (default: the number of files, at least 2).
     columns : dict, optional
         Canonical column → the files' column name.
-    truth : pandas.Series, optional
-        Gold label by task id, for the gold counts.
+    truth : pandas.DataFrame, optional
+        Gold labels (``task``, ``label``) for the review.
     storage_options : dict, optional
         fsspec options of a URL.
     work_dir : str, optional

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from crowdflow.errors import InputError
+from crowdflow.metrics import gold_metrics, review_skills
 from crowdflow.skills import SkillsOptions, fit_skills, fit_skills_partitioned
 
 METHODS = ("ds", "onecoin_ds", "mv", "pgd")
@@ -117,13 +118,20 @@ def test_passes_are_iterations_plus_two_and_gold_is_counted(tmp_path: Path) -> N
     case["labels"] = case["labels"].drop_duplicates(["task", "worker"])
     frame = _write(case, tmp_path / "labels")
     ref = fit_skills(frame, method="ds", tie_break="smallest")
-    gold = ref.consensus.set_index("task")["label"].astype(str).iloc[::3]
-    gold.iloc[::2] = "not-a-class"  # half of them wrong on purpose
+    gold = ref.consensus[["task", "label"]].astype(str).iloc[::3].reset_index(drop=True)
+    gold.loc[::2, "label"] = "not-a-class"  # half of them wrong on purpose
+    gold = pd.concat([gold, pd.DataFrame({"task": ["never-labelled"], "label": ["x"]})], ignore_index=True)
     part = fit_skills_partitioned(
         tmp_path / "labels", out_folder=tmp_path / "out", method="ds", tie_break="smallest", truth=gold
     )
     assert part.passes == ref.metadata["iterations"] + 2
-    assert part.gold == (len(gold), int((gold != "not-a-class").sum()))
+    want = review_skills(frame, ref.consensus, gold)
+    assert part.gold == gold_metrics(ref.consensus, gold, ref.metadata["classes"]).as_dict()
+    assert part.gold["n_gold"] == len(gold) - 1 and part.gold["n_gold_unlabelled"] == 1
+    assert part.review.metrics == want.metrics
+    assert part.review.record == want.record
+    for name in ("gold_workers", "gold_confusion"):
+        pd.testing.assert_frame_equal(part.review.tables[name], want.tables[name])
 
 
 def test_dask_workers_give_the_same_fit(tmp_path: Path) -> None:
