@@ -78,7 +78,6 @@ def _peak_rss() -> int:
 
 
 def child(exp: int, n_workers: int) -> dict:
-    import pyarrow as pa
 
     from crowdflow import skills as sk
     from crowdflow.graphs import graph_structure

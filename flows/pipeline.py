@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -53,6 +54,7 @@ def run_spec(spec: PipelineBase, run_id: str | None = None, *, in_this_flow: boo
     """
     check_locations(spec)
     check_installed(spec)
+    check_partitioned(spec)
     if run_id is not None:
         try:
             check_name(run_id, "run id")
@@ -62,6 +64,20 @@ def run_spec(spec: PipelineBase, run_id: str | None = None, *, in_this_flow: boo
     job_flow = getattr(importlib.import_module(module), name)
     summary: dict[str, Any] = (job_flow.fn if in_this_flow else job_flow)(spec, run_id)
     return summary
+
+
+def check_partitioned(spec: PipelineBase) -> None:
+    """Refuse (``SpecError``) what a run whose input the Dask workers read cannot do, before any step runs.
+
+    The consensus of such a run is written by the workers as parts of a flat run folder, so ``output.layout: hive``
+    is refused.
+    """
+    kind = spec.partitioned_input()
+    if kind is not None and spec.output.layout != "flat":
+        raise SpecError(
+            f"output.layout hive is not available when the Dask workers read the {kind} (a Parquet folder or URL "
+            "with runner.kind dask): their outputs are written as parts of a flat run folder; use output.layout flat"
+        )
 
 
 def check_locations(spec: PipelineBase) -> None:
@@ -74,7 +90,7 @@ def check_locations(spec: PipelineBase) -> None:
     """
     out = spec.output_dir().resolve()
     for src in spec.inputs().values():
-        if src.is_query:
+        if src.is_query or src.is_url:
             continue
         p = spec.path_of(src).resolve()
         folder = p if p.is_dir() else p.parent
@@ -131,8 +147,13 @@ def prepare(spec: PipelineBase, *, validate: bool = True) -> Prepared:
 
     check_locations(spec)
     check_installed(spec)
+    check_partitioned(spec)
     out = Prepared(frames={}, sources={}, lines=[f"spec {spec.name}: ok (job {spec.job})"])
+    worker_graph = None
     for kind, src in spec.inputs().items():
+        if kind == spec.partitioned_input() and isinstance(spec, SkillsPipeline):
+            worker_graph = _prepare_partitioned(spec, src, out, validate)
+            continue
         t = read_source(spec, src, kind)
         df = t.df
         skills = spec.skills if isinstance(spec, SkillsPipeline) else None
@@ -151,18 +172,57 @@ def prepare(spec: PipelineBase, *, validate: bool = True) -> Prepared:
             if not report.success
             else f"{kind} {t.source}: {report.n_rows} rows, {report.n_expectations} expectations passed"
         )
-    if isinstance(spec, SkillsPipeline):
+    if isinstance(spec, SkillsPipeline) and worker_graph is None:
         out.lm = encode_labels(out.frames["labels"].dropna(subset=["task", "worker", "label"]), spec.skills.classes)
     if isinstance(spec, NextBatchPipeline):
         out.skills_run = read_skills_run(spec.skills_run_path(), spec.max_skills_run_age_hours)
         out.lines.append(f"skills run {out.skills_run['run_dir']}: completed")
-    checks = graph_checks(spec.job, out.frames, spec.check_modes(), out.lm)
+    checks = graph_checks(spec.job, out.frames, spec.check_modes(), worker_graph or out.lm)
     if checks is not None:
         checks.raise_if_blocking(out.sources["edges" if spec.job == "personal_models" else next(iter(out.sources))])
         out.lines += [f"warning: {w}" for w in checks.warnings]
         out.lines.append("graph checks: " + ", ".join(f"{k} {v}" for k, v in checks.results.items()))
         out.lines.append(checks.summary)
     return out
+
+
+def _prepare_partitioned(spec: SkillsPipeline, src: Any, out: Prepared, validate: bool) -> Any:
+    """``validate`` of a labels dataset the Dask workers would read: the run's passes 1 and 2 in this process, file
+    by file (memory: one file or one bucket), into a temporary folder; returns the worker graph for the checks."""
+    import functools
+    import tempfile
+
+    from crowdflow.datasets import list_partitions
+    from crowdflow.skills.partitioned import dictionaries, encode_buckets, read_and_split
+    from schemas.validation import require_all_valid, validate_loaded
+
+    def one_by_one(fn: Any, items: list[Any]) -> list[Any]:
+        return [fn(x) for x in items]
+
+    parts = list_partitions(spec.location_of(src), src.storage_options or None)
+    allowed = {"label": spec.skills.classes} if spec.skills.classes else None
+    check = functools.partial(validate_loaded, kind="labels", allowed=allowed) if validate else None
+    with tempfile.TemporaryDirectory(prefix="crowdflow-validate-") as tmp:
+        split = functools.partial(
+            read_and_split, folder=tmp, n_buckets=max(2, len(parts)), columns=src.columns or None, check=check
+        )
+        results = one_by_one(split, parts)
+        reports = [r[1] for r in results if r[1] is not None]
+        if reports and spec.checks.validation == "block":
+            require_all_valid(reports, parts[0].dataset)
+        workers, classes = dictionaries([r[0] for r in results], spec.skills.classes)
+        buckets = sorted(str(p) for p in Path(tmp).glob("bucket-*"))
+        enc = encode_buckets(buckets, one_by_one, workers, classes, spec.skills.duplicates, [p.name for p in parts])
+    n_rows = sum(r[0].n_rows for r in results)
+    failed = sum(not r.success for r in reports)
+    out.sources["labels"] = parts[0].dataset
+    out.lines.append(
+        f"labels {parts[0].dataset}: {n_rows} rows in {len(parts)} Parquet files (read by the Dask workers at run time)"
+        + (f", {failed} files failed validation" if failed else ", every file passed validation" if reports else "")
+    )
+    if enc.n_dropped:
+        out.lines.append(f"dropped {enc.n_dropped} duplicate (task, worker) rows")
+    return enc.report
 
 
 def check_spec(spec: PipelineBase) -> list[str]:

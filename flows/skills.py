@@ -12,7 +12,6 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 
-from crowdflow.errors import SpecError
 from crowdflow.io import LoadedTable
 from crowdflow.labels import deduplicate, encode_labels
 from crowdflow.metrics import review_skills
@@ -60,7 +59,6 @@ def skills_flow(spec: SkillsPipeline, run_id: str | None = None) -> dict[str, An
     dict
         ``run_dir``, ``run_id`` and ``metrics`` of the completed run.
     """
-    logger = get_run_logger()
     run_id = run_id_for(run_id)
     if spec.partitioned_input() is not None:
         return _partitioned_skills(spec, run_id)
@@ -126,7 +124,9 @@ def _log_gold(metrics: dict[str, Any], classes: Any, source: str) -> None:
             ", ".join(map(str, classes[:10])),
             source,
         )
-    logger.info("accuracy on %d gold tasks: %.4f (error %.4f)", metrics["n_gold"], metrics["accuracy"], metrics["error"])
+    logger.info(
+        "accuracy on %d gold tasks: %.4f (error %.4f)", metrics["n_gold"], metrics["accuracy"], metrics["error"]
+    )
 
 
 def _partitioned_skills(spec: SkillsPipeline, run_id: str) -> dict[str, Any]:
@@ -136,14 +136,8 @@ def _partitioned_skills(spec: SkillsPipeline, run_id: str) -> dict[str, Any]:
     and sum the W×W statistics; the worker-graph check on them; the fit (its passes on the workers) writing the
     consensus as Parquet parts; the export moves the parts into the run folder with the other tables.
     """
-    logger = get_run_logger()
     clock = Clock()
     opts = spec.skills
-    if spec.output.layout != "flat":
-        raise SpecError(
-            "output.layout hive is not available when the Dask workers read the labels (a partitioned consensus); "
-            "use output.layout flat"
-        )
     set_pipeline(spec.name)
     truth_table = ingest(spec, spec.truth, "truth") if spec.truth is not None else None
     truth_report = validate(truth_table, "truth", spec.checks.validation, None) if truth_table is not None else None

@@ -26,7 +26,7 @@ from crowdflow.ranking import RankingOptions, fit_ranking, output_tables
 from crowdflow.skills import SkillsOptions, SkillsResult, fit_skills
 from crowdflow.spec import RunnerSpec
 from tasks.progress import fit_progress
-from tasks.runners import dask_executor, runner_executor, scratch_folder
+from tasks.runners import dask_executor, scratch_folder
 
 T = TypeVar("T")
 
@@ -72,7 +72,11 @@ def fit_skills_task(
         executor, n_partitions, scratch_dir = None, 1, None
         if runner is not None and runner.kind == "dask":
             scratch_dir = scratch_folder(runner.scratch_dir)  # created if missing
-            executor = stack.enter_context(runner_executor(runner))
+            executor = stack.enter_context(
+                dask_executor(
+                    runner.address, runner.n_workers, runner.processes, runner.worker_timeout, runner.memory_limit
+                )
+            )
             n_partitions = runner.partitions or 2 * runner.n_workers
         progress = stack.enter_context(fit_progress("fit-skills-progress", f"skills fit ({o.method})"))
         result = fit_skills(

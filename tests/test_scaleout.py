@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
 import json
@@ -236,3 +237,109 @@ def test_a_run_on_a_cluster_without_workers_exits_2(
     err = capsys.readouterr().err
     assert f"runner.address {cluster.scheduler_address}: the Dask scheduler has no worker after 2 s" in err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("manifest.json"))
+
+
+def _split_rte(rte_dir: Path, folder: Path, n_files: int = 4) -> None:
+    """RTE's labels cut into files of contiguous rows (a task's labels span files), in a shuffled row order."""
+    df = pd.read_csv(rte_dir / "labels.csv", dtype=str).sample(frac=1.0, random_state=3).reset_index(drop=True)
+    folder.mkdir(parents=True)
+    for k, rows in enumerate(np.array_split(np.arange(len(df)), n_files)):
+        df.iloc[rows].to_parquet(folder / f"part-{k}.parquet", index=False)
+
+
+@pytest.mark.flow
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_dataset_read_by_the_workers_gives_the_inline_run(
+    rte_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#21: labels as a Parquet dataset (a file:// URL) read, validated and reduced on Dask: the inline run's tables."""
+    import flows.skills
+    from flows.deploy import run_pipeline
+
+    _split_rte(rte_dir, tmp_path / "labels")
+    real, used = flows.skills.runner_executor, []
+
+    def spy(runner):  # type: ignore[no-untyped-def]
+        used.append(runner.kind)
+        return real(runner)
+
+    monkeypatch.setattr(flows.skills, "runner_executor", spy)
+    base = {"name": "rte", "truth": {"path": str(rte_dir / "truth.csv")}}
+    inline = run_pipeline(
+        parse_spec({**base, "labels": {"path": str(tmp_path / "labels")}, "output": {"dir": str(tmp_path / "a")}})
+    )
+    assert used == []
+    dask = {"kind": "dask", "n_workers": 2, "processes": False, "partitions": 3, "scratch_dir": str(tmp_path / "s")}
+    url = (tmp_path / "labels").as_uri()
+    on_dask = run_pipeline(
+        parse_spec({**base, "labels": {"path": url}, "runner": dask, "output": {"dir": str(tmp_path / "b")}})
+    )
+    assert used == ["dask"]
+    a, b = _outputs(inline["run_dir"]), _outputs(on_dask["run_dir"])
+    assert set(a) == {"consensus", "skills", "components", "gold_workers", "gold_confusion"}
+    assert set(b) == set(a) - {"consensus"}  # the workers wrote it as parts
+    parts = sorted((Path(on_dask["run_dir"]) / "consensus").glob("part-*.parquet"))
+    assert len(parts) == 3
+    b["consensus"] = pd.concat([pd.read_parquet(p) for p in parts]).sort_values("task").reset_index(drop=True)
+    a["consensus"] = a["consensus"].sort_values("task").reset_index(drop=True)
+    for name in a:
+        pd.testing.assert_frame_equal(a[name], b[name], rtol=1e-9)
+    ma = json.loads((Path(inline["run_dir"]) / "manifest.json").read_text())
+    mb = json.loads((Path(on_dask["run_dir"]) / "manifest.json").read_text())
+    assert ma["metrics"] == pytest.approx(mb["metrics"]) and ma["review"] == mb["review"]
+    assert mb["partitioned"]["files"] == 4 and mb["partitioned"]["buckets"] == 3
+    assert mb["outputs"]["consensus"] == {"path": "consensus/", "rows": 800, "parts": 3}
+    assert mb["inputs"][0]["path"] == url and mb["inputs"][0]["rows"] == 8000
+    assert pd.read_parquet(Path(on_dask["run_dir"]) / "consensus").shape[0] == 800  # readable as one dataset
+
+
+def test_a_bad_file_of_a_dataset_is_named_by_run_and_validate(rte_dir: Path, tmp_path: Path) -> None:
+    """A null in one file stops the run (exit 2) naming that file and its row; validate says the same; nothing written."""
+    from flows.cli import main
+
+    _split_rte(rte_dir, tmp_path / "labels")
+    bad = tmp_path / "labels" / "part-2.parquet"
+    df = pd.read_parquet(bad)
+    df.loc[4, "label"] = None
+    df.to_parquet(bad, index=False)
+    spec = {
+        "name": "rte",
+        "labels": {"path": "labels"},
+        "runner": {"kind": "dask", "n_workers": 1, "processes": False},
+        "output": {"dir": "out"},
+    }
+    (tmp_path / "spec.yaml").write_text(json.dumps(spec))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["validate", str(tmp_path / "spec.yaml")]) == 2
+    assert f"{bad}: labels table failed" in err.getvalue() and "row 5 (label=" in err.getvalue()
+    assert "1 of 4 files failed validation" in err.getvalue()
+    spec["output"] = {"dir": "out", "layout": "hive"}
+    (tmp_path / "spec.yaml").write_text(json.dumps(spec))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["run", str(tmp_path / "spec.yaml")]) == 2
+    assert "output.layout hive is not available" in err.getvalue()
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("source", "runner", "message"),
+    [
+        ({"path": "s3://bucket/labels/"}, {}, "a URL path is read by Dask workers: set runner.kind: dask"),
+        ({"path": "s3://bucket/labels/", "storage_options": {"secret": "x"}}, {"kind": "dask"}, "hold credentials"),
+        ({"path": "labels.csv", "storage_options": {"anon": True}}, {}, "apply to a URL path"),
+        ({"path": "s3://user:pw@bucket/labels/"}, {"kind": "dask"}, "the path"),
+    ],
+)
+def test_dataset_sources_are_checked_in_the_spec(source: dict, runner: dict, message: str) -> None:  # type: ignore[type-arg]
+    from pydantic import ValidationError
+
+    from crowdflow.errors import SpecError
+
+    with pytest.raises((SpecError, ValidationError), match=message):
+        parse_spec({"name": "x", "labels": source, "runner": runner})
+    with pytest.raises((SpecError, ValidationError), match=r"read only skills\.labels"):
+        parse_spec(
+            {"name": "x", "labels": {"path": "l.csv"}, "truth": {"path": "s3://b/t/"}, "runner": {"kind": "dask"}}
+        )

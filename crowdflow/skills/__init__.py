@@ -4,8 +4,9 @@ The entry point is :func:`fit_skills` (rank-one PGD, Dawid–Skene EM or majorit
 configured by one :class:`SkillsOptions` object (the ``skills:`` section of a pipeline spec);
 :func:`fit_skills_partitioned` fits a Parquet dataset larger than memory in passes over task buckets (in this
 process or on a Dask cluster; docs/scale.md), and :func:`write_label_partitions` / :func:`partition_pair_counts` /
-:func:`moments_from_partitions` compute the co-label statistics of labels held in memory on a cluster. The lower-level steps
-(moments, solver, signs, vote, identifiability diagnostics) are exported for notebooks and benchmarks.
+:func:`moments_from_partitions` compute the co-label statistics of labels held in memory on a cluster. The
+lower-level steps (moments, solver, signs, vote, identifiability diagnostics) are exported for notebooks and
+benchmarks.
 
 The package is also the job's front door: ``crowdflow.skills(labels, ...)`` is :func:`crowdflow.skills.door.skills`
 (a labels DataFrame in, the tables a skills run writes out); :func:`output_tables` assembles those tables from
@@ -35,6 +36,7 @@ from crowdflow.skills.inputs import canonical_label_matrix, prepare_labels
 from crowdflow.skills.majority import ConsensusResult, majority_vote, weighted_vote
 from crowdflow.skills.moments import LabelMoments, edge_weights, label_moments, moments_from_counts, prune_spammer_edges
 from crowdflow.skills.options import SkillsOptions
+from crowdflow.skills.partitioned import PartitionedSkills, fit_skills_partitioned
 from crowdflow.skills.partitions import (
     moments_from_partitions,
     partition_pair_counts,
@@ -43,18 +45,17 @@ from crowdflow.skills.partitions import (
 )
 from crowdflow.skills.rank_one import RankOneFit, fit_active, fit_rank_one, rank_one_gradient, rank_one_loss
 from crowdflow.skills.spectra import signless_lambda_min, signless_laplacian
-from crowdflow.skills.partitioned import PartitionedSkills, fit_skills_partitioned
 
 __all__ = [
     "ConsensusOutput",
     "ConsensusResult",
     "DawidSkeneResult",
     "LabelMoments",
+    "PartitionedSkills",
     "RankOneFit",
     "SkillsFit",
     "SkillsOptions",
     "SkillsResult",
-    "PartitionedSkills",
     "active_workers",
     "canonical_label_matrix",
     "component_diagnostics",

@@ -481,9 +481,7 @@ def fit_buckets(
     result = SkillsResult(skills=table_, consensus=empty, diagnostics=diag, metadata=meta, loss_trace=trace)
     reviews = [_worker_ids(r, enc.workers) for r in sums["reviews"]]
     review, gold = merge_review_parts(reviews, truth)
-    return PartitionedSkills(
-        result=result, consensus_parts=sums["paths"], passes=passes, review=review, gold=gold
-    )
+    return PartitionedSkills(result=result, consensus_parts=sums["paths"], passes=passes, review=review, gold=gold)
 
 
 def _worker_ids(part: ReviewPart, workers: np.ndarray) -> ReviewPart:
@@ -546,7 +544,9 @@ def fit_skills_partitioned(
     out = Path(out_folder)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="crowdflow-buckets-", dir=work_dir) as tmp:
-        split = functools.partial(read_and_split, folder=tmp, n_buckets=n_buckets or max(2, len(parts)), columns=columns)
+        split = functools.partial(
+            read_and_split, folder=tmp, n_buckets=n_buckets or max(2, len(parts)), columns=columns
+        )
         summaries = [r[0] for r in run(split, parts)]
         workers, classes = dictionaries(summaries, o.classes)
         buckets = sorted(str(p) for p in Path(tmp).glob("bucket-*"))

@@ -104,7 +104,7 @@ def test_every_method_on_a_three_class_set_with_ties(method: str, tmp_path: Path
     """Each method once on the same cut, with two-label ties and declared classes one of which is never used."""
     case = _draw(101) | {"n_files": 4, "n_buckets": 3}
     frame = _write(case, tmp_path / "labels")
-    classes = sorted(set(frame["label"])) + ["zzz-unused"]
+    classes = [*sorted(set(frame["label"])), "zzz-unused"]
     opts = SkillsOptions(method=method, tie_break="smallest", duplicates=case["duplicates"], classes=classes)
     ref = fit_skills(frame, opts)
     part = fit_skills_partitioned(tmp_path / "labels", opts, out_folder=tmp_path / "out", n_buckets=3)
@@ -181,8 +181,8 @@ def test_bad_files_are_named(tmp_path: Path) -> None:
     (folder / "bad.parquet").write_bytes(b"not parquet")
     with pytest.raises(InputError, match=r"bad\.parquet.*cannot read Parquet"):
         fit_skills_partitioned(folder, out_folder=tmp_path / "out")
+    (folder / "bad.parquet").unlink()
     with pytest.raises(InputError, match="outside the declared label set"):
-        (folder / "bad.parquet").unlink()
         fit_skills_partitioned(folder, out_folder=tmp_path / "out", classes=["0", "2"])
     with pytest.raises(InputError, match="no Parquet file"):
         fit_skills_partitioned(tmp_path / "out", out_folder=tmp_path / "out2")
@@ -207,7 +207,7 @@ def test_skills_recover_the_truth_from_partitions(tmp_path: Path) -> None:
     got = part.result.skills.set_index("worker")["skill"].reindex([str(w) for w in range(n_workers)]).to_numpy()
     assert np.sqrt(np.mean((got - skill) ** 2)) < 0.05
     cons = pd.concat([pd.read_parquet(p) for p in part.consensus_parts])
-    acc = (cons.set_index("task")["label"].reindex([str(t) for t in range(n_tasks)]).to_numpy() == truth.astype(str))
+    acc = cons.set_index("task")["label"].reindex([str(t) for t in range(n_tasks)]).to_numpy() == truth.astype(str)
     assert acc.mean() > 0.9
 
 
