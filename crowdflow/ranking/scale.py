@@ -399,7 +399,9 @@ def is_plus_minus_one(y: np.ndarray) -> bool:
     return bool(np.count_nonzero(a > 0) == 1)
 
 
-def upset_gap_cut(gap: np.ndarray, upset: np.ndarray, w: np.ndarray, *, q: float = FDR_Q) -> tuple[float, float, float]:
+def upset_gap_cut(
+    gap: np.ndarray, upset: np.ndarray, w: np.ndarray, *, q: float = FDR_Q, gap_scale: float | None = None
+) -> tuple[float, float, float]:
     """Smallest fitted gap at which ±1 upsets are flagged, by an upset curve (docs/methods/ranking.md §3.4.2).
 
     Clean ±1 comparisons contradict the fitted order with a probability that falls to 0 as the fitted
@@ -421,6 +423,9 @@ def upset_gap_cut(gap: np.ndarray, upset: np.ndarray, w: np.ndarray, *, q: float
         Weights.
     q : float
         Target false discovery rate.
+    gap_scale : float, optional
+        The rescaling of the gaps (default: their unweighted 90th percentile); given when ``gap, upset, w``
+        are aggregated per pair (:mod:`crowdflow.ranking.partitioned`) and the percentile is over rows.
 
     Returns
     -------
@@ -433,7 +438,8 @@ def upset_gap_cut(gap: np.ndarray, upset: np.ndarray, w: np.ndarray, *, q: float
     upset = np.asarray(upset, dtype=bool)
     if not upset.any():
         return math.inf, 0.0, math.inf
-    gs = gap / max(float(np.quantile(gap, 0.9)), 1e-12)
+    scale = float(np.quantile(gap, 0.9)) if gap_scale is None else float(gap_scale)
+    gs = gap / max(scale, 1e-12)
 
     def curve(p: np.ndarray) -> tuple[float, np.ndarray]:
         eps = 1.0 / (1.0 + math.exp(-float(p[0])))

@@ -31,8 +31,12 @@ def _finite_or_nan(x: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(x), x, np.nan)
 
 
-def _ranking_table(g: ComparisonGraph, theta: np.ndarray) -> pd.DataFrame:
-    n_comp = (np.bincount(g.i, minlength=g.n) + np.bincount(g.j, minlength=g.n)).astype(np.int64)
+def _ranking_table(g: ComparisonGraph, theta: np.ndarray, n_comparisons: np.ndarray | None = None) -> pd.DataFrame:
+    """The ``ranking`` table; ``n_comparisons`` replaces the rows per item counted on ``g`` (edge-aggregated graphs)."""
+    if n_comparisons is None:
+        n_comp = (np.bincount(g.i, minlength=g.n) + np.bincount(g.j, minlength=g.n)).astype(np.int64)
+    else:
+        n_comp = np.asarray(n_comparisons, dtype=np.int64)
     df = pd.DataFrame(
         {
             "item": _str(g.items),

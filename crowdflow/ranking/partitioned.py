@@ -1,0 +1,899 @@
+"""HodgeRank and a robust (trimmed) outlier fit on a comparison table split into partitions.
+
+No process holds the rows at once. Partitions are opaque descriptors ``P`` read by a picklable
+``read(P) -> DataFrame`` (canonical comparisons, :func:`~crowdflow.comparisons.canonical_comparisons`);
+work runs through a generic executor ``executor(fn, items) -> results in order`` (a Dask client's
+``map`` + ``gather``, or :func:`inline_executor`). Every function sent to the executor is a module-level
+function bound with :func:`functools.partial`, so it pickles to worker processes.
+
+**Passes.** Every pass reads each partition once and returns a compact summary:
+
+1. *scan*: the distinct item ids, the row count and the distinct ``|y|`` (at most 3). The flow sorts the
+   union of the ids with :func:`~crowdflow.labels.natural_order`, the order
+   :func:`~crowdflow.ranking.graph.build_comparison_graph` gives, so internal ids agree with the in-memory fit.
+2. *edges*: rows are encoded with that dictionary and oriented along their pair ``u < v``
+   (``y° = s·y``, ``s = ±1``); per pair ``e`` the pass returns :class:`EdgeSums`: ``N_e`` (rows),
+   ``W_e = Σw``, ``A_e = Σw·y°``, ``Q_e = Σw·y°²``, ``min/max y°``, the weights with ``y° > 0`` and
+   ``y° < 0`` and the tie count. The aggregated problem (one row per pair, outcome ``Ȳ_e = A_e/W_e``,
+   weight ``W_e``) has the same Laplacian ``L = Σ_e W_e(e_u − e_v)(e_u − e_v)ᵀ`` and divergence
+   ``XᵀWy = Σ_e A_e(e_u − e_v)``, hence the same ``θ̂ = L†XᵀWy`` per component; the row residual norm is
+   ``Σ_k w_k r_k² = Σ_e [(Q_e − A_e²/W_e) + W_e(Ȳ_e − d_e)²]`` with ``d_e = θ_u − θ_v``.
+3. robust fit (when ``options.outliers != 'none'``), by the passes below, θ and a cut broadcast to the
+   workers and nothing but edge sums and histograms coming back.
+
+**Robust fit (the trimmed rule).** LBI and HLASSO need every row in one process, so the partitioned fit
+runs the adaptive rule's trimmed least squares (docs/methods/ranking.md §3.4.2) as passes and flags by
+its threshold directly:
+
+* the start σ₀ = 1.4826·med_w|r| / √(1 − h̄) from a histogram pass (log-spaced bins, 1,000 per decade over
+  ``[10⁻⁶, 10⁶]`` times the rms residual: a quantile is resolved to a bin's upper edge, 0.23 %);
+* trimming passes: with ``(θ, σ)`` broadcast, a pass returns the edge sums of the rows with
+  ``|r| ≤ 2.5σ``, the number of rows whose kept status changed since the previous pass and
+  ``Σ w min(r², (2.5σ)²)``; the flow refits ``θ ← θ + L_in†X_inᵀW(y − Xθ)`` on the kept pairs and
+  ``σ² = Σ_in w r² / (ψ(2.5)(W_in − p_in))``; the iteration stops when no row changes status (an exact
+  fixed point). The least-trimmed-squares start (kept share 0.6, concentration steps of one histogram
+  pass and one sums pass) competes when ``h̄ ≤ 0.15``; the fixed point with the smaller capped objective
+  ``J = ½Σ w min(r²/σ², 2.5²) + (W − p)·log σ`` is kept, as in :func:`~crowdflow.ranking.scale.trimmed_scale`;
+* graded outcomes: ``t*`` is Benjamini–Hochberg at ``fdr_q`` on a histogram of ``|r|/σ̂`` (each bin's
+  lower edge a is a candidate: ``2Φ̄(a) ≤ q·W(|z| ≥ a)/W``), floored at ``t_min``; a row is an outlier iff
+  ``|r_k| > t*·σ̂``;
+* ±1 outcomes: the upset curve of :func:`~crowdflow.ranking.scale.upset_gap_cut` is fitted on the pairs
+  (gap ``|d_e|/a``, upset weight, agreeing weight; the 90th percentile of the gaps over played rows is
+  computed from the counts), and a row is an outlier iff it contradicts the trimmed order at a gap
+  ``≥ g*`` (ties never);
+* reported scores: the least-squares refit without the outliers (``debias``), offsets between pieces the
+  kept rows no longer connect taken from the trimmed fit.
+
+A final pass writes, per partition, the flagged rows (or all rows) with their residuals to
+``out_dir/part-<k>.parquet`` and returns the counts. :func:`fit_trimmed` is the in-memory counterpart: the
+same code on one partition, so the flags agree exactly with any partitioning (up to the order in which
+floating-point sums are added; tested). It is not the ``lbi`` default: LBI/HLASSO flag along a path and
+shrink, the trimmed rule thresholds one fit; on the planted family both recover the planted rows
+(tests/ranking/test_partitioned.py).
+
+**Memory (flow side).** O(n + |E|): the item dictionary (n ids), θ (8n bytes), the combined edge sums
+(``|E|`` pairs × 9 numbers × 8 bytes = 72 bytes per pair) and the Laplacian (≤ n + 2|E| entries).
+Per pass each partition returns: scan — its distinct ids and annotators' count (O(n_p) strings);
+edges — 72 bytes per distinct pair of the partition (``|E_p| ≤ |E|``); histogram — ≤ 12,002 non-empty
+bins × 12 bytes (≤ 144 KB); write — a path, counts and per-component / per-annotator counts. The
+executor's result list holds one answer per partition, so a pass's transient peak is ``Σ_p |E_p|`` pairs
+(≤ P·|E|, and ≤ the rows). Broadcast to every task: the n ids and θ (8n bytes).
+
+See docs/methods/ranking.md §2.4 (this fit) and §3.4.2 (the rule it mirrors).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+from scipy.special import ndtr, ndtri
+
+from crowdflow.comparisons import canonical_comparisons
+from crowdflow.errors import DegenerateInput
+from crowdflow.labels import natural_order
+from crowdflow.missing import explain_missing
+from crowdflow.ranking.graph import ComparisonGraph
+from crowdflow.ranking.hodge import _bridges, hodge_decomposition
+from crowdflow.ranking.least_squares import LaplacianSolver, center_per_component, hodgerank_scores
+from crowdflow.ranking.options import RankingOptions
+from crowdflow.ranking.scale import (
+    LTS_KEEP,
+    LTS_MAX_LEVERAGE,
+    MAX_TRIM,
+    TRIM_K,
+    _truncated_variance,
+    upset_gap_cut,
+)
+from crowdflow.ranking.tables import _ranking_table
+from crowdflow.ranking.types import GraphReport, _str
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "EdgeSums",
+    "MapFn",
+    "PartitionedRankingResult",
+    "fit_ranking_partitioned",
+    "fit_trimmed",
+    "inline_executor",
+]
+
+#: ``executor(fn, items) -> [fn(x) for x in items]`` (in order), e.g. a Dask client's map + gather.
+MapFn = Callable[[Callable[[Any], Any], list[Any]], list[Any]]
+#: Histogram grid of |r|/scale: bins per decade and the covered range (under/overflow bins at both ends).
+SKETCH_PER_DECADE, SKETCH_LO, SKETCH_DECADES = 1000, 1e-6, 12
+SKETCH_BINS = SKETCH_PER_DECADE * SKETCH_DECADES + 2
+#: Trimming steps per start and concentration steps of the least-trimmed-squares start.
+TRIM_MAX_ITER = 50
+LTS_MAX_STEPS = 20
+
+
+def inline_executor(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+    """Run ``fn`` over ``items`` in this process (the executor of :func:`fit_trimmed`)."""
+    return [fn(x) for x in items]
+
+
+def _identity(part: pd.DataFrame) -> pd.DataFrame:
+    return part  # the reader of fit_trimmed's single in-memory partition
+
+
+# ---------------------------------------------------------------------------------------------------
+# Worker side: module-level pass functions (bound by functools.partial, pickled to the workers)
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EdgeSums:
+    """Per-pair sums of (a subset of) the rows, pairs ``u < v`` keyed ``u·n + v`` (sorted, distinct).
+
+    ``count`` rows, ``w = Σw``, ``wy = Σw·y°``, ``wy2 = Σw·y°²`` with the outcome oriented along the pair,
+    ``ymin/ymax`` of y°, ``wpos/wneg`` the weight with ``y° > 0`` / ``y° < 0`` and ``ties`` the rows with
+    ``y = 0``.
+    """
+
+    key: np.ndarray
+    count: np.ndarray
+    w: np.ndarray
+    wy: np.ndarray
+    wy2: np.ndarray
+    ymin: np.ndarray
+    ymax: np.ndarray
+    wpos: np.ndarray
+    wneg: np.ndarray
+    ties: np.ndarray
+
+    @staticmethod
+    def combine(parts: Sequence[EdgeSums]) -> EdgeSums:
+        """Sum the partitions' sums pair by pair (min/max for ``ymin/ymax``)."""
+        key = np.concatenate([p.key for p in parts]) if parts else np.zeros(0, np.int64)
+        uk, inv = np.unique(key, return_inverse=True)
+        ne = uk.size
+
+        def add(name: str) -> np.ndarray:
+            return np.bincount(inv, weights=np.concatenate([getattr(p, name) for p in parts]), minlength=ne)
+
+        ymin = np.full(ne, np.inf)
+        ymax = np.full(ne, -np.inf)
+        if ne:
+            np.minimum.at(ymin, inv, np.concatenate([p.ymin for p in parts]))
+            np.maximum.at(ymax, inv, np.concatenate([p.ymax for p in parts]))
+        cnt = add("count").round().astype(np.int64) if ne else np.zeros(0, np.int64)
+        ties = add("ties").round().astype(np.int64) if ne else np.zeros(0, np.int64)
+        return EdgeSums(uk, cnt, add("w"), add("wy"), add("wy2"), ymin, ymax, add("wpos"), add("wneg"), ties)
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    """What every task gets: the item dictionary (natural order)."""
+
+    items: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return int(self.items.size)
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """Which rows a pass keeps, from the broadcast θ: ``kind='abs'`` keeps ``|r| ≤ cut``; ``kind='upset'``
+    drops the rows that contradict θ at ``|d| ≥ cut`` (ties never)."""
+
+    theta: np.ndarray
+    cut: float
+    kind: Literal["abs", "upset"] = "abs"
+
+    def keep(self, u: np.ndarray, v: np.ndarray, yo: np.ndarray) -> np.ndarray:
+        d = self.theta[u] - self.theta[v]
+        if self.kind == "abs":
+            return np.asarray(np.abs(yo - d) <= self.cut)
+        return np.asarray(~((yo * d < 0) & (np.abs(d) >= self.cut)))
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """One encoded partition: pairs ``u < v``, orientation signs, oriented outcomes and weights."""
+
+    df: pd.DataFrame
+    u: np.ndarray
+    v: np.ndarray
+    sign: np.ndarray
+    yo: np.ndarray
+    w: np.ndarray
+
+
+def _read_rows(read: Callable[[Any], pd.DataFrame], ctx: _Ctx, part: Any) -> _Rows:
+    """Read, canonicalise and encode one partition with the global dictionary."""
+    df = canonical_comparisons(read(part))
+    index = pd.Index(ctx.items)
+    i = index.get_indexer(df["item_a"].to_numpy(dtype=object))
+    j = index.get_indexer(df["item_b"].to_numpy(dtype=object))
+    if (i < 0).any() or (j < 0).any():
+        raise ValueError("a partition holds an item id the scan pass did not see (did the partition change?)")
+    i = i.astype(np.int64)
+    j = j.astype(np.int64)
+    sign = np.where(i < j, 1.0, -1.0)
+    y = df["outcome"].to_numpy(dtype=np.float64)
+    return _Rows(df, np.minimum(i, j), np.maximum(i, j), sign, sign * y, df["weight"].to_numpy(dtype=np.float64))
+
+
+def _scan_part(read: Callable[[Any], pd.DataFrame], part: Any) -> tuple[np.ndarray, int, np.ndarray]:
+    """Pass 1: distinct item ids, row count and up to three distinct ``|y|``."""
+    df = canonical_comparisons(read(part))
+    ids = pd.unique(pd.concat([df["item_a"], df["item_b"]], ignore_index=True).to_numpy(dtype=object))
+    levels = np.unique(np.abs(df["outcome"].to_numpy(dtype=np.float64)))[:3]
+    return np.asarray(ids, dtype=object), len(df), levels
+
+
+def _sums(rows: _Rows, n: int, mask: np.ndarray | None) -> EdgeSums:
+    u, v, yo, w = rows.u, rows.v, rows.yo, rows.w
+    if mask is not None:
+        u, v, yo, w = u[mask], v[mask], yo[mask], w[mask]
+    uk, inv = np.unique(u * np.int64(n) + v, return_inverse=True)
+    ne = uk.size
+
+    def add(x: np.ndarray) -> np.ndarray:
+        return np.bincount(inv, weights=x, minlength=ne)
+
+    ymin = np.full(ne, np.inf)
+    ymax = np.full(ne, -np.inf)
+    np.minimum.at(ymin, inv, yo)
+    np.maximum.at(ymax, inv, yo)
+    cnt = np.bincount(inv, minlength=ne).astype(np.int64)
+    ties = np.bincount(inv, weights=(yo == 0).astype(np.float64), minlength=ne).round().astype(np.int64)
+    return EdgeSums(
+        uk, cnt, add(w), add(w * yo), add(w * yo * yo), ymin, ymax, add(w * (yo > 0)), add(w * (yo < 0)), ties
+    )
+
+
+@dataclass(frozen=True)
+class _KeptSums:
+    sums: EdgeSums
+    n_changed: int
+    capped: float
+
+
+def _edges_part(
+    read: Callable[[Any], pd.DataFrame], ctx: _Ctx, rule: _Rule | None, prev: _Rule | None, part: Any
+) -> _KeptSums:
+    """Pass 2 and the trimming passes: edge sums of the rows ``rule`` keeps (all without a rule), the rows
+    whose kept status differs under ``prev`` and ``Σ w min(r², cut²)``."""
+    rows = _read_rows(read, ctx, part)
+    if rule is None:
+        return _KeptSums(_sums(rows, ctx.n, None), 0, math.nan)
+    keep = rule.keep(rows.u, rows.v, rows.yo)
+    changed = int(np.count_nonzero(keep != prev.keep(rows.u, rows.v, rows.yo))) if prev is not None else -1
+    r = rows.yo - (rule.theta[rows.u] - rule.theta[rows.v])
+    capped = float(np.sum(rows.w * np.minimum(r * r, rule.cut * rule.cut)))
+    return _KeptSums(_sums(rows, ctx.n, keep), changed, capped)
+
+
+def _bin_index(x: np.ndarray) -> np.ndarray:
+    """Histogram bin of ``x ≥ 0`` on the log grid: 0 below ``SKETCH_LO``, the last bin at or above the top."""
+    with np.errstate(divide="ignore"):
+        b = np.floor(np.log10(np.maximum(x, 1e-300) / SKETCH_LO) * SKETCH_PER_DECADE) + 1
+    return np.asarray(np.clip(b, 0, SKETCH_BINS - 1), dtype=np.int64)
+
+
+def _bin_lower(b: int | np.ndarray) -> np.ndarray:
+    return np.asarray(SKETCH_LO * 10.0 ** ((np.asarray(b, dtype=float) - 1) / SKETCH_PER_DECADE))
+
+
+def _sketch_part(
+    read: Callable[[Any], pd.DataFrame], ctx: _Ctx, theta: np.ndarray, scale: float, part: Any
+) -> tuple[np.ndarray, np.ndarray]:
+    """Histogram pass: the non-empty bins of ``|r|/scale`` and their weights."""
+    rows = _read_rows(read, ctx, part)
+    z = np.abs(rows.yo - (theta[rows.u] - theta[rows.v])) / scale
+    h = np.bincount(_bin_index(z), weights=rows.w, minlength=SKETCH_BINS)
+    nz = np.flatnonzero(h)
+    return nz.astype(np.int32), h[nz]
+
+
+@dataclass(frozen=True)
+class _Written:
+    path: str | None
+    n_rows: int
+    n_written: int
+    out_count: np.ndarray
+    out_weight: np.ndarray
+    annotators: pd.DataFrame
+
+
+def _write_part(
+    read: Callable[[Any], pd.DataFrame],
+    ctx: _Ctx,
+    theta: np.ndarray,
+    component: np.ndarray,
+    n_components: int,
+    rule: _Rule | None,
+    out_dir: str | None,
+    write_all: bool,
+    job: tuple[int, Any],
+) -> _Written:
+    """Final pass: residuals against the reported scores and flags; writes ``part-<k>.parquet``."""
+    k, part = job
+    rows = _read_rows(read, ctx, part)
+    df = rows.df
+    flag = ~rule.keep(rows.u, rows.v, rows.yo) if rule is not None else np.zeros(len(df), dtype=bool)
+    rc = component[rows.u]
+    out_count = np.bincount(rc, weights=flag, minlength=n_components).round().astype(np.int64)
+    out_weight = np.bincount(rc, weights=rows.w * flag, minlength=n_components)
+    ann = pd.DataFrame({"annotator": df["annotator"].to_numpy(dtype=object), "o": flag.astype(np.int64)})
+    ann = ann[ann["annotator"].notna()].groupby("annotator", sort=True)["o"].agg(["size", "sum"]).reset_index()
+    path, n_written = None, 0
+    if out_dir is not None:
+        fitted = rows.sign * (theta[rows.u] - theta[rows.v])
+        y = df["outcome"].to_numpy(dtype=np.float64)
+        table = pd.DataFrame(
+            {
+                "part": np.full(len(df), k, dtype=np.int64),
+                "row_id": df["row_id"].to_numpy(dtype=np.int64),
+                "annotator": _str(df["annotator"].to_numpy(dtype=object)),
+                "item_a": _str(df["item_a"].to_numpy(dtype=object)),
+                "item_b": _str(df["item_b"].to_numpy(dtype=object)),
+                "outcome": y,
+                "weight": rows.w,
+                "fitted": fitted,
+                "residual": y - fitted,
+                "is_outlier": flag,
+            }
+        )[slice(None) if write_all else flag].reset_index(drop=True)
+        path = os.path.join(out_dir, f"part-{k:05d}.parquet")
+        table.to_parquet(path, index=False)
+        n_written = len(table)
+    return _Written(path, len(df), n_written, out_count, out_weight, ann)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Flow side
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Passes:
+    """The partitions, their reader and executor, and a pass counter."""
+
+    parts: list[Any]
+    read: Callable[[Any], pd.DataFrame]
+    executor: MapFn
+    ctx: _Ctx
+    count: int = 0
+
+    def edges(self, rule: _Rule | None = None, prev: _Rule | None = None) -> _KeptSums:
+        self.count += 1
+        res: list[_KeptSums] = self.executor(partial(_edges_part, self.read, self.ctx, rule, prev), self.parts)
+        changed = sum(r.n_changed for r in res) if prev is not None else -1
+        return _KeptSums(EdgeSums.combine([r.sums for r in res]), changed, float(sum(r.capped for r in res)))
+
+    def histogram(self, theta: np.ndarray, scale: float) -> np.ndarray:
+        self.count += 1
+        res = self.executor(partial(_sketch_part, self.read, self.ctx, theta, scale), self.parts)
+        h = np.zeros(SKETCH_BINS)
+        for idx, wt in res:
+            np.add.at(h, idx.astype(np.int64), wt)
+        return h
+
+
+@dataclass(frozen=True)
+class _Problem:
+    """The aggregated problem: items, components and the all-rows edge sums."""
+
+    items: np.ndarray
+    sums: EdgeSums
+    u: np.ndarray
+    v: np.ndarray
+    g: ComparisonGraph  # one row per pair: outcome Ȳ_e, weight W_e
+    solver: str
+
+    @property
+    def n(self) -> int:
+        return int(self.items.size)
+
+
+def _edge_graph(items: np.ndarray, s: EdgeSums, mask: np.ndarray | None = None) -> ComparisonGraph:
+    n = items.size
+    key, w, wy = (s.key, s.w, s.wy) if mask is None else (s.key[mask], s.w[mask], s.wy[mask])
+    return ComparisonGraph.from_arrays(key // n, key % n, wy / w, w, n=n, items=items)
+
+
+def _rss(s: EdgeSums, u: np.ndarray, v: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    """Per pair ``Σ_k w_k r_k² = (Q − A²/W) + W(Ȳ − d)²`` (0 for pairs without rows)."""
+    pos = s.w > 0
+    wsafe = np.where(pos, s.w, 1.0)
+    ybar = s.wy / wsafe
+    within = np.maximum(s.wy2 - s.wy * ybar, 0.0)
+    return np.where(pos, within + s.w * (ybar - (theta[u] - theta[v])) ** 2, 0.0)
+
+
+def _refit(pb: _Problem, kept: EdgeSums, theta_ref: np.ndarray) -> tuple[np.ndarray, int]:
+    """LS on the kept rows from their edge sums, ``θ_ref`` supplying offsets the kept rows do not fix, and
+    ``p_in = n − c_in`` (as :func:`~crowdflow.ranking.least_squares.ls_on_rows`)."""
+    mask = kept.w > 0
+    if not mask.any():
+        return theta_ref.copy(), pb.n
+    gk = _edge_graph(pb.items, kept, mask)
+    sol = LaplacianSolver.from_graph(gk, method=pb.solver)
+    theta = theta_ref + sol.solve(gk.divergence(gk.y - gk.gradient(theta_ref)))
+    return center_per_component(theta, pb.g.component, pb.g.n_components), pb.n - gk.n_components
+
+
+def _uv(items: np.ndarray, s: EdgeSums) -> tuple[np.ndarray, np.ndarray]:
+    return s.key // items.size, s.key % items.size  # pairs are keyed u·n + v
+
+
+def _quantile(h: np.ndarray, q: float) -> float:
+    """Upper edge of the bin holding the lower weighted q-quantile of a histogram (in its units)."""
+    cw = np.cumsum(h)
+    b = int(np.searchsorted(cw, q * cw[-1], side="left"))
+    return float(_bin_lower(b + 1))
+
+
+@dataclass(frozen=True)
+class _Fixed:
+    sigma: float
+    theta: np.ndarray
+    J: float
+    trimmed_weight: float
+    start: str
+    n_iter: int
+    converged: bool
+
+
+def _trim_iterate(ps: _Passes, pb: _Problem, theta: np.ndarray, sigma: float, start: str) -> _Fixed:
+    """Trimming passes from ``(θ, σ)`` to the fixed point where no row changes its kept status."""
+    psi = _truncated_variance(TRIM_K)
+    W = float(pb.sums.w.sum())
+    dof_full = W - (pb.n - pb.g.n_components)
+    prev: _Rule | None = None
+    for it in range(1, TRIM_MAX_ITER + 1):
+        rule = _Rule(theta, TRIM_K * sigma)
+        st = ps.edges(rule, prev)
+        J = 0.5 * st.capped / sigma**2 + dof_full * math.log(sigma)
+        trimmed = W - float(st.sums.w.sum())
+        if prev is not None and st.n_changed == 0:
+            return _Fixed(sigma, theta, J, trimmed, start, it, True)
+        new_theta, p_in = _refit(pb, st.sums, theta)
+        u, v = _uv(pb.items, st.sums)
+        dof = float(st.sums.w.sum()) - p_in
+        new = math.sqrt(float(_rss(st.sums, u, v, new_theta).sum()) / (psi * dof)) if dof > 0 else 0.0
+        if new <= 0:
+            return _Fixed(0.0, new_theta, math.inf, trimmed, start, it, True)
+        prev, theta, sigma = rule, new_theta, new
+    return _Fixed(sigma, theta, J, trimmed, start, TRIM_MAX_ITER, False)
+
+
+def _lts_start(ps: _Passes, pb: _Problem, theta: np.ndarray, rms: float) -> tuple[np.ndarray, float] | None:
+    """Least-trimmed-squares start: concentration steps keeping the ``LTS_KEEP`` share of the weight."""
+    held: _KeptSums | None = None
+    prev: _Rule | None = None
+    p_in = pb.n - pb.g.n_components
+    for _ in range(LTS_MAX_STEPS):
+        c = _quantile(ps.histogram(theta, rms), LTS_KEEP) * rms
+        rule = _Rule(theta, c)
+        st = ps.edges(rule, prev)
+        if prev is not None and st.n_changed == 0:
+            break
+        held, prev = st, rule
+        theta, p_in = _refit(pb, st.sums, theta)
+    if held is None:
+        return None
+    z = float(-ndtri((1.0 - LTS_KEEP) / 2.0))
+    u, v = _uv(pb.items, held.sums)
+    dof = float(held.sums.w.sum()) - p_in
+    if dof <= 0:
+        return None
+    s = math.sqrt(float(_rss(held.sums, u, v, theta).sum()) / (_truncated_variance(z) * dof))
+    return (theta, s) if s > 0 else None
+
+
+def _trimmed_scale(ps: _Passes, pb: _Problem, theta_ls: np.ndarray) -> _Fixed:
+    """σ̂ and θ of the trimmed fit from the 'ls' and (guarded) 'lts' starts (module docstring)."""
+    W = float(pb.sums.w.sum())
+    p_full = pb.n - pb.g.n_components
+    rms = math.sqrt(float(_rss(pb.sums, pb.u, pb.v, theta_ls).sum()) / max(W, 1e-300))
+    ymax = float(np.maximum(np.abs(pb.sums.ymin), np.abs(pb.sums.ymax)).max(initial=0.0))
+    if rms <= 1e-12 * max(1.0, ymax) or W - p_full <= 0:
+        return _Fixed(0.0, theta_ls, math.inf, 0.0, "ls", 0, True)
+    hbar = min(p_full / W, 0.95)
+    s0 = 1.4826 * _quantile(ps.histogram(theta_ls, rms), 0.5) * rms / math.sqrt(1.0 - hbar)
+    best = _trim_iterate(ps, pb, theta_ls, s0 if s0 > 0 else rms, "ls")
+    if hbar <= LTS_MAX_LEVERAGE:
+        lts = _lts_start(ps, pb, theta_ls, rms)
+        if lts is not None:
+            alt = _trim_iterate(ps, pb, lts[0], lts[1], "lts")
+            if alt.sigma > 0 and alt.trimmed_weight <= MAX_TRIM * W and alt.J < best.J:
+                best = alt
+    return best
+
+
+def _bh_grid(h: np.ndarray, q: float, t_min: float) -> float:
+    """Benjamini–Hochberg threshold on a histogram of ``|z|``: the smallest non-empty bin lower edge a with
+    ``2Φ̄(a) ≤ q·W(|z| ≥ a)/W`` (Bonferroni point when none), floored at ``t_min``."""
+    W = float(h.sum())
+    tail = np.cumsum(h[::-1])[::-1]
+    nz = np.flatnonzero(h)
+    a = _bin_lower(nz)
+    ok = 2.0 * ndtr(-a) <= q * tail[nz] / max(W, 1e-300)
+    t = float(a[ok].min()) if ok.any() else float(-ndtri(min(q / (2.0 * max(W, 1.0)), 0.5)))
+    return max(t, t_min)
+
+
+def _row_quantile(values: np.ndarray, counts: np.ndarray, q: float) -> float:
+    """``np.quantile`` (linear) of the multiset where ``values[e]`` appears ``counts[e]`` times."""
+    o = np.argsort(values, kind="stable")
+    x, c = values[o], np.cumsum(counts[o])
+    if c.size == 0 or c[-1] == 0:
+        return 0.0
+    h = (c[-1] - 1) * q
+    lo = math.floor(h)
+    a = float(x[np.searchsorted(c, lo + 1)])
+    b = float(x[np.searchsorted(c, min(lo + 2, c[-1]))])
+    return float(a + (h - lo) * (b - a))
+
+
+@dataclass(frozen=True)
+class _Flags:
+    rule: _Rule | None
+    lam: float
+    t: float
+    outcome: str
+
+
+def _pm1_flags(pb: _Problem, fx: _Fixed, a: float, q: float) -> _Flags:
+    """±1 outcomes: the upset-curve cut g* on the pairs; flag upsets at gaps ≥ g*."""
+    s = pb.sums
+    d = fx.theta[pb.u] - fx.theta[pb.v]
+    gap = np.abs(d) / a
+    up = np.where(d > 0, s.wneg, np.where(d < 0, s.wpos, 0.0))
+    agree = (s.wpos + s.wneg) - up
+    played = s.count - s.ties
+    scale = _row_quantile(gap, played, 0.9)
+    g2 = np.r_[gap, gap]
+    u2 = np.r_[np.ones(gap.size, bool), np.zeros(gap.size, bool)]
+    w2 = np.r_[up, agree]
+    keep = w2 > 0
+    cut, _, _ = upset_gap_cut(g2[keep], u2[keep], w2[keep], q=q, gap_scale=scale)
+    if not math.isfinite(cut):
+        return _Flags(None, math.inf, math.inf, "plus_minus_one")
+    lam = a * (1.0 + cut)
+    t = lam / fx.sigma if fx.sigma > 0 else math.inf
+    return _Flags(_Rule(fx.theta, a * cut * (1.0 - 1e-12), "upset"), lam, t, "plus_minus_one")
+
+
+@dataclass(frozen=True)
+class PartitionedRankingResult:
+    """Result of :func:`fit_ranking_partitioned` (all tables O(n items + components + annotators)).
+
+    Attributes
+    ----------
+    ranking : pandas.DataFrame
+        ``item, score, rank, component, n_comparisons`` (as :func:`~crowdflow.ranking.fit_hodgerank`).
+    scores : pandas.DataFrame
+        ``item, component, score_ls, score_robust, score_debiased`` (equal columns without outliers).
+    diagnostics : pandas.DataFrame
+        Per-component Hodge diagnostics (residual quantiles NaN, see docs/methods/ranking.md §2.4);
+        ``n_outliers, outlier_weight_share`` when robust.
+    annotators : pandas.DataFrame
+        ``annotator, n_comparisons, n_outliers, outlier_rate``.
+    graph : GraphReport
+    row_files, rows_written : list
+        One Parquet file per partition (``part, row_id, annotator, item_a, item_b, outcome, weight,
+        fitted, residual, is_outlier``; none without ``out_dir``) and the rows written to each.
+    n_rows, n_outliers, outlier_weight, passes, params
+        Totals, the passes over the partitions and the run's parameters.
+    sigma, threshold : float or None
+        σ̂ and λ* (outcome units) of the robust fit; None for least squares.
+    """
+
+    ranking: pd.DataFrame
+    scores: pd.DataFrame
+    diagnostics: pd.DataFrame
+    annotators: pd.DataFrame
+    graph: GraphReport
+    row_files: list[str]
+    rows_written: list[int]
+    n_rows: int
+    n_outliers: int
+    outlier_weight: float
+    sigma: float | None
+    threshold: float | None
+    passes: int
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def _graph_report(pb: _Problem, degree: np.ndarray, n_rows: int) -> GraphReport:
+    g = pb.g
+    comp = pd.DataFrame({"item": _str(g.items), "component": g.component, "degree": degree.astype(np.int64)})
+    return GraphReport(
+        n_items=g.n,
+        n_rows=n_rows,
+        n_edges=g.n_edges,
+        n_components=g.n_components,
+        cycle_dim=n_rows - g.n + g.n_components,
+        components=comp,
+        component_sizes=g.component_sizes,
+        isolated_items=[str(x) for x in g.items[degree == 0]],
+        connected=g.n_components == 1,
+    )
+
+
+_QUANTILES = ["residual_q50", "residual_q90", "residual_q99"]
+
+
+def _diagnostics(pb: _Problem, theta: np.ndarray, solver: LaplacianSolver) -> pd.DataFrame:
+    """The per-component table of :func:`~crowdflow.ranking.hodge.hodge_decomposition` from edge sums.
+
+    Edge-level columns (items, pairs, Fiedler value, triangles, TSR, curl/harmonic split, harmonic
+    dimension) come from the aggregated graph; the row-level ones from the sums: rows, ``cycle_dim``,
+    ``‖y‖²_W = ΣQ``, ``‖r‖²_W`` and the bi-cycle part ``Σ(Q − A²/W)``, ``max|r| = max_e max(|y°max − d|,
+    |y°min − d|)`` and the undetectable rows (bridge pairs whose rows agree). Row quantiles of |r| need
+    the rows and are NaN (explained).
+    """
+    g, s = pb.g, pb.sums
+    C = g.n_components
+    undet_e = _bridges(g) & (s.ymin == s.ymax)
+    hd = hodge_decomposition(g, theta, solver=solver, undetectable=undet_e)
+    t = hd.table.drop(columns=["missing_reason"])
+    ecomp = g.component[pb.u]
+    n_rows = np.bincount(ecomp, weights=s.count, minlength=C).round().astype(np.int64)
+    ynorm = np.bincount(ecomp, weights=s.wy2, minlength=C)
+    within = np.maximum(s.wy2 - s.wy * (s.wy / s.w), 0.0) if s.w.size else np.zeros(0)
+    d = theta[pb.u] - theta[pb.v]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        den = np.where(ynorm > 0, ynorm, np.nan)
+        t["total_inconsistency"] = np.bincount(ecomp, weights=_rss(s, pb.u, pb.v, theta), minlength=C) / den
+        t["bicycle_share"] = np.bincount(ecomp, weights=within, minlength=C) / den
+        for col, part in (("curl_share", hd.curl), ("harmonic_share", hd.harmonic)):
+            t[col] = np.bincount(ecomp, weights=g.w * part * part, minlength=C) / den if hd.curl_split else np.nan
+    t["n_rows"] = n_rows
+    t["cycle_dim"] = n_rows - g.component_sizes + 1
+    t["weight"] = np.bincount(ecomp, weights=s.w, minlength=C)
+    maxr = np.full(C, -np.inf)
+    np.maximum.at(maxr, ecomp, np.maximum(np.abs(s.ymax - d), np.abs(s.ymin - d)))
+    t["max_abs_residual"] = np.where(n_rows > 0, maxr, np.nan)
+    for col in _QUANTILES:
+        t[col] = np.nan
+    t["n_undetectable"] = np.bincount(ecomp, weights=s.count * undet_e, minlength=C).round().astype(np.int64)
+    explain_missing(t, list(t.columns), "no comparison rows in this component", where=n_rows == 0)
+    explain_missing(t, ["fiedler_value"], "single-item component (no Fiedler value)")
+    shares = ["total_inconsistency", "bicycle_share", "curl_share", "harmonic_share"]
+    explain_missing(t, shares, "every outcome in the component is 0 (all ties), so no share of it", where=ynorm == 0)
+    tri_cols = ["n_triangles", "n_cyclic_triangles", "tsr", "curl_share", "harmonic_share", "harmonic_dim"]
+    if hd.n_triangles < 0:
+        explain_missing(t, tri_cols, "triangles not enumerated (more candidates than max_triangle_candidates)")
+    elif not hd.curl_split:
+        explain_missing(t, tri_cols[3:], "curl/harmonic split skipped (more triangles than max_triangles)")
+    explain_missing(t, ["tsr"], "no triangle whose three pairs all have a non-tied mean outcome")
+    explain_missing(t, ["harmonic_dim"], "harmonic dimension computed for dense-solver components only")
+    explain_missing(t, _QUANTILES, "row quantiles of the residual are not computed by the partitioned fit")
+    return t
+
+
+def _annotators(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    agg = pd.concat(frames, ignore_index=True).groupby("annotator", sort=True)[["size", "sum"]].sum().reset_index()
+    out = pd.DataFrame(
+        {
+            "annotator": _str(agg["annotator"].to_numpy(dtype=object)),
+            "n_comparisons": agg["size"].to_numpy(dtype=np.int64),
+            "n_outliers": agg["sum"].to_numpy(dtype=np.int64),
+        }
+    )
+    out["outlier_rate"] = out["n_outliers"] / out["n_comparisons"]
+    return out
+
+
+def _dictionary(
+    parts: list[Any], read: Callable[[Any], pd.DataFrame], executor: MapFn, items: Sequence[Any] | None
+) -> tuple[np.ndarray, int, bool, float]:
+    """Scan pass: the item dictionary (natural order), the row count, whether the outcomes are ±a, and a."""
+    scan = executor(partial(_scan_part, read), parts)
+    ids = [r[0] for r in scan]
+    if items is not None:
+        extra = pd.Series(list(items), dtype=object)
+        if extra.isna().any():
+            raise ValueError("items: the item universe contains missing ids")
+        ids.append(extra.astype(str).to_numpy(dtype=object))
+    universe = np.asarray(pd.unique(np.concatenate(ids)), dtype=object)
+    levels = np.unique(np.concatenate([r[2] for r in scan]))
+    nonzero = levels[levels > 0]
+    return universe[natural_order(universe)], int(sum(r[1] for r in scan)), nonzero.size == 1, float(levels.max())
+
+
+def fit_ranking_partitioned(
+    parts: Sequence[Any],
+    read: Callable[[Any], pd.DataFrame],
+    executor: MapFn = inline_executor,
+    options: RankingOptions | None = None,
+    out_dir: str | None = None,
+    *,
+    items: Sequence[Any] | None = None,
+    robust: bool | None = None,
+    write_rows: Literal["outliers", "all"] | None = None,
+    **overrides: Any,
+) -> PartitionedRankingResult:
+    """HodgeRank and the trimmed outlier rule over partitions, by passes (module docstring for the math).
+
+    Parameters
+    ----------
+    parts : sequence
+        Partition descriptors, passed to ``read`` on the workers.
+    read : callable
+        ``read(part) -> DataFrame`` in any layout :func:`~crowdflow.comparisons.canonical_comparisons`
+        accepts; must pickle (a module-level function or a partial of one) and return the same rows on
+        every pass.
+    executor : MapFn
+        ``executor(fn, items) -> results in order`` (default :func:`inline_executor`).
+    options : RankingOptions, optional
+        Uses ``outliers`` (``'none'``: least squares only; otherwise the trimmed rule), ``fdr_q``,
+        ``t_min``, ``debias``, ``diagnostics``, ``solver``, ``allow_disconnected``.
+    out_dir : str, optional
+        Folder for the per-partition Parquet files (created); no files without it.
+    items : sequence, optional
+        Item universe (never-compared items become isolated components).
+    robust : bool, optional
+        Run the trimmed outlier rule (default: ``options.outliers != 'none'``).
+    write_rows : {'outliers', 'all'}, optional
+        Rows written per partition (default: the outliers for a robust fit, every row otherwise).
+    **overrides
+        Fields of :class:`RankingOptions`.
+
+    Returns
+    -------
+    PartitionedRankingResult
+
+    Raises
+    ------
+    DegenerateInput
+        A disconnected graph with ``allow_disconnected=False``.
+    """
+    o = RankingOptions.resolve(options, **overrides)
+    parts = list(parts)
+    if not parts:
+        raise ValueError("no partitions: nothing to rank")
+    robust = o.outliers != "none" if robust is None else robust
+    if robust and o.outliers != "none":
+        logger.info("outliers=%r needs every row in one process: the partitioned fit runs the trimmed rule", o.outliers)
+    item_ids, n_rows, pm1, a = _dictionary(parts, read, executor, items)
+    ps = _Passes(parts, read, executor, _Ctx(item_ids), count=1)
+    base = ps.edges().sums
+    u, v = _uv(item_ids, base)
+    g = _edge_graph(item_ids, base)
+    n = item_ids.size
+    degree = (np.bincount(u, weights=base.count, minlength=n) + np.bincount(v, weights=base.count, minlength=n)).round()
+    pb = _Problem(item_ids, base, u, v, g, o.solver)
+    rep = _graph_report(pb, degree, n_rows)
+    if rep.n_components > 1 and not o.allow_disconnected:
+        raise DegenerateInput(
+            "the comparison graph is not connected: " + rep.describe() + ". Scores are only comparable within a "
+            "component; set the option allow_disconnected to rank every component separately.",
+            reason="disconnected",
+        )
+    sol = LaplacianSolver.from_graph(g, method=o.solver)
+    theta_ls = hodgerank_scores(g, sol)
+    if o.diagnostics:
+        diag = _diagnostics(pb, theta_ls, sol)
+    else:
+        diag = pd.DataFrame({"component": np.arange(g.n_components, dtype=np.int64)})
+    params: dict[str, Any] = {
+        "method": "trimmed" if robust else "ls",
+        "solver": sol.method,
+        "n_items": g.n,
+        "n_rows": n_rows,
+        "n_edges": g.n_edges,
+        "n_components": g.n_components,
+        "n_partitions": len(parts),
+    }
+    theta_rob = theta_deb = theta_ls
+    flags = _Flags(None, math.inf, math.inf, "graded")
+    sigma: float | None = None
+    if robust:
+        fx = _trimmed_scale(ps, pb, theta_ls)
+        sigma, theta_rob = fx.sigma, fx.theta
+        if pm1:
+            flags = _pm1_flags(pb, fx, a, o.fdr_q)
+        elif fx.sigma > 0:
+            t = _bh_grid(ps.histogram(fx.theta, fx.sigma), o.fdr_q, o.t_min)
+            flags = _Flags(_Rule(fx.theta, t * fx.sigma), t * fx.sigma, t, "graded")
+        if flags.rule is not None:
+            kept = ps.edges(flags.rule).sums
+            if int(kept.count.sum()) < n_rows:
+                theta_deb = _refit(pb, kept, theta_rob)[0]
+        params.update(
+            sigma=fx.sigma,
+            t=flags.t if math.isfinite(flags.t) else None,
+            adaptive_lambda=flags.lam if math.isfinite(flags.lam) else None,
+            outcome_kind=flags.outcome,
+            scale_start=fx.start,
+            trim_iterations=fx.n_iter,
+            converged=fx.converged,
+            fdr_q=o.fdr_q,
+            t_min=o.t_min,
+            debias=o.debias,
+        )
+    score = theta_deb if (robust and o.debias) else theta_rob
+    files: list[str] = []
+    written: list[int] = []
+    n_out, out_w = 0, 0.0
+    ann = _annotators([pd.DataFrame({"annotator": [], "size": [], "sum": []})])
+    if robust or out_dir is not None:
+        if out_dir is not None:
+            os.makedirs(out_dir, exist_ok=True)
+        write_all = (write_rows or ("outliers" if robust else "all")) == "all"
+        ps.count += 1
+        fn = partial(_write_part, read, ps.ctx, score, g.component, g.n_components, flags.rule, out_dir, write_all)
+        res: list[_Written] = executor(fn, list(enumerate(parts)))
+        files = [r.path for r in res if r.path is not None]
+        written = [r.n_written for r in res]
+        out_count = np.sum([r.out_count for r in res], axis=0)
+        out_weight = np.sum([r.out_weight for r in res], axis=0)
+        n_out, out_w = int(out_count.sum()), float(out_weight.sum())
+        ann = _annotators([r.annotators for r in res])
+        if robust and o.diagnostics:
+            diag["n_outliers"] = out_count.astype(np.int64)
+            wc = np.bincount(g.component[u], weights=base.w, minlength=g.n_components)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                diag["outlier_weight_share"] = out_weight / wc
+            explain_missing(diag, ["outlier_weight_share"], "no comparison rows in this component")
+    params.update(n_outliers=n_out, outlier_weight=out_w, passes=ps.count)
+    scores = pd.DataFrame(
+        {
+            "item": _str(item_ids),
+            "component": g.component.astype(np.int64),
+            "score_ls": theta_ls,
+            "score_robust": theta_rob,
+            "score_debiased": theta_deb,
+        }
+    )
+    logger.info("partitioned ranking (%s): %s", params["method"], params)
+    return PartitionedRankingResult(
+        ranking=_ranking_table(g, score, degree),
+        scores=scores,
+        diagnostics=diag,
+        annotators=ann,
+        graph=rep,
+        row_files=files,
+        rows_written=written,
+        n_rows=n_rows,
+        n_outliers=n_out,
+        outlier_weight=out_w,
+        sigma=sigma,
+        threshold=flags.lam if robust and math.isfinite(flags.lam) else None,
+        passes=ps.count,
+        params=params,
+    )
+
+
+def fit_trimmed(
+    comparisons: pd.DataFrame,
+    options: RankingOptions | None = None,
+    out_dir: str | None = None,
+    *,
+    items: Sequence[Any] | None = None,
+    write_rows: Literal["outliers", "all"] | None = None,
+    **overrides: Any,
+) -> PartitionedRankingResult:
+    """The trimmed outlier rule in memory: :func:`fit_ranking_partitioned` on one partition, inline.
+
+    The same code path as a partitioned run, so its flags are the partitioned run's flags (up to the
+    order of floating-point sums). Not offered as an ``outliers:`` option value yet: that changes the
+    pipeline spec's schema, which is the pipeline's to decide; ``outliers: trimmed`` is the natural name.
+    """
+    return fit_ranking_partitioned(
+        [comparisons],
+        _identity,
+        inline_executor,
+        options,
+        out_dir,
+        items=items,
+        robust=True,
+        write_rows=write_rows,
+        **overrides,
+    )
