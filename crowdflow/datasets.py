@@ -17,10 +17,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 from crowdflow.errors import InputError
 from crowdflow.io import LoadedTable, read_frame
@@ -197,3 +199,56 @@ def dataset_fingerprint(parts: list[Partition], digests: list[str]) -> str:
         h.update(rel.encode())
         h.update(digest.encode())
     return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class CopiedPartition:
+    """One input file read, checked and copied in canonical columns (:func:`read_check_copy`).
+
+    Attributes
+    ----------
+    path : str
+        The canonical copy (later passes read it with :func:`read_copy`, never the source again).
+    partition, n_rows : int
+    sha256 : str
+        The source file's content hash.
+    found : object
+        What the injected check returned (a validation report), or None.
+    """
+
+    path: str
+    partition: int
+    n_rows: int
+    sha256: str
+    found: Any = None
+
+
+def read_check_copy(
+    part: Partition,
+    schema: TableSchema,
+    folder: str,
+    columns: Mapping[str, str] | None = None,
+    check: Callable[[LoadedTable], Any] | None = None,
+) -> CopiedPartition:
+    """Read one file (:func:`read_partition`), run ``check`` on it, write its canonical columns to ``folder``.
+
+    The first pass of a job that reads its input several times (a robust ranking): the contract's coercion and the
+    validation run once, where the file is read; every later pass reads the compact copy.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    loaded = read_partition(part, schema, columns)
+    found = check(loaded) if check is not None else None
+    out = Path(folder) / f"part-{part.index:06d}.parquet"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pandas(loaded.df, preserve_index=False), out)
+    return CopiedPartition(str(out), part.index, len(loaded.df), loaded.sha256, found)
+
+
+def read_copy(path: str) -> pd.DataFrame:
+    """A canonical copy written by :func:`read_check_copy`."""
+    import pyarrow.parquet as pq
+
+    frame: pd.DataFrame = pq.read_table(path).to_pandas()
+    return frame

@@ -206,8 +206,8 @@ def write_run(
     run_date : str, optional
         Hive partition date (default: :func:`run_date_of` the run id).
     datasets : mapping of name → list of paths, optional
-        Tables already written as Parquet parts by the workers of a partitioned run (each part checked by
-        :func:`crowdflow.missing.with_reasons` where it was written): the parts are moved into the run folder as
+        Tables already written as Parquet parts by the workers of a partitioned run: each part, one at a time,
+        goes through :func:`crowdflow.missing.with_reasons` and the table's schema into the run folder as
         ``<name>/part-<k>.parquet`` (flat layout only), so no process ever holds the whole table.
 
     Returns
@@ -277,9 +277,10 @@ def write_run(
             folder = staging / name
             folder.mkdir()
             rows = 0
-            for k, src in enumerate(files):
-                rows += pq.read_metadata(src).num_rows
-                shutil.move(src, folder / f"part-{k:05d}.parquet")
+            for k, src in enumerate(files):  # one part in memory at a time, through the same missing-value rule
+                piece = with_reasons({name: pq.read_table(src).to_pandas()})[name]
+                rows += write_parquet(piece, folder / f"part-{k:05d}.parquet", (schemas or {}).get(name))
+                os.unlink(src)
             outputs[name] = {"path": f"{name}/", "rows": rows, "parts": len(files)}
             steps.done(f"table {name}")
         for fname, data in (extra_files or {}).items():

@@ -69,14 +69,23 @@ def run_spec(spec: PipelineBase, run_id: str | None = None, *, in_this_flow: boo
 def check_partitioned(spec: PipelineBase) -> None:
     """Refuse (``SpecError``) what a run whose input the Dask workers read cannot do, before any step runs.
 
-    The consensus of such a run is written by the workers as parts of a flat run folder, so ``output.layout: hive``
-    is refused.
+    Its row outputs are written by the workers as parts of a flat run folder, so ``output.layout: hive`` is refused;
+    a ranking's outlier search must be one that runs in passes (``trimmed`` or ``none``).
     """
     kind = spec.partitioned_input()
-    if kind is not None and spec.output.layout != "flat":
+    if kind is None:
+        return
+    if spec.output.layout != "flat":
         raise SpecError(
             f"output.layout hive is not available when the Dask workers read the {kind} (a Parquet folder or URL "
             "with runner.kind dask): their outputs are written as parts of a flat run folder; use output.layout flat"
+        )
+    outliers = getattr(getattr(spec, "ranking", None), "outliers", None)
+    if outliers in ("lbi", "hlasso"):
+        raise SpecError(
+            f"ranking.outliers {outliers} follows a path over every comparison in one process, which a run whose "
+            "Dask workers read the comparisons never has: set ranking.outliers: trimmed (one trimmed least-squares "
+            "fit and an adaptive threshold, in passes over the files) or none (docs/scale.md)"
         )
 
 

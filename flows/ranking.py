@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from prefect import flow
@@ -9,8 +11,11 @@ from prefect import flow
 from crowdflow.spec import RankingPipeline
 from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
 from flows.pipeline import fit_data
+from tasks.artifacts import set_pipeline
 from tasks.check_graph import check_graph
 from tasks.fit import fit_ranking_task
+from tasks.partitioned import copy_on_workers, fit_ranking_on_workers, list_dataset
+from tasks.runners import runner_executor, scratch_folder
 
 
 @flow(name="crowdflow-ranking", log_prints=True)
@@ -24,6 +29,8 @@ def ranking_flow(spec: RankingPipeline, run_id: str | None = None) -> dict[str, 
     ``annotators`` (per-annotator outlier rate), ``components`` (Hodge diagnostics) and ``path``.
     """
     run_id = run_id_for(run_id)
+    if spec.partitioned_input() is not None:
+        return _partitioned_ranking(spec, run_id)
     clock = Clock()
     inputs = load_inputs(spec)
     clock.lap("ingest_validate")
@@ -38,7 +45,7 @@ def ranking_flow(spec: RankingPipeline, run_id: str | None = None) -> dict[str, 
     metrics: dict[str, Any] = {"n_items": len(tables["ranking"]), "n_components": graph.n_components}
     if "outliers" in tables:
         metrics["n_outliers"] = int(tables["outliers"]["is_outlier"].sum())
-        metrics["outlier_share"] = metrics["n_outliers"] / max(len(tables["outliers"]), 1)
+        metrics["outlier_share"] = metrics["n_outliers"] / max(len(cmp.df), 1)
     checks = {"validation": spec.checks.validation, "item_components": graph.n_components}
     return finish_run(
         spec,
@@ -50,3 +57,61 @@ def ranking_flow(spec: RankingPipeline, run_id: str | None = None) -> dict[str, 
         clock=clock,
         extra={"method": opts.outliers, "fit": fitted["params"], "cache": cache},
     )
+
+
+def _partitioned_ranking(spec: RankingPipeline, run_id: str) -> dict[str, Any]:
+    """The ranking job on a Parquet dataset read by the Dask workers: the flow holds edge sums and θ, never the rows.
+
+    Passes (docs/scale.md): list the files; read + validate + canonical copy on the workers; the item dictionary;
+    per-pair sums → the Laplacian and divergence → θ in the flow; with ``outliers: trimmed`` the trimming passes
+    (θ and σ broadcast, sums and histograms back); a last pass writes each file's flagged rows (``outliers``) or
+    every row with its residual (``residuals``, ``outliers: none``) as Parquet parts.
+    """
+    clock = Clock()
+    opts = spec.ranking
+    set_pipeline(spec.name)
+    scratch_root = scratch_folder(spec.runner.scratch_dir)
+    with (
+        tempfile.TemporaryDirectory(prefix="crowdflow-run-", dir=scratch_root) as scratch,
+        runner_executor(spec.runner) as executor,
+    ):
+        parts = list_dataset(spec, spec.comparisons, "comparisons")
+        copied = copy_on_workers(
+            parts, "comparisons", spec.comparisons, executor, str(Path(scratch) / "copies"), spec.checks.validation
+        )
+        clock.lap("ingest_validate")
+        connectivity = spec.checks.connectivity_for("ranking")
+        fit = fit_ranking_on_workers(
+            copied.copies, executor, opts, str(Path(scratch) / "rows"), allow_disconnected=connectivity == "warn"
+        )
+        clock.lap("fit")
+        rows = "residuals" if opts.outliers == "none" else "outliers"
+        tables = {"ranking": fit.ranking, "components": fit.diagnostics}
+        metrics: dict[str, Any] = {"n_items": len(fit.ranking), "n_components": fit.graph.n_components}
+        if opts.outliers != "none":
+            tables["annotators"] = fit.annotators
+            metrics["n_outliers"] = fit.n_outliers
+            metrics["outlier_share"] = fit.n_outliers / max(fit.n_rows, 1)
+        checks = {
+            "validation": "passed" if all(r.success for r in copied.reports) else "failed; the run went on",
+            "validation.comparisons": f"{sum(r.success for r in copied.reports)} of {len(copied.reports)} files "
+            f"passed ({copied.dataset.n_rows} rows)",
+            "item_components": fit.graph.n_components,
+        }
+        params = {**fit.params, "sigma": fit.sigma, "threshold": fit.threshold, "passes": fit.passes}
+        return finish_run(
+            spec,
+            run_id,
+            {"comparisons": copied.dataset},
+            tables,
+            checks=checks,
+            metrics=metrics,
+            clock=clock,
+            extra={
+                "method": opts.outliers,
+                "fit": params,
+                "cache": {"enabled": False, "why": "a partitioned input is fitted on the workers every run"},
+                "partitioned": {"files": copied.dataset.n_files, "passes": fit.passes},
+            },
+            datasets={rows: [p for p in fit.row_files if p]},
+        )

@@ -17,7 +17,9 @@ import pandas as pd
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
-from crowdflow.datasets import Partition, dataset_fingerprint, list_partitions
+from crowdflow.datasets import Partition, dataset_fingerprint, list_partitions, read_check_copy, read_copy
+from crowdflow.ranking import RankingOptions
+from crowdflow.ranking.partitioned import PartitionedRankingResult, fit_ranking_partitioned
 from crowdflow.skills import SkillsOptions
 from crowdflow.skills.partitioned import (
     EncodedBuckets,
@@ -29,6 +31,7 @@ from crowdflow.skills.partitioned import (
     read_and_split,
 )
 from crowdflow.spec import PipelineBase, SourceSpec
+from crowdflow.tables import INPUTS
 from schemas.validation import ValidationReport, combined_message, require_all_valid, validate_loaded
 from tasks.artifacts import markdown
 from tasks.progress import fit_progress
@@ -103,15 +106,7 @@ def split_on_workers(
     results = executor(split, parts)
     summaries = [r[0] for r in results]
     reports: list[ValidationReport] = [r[1] for r in results]
-    failed = [r for r in reports if not r.success]
-    body = f"# Validation of `{kind}` on the workers\n\n{len(parts)} files, {len(failed)} failed.\n"
-    if failed:
-        body += "\n```\n" + combined_message(reports, parts[0].dataset) + "\n```\n"
-    markdown(f"validation-{kind}", body, f"Great Expectations results for {kind}, file by file")
-    if failed and mode == "block":
-        require_all_valid(reports, parts[0].dataset)
-    if failed:
-        logger.warning("%s", combined_message(reports, parts[0].dataset))
+    _report_validation(kind, parts, reports, mode)
     workers, cls = dictionaries(summaries, classes)
     n_rows = sum(s.n_rows for s in summaries)
     digests = [s.sha256 for s in summaries]
@@ -170,5 +165,73 @@ def fit_on_workers(
         len(enc.buckets),
         fit.passes,
         meta.get("fit_status"),
+    )
+    return fit
+
+
+@dataclass(frozen=True)
+class CopiedInput:
+    """An input the workers read, validated and copied in canonical columns (for jobs that read it again)."""
+
+    copies: list[str]
+    dataset: DatasetInput
+    reports: list[ValidationReport]
+
+
+@task(name="read-validate-copy", cache_policy=NONE, task_run_name="read-validate-copy-{kind}")
+def copy_on_workers(
+    parts: list[Partition], kind: str, source: SourceSpec, executor: MapFn, folder: str, mode: str
+) -> CopiedInput:
+    """Pass 1 on the workers: each file read, its contract and Great Expectations suite run, a canonical copy written.
+
+    Failures are merged into one message naming each file and its rows; ``checks.validation: block`` stops the run
+    here, before any fit.
+    """
+    logger = get_run_logger()
+    check = functools.partial(validate_loaded, kind=kind)
+    copy = functools.partial(
+        read_check_copy, schema=INPUTS[kind], folder=folder, columns=dict(source.columns) or None, check=check
+    )
+    done = executor(copy, parts)
+    reports: list[ValidationReport] = [c.found for c in done]
+    _report_validation(kind, parts, reports, mode)
+    n_rows = sum(c.n_rows for c in done)
+    logger.info("%d rows in %d files validated and copied in canonical columns", n_rows, len(parts))
+    digest = dataset_fingerprint(parts, [c.sha256 for c in done])
+    return CopiedInput(
+        copies=[c.path for c in done],
+        dataset=DatasetInput(parts[0].dataset, digest, n_rows, len(parts)),
+        reports=reports,
+    )
+
+
+def _report_validation(kind: str, parts: list[Partition], reports: list[ValidationReport], mode: str) -> None:
+    """The validation artifact of a dataset read by the workers; raise (``block``) or warn on failures."""
+    failed = [r for r in reports if not r.success]
+    body = f"# Validation of `{kind}` on the workers\n\n{len(parts)} files, {len(failed)} failed.\n"
+    if failed:
+        body += "\n```\n" + combined_message(reports, parts[0].dataset) + "\n```\n"
+    markdown(f"validation-{kind}", body, f"Great Expectations results for {kind}, file by file")
+    if failed and mode == "block":
+        require_all_valid(reports, parts[0].dataset)
+    if failed:
+        get_run_logger().warning("%s", combined_message(reports, parts[0].dataset))
+
+
+@task(name="fit-ranking-partitioned", cache_policy=NONE)
+def fit_ranking_on_workers(
+    copies: list[str], executor: MapFn, options: RankingOptions, out_dir: str, allow_disconnected: bool
+) -> PartitionedRankingResult:
+    """HodgeRank (and the trimmed outlier rule) in passes over the copies; row outputs written by the workers."""
+    o = options.model_copy(update={"allow_disconnected": allow_disconnected and options.allow_disconnected})
+    fit = fit_ranking_partitioned(copies, read_copy, executor, o, out_dir)
+    get_run_logger().info(
+        "%s on %d items from %d comparisons in %d files: %d passes, %d outliers",
+        options.outliers,
+        len(fit.ranking),
+        fit.n_rows,
+        len(copies),
+        fit.passes,
+        fit.n_outliers,
     )
     return fit

@@ -343,3 +343,56 @@ def test_dataset_sources_are_checked_in_the_spec(source: dict, runner: dict, mes
         parse_spec(
             {"name": "x", "labels": {"path": "l.csv"}, "truth": {"path": "s3://b/t/"}, "runner": {"kind": "dask"}}
         )
+
+
+def _planted_comparisons(folder: Path, n_files: int = 4) -> pd.DataFrame:
+    from crowdflow.synth.ranking import comparison_table, issue_instance
+
+    g = issue_instance(0).graph
+    df = comparison_table(g.i, g.j, g.y, None, np.array([f"a{k % 37}" for k in range(g.m)]))
+    df["item_a"] = "item-" + df["item_a"].astype(str)
+    df["item_b"] = "item-" + df["item_b"].astype(str)
+    df = df.sample(frac=1.0, random_state=0).reset_index(drop=True)
+    folder.mkdir(parents=True)
+    for k, rows in enumerate(np.array_split(np.arange(len(df)), n_files)):
+        df.iloc[rows].to_parquet(folder / f"part-{k}.parquet", index=False)
+    return df
+
+
+@pytest.mark.flow
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_comparison_dataset_read_by_the_workers_gives_the_inline_trimmed_run(tmp_path: Path) -> None:
+    """#21 ranking: comparisons read, validated and reduced by Dask workers; outliers: trimmed gives the in-memory
+    run's tables (ranking, components, annotators, the flagged rows); lbi is refused for such a run."""
+    from crowdflow.errors import SpecError
+    from flows.deploy import run_pipeline
+
+    df = _planted_comparisons(tmp_path / "cmp")
+    df.to_csv(tmp_path / "cmp.csv", index=False)
+    base = {"name": "rk", "job": "ranking", "ranking": {"outliers": "trimmed"}}
+    inline = run_pipeline(
+        parse_spec({**base, "comparisons": {"path": str(tmp_path / "cmp.csv")}, "output": {"dir": str(tmp_path / "a")}})
+    )
+    dask = {"kind": "dask", "n_workers": 2, "processes": False}
+    spec = {
+        **base,
+        "comparisons": {"path": str(tmp_path / "cmp")},
+        "runner": dask,
+        "output": {"dir": str(tmp_path / "b")},
+    }
+    on_dask = run_pipeline(parse_spec(spec))
+    a, b = _outputs(inline["run_dir"]), _outputs(on_dask["run_dir"])
+    parts = sorted((Path(on_dask["run_dir"]) / "outliers").glob("part-*.parquet"))
+    assert len(parts) == 4 and set(a) == {"ranking", "components", "annotators", "outliers"} == {*b, "outliers"}
+    b["outliers"] = pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True)
+    key = ["item_a", "item_b", "annotator", "outcome"]
+    for name in ("outliers",):  # row ids are positions in a file: compare the rows themselves
+        a[name] = a[name].drop(columns=["part", "row_id"]).sort_values(key).reset_index(drop=True)
+        b[name] = b[name].drop(columns=["part", "row_id"]).sort_values(key).reset_index(drop=True)
+    for name in a:
+        pd.testing.assert_frame_equal(a[name], b[name], rtol=1e-9)
+    assert len(a["outliers"]) > 0.08 * len(df)  # the planted 10 % are found, not an empty table compared
+    mb = json.loads((Path(on_dask["run_dir"]) / "manifest.json").read_text())
+    assert mb["outputs"]["outliers"]["parts"] == 4 and mb["partitioned"]["passes"] > 3
+    with pytest.raises(SpecError, match=r"ranking\.outliers lbi follows a path"):
+        run_pipeline(parse_spec({**spec, "ranking": {"outliers": "lbi"}}))

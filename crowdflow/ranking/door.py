@@ -19,6 +19,7 @@ from crowdflow.checks import GraphChecks, check_comparison_graph
 from crowdflow.frontdoor import Checks, Columns, check_modes, columns_for, input_errors, read_input, written_tables
 from crowdflow.ranking.fit import fit_ranking
 from crowdflow.ranking.options import RankingOptions
+from crowdflow.ranking.trimmed import TrimmedRankingResult
 from crowdflow.ranking.types import RankingResult, RobustRankingResult
 
 log = logging.getLogger(__name__)
@@ -26,9 +27,10 @@ log = logging.getLogger(__name__)
 __all__ = ["RankingFit", "output_tables", "rank"]
 
 
-def output_tables(result: RankingResult | RobustRankingResult) -> dict[str, pd.DataFrame]:
+def output_tables(result: RankingResult | RobustRankingResult | TrimmedRankingResult) -> dict[str, pd.DataFrame]:
     """The ranking job's output tables: ``ranking``, ``components`` and ``outliers``, ``annotators``, ``path``
-    (an outlier search) or ``residuals`` (plain least squares); docs/methods/ranking.md §7."""
+    (an outlier search; ``trimmed``: the flagged rows, no path) or ``residuals`` (plain least squares);
+    docs/methods/ranking.md §7."""
     return dict(result.tables)
 
 
@@ -50,7 +52,7 @@ class RankingFit:
 
     tables: dict[str, pd.DataFrame]
     checks: GraphChecks
-    result: RankingResult | RobustRankingResult
+    result: RankingResult | RobustRankingResult | TrimmedRankingResult
     options: RankingOptions
 
     @property

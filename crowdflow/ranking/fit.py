@@ -34,6 +34,7 @@ from crowdflow.ranking.least_squares import LaplacianSolver, hodgerank_scores
 from crowdflow.ranking.options import RankingOptions
 from crowdflow.ranking.scale import AdaptiveLambda, adaptive_lambda, huber_concomitant_scale
 from crowdflow.ranking.tables import _ranking_table, _row_columns, assemble_robust_result
+from crowdflow.ranking.trimmed import TrimmedRankingResult, fit_trimmed_tables
 from crowdflow.ranking.types import GraphReport, RankingResult, RobustRankingResult
 
 logger = logging.getLogger(__name__)
@@ -69,11 +70,12 @@ def fit_ranking(
     *,
     items: Sequence[Any] | None = None,
     **overrides: Any,
-) -> RankingResult | RobustRankingResult:
+) -> RankingResult | RobustRankingResult | TrimmedRankingResult:
     """Global ranking with the outlier search the options name (the ranking job's entry point).
 
-    ``outliers='lbi'`` runs :func:`fit_lbi`, ``'hlasso'`` :func:`fit_hlasso` and ``'none'``
-    :func:`fit_hodgerank`, all with the same options.
+    ``outliers='lbi'`` runs :func:`fit_lbi`, ``'hlasso'`` :func:`fit_hlasso`, ``'trimmed'`` the trimmed rule of a
+    partitioned run (:mod:`crowdflow.ranking.trimmed`) and ``'none'`` :func:`fit_hodgerank`, all with the same
+    options.
 
     Parameters
     ----------
@@ -89,7 +91,7 @@ def fit_ranking(
 
     Returns
     -------
-    RankingResult or RobustRankingResult
+    RankingResult, RobustRankingResult or TrimmedRankingResult
         ``tables`` holds the job's output tables (docs/methods/ranking.md §7), ``params`` the run's
         parameters.
 
@@ -104,6 +106,10 @@ def fit_ranking(
     o = RankingOptions.resolve(options, **overrides)
     if o.outliers == "none":
         return fit_hodgerank(comparisons, o, items=items)
+    if o.outliers == "trimmed":
+        if isinstance(comparisons, ComparisonGraph):
+            raise ValueError("outliers='trimmed' fits a comparisons table, not a prepared graph")
+        return fit_trimmed_tables(comparisons, o, items=items)
     if o.outliers == "hlasso":
         return fit_hlasso(comparisons, o, items=items)
     return fit_lbi(comparisons, o, items=items)

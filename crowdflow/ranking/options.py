@@ -31,7 +31,7 @@ __all__ = [
     "StopRule",
 ]
 
-OutlierMethod = Literal["lbi", "hlasso", "none"]
+OutlierMethod = Literal["lbi", "hlasso", "trimmed", "none"]
 StopRule = Literal["adaptive", "budget", "time", "discrepancy", "none"]
 LambdaRule = Literal["adaptive", "budget", "concomitant", "fixed", "magnitude"]
 SolverMethod = Literal["auto", "splu", "cg"]
@@ -59,7 +59,8 @@ class RankingOptions(Options):
     outliers: OutlierMethod = Field(
         "lbi",
         description="How to find comparisons that disagree with the ranking: lbi follows the outliers' entry "
-        "order along one iterative path, hlasso solves a robust (Huber) regression, none skips the search.",
+        "order along one iterative path, hlasso solves a robust (Huber) regression, trimmed thresholds one "
+        "trimmed least-squares fit (what runs when Dask workers read the comparisons), none skips the search.",
     )
     fdr_q: float = Field(
         FDR_Q,
