@@ -14,6 +14,7 @@ _STATUS_REASON = {
     "bipartite_component": "worker in a bipartite component (rank-one skills not identifiable)",
     "too_few_labels": "too few labels for a skill (empty feasibility box)",
 }
+_SPECTRAL = ("norm_N_2", "lambda_min_signless_unit", "lambda_min_signless_weighted")
 _PGD_DIAGNOSTICS = ("kappa", "K", "mu_hat", "lip_hat", "cond_hat", "error_bound_hat")
 
 
@@ -37,6 +38,13 @@ def explain_missing_skills(table: pd.DataFrame, diag: pd.DataFrame | None, metho
         return
     if method != "pgd":
         explain_missing(diag, _PGD_DIAGNOSTICS, f"PGD convergence diagnostics (method pgd only, not {method})")
+    if "eig_method" in diag.columns:
+        explain_missing(
+            diag,
+            [*_SPECTRAL, *_PGD_DIAGNOSTICS],
+            "spectral diagnostics skipped (the component stores more co-label counts than spectral_max_nnz)",
+            where=diag["eig_method"].to_numpy(dtype=object) == "skipped",
+        )
     if "status" in diag.columns:
         cstatus = diag["status"].to_numpy(dtype=object)
         for st in np.unique(cstatus[cstatus != "ok"]):

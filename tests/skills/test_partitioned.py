@@ -228,3 +228,32 @@ def test_in_process_executor_is_the_default(tmp_path: Path) -> None:
     b = run(out_folder=tmp_path / "b", executor=counting)
     pd.testing.assert_frame_equal(a.result.skills, b.result.skills)
     assert calls[0] == case["n_files"] and all(c <= 3 for c in calls[1:])
+
+
+@pytest.mark.parametrize("method", ["ds", "pgd"])
+def test_skipped_spectral_diagnostics_are_explained(method: str, tmp_path: Path) -> None:
+    """A component over ``spectral_max_nnz`` gets NaN eigenvalues with a reason (a 10^7-label run with 20,000 workers
+    stopped as "unexpected error" on these NaN), in memory and partitioned."""
+    from crowdflow.missing import check_explained
+    from crowdflow.skills import output_tables
+
+    case = _draw(2) | {"duplicates": "keep_last"}
+    frame = _write(case, tmp_path / "labels")
+    ref = fit_skills(frame, method=method, duplicates="keep_last", spectral_max_nnz=2)
+    assert (ref.diagnostics["eig_method"] == "skipped").any()
+    assert ref.diagnostics["norm_N_2"].isna().any()
+    check_explained({"components": ref.diagnostics, "skills": ref.skills})
+    part = fit_skills_partitioned(
+        tmp_path / "labels", out_folder=tmp_path / "out", method=method, duplicates="keep_last", spectral_max_nnz=2
+    )
+    check_explained({"components": part.result.diagnostics})
+    assert set(
+        output_tables(
+            ref,
+            __import__("crowdflow.graphs").graphs.worker_graph_report(
+                __import__("crowdflow.labels").labels.encode_labels(
+                    frame.drop_duplicates(["task", "worker"], keep="last")
+                )
+            ),
+        )
+    ) >= {"components"}
