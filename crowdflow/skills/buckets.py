@@ -221,7 +221,10 @@ def encode_bucket(
     used = np.bincount(task_idx, minlength=tasks.size) > 0
     if not used.all():  # a task whose rows were all dropped cannot happen (one row per pair is kept)
         raise AssertionError("a task lost every label to the duplicate policy")
-    codes = pa.table({"task": task_idx, "worker": worker_idx, "label": class_idx.astype(np.int64)})
+    # int32 on disk (half the bytes every later pass reads); read back as int64
+    codes = pa.table(
+        {"task": task_idx.astype(np.int32), "worker": worker_idx.astype(np.int32), "label": class_idx.astype(np.int32)}
+    )
     pq.write_table(codes, Path(folder) / _CODES)
     pq.write_table(pa.table({"task": pa.array(tasks, pa.string())}), Path(folder) / _TASKS)
     indptr = np.zeros(tasks.size + 1, dtype=np.int64)
@@ -250,9 +253,9 @@ def load_bucket(folder: str, n_workers: int, classes: np.ndarray) -> LabelMatrix
         workers=np.arange(n_workers).astype(object),
         tasks=np.asarray(tasks, dtype=object),
         classes=classes,
-        worker_idx=codes.column("worker").to_numpy(),
-        task_idx=codes.column("task").to_numpy(),
-        class_idx=codes.column("label").to_numpy(),
+        worker_idx=codes.column("worker").to_numpy().astype(np.int64),
+        task_idx=codes.column("task").to_numpy().astype(np.int64),
+        class_idx=codes.column("label").to_numpy().astype(np.int64),
     )
 
 
