@@ -1,0 +1,343 @@
+"""A partitioned synthetic labels dataset for the scale-out benchmark: N labels as Parquet files, streamed.
+
+Run: ``python -m benchmarks.scale_data --labels 1e8 --out DIR --workers 20000 --classes 2 --seed 0``
+(writes ``DIR/labels/part-00000.parquet``… of ~10^6 rows each and ``DIR/truth.parquet``).
+
+The crowd is Dawid–Skene: every worker has a K×K confusion matrix and labels a task by drawing from the row
+of the task's true class.
+
+- **Tasks**: true class from a fixed class prior (mildly imbalanced, a Dirichlet draw of the seed); each task
+  is labelled by k distinct workers, k uniform on 3–7.
+- **Workers** (``--workers``): 70 % competent (per-class accuracy 1/K + (1 − 1/K)·Beta(4, 2) with a class
+  jitter; the errors spread over the other classes by a Dirichlet), 20 % weak (accuracy within 0.15·(1 − 1/K)
+  of chance), 10 % spammers (half answer uniformly at random, half always give one class).
+- **Activity** is skewed: the chance that a label goes to a worker is a log-normal(0, 1.6) weight, so at
+  W = 20,000 the busiest worker gives ~0.8 % of all labels, the busiest 1 % of workers ~24 %, the median
+  worker a quarter of the mean; a task never has the same worker twice (collisions are redrawn).
+- **Files**: rows are made block by block in task order (one block per file; memory is one block), then a
+  share (``--spill``, 2 %) of each block's rows is moved to the next file and every file is shuffled, so
+  about 10 % of the tasks have labels in two files (as late-arriving labels do). The last task of a block
+  may have fewer than 3 labels (the block is cut to its exact size).
+- **Truth**: the true class of a random ``--truth-frac`` (1 %) of the tasks, written as ``truth.parquet``
+  (task, label) while the blocks are made.
+
+Ids are strings, ``t000123456`` and ``w01234`` (zero-padded, wider when the counts need it); labels are
+``c0``…``c{K-1}``. Everything is deterministic in ``--seed`` (one generator per block, seeded by the seed and
+the block's index), so a file's content does not depend on which other files were written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROWS_PER_FILE = 1_000_000
+MIN_K, MAX_K = 3, 7
+
+
+@dataclass(frozen=True)
+class Crowd:
+    """The workers' parameters and the class prior (drawn once from the seed).
+
+    Attributes
+    ----------
+    prior : numpy.ndarray
+        Class prior, shape (K,).
+    cdf : numpy.ndarray
+        Cumulative confusion rows, shape (W, K, K): ``cdf[j, c]`` is the CDF of worker ``j``'s answer to a task
+        of true class ``c``.
+    activity : numpy.ndarray
+        CDF over workers of who gives a label, shape (W,).
+    kind : numpy.ndarray
+        0 competent, 1 weak, 2 spammer (shape (W,)).
+    """
+
+    prior: np.ndarray
+    cdf: np.ndarray
+    activity: np.ndarray
+    kind: np.ndarray
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What :func:`write_dataset` wrote (also saved as ``DIR/dataset.json``)."""
+
+    labels: int
+    tasks: int
+    workers: int
+    classes: int
+    seed: int
+    files: int
+    rows_per_file: int
+    truth_tasks: int
+    spill: float
+    tasks_in_two_files: int
+    seconds: float
+
+
+def make_crowd(n_workers: int, n_classes: int, seed: int) -> Crowd:
+    """Draw the class prior, the workers' confusion matrices and their activity weights.
+
+    Parameters
+    ----------
+    n_workers : int
+        Number of workers W.
+    n_classes : int
+        Number of classes K (≥ 2).
+    seed : int
+        Seed of the whole dataset.
+
+    Returns
+    -------
+    Crowd
+    """
+    if n_classes < 2:
+        raise ValueError("n_classes must be at least 2")
+    rng = np.random.default_rng([seed, 0])
+    k = n_classes
+    prior = rng.dirichlet(np.full(k, 8.0))
+    kind = rng.choice(3, size=n_workers, p=[0.7, 0.2, 0.1])
+    chance = 1.0 / k
+    base = np.where(kind == 0, chance + (1 - chance) * rng.beta(4.0, 2.0, n_workers), 0.0)
+    base = np.where(kind == 1, chance + (1 - chance) * rng.uniform(-0.15, 0.15, n_workers), base)
+    acc = np.clip(base[:, None] + rng.normal(0.0, 0.04, (n_workers, k)), 0.02, 0.99)  # per class
+    # errors spread over the other classes
+    off = rng.dirichlet(np.full(k - 1, 2.0), size=(n_workers, k))
+    conf = np.empty((n_workers, k, k))
+    for c in range(k):
+        others = [o for o in range(k) if o != c]
+        conf[:, c, c] = acc[:, c]
+        conf[:, c, others] = (1 - acc[:, c])[:, None] * off[:, c, :]
+    spam = np.flatnonzero(kind == 2)
+    uniform = spam[rng.random(spam.size) < 0.5]
+    constant = np.setdiff1d(spam, uniform)
+    conf[uniform] = chance
+    conf[constant] = 0.0
+    conf[constant, :, rng.integers(0, k, constant.size)] = 1.0  # each constant spammer: one class for every task
+    cdf = np.cumsum(conf, axis=2)
+    cdf[:, :, -1] = 1.0
+    weight = rng.lognormal(0.0, 1.6, n_workers)
+    activity = np.cumsum(weight / weight.sum())
+    activity[-1] = 1.0
+    return Crowd(prior=prior, cdf=cdf, activity=activity, kind=kind)
+
+
+def fixed_width_ids(prefix: str, ids: np.ndarray, width: int) -> pa.Array:
+    """``prefix`` + zero-padded ``ids`` as an Arrow string array, built from bytes (no Python strings).
+
+    Parameters
+    ----------
+    prefix : str
+        One ASCII character or more (``"t"``).
+    ids : numpy.ndarray
+        Non-negative integers below ``10**width``.
+    width : int
+        Number of digits.
+
+    Returns
+    -------
+    pyarrow.StringArray
+    """
+    n = ids.size
+    p = prefix.encode()
+    size = len(p) + width
+    buf = np.empty((n, size), dtype=np.uint8)
+    buf[:, : len(p)] = np.frombuffer(p, dtype=np.uint8)
+    v = ids.astype(np.int64, copy=True)
+    for pos in range(size - 1, len(p) - 1, -1):
+        buf[:, pos] = 48 + v % 10
+        v //= 10
+    offsets = np.arange(0, (n + 1) * size, size, dtype=np.int32)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(buf))
+
+
+def _distinct_workers(rng: np.random.Generator, activity: np.ndarray, task: np.ndarray, n_workers: int) -> np.ndarray:
+    """A worker per row, drawn by activity, with no worker twice on one task (collisions redrawn)."""
+    worker = np.searchsorted(activity, rng.random(task.size), side="right")
+    np.minimum(worker, n_workers - 1, out=worker)
+    for attempt in range(100):
+        key = task.astype(np.int64) * n_workers + worker
+        order = np.argsort(key, kind="stable")
+        sk = key[order]
+        dup = order[1:][sk[1:] == sk[:-1]]
+        if dup.size == 0:
+            return worker
+        if attempt < 10:  # redraw by activity; heavy workers may collide again, so then uniformly
+            new = np.searchsorted(activity, rng.random(dup.size), side="right")
+            worker[dup] = np.minimum(new, n_workers - 1)
+        else:
+            worker[dup] = rng.integers(0, n_workers, dup.size)
+    raise RuntimeError("could not give distinct workers to every task (fewer workers than labels per task?)")
+
+
+def _block(
+    crowd: Crowd, rows: int, first_task: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``rows`` labels of whole tasks from ``first_task`` on (the last one cut to fit).
+
+    Returns task index per row, worker per row, label per row, and the block's tasks' true classes (by task
+    index − ``first_task``) and labels-per-task.
+    """
+    n_workers = crowd.cdf.shape[0]
+    k = crowd.cdf.shape[1]
+    n_tasks = rows // MIN_K + 1
+    per_task = rng.integers(MIN_K, MAX_K + 1, n_tasks)
+    ends = np.cumsum(per_task)
+    n_tasks = int(np.searchsorted(ends, rows)) + 1  # the first task whose end reaches rows
+    per_task = per_task[:n_tasks]
+    per_task[-1] -= int(ends[n_tasks - 1]) - rows
+    truth = np.searchsorted(np.cumsum(crowd.prior), rng.random(n_tasks), side="right")
+    np.minimum(truth, k - 1, out=truth)
+    local = np.repeat(np.arange(n_tasks, dtype=np.int64), per_task)
+    worker = _distinct_workers(rng, crowd.activity, local, n_workers)
+    row_cdf = crowd.cdf[worker, truth[local]]  # (rows, K)
+    label = (rng.random(rows)[:, None] > row_cdf).sum(axis=1)
+    np.minimum(label, k - 1, out=label)
+    return local + first_task, worker, label, truth, per_task
+
+
+def write_dataset(
+    out: str | Path,
+    n_labels: int,
+    n_workers: int = 20_000,
+    n_classes: int = 2,
+    seed: int = 0,
+    rows_per_file: int = ROWS_PER_FILE,
+    truth_frac: float = 0.01,
+    spill: float = 0.02,
+    verbose: bool = False,
+) -> DatasetInfo:
+    """Write ``out/labels/part-*.parquet`` (``n_labels`` rows in all) and ``out/truth.parquet``, block by block.
+
+    Parameters
+    ----------
+    out : str or Path
+        The dataset's folder (created; existing part files are overwritten).
+    n_labels : int
+        Total number of labels N.
+    n_workers : int
+        Number of workers W.
+    n_classes : int
+        Number of classes K.
+    seed : int
+        Seed; the same arguments give the same files.
+    rows_per_file : int
+        Rows made per block; a file holds its block minus the spilled rows plus the previous block's.
+    truth_frac : float
+        Share of tasks whose true class is written to ``truth.parquet``.
+    spill : float
+        Share of each block's rows moved to the next file (so their tasks span two files).
+    verbose : bool
+        Print a line per 10 files.
+
+    Returns
+    -------
+    DatasetInfo
+    """
+    t0 = time.perf_counter()
+    out = Path(out)
+    folder = out / "labels"
+    folder.mkdir(parents=True, exist_ok=True)
+    crowd = make_crowd(n_workers, n_classes, seed)
+    n_files = max(1, -(-n_labels // rows_per_file))
+    task_width = max(9, len(str(n_labels)))
+    worker_ids = fixed_width_ids("w", np.arange(n_workers), max(5, len(str(n_workers - 1))))
+    class_ids = pa.array([f"c{c}" for c in range(n_classes)])
+    schema = pa.schema([("task", pa.string()), ("worker", pa.string()), ("label", pa.string())])
+    truth_schema = pa.schema([("task", pa.string()), ("label", pa.string())])
+    carry: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    next_task = 0
+    n_truth = 0
+    n_spanning = 0
+    with pq.ParquetWriter(out / "truth.parquet", truth_schema) as truth_writer:
+        for i in range(n_files):
+            rng = np.random.default_rng([seed, 1, i])
+            rows = min(rows_per_file, n_labels - i * rows_per_file)
+            task, worker, label, truth, per_task = _block(crowd, rows, next_task, rng)
+            gold = np.flatnonzero(rng.random(truth.size) < truth_frac)
+            if gold.size:
+                truth_writer.write_table(
+                    pa.table(
+                        [fixed_width_ids("t", gold + next_task, task_width), class_ids.take(truth[gold])],
+                        schema=truth_schema,
+                    )
+                )
+            n_truth += gold.size
+            next_task += truth.size
+            last = i == n_files - 1
+            move = rng.random(rows) < spill if not last else np.zeros(rows, dtype=bool)
+            if move.any():  # tasks with a label moved and one kept span two files
+                moved = np.bincount(task[move] - task[0], minlength=truth.size)
+                n_spanning += int(((moved > 0) & (moved < per_task)).sum())
+            keep = ~move
+            parts = [(task[keep], worker[keep], label[keep])]
+            if carry is not None:
+                parts.append(carry)
+            carry = (task[move], worker[move], label[move])
+            t_all = np.concatenate([p[0] for p in parts])
+            w_all = np.concatenate([p[1] for p in parts])
+            l_all = np.concatenate([p[2] for p in parts])
+            perm = rng.permutation(t_all.size)
+            table = pa.table(
+                [
+                    fixed_width_ids("t", t_all[perm], task_width),
+                    worker_ids.take(pa.array(w_all[perm])),
+                    class_ids.take(pa.array(l_all[perm])),
+                ],
+                schema=schema,
+            )
+            pq.write_table(table, folder / f"part-{i:05d}.parquet", row_group_size=256 * 1024)
+            if verbose and (i % 10 == 9 or last):
+                print(f"{i + 1}/{n_files} files, {time.perf_counter() - t0:.1f} s", flush=True)
+    info = DatasetInfo(
+        labels=n_labels,
+        tasks=next_task,
+        workers=n_workers,
+        classes=n_classes,
+        seed=seed,
+        files=n_files,
+        rows_per_file=rows_per_file,
+        truth_tasks=n_truth,
+        spill=spill,
+        tasks_in_two_files=n_spanning,
+        seconds=round(time.perf_counter() - t0, 2),
+    )
+    (out / "dataset.json").write_text(json.dumps(asdict(info), indent=2) + "\n")
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--labels", type=float, required=True, help="number of labels, e.g. 1e8")
+    ap.add_argument("--out", type=Path, required=True, help="dataset folder (labels/ and truth.parquet go in it)")
+    ap.add_argument("--workers", type=int, default=20_000)
+    ap.add_argument("--classes", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rows-per-file", type=int, default=ROWS_PER_FILE)
+    ap.add_argument("--truth-frac", type=float, default=0.01)
+    ap.add_argument("--spill", type=float, default=0.02, help="share of a block's rows moved to the next file")
+    args = ap.parse_args(argv)
+    info = write_dataset(
+        args.out,
+        int(args.labels),
+        args.workers,
+        args.classes,
+        args.seed,
+        args.rows_per_file,
+        args.truth_frac,
+        args.spill,
+        verbose=True,
+    )
+    print(json.dumps(asdict(info)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,607 @@
+"""Scale-out: a skills run on a partitioned Parquet dataset through ``crowdflow run`` on a Dask LocalCluster.
+
+Run: ``python -m benchmarks.scale_out --labels 1e7`` (``--runner dask|inline|both``, ``--method``,
+``--n-workers``, ``--memory-limit``, ``--partitions``, ``--keep-data``); adds its runs to
+``benchmarks/results/scale_out.json`` and rewrites ``benchmarks/results/scale_out.md`` from all recorded runs
+(issue #21: the flow process's peak RSS under 2 GB, wall time and peak RSS per process).
+
+1. **Data** (:mod:`benchmarks.scale_data`): N Dawid–Skene labels as Parquet files of ~10^6 rows, some tasks
+   spanning two files, and gold labels for 1 % of the tasks; generated into ``--data-root`` if missing (and
+   deleted after the runs unless ``--keep-data`` or it was there before).
+2. **Spec**: ``labels: {path: <the folder>}``, ``truth``, ``skills: {method}``, ``runner: {kind: dask,
+   n_workers, memory_limit, partitions, scratch_dir}``, ``output: {report: false}``, ``cache: {enabled:
+   false}``; ``--runner inline`` runs the same spec with ``runner: {kind: inline}`` (the flow reads every
+   file into its own memory: the baseline the Dask path is compared with; sensible up to ~10^7 labels).
+3. **Run**: ``python -m flows.cli run spec.yaml`` as a subprocess (``PREFECT_HOME`` in the data root, kept
+   between runs so only the first run pays Prefect's database migrations; the ephemeral API starts a uvicorn
+   server as a child process).
+4. **Memory**: every 0.2 s the whole process tree is listed with psutil and each process's RSS read, and its
+   kernel high-water mark ``VmHWM`` from ``/proc/<pid>/status`` (a peak the sampling cannot miss, as long
+   as the process was seen once). Processes are classed by command line: *flow* (the CLI process; with a
+   LocalCluster it also hosts the Dask scheduler and the nannies, which run inside the process that starts
+   the cluster), *prefect-server* (uvicorn), *dask-worker* (the nannies' ``multiprocessing.spawn``
+   children), *scheduler*/*nanny* (separate ``dask scheduler``/``dask worker`` processes, for a cluster
+   started by hand), *other* (the multiprocessing resource tracker…).
+5. **Record**: wall time of the subprocess, the manifest's per-step ``timings`` and ``metrics`` (accuracy
+   on the gold tasks), the partitioned record (files, buckets, passes), peak RSS per process and class.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import re  # noqa: E402
+import shlex  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from datetime import UTC, datetime  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import psutil  # noqa: E402
+import yaml  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+OUT_MD = RESULTS / "scale_out.md"
+OUT_JSON = RESULTS / "scale_out.json"
+TARGET_FLOW_RSS = 2 * 10**9  # issue #21: the flow process under 2 GB
+NOTES_MARK = "<!-- notes: everything below this line is kept when the script rewrites the file -->"
+CLASSES = ("flow", "prefect-server", "dask-worker", "scheduler", "nanny", "other")
+GB = 1e9
+
+
+def classify(proc: psutil.Process, root_pid: int) -> str:
+    """The class of a process of the run's tree, from its pid and command line (see the module docstring)."""
+    if proc.pid == root_pid:
+        return "flow"
+    try:
+        cmd = " ".join(proc.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return "other"
+    if "uvicorn" in cmd or "prefect.server" in cmd or "prefect server" in cmd:
+        return "prefect-server"
+    if re.search(r"dask[- ]scheduler|distributed\.cli\.dask_scheduler", cmd):
+        return "scheduler"
+    if re.search(r"dask[- ]worker|distributed\.cli\.dask_worker", cmd):
+        return "nanny"
+    if "multiprocessing.spawn" in cmd or "--multiprocessing-fork" in cmd:
+        return "dask-worker"
+    return "other"
+
+
+def _hwm(pid: int) -> int | None:
+    """The kernel's peak RSS of a process (``VmHWM``, bytes), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+@dataclass
+class ProcStat:
+    """What the sampler saw of one process."""
+
+    pid: int
+    cls: str
+    cmd: str
+    peak_rss: int = 0
+    hwm: int = 0
+    first_s: float = 0.0
+    last_s: float = 0.0
+
+
+@dataclass
+class TreeSampler:
+    """Polls a process tree: RSS and VmHWM per process, the sum per class at each sample."""
+
+    root_pid: int
+    interval: float = 0.2
+    procs: dict[int, ProcStat] = field(default_factory=dict)
+    class_sum_peak: dict[str, int] = field(default_factory=dict)
+    tree_peak: int = 0
+    n_samples: int = 0
+    flow_trace: list[tuple[float, int]] = field(default_factory=list)
+    _t0: float = field(default_factory=time.perf_counter)
+
+    def sample(self) -> None:
+        try:
+            root = psutil.Process(self.root_pid)
+            tree = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return
+        now = time.perf_counter() - self._t0
+        sums: dict[str, int] = {}
+        for p in tree:
+            try:
+                rss = p.memory_info().rss
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            st = self.procs.get(p.pid)
+            if st is None:
+                try:
+                    cmd = " ".join(p.cmdline())
+                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                    cmd = "?"
+                st = ProcStat(p.pid, classify(p, self.root_pid), cmd, first_s=now)
+                self.procs[p.pid] = st
+            st.peak_rss = max(st.peak_rss, rss)
+            st.hwm = max(st.hwm, _hwm(p.pid) or 0, rss)
+            st.last_s = now
+            if p.pid == self.root_pid:
+                self.flow_trace.append((round(now, 2), rss))
+            sums[st.cls] = sums.get(st.cls, 0) + rss
+        for cls, s in sums.items():
+            self.class_sum_peak[cls] = max(self.class_sum_peak.get(cls, 0), s)
+        self.tree_peak = max(self.tree_peak, sum(sums.values()))
+        self.n_samples += 1
+
+    def summary(self) -> dict[str, Any]:
+        per_class: dict[str, dict[str, Any]] = {}
+        for st in self.procs.values():
+            c = per_class.setdefault(st.cls, {"n": 0, "max_peak_rss": 0, "max_hwm": 0})
+            c["n"] += 1
+            c["max_peak_rss"] = max(c["max_peak_rss"], st.peak_rss)
+            c["max_hwm"] = max(c["max_hwm"], st.hwm)
+        for cls, c in per_class.items():
+            c["sum_peak_rss"] = self.class_sum_peak.get(cls, 0)
+        return {
+            "interval_s": self.interval,
+            "samples": self.n_samples,
+            "tree_peak_rss": self.tree_peak,
+            "flow_trace": self.flow_trace,
+            "classes": per_class,
+            "processes": [
+                {
+                    "pid": st.pid,
+                    "class": st.cls,
+                    "cmd": st.cmd[:160],
+                    "peak_rss": st.peak_rss,
+                    "hwm": st.hwm,
+                    "seen_s": [round(st.first_s, 1), round(st.last_s, 1)],
+                }
+                for st in sorted(self.procs.values(), key=lambda s: (CLASSES.index(s.cls), s.pid))
+            ],
+        }
+
+
+def _fmt_n(n: int) -> str:
+    exp = len(str(n)) - 1
+    return f"1e{exp}" if n == 10**exp else str(n)
+
+
+def ensure_data(root: Path, n_labels: int, n_workers: int, n_classes: int, seed: int) -> tuple[Path, dict, bool]:
+    """The dataset folder for these arguments, generated if missing; returns (folder, its info, made now)."""
+    from benchmarks.scale_data import write_dataset
+
+    folder = root / f"data-{_fmt_n(n_labels)}-w{n_workers}-k{n_classes}-s{seed}"
+    info_file = folder / "dataset.json"
+    if info_file.is_file():
+        return folder, json.loads(info_file.read_text()), False
+    print(f"generating {n_labels:,} labels into {folder} …", flush=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    write_dataset(folder, n_labels, n_workers, n_classes, seed, verbose=True)
+    return folder, json.loads(info_file.read_text()), True
+
+
+def write_spec(
+    path: Path, data: Path, name: str, args: argparse.Namespace, runner: str, scratch: Path
+) -> dict[str, Any]:
+    """The run's spec (YAML) next to its output folder; returns it as a dict."""
+    skills: dict[str, Any] = {"method": args.method}
+    for kv in args.skills_option:
+        k, _, v = kv.partition("=")
+        skills[k] = yaml.safe_load(v)
+    run: dict[str, Any] = {"kind": runner}
+    if runner == "dask":
+        run.update(n_workers=args.n_workers, scratch_dir=str(scratch))
+        if args.memory_limit:
+            run["memory_limit"] = args.memory_limit
+        if args.partitions:
+            run["partitions"] = args.partitions
+    spec = {
+        "name": name,
+        "job": "skills",
+        "labels": {"path": str(data / "labels")},
+        "truth": {"path": str(data / "truth.parquet")},
+        "skills": skills,
+        "runner": run,
+        "output": {"dir": "out", "report": False},
+        "cache": {"enabled": False},
+    }
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return spec
+
+
+def run_cli(spec_path: Path, workdir: Path, prefect_home: Path, timeout: float) -> dict[str, Any]:
+    """``crowdflow run spec`` as a subprocess with the tree sampler; returns wall time, exit code, memory, logs."""
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(prefect_home),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
+    env.pop("PREFECT_API_URL", None)
+    cmd = [sys.executable, "-m", "flows.cli", "run", str(spec_path)]
+    out_log = workdir / "stdout.txt"
+    err_log = workdir / "stderr.txt"
+    t0 = time.perf_counter()
+    now = datetime.now()
+    day_s = now.hour * 3600 + now.minute * 60 + now.second + now.microsecond / 1e6
+    with out_log.open("w") as out, err_log.open("w") as err:
+        proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=out, stderr=err)
+        sampler = TreeSampler(proc.pid)
+        timed_out = False
+        while proc.poll() is None:
+            sampler.sample()
+            if time.perf_counter() - t0 > timeout:
+                timed_out = True
+                _stop_tree(proc.pid)
+                break
+            time.sleep(sampler.interval)
+        rc = proc.wait()
+    wall = time.perf_counter() - t0
+    stdout = out_log.read_text()
+    stderr = err_log.read_text()
+    m = re.search(r"^run (\S+) completed: (.+)$", stdout, re.MULTILINE)
+    run_dir = None
+    if m:
+        run_dir = Path(m.group(2).strip())
+        run_dir = run_dir if run_dir.is_absolute() else workdir / run_dir
+    return {
+        "cmd": " ".join(shlex.quote(c) for c in cmd),
+        "returncode": rc,
+        "timed_out": timed_out,
+        "wall_s": wall,
+        "memory": sampler.summary(),
+        "run_dir": str(run_dir) if run_dir else None,
+        "stdout_tail": stdout[-2000:],
+        "stderr_tail": stderr[-4000:],
+        "timeline": log_timeline(stderr, day_s),
+    }
+
+
+def _stop_tree(pid: int) -> None:
+    """Terminate the run we started and its descendants (by pid), then kill what is left."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=10)
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+
+
+_LOG_LINE = re.compile(r"^(\d\d):(\d\d):(\d\d\.\d+) \| \w+ +\| (.*)$")
+
+
+def log_timeline(stderr: str, t0: float | None = None) -> list[tuple[float, str]]:
+    """Seconds since ``t0`` (local seconds of the day; default the first log line) of each task's end (and the
+    flow's start and end), from the run's log.
+
+    Gives the steps' times of a run that failed before writing its manifest, and where the flow's memory peaked.
+    """
+    events: list[tuple[float, str]] = []
+    for line in stderr.splitlines():
+        m = _LOG_LINE.match(line)
+        if not m:
+            continue
+        t = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3))
+        if t0 is None:
+            t0 = t
+        dt = (t - t0) % 86400  # past midnight
+        msg = m.group(4)
+        what = re.match(r"(Task run|Flow run) '([^']+)' - (Beginning flow run|Finished in state \w+)", msg)
+        if what:
+            events.append((round(dt, 1), f"{what.group(2)}: {what.group(3)}"))
+    return events
+
+
+def _load(path: Path) -> list[dict[str, Any]]:
+    return json.loads(path.read_text()) if path.is_file() else []
+
+
+def _key(r: dict[str, Any]) -> tuple:
+    c = r["config"]
+    return (c["labels"], c["workers"], c["classes"], c["seed"], c["method"], c["runner"], c.get("n_workers"),
+            c.get("memory_limit"), c.get("partitions"), tuple(c.get("skills_options", [])))  # fmt: skip
+
+
+def _host() -> str:
+    try:
+        model = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
+    except (OSError, StopIteration):
+        model = platform.processor() or "unknown CPU"
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{model}, {os.cpu_count()} cores, {mem:.0f} GiB, Python {platform.python_version()}"
+
+
+def one_run(args: argparse.Namespace, runner: str, data: Path, info: dict[str, Any], root: Path) -> dict[str, Any]:
+    """Write the spec, run it, read its manifest; the record that goes into scale_out.json."""
+    tag = f"{_fmt_n(info['labels'])}-w{info['workers']}-{args.method}-{runner}"
+    work = root / f"run-{tag}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    scratch = root / "scratch"
+    spec = write_spec(work / "spec.yaml", data, f"scale-{tag}", args, runner, scratch)
+    load = os.getloadavg()
+    print(f"[{tag}] crowdflow run {work / 'spec.yaml'} (load average {load[0]:.1f}) …", flush=True)
+    res = run_cli(work / "spec.yaml", work, root / "prefect-home", args.timeout)
+    manifest: dict[str, Any] = {}
+    if res["run_dir"] and (Path(res["run_dir"]) / "manifest.json").is_file():
+        manifest = json.loads((Path(res["run_dir"]) / "manifest.json").read_text())
+    consensus_bytes = 0
+    if res["run_dir"]:
+        consensus_bytes = sum(f.stat().st_size for f in Path(res["run_dir"]).rglob("*.parquet"))
+    record = {
+        "config": {
+            "labels": info["labels"],
+            "workers": info["workers"],
+            "classes": info["classes"],
+            "seed": info["seed"],
+            "method": args.method,
+            "runner": runner,
+            "n_workers": args.n_workers if runner == "dask" else None,
+            "memory_limit": args.memory_limit if runner == "dask" else None,
+            "partitions": args.partitions if runner == "dask" else None,
+            "skills_options": list(args.skills_option),
+        },
+        "dataset": info,
+        "spec": spec,
+        "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "host": _host(),
+        "load_before": [round(x, 1) for x in load],
+        "load_after": [round(x, 1) for x in os.getloadavg()],
+        "command": "python -m benchmarks.scale_out " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        "status": "completed" if res["returncode"] == 0 and manifest else "failed",
+        "returncode": res["returncode"],
+        "timed_out": res["timed_out"],
+        "wall_s": round(res["wall_s"], 2),
+        "timings": manifest.get("timings", {}),
+        "metrics": manifest.get("metrics", {}),
+        "fit": manifest.get("fit", {}),
+        "partitioned": manifest.get("partitioned"),
+        "output_parquet_bytes": consensus_bytes,
+        "memory": res["memory"],
+    }
+    if record["status"] != "completed":
+        record["stderr_tail"] = res["stderr_tail"]
+        record["stdout_tail"] = res["stdout_tail"]
+    record["timeline"] = res["timeline"]
+    flow = record["memory"]["classes"].get("flow", {})
+    print(
+        f"[{tag}] {record['status']} in {record['wall_s']:.1f} s; flow peak RSS {flow.get('max_hwm', 0) / GB:.2f} GB; "
+        f"timings {record['timings']}; accuracy {record['metrics'].get('accuracy')}",
+        flush=True,
+    )
+    if record["status"] != "completed":
+        print(res["stderr_tail"][-2500:], file=sys.stderr, flush=True)
+    if not args.keep_output:
+        shutil.rmtree(work / "out", ignore_errors=True)
+    return record
+
+
+def flow_by_step(r: dict[str, Any]) -> list[tuple[float, str, int]]:
+    """Each logged step's end with the flow's largest sampled RSS since the previous one."""
+    trace = r["memory"].get("flow_trace") or []
+    if not trace:
+        return []
+    out = []
+    prev = -1.0
+    for t, what in r.get("timeline") or []:
+        rss = max((b for s, b in trace if prev < s <= t), default=0)
+        out.append((t, re.sub(r"-[0-9a-f]{3}:", ":", what).replace("Finished in state ", ""), rss))
+        prev = t
+    tail = max((b for s, b in trace if s > prev), default=0)
+    if tail:
+        out.append((trace[-1][0], "process end", tail))
+    return out
+
+
+def _gb(b: float | None) -> str:
+    return "–" if not b else f"{b / GB:.2f}"
+
+
+def _cls(r: dict[str, Any], cls: str, key: str = "max_hwm") -> float | None:
+    return r["memory"]["classes"].get(cls, {}).get(key)
+
+
+def _cluster(r: dict[str, Any]) -> str:
+    c = r["config"]
+    if c["runner"] != "dask":
+        return "inline"
+    return f"dask {c['n_workers']} × {c['memory_limit'] or 'default'}, {c['partitions'] or 'default'} buckets"
+
+
+def render(records: list[dict[str, Any]], notes: str) -> str:
+    """The whole markdown file from every recorded run (and the notes kept from the previous file)."""
+    records = sorted(records, key=lambda r: (r["config"]["labels"], r["config"]["runner"] != "dask", r["when"]))
+    lines = [
+        "# Scale-out: skills on a partitioned Parquet dataset through `crowdflow run` (issue #21)",
+        "",
+        "Generated by `python -m benchmarks.scale_out` (method in its docstring) from `scale_out.json`; one row per "
+        "configuration, the latest run of each. Data: `benchmarks/scale_data.py` (Dawid–Skene workers, 20 % weak "
+        "and 10 % spammers, log-normal activity; 3–7 labels per task; files of ~10^6 rows, 2 % of each file's rows "
+        "moved to the next file so ~10 % of the tasks span two files; gold labels for 1 % of the tasks). The run: "
+        "`crowdflow run spec.yaml` in a subprocess (Prefect ephemeral API, `cache.enabled: false`, "
+        "`output.report: false`). **Peak RSS** is the kernel's high-water mark `VmHWM` of each process, read with "
+        "the RSS of the whole tree every 0.2 s (psutil); *flow* is the CLI process, which with a LocalCluster also "
+        "hosts the Dask scheduler and the nannies; *workers* is the largest Dask worker process and, in brackets, "
+        "the largest sum over the workers at one sample; *tree* is the largest sum over all processes at one "
+        f"sample. Target: the flow under {TARGET_FLOW_RSS / GB:.0f} GB. Shared 2-core host: timings move with its "
+        "load (given per run).",
+        "",
+        "| labels | files | tasks | workers | method | runner | wall s | flow peak RSS GB | ≤ 2 GB | "
+        "dask workers GB | prefect server GB | tree GB | accuracy (gold tasks) | status |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        c, d, m = r["config"], r["dataset"], r["metrics"]
+        flow = _cls(r, "flow")
+        ok = "yes" if flow and flow < TARGET_FLOW_RSS else "**no**"
+        acc = f"{m['accuracy']:.4f} ({m['n_gold']:,})" if m.get("accuracy") is not None else "–"
+        wk = _cls(r, "dask-worker")
+        wk_s = f"{_gb(wk)} ({_gb(_cls(r, 'dask-worker', 'sum_peak_rss'))})" if wk else "–"
+        lines.append(
+            f"| {c['labels']:,} | {d['files']} | {d['tasks']:,} | {c['workers']:,} | {c['method']} | {_cluster(r)} | "
+            f"{r['wall_s']:.1f} | **{_gb(flow)}** | {ok} | {wk_s} | {_gb(_cls(r, 'prefect-server'))} | "
+            f"{_gb(r['memory']['tree_peak_rss'])} | {acc} | {r['status']} |"
+        )
+    if not any(r["config"]["labels"] >= 10**8 for r in records):
+        lines.append(
+            "| 100,000,000 | 100 | | 20,000 | ds | dask 2 × 4GB, 64 buckets | *not run yet* | | | | | | | "
+            "`python -m benchmarks.scale_out --labels 1e8 --partitions 64` |"
+        )
+    lines.append("")
+    for r in records:
+        c, d = r["config"], r["dataset"]
+        lines += [
+            f"## {c['labels']:,} labels, {c['method']}, {_cluster(r)}",
+            "",
+            f"{r['when']}, {r['host']}; load average {r['load_before'][0]} before, {r['load_after'][0]} after. "
+            f"`{r['command']}`. Dataset: {d['files']} files, {d['tasks']:,} tasks ({d['tasks_in_two_files']:,} in "
+            f"two files), {d['workers']:,} workers, {d['classes']} classes, seed {d['seed']}, {d['truth_tasks']:,} "
+            f"gold tasks; generated in {d['seconds']:.0f} s.",
+            "",
+        ]
+        if r.get("skills_options") or c.get("skills_options"):
+            lines += [f"Skills options: `{', '.join(c['skills_options'])}`.", ""]
+        if r["status"] != "completed":
+            lines += [
+                f"**The run failed** (exit {r['returncode']}{', timed out' if r['timed_out'] else ''}). "
+                "End of its stderr:",
+                "",
+                "```",
+                *r.get("stderr_tail", "").strip().splitlines()[-25:],
+                "```",
+                "",
+            ]
+        t = r["timings"]
+        if t:
+            rest = r["wall_s"] - sum(t.values())
+            lines += [
+                "| step | s |",
+                "|---|---|",
+                *[f"| {k} | {v:.2f} |" for k, v in t.items()],
+                f"| rest (Prefect server start, orchestration, export, cluster start/stop) | {rest:.2f} |",
+                f"| **wall** | **{r['wall_s']:.2f}** |",
+                "",
+            ]
+        extra = []
+        if r.get("partitioned"):
+            p = r["partitioned"]
+            extra.append(f"{p.get('files')} files → {p.get('buckets')} buckets, {p.get('passes')} passes")
+        fit = r.get("fit") or {}
+        if fit:
+            extra.append(
+                f"fit: {fit.get('method')} {fit.get('fit_status', '')}, {fit.get('iterations')} iterations, "
+                f"converged {fit.get('converged')}"
+            )
+        if r.get("output_parquet_bytes"):
+            extra.append(f"run folder Parquet {r['output_parquet_bytes'] / 1e6:.0f} MB")
+        if extra:
+            lines += ["; ".join(extra) + ".", ""]
+        steps = flow_by_step(r)
+        if steps:
+            lines += [
+                "The flow's RSS over the run (seconds since the subprocess started; the steps are the Prefect "
+                "tasks as their log lines end them; max sampled RSS of the flow process in each interval): "
+                + "; ".join(f"{t:.0f} s {what} {_gb(rss)} GB" for t, what, rss in steps)
+                + ".",
+                "",
+            ]
+        lines += ["| process | class | peak RSS GB (VmHWM) | max sampled RSS GB | seen s |", "|---|---|---|---|---|"]
+        for p in r["memory"]["processes"]:
+            cmd = p["cmd"].replace("|", "\\|")
+            cmd = cmd if len(cmd) <= 70 else cmd[:67] + "…"
+            lines.append(
+                f"| {p['pid']} `{cmd}` | {p['class']} | {_gb(p['hwm'])} | {_gb(p['peak_rss'])} | "
+                f"{p['seen_s'][0]}–{p['seen_s'][1]} |"
+            )
+        lines.append("")
+    lines += [NOTES_MARK, notes.strip("\n"), ""] if notes.strip() else [NOTES_MARK, ""]
+    return "\n".join(lines)
+
+
+def write_results(new: list[dict[str, Any]], json_path: Path = OUT_JSON, md_path: Path = OUT_MD) -> None:
+    """Merge ``new`` into the JSON record (replacing runs of the same configuration) and rewrite the markdown."""
+    keys = {_key(r) for r in new}
+    records = [r for r in _load(json_path) if _key(r) not in keys] + new
+    json_path.write_text(json.dumps(records, indent=1) + "\n")
+    notes = ""
+    if md_path.is_file():
+        text = md_path.read_text()
+        if NOTES_MARK in text:
+            notes = text.split(NOTES_MARK, 1)[1]
+    md_path.write_text(render(records, notes))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--labels", type=float, default=1e7, help="number of labels, e.g. 1e7")
+    ap.add_argument("--workers", type=int, default=20_000, help="crowd workers in the data")
+    ap.add_argument("--classes", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--method", default="ds", choices=["ds", "onecoin_ds", "mv", "pgd"])
+    ap.add_argument("--runner", default="dask", choices=["dask", "inline", "both"], help="both: dask, then inline")
+    ap.add_argument("--n-workers", type=int, default=2, help="Dask workers of the LocalCluster")
+    ap.add_argument("--memory-limit", default="4GB", help="memory per Dask worker")
+    ap.add_argument("--partitions", type=int, default=None, help="task buckets (runner.partitions)")
+    ap.add_argument(
+        "--skills-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra skills option (YAML value), e.g. spectral_max_nnz=null; repeatable",
+    )
+    ap.add_argument("--data-root", type=Path, default=Path("/tmp/crowdflow-scale"))
+    ap.add_argument("--keep-data", action="store_true", help="keep a dataset generated by this call")
+    ap.add_argument("--keep-output", action="store_true", help="keep the run folders (the consensus parts)")
+    ap.add_argument("--timeout", type=float, default=4 * 3600.0, help="seconds before a run is stopped")
+    ap.add_argument("--no-write", action="store_true", help="print, do not touch benchmarks/results")
+    args = ap.parse_args(argv)
+    root = args.data_root
+    root.mkdir(parents=True, exist_ok=True)
+    data, info, made = ensure_data(root, int(args.labels), args.workers, args.classes, args.seed)
+    runners = ["dask", "inline"] if args.runner == "both" else [args.runner]
+    records = []
+    try:
+        for runner in runners:
+            records.append(one_run(args, runner, data, info, root))
+            if not args.no_write:
+                write_results(records[-1:])
+    finally:
+        if made and not args.keep_data:
+            shutil.rmtree(data, ignore_errors=True)
+        shutil.rmtree(root / "scratch", ignore_errors=True)
+    if not args.no_write:
+        print(f"wrote {OUT_MD.relative_to(ROOT)} and {OUT_JSON.relative_to(ROOT)}")
+    return 0 if all(r["status"] == "completed" for r in records) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
