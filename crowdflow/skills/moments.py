@@ -205,3 +205,15 @@ def moments_from_packed(packed: sp.csr_matrix, n_classes: int, min_pair_count: i
     n_mat.has_sorted_indices = True
     agree = total.data >> np.int64(32)
     return moments_from_counts(n_mat, agree, n_classes, min_pair_count)
+
+
+def co_labels_from_packed(packed: sp.csr_matrix) -> sp.csr_matrix:
+    """N alone (float64, W×W) from a summed, duplicate-free :func:`pack_counts` matrix: N = P mod 2³².
+
+    What the worker-graph check needs, without building the agreements and C^ (:func:`moments_from_packed`).
+    """
+    n_mat = sp.csr_matrix(
+        ((packed.data & (_PACK_K - 1)).astype(np.float64), packed.indices, packed.indptr), shape=packed.shape
+    )
+    n_mat.has_sorted_indices = packed.has_sorted_indices
+    return n_mat

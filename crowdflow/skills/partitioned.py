@@ -62,7 +62,13 @@ from crowdflow.skills.consensus import vote_weights
 from crowdflow.skills.dawid_skene import _confusion_from_counts, _full_log_pi, _one_coin_from_sums
 from crowdflow.skills.fit import SkillsResult
 from crowdflow.skills.identifiability import active_workers, component_diagnostics, witness_cycles
-from crowdflow.skills.moments import LabelMoments, edge_weights, moments_from_packed, prune_spammer_edges
+from crowdflow.skills.moments import (
+    LabelMoments,
+    co_labels_from_packed,
+    edge_weights,
+    moments_from_packed,
+    prune_spammer_edges,
+)
 from crowdflow.skills.options import SkillsOptions
 from crowdflow.skills.rank_one import fit_active
 from crowdflow.skills.reasons import explain_missing_skills
@@ -150,11 +156,14 @@ def encode_buckets(
     )
     stats: list[BucketStats] = executor(run, buckets)
     packed = stats[0].packed.copy()
-    for s in stats[1:]:
-        packed = packed + s.packed
+    for k in range(len(stats)):  # each bucket's W×W counts are dropped once added (the flow's peak is the sum)
+        if k:
+            packed = packed + stats[k].packed
+        stats[k] = replace(stats[k], packed=sp.csr_matrix((1, 1), dtype=np.int64))
     n_i = np.sum([s.labels_per_worker for s in stats], axis=0)
-    raw = moments_from_packed(packed, int(classes.size), 1)
-    report = worker_graph_from_counts(raw.co_labels, n_i, workers)
+    packed.sum_duplicates()
+    packed.sort_indices()
+    report = worker_graph_from_counts(co_labels_from_packed(packed), n_i, workers)
     enc = EncodedBuckets(
         buckets=[s.path for s in stats],
         workers=workers,
