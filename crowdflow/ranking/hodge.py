@@ -112,6 +112,10 @@ def undetectable_rows(g: ComparisonGraph) -> np.ndarray:
     return cast(np.ndarray, edge_undet[g.edge])
 
 
+#: candidate pairs examined at once by :func:`enumerate_triangles`
+_TRIANGLE_CHUNK = 4_000_000
+
+
 def enumerate_triangles(
     g: ComparisonGraph, *, max_candidates: int = 50_000_000
 ) -> tuple[np.ndarray, np.ndarray] | None:
@@ -140,18 +144,30 @@ def enumerate_triangles(
     if total > max_candidates:
         return None
     ekey = u * np.int64(n) + v
-    rep = np.repeat(np.arange(E, dtype=np.int64), cnt)
-    local = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    cpos = indptr[v[rep]] + local  # position of (b, c) in the edge list
-    a = u[rep]
-    c = v[cpos]
-    key_ac = a * np.int64(n) + c
-    pos = np.searchsorted(ekey, key_ac)
-    pos_c = np.minimum(pos, E - 1)
-    hit = ekey[pos_c] == key_ac
-    tri = np.column_stack([a[hit], v[rep[hit]], c[hit]])
-    tri_edges = np.column_stack([rep[hit], cpos[hit], pos_c[hit]])
-    return tri, tri_edges
+    # candidates in chunks of about _TRIANGLE_CHUNK pairs (b, c): memory ~10 arrays of a chunk, not of all
+    # candidates (5·10^7 candidates at once took ~2 GB of transient memory)
+    ends = np.cumsum(cnt)
+    cuts = np.searchsorted(ends, np.arange(_TRIANGLE_CHUNK, total, _TRIANGLE_CHUNK), side="right")
+    bounds = np.unique(np.concatenate([[0], cuts, [E]]))
+    tris, edges = [], []
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        cnt_k = cnt[lo:hi]
+        m = int(cnt_k.sum())
+        if m == 0:
+            continue
+        rep = np.repeat(np.arange(lo, hi, dtype=np.int64), cnt_k)
+        local = np.arange(m, dtype=np.int64) - np.repeat(np.cumsum(cnt_k) - cnt_k, cnt_k)
+        cpos = indptr[v[rep]] + local  # position of (b, c) in the edge list
+        a = u[rep]
+        c = v[cpos]
+        key_ac = a * np.int64(n) + c
+        pos_c = np.minimum(np.searchsorted(ekey, key_ac), E - 1)
+        hit = ekey[pos_c] == key_ac
+        tris.append(np.column_stack([a[hit], v[rep[hit]], c[hit]]))
+        edges.append(np.column_stack([rep[hit], cpos[hit], pos_c[hit]]))
+    if not tris:
+        return np.zeros((0, 3), np.int64), np.zeros((0, 3), np.int64)
+    return np.concatenate(tris), np.concatenate(edges)
 
 
 @dataclass(frozen=True)
