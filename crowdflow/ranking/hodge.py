@@ -13,6 +13,7 @@ See docs/methods/ranking.md §2.2 (decomposition), §2.3 (diagnostics) and §5.1
 
 from __future__ import annotations
 
+import itertools
 import logging
 import warnings
 from collections.abc import Callable
@@ -150,7 +151,7 @@ def enumerate_triangles(
     cuts = np.searchsorted(ends, np.arange(_TRIANGLE_CHUNK, total, _TRIANGLE_CHUNK), side="right")
     bounds = np.unique(np.concatenate([[0], cuts, [E]]))
     tris, edges = [], []
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+    for lo, hi in itertools.pairwise(bounds):
         cnt_k = cnt[lo:hi]
         m = int(cnt_k.sum())
         if m == 0:
