@@ -159,7 +159,7 @@ def encode_buckets(
     for k in range(len(stats)):  # each bucket's W×W counts are dropped once added (the flow's peak is the sum)
         if k:
             packed = packed + stats[k].packed
-        stats[k] = replace(stats[k], packed=sp.csr_matrix((1, 1), dtype=np.int64))
+        stats[k] = replace(stats[k], packed=sp.csr_matrix(np.zeros((1, 1), dtype=np.int64)))
     n_i = np.sum([s.labels_per_worker for s in stats], axis=0)
     packed.sum_duplicates()
     packed.sort_indices()
