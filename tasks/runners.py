@@ -78,6 +78,27 @@ def connect(address: str, worker_timeout: float) -> Any:
     return client
 
 
+class DaskMap:
+    """``map(fn, items)`` on a Dask client (results in input order), and ``fold`` taking them as they complete."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def __call__(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+        return list(self.client.gather(self.client.map(fn, items, pure=False)))
+
+    def fold(self, fn: Callable[[Any], Any], items: list[Any], combine: Callable[[Any, Any], Any], acc: Any) -> Any:
+        """``combine(acc, fn(item))`` for every item in the order the results complete; each result is released
+        once combined, so this process holds one at a time (e.g. a bucket's W×W counts)."""
+        from distributed import as_completed
+
+        futures = self.client.map(fn, items, pure=False)
+        for future in as_completed(futures):
+            acc = combine(acc, future.result())
+            future.release()
+        return acc
+
+
 def runner_executor(runner: Any) -> Any:
     """:func:`dask_executor` with the settings of a spec's ``runner`` (a context manager)."""
     return dask_executor(
@@ -93,7 +114,7 @@ def dask_executor(
     worker_timeout: float = 60.0,
     memory_limit: str | None = None,
 ) -> Iterator[MapFn]:
-    """Yield ``map(fn, items)`` running each item as a Dask task (results in input order).
+    """Yield a :class:`DaskMap`: ``map(fn, items)``, each item a Dask task (results in input order), and ``fold``.
 
     Parameters
     ----------
@@ -137,7 +158,7 @@ def dask_executor(
         else:
             client = connect(address, worker_timeout)
         try:
-            yield lambda fn, items: list(client.gather(client.map(fn, items, pure=False)))
+            yield DaskMap(client)
         finally:
             client.close()
     finally:

@@ -113,6 +113,30 @@ def dictionaries(summaries: list[SplitSummary], classes: list[str] | None) -> tu
     return workers, declared
 
 
+def fold(
+    executor: MapFn, fn: Callable[[Any], Any], items: list[Any], combine: Callable[[Any, Any], Any], acc: Any
+) -> Any:
+    """``combine`` every ``fn(item)`` into ``acc`` as the results arrive (any order: ``combine`` must not care).
+
+    An executor with a ``fold`` method (the pipeline's Dask executor: results taken as they complete, each released
+    once combined) keeps one result at a time in this process; a plain map executor returns them all first.
+    """
+    own = getattr(executor, "fold", None)
+    if own is not None:
+        return own(fn, items, combine, acc)
+    for result in executor(fn, items):
+        acc = combine(acc, result)
+    return acc
+
+
+def _add_bucket(
+    acc: tuple[sp.csr_matrix, list[BucketStats]], s: BucketStats
+) -> tuple[sp.csr_matrix, list[BucketStats]]:
+    total, kept = acc
+    kept.append(replace(s, packed=sp.csr_matrix(np.zeros((1, 1), dtype=np.int64))))
+    return total + s.packed, kept
+
+
 @dataclass(frozen=True)
 class EncodedBuckets:
     """The buckets after :func:`encode_buckets`: their folders and the statistics summed over them.
@@ -154,12 +178,12 @@ def encode_buckets(
     run = functools.partial(
         encode_bucket, workers=workers, classes=classes, duplicates=duplicates, file_names=file_names
     )
-    stats: list[BucketStats] = executor(run, buckets)
-    packed = stats[0].packed.copy()
-    for k in range(len(stats)):  # each bucket's W×W counts are dropped once added (the flow's peak is the sum)
-        if k:
-            packed = packed + stats[k].packed
-        stats[k] = replace(stats[k], packed=sp.csr_matrix(np.zeros((1, 1), dtype=np.int64)))
+    w = int(workers.size)
+    empty = sp.csr_matrix((np.zeros(0, dtype=np.int64), np.zeros(0, np.int32), np.zeros(w + 1, np.int32)), shape=(w, w))
+    # each bucket's W×W counts are added as they arrive and dropped (the flow holds the sum, never every bucket's):
+    # integer sums, so the order of arrival changes nothing
+    packed, stats = fold(executor, run, buckets, _add_bucket, (empty, []))
+    stats.sort(key=lambda s: s.path)
     n_i = np.sum([s.labels_per_worker for s in stats], axis=0)
     packed.sum_duplicates()
     packed.sort_indices()
