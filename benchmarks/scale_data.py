@@ -1,7 +1,13 @@
-"""A partitioned synthetic labels dataset for the scale-out benchmark: N labels as Parquet files, streamed.
+"""Partitioned synthetic datasets for the scale-out benchmark, streamed as Parquet files of ~10^6 rows.
 
-Run: ``python -m benchmarks.scale_data --labels 1e8 --out DIR --workers 20000 --classes 2 --seed 0``
-(writes ``DIR/labels/part-00000.parquet``… of ~10^6 rows each and ``DIR/truth.parquet``).
+Labels (skills job): ``python -m benchmarks.scale_data --labels 1e8 --out DIR --workers 20000 --classes 2
+--seed 0`` (writes ``DIR/labels/part-00000.parquet``… and ``DIR/truth.parquet``).
+
+Comparisons (ranking job): ``python -m benchmarks.scale_data --comparisons 1e8 --out DIR --items 1000
+--annotators 5000 [--outcome pm1]`` (writes ``DIR/comparisons/part-*.parquet`` and ``DIR/truth.parquet``;
+see :func:`write_comparisons`).
+
+**Labels.**
 
 The crowd is Dawid–Skene: every worker has a K×K confusion matrix and labels a task by drawing from the row
 of the task's true class.
@@ -33,6 +39,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -313,28 +320,211 @@ def write_dataset(
     return info
 
 
+@dataclass(frozen=True)
+class ComparisonsInfo:
+    """What :func:`write_comparisons` wrote (also saved as ``DIR/dataset.json``)."""
+
+    comparisons: int
+    items: int
+    annotators: int
+    flippers: int
+    outcome: str
+    sigma: float
+    outlier_frac: float
+    item_zipf: float
+    seed: int
+    files: int
+    rows_per_file: int
+    outlier_rows: int
+    flipped_rows: int
+    seconds: float
+
+
+def _popular(rng: np.random.Generator, cdf: np.ndarray, size: int) -> np.ndarray:
+    """``size`` indices drawn from the distribution with CDF ``cdf``."""
+    return np.minimum(np.searchsorted(cdf, rng.random(size), side="right"), cdf.size - 1)
+
+
+def write_comparisons(
+    out: str | Path,
+    n_rows: int,
+    n_items: int = 1_000,
+    n_annotators: int = 5_000,
+    seed: int = 0,
+    outcome: str = "graded",
+    sigma: float = 0.5,
+    outlier_frac: float = 0.05,
+    flipper_frac: float = 0.02,
+    flip_prob: float = 0.8,
+    item_zipf: float = 1.0,
+    rows_per_file: int = ROWS_PER_FILE,
+    verbose: bool = False,
+) -> ComparisonsInfo:
+    """Write ``out/comparisons/part-*.parquet`` (``n_rows`` pairwise comparisons) and ``out/truth.parquet``.
+
+    - **Items**: true scores θ ~ N(0, 1); a row's two items are drawn independently by a Zipf popularity
+      (weight ``1/rank**item_zipf`` over a random order of the items; a pair of the same item is redrawn), so
+      at 1,000 items and exponent 1 the most popular item is in ~13 % of the rows and the least in ~0.03 %.
+    - **Outcome** ``θ_a − θ_b + N(0, σ²)`` (``graded``) or its sign (``pm1``, ±1).
+    - **Annotators**: activity log-normal(0, 1.2); a share ``flipper_frac`` of them reverse each answer with
+      probability ``flip_prob`` (``y → −y``).
+    - **Outliers**: a share ``outlier_frac`` of the other rows is replaced by an answer against the true order:
+      graded ``−sign(d)·(|d| + U(2, 4)·σ)`` (the true difference ``d`` sign-flipped and pushed 2–4σ further,
+      a residual of ``2|d|`` + 2–4σ), ±1 ``−sign(d)``.
+
+    Ids are strings ``i0001`` and ``a00042`` (zero-padded, wider when the counts need it); the outcome is
+    float64. One generator per file (seeded by the seed and the file's index), so a file's content does not
+    depend on the others; memory is one file. ``truth.parquet`` has (item, theta) for every item.
+
+    Parameters
+    ----------
+    out : str or Path
+        The dataset's folder (created; existing part files are overwritten).
+    n_rows : int
+        Total number of comparisons N.
+    n_items, n_annotators : int
+        Number of items and of annotators.
+    seed : int
+        Seed; the same arguments give the same files.
+    outcome : {'graded', 'pm1'}
+        Graded (float) outcomes or their signs.
+    sigma : float
+        Noise level σ of the graded outcome (also the latent noise of the ±1 one).
+    outlier_frac : float
+        Share of the non-flipped rows replaced by an outlier.
+    flipper_frac, flip_prob : float
+        Share of annotators who flip, and how often they do.
+    item_zipf : float
+        Exponent of the item popularity (0: uniform).
+    rows_per_file : int
+        Rows per file.
+    verbose : bool
+        Print a line per 10 files.
+
+    Returns
+    -------
+    ComparisonsInfo
+    """
+    if outcome not in ("graded", "pm1"):
+        raise ValueError("outcome must be 'graded' or 'pm1'")
+    if n_items < 2:
+        raise ValueError("n_items must be at least 2")
+    t0 = time.perf_counter()
+    out = Path(out)
+    folder = out / "comparisons"
+    folder.mkdir(parents=True, exist_ok=True)
+    rng0 = np.random.default_rng([seed, 2])
+    theta = rng0.standard_normal(n_items)
+    weight = 1.0 / np.arange(1, n_items + 1) ** item_zipf
+    weight = weight[rng0.permutation(n_items)]
+    item_cdf = np.cumsum(weight / weight.sum())
+    item_cdf[-1] = 1.0
+    activity = rng0.lognormal(0.0, 1.2, n_annotators)
+    ann_cdf = np.cumsum(activity / activity.sum())
+    ann_cdf[-1] = 1.0
+    flipper = np.zeros(n_annotators, dtype=bool)
+    if flipper_frac > 0:
+        flipper[rng0.choice(n_annotators, max(1, round(flipper_frac * n_annotators)), replace=False)] = True
+    item_ids = fixed_width_ids("i", np.arange(n_items), max(4, len(str(n_items - 1))))
+    ann_ids = fixed_width_ids("a", np.arange(n_annotators), max(5, len(str(n_annotators - 1))))
+    schema = pa.schema(
+        [("annotator", pa.string()), ("item_a", pa.string()), ("item_b", pa.string()), ("outcome", pa.float64())]
+    )
+    n_files = max(1, -(-n_rows // rows_per_file))
+    n_outliers = n_flipped = 0
+    for f in range(n_files):
+        rng = np.random.default_rng([seed, 3, f])
+        rows = min(rows_per_file, n_rows - f * rows_per_file)
+        a = _popular(rng, item_cdf, rows)
+        b = _popular(rng, item_cdf, rows)
+        while (same := np.flatnonzero(a == b)).size:
+            b[same] = _popular(rng, item_cdf, same.size)
+        ann = _popular(rng, ann_cdf, rows)
+        d = theta[a] - theta[b]
+        toward = np.where(d >= 0, 1.0, -1.0)
+        y = d + sigma * rng.standard_normal(rows)
+        if outcome == "pm1":
+            y = np.where(y >= 0, 1.0, -1.0)
+        flip = flipper[ann] & (rng.random(rows) < flip_prob)
+        y[flip] = -y[flip]
+        bad = ~flip & (rng.random(rows) < outlier_frac)
+        size = rng.uniform(2.0, 4.0, rows)
+        y[bad] = -toward[bad] * ((np.abs(d[bad]) + size[bad] * sigma) if outcome == "graded" else 1.0)
+        n_outliers += int(bad.sum())
+        n_flipped += int(flip.sum())
+        table = pa.table(
+            [ann_ids.take(pa.array(ann)), item_ids.take(pa.array(a)), item_ids.take(pa.array(b)), pa.array(y)],
+            schema=schema,
+        )
+        pq.write_table(table, folder / f"part-{f:05d}.parquet", row_group_size=256 * 1024)
+        if verbose and (f % 10 == 9 or f == n_files - 1):
+            print(f"{f + 1}/{n_files} files, {time.perf_counter() - t0:.1f} s", flush=True)
+    pq.write_table(pa.table({"item": item_ids, "theta": pa.array(theta)}), out / "truth.parquet")
+    info = ComparisonsInfo(
+        comparisons=n_rows,
+        items=n_items,
+        annotators=n_annotators,
+        flippers=int(flipper.sum()),
+        outcome=outcome,
+        sigma=sigma,
+        outlier_frac=outlier_frac,
+        item_zipf=item_zipf,
+        seed=seed,
+        files=n_files,
+        rows_per_file=rows_per_file,
+        outlier_rows=n_outliers,
+        flipped_rows=n_flipped,
+        seconds=round(time.perf_counter() - t0, 2),
+    )
+    (out / "dataset.json").write_text(json.dumps(asdict(info), indent=2) + "\n")
+    return info
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--labels", type=float, required=True, help="number of labels, e.g. 1e8")
-    ap.add_argument("--out", type=Path, required=True, help="dataset folder (labels/ and truth.parquet go in it)")
-    ap.add_argument("--workers", type=int, default=20_000)
-    ap.add_argument("--classes", type=int, default=2)
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("--labels", type=float, help="number of labels, e.g. 1e8 (skills dataset)")
+    what.add_argument("--comparisons", type=float, help="number of comparisons, e.g. 1e8 (ranking dataset)")
+    ap.add_argument("--out", type=Path, required=True, help="dataset folder (labels/ or comparisons/, truth.parquet)")
+    ap.add_argument("--workers", type=int, default=20_000, help="labels: crowd workers")
+    ap.add_argument("--classes", type=int, default=2, help="labels: classes")
+    ap.add_argument("--truth-frac", type=float, default=0.01, help="labels: share of tasks with a gold label")
+    ap.add_argument("--spill", type=float, default=0.02, help="labels: share of a block's rows moved to the next file")
+    ap.add_argument("--items", type=int, default=1_000, help="comparisons: items")
+    ap.add_argument("--annotators", type=int, default=5_000, help="comparisons: annotators")
+    ap.add_argument("--outcome", default="graded", choices=["graded", "pm1"], help="comparisons: graded or ±1")
+    ap.add_argument("--sigma", type=float, default=0.5, help="comparisons: noise level")
+    ap.add_argument("--outlier-frac", type=float, default=0.05, help="comparisons: share of outlier rows")
+    ap.add_argument("--flipper-frac", type=float, default=0.02, help="comparisons: share of flipping annotators")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rows-per-file", type=int, default=ROWS_PER_FILE)
-    ap.add_argument("--truth-frac", type=float, default=0.01)
-    ap.add_argument("--spill", type=float, default=0.02, help="share of a block's rows moved to the next file")
     args = ap.parse_args(argv)
-    info = write_dataset(
-        args.out,
-        int(args.labels),
-        args.workers,
-        args.classes,
-        args.seed,
-        args.rows_per_file,
-        args.truth_frac,
-        args.spill,
-        verbose=True,
-    )
+    if args.comparisons is not None:
+        info: Any = write_comparisons(
+            args.out,
+            int(args.comparisons),
+            args.items,
+            args.annotators,
+            args.seed,
+            args.outcome,
+            args.sigma,
+            args.outlier_frac,
+            args.flipper_frac,
+            rows_per_file=args.rows_per_file,
+            verbose=True,
+        )
+    else:
+        info = write_dataset(
+            args.out,
+            int(args.labels),
+            args.workers,
+            args.classes,
+            args.seed,
+            args.rows_per_file,
+            args.truth_frac,
+            args.spill,
+            verbose=True,
+        )
     print(json.dumps(asdict(info)))
     return 0
 

@@ -1,17 +1,23 @@
-"""Scale-out: a skills run on a partitioned Parquet dataset through ``crowdflow run`` on a Dask LocalCluster.
+"""Scale-out: a skills or ranking run on a partitioned Parquet dataset through ``crowdflow run`` on Dask.
 
-Run: ``python -m benchmarks.scale_out --labels 1e7`` (``--runner dask|inline|both``, ``--method``,
-``--n-workers``, ``--memory-limit``, ``--partitions``, ``--keep-data``); adds its runs to
-``benchmarks/results/scale_out.json`` and rewrites ``benchmarks/results/scale_out.md`` from all recorded runs
-(issue #21: the flow process's peak RSS under 2 GB, wall time and peak RSS per process).
+Run: ``python -m benchmarks.scale_out --labels 1e7`` (skills; ``--runner dask|inline|both``, ``--method``,
+``--n-workers``, ``--memory-limit``, ``--partitions``, ``--keep-data``) or ``python -m benchmarks.scale_out
+--job ranking --comparisons 1e7 --outliers none|trimmed`` (``--items``, ``--annotators``, ``--outcome
+graded|pm1``); adds its runs to ``benchmarks/results/scale_out.json`` and rewrites
+``benchmarks/results/scale_out.md`` from all recorded runs (issue #21: the flow process's peak RSS under 2 GB,
+wall time and peak RSS per process).
 
-1. **Data** (:mod:`benchmarks.scale_data`): N Dawid–Skene labels as Parquet files of ~10^6 rows, some tasks
-   spanning two files, and gold labels for 1 % of the tasks; generated into ``--data-root`` if missing (and
-   deleted after the runs unless ``--keep-data`` or it was there before).
-2. **Spec**: ``labels: {path: <the folder>}``, ``truth``, ``skills: {method}``, ``runner: {kind: dask,
-   n_workers, memory_limit, partitions, scratch_dir}``, ``output: {report: false}``, ``cache: {enabled:
-   false}``; ``--runner inline`` runs the same spec with ``runner: {kind: inline}`` (the flow reads every
-   file into its own memory: the baseline the Dask path is compared with; sensible up to ~10^7 labels).
+1. **Data** (:mod:`benchmarks.scale_data`): skills, N Dawid–Skene labels as Parquet files of ~10^6 rows, some
+   tasks spanning two files, and gold labels for 1 % of the tasks; ranking, N pairwise comparisons of n items
+   (θ ~ N(0, 1), Zipf item popularity, graded ``θ_a − θ_b + N(0, 0.5²)`` or ±1 outcomes, 5 % outliers against
+   the true order, 2 % of the annotators flipping 80 % of their answers) and ``truth.parquet`` (item, theta).
+   Generated into ``--data-root`` if missing (and deleted after the runs unless ``--keep-data`` or it was
+   there before).
+2. **Spec**: ``labels: {path: <the folder>}``, ``truth``, ``skills: {method}`` (or ``job: ranking``,
+   ``comparisons: {path}``, ``ranking: {outliers}``), ``runner: {kind: dask, n_workers, memory_limit,
+   partitions, scratch_dir}``, ``output: {report: false}``, ``cache: {enabled: false}``; ``--runner inline``
+   runs the same spec with ``runner: {kind: inline}`` (the flow reads every file into its own memory: the
+   baseline the Dask path is compared with; sensible up to ~10^7 rows).
 3. **Run**: ``python -m flows.cli run spec.yaml`` as a subprocess (``PREFECT_HOME`` in the data root, kept
    between runs so only the first run pays Prefect's database migrations; the ephemeral API starts a uvicorn
    server as a child process).
@@ -22,8 +28,10 @@ Run: ``python -m benchmarks.scale_out --labels 1e7`` (``--runner dask|inline|bot
    the cluster), *prefect-server* (uvicorn), *dask-worker* (the nannies' ``multiprocessing.spawn``
    children), *scheduler*/*nanny* (separate ``dask scheduler``/``dask worker`` processes, for a cluster
    started by hand), *other* (the multiprocessing resource tracker…).
-5. **Record**: wall time of the subprocess, the manifest's per-step ``timings`` and ``metrics`` (accuracy
-   on the gold tasks), the partitioned record (files, buckets, passes), peak RSS per process and class.
+5. **Record**: wall time of the subprocess, the manifest's per-step ``timings`` and ``metrics`` (skills:
+   accuracy on the gold tasks; ranking: n_outliers, and Kendall's τ and Spearman's ρ of the run's
+   ``ranking`` scores against the true θ), the partitioned record (files, buckets, passes), peak RSS per
+   process and class.
 """
 
 from __future__ import annotations
@@ -198,6 +206,21 @@ def ensure_data(root: Path, n_labels: int, n_workers: int, n_classes: int, seed:
     return folder, json.loads(info_file.read_text()), True
 
 
+def ensure_comparisons(root: Path, args: argparse.Namespace) -> tuple[Path, dict, bool]:
+    """The comparisons dataset for these arguments, generated if missing; returns (folder, its info, made now)."""
+    from benchmarks.scale_data import write_comparisons
+
+    n = int(args.comparisons)
+    folder = root / f"cmp-{_fmt_n(n)}-i{args.items}-a{args.annotators}-{args.outcome}-s{args.seed}"
+    info_file = folder / "dataset.json"
+    if info_file.is_file():
+        return folder, json.loads(info_file.read_text()), False
+    print(f"generating {n:,} comparisons into {folder} …", flush=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    write_comparisons(folder, n, args.items, args.annotators, args.seed, args.outcome, verbose=True)
+    return folder, json.loads(info_file.read_text()), True
+
+
 def write_spec(
     path: Path, data: Path, name: str, args: argparse.Namespace, runner: str, scratch: Path
 ) -> dict[str, Any]:
@@ -213,12 +236,23 @@ def write_spec(
             run["memory_limit"] = args.memory_limit
         if args.partitions:
             run["partitions"] = args.partitions
+    if args.job == "ranking":
+        run.pop("partitions", None)  # task buckets: a skills setting
+        ranking: dict[str, Any] = {"outliers": args.outliers}
+        for kv in args.ranking_option:
+            k, _, v = kv.partition("=")
+            ranking[k] = yaml.safe_load(v)
+        inputs: dict[str, Any] = {"comparisons": {"path": str(data / "comparisons")}, "ranking": ranking}
+    else:
+        inputs = {
+            "labels": {"path": str(data / "labels")},
+            "truth": {"path": str(data / "truth.parquet")},
+            "skills": skills,
+        }
     spec = {
         "name": name,
-        "job": "skills",
-        "labels": {"path": str(data / "labels")},
-        "truth": {"path": str(data / "truth.parquet")},
-        "skills": skills,
+        "job": args.job,
+        **inputs,
         "runner": run,
         "output": {"dir": "out", "report": False},
         "cache": {"enabled": False},
@@ -323,8 +357,36 @@ def _load(path: Path) -> list[dict[str, Any]]:
 
 def _key(r: dict[str, Any]) -> tuple:
     c = r["config"]
+    if _job(r) == "ranking":
+        return ("ranking", c["comparisons"], c["items"], c["annotators"], c["outcome"], c["seed"], c["outliers"],
+                c["runner"], c.get("n_workers"), c.get("memory_limit"), tuple(c.get("ranking_options", [])))  # fmt: skip
     return (c["labels"], c["workers"], c["classes"], c["seed"], c["method"], c["runner"], c.get("n_workers"),
             c.get("memory_limit"), c.get("partitions"), tuple(c.get("skills_options", [])))  # fmt: skip
+
+
+def _job(r: dict[str, Any]) -> str:
+    return r["config"].get("job", "skills")
+
+
+def ranking_accuracy(run_dir: Path, manifest: dict[str, Any], truth: Path) -> dict[str, Any]:
+    """Kendall's τ (τ-b) and Spearman's ρ of the run's ranking scores against the true θ (items of both)."""
+    import pandas as pd
+    from scipy.stats import kendalltau, spearmanr
+
+    rel = (manifest.get("outputs") or {}).get("ranking", {}).get("path", "ranking.parquet")
+    path = run_dir / rel
+    if not path.is_file():
+        return {}
+    ranking = pd.read_parquet(path, columns=["item", "score", "component"])
+    both = ranking.merge(pd.read_parquet(truth), on="item")
+    tau = kendalltau(both["score"], both["theta"]).statistic
+    rho = spearmanr(both["score"], both["theta"]).statistic
+    return {
+        "n_items_scored": len(both),
+        "n_components": int(ranking["component"].nunique()),
+        "kendall_tau": float(tau),
+        "spearman_rho": float(rho),
+    }
 
 
 def _host() -> str:
@@ -342,7 +404,10 @@ def _host() -> str:
 
 def one_run(args: argparse.Namespace, runner: str, data: Path, info: dict[str, Any], root: Path) -> dict[str, Any]:
     """Write the spec, run it, read its manifest; the record that goes into scale_out.json."""
-    tag = f"{_fmt_n(info['labels'])}-w{info['workers']}-{args.method}-{runner}"
+    if args.job == "ranking":
+        tag = f"cmp{_fmt_n(info['comparisons'])}-i{info['items']}-{info['outcome']}-{args.outliers}-{runner}"
+    else:
+        tag = f"{_fmt_n(info['labels'])}-w{info['workers']}-{args.method}-{runner}"
     work = root / f"run-{tag}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -357,8 +422,22 @@ def one_run(args: argparse.Namespace, runner: str, data: Path, info: dict[str, A
     consensus_bytes = 0
     if res["run_dir"]:
         consensus_bytes = sum(f.stat().st_size for f in Path(res["run_dir"]).rglob("*.parquet"))
-    record = {
-        "config": {
+    if args.job == "ranking":
+        config: dict[str, Any] = {
+            "job": "ranking",
+            "comparisons": info["comparisons"],
+            "items": info["items"],
+            "annotators": info["annotators"],
+            "outcome": info["outcome"],
+            "seed": info["seed"],
+            "outliers": args.outliers,
+            "ranking_options": list(args.ranking_option),
+            "runner": runner,
+            "n_workers": args.n_workers if runner == "dask" else None,
+            "memory_limit": args.memory_limit if runner == "dask" else None,
+        }
+    else:
+        config = {
             "labels": info["labels"],
             "workers": info["workers"],
             "classes": info["classes"],
@@ -369,7 +448,9 @@ def one_run(args: argparse.Namespace, runner: str, data: Path, info: dict[str, A
             "memory_limit": args.memory_limit if runner == "dask" else None,
             "partitions": args.partitions if runner == "dask" else None,
             "skills_options": list(args.skills_option),
-        },
+        }
+    record = {
+        "config": config,
         "dataset": info,
         "spec": spec,
         "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -388,14 +469,17 @@ def one_run(args: argparse.Namespace, runner: str, data: Path, info: dict[str, A
         "output_parquet_bytes": consensus_bytes,
         "memory": res["memory"],
     }
+    if args.job == "ranking" and res["run_dir"] and manifest:
+        record["accuracy"] = ranking_accuracy(Path(res["run_dir"]), manifest, data / "truth.parquet")
     if record["status"] != "completed":
         record["stderr_tail"] = res["stderr_tail"]
         record["stdout_tail"] = res["stdout_tail"]
     record["timeline"] = res["timeline"]
     flow = record["memory"]["classes"].get("flow", {})
+    quality = record.get("accuracy") if args.job == "ranking" else record["metrics"].get("accuracy")
     print(
         f"[{tag}] {record['status']} in {record['wall_s']:.1f} s; flow peak RSS {flow.get('max_hwm', 0) / GB:.2f} GB; "
-        f"timings {record['timings']}; accuracy {record['metrics'].get('accuracy')}",
+        f"timings {record['timings']}; metrics {record['metrics']}; accuracy {quality}",
         flush=True,
     )
     if record["status"] != "completed":
@@ -422,6 +506,10 @@ def flow_by_step(r: dict[str, Any]) -> list[tuple[float, str, int]]:
     return out
 
 
+def _short(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
 def _gb(b: float | None) -> str:
     return "–" if not b else f"{b / GB:.2f}"
 
@@ -434,14 +522,47 @@ def _cluster(r: dict[str, Any]) -> str:
     c = r["config"]
     if c["runner"] != "dask":
         return "inline"
+    if _job(r) == "ranking":
+        return f"dask {c['n_workers']} × {c['memory_limit'] or 'default'}"
     return f"dask {c['n_workers']} × {c['memory_limit'] or 'default'}, {c['partitions'] or 'default'} buckets"
+
+
+def _memory_cells(r: dict[str, Any]) -> str:
+    """The memory columns shared by both tables: flow, ≤ 2 GB, workers, Prefect server, tree."""
+    flow = _cls(r, "flow")
+    ok = "yes" if flow and flow < TARGET_FLOW_RSS else "**no**"
+    wk = _cls(r, "dask-worker")
+    wk_s = f"{_gb(wk)} ({_gb(_cls(r, 'dask-worker', 'sum_peak_rss'))})" if wk else "–"
+    return f"**{_gb(flow)}** | {ok} | {wk_s} | {_gb(_cls(r, 'prefect-server'))} | {_gb(r['memory']['tree_peak_rss'])}"
+
+
+def _ranking_row(r: dict[str, Any]) -> str:
+    c, d, m, a = r["config"], r["dataset"], r["metrics"], r.get("accuracy") or {}
+    tau = f"{a['kendall_tau']:.4f}" if a.get("kendall_tau") is not None else "–"
+    rho = f"{a['spearman_rho']:.4f}" if a.get("spearman_rho") is not None else "–"
+    planted = d["outlier_rows"] + d["flipped_rows"]
+    flagged = f"{m['n_outliers']:,}" if m.get("n_outliers") is not None else "–"
+    passes = (r.get("partitioned") or {}).get("passes", "–")
+    outliers = c["outliers"] + (f" ({', '.join(c['ranking_options'])})" if c.get("ranking_options") else "")
+    return (
+        f"| {c['comparisons']:,} | {d['files']} | {c['items']:,} | {c['annotators']:,} | {c['outcome']} | "
+        f"{outliers} | {_cluster(r)} | {r['wall_s']:.1f} | {_memory_cells(r)} | {tau} | {rho} | "
+        f"{flagged} ({planted:,}) | {passes} | {r['status']} |"
+    )
 
 
 def render(records: list[dict[str, Any]], notes: str) -> str:
     """The whole markdown file from every recorded run (and the notes kept from the previous file)."""
-    records = sorted(records, key=lambda r: (r["config"]["labels"], r["config"]["runner"] != "dask", r["when"]))
+    skills = sorted(
+        (r for r in records if _job(r) == "skills"),
+        key=lambda r: (r["config"]["labels"], r["config"]["runner"] != "dask", r["when"]),
+    )
+    ranking = sorted(
+        (r for r in records if _job(r) == "ranking"),
+        key=lambda r: (r["config"]["comparisons"], r["config"]["outliers"], r["config"]["runner"] != "dask", r["when"]),
+    )
     lines = [
-        "# Scale-out: skills on a partitioned Parquet dataset through `crowdflow run` (issue #21)",
+        "# Scale-out: skills and ranking on partitioned Parquet datasets through `crowdflow run` (issue #21)",
         "",
         "Generated by `python -m benchmarks.scale_out` (method in its docstring) from `scale_out.json`; one row per "
         "configuration, the latest run of each. Data: `benchmarks/scale_data.py` (Dawid–Skene workers, 20 % weak "
@@ -455,39 +576,72 @@ def render(records: list[dict[str, Any]], notes: str) -> str:
         f"sample. Target: the flow under {TARGET_FLOW_RSS / GB:.0f} GB. Shared 2-core host: timings move with its "
         "load (given per run).",
         "",
+        "## Skills",
+        "",
         "| labels | files | tasks | workers | method | runner | wall s | flow peak RSS GB | ≤ 2 GB | "
         "dask workers GB | prefect server GB | tree GB | accuracy (gold tasks) | status |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in records:
+    for r in skills:
         c, d, m = r["config"], r["dataset"], r["metrics"]
-        flow = _cls(r, "flow")
-        ok = "yes" if flow and flow < TARGET_FLOW_RSS else "**no**"
         acc = f"{m['accuracy']:.4f} ({m['n_gold']:,})" if m.get("accuracy") is not None else "–"
-        wk = _cls(r, "dask-worker")
-        wk_s = f"{_gb(wk)} ({_gb(_cls(r, 'dask-worker', 'sum_peak_rss'))})" if wk else "–"
         lines.append(
             f"| {c['labels']:,} | {d['files']} | {d['tasks']:,} | {c['workers']:,} | {c['method']} | {_cluster(r)} | "
-            f"{r['wall_s']:.1f} | **{_gb(flow)}** | {ok} | {wk_s} | {_gb(_cls(r, 'prefect-server'))} | "
-            f"{_gb(r['memory']['tree_peak_rss'])} | {acc} | {r['status']} |"
+            f"{r['wall_s']:.1f} | {_memory_cells(r)} | {acc} | {r['status']} |"
         )
-    if not any(r["config"]["labels"] >= 10**8 for r in records):
+    if not any(r["config"]["labels"] >= 10**8 for r in skills):
         lines.append(
             "| 100,000,000 | 100 | | 20,000 | ds | dask 2 × 4GB, 64 buckets | *not run yet* | | | | | | | "
             "`python -m benchmarks.scale_out --labels 1e8 --partitions 64` |"
         )
+    lines += [
+        "",
+        "## Ranking",
+        "",
+        "Data: `scale_data.write_comparisons` (θ ~ N(0, 1) for every item; Zipf item popularity; graded outcome "
+        "`θ_a − θ_b + N(0, 0.5²)` or its sign; 5 % of the rows replaced by an answer against the true order, "
+        "graded `−sign(d)·(|d| + U(2, 4)·σ)`; 2 % of the annotators flip 80 % of their answers). *τ*, *ρ*: "
+        "Kendall's τ-b and Spearman's ρ of the run's `ranking` scores against the true θ. *flagged (planted)*: "
+        "the run's `n_outliers` (trimmed only) and, in brackets, the planted outlier rows plus the flippers' "
+        "flipped rows. *passes*: passes over the files after the canonical copy.",
+        "",
+        "| comparisons | files | items | annotators | outcome | outliers | runner | wall s | flow peak RSS GB | "
+        "≤ 2 GB | dask workers GB | prefect server GB | tree GB | τ | ρ | flagged (planted) | passes | status |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *[_ranking_row(r) for r in ranking],
+    ]
+    if not any(r["config"]["comparisons"] >= 10**8 for r in ranking):
+        lines.append(
+            "| 100,000,000 | 100 | 1,000 | 5,000 | graded | none / trimmed | dask 2 × 6GB | *not run yet* | | | | | | "
+            "| | | | `python -m benchmarks.scale_out --job ranking --comparisons 1e8 --outliers none` "
+            "(or `trimmed`) |"
+        )
     lines.append("")
-    for r in records:
+    for r in skills + ranking:
         c, d = r["config"], r["dataset"]
+        if _job(r) == "ranking":
+            head = f"## Ranking: {c['comparisons']:,} comparisons, outliers {c['outliers']}, {_cluster(r)}"
+            data = (
+                f"Dataset: {d['files']} files, {d['items']:,} items, {d['annotators']:,} annotators ({d['flippers']} "
+                f"flippers), {d['outcome']} outcome, σ {d['sigma']}, {d['outlier_rows']:,} outlier rows and "
+                f"{d['flipped_rows']:,} flipped rows, seed {d['seed']}; generated in {d['seconds']:.0f} s."
+            )
+        else:
+            head = f"## {c['labels']:,} labels, {c['method']}, {_cluster(r)}"
+            data = (
+                f"Dataset: {d['files']} files, {d['tasks']:,} tasks ({d['tasks_in_two_files']:,} in "
+                f"two files), {d['workers']:,} workers, {d['classes']} classes, seed {d['seed']}, {d['truth_tasks']:,} "
+                f"gold tasks; generated in {d['seconds']:.0f} s."
+            )
         lines += [
-            f"## {c['labels']:,} labels, {c['method']}, {_cluster(r)}",
+            head,
             "",
             f"{r['when']}, {r['host']}; load average {r['load_before'][0]} before, {r['load_after'][0]} after. "
-            f"`{r['command']}`. Dataset: {d['files']} files, {d['tasks']:,} tasks ({d['tasks_in_two_files']:,} in "
-            f"two files), {d['workers']:,} workers, {d['classes']} classes, seed {d['seed']}, {d['truth_tasks']:,} "
-            f"gold tasks; generated in {d['seconds']:.0f} s.",
+            f"`{r['command']}`. {data}",
             "",
         ]
+        if c.get("ranking_options"):
+            lines += [f"Ranking options: `{', '.join(c['ranking_options'])}`.", ""]
         if r.get("skills_options") or c.get("skills_options"):
             lines += [f"Skills options: `{', '.join(c['skills_options'])}`.", ""]
         if r["status"] != "completed":
@@ -514,9 +668,25 @@ def render(records: list[dict[str, Any]], notes: str) -> str:
         extra = []
         if r.get("partitioned"):
             p = r["partitioned"]
-            extra.append(f"{p.get('files')} files → {p.get('buckets')} buckets, {p.get('passes')} passes")
+            if _job(r) == "ranking":
+                extra.append(f"{p.get('files')} files, {p.get('passes')} passes")
+            else:
+                extra.append(f"{p.get('files')} files → {p.get('buckets')} buckets, {p.get('passes')} passes")
         fit = r.get("fit") or {}
-        if fit:
+        if fit and _job(r) == "ranking":
+            keep = ("method", "solver", "n_edges", "sigma", "t", "trim_iterations", "converged", "n_outliers")
+            extra.append("fit: " + ", ".join(f"{k} {_short(fit[k])}" for k in keep if k in fit))
+            acc = r.get("accuracy") or {}
+            if acc:
+                extra.append(
+                    f"{acc['n_items_scored']:,} items scored in {acc['n_components']} component(s), "
+                    f"Kendall τ {acc['kendall_tau']:.4f}, Spearman ρ {acc['spearman_rho']:.4f}"
+                )
+            if r["metrics"].get("n_outliers") is not None:
+                extra.append(
+                    f"{r['metrics']['n_outliers']:,} outliers flagged ({r['metrics']['outlier_share']:.2%} of the rows)"
+                )
+        elif fit:
             extra.append(
                 f"fit: {fit.get('method')} {fit.get('fit_status', '')}, {fit.get('iterations')} iterations, "
                 f"converged {fit.get('converged')}"
@@ -562,6 +732,7 @@ def write_results(new: list[dict[str, Any]], json_path: Path = OUT_JSON, md_path
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--job", default="skills", choices=["skills", "ranking"])
     ap.add_argument("--labels", type=float, default=1e7, help="number of labels, e.g. 1e7")
     ap.add_argument("--workers", type=int, default=20_000, help="crowd workers in the data")
     ap.add_argument("--classes", type=int, default=2)
@@ -569,7 +740,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--method", default="ds", choices=["ds", "onecoin_ds", "mv", "pgd"])
     ap.add_argument("--runner", default="dask", choices=["dask", "inline", "both"], help="both: dask, then inline")
     ap.add_argument("--n-workers", type=int, default=2, help="Dask workers of the LocalCluster")
-    ap.add_argument("--memory-limit", default="4GB", help="memory per Dask worker")
+    ap.add_argument("--memory-limit", default=None, help="memory per Dask worker (default 4GB skills, 6GB ranking)")
     ap.add_argument("--partitions", type=int, default=None, help="task buckets (runner.partitions)")
     ap.add_argument(
         "--skills-option",
@@ -578,15 +749,32 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="extra skills option (YAML value), e.g. spectral_max_nnz=null; repeatable",
     )
+    ap.add_argument("--comparisons", type=float, default=1e6, help="ranking: number of comparisons, e.g. 1e8")
+    ap.add_argument("--items", type=int, default=1_000, help="ranking: items in the data")
+    ap.add_argument("--annotators", type=int, default=5_000, help="ranking: annotators in the data")
+    ap.add_argument("--outcome", default="graded", choices=["graded", "pm1"], help="ranking: graded or ±1 outcomes")
+    ap.add_argument("--outliers", default="none", choices=["none", "trimmed"], help="ranking: ranking.outliers")
+    ap.add_argument(
+        "--ranking-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="ranking: extra ranking option (YAML value), e.g. diagnostics=false; repeatable",
+    )
     ap.add_argument("--data-root", type=Path, default=Path("/tmp/crowdflow-scale"))
     ap.add_argument("--keep-data", action="store_true", help="keep a dataset generated by this call")
     ap.add_argument("--keep-output", action="store_true", help="keep the run folders (the consensus parts)")
     ap.add_argument("--timeout", type=float, default=4 * 3600.0, help="seconds before a run is stopped")
     ap.add_argument("--no-write", action="store_true", help="print, do not touch benchmarks/results")
     args = ap.parse_args(argv)
+    if args.memory_limit is None:
+        args.memory_limit = "6GB" if args.job == "ranking" else "4GB"
     root = args.data_root
     root.mkdir(parents=True, exist_ok=True)
-    data, info, made = ensure_data(root, int(args.labels), args.workers, args.classes, args.seed)
+    if args.job == "ranking":
+        data, info, made = ensure_comparisons(root, args)
+    else:
+        data, info, made = ensure_data(root, int(args.labels), args.workers, args.classes, args.seed)
     runners = ["dask", "inline"] if args.runner == "both" else [args.runner]
     records = []
     try:
