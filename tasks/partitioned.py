@@ -18,12 +18,12 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
 from crowdflow.datasets import Partition, dataset_fingerprint, list_partitions, read_check_copy, read_copy
+from crowdflow.executors import MapFn
 from crowdflow.ranking import RankingOptions
 from crowdflow.ranking.partitioned import PartitionedRankingResult, fit_ranking_partitioned
 from crowdflow.skills import SkillsOptions
 from crowdflow.skills.partitioned import (
     EncodedBuckets,
-    MapFn,
     PartitionedSkills,
     dictionaries,
     encode_buckets,

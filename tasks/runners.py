@@ -87,15 +87,33 @@ class DaskMap:
     def __call__(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
         return list(self.client.gather(self.client.map(fn, items, pure=False)))
 
-    def fold(self, fn: Callable[[Any], Any], items: list[Any], combine: Callable[[Any, Any], Any], acc: Any) -> Any:
-        """``combine(acc, fn(item))`` for every item in the order the results complete; each result is released
-        once combined, so this process holds one at a time (e.g. a bucket's W×W counts)."""
+    def fold(
+        self,
+        fn: Callable[[Any], Any],
+        items: list[Any],
+        combine: Callable[[Any, Any], Any],
+        acc: Any,
+        *,
+        ordered: bool = False,
+    ) -> Any:
+        """``combine(acc, fn(item))`` as the results complete, each released once combined; ``ordered`` combines in
+        the items' order (a completed result waits for those before it), for floating-point sums with fixed bits."""
         from distributed import as_completed
 
         futures = self.client.map(fn, items, pure=False)
+        position = {f.key: k for k, f in enumerate(futures)}
+        waiting: dict[int, Any] = {}
+        upto = 0
         for future in as_completed(futures):
-            acc = combine(acc, future.result())
+            result = future.result()
             future.release()
+            if not ordered:
+                acc = combine(acc, result)
+                continue
+            waiting[position[future.key]] = result
+            while upto in waiting:
+                acc = combine(acc, waiting.pop(upto))
+                upto += 1
         return acc
 
 

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from crowdflow.executors import MapFn
 from crowdflow.graphs import Components, GraphStructure, WorkerGraphReport, graph_structure
 from crowdflow.labels import LabelMatrix
 from crowdflow.progress import ProgressFn
@@ -36,7 +37,7 @@ from crowdflow.skills.inputs import prepare_labels
 from crowdflow.skills.majority import majority_vote
 from crowdflow.skills.moments import LabelMoments, edge_weights, label_moments, prune_spammer_edges
 from crowdflow.skills.options import SkillsOptions
-from crowdflow.skills.partitions import MapFn, partitioned_moments
+from crowdflow.skills.partitions import partitioned_moments
 from crowdflow.skills.rank_one import fit_active
 from crowdflow.skills.reasons import explain_missing_skills
 from crowdflow.skills.types import Policy

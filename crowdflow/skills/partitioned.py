@@ -41,6 +41,7 @@ import scipy.sparse as sp
 
 from crowdflow.datasets import Partition, list_partitions, read_partition
 from crowdflow.errors import InputError
+from crowdflow.executors import MapFn, fold, inline_executor
 from crowdflow.graphs import WorkerGraphReport, graph_structure, worker_graph_from_counts
 from crowdflow.io import LoadedTable
 from crowdflow.labels import natural_sort
@@ -76,9 +77,6 @@ from crowdflow.tables import INPUTS
 
 log = logging.getLogger(__name__)
 
-#: ``executor(fn, items) -> results`` in the order of ``items`` (a Dask client's map, or a list comprehension)
-MapFn = Callable[[Callable[[Any], Any], list[Any]], list[Any]]
-
 
 def read_and_split(
     part: Partition,
@@ -111,22 +109,6 @@ def dictionaries(summaries: list[SplitSummary], classes: list[str] | None) -> tu
     if unknown:
         raise InputError(f"labels outside the declared label set {declared.tolist()}: {unknown[:5]}", column="label")
     return workers, declared
-
-
-def fold(
-    executor: MapFn, fn: Callable[[Any], Any], items: list[Any], combine: Callable[[Any, Any], Any], acc: Any
-) -> Any:
-    """``combine`` every ``fn(item)`` into ``acc`` as the results arrive (any order: ``combine`` must not care).
-
-    An executor with a ``fold`` method (the pipeline's Dask executor: results taken as they complete, each released
-    once combined) keeps one result at a time in this process; a plain map executor returns them all first.
-    """
-    own = getattr(executor, "fold", None)
-    if own is not None:
-        return own(fn, items, combine, acc)
-    for result in executor(fn, items):
-        acc = combine(acc, result)
-    return acc
 
 
 def _add_bucket(
@@ -524,10 +506,6 @@ def _worker_ids(part: ReviewPart, workers: np.ndarray) -> ReviewPart:
     return replace(part, gold_workers=part.gold_workers.assign(worker=ids))
 
 
-def _in_process(fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
-    return [fn(x) for x in items]
-
-
 def fit_skills_partitioned(
     source: str | os.PathLike[str],
     options: SkillsOptions | None = None,
@@ -572,7 +550,7 @@ def fit_skills_partitioned(
         Fields of :class:`SkillsOptions`.
     """
     o = SkillsOptions.resolve(options, **overrides)
-    run = executor or _in_process
+    run = executor or inline_executor
     parts = list_partitions(source, storage_options)
     out = Path(out_folder)
     out.mkdir(parents=True, exist_ok=True)

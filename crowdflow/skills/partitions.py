@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import functools
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from crowdflow.executors import MapFn
 from crowdflow.graphs import pair_counts
 from crowdflow.labels import LabelMatrix, task_major_order
 from crowdflow.skills.moments import LabelMoments, moments_from_packed, pack_counts
-
-#: ``executor(fn, items) -> results``: runs ``fn`` on every item (e.g. a Dask client's map), results in order
-MapFn = Callable[[Callable[[Any], Any], list[Any]], list[Any]]
 
 
 def write_label_partitions(lm: LabelMatrix, folder: str | Path, n_partitions: int) -> list[str]:
