@@ -396,3 +396,57 @@ def test_a_comparison_dataset_read_by_the_workers_gives_the_inline_trimmed_run(t
     assert mb["outputs"]["outliers"]["parts"] == 4 and mb["partitioned"]["passes"] > 3
     with pytest.raises(SpecError, match=r"ranking\.outliers lbi follows a path"):
         run_pipeline(parse_spec({**spec, "ranking": {"outliers": "lbi"}}))
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_million_labels_and_comparisons_through_crowdflow_run_on_worker_processes(tmp_path: Path) -> None:
+    """#21 at 10^6 rows: `crowdflow run` with the workers (2 processes) reading 10 files; equal to the library fit."""
+    from flows.cli import main
+
+    rng = np.random.default_rng(21)
+    n_tasks, n_workers = 200_000, 500
+    skill = rng.uniform(0.2, 0.9, n_workers)
+    truth = rng.integers(0, 2, n_tasks)
+    task = np.repeat(np.arange(n_tasks), 5)
+    worker = (task * 7 + np.tile(np.arange(5) * 101, n_tasks) + rng.integers(0, n_workers, task.size)) % n_workers
+    keep = ~pd.DataFrame({"t": task, "w": worker}).duplicated().to_numpy()
+    task, worker = task[keep], worker[keep]
+    label = np.where(rng.random(task.size) < (1 + skill[worker]) / 2, truth[task], 1 - truth[task])
+    labels = pd.DataFrame(
+        {"task": "t" + task.astype(str), "worker": "w" + worker.astype(str), "label": label.astype(str)}
+    )
+    (tmp_path / "labels").mkdir()
+    for k, rows in enumerate(np.array_split(rng.permutation(len(labels)), 10)):
+        labels.iloc[rows].to_parquet(tmp_path / "labels" / f"part-{k}.parquet", index=False)
+    items = np.array([f"i{k}" for k in range(300)])
+    theta = rng.normal(size=items.size)
+    a, b = rng.integers(0, items.size, 10**6), rng.integers(0, items.size, 10**6)
+    ok = a != b
+    cmp = pd.DataFrame({"annotator": "a" + (np.arange(ok.sum()) % 997).astype(str), "item_a": items[a[ok]]})
+    cmp["item_b"] = items[b[ok]]
+    cmp["outcome"] = theta[a[ok]] - theta[b[ok]] + rng.normal(0, 0.5, ok.sum())
+    (tmp_path / "cmp").mkdir()
+    for k, rows in enumerate(np.array_split(np.arange(len(cmp)), 10)):
+        cmp.iloc[rows].to_parquet(tmp_path / "cmp" / f"part-{k}.parquet", index=False)
+    runner = {"kind": "dask", "n_workers": 2, "processes": True, "memory_limit": "3GB"}
+    specs = {
+        "skills.yaml": {"name": "big", "labels": {"path": "labels"}, "runner": runner, "output": {"dir": "out"}},
+        "rank.yaml": {
+            "name": "bigrank",
+            "job": "ranking",
+            "comparisons": {"path": "cmp"},
+            "ranking": {"outliers": "none", "diagnostics": False},
+            "runner": runner,
+            "output": {"dir": "out"},
+        },
+    }
+    for name, spec in specs.items():
+        (tmp_path / name).write_text(json.dumps(spec))
+        assert main(["run", str(tmp_path / name)]) == 0
+    run = next((tmp_path / "out" / "big").iterdir())
+    got = pd.read_parquet(run / "consensus").set_index("task")["label"]
+    want = fit_skills(labels, tie_break="smallest").consensus.set_index("task")["label"]
+    assert len(got) == n_tasks and (got.reindex(want.index) == want).mean() > 0.999  # ties may break otherwise
+    ranked = pd.read_parquet(next((tmp_path / "out" / "bigrank").iterdir()) / "ranking.parquet").set_index("item")
+    assert np.corrcoef(ranked["score"].reindex(items), theta)[0, 1] > 0.99
