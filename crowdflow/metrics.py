@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import pandas as pd
 
 
@@ -147,17 +148,40 @@ def majority_changes(labels: pd.DataFrame, consensus: pd.DataFrame) -> pd.DataFr
         majority label / labels of the task), ``n_labels``; one row per changed task, the clearest majorities first.
     """
     lab = _as_text(labels, ["task", "label"])
-    counts = lab.groupby(["task", "label"]).size().rename("n").reset_index()
-    total = counts.groupby("task")["n"].transform("sum")
-    top = counts[counts["n"] == counts.groupby("task")["n"].transform("max")].assign(share=lambda d: d["n"] / total)
-    majority = top.groupby("task").agg(
-        majority_labels=("label", lambda s: "|".join(sorted(s))), majority_share=("share", "first")
-    )
+    # integer codes, one sort of task·L + label: O(n log n) on integers, no group-by over text (a 10^7-label run spent
+    # 55 s in the text version); the text of the few changed tasks is assembled at the end
+    t_codes, t_ids = pd.factorize(lab["task"].to_numpy(dtype=object))
+    l_codes, l_ids = pd.factorize(lab["label"].to_numpy(dtype=object))
+    n_lab = max(len(l_ids), 1)
+    keys, counts = np.unique(t_codes.astype(np.int64) * n_lab + l_codes, return_counts=True)
+    key_task = keys // n_lab
+    total = np.bincount(t_codes, minlength=len(t_ids))
+    top = np.zeros(len(t_ids), dtype=np.int64)
+    np.maximum.at(top, key_task, counts)
+    top_keys = keys[counts == top[key_task]]  # sorted: the (task, label) pairs that are a majority label
     pred = _as_text(consensus, ["task", "label"])
-    hit = pred.merge(top[["task", "label"]].assign(in_majority=True), on=["task", "label"], how="left")
-    changed = hit[hit["in_majority"].isna() & hit["task"].isin(majority.index)][["task", "label"]]
-    out = changed.merge(majority.reset_index(), on="task")
-    out["n_labels"] = out["task"].map(lab.groupby("task").size()).astype("int64")
+    pt = pd.Index(t_ids).get_indexer(pred["task"].to_numpy(dtype=object))
+    pl = pd.Index(l_ids).get_indexer(pred["label"].to_numpy(dtype=object))
+    asked = pt.astype(np.int64) * n_lab + pl
+    pos = np.minimum(np.searchsorted(top_keys, asked), max(top_keys.size - 1, 0))
+    in_majority = (pl >= 0) & (top_keys.size > 0) & (top_keys[pos] == asked if top_keys.size else False)
+    changed_rows = np.flatnonzero((pt >= 0) & ~in_majority)
+    tasks = pt[changed_rows]
+    chosen = np.isin(key_task, tasks) & (counts == top[key_task])
+    majority = (
+        pd.DataFrame({"t": key_task[chosen], "label": l_ids[keys[chosen] % n_lab]})
+        .groupby("t")["label"]
+        .agg(lambda s: "|".join(sorted(s)))
+    )
+    out = pd.DataFrame(
+        {
+            "task": pred["task"].to_numpy(dtype=object)[changed_rows],
+            "label": pred["label"].to_numpy(dtype=object)[changed_rows],
+            "majority_labels": majority.reindex(tasks).to_numpy(dtype=object),
+            "majority_share": top[tasks] / total[tasks],
+            "n_labels": total[tasks].astype("int64"),
+        }
+    )
     return out.sort_values(
         ["majority_share", "n_labels", "task"], ascending=[False, False, True], kind="stable"
     ).reset_index(drop=True)

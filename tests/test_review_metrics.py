@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -89,3 +90,35 @@ def test_a_manifest_becomes_one_runs_row() -> None:
     assert swapped["inputs_sha256"] == row["inputs_sha256"]  # the same data, listed in another order
     bare = runs_row({"run_id": "r"}).to_pylist()[0]
     assert bare["accuracy"] is None and bare["started_at"] is None and not math.isnan(bare["seconds"])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_majority_changes_over_a_family(seed: int) -> None:
+    """The integer-coded majority_changes against its definition, written the slow obvious way."""
+    rng = np.random.default_rng(seed)
+    n_tasks, m, n = int(rng.integers(1, 40)), int(rng.integers(1, 5)), int(rng.integers(0, 200))
+    labels = pd.DataFrame(
+        {
+            "task": rng.integers(0, n_tasks, n).astype(str),
+            "worker": "w",
+            "label": np.array(list("abcde"))[rng.integers(0, m, n)],
+        }
+    )
+    consensus = pd.DataFrame(
+        {
+            "task": np.arange(n_tasks + 2).astype(str),
+            "label": np.array(list("abcdef"))[rng.integers(0, m + 1, n_tasks + 2)],
+        }
+    )
+    got = majority_changes(labels, consensus)
+    rows = []
+    for task, label in consensus.itertuples(index=False):
+        votes = labels.loc[labels["task"] == task, "label"].value_counts()
+        if votes.empty:
+            continue  # a task nobody labelled has no majority to change
+        top = sorted(votes.index[votes == votes.max()])
+        if label not in top:
+            rows.append((task, label, "|".join(top), votes.max() / votes.sum(), int(votes.sum())))
+    want = pd.DataFrame(rows, columns=["task", "label", "majority_labels", "majority_share", "n_labels"])
+    want = want.sort_values(["majority_share", "n_labels", "task"], ascending=[False, False, True], kind="stable")
+    pd.testing.assert_frame_equal(got, want.reset_index(drop=True), check_dtype=False)
