@@ -38,7 +38,7 @@ from crowdflow.skills.majority import majority_vote
 from crowdflow.skills.moments import LabelMoments, edge_weights, label_moments, prune_spammer_edges
 from crowdflow.skills.options import SkillsOptions
 from crowdflow.skills.partitions import partitioned_moments
-from crowdflow.skills.rank_one import fit_active
+from crowdflow.skills.rank_one import RankOneFit, fit_active
 from crowdflow.skills.reasons import explain_missing_skills
 from crowdflow.skills.types import Policy
 
@@ -90,6 +90,133 @@ class SkillsResult:
         """The metadata as a one-row DataFrame (lists are joined with ``,``)."""
         row = {k: (",".join(map(str, v)) if isinstance(v, list | tuple) else v) for k, v in self.metadata.items()}
         return pd.DataFrame([row])
+
+
+def fit_metadata(
+    o: SkillsOptions,
+    classes: np.ndarray,
+    n_workers: int,
+    n_tasks: int,
+    n_labels: int,
+    n_dropped: int,
+    n_pruned: int,
+    identifiability_policy: str,
+) -> dict[str, Any]:
+    """The metadata every skills fit starts from (the options it ran with and the sizes of its input)."""
+    return {
+        "method": o.method,
+        "n_classes": int(classes.size),
+        "classes": classes.astype(str).tolist(),
+        "n_workers": n_workers,
+        "n_tasks": n_tasks,
+        "n_labels": n_labels,
+        "n_duplicates_dropped": int(n_dropped),
+        "weighting": o.weighting,
+        "tau": float(o.tau),
+        "x0": float(o.x0),
+        "tol": float(o.tol),
+        "max_iter": int(o.max_iter),
+        "solver": o.solver,
+        "sign_mode": o.sign_mode,
+        "identifiability_policy": identifiability_policy,
+        "fallback": o.fallback,
+        "tie_break": o.tie_break,
+        "seed": int(o.seed),
+        "min_pair_count": int(o.min_pair_count),
+        "prune_spammers": "" if o.prune_spammers is None else ",".join(map(str, o.prune_spammers)),
+        "n_pairs_pruned": n_pruned,
+    }
+
+
+def worker_table(
+    workers: np.ndarray,
+    skill: np.ndarray,
+    accuracy: np.ndarray,
+    vote_weight: np.ndarray,
+    n_labels: np.ndarray,
+    n_mat: sp.csr_matrix,
+    graph: Components,
+    status: np.ndarray,
+    identifiable: np.ndarray,
+    box: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> pd.DataFrame:
+    """The ``skills`` table (:class:`SkillsResult`): one row per worker; ``box`` = (lower, upper, fit_component) of
+    a rank-one fit (NaN, NaN, −1 for the other methods)."""
+    w = int(workers.size)
+    lower, upper, fit_comp = box if box is not None else (np.full(w, np.nan), np.full(w, np.nan), np.full(w, -1))
+    return pd.DataFrame(
+        {
+            "worker": workers,
+            "skill": skill,
+            "accuracy": accuracy,
+            "vote_weight": vote_weight.astype(np.float64),
+            "n_labels": n_labels.astype(np.int64),
+            "n_partners": np.diff(n_mat.indptr).astype(np.int64),
+            "component": graph.labels.astype(np.int64),
+            "status": status.astype(str),
+            "identifiable": identifiable,
+            "strength": np.asarray(n_mat.sum(axis=1)).ravel().astype(np.float64),
+            "lower": lower,
+            "upper": upper,
+            "fit_component": np.asarray(fit_comp, dtype=np.int64),
+        }
+    )
+
+
+def fit_rank_one_options(
+    active: np.ndarray,
+    ag: Components,
+    w_all: sp.csr_matrix,
+    c_hat: sp.csr_matrix,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    o: SkillsOptions,
+    progress: ProgressFn | None,
+) -> tuple[np.ndarray, np.ndarray, RankOneFit | None]:
+    """:func:`fit_active` with the solver settings of ``o`` (in memory and partitioned alike)."""
+    return fit_active(
+        active,
+        ag,
+        w_all,
+        c_hat,
+        lo,
+        hi,
+        x0=o.x0,
+        eta=o.eta,
+        tol=o.tol,
+        max_iter=o.max_iter,
+        solver=o.solver,
+        sign_mode=o.sign_mode,
+        progress=progress,
+    )
+
+
+def diagnostics_table(
+    lm: LabelMatrix | None,
+    n_mat: sp.csr_matrix,
+    w_all: sp.csr_matrix,
+    graph: Components,
+    skill: np.ndarray,
+    status: np.ndarray,
+    o: SkillsOptions,
+    witnesses: dict[int, np.ndarray] | None,
+    per_component: tuple[np.ndarray, np.ndarray] | None = None,
+) -> pd.DataFrame:
+    """:func:`component_diagnostics` with the settings of ``o``."""
+    return component_diagnostics(
+        lm,
+        n_mat,
+        w_all,
+        graph,
+        skill,
+        status.astype(str),
+        spectral=o.spectral,
+        dense_max=o.dense_eig_max,
+        witness=o.witness,
+        spectral_max_nnz=o.spectral_max_nnz,
+        witnesses=witnesses,
+        per_component=per_component,
+    )
 
 
 def _fit_status(converged: bool) -> str:
@@ -256,42 +383,18 @@ def fit_skills(
         graph = structure.graph
     w_all = edge_weights(n_mat, o.weighting)
     n_i = lm.labels_per_worker()
-    n_partners = np.diff(n_mat.indptr).astype(np.int64)
-    strength = np.asarray(n_mat.sum(axis=1)).ravel()
 
     base = np.where(graph.bipartite, "bipartite_component", "ok").astype(object)
     base[graph.sizes == 1] = "isolated"
     status = base[graph.labels].copy()
 
-    meta: dict[str, Any] = {
-        "method": o.method,
-        "n_classes": m,
-        "classes": lm.classes.astype(str).tolist(),
-        "n_workers": lm.n_workers,
-        "n_tasks": lm.n_tasks,
-        "n_labels": lm.n_labels,
-        "n_duplicates_dropped": int(dropped),
-        "weighting": o.weighting,
-        "tau": float(o.tau),
-        "x0": float(o.x0),
-        "tol": float(o.tol),
-        "max_iter": int(o.max_iter),
-        "solver": o.solver,
-        "sign_mode": o.sign_mode,
-        "identifiability_policy": identifiability_policy,
-        "fallback": o.fallback,
-        "tie_break": o.tie_break,
-        "seed": int(o.seed),
-        "min_pair_count": int(o.min_pair_count),
-        "prune_spammers": "" if o.prune_spammers is None else ",".join(map(str, o.prune_spammers)),
-        "n_pairs_pruned": n_pruned,
-    }
+    meta = fit_metadata(o, lm.classes, lm.n_workers, lm.n_tasks, lm.n_labels, dropped, n_pruned, identifiability_policy)
     if n_parts:
         meta["moments_partitions"] = n_parts
 
     if o.method != "pgd":
         witnesses = witness_cycles(structure) if (o.witness and structure is not None) else None
-        return _fit_baseline(lm, o, graph, n_mat, w_all, status, n_i, n_partners, strength, meta, witnesses, timings)
+        return _fit_baseline(lm, o, graph, n_mat, w_all, status, n_i, meta, witnesses, timings)
 
     lap("graph")
     status, active, lo, hi, ag, drops = active_workers(graph, base, w_all, n_i, m, o.tau)
@@ -314,21 +417,7 @@ def fit_skills(
         )
 
     lap("graph")
-    skills, fit_comp, fit = fit_active(
-        active,
-        ag,
-        w_all,
-        moments.c_hat,
-        lo,
-        hi,
-        x0=o.x0,
-        eta=o.eta,
-        tol=o.tol,
-        max_iter=o.max_iter,
-        solver=o.solver,
-        sign_mode=o.sign_mode,
-        progress=progress,
-    )
+    skills, fit_comp, fit = fit_rank_one_options(active, ag, w_all, moments.c_hat, lo, hi, o, progress)
     if fit is None:
         log.warning("no identifiable worker: every task falls back to %s", o.fallback)
 
@@ -337,36 +426,9 @@ def fit_skills(
     cons = weighted_consensus(lm, v, identified=active, fallback=o.fallback, tie_break=o.tie_break, seed=o.seed)
     lap("consensus")
     accuracy = ((m - 1) * skills + 1) / m
-    table = pd.DataFrame(
-        {
-            "worker": lm.workers,
-            "skill": skills,
-            "accuracy": accuracy,
-            "vote_weight": v.astype(np.float64),
-            "n_labels": n_i.astype(np.int64),
-            "n_partners": n_partners,
-            "component": graph.labels.astype(np.int64),
-            "status": status.astype(str),
-            "identifiable": active,
-            "strength": strength.astype(np.float64),
-            "lower": lo,
-            "upper": hi,
-            "fit_component": fit_comp,
-        }
-    )
-    diag = component_diagnostics(
-        lm,
-        n_mat,
-        w_all,
-        graph,
-        skills,
-        status.astype(str),
-        spectral=o.spectral,
-        dense_max=o.dense_eig_max,
-        witness=o.witness,
-        spectral_max_nnz=o.spectral_max_nnz,
-        witnesses=witness_cycles(structure) if (o.witness and structure is not None) else None,
-    )
+    table = worker_table(lm.workers, skills, accuracy, v, n_i, n_mat, graph, status, active, (lo, hi, fit_comp))
+    witnesses = witness_cycles(structure) if (o.witness and structure is not None) else None
+    diag = diagnostics_table(lm, n_mat, w_all, graph, skills, status, o, witnesses)
     lap("diagnostics")
     labels_ok = float(active[lm.worker_idx].mean())
     meta.update(
@@ -406,14 +468,11 @@ def _fit_baseline(
     w_all: sp.csr_matrix,
     status: np.ndarray,
     n_i: np.ndarray,
-    n_partners: np.ndarray,
-    strength: np.ndarray,
     meta: dict[str, Any],
     witnesses: dict[int, np.ndarray] | None,
     timings: dict[str, float],
 ) -> SkillsResult:
     clock = time.perf_counter()
-    nan = np.full(lm.n_workers, np.nan)
     trace = np.empty(0)
     if o.method == "mv":
         mv = majority_vote(lm, o.tie_break, o.seed)
@@ -466,40 +525,12 @@ def _fit_baseline(
             }
         )
     ok = status == "ok"
-    table = pd.DataFrame(
-        {
-            "worker": lm.workers,
-            "skill": skill,
-            "accuracy": accuracy,
-            "vote_weight": weight,
-            "n_labels": n_i.astype(np.int64),
-            "n_partners": n_partners,
-            "component": graph.labels.astype(np.int64),
-            "status": status.astype(str),
-            "identifiable": ok,
-            "strength": strength.astype(np.float64),
-            "lower": nan,
-            "upper": nan,
-            "fit_component": np.full(lm.n_workers, -1, dtype=np.int64),
-        }
-    )
+    table = worker_table(lm.workers, skill, accuracy, weight, n_i, n_mat, graph, status, ok)
     cons = cons[["task", "label", "confidence", "n_labels", "fallback"]].reset_index(drop=True)
     now = time.perf_counter()
     timings["fit"] = now - clock
     clock = now
-    diag = component_diagnostics(
-        lm,
-        n_mat,
-        w_all,
-        graph,
-        skill,
-        status.astype(str),
-        spectral=o.spectral,
-        dense_max=o.dense_eig_max,
-        witness=o.witness,
-        spectral_max_nnz=o.spectral_max_nnz,
-        witnesses=witnesses,
-    )
+    diag = diagnostics_table(lm, n_mat, w_all, graph, skill, status, o, witnesses)
     timings["diagnostics"] = time.perf_counter() - clock
     meta.update(
         {

@@ -61,8 +61,14 @@ from crowdflow.skills.buckets import (
 )
 from crowdflow.skills.consensus import vote_weights
 from crowdflow.skills.dawid_skene import _confusion_from_counts, _full_log_pi, _one_coin_from_sums
-from crowdflow.skills.fit import SkillsResult
-from crowdflow.skills.identifiability import active_workers, component_diagnostics, witness_cycles
+from crowdflow.skills.fit import (
+    SkillsResult,
+    diagnostics_table,
+    fit_metadata,
+    fit_rank_one_options,
+    worker_table,
+)
+from crowdflow.skills.identifiability import active_workers, witness_cycles
 from crowdflow.skills.moments import (
     LabelMoments,
     co_labels_from_packed,
@@ -71,7 +77,6 @@ from crowdflow.skills.moments import (
     prune_spammer_edges,
 )
 from crowdflow.skills.options import SkillsOptions
-from crowdflow.skills.rank_one import fit_active
 from crowdflow.skills.reasons import explain_missing_skills
 from crowdflow.tables import INPUTS
 
@@ -307,57 +312,19 @@ def fit_buckets(
     graph = structure.graph
     w_all = edge_weights(n_mat, o.weighting)
     n_i = enc.labels_per_worker
-    n_partners = np.diff(n_mat.indptr).astype(np.int64)
-    strength = np.asarray(n_mat.sum(axis=1)).ravel()
     base = np.where(graph.bipartite, "bipartite_component", "ok").astype(object)
     base[graph.sizes == 1] = "isolated"
     status = base[graph.labels].copy()
     ok = status == "ok"
-    nan = np.full(w, np.nan)
-    lo, hi, fit_comp = nan, nan, np.full(w, -1, dtype=np.int64)
+    box: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     common: dict[str, Any] = {"n_workers": w, "classes": enc.classes, "component": graph.labels, "truth": truth}
-    meta: dict[str, Any] = {
-        "method": o.method,
-        "n_classes": m,
-        "classes": enc.classes.astype(str).tolist(),
-        "n_workers": w,
-        "n_tasks": enc.n_tasks,
-        "n_labels": enc.n_labels,
-        "n_duplicates_dropped": enc.n_dropped,
-        "weighting": o.weighting,
-        "tau": float(o.tau),
-        "x0": float(o.x0),
-        "tol": float(o.tol),
-        "max_iter": int(o.max_iter),
-        "solver": o.solver,
-        "sign_mode": o.sign_mode,
-        "identifiability_policy": "flag",
-        "fallback": o.fallback,
-        "tie_break": o.tie_break,
-        "seed": int(o.seed),
-        "min_pair_count": int(o.min_pair_count),
-        "prune_spammers": "" if o.prune_spammers is None else ",".join(map(str, o.prune_spammers)),
-        "n_pairs_pruned": n_pruned,
-        "partitions": len(enc.buckets),
-    }
+    meta = fit_metadata(o, enc.classes, w, enc.n_tasks, enc.n_labels, enc.n_dropped, n_pruned, "flag")
+    meta["partitions"] = len(enc.buckets)
     trace = np.empty(0)
     if o.method == "pgd":
         status, active, lo, hi, ag, _ = active_workers(graph, base, w_all, n_i, m, o.tau)
-        skill, fit_comp, fit = fit_active(
-            active,
-            ag,
-            w_all,
-            moments.c_hat,
-            lo,
-            hi,
-            x0=o.x0,
-            eta=o.eta,
-            tol=o.tol,
-            max_iter=o.max_iter,
-            solver=o.solver,
-            sign_mode=o.sign_mode,
-            progress=progress,
-        )
+        skill, fit_comp, fit = fit_rank_one_options(active, ag, w_all, moments.c_hat, lo, hi, o, progress)
+        box = (lo, hi, fit_comp)
         weight = vote_weights(skill, m, lo, hi).astype(np.float64)
         run = functools.partial(
             weighted_consensus_pass,
@@ -428,7 +395,7 @@ def fit_buckets(
             weight = np.log((m - 1) * accuracy / (1 - accuracy))
         else:
             accuracy = np.einsum("l,ill->i", q, pi)
-            weight = nan.copy()
+            weight = np.full(w, np.nan)
         skill = (m * accuracy - 1.0) / (m - 1.0)
         if not converged:
             warnings.warn(
@@ -449,37 +416,9 @@ def fit_buckets(
                 "fit_status": "converged" if converged else "not_converged",
             }
         )
-    table_ = pd.DataFrame(
-        {
-            "worker": enc.workers,
-            "skill": skill,
-            "accuracy": accuracy,
-            "vote_weight": weight,
-            "n_labels": n_i.astype(np.int64),
-            "n_partners": n_partners,
-            "component": graph.labels.astype(np.int64),
-            "status": status.astype(str),
-            "identifiable": ok,
-            "strength": strength.astype(np.float64),
-            "lower": lo,
-            "upper": hi,
-            "fit_component": fit_comp,
-        }
-    )
-    diag = component_diagnostics(
-        None,
-        n_mat,
-        w_all,
-        graph,
-        skill,
-        status.astype(str),
-        spectral=o.spectral,
-        dense_max=o.dense_eig_max,
-        witness=o.witness,
-        spectral_max_nnz=o.spectral_max_nnz,
-        witnesses=witness_cycles(structure) if o.witness else None,
-        per_component=sums["per_component"],
-    )
+    table_ = worker_table(enc.workers, skill, accuracy, weight, n_i, n_mat, graph, status, ok, box)
+    witnesses = witness_cycles(structure) if o.witness else None
+    diag = diagnostics_table(None, n_mat, w_all, graph, skill, status, o, witnesses, sums["per_component"])
     meta.update(
         {
             "n_ties": sums["n_ties"],
