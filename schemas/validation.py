@@ -119,7 +119,9 @@ class ValidationReport:
         ]
 
 
-def _expectations(schema: TableSchema, present: list[str], allowed: dict[str, list[str]]) -> list[tuple[Any, str]]:
+def _expectations(
+    schema: TableSchema, present: list[str], allowed: dict[str, list[str]], whole_table: bool = True
+) -> list[tuple[Any, str]]:
     import great_expectations.expectations as gxe
 
     out: list[tuple[Any, str]] = []
@@ -164,7 +166,7 @@ def _expectations(schema: TableSchema, present: list[str], allowed: dict[str, li
                 )
             )
     for col in schema.columns:
-        if col.name in present and col.min_distinct and col.name not in allowed:
+        if whole_table and col.name in present and col.min_distinct and col.name not in allowed:
             out.append(
                 (
                     gxe.ExpectColumnUniqueValueCountToBeBetween(column=col.name, min_value=col.min_distinct),
@@ -172,7 +174,7 @@ def _expectations(schema: TableSchema, present: list[str], allowed: dict[str, li
                     "the label set declared: skills.classes in the spec)",
                 )
             )
-    if schema.unique and all(c in present for c in schema.unique):
+    if whole_table and schema.unique and all(c in present for c in schema.unique):
         if len(schema.unique) == 1:
             exp = gxe.ExpectColumnValuesToBeUnique(column=schema.unique[0])
         else:
@@ -196,6 +198,7 @@ def validate_frame(
     schema: TableSchema,
     source: str,
     allowed: dict[str, list[str]] | None = None,
+    whole_table: bool = True,
 ) -> ValidationReport:
     """Run the schema's GX suite on ``df`` in an ephemeral data context.
 
@@ -208,6 +211,11 @@ def validate_frame(
         File (or query) the table came from, used in messages.
     allowed : dict, optional
         Column → allowed values (e.g. the declared label set).
+    whole_table : bool
+        Include the rules about the table as a whole (distinct values of a column, unique keys). ``False`` for one
+        file of a dataset: a file may hold one class, and a key repeated across files is only seen when the files
+        meet (the partitioned run checks both on what it sums: ``crowdflow.skills.partitioned.dictionaries`` and the
+        duplicate policy of ``crowdflow.skills.buckets.encode_bucket``).
 
     Returns
     -------
@@ -218,7 +226,7 @@ def validate_frame(
 
     logging.getLogger("great_expectations").setLevel(logging.WARNING)
     present = [c for c in schema.names if c in df.columns]
-    expectations = _expectations(schema, present, allowed or {})
+    expectations = _expectations(schema, present, allowed or {}, whole_table)
     ctx = gx.get_context(mode="ephemeral")
     ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
     batch = ctx.data_sources.add_pandas("crowdflow").add_dataframe_asset(schema.name)
@@ -291,10 +299,10 @@ def require_valid(report: ValidationReport) -> None:
 
 
 def validate_loaded(table: LoadedTable, kind: str, allowed: dict[str, list[str]] | None = None) -> ValidationReport:
-    """The ``kind`` contract's suite on one loaded table (a partition, validated where a Dask worker read it)."""
+    """The ``kind`` contract's row rules on one file of a dataset, where a Dask worker read it (no whole-table rule)."""
     from crowdflow.tables import INPUTS
 
-    return validate_frame(table.df, INPUTS[kind], table.source, allowed)
+    return validate_frame(table.df, INPUTS[kind], table.source, allowed, whole_table=False)
 
 
 def combined_message(reports: list[ValidationReport], dataset: str, limit: int = 10) -> str:

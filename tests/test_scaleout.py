@@ -8,6 +8,7 @@ import itertools
 import json
 import socket
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -450,3 +451,34 @@ def test_a_million_labels_and_comparisons_through_crowdflow_run_on_worker_proces
     assert len(got) == n_tasks and (got.reindex(want.index) == want).mean() > 0.999  # ties may break otherwise
     ranked = pd.read_parquet(next((tmp_path / "out" / "bigrank").iterdir()) / "ranking.parquet").set_index("item")
     assert np.corrcoef(ranked["score"].reindex(items), theta)[0, 1] > 0.99
+
+
+def test_whole_table_rules_are_checked_on_the_dataset_not_per_file(tmp_path: Path) -> None:
+    """A file may hold one class, and a (task, worker) pair repeated inside a file is the duplicate policy's to
+    settle: per file only the row rules run; the distinct-labels rule and the duplicates are checked on the whole."""
+    from flows.cli import main
+
+    folder = tmp_path / "labels"
+    folder.mkdir()
+    rows = [(f"t{t}", f"w{w}") for t in range(6) for w in range(3)]
+    pd.DataFrame([(t, w, "yes") for t, w in rows[:9]], columns=["task", "worker", "label"]).to_parquet(
+        folder / "a.parquet"
+    )
+    second = [(t, w, "no") for t, w in rows[9:]] + [(rows[0][0], rows[0][1], "no")]  # repeats a pair of a.parquet
+    pd.DataFrame(second, columns=["task", "worker", "label"]).to_parquet(folder / "b.parquet")
+    spec = {"name": "x", "labels": {"path": "labels"}, "runner": {"kind": "dask"}, "output": {"dir": "out"}}
+
+    def validate(**skills: Any) -> tuple[int, str]:
+        (tmp_path / "spec.yaml").write_text(json.dumps({**spec, "skills": skills}))
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            code = main(["validate", str(tmp_path / "spec.yaml")])
+        return code, err.getvalue()
+
+    assert validate(duplicates="keep_last")[0] == 0  # one class per file, the repeat settled by the policy
+    code, err = validate()
+    assert code == 2 and "a.parquet row 1" in err and "b.parquet row 10" in err
+    (folder / "b.parquet").unlink()
+    code, err = validate()
+    assert code == 2 and "at least 2 distinct values" in err
+    assert validate(classes=["yes", "no"])[0] == 0

@@ -77,7 +77,7 @@ import pandas as pd
 from scipy.special import ndtr, ndtri
 
 from crowdflow.comparisons import canonical_comparisons
-from crowdflow.errors import DegenerateInput
+from crowdflow.errors import DegenerateInput, InputError
 from crowdflow.executors import MapFn, fold, inline_executor
 from crowdflow.labels import natural_order
 from crowdflow.missing import explain_missing
@@ -210,7 +210,7 @@ def _read_rows(read: Callable[[Any], pd.DataFrame], ctx: _Ctx, part: Any) -> _Ro
     i = index.get_indexer(df["item_a"].to_numpy(dtype=object))
     j = index.get_indexer(df["item_b"].to_numpy(dtype=object))
     if (i < 0).any() or (j < 0).any():
-        raise ValueError("a partition holds an item id the scan pass did not see (did the partition change?)")
+        raise InputError("holds an item id the first pass did not see: the file changed during the run", path=str(part))
     i = i.astype(np.int64)
     j = j.astype(np.int64)
     sign = np.where(i < j, 1.0, -1.0)

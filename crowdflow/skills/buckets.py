@@ -213,7 +213,9 @@ def encode_bucket(
     worker_idx = pd.Index(workers).get_indexer(frame["worker"])
     class_idx = pd.Index(classes).get_indexer(frame["label"])
     if (worker_idx < 0).any() or (class_idx < 0).any():
-        raise ValueError(f"{folder}: a worker or label outside the run's dictionaries (the buckets are stale)")
+        raise InputError(
+            "a worker or label outside the run's dictionaries: an input file changed during the run", path=folder
+        )
     n_workers = int(workers.size)
     order, key = task_major_order(task_idx, worker_idx, n_workers)
     order, dropped = _duplicates(key, order, duplicates, frame)

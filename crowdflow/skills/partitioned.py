@@ -108,6 +108,12 @@ def dictionaries(summaries: list[SplitSummary], classes: list[str] | None) -> tu
     workers = natural_sort(np.unique(np.concatenate([s.workers for s in summaries]).astype(str)))
     seen = natural_sort(np.unique(np.concatenate([s.labels for s in summaries]).astype(str)))
     if classes is None:
+        if seen.size < 2:  # the labels contract's distinct-values rule, on the whole dataset (each file may hold one)
+            raise InputError(
+                f"column 'label' must have at least 2 distinct values (a single-class batch needs the label set "
+                f"declared: skills.classes in the spec); found {seen.size}: {seen.tolist()}",
+                column="label",
+            )
         return workers, seen
     declared = np.asarray([str(c) for c in classes], dtype=object)
     unknown = sorted(set(seen.tolist()) - set(declared.tolist()))
