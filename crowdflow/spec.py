@@ -189,7 +189,7 @@ class SourceSpec(Credentials):
 
 
 # The input of each job that a Dask runner reads on its workers when it is a Parquet folder or a URL (docs/scale.md).
-PARTITIONED_INPUTS: dict[str, str] = {"skills": "labels", "ranking": "comparisons"}
+PARTITIONED_INPUTS: dict[str, str] = {"skills": "labels", "ranking": "comparisons", "personal_models": "agents"}
 
 # The checks each job runs: schema validation of every input, then the job's graph checks (crowdflow.checks).
 JOB_CHECKS: dict[str, tuple[str, ...]] = {

@@ -70,7 +70,8 @@ def check_partitioned(spec: PipelineBase) -> None:
     """Refuse (``SpecError``) what a run whose input the Dask workers read cannot do, before any step runs.
 
     Its row outputs are written by the workers as parts of a flat run folder, so ``output.layout: hive`` is refused;
-    a ranking's outlier search must be one that runs in passes (``trimmed`` or ``none``).
+    a ranking's outlier search must be one that runs in passes (``trimmed`` or ``none``), personal models must be
+    ``djam_blocked``.
     """
     kind = spec.partitioned_input()
     if kind is None:
@@ -79,6 +80,13 @@ def check_partitioned(spec: PipelineBase) -> None:
         raise SpecError(
             f"output.layout hive is not available when the Dask workers read the {kind} (a Parquet folder or URL "
             "with runner.kind dask): their outputs are written as parts of a flat run folder; use output.layout flat"
+        )
+    method = getattr(getattr(spec, "personal_models", None), "method", None)
+    if method not in (None, "djam_blocked"):
+        raise SpecError(
+            f"personal_models.method {method} holds every agent's data in one process, which a run whose Dask workers "
+            "read the agents never has: set personal_models.method: djam_blocked (blocks of the agent graph, each "
+            "built and run on a worker; docs/scale.md)"
         )
     outliers = getattr(getattr(spec, "ranking", None), "outliers", None)
     if outliers in ("lbi", "hlasso"):

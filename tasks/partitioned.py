@@ -19,6 +19,8 @@ from prefect.cache_policies import NONE
 
 from crowdflow.datasets import Partition, dataset_fingerprint, list_partitions, read_check_copy, read_copy
 from crowdflow.executors import MapFn
+from crowdflow.personal_models import PersonalModelsOptions, PersonalModelsResult
+from crowdflow.personal_models.partitioned import fit_personal_models_partitioned, scan_agents
 from crowdflow.ranking import RankingOptions
 from crowdflow.ranking.partitioned import PartitionedRankingResult, fit_ranking_partitioned
 from crowdflow.skills import SkillsOptions
@@ -235,3 +237,67 @@ def fit_ranking_on_workers(
         fit.n_outliers,
     )
     return fit
+
+
+def loss_args(options: PersonalModelsOptions) -> dict[str, Any]:
+    """The options that build each agent's loss (:func:`crowdflow.personal_models.problem.build_losses`)."""
+    o = options
+    return {
+        "loss": o.loss,
+        "reg": o.reg,
+        "prior_mean": o.prior_mean,
+        "huber_c": o.huber_c,
+        "huber_kappa": o.huber_kappa,
+        "feature_cols": o.features,
+    }
+
+
+@task(name="scan-agents", cache_policy=NONE)
+def scan_agents_on_workers(copies: list[str], executor: MapFn, options: PersonalModelsOptions) -> tuple[Any, Any]:
+    """Pass 2 on the workers: each file's agent ids and model parameters; the flow keeps their union (n ids)."""
+    ids, names = scan_agents(copies, read_copy, executor, loss_args(options))
+    get_run_logger().info("%d agents in %d files; parameters %s", len(ids), len(copies), list(names))
+    return ids, names
+
+
+@task(name="fit-personal-models-partitioned", cache_policy=NONE)
+def fit_personal_models_on_workers(
+    copies: list[str],
+    executor: MapFn,
+    edges: pd.DataFrame,
+    options: PersonalModelsOptions,
+    folder: str,
+    scanned: tuple[Any, Any],
+    allow_disconnected: bool,
+) -> PersonalModelsResult:
+    """Blocked DJAM with each block's samples read and its losses built on a worker; the flow holds the models."""
+    o = options
+    with fit_progress("fit-personal-models-progress", "personal models (djam_blocked, partitioned)") as progress:
+        result = fit_personal_models_partitioned(
+            copies,
+            read_copy,
+            edges,
+            executor,
+            folder,
+            loss_args=loss_args(o),
+            scanned=scanned,
+            allow_disconnected=allow_disconnected,
+            n_blocks=o.n_blocks,
+            seed=o.seed,
+            tol=o.tol,
+            max_rounds=o.max_rounds,
+            engine=o.engine,
+            progress=progress,
+        )
+    meta = result.metadata
+    get_run_logger().info(
+        "djam_blocked on %d agents in %d blocks (%d boundary agents): %s after %d sweeps, %d passes, bound %.3g",
+        meta["n"],
+        meta["n_blocks"],
+        meta["boundary_agents"],
+        "converged" if result.converged else "NOT converged",
+        meta["sweeps"],
+        meta["passes"],
+        result.error_bound,
+    )
+    return result

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from crowdflow.labels import encode_labels
-from crowdflow.personal_models import fit_personal_models
+from crowdflow.personal_models import build_problem, centralized, fit_personal_models
 from crowdflow.progress import IterationProgress
 from crowdflow.skills import (
     fit_skills,
@@ -482,3 +482,67 @@ def test_whole_table_rules_are_checked_on_the_dataset_not_per_file(tmp_path: Pat
     code, err = validate()
     assert code == 2 and "at least 2 distinct values" in err
     assert validate(classes=["yes", "no"])[0] == 0
+
+
+@pytest.mark.flow
+@pytest.mark.usefixtures("prefect_harness")
+def test_an_agents_dataset_read_by_the_workers_gives_the_inline_blocked_run(tmp_path: Path) -> None:
+    """#21 personal models: the agents' samples are read, validated and turned into losses by the Dask workers (the
+    flow holds the graph and the models); the tables equal the in-memory djam_blocked run's. Other methods are refused
+    before any step, and a table that admits no fit exits 2 naming the dataset, with nothing written."""
+    from crowdflow.errors import SpecError
+    from flows.cli import main
+    from flows.deploy import run_pipeline
+
+    inst = field_estimation_instance(8, n=60, radius=0.25)
+    agents = inst.agents.sample(frac=1.0, random_state=1).reset_index(drop=True)  # an agent's rows span files
+    agents.to_csv(tmp_path / "agents.csv", index=False)
+    inst.edges.to_csv(tmp_path / "edges.csv", index=False)
+    (tmp_path / "agents").mkdir()
+    for k, rows in enumerate(np.array_split(np.arange(len(agents)), 3)):
+        agents.iloc[rows].to_parquet(tmp_path / "agents" / f"part-{k}.parquet", index=False)
+    opts = {"method": "djam_blocked", "loss": "huber", "n_blocks": 4, "reg": 0.1, "seed": 2, "tol": 1e-9}
+    base = {"name": "pm", "job": "personal_models", "edges": {"path": str(tmp_path / "edges.csv")}}
+    inline = run_pipeline(
+        parse_spec(
+            {
+                **base,
+                "agents": {"path": str(tmp_path / "agents.csv")},
+                "personal_models": opts,
+                "output": {"dir": str(tmp_path / "a")},
+            }
+        )
+    )
+    spec = {
+        **base,
+        "agents": {"path": str(tmp_path / "agents")},
+        "personal_models": opts,
+        "runner": {"kind": "dask", "n_workers": 2, "processes": False},
+        "output": {"dir": str(tmp_path / "b")},
+    }
+    on_dask = run_pipeline(parse_spec(spec))
+    a, b = _outputs(inline["run_dir"]), _outputs(on_dask["run_dir"])
+    assert set(a) == set(b) == {"personal_models", "convergence"}
+    for name in a:
+        pd.testing.assert_frame_equal(a[name], b[name], rtol=1e-12, atol=1e-14)
+    optimum = centralized(build_problem(agents, inst.edges, loss="huber", reg=0.1)).theta[:, 0]
+    fitted = b["personal_models"].set_index("agent")["theta"].sort_index().to_numpy()
+    assert np.abs(fitted - optimum).max() < 1e-7 < np.ptp(optimum)  # the certified optimum, not a constant
+    mb = json.loads((Path(on_dask["run_dir"]) / "manifest.json").read_text())
+    assert mb["partitioned"]["files"] == 3 and mb["partitioned"]["blocks"] == 4 and mb["partitioned"]["passes"] > 3
+    assert mb["inputs"][0]["name"] == "agents" and mb["inputs"][0]["rows"] == len(agents)
+    assert mb["metrics"]["converged"] is True
+
+    with pytest.raises(SpecError, match=r"personal_models.method djam holds every agent's data in one process"):
+        run_pipeline(parse_spec({**spec, "personal_models": {**opts, "method": "djam"}}))
+    bad = pd.read_parquet(tmp_path / "agents" / "part-1.parquet")
+    bad["reg"] = 0.5  # a per-agent setting in one file only: the agents of the other files have none
+    bad.to_parquet(tmp_path / "agents" / "part-1.parquet", index=False)
+    spec["output"] = {"dir": str(tmp_path / "c")}
+    (tmp_path / "spec.yaml").write_text(json.dumps(spec))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["run", str(tmp_path / "spec.yaml")])
+    assert code == 2, err.getvalue()
+    assert f"{tmp_path / 'agents'}: agents: column 'reg': missing or non-finite value for agent(s) [a" in err.getvalue()
+    assert not (tmp_path / "c").exists() or not any((tmp_path / "c").rglob("manifest.json"))

@@ -102,9 +102,13 @@ class PersonalProblem:
         diff = theta[g.u] - theta[g.v]
         return float(0.5 * np.sum(g.w * np.sum(diff * diff, axis=1)) + np.sum(self.losses.value(theta)))
 
-    def kkt(self, theta: np.ndarray) -> np.ndarray:
-        """KKT residuals r_i = ∇f_i(θ_i) + Σ_j W_ij(θ_i − θ_j), shape (n, p) (docs/methods/personal_models.md §2.6)."""
-        return cast(np.ndarray, self.losses.grad(np.arange(self.n), theta) + self.graph.laplacian() @ theta)
+    def kkt(self, theta: np.ndarray, grad: np.ndarray | None = None) -> np.ndarray:
+        """KKT residuals r_i = ∇f_i(θ_i) + Σ_j W_ij(θ_i − θ_j), shape (n, p) (docs/methods/personal_models.md §2.6).
+
+        ``grad`` gives ∇f_i(θ_i) when the losses live elsewhere (the Dask workers of a partitioned run).
+        """
+        g = self.losses.grad(np.arange(self.n), theta) if grad is None else grad
+        return cast(np.ndarray, g + self.graph.laplacian() @ theta)
 
 
 def _per_agent(
@@ -281,9 +285,35 @@ def _validate_edges(
     return u.astype(np.int64), v.astype(np.int64), w.astype(np.float64)
 
 
-def build_problem(
+@dataclass(frozen=True)
+class AgentLosses:
+    """The agents table turned into losses (:func:`build_losses`): everything of a problem but the graph.
+
+    Attributes
+    ----------
+    agents : numpy.ndarray
+        Agent ids (str), sorted.
+    param_names : tuple of str
+    loss : str
+        ``quadratic`` | ``huber`` | ``logistic``.
+    losses : QuadraticLosses | HuberLosses | LogisticLosses
+    n_samples : numpy.ndarray
+        Observed samples per agent.
+    targets : frozenset of float
+        The distinct observed targets of a logistic loss (empty for the others): the 0/1 or ±1 rule is checked on
+        their union when the table is built in pieces (docs/scale.md).
+    """
+
+    agents: np.ndarray
+    param_names: tuple[str, ...]
+    loss: str
+    losses: Any
+    n_samples: np.ndarray
+    targets: frozenset[float] = frozenset()
+
+
+def build_losses(
     agents: pd.DataFrame,
-    edges: pd.DataFrame,
     *,
     loss: LossName = "quadratic",
     reg: float | Mapping[str, float] | None = None,
@@ -291,62 +321,20 @@ def build_problem(
     huber_c: float | Mapping[str, float] = 1.0,
     huber_kappa: float | Mapping[str, float] = 1.345,
     feature_cols: Sequence[str] | None = None,
-    allow_disconnected: bool = False,
-) -> PersonalProblem:
-    """Validate the ``agents``/``edges`` tables and build the losses and the agent graph.
+) -> AgentLosses:
+    """Check the ``agents`` table and build each agent's loss f_i (docs/methods/personal_models.md §1.3, §1.4, §3.2).
 
-    Tables and losses: docs/methods/personal_models.md §1.3, §1.4; the checks: docs/methods/personal_models.md §3.2.
-
-    Parameters
-    ----------
-    agents : pandas.DataFrame
-        One row per local sample: ``agent`` (id), ``y`` (target), features as numeric columns or one
-        ``x`` list column, optional ``weight`` (sample weight ω ≥ 0, default 1). A row with ``y`` NaN
-        declares an agent without data (it then needs a prior, ``reg > 0``). Optional per-agent
-        columns (constant within an agent) override the arguments of the same name: ``reg``,
-        ``prior_mean`` (scalar), ``huber_c``, ``huber_kappa``. ``agent_id`` is accepted for ``agent``.
-    edges : pandas.DataFrame
-        ``source, target, weight`` (``u, v`` accepted), undirected; both directions allowed if equal.
-    loss : {"quadratic", "ridge", "huber", "logistic"}
-        ``ridge`` is ``quadratic`` with ``reg > 0`` required for every agent. ``logistic`` targets are
-        ``{0, 1}`` or ``{−1, +1}``. ``huber`` is the scalar robust estimate (p = 1; features unused).
-    reg : float or mapping agent → float, optional
-        Ridge/prior precision λ_i (Huber: ``s_i``). Default 0.1 (quadratic, logistic) and 0.1 (huber).
-        Strong convexity is checked, never silently enforced: quadratic agents need
-        ``λ_min(X_iᵀΩ_iX_i + λ_iI) > 1e-10·‖·‖``; logistic and huber agents need ``λ_i > 0``.
-    prior_mean : float, array (p,) or mapping agent → array
-        θ̄_i in ``(λ_i/2)‖θ − θ̄_i‖²``.
-    huber_c, huber_kappa : float or mapping
-        Huber scale c_i > 0 and threshold κ_i > 0.
-    feature_cols : sequence of str, optional
-        Feature columns; default: every numeric column outside the reserved names (intercept-only
-        model when there is none).
-    allow_disconnected : bool
-        Solve each connected component separately instead of rejecting a disconnected graph.
-
-    Returns
-    -------
-    PersonalProblem
-
-    Raises
-    ------
-    crowdflow.errors.DegenerateInput
-        Tables that admit no fit, naming the column: non-finite or too large targets, features or sample
-        weights (``|value| ≤ 1e150``, the agents table contract) or products of them that overflow,
-        logistic targets that are not 0/1 or ±1, an ``x`` list column of varying length, a per-agent
-        setting column that varies within an agent, an agent whose loss is not strongly convex
-        (``agent X: loss not strongly convex (...)``) or without data and prior. A ``ValueError`` too.
-    ValueError
-        Bad arguments and malformed edges, with the message prefixes of docs/methods/personal_models.md §3.2
-        (``edges: unknown agent id(s) [...]``, ``graph is not connected: K components ...``, ...).
+    Every check is per agent except the feature names and the logistic target coding, so a table split by agent
+    (the blocks of a partitioned run) gives each agent the same loss as the whole table; the caller checks the
+    union of ``targets`` and equal ``param_names`` across the pieces. Arguments and errors as :func:`build_problem`.
     """
     name = _LOSS_ALIASES.get(str(loss))
+    targets: frozenset[float] = frozenset()
     if name is None:
         raise ValueError(f"unknown loss '{loss}'; expected one of {sorted(_LOSS_ALIASES)}")
     rows = agents.copy()
     if "agent" not in rows.columns and "agent_id" in rows.columns:
         rows = rows.rename(columns={"agent_id": "agent"})
-    edges = edges.rename(columns={"u": "source", "v": "target"}) if "u" in edges.columns else edges
     for colname in ("agent", "y"):
         if colname not in rows.columns:
             raise ValueError(f"agents: missing column '{colname}' (need agent, y and features)")
@@ -477,17 +465,90 @@ def build_problem(
                 "bad_target",
             )
         losses = LogisticLosses(ptr=ptr, d=xs, z=z, w=ws, lam=lam, prior=prior)
+        targets = frozenset(float(t) for t in vals)
 
-    u, v, w = _validate_edges(edges, ids, allow_disconnected)
-    graph = AgentGraph.build(n, u, v, w)
+    return AgentLosses(ids, names, name, losses, n_samples.astype(np.int64), targets)
+
+
+def build_problem(
+    agents: pd.DataFrame,
+    edges: pd.DataFrame,
+    *,
+    loss: LossName = "quadratic",
+    reg: float | Mapping[str, float] | None = None,
+    prior_mean: float | Sequence[float] | np.ndarray | Mapping[str, Any] = 0.0,
+    huber_c: float | Mapping[str, float] = 1.0,
+    huber_kappa: float | Mapping[str, float] = 1.345,
+    feature_cols: Sequence[str] | None = None,
+    allow_disconnected: bool = False,
+) -> PersonalProblem:
+    """Validate the ``agents``/``edges`` tables and build the losses and the agent graph.
+
+    Tables and losses: docs/methods/personal_models.md §1.3, §1.4; the checks: docs/methods/personal_models.md §3.2.
+
+    Parameters
+    ----------
+    agents : pandas.DataFrame
+        One row per local sample: ``agent`` (id), ``y`` (target), features as numeric columns or one
+        ``x`` list column, optional ``weight`` (sample weight ω ≥ 0, default 1). A row with ``y`` NaN
+        declares an agent without data (it then needs a prior, ``reg > 0``). Optional per-agent
+        columns (constant within an agent) override the arguments of the same name: ``reg``,
+        ``prior_mean`` (scalar), ``huber_c``, ``huber_kappa``. ``agent_id`` is accepted for ``agent``.
+    edges : pandas.DataFrame
+        ``source, target, weight`` (``u, v`` accepted), undirected; both directions allowed if equal.
+    loss : {"quadratic", "ridge", "huber", "logistic"}
+        ``ridge`` is ``quadratic`` with ``reg > 0`` required for every agent. ``logistic`` targets are
+        ``{0, 1}`` or ``{−1, +1}``. ``huber`` is the scalar robust estimate (p = 1; features unused).
+    reg : float or mapping agent → float, optional
+        Ridge/prior precision λ_i (Huber: ``s_i``). Default 0.1 (quadratic, logistic) and 0.1 (huber).
+        Strong convexity is checked, never silently enforced: quadratic agents need
+        ``λ_min(X_iᵀΩ_iX_i + λ_iI) > 1e-10·‖·‖``; logistic and huber agents need ``λ_i > 0``.
+    prior_mean : float, array (p,) or mapping agent → array
+        θ̄_i in ``(λ_i/2)‖θ − θ̄_i‖²``.
+    huber_c, huber_kappa : float or mapping
+        Huber scale c_i > 0 and threshold κ_i > 0.
+    feature_cols : sequence of str, optional
+        Feature columns; default: every numeric column outside the reserved names (intercept-only
+        model when there is none).
+    allow_disconnected : bool
+        Solve each connected component separately instead of rejecting a disconnected graph.
+
+    Returns
+    -------
+    PersonalProblem
+
+    Raises
+    ------
+    crowdflow.errors.DegenerateInput
+        Tables that admit no fit, naming the column: non-finite or too large targets, features or sample
+        weights (``|value| ≤ 1e150``, the agents table contract) or products of them that overflow,
+        logistic targets that are not 0/1 or ±1, an ``x`` list column of varying length, a per-agent
+        setting column that varies within an agent, an agent whose loss is not strongly convex
+        (``agent X: loss not strongly convex (...)``) or without data and prior. A ``ValueError`` too.
+    ValueError
+        Bad arguments and malformed edges, with the message prefixes of docs/methods/personal_models.md §3.2
+        (``edges: unknown agent id(s) [...]``, ``graph is not connected: K components ...``, ...).
+    """
+    built = build_losses(
+        agents,
+        loss=loss,
+        reg=reg,
+        prior_mean=prior_mean,
+        huber_c=huber_c,
+        huber_kappa=huber_kappa,
+        feature_cols=feature_cols,
+    )
+    edges = edges.rename(columns={"u": "source", "v": "target"}) if "u" in edges.columns else edges
+    u, v, w = _validate_edges(edges, built.agents, allow_disconnected)
+    graph = AgentGraph.build(built.agents.size, u, v, w)
     comp = _canonical_components(graph.components())
     return PersonalProblem(
-        agents=ids,
-        param_names=names,
-        loss=name,
-        losses=losses,
+        agents=built.agents,
+        param_names=built.param_names,
+        loss=built.loss,
+        losses=built.losses,
         graph=graph,
-        n_samples=n_samples.astype(np.int64),
+        n_samples=built.n_samples,
         component=comp,
     )
 

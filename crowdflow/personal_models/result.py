@@ -71,7 +71,9 @@ def _column_names(problem: PersonalProblem) -> list[str]:
     return [f"theta_{nm}" for nm in problem.param_names]
 
 
-def certificate(problem: PersonalProblem, theta: np.ndarray) -> tuple[float, float, np.ndarray]:
+def certificate(
+    problem: PersonalProblem, theta: np.ndarray, grad: np.ndarray | None = None
+) -> tuple[float, float, np.ndarray]:
     """Certified error bound (docs/methods/personal_models.md §2.6): ``‖Θ̂ − Θ*‖₂ ≤ ‖r‖₂ / m_min``.
 
     J is ``m_min = min_i m_i`` strongly convex (the Laplacian term is PSD), so for any Θ̂ the KKT
@@ -83,7 +85,7 @@ def certificate(problem: PersonalProblem, theta: np.ndarray) -> tuple[float, flo
     residual : numpy.ndarray
         (n, p) per-agent KKT residuals.
     """
-    r = problem.kkt(theta)
+    r = problem.kkt(theta, grad)
     kn = float(np.linalg.norm(r))
     return kn, kn / float(np.min(problem.m)), r
 
@@ -104,8 +106,9 @@ def make_result(
     trace: list[dict[str, Any]],
     metadata: dict[str, Any],
     copies: np.ndarray | None = None,
+    grad: np.ndarray | None = None,
 ) -> PersonalModelsResult:
-    kn, bound, r = certificate(problem, theta)
+    kn, bound, r = certificate(problem, theta, grad)
     cols = _column_names(problem)
     pm = pd.DataFrame({"agent": problem.agents.astype(str)})
     for k, c in enumerate(cols):
@@ -152,9 +155,14 @@ def make_result(
 
 
 def trace_row(
-    problem: PersonalProblem, t: int, theta: np.ndarray, copies: np.ndarray | None, reference: np.ndarray | None
+    problem: PersonalProblem,
+    t: int,
+    theta: np.ndarray,
+    copies: np.ndarray | None,
+    reference: np.ndarray | None,
+    grad: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    kn, bound, _ = certificate(problem, theta)
+    kn, bound, _ = certificate(problem, theta, grad)
     row: dict[str, Any] = {
         "round": int(t),
         "kkt_norm": kn,
