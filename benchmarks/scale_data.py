@@ -480,6 +480,78 @@ def write_comparisons(
     return info
 
 
+@dataclass(frozen=True)
+class AgentsInfo:
+    """What :func:`write_agents` wrote (``dataset.json``)."""
+
+    samples: int
+    agents: int
+    features: int
+    edges: int
+    files: int
+    seed: int
+    noise: float
+    seconds: float
+
+
+def write_agents(
+    out: str | Path,
+    n_rows: int,
+    n_agents: int = 100_000,
+    n_features: int = 3,
+    seed: int = 0,
+    noise: float = 1.0,
+    k_neighbours: int = 6,
+    rows_per_file: int = ROWS_PER_FILE,
+    verbose: bool = False,
+) -> AgentsInfo:
+    """A personal-models dataset: ``agents/part-*.parquet`` (agent, y, f0…), ``edges.parquet``, ``truth.parquet``.
+
+    Agents sit at uniform points of the unit square; each is linked to its ``k_neighbours`` nearest (weight
+    ``exp(−d/d̄)``). The true models are a smooth field over the square plus a small per-agent deviation, so
+    neighbours have similar models; agent i has Poisson-many samples ``y = x·θ_i + N(0, noise²)`` with
+    ``x ~ N(0, I)``. Rows are shuffled before they are cut into files, so an agent's rows span files.
+    """
+    from scipy.spatial import cKDTree
+
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    out = Path(out)
+    (out / "agents").mkdir(parents=True, exist_ok=True)
+    pos = rng.random((n_agents, 2))
+    freq = rng.normal(size=(n_features, 2)) * 3.0
+    theta = np.sin(pos @ freq.T + rng.uniform(0, 2 * np.pi, n_features)) + 0.1 * rng.normal(size=(n_agents, n_features))
+    dist, nbr = cKDTree(pos).query(pos, k=k_neighbours + 1)
+    src = np.repeat(np.arange(n_agents), k_neighbours)
+    dst = nbr[:, 1:].ravel()
+    d = dist[:, 1:].ravel()
+    lo, hi = np.minimum(src, dst), np.maximum(src, dst)
+    key = np.unique(lo.astype(np.int64) * n_agents + hi)
+    lo, hi = key // n_agents, key % n_agents
+    w = np.exp(-np.linalg.norm(pos[lo] - pos[hi], axis=1) / max(float(d.mean()), 1e-12))
+    ids = fixed_width_ids("a", np.arange(n_agents), len(str(n_agents)))
+    pq.write_table(pa.table({"source": ids.take(pa.array(lo)), "target": ids.take(pa.array(hi)), "weight": w}),
+                   out / "edges.parquet")  # fmt: skip
+    pq.write_table(pa.table({"agent": ids, **{f"theta_f{j}": theta[:, j] for j in range(n_features)}}),
+                   out / "truth.parquet")  # fmt: skip
+    agent = np.sort(rng.integers(0, n_agents, n_rows))
+    agent[:n_agents] = np.arange(n_agents) if n_rows >= n_agents else agent[:n_agents]  # every agent has a sample
+    order = rng.permutation(n_rows)
+    files = 0
+    for start in range(0, n_rows, rows_per_file):
+        rows = agent[order[start : start + rows_per_file]]
+        x = rng.normal(size=(rows.size, n_features))
+        y = np.einsum("ij,ij->i", x, theta[rows]) + noise * rng.normal(size=rows.size)
+        cols = {"agent": ids.take(pa.array(rows)), "y": y, **{f"f{j}": x[:, j] for j in range(n_features)}}
+        pq.write_table(pa.table(cols), out / "agents" / f"part-{files:05d}.parquet")
+        files += 1
+        if verbose and files % 10 == 0:
+            print(f"  {min(start + rows_per_file, n_rows):,} rows", flush=True)
+    info = AgentsInfo(n_rows, n_agents, n_features, int(key.size), files, seed, noise, time.perf_counter() - t0)
+    (out / "dataset.json").write_text(json.dumps(asdict(info)))
+    return info
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     what = ap.add_mutually_exclusive_group(required=True)

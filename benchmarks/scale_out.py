@@ -1,9 +1,10 @@
-"""Scale-out: a skills or ranking run on a partitioned Parquet dataset through ``crowdflow run`` on Dask.
+"""Scale-out: a skills, ranking or personal-models run on a partitioned Parquet dataset through ``crowdflow run``.
 
 Run: ``python -m benchmarks.scale_out --labels 1e7`` (skills; ``--runner dask|inline|both``, ``--method``,
 ``--n-workers``, ``--memory-limit``, ``--partitions``, ``--keep-data``) or ``python -m benchmarks.scale_out
 --job ranking --comparisons 1e7 --outliers none|trimmed`` (``--items``, ``--annotators``, ``--outcome
-graded|pm1``); adds its runs to ``benchmarks/results/scale_out.json`` and rewrites
+graded|pm1``) or ``--job personal_models --samples 1e7 --agents 100000`` (``--blocks``, ``--tol``); adds its
+runs to ``benchmarks/results/scale_out.json`` and rewrites
 ``benchmarks/results/scale_out.md`` from all recorded runs (issue #21: the flow process's peak RSS under 2 GB,
 wall time and peak RSS per process).
 
@@ -221,6 +222,21 @@ def ensure_comparisons(root: Path, args: argparse.Namespace) -> tuple[Path, dict
     return folder, json.loads(info_file.read_text()), True
 
 
+def ensure_agents(root: Path, args: argparse.Namespace) -> tuple[Path, dict, bool]:
+    """The personal-models dataset for these arguments, generated if missing; returns (folder, its info, made now)."""
+    from benchmarks.scale_data import write_agents
+
+    n = int(args.samples)
+    folder = root / f"agents-{_fmt_n(n)}-n{args.agents}-s{args.seed}"
+    info_file = folder / "dataset.json"
+    if info_file.is_file():
+        return folder, json.loads(info_file.read_text()), False
+    print(f"generating {n:,} samples of {args.agents:,} agents into {folder} …", flush=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    write_agents(folder, n, args.agents, seed=args.seed, verbose=True)
+    return folder, json.loads(info_file.read_text()), True
+
+
 def write_spec(
     path: Path, data: Path, name: str, args: argparse.Namespace, runner: str, scratch: Path
 ) -> dict[str, Any]:
@@ -236,7 +252,12 @@ def write_spec(
             run["memory_limit"] = args.memory_limit
         if args.partitions:
             run["partitions"] = args.partitions
-    if args.job == "ranking":
+    if args.job == "personal_models":
+        run.pop("partitions", None)
+        pm = {"method": "djam_blocked", "loss": "quadratic", "n_blocks": args.blocks, "tol": args.tol, "reg": 0.1}
+        inputs = {"agents": {"path": str(data / "agents")}, "edges": {"path": str(data / "edges.parquet")},
+                  "personal_models": pm}  # fmt: skip
+    elif args.job == "ranking":
         run.pop("partitions", None)  # task buckets: a skills setting
         ranking: dict[str, Any] = {"outliers": args.outliers}
         for kv in args.ranking_option:
@@ -357,6 +378,9 @@ def _load(path: Path) -> list[dict[str, Any]]:
 
 def _key(r: dict[str, Any]) -> tuple:
     c = r["config"]
+    if _job(r) == "personal_models":
+        return ("personal_models", c["samples"], c["agents"], c["seed"], c["blocks"], c["tol"], c["runner"],
+                c.get("n_workers"), c.get("memory_limit"))  # fmt: skip
     if _job(r) == "ranking":
         return ("ranking", c["comparisons"], c["items"], c["annotators"], c["outcome"], c["seed"], c["outliers"],
                 c["runner"], c.get("n_workers"), c.get("memory_limit"), tuple(c.get("ranking_options", [])))  # fmt: skip
@@ -404,7 +428,9 @@ def _host() -> str:
 
 def one_run(args: argparse.Namespace, runner: str, data: Path, info: dict[str, Any], root: Path) -> dict[str, Any]:
     """Write the spec, run it, read its manifest; the record that goes into scale_out.json."""
-    if args.job == "ranking":
+    if args.job == "personal_models":
+        tag = f"pm{_fmt_n(info['samples'])}-n{info['agents']}-b{args.blocks}-{runner}"
+    elif args.job == "ranking":
         tag = f"cmp{_fmt_n(info['comparisons'])}-i{info['items']}-{info['outcome']}-{args.outliers}-{runner}"
     else:
         tag = f"{_fmt_n(info['labels'])}-w{info['workers']}-{args.method}-{runner}"
@@ -422,8 +448,20 @@ def one_run(args: argparse.Namespace, runner: str, data: Path, info: dict[str, A
     consensus_bytes = 0
     if res["run_dir"]:
         consensus_bytes = sum(f.stat().st_size for f in Path(res["run_dir"]).rglob("*.parquet"))
-    if args.job == "ranking":
+    if args.job == "personal_models":
         config: dict[str, Any] = {
+            "job": "personal_models",
+            "samples": info["samples"],
+            "agents": info["agents"],
+            "seed": info["seed"],
+            "blocks": args.blocks,
+            "tol": args.tol,
+            "runner": runner,
+            "n_workers": args.n_workers if runner == "dask" else None,
+            "memory_limit": args.memory_limit if runner == "dask" else None,
+        }
+    elif args.job == "ranking":
+        config = {
             "job": "ranking",
             "comparisons": info["comparisons"],
             "items": info["items"],
@@ -562,7 +600,8 @@ def render(records: list[dict[str, Any]], notes: str) -> str:
         key=lambda r: (r["config"]["comparisons"], r["config"]["outliers"], r["config"]["runner"] != "dask", r["when"]),
     )
     lines = [
-        "# Scale-out: skills and ranking on partitioned Parquet datasets through `crowdflow run` (issue #21)",
+        "# Scale-out: skills, ranking and personal models on partitioned Parquet datasets through `crowdflow run` "
+        "(issue #21)",
         "",
         "Generated by `python -m benchmarks.scale_out` (method in its docstring) from `scale_out.json`; one row per "
         "configuration, the latest run of each. Data: `benchmarks/scale_data.py` (Dawid–Skene workers, 20 % weak "
@@ -616,10 +655,43 @@ def render(records: list[dict[str, Any]], notes: str) -> str:
             "| | | | `python -m benchmarks.scale_out --job ranking --comparisons 1e8 --outliers none` "
             "(or `trimmed`) |"
         )
+    personal = sorted(
+        (r for r in records if _job(r) == "personal_models"),
+        key=lambda r: (r["config"]["samples"], r["config"]["runner"] != "dask", r["when"]),
+    )
+    lines += [
+        "",
+        "## Personal models",
+        "",
+        "Data: `scale_data.write_agents` (agents at uniform points of the unit square, each linked to its 6 nearest; "
+        "true models a smooth field plus a small deviation; Poisson-many samples per agent `y = x·θ_i + N(0, 1)`, "
+        "3 features; rows shuffled, so an agent's rows span files). The run: `method: djam_blocked`, quadratic "
+        "loss, `reg: 0.1`; on Dask each block reads its samples and builds its losses on a worker. *bound*: the "
+        "run's certified ‖Θ̂ − Θ*‖₂; *passes*: executor passes (copy excluded).",
+        "",
+        "| samples | files | agents | edges | blocks | runner | wall s | flow peak RSS GB | ≤ 2 GB | dask workers GB | "
+        "prefect server GB | tree GB | converged | bound | passes | status |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in personal:
+        c, d, m = r["config"], r["dataset"], r["metrics"]
+        passes = (r.get("partitioned") or {}).get("passes", "–")
+        bound = f"{m['error_bound']:.2e}" if m.get("error_bound") is not None else "–"
+        lines.append(
+            f"| {c['samples']:,} | {d['files']} | {c['agents']:,} | {d['edges']:,} | {c['blocks']} | {_cluster(r)} | "
+            f"{r['wall_s']:.1f} | {_memory_cells(r)} | {m.get('converged', '–')} | {bound} | {passes} | "
+            f"{r['status']} |"
+        )
     lines.append("")
-    for r in skills + ranking:
+    for r in skills + ranking + personal:
         c, d = r["config"], r["dataset"]
-        if _job(r) == "ranking":
+        if _job(r) == "personal_models":
+            head = f"## Personal models: {c['samples']:,} samples, {c['agents']:,} agents, {_cluster(r)}"
+            data = (
+                f"Dataset: {d['files']} files, {d['agents']:,} agents, {d['edges']:,} edges, {d['features']} "
+                f"features, seed {d['seed']}; generated in {d['seconds']:.0f} s."
+            )
+        elif _job(r) == "ranking":
             head = f"## Ranking: {c['comparisons']:,} comparisons, outliers {c['outliers']}, {_cluster(r)}"
             data = (
                 f"Dataset: {d['files']} files, {d['items']:,} items, {d['annotators']:,} annotators ({d['flippers']} "
@@ -732,7 +804,7 @@ def write_results(new: list[dict[str, Any]], json_path: Path = OUT_JSON, md_path
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--job", default="skills", choices=["skills", "ranking"])
+    ap.add_argument("--job", default="skills", choices=["skills", "ranking", "personal_models"])
     ap.add_argument("--labels", type=float, default=1e7, help="number of labels, e.g. 1e7")
     ap.add_argument("--workers", type=int, default=20_000, help="crowd workers in the data")
     ap.add_argument("--classes", type=int, default=2)
@@ -761,6 +833,10 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="ranking: extra ranking option (YAML value), e.g. diagnostics=false; repeatable",
     )
+    ap.add_argument("--samples", type=float, default=1e6, help="personal models: samples (rows of agents)")
+    ap.add_argument("--agents", type=int, default=10_000, help="personal models: agents")
+    ap.add_argument("--blocks", type=int, default=8, help="personal models: personal_models.n_blocks")
+    ap.add_argument("--tol", type=float, default=1e-6, help="personal models: personal_models.tol")
     ap.add_argument("--data-root", type=Path, default=Path("/tmp/crowdflow-scale"))
     ap.add_argument("--keep-data", action="store_true", help="keep a dataset generated by this call")
     ap.add_argument("--keep-output", action="store_true", help="keep the run folders (the consensus parts)")
@@ -771,7 +847,9 @@ def main(argv: list[str] | None = None) -> int:
         args.memory_limit = "6GB" if args.job == "ranking" else "4GB"
     root = args.data_root
     root.mkdir(parents=True, exist_ok=True)
-    if args.job == "ranking":
+    if args.job == "personal_models":
+        data, info, made = ensure_agents(root, args)
+    elif args.job == "ranking":
         data, info, made = ensure_comparisons(root, args)
     else:
         data, info, made = ensure_data(root, int(args.labels), args.workers, args.classes, args.seed)
