@@ -560,7 +560,7 @@ def _cluster(r: dict[str, Any]) -> str:
     c = r["config"]
     if c["runner"] != "dask":
         return "inline"
-    if _job(r) == "ranking":
+    if _job(r) != "skills":
         return f"dask {c['n_workers']} × {c['memory_limit'] or 'default'}"
     return f"dask {c['n_workers']} × {c['memory_limit'] or 'default'}, {c['partitions'] or 'default'} buckets"
 

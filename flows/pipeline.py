@@ -168,8 +168,11 @@ def prepare(spec: PipelineBase, *, validate: bool = True) -> Prepared:
     out = Prepared(frames={}, sources={}, lines=[f"spec {spec.name}: ok (job {spec.job})"])
     worker_graph = None
     for kind, src in spec.inputs().items():
-        if kind == spec.partitioned_input() and isinstance(spec, SkillsPipeline):
-            worker_graph = _prepare_partitioned(spec, src, out, validate)
+        if kind == spec.partitioned_input():
+            if isinstance(spec, SkillsPipeline):
+                worker_graph = _prepare_partitioned(spec, src, out, validate)
+            else:
+                _prepare_dataset(spec, kind, src, out, validate)
             continue
         t = read_source(spec, src, kind)
         df = t.df
@@ -240,6 +243,40 @@ def _prepare_partitioned(spec: SkillsPipeline, src: Any, out: Prepared, validate
     if enc.n_dropped:
         out.lines.append(f"dropped {enc.n_dropped} duplicate (task, worker) rows")
     return enc.report
+
+
+def _prepare_dataset(spec: PipelineBase, kind: str, src: Any, out: Prepared, validate: bool) -> None:
+    """``validate`` of a comparisons or agents dataset the Dask workers would read: each file read and validated in
+    turn (one file in memory); the graph checks get what the run's checks see: the distinct compared pairs, or the
+    agent ids."""
+    from crowdflow.datasets import list_partitions, read_partition
+    from crowdflow.tables import INPUTS
+    from schemas.validation import require_all_valid, validate_loaded
+
+    parts = list_partitions(spec.location_of(src), src.storage_options or None)
+    reports, pieces, n_rows = [], [], 0
+    for part in parts:
+        loaded = read_partition(part, INPUTS[kind], src.columns or None)
+        if validate:
+            reports.append(validate_loaded(loaded, kind=kind))
+        n_rows += len(loaded.df)
+        if kind == "comparisons":  # the item graph: its edges are the compared pairs
+            pieces.append(loaded.df[["item_a", "item_b"]].astype(str).drop_duplicates())
+        else:
+            pieces.append(pd.DataFrame({"agent": loaded.df["agent"].astype(str).unique()}))
+        del loaded
+    if reports and spec.checks.validation == "block":
+        require_all_valid(reports, parts[0].dataset)
+    frame = pd.concat(pieces, ignore_index=True).drop_duplicates(ignore_index=True)
+    if kind == "comparisons":
+        frame["annotator"] = ""  # the item graph's check reads no annotator
+    out.frames[kind], out.sources[kind] = frame, parts[0].dataset
+    failed = sum(not r.success for r in reports)
+    verdict = f", {failed} files failed validation" if failed else ", every file passed validation" if reports else ""
+    out.lines.append(
+        f"{kind} {parts[0].dataset}: {n_rows} rows in {len(parts)} Parquet files (read by the Dask workers at run "
+        f"time){verdict}"
+    )
 
 
 def check_spec(spec: PipelineBase) -> list[str]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import pickle
 import time
 import warnings
 from collections.abc import Callable
@@ -43,6 +44,7 @@ from crowdflow.personal_models.graph import AgentGraph
 from crowdflow.personal_models.helpers import format_ids, ragged
 from crowdflow.personal_models.problem import (
     _LOSS_ALIASES,
+    AgentLosses,
     PersonalProblem,
     _canonical_components,
     _features,
@@ -90,7 +92,7 @@ def summarize_agents(path: str, *, read: ReadFn, loss: str, feature_cols: list[s
             declared = _features(df, feature_cols, _LOSS_ALIASES.get(loss, loss))[1]
         except DegenerateInput:  # an 'x' column without a vector: raised again if no file has one
             declared = ()
-    ids = np.unique(df["agent"].astype(str).to_numpy()) if len(df) else np.array([], dtype=object)
+    ids = np.sort(pd.unique(df["agent"].astype(str).to_numpy())) if len(df) else np.array([], dtype=object)
     return AgentsSummary(path, ids.astype(object), names, len(df), declared)
 
 
@@ -133,12 +135,32 @@ class BlockData:
     inner_tol: float = 1e-12
 
 
-def _block_losses(data: BlockData) -> tuple[Any, Any]:
+_BUILT = "losses.pickle"
+
+
+def _block_losses(data: BlockData) -> tuple[AgentLosses, Any]:
+    """The item's losses and read-out solver: built from its sample files on the first pass, then kept next to them.
+
+    The built losses (for a quadratic loss n_b·(p² + p + 1) numbers, far less than the samples) are written once
+    into the item's own folder, which only this item reads, so later sweeps skip parsing and building; the file is
+    written under a temporary name and renamed, so a pass that dies never leaves half a file.
+    """
     import pyarrow.parquet as pq
 
-    parts = sorted(Path(data.folder).glob("part-*.parquet"))
-    df = pd.concat([pq.read_table(p).to_pandas() for p in parts], ignore_index=True)
-    built = build_losses(df, **data.loss_args)
+    folder = Path(data.folder)
+    cached = folder / _BUILT
+    if cached.is_file():
+        with cached.open("rb") as fh:
+            built: AgentLosses = pickle.load(fh)  # written by this run's first pass, in its own scratch
+    else:
+        parts = sorted(folder.glob("part-*.parquet"))
+        df = pd.concat([pq.read_table(p).to_pandas() for p in parts], ignore_index=True)
+        built = build_losses(df, **data.loss_args)
+        del df
+        tmp = folder / f".{_BUILT}.tmp"
+        with tmp.open("wb") as fh:
+            pickle.dump(built, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        tmp.replace(cached)
     if built.agents.size != data.agents.size or np.any(built.agents != data.agents):  # pragma: no cover - a defect
         raise RuntimeError(f"{data.folder}: the block's rows name other agents than the flow assigned to it")
     return built, built.losses.solver(data.shift, inner_tol=data.inner_tol)
