@@ -88,7 +88,14 @@ class _FlowNetwork:
         self.supply = np.zeros(V, np.int64)
         self.supply[S] = k
         self.supply[T] = -k
-        self.pattern = residual_pattern(self.tail, self.head, V)
+        self._pattern: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    @property
+    def pattern(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The CSR residual pattern of the compiled kernel (built on first use)."""
+        if self._pattern is None:
+            self._pattern = residual_pattern(self.tail, self.head, self.V)
+        return self._pattern
 
     def potentials(self, u: np.ndarray, duals: tuple[np.ndarray, np.ndarray, float], umax: float) -> np.ndarray:
         """Node potentials (costs normalised by ``umax``) whose reduced costs are given by ``duals``.

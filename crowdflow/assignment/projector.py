@@ -7,8 +7,10 @@ exactly for any weights (:meth:`TVCSProjector.select`), or the Euclidean project
 The LP relaxation is exact (the constraint matrix is totally unimodular), so every result carries a
 weak-duality certificate.
 
-Backends: ``flow`` (default, exact min-cost flow with reduced-cost column generation on large
-instances, :mod:`crowdflow.assignment.flow_backend`), ``lp`` (HiGHS), ``pgd`` (the paper's
+Backends: ``flow`` (default, exact min-cost flow on the network of
+:mod:`crowdflow.assignment.flow_backend`, solved by OR-Tools and made exact on the float weights in
+:mod:`crowdflow.assignment.ortools_flow`, or with ``flow_solver="numba"`` by the compiled kernel with
+reduced-cost column generation on large instances), ``lp`` (HiGHS), ``pgd`` (the paper's
 iteration) and ``brute`` (enumeration), the last three in :mod:`crowdflow.assignment.backends`.
 :func:`tvcs_select` / :func:`tvcs_project` are one-shot wrappers; :func:`project_elements` projects a
 table of elements keyed by view.
@@ -32,6 +34,7 @@ import scipy.sparse as sp
 from crowdflow.assignment.backends import _brute_select, _lp_select, _pgd_select
 from crowdflow.assignment.constraints import TVCSConstraints
 from crowdflow.assignment.flow_backend import _FlowNetwork, _greedy_windows, _laminar_greedy, _warm_scale_bits
+from crowdflow.assignment.ortools_flow import solve_ortools
 from crowdflow.assignment.problem import _caps_vector, _float_column, _ids_as_str
 from crowdflow.assignment.types import SelectResult
 
@@ -42,6 +45,8 @@ BACKENDS: tuple[str, ...] = ("flow", "lp", "pgd", "brute")
 
 _CERT_RTOL = 1e-9  # docs/methods/assignment.md §2.2: relative gap of a certified answer
 PRUNE_MIN_P = 50_000  # flow backend: reduced-cost column generation from this many elements on
+FLOW_SOLVERS: tuple[str, ...] = ("ortools", "numba")
+DEFAULT_FLOW_SOLVER = "ortools"  # docs/methods/assignment.md §3.2: the worst family decides (§8.3)
 SEED_WINDOW = 0.25  # flow backend: half-width of the greedy seed's rank windows, as a fraction of the cap
 
 
@@ -55,7 +60,11 @@ class TVCSProjector:
     Builds the structure once (flow network and CSR patterns, LP matrix) so that IHT/GradMP and
     stochastic IHT can call :meth:`select` / :meth:`project` every iteration.
 
-    Flow backend algorithm (exact). Min-cost flow on the network of :class:`_FlowNetwork` by
+    Flow backend solver. By default (``flow_solver="ortools"``, docs/methods/assignment.md §3.2) OR-Tools'
+    min-cost flow on costs scaled to the integer grid ``2^-40·max u``, potentials by Bellman–Ford on its
+    residual graph and the float certificate (:func:`solve_ortools`); it won the worst family of the
+    issue #19 benchmark (``benchmarks/assignment_family.py``). With ``flow_solver="numba"``, the
+    compiled kernel below. Min-cost flow on the network of :class:`_FlowNetwork` by
     *cost-scaling successive shortest paths*: the costs ``−u/max(u)`` are rounded to the grids
     ``2^-b`` for ``b = 0, 2, …, 30`` and finally used exactly. At each scale the previous
     potentials ``π`` define a pseudo-flow (arcs with negative reduced cost saturated, positive
@@ -92,8 +101,10 @@ class TVCSProjector:
         ``power_iters`` (100), ``fallback`` ("lp" | "raise" | "none"), ``max_seconds`` (None:
         wall-clock cap checked at every certificate check), ``polish_dual`` (True: the
         certificate also tries a block-coordinate-polished dual bound; False = the dual bound of the iterate only).
+    flow_solver : {"ortools", "numba"} or None
+        The flow backend's solver; ``None`` = ``DEFAULT_FLOW_SOLVER`` (``"ortools"``).
     prune_factor, prune_min_p : float, int
-        Flow backend on ``p ≥ prune_min_p`` (default ``PRUNE_MIN_P``) elements: the first reduced problem keeps the
+        Numba flow solver on ``p ≥ prune_min_p`` (default ``PRUNE_MIN_P``) elements: the first reduced problem keeps the
         ``prune_factor·s_total`` largest weights, or a capped-greedy seed when the caps bind hard
         (see :meth:`_solve_flow`; the result is exact whatever the value, which only trades
         first-solve size against extra rounds).
@@ -113,10 +124,15 @@ class TVCSProjector:
         pgd_options: dict[str, Any] | None = None,
         prune_factor: float = 1.25,
         prune_min_p: int = PRUNE_MIN_P,
+        flow_solver: str | None = None,
     ) -> None:
         if not prune_factor >= 1.0:
             raise ValueError(f"prune_factor must be >= 1, got {prune_factor!r}")
         self.prune_factor = float(prune_factor)
+        flow_solver = DEFAULT_FLOW_SOLVER if flow_solver is None else flow_solver
+        if flow_solver not in FLOW_SOLVERS:
+            raise ValueError(f"unknown flow_solver {flow_solver!r}; expected one of {FLOW_SOLVERS}")
+        self.flow_solver = flow_solver
         self.prune_min_p = int(prune_min_p)
         if isinstance(view1, TVCSConstraints):
             cons = view1
@@ -282,6 +298,10 @@ class TVCSProjector:
         ``0.7·p``. If the greedy seed too would grow past ``0.7·p``, the full network is solved.
         """
         cons = self.cons
+        if self.flow_solver == "ortools":
+            if self._net is None:
+                self._net = _FlowNetwork(cons)
+            return solve_ortools(self._net, u, lambda x, d: _certified(float(u[x].sum()), cons.dual_bound(u, *d)))
         pos = np.flatnonzero(u > 0)
         q = math.ceil(self.prune_factor * cons.total) + 1
         if cons.p < self.prune_min_p or q >= 0.7 * pos.shape[0]:

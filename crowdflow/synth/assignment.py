@@ -121,3 +121,143 @@ def synthetic_tvcs(
         y = np.where(X @ w_true >= 0, 1.0, -1.0)
         yt = np.where(Xt @ w_true >= 0, 1.0, -1.0)
     return SyntheticTVCS(X, y, w_true, cons, Xt, yt, task)
+
+
+#: score laws of :func:`candidate_family` (docs/methods/assignment.md §8.3)
+SCORE_LAWS: tuple[str, ...] = ("rank1", "rank1+0.01", "rank1+0.05", "rank1+0.2", "pareto", "ties", "uniform")
+
+
+@dataclass(frozen=True)
+class CandidateDraw:
+    """One seeded assignment instance of the benchmark family (docs/methods/assignment.md §8.3).
+
+    ``worker[i]``, ``task[i]`` and ``score[i]`` describe candidate ``i``; ``worker_caps`` and
+    ``task_caps`` hold one cap per worker and per task; ``budget`` is ``None`` when it does not bind
+    (no limit). ``name`` is ``law-lists-caps-budget-size``.
+    """
+
+    name: str
+    law: str
+    lists: str
+    caps: str
+    budget_mode: str
+    worker: np.ndarray
+    task: np.ndarray
+    score: np.ndarray
+    worker_caps: np.ndarray
+    task_caps: np.ndarray
+    budget: int | None
+
+    @property
+    def p(self) -> int:
+        return int(self.score.shape[0])
+
+    def constraints(self) -> TVCSConstraints:
+        """The selection structure: view 1 = workers, view 2 = tasks, total = the budget."""
+        return TVCSConstraints.build(self.p, self.worker, self.task, self.worker_caps, self.task_caps, self.budget)
+
+    def candidates(self) -> pd.DataFrame:
+        """The ``assign_tasks`` candidates table (``task, worker, score``; ids ``t…``/``w…``)."""
+        return pd.DataFrame(
+            {
+                "task": pd.Series(self.task).map("t{}".format).astype(object),
+                "worker": pd.Series(self.worker).map("w{}".format).astype(object),
+                "score": self.score,
+            }
+        )
+
+
+def candidate_draw(
+    size: int,
+    law: str = "rank1+0.05",
+    lists: Literal["sparse", "dense"] = "sparse",
+    caps: Literal["tight", "loose"] = "tight",
+    budget: Literal["binding", "free"] = "binding",
+    seed: int = 0,
+    list_length: int = 20,
+) -> CandidateDraw:
+    """One instance of about ``size`` candidates (docs/methods/assignment.md §8.3).
+
+    - lists: ``sparse`` = every task lists ``list_length`` workers drawn without replacement from
+      ``max(list_length, size/200)`` workers; ``dense`` = every worker × every task on a grid of
+      ``≈ √size/2.5`` workers;
+    - law: worker skill ``U[0.5, 1]`` × task uncertainty ``U[0, 1]`` (``rank1``), plus
+      ``σ·U[0, 1]`` (``rank1+σ``); Pareto ``α = 1.2`` (``pareto``); integers 1–4 (``ties``);
+      ``U[0, 1]`` (``uniform``);
+    - caps: task cap = ``0.15`` (tight) or ``0.5`` (loose) of the list length; worker cap = ``0.75``
+      (tight) or ``2`` (loose) times a worker's fair share ``n_tasks·task_cap/n_workers``;
+    - budget: ``binding`` = ⅛ of the candidates (the issue #19 reproducer), ``free`` = no limit.
+    """
+    if law not in SCORE_LAWS:
+        raise ValueError(f"unknown law {law!r}; expected one of {SCORE_LAWS}")
+    rng = np.random.default_rng([61, int(size), SCORE_LAWS.index(law), int(seed), lists == "dense", caps == "tight"])
+    if lists == "sparse":
+        d = int(list_length)
+        n_t = max(1, size // d)
+        n_w = max(d, size // 200)
+        # d distinct workers per task: the first d of a random permutation key per row, drawn in blocks
+        task = np.repeat(np.arange(n_t, dtype=np.int64), d)
+        worker = np.empty(n_t * d, np.int64)
+        for lo in range(0, n_t, 4096):
+            hi = min(n_t, lo + 4096)
+            keys = rng.random((hi - lo, n_w))
+            worker[lo * d : hi * d] = np.argpartition(keys, d - 1, axis=1)[:, :d].ravel()
+        per_task = d
+    else:
+        n_w = max(2, round(math.sqrt(size) / 2.5))
+        n_t = max(1, size // n_w)
+        worker, task = (a.ravel().astype(np.int64) for a in np.meshgrid(np.arange(n_w), np.arange(n_t), indexing="ij"))
+        per_task = n_w
+    p = worker.shape[0]
+    if law.startswith("rank1"):
+        skill = rng.uniform(0.5, 1.0, n_w)
+        unc = rng.uniform(0.0, 1.0, n_t)
+        score = skill[worker] * unc[task]
+        if "+" in law:
+            score = score + float(law.split("+")[1]) * rng.uniform(0.0, 1.0, p)
+    elif law == "pareto":
+        score = rng.pareto(1.2, p) + 1e-3
+    elif law == "ties":
+        score = rng.integers(1, 5, p).astype(np.float64)
+    else:
+        score = rng.uniform(0.0, 1.0, p)
+    task_cap = max(1, math.floor((0.15 if caps == "tight" else 0.5) * per_task))
+    fair = n_t * task_cap / n_w
+    worker_cap = max(1, math.floor((0.75 if caps == "tight" else 2.0) * fair))
+    tot = p // 8 if budget == "binding" else None
+    name = f"{law}-{lists}-{caps}-{budget}-{p:.0e}".replace("e+0", "e")
+    return CandidateDraw(
+        name,
+        law,
+        lists,
+        caps,
+        budget,
+        worker,
+        task,
+        score,
+        np.full(n_w, worker_cap, np.int64),
+        np.full(n_t, task_cap, np.int64),
+        tot,
+    )
+
+
+def candidate_family(size: int, seed: int = 0) -> list[CandidateDraw]:
+    """The benchmark family at one size: every score law × sparse and dense lists (14 draws).
+
+    Caps and budget rotate over the four (tight/loose, binding/free) combinations: every law meets
+    both kinds of caps and of budget (its two draws are (tight, binding) + (loose, free) or
+    (tight, free) + (loose, binding)), and every combination appears with both list shapes
+    (docs/methods/assignment.md §8.3).
+    """
+    combos: list[tuple[Literal["tight", "loose"], Literal["binding", "free"]]] = [
+        ("tight", "binding"),
+        ("loose", "free"),
+        ("tight", "free"),
+        ("loose", "binding"),
+    ]
+    out = []
+    for i, law in enumerate(SCORE_LAWS):
+        for j, lists in enumerate(("sparse", "dense")):
+            caps, budget = combos[2 * (i % 2) + (j + i // 2) % 2]
+            out.append(candidate_draw(size, law, lists, caps, budget, seed))  # type: ignore[arg-type]
+    return out

@@ -2,7 +2,9 @@
 the reduced-cost column generation (top-weight and capped-greedy seeds, warm-started rounds), warm
 starts of the network from arbitrary duals, and the compiled greedy-windows seed.
 
-The compiled min-cost-flow kernel itself is checked in test_min_cost_flow.py.
+The compiled min-cost-flow kernel itself is checked in test_min_cost_flow.py. Column generation and
+warm starts belong to that kernel (docs/methods/assignment.md §3.3), so every test here runs with
+``flow_solver="numba"``; the default OR-Tools solver is checked in test_ortools_flow.py.
 """
 
 from __future__ import annotations
@@ -16,6 +18,11 @@ from crowdflow.assignment.constraints import TVCSConstraints
 from crowdflow.assignment.flow_backend import _FlowNetwork, _greedy_windows
 from crowdflow.assignment.projector import TVCSProjector, tvcs_select
 from crowdflow.synth.assignment import synthetic_assignment
+
+
+@pytest.fixture(autouse=True)
+def _numba_kernel(monkeypatch):
+    monkeypatch.setattr(projector, "DEFAULT_FLOW_SOLVER", "numba")
 
 
 def test_flow_matches_lp_on_crowd_sized_instance():

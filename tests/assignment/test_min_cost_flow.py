@@ -104,6 +104,6 @@ def test_tvcs_falls_back_to_lp_when_the_kernel_fails(monkeypatch):
         raise RuntimeError("flow backend: no convergence after 0 phases")
 
     monkeypatch.setattr(flow_backend, "cost_scaling_flow", boom)
-    got = tvcs_select(u, w, t, 5, 3, 30, backend="flow")
+    got = tvcs_select(u, w, t, 5, 3, 30, backend="flow", flow_solver="numba")
     assert got.backend == "flow->lp" and got.certified
     assert got.objective == pytest.approx(expected.objective, rel=1e-12)
