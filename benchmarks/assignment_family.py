@@ -1,7 +1,7 @@
-"""Assignment on every family (issue #19): the flow backend's two solvers against the faster HiGHS method.
+"""Assignment on every family (issue #19): the flow backend (OR-Tools) against the faster HiGHS method.
 
-Run: ``python -m benchmarks.assignment_family`` (``--quick``: 10^4 only; ``--large``: adds 10^7
-candidates for two shapes). Prints markdown and writes ``benchmarks/results/assignment_family.md``.
+Run: ``python -m benchmarks.assignment_family`` (``--quick``: 10^4 only; ``--large``: adds the
+reproducer's shape at 10^7 candidates). Prints markdown and writes ``benchmarks/results/assignment_family.md``.
 Method: docs/methods/assignment.md §3.2 and §8.3.
 
 Instances: :func:`crowdflow.synth.assignment.candidate_family` at 10^4, 10^5 and 10^6 candidates
@@ -9,18 +9,18 @@ Instances: :func:`crowdflow.synth.assignment.candidate_family` at 10^4, 10^5 and
 so that every law meets both of each), plus the issue's reproducer (rank-one + 0.05·U[0,1] noise, 20
 candidate workers per task, budget ⅛ of the candidates, tight worker and task caps).
 
-Per draw, on the same instance and interleaved in the same process: the whole projection
+Per draw, on the same instance and in the same process: the whole projection
 ``TVCSProjector(constraints).select(score)`` (network built inside the timing) with
 
-- ``ortools``: OR-Tools' ``SimpleMinCostFlow`` on 2^-40-scaled integer costs, potentials by
-  Bellman–Ford on the residual graph, the float certificate (``crowdflow.assignment.ortools_flow``);
-- ``numba``: the hand-written compiled cost-scaling kernel with column generation
-  (``crowdflow.assignment.min_cost_flow``);
+- the flow backend: OR-Tools' ``SimpleMinCostFlow`` on integer costs (whole-number weights as they
+  are, otherwise the 2^-40 grid, divided by their gcd), potentials by Bellman–Ford on the residual
+  graph, the float certificate, and column generation within a quarter of the positive weights
+  (``crowdflow.assignment.ortools_flow``, ``crowdflow.assignment.projector``);
 - HiGHS through ``scipy.optimize.linprog``: interior point + crossover (``highs-ipm``) everywhere up to
   10^6, dual simplex (``highs-ds``) up to 10^5 (at 10^5 it is already 5–10× slower than the IPM; at
   10^6 it would take minutes), neither at 10^7 (IPM > 60 s). The peer time is the faster of the two.
 
-Both flow solvers must be certified and agree with HiGHS to 10^-9 relative. The ratio reported is
+The flow answer must be certified and agree with HiGHS to 10^-9 relative. The ratio reported is
 ``peer time / solver time`` (speed-up); min / median / max over the draws of each size, the worst draw,
 and whether the target holds (≥ 10× the faster HiGHS method and ≤ 2 s at 10^6, every draw).
 """
@@ -40,22 +40,20 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-import crowdflow.assignment.projector as projector  # noqa: E402
 from crowdflow.assignment import AssignmentOptions, TVCSProjector, assign_tasks  # noqa: E402
 from crowdflow.synth.assignment import CandidateDraw, candidate_draw, candidate_family  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "assignment_family.md"
-SOLVERS = ("ortools", "numba")
+SOLVERS = ("ortools",)
 DS_MAX_P = 100_000
 IPM_MAX_P = 1_000_000
 
 
 def warmup() -> None:
-    """Load (or compile) every numba kernel before any timing."""
+    """Load (or compile) every numba kernel (potentials, seeds, repeated pairs) before any timing."""
     d = candidate_draw(2_000, "rank1", caps="tight")
-    for s in SOLVERS:
-        TVCSProjector(d.constraints(), flow_solver=s).select(d.score)
-        TVCSProjector(d.constraints(), flow_solver=s, prune_min_p=0).select(d.score)
+    TVCSProjector(d.constraints()).select(d.score)
+    TVCSProjector(d.constraints(), prune_min_p=0).select(d.score)
 
 
 def timed(fn, repeats: int):
@@ -71,8 +69,8 @@ def run_draw(d: CandidateDraw, repeats: int) -> dict:
     cons = d.constraints()
     row: dict = {"name": d.name, "p": d.p, "budget": cons.total}
     objs = {}
-    for s in SOLVERS:  # interleaved: one solver after the other on the same instance
-        t, r = timed(lambda s=s: TVCSProjector(cons, flow_solver=s).select(d.score), repeats)
+    for s in SOLVERS:
+        t, r = timed(lambda: TVCSProjector(cons).select(d.score), repeats)
         assert r.certified, (d.name, s)
         row[s] = t
         objs[s] = r.objective
@@ -97,32 +95,37 @@ def fmt(x: float | None) -> str:
 
 
 def path_of(row: dict) -> str:
-    tr = row["numba_trace"]
+    tr = row["ortools_trace"]
     if "closed_form" in tr:
         return "closed form"
     pr = tr.get("pruning")
     if not pr:
-        return f"full, {tr.get('phases')} ph"
+        return "full network"
+    seed = " (greedy seed)" if pr["reseeded"] else ""
+    sizes = "+".join(f"{n / 1000:.0f}k" for n in pr["sizes"])
     if pr.get("abandoned"):
-        return f"CG abandoned, {tr.get('phases')} ph"
-    return f"CG {pr['rounds']} rounds{' (greedy seed)' if pr['reseeded'] else ''}, {tr.get('phases')} ph"
+        return f"CG {sizes}{seed}, then full network"
+    return f"CG {pr['rounds']} round(s) {sizes}{seed}"
+
+
+def unit_of(row: dict) -> str:
+    tr = row["ortools_trace"]
+    if "closed_form" in tr:
+        return "–"
+    return f"{tr['cost_unit']:.3g}{' + float' if tr.get('float_potentials') else ''}"
 
 
 def draw_table(rows: list[dict]) -> str:
     lines = [
-        "| draw | p | budget | ortools s | numba s | HiGHS-IPM s | HiGHS-DS s | faster HiGHS / ortools | "
-        "faster HiGHS / numba | numba / ortools | numba path | ortools potentials | rel. obj. diff |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| draw | p | budget | flow s | HiGHS-IPM s | HiGHS-DS s | faster HiGHS / flow | path | cost unit | "
+        "rel. obj. diff |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         sp_o = f"**{r['peer'] / r['ortools']:.1f}×**" if r["peer"] else "–"
-        sp_n = f"{r['peer'] / r['numba']:.1f}×" if r["peer"] else "–"
-        tro = r["ortools_trace"]
-        pot = "closed form" if "closed_form" in tro else ("float" if tro.get("float_potentials") else "2^-40 grid")
         lines.append(
-            f"| {r['name']} | {r['p']:,} | {r['budget']:,} | {fmt(r['ortools'])} | {fmt(r['numba'])} | "
-            f"{fmt(r.get('ipm'))} | {fmt(r.get('ds'))} | {sp_o} | {sp_n} | {r['numba'] / r['ortools']:.2f} | "
-            f"{path_of(r)} | {pot} | {r['diff']:.1e} |"
+            f"| {r['name']} | {r['p']:,} | {r['budget']:,} | {fmt(r['ortools'])} | "
+            f"{fmt(r.get('ipm'))} | {fmt(r.get('ds'))} | {sp_o} | {path_of(r)} | {unit_of(r)} | {r['diff']:.1e} |"
         )
     return "\n".join(lines)
 
@@ -162,18 +165,9 @@ def assign_tasks_row(d: CandidateDraw) -> str:
     import pandas as pd
 
     opts = AssignmentOptions(budget=d.budget)
-    cells = []
-    for s in SOLVERS:
-        projector.DEFAULT_FLOW_SOLVER = s
-        try:
-            t, res = timed(
-                lambda: assign_tasks(cand, opts, worker_caps=pd.DataFrame(wc), task_caps=pd.DataFrame(tc)), 1
-            )
-        finally:
-            projector.DEFAULT_FLOW_SOLVER = "ortools"
-        assert res.certified
-        cells.append(f"{t:.2f} s (objective {res.objective:.6f})")
-    return f"| {d.name} | {d.p:,} | {cells[0]} | {cells[1]} |"
+    t, res = timed(lambda: assign_tasks(cand, opts, worker_caps=pd.DataFrame(wc), task_caps=pd.DataFrame(tc)), 1)
+    assert res.certified
+    return f"| {d.name} | {d.p:,} | {t:.2f} s | {res.objective:.6f} |"
 
 
 def main() -> None:
@@ -198,29 +192,26 @@ def main() -> None:
         rows_by_size[size] = rows
         sections.append(f"### {size:,} candidates\n\n{draw_table(rows)}")
     if args.large:
-        large = [
-            candidate_draw(10**7, "rank1+0.05", "sparse", "tight", "binding"),
-            candidate_draw(10**7, "uniform", "dense", "tight", "binding"),
-        ]
+        large = [candidate_draw(10**7, "rank1+0.05", "sparse", "tight", "binding")]
         rows = []
         for d in large:
             rows.append(run_draw(d, 1))
             print(draw_table(rows[-1:]).splitlines()[-1], flush=True)
         rows_by_size[10**7] = rows
-        sections.append(f"### 10,000,000 candidates (two shapes; HiGHS not run, > 60 s)\n\n{draw_table(rows)}")
+        sections.append(f"### 10,000,000 candidates (the reproducer's shape; HiGHS not run)\n\n{draw_table(rows)}")
     table, verdicts = summary(rows_by_size)
     at_rows = ""
     if not args.quick:
         at_rows = (
             "## The whole `assign_tasks` call on the issue's reproducer\n\n"
-            "| draw | p | ortools | numba |\n|---|---|---|---|\n" + assign_tasks_row(reproducer) + "\n"
+            "| draw | p | time | objective |\n|---|---|---|---|\n" + assign_tasks_row(reproducer) + "\n"
         )
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     import numpy
     import ortools
     import scipy
 
-    text = f"""# Assignment on every family: OR-Tools vs the numba kernel vs HiGHS (issue #19)
+    text = f"""# Assignment on every family: the flow backend (OR-Tools) vs HiGHS (issue #19)
 
 Generated by `python -m benchmarks.assignment_family{" --large" if args.large else ""}{" --quick" if args.quick else ""}`
 at commit {commit} on {platform.machine()} / Python {platform.python_version()} / numpy {numpy.__version__} /
@@ -229,7 +220,7 @@ average {load0:.1f} at the start (timings are noisy; compare ratios within this 
 docs/methods/assignment.md §3.2 and §8.3.
 
 Every time is the whole projection `TVCSProjector(constraints).select(score)`, network built inside the
-timing (median of 3 up to 10^5, one run above), the two flow solvers interleaved on the same instance.
+timing (median of 3 up to 10^5, one run above).
 The peer is the faster of HiGHS IPM + crossover and HiGHS dual simplex (`scipy.optimize.linprog`); dual
 simplex runs up to 10^5 only, the IPM up to 10^6. Every flow answer is certified and every objective
 agrees with HiGHS within 10^-9 relative (asserted).
@@ -244,9 +235,12 @@ agrees with HiGHS within 10^-9 relative (asserted).
 ## Per draw
 
 Draw names: score law - candidate lists - caps - budget - size (`crowdflow.synth.assignment.candidate_draw`);
-the first 10^6 row is the issue's reproducer. `numba path`: closed form (one view never binds, §3.4),
-full network, or column generation (CG) rounds and phases; `ortools potentials`: the duals came from the
-2^-40 integer grid, or were refined on the float costs (§3.2).
+the first 10^6 row is the issue's reproducer. `path`: closed form (one view never binds, §3.4), full
+network, or column generation (CG, §3.3) with the candidate count of each round (greedy seed when the
+top weights cannot fill the slots), abandoned for the full network past a quarter of the positive
+weights; `cost unit`: the weight of one integer cost unit (1 = whole-number weights used as they are,
+a multiple of 2^-40·max u after the gcd reduction), `+ float` when the duals were refined on the float
+costs (§3.2).
 
 {(chr(10) * 2).join(sections)}
 """

@@ -1,15 +1,14 @@
-"""The exact min-cost-flow backend: the network of a TVCS instance and its closed forms.
+"""The exact min-cost-flow backend: the network of a TVCS instance, the column-generation seed, the closed form.
 
 The selection ``max ⟨u, x⟩ s.t. A x ≤ s, x ∈ {0,1}^p`` is a maximum-weight bipartite b-matching
 with a global cardinality cap, i.e. a min-cost flow on ``S → view-1 node (cap s_g) → element
 (cap 1, cost −u_i) → view-2 node (cap s_h) → T`` plus a bypass ``S → T`` (cap ``s_total``) with
-``s_total`` units of supply. :class:`_FlowNetwork` builds that network once per structure, runs the
-compiled cost-scaling kernel of :mod:`crowdflow.assignment.min_cost_flow` on it and reads back the
-selection and the LP duals ``a_g = π(L_g) − π(S)``, ``b_h = π(T) − π(R_h)``, ``λ = π(S) − π(T)``.
+``s_total`` units of supply. :class:`_FlowNetwork` builds that network once per structure; it is
+solved by OR-Tools in :mod:`crowdflow.assignment.ortools_flow`, which reads back the selection and the
+LP duals ``a_g = π(L_g) − π(S)``, ``b_h = π(T) − π(R_h)``, ``λ = π(S) − π(T)``.
 
-Also here: the compiled capped-greedy seed of the column generation (:func:`_greedy_windows`), the
-ε-scaling schedule of its warm-started re-solves (:func:`_warm_scale_bits`) and the exact
-``O(p log p)`` closed form when one view never binds (:func:`_laminar_greedy`). The column
+Also here: the compiled capped-greedy seed of the column generation (:func:`_greedy_windows`) and the
+exact ``O(p log p)`` closed form when one view never binds (:func:`_laminar_greedy`). The column
 generation loop itself is :meth:`crowdflow.assignment.projector.TVCSProjector._solve_flow`.
 
 See docs/methods/assignment.md §3.1–§3.4.
@@ -17,18 +16,14 @@ See docs/methods/assignment.md §3.1–§3.4.
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
 import numpy as np
 
 from crowdflow.assignment.constraints import TVCSConstraints
-from crowdflow.assignment.min_cost_flow import cost_scaling_flow, residual_pattern
 from crowdflow.compiled import compiled_kernel
 
 
 class _FlowNetwork:
-    """Fixed network topology + CSR patterns reused by every solve on one TVCS structure.
+    """Fixed network topology reused by every solve on one TVCS structure.
 
     Nodes: ``S=0``, ``T=1``, one node per view-1 group, one per view-2 group, a private node
     (cap 1) for every element without a view-1 (view-2) group, and a private element node for
@@ -55,13 +50,7 @@ class _FlowNetwork:
         capl = np.minimum(capl, k)
         capr = np.minimum(capr, k)
         # duplicate (left, right) pairs get a private element node
-        key = left * np.int64(nr) + right
-        order = np.argsort(key, kind="stable")
-        dup_sorted = np.zeros(p, bool)
-        if p > 1:
-            dup_sorted[1:] = key[order][1:] == key[order][:-1]
-        dup = np.zeros(p, bool)
-        dup[order] = dup_sorted
+        dup = _repeated_pairs(left, right, nl, nr)
         ndup = int(dup.sum())
         S, T = 0, 1
         lnode = 2 + np.arange(nl)
@@ -88,92 +77,32 @@ class _FlowNetwork:
         self.supply = np.zeros(V, np.int64)
         self.supply[S] = k
         self.supply[T] = -k
-        self._pattern: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
-    @property
-    def pattern(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The CSR residual pattern of the compiled kernel (built on first use)."""
-        if self._pattern is None:
-            self._pattern = residual_pattern(self.tail, self.head, self.V)
-        return self._pattern
 
-    def potentials(self, u: np.ndarray, duals: tuple[np.ndarray, np.ndarray, float], umax: float) -> np.ndarray:
-        """Node potentials (costs normalised by ``umax``) whose reduced costs are given by ``duals``.
-
-        ``π(S) = 0``, ``π(T) = −λ``, ``π(L_g) = a_g``, ``π(R_h) = −λ − b_h`` (all over ``umax``), so
-        the element arc ``L_g → R_h`` (cost ``−u_i``) has reduced cost ``−(u_i − a_g − b_h − λ)``.
-        A private cap-1 node takes the element's positive reduced gain as its dual
-        (``[u_i − b_h − λ]₊`` on the left, ``[u_i − a_g − λ]₊`` on the right); a duplicate pair's
-        element node gets the potential of its right node. Any potentials give the exact optimum
-        (the first scale saturates every entry they price negatively); good ones save phases.
-        """
-        a, b, lam = duals
-        n1, n2 = self.cons.n1, self.cons.n2
-        al = np.zeros(self.nl)
-        al[:n1] = np.maximum(a, 0.0)
-        br = np.zeros(self.nr)
-        br[:n2] = np.maximum(b, 0.0)
-        lam = max(float(lam), 0.0)
-        upos = np.maximum(u, 0.0)
-        priv = np.flatnonzero(self.left >= n1)
-        al[self.left[priv]] = np.maximum(upos[priv] - br[self.right[priv]] - lam, 0.0)
-        priv = np.flatnonzero(self.right >= n2)
-        br[self.right[priv]] = np.maximum(upos[priv] - al[self.left[priv]] - lam, 0.0)
-        pi = np.zeros(self.V)
-        pi[1] = -lam
-        pi[2 : 2 + self.nl] = al
-        pi[2 + self.nl : 2 + self.nl + self.nr] = -lam - br
-        pi[2 + self.nl + self.nr :] = pi[2 + self.nl + self.right[self.dup]]
-        return pi / umax
-
-    def solve(
-        self,
-        u: np.ndarray,
-        tol: float = 1e-11,
-        scale_bits: tuple[int, ...] = tuple(range(0, 31, 2)),
-        warm: tuple[np.ndarray, np.ndarray, float] | None = None,
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        """Cost-scaling SSP: solve with costs rounded to 2^-b·max(u) for b in ``scale_bits``,
-        then with the exact costs, each time warm-started from the previous potentials/flow.
-
-        The grids go down to 2^-30·max(u): with heavy-tailed weights most ``u`` are far below the
-        maximum, and stopping at 2^-20 left hundreds of phases to the exact scale (10^6 Pareto
-        weights: 457 phases, 4.3 s; with 2^-30: 10 phases, 0.6 s). An idle scale costs one pass.
-
-        ``tol`` is the reduced-cost tolerance of the exact scale (costs normalised to max 1).
-        ``warm`` = duals ``(a, b, λ)`` (units of ``u``) of a related problem, e.g. the previous
-        column-generation round: the potentials start there (:meth:`potentials`) and the scales
-        keep the *exact* costs, only the tolerance ``2^-b/4`` decreases over ``scale_bits``
-        (ε-scaling); rounding the costs would break the warm potentials' optimality again at
-        every grid. Returns the selection and stats including the duals ``(a, b, λ)`` in the
-        units of ``u``.
-        """
-        pos = u > 0
-        umax = float(u[pos].max()) if np.any(pos) else 0.0
-        cap = self.base_cap.copy()
-        cap[self.elem_arc] = pos.astype(np.int64)
-        arc_cost = np.zeros(self.n_arcs)
-        arc_cost[self.elem_arc] = -np.where(pos, u, 0.0) / (umax if umax > 0 else 1.0)
-        _, _, _, arc, sign = self.pattern
-        forward = sign > 0
-        residual = np.where(forward, cap[arc], 0)  # the zero flow
-        excess = self.supply.copy()
-        pi = np.zeros(self.V) if warm is None else self.potentials(u, warm, umax if umax > 0 else 1.0)
-        steps = np.array([2.0**-b if warm is None else 0.0 for b in scale_bits] + [0.0])
-        tols = np.array([0.25 * 2.0**-b for b in scale_bits] + [tol])
-        max_phases = 4 * (self.cons.total + self.V) + 10
-        phases_per_scale = cost_scaling_flow(self.pattern, arc_cost, residual, excess, pi, steps, tols, max_phases)
-        flow = np.zeros(self.n_arcs, np.int64)
-        flow[arc[~forward]] = residual[~forward]
-        x = flow[self.elem_arc] > 0
-        # duals in original units: a_g = π(L_g) − π(S), b_h = π(T) − π(R_h), λ = π(S) − π(T)
-        S, T = 0, 1
-        a = (pi[self.head[self.sl_arc]] - pi[S]) * umax
-        b = (pi[T] - pi[self.tail[self.rt_arc]]) * umax
-        lam = (pi[S] - pi[T]) * umax
-        stats = {"phases_per_scale": phases_per_scale.tolist(), "phases": int(phases_per_scale.sum())}
-        stats["duals"] = (a, b, lam)
-        return x, stats
+@compiled_kernel
+def _repeated_pairs(left: np.ndarray, right: np.ndarray, nl: int, nr: int) -> np.ndarray:
+    """Mask of the elements whose ``(left, right)`` pair already occurred at a smaller index
+    (compiled, ``O(p + nl + nr)``: elements bucketed by ``left``, a last-seen stamp per ``right``)."""
+    p = left.shape[0]
+    start = np.zeros(nl + 1, np.int64)
+    for i in range(p):
+        start[left[i] + 1] += 1
+    for g in range(nl):
+        start[g + 1] += start[g]
+    fill = start[:nl].copy()
+    order = np.empty(p, np.int64)
+    for i in range(p):
+        order[fill[left[i]]] = i
+        fill[left[i]] += 1
+    seen = np.full(nr, -1, np.int64)
+    dup = np.zeros(p, np.bool_)
+    for g in range(nl):
+        for k in range(start[g], start[g + 1]):
+            i = order[k]
+            if seen[right[i]] == g:
+                dup[i] = True
+            seen[right[i]] = g
+    return dup
 
 
 @compiled_kernel
@@ -269,21 +198,3 @@ def _laminar_greedy(
     if over.shape[0]:
         a[over] = np.maximum(u[order[starts[over] + caps[over]]] - lam, 0.0)
     return x, a, max(lam, 0.0)
-
-
-def _warm_scale_bits(n_viol: int, eps: float) -> tuple[int, ...]:
-    """Tolerance levels ``2^-b/4`` for a column-generation re-solve warm-started from the
-    previous round's duals (:meth:`_FlowNetwork.solve` with ``warm``: exact costs, ε-scaling).
-
-    The warm potentials are optimal except on the ``n_viol`` added elements, whose reduced costs
-    are at worst ``−eps`` (costs normalised to max 1). The levels start at the first one whose
-    tolerance covers ``eps`` (coarser levels would idle) and end at the exact tolerance. Every
-    phase moves at least one unit and a level needs at least one phase when anything violates
-    it, so with at most ``2·(levels + 1)`` violators the exact tolerance alone is used (``()``).
-    Measured on rank-one weights: 594 violators, ``eps = 2.6·10⁻⁴``: 27 phases (rounded costs
-    from the grid ``2^-10``: 244; exact tolerance only: 253).
-    """
-    b0 = min(30, max(0, math.floor(math.log2(0.25 / eps)))) if eps > 0 else 30
-    b0 += b0 % 2
-    bits = tuple(range(b0, 31, 2))
-    return () if n_viol <= 2 * (len(bits) + 1) else bits

@@ -9,8 +9,8 @@ weak-duality certificate.
 
 Backends: ``flow`` (default, exact min-cost flow on the network of
 :mod:`crowdflow.assignment.flow_backend`, solved by OR-Tools and made exact on the float weights in
-:mod:`crowdflow.assignment.ortools_flow`, or with ``flow_solver="numba"`` by the compiled kernel with
-reduced-cost column generation on large instances), ``lp`` (HiGHS), ``pgd`` (the paper's
+:mod:`crowdflow.assignment.ortools_flow`, with reduced-cost column generation on large instances),
+``lp (HiGHS), ``pgd`` (the paper's
 iteration) and ``brute`` (enumeration), the last three in :mod:`crowdflow.assignment.backends`.
 :func:`tvcs_select` / :func:`tvcs_project` are one-shot wrappers; :func:`project_elements` projects a
 table of elements keyed by view.
@@ -33,7 +33,7 @@ import scipy.sparse as sp
 
 from crowdflow.assignment.backends import _brute_select, _lp_select, _pgd_select
 from crowdflow.assignment.constraints import TVCSConstraints
-from crowdflow.assignment.flow_backend import _FlowNetwork, _greedy_windows, _laminar_greedy, _warm_scale_bits
+from crowdflow.assignment.flow_backend import _FlowNetwork, _greedy_windows, _laminar_greedy
 from crowdflow.assignment.ortools_flow import solve_ortools
 from crowdflow.assignment.problem import _caps_vector, _float_column, _ids_as_str
 from crowdflow.assignment.types import SelectResult
@@ -45,8 +45,7 @@ BACKENDS: tuple[str, ...] = ("flow", "lp", "pgd", "brute")
 
 _CERT_RTOL = 1e-9  # docs/methods/assignment.md §2.2: relative gap of a certified answer
 PRUNE_MIN_P = 50_000  # flow backend: reduced-cost column generation from this many elements on
-FLOW_SOLVERS: tuple[str, ...] = ("ortools", "numba")
-DEFAULT_FLOW_SOLVER = "ortools"  # docs/methods/assignment.md §3.2: the worst family decides (§8.3)
+CG_BUDGET = 0.25  # flow backend: column generation while its candidate sets add up to <= this share of u > 0
 SEED_WINDOW = 0.25  # flow backend: half-width of the greedy seed's rank windows, as a fraction of the cap
 
 
@@ -60,30 +59,17 @@ class TVCSProjector:
     Builds the structure once (flow network and CSR patterns, LP matrix) so that IHT/GradMP and
     stochastic IHT can call :meth:`select` / :meth:`project` every iteration.
 
-    Flow backend solver. By default (``flow_solver="ortools"``, docs/methods/assignment.md §3.2) OR-Tools'
-    min-cost flow on costs scaled to the integer grid ``2^-40·max u``, potentials by Bellman–Ford on its
-    residual graph and the float certificate (:func:`solve_ortools`); it won the worst family of the
-    issue #19 benchmark (``benchmarks/assignment_family.py``). With ``flow_solver="numba"``, the
-    compiled kernel below. Min-cost flow on the network of :class:`_FlowNetwork` by
-    *cost-scaling successive shortest paths*: the costs ``−u/max(u)`` are rounded to the grids
-    ``2^-b`` for ``b = 0, 2, …, 30`` and finally used exactly. At each scale the previous
-    potentials ``π`` define a pseudo-flow (arcs with negative reduced cost saturated, positive
-    ones emptied), whose node imbalances are removed by phases of multi-source Dijkstra (reduced
-    costs ≥ 0) followed by a maximum flow on the zero-reduced-cost arcs (Dinic on shortest
-    augmenting paths), compiled with numba in :mod:`crowdflow.assignment.min_cost_flow`. At
-    termination the flow is conservative and every residual arc has reduced cost ≥ 0 — the
-    classical optimality condition — and the potentials give the LP dual
-    ``a_g = π(L_g) − π(S)``, ``b_h = π(T) − π(R_h)``, ``λ = π(S) − π(T)`` used for the certificate.
-    Complexity: each phase costs ``O(E log V)`` (Dijkstra) plus a Dinic max flow on the
-    admissible subgraph, with ``E = p + n1 + n2 + 1`` and ``V = n1 + n2 + 2`` (+ private nodes);
-    every phase moves ≥ 1 unit so there are at most ``O(s_total + V)`` phases per scale (worst
-    case = plain SSP, ``O(s_total·E log V)``). In practice coarse scales have many ties, so phases
-    move many units, and finer scales start near-optimal: a few dozen phases in total for
-    ``p = 10^5`` over the 16 grids plus the exact scale (see ``benchmarks/assignment.py``). When one view can never
-    bind (every cap ≥ its group size, or the view is absent) the problem is a laminar matroid
-    and the flow backend uses the exact ``O(p log p)`` greedy closed form instead
-    (:func:`_laminar_greedy`). Every flow result carries the weak-duality certificate; if it
-    ever failed numerically (not observed) the LP backend would be used and a warning logged.
+    Flow backend (docs/methods/assignment.md §3.1–§3.4): the min-cost flow on the network of
+    :class:`_FlowNetwork` is solved by OR-Tools' ``SimpleMinCostFlow`` on integer costs (whole-number
+    weights as they are, otherwise the grid ``2^-40·max u``, divided by their gcd), with potentials by
+    Bellman–Ford on the residual graph and the float certificate (:func:`solve_ortools`). It won the
+    worst family of the issue #19 benchmark (``benchmarks/assignment_family.py``) against the
+    hand-written compiled cost-scaling kernel it replaced. Large instances are solved on a reduced
+    candidate set when its duals prove it is enough (:meth:`_solve_flow`). When one view can never
+    bind (every cap ≥ its group size, or the view is absent) the problem is a laminar matroid and the
+    flow backend uses the exact ``O(p log p)`` greedy closed form instead (:func:`_laminar_greedy`).
+    Every flow result carries the weak-duality certificate; if it ever failed numerically (not
+    observed) the LP backend would be used and a warning logged.
 
     Parameters
     ----------
@@ -101,11 +87,9 @@ class TVCSProjector:
         ``power_iters`` (100), ``fallback`` ("lp" | "raise" | "none"), ``max_seconds`` (None:
         wall-clock cap checked at every certificate check), ``polish_dual`` (True: the
         certificate also tries a block-coordinate-polished dual bound; False = the dual bound of the iterate only).
-    flow_solver : {"ortools", "numba"} or None
-        The flow backend's solver; ``None`` = ``DEFAULT_FLOW_SOLVER`` (``"ortools"``).
     prune_factor, prune_min_p : float, int
-        Numba flow solver on ``p ≥ prune_min_p`` (default ``PRUNE_MIN_P``) elements: the first reduced problem keeps the
-        ``prune_factor·s_total`` largest weights, or a capped-greedy seed when the caps bind hard
+        Flow backend on ``p ≥ prune_min_p`` (default ``PRUNE_MIN_P``) elements: the first reduced problem keeps the
+        ``prune_factor·min(s_total, fill bound)`` largest weights, or a capped-greedy seed when the caps bind hard
         (see :meth:`_solve_flow`; the result is exact whatever the value, which only trades
         first-solve size against extra rounds).
     """
@@ -124,15 +108,10 @@ class TVCSProjector:
         pgd_options: dict[str, Any] | None = None,
         prune_factor: float = 1.25,
         prune_min_p: int = PRUNE_MIN_P,
-        flow_solver: str | None = None,
     ) -> None:
         if not prune_factor >= 1.0:
             raise ValueError(f"prune_factor must be >= 1, got {prune_factor!r}")
         self.prune_factor = float(prune_factor)
-        flow_solver = DEFAULT_FLOW_SOLVER if flow_solver is None else flow_solver
-        if flow_solver not in FLOW_SOLVERS:
-            raise ValueError(f"unknown flow_solver {flow_solver!r}; expected one of {FLOW_SOLVERS}")
-        self.flow_solver = flow_solver
         self.prune_min_p = int(prune_min_p)
         if isinstance(view1, TVCSConstraints):
             cons = view1
@@ -224,7 +203,8 @@ class TVCSProjector:
             a, b, lam = stats.pop("duals")
             obj = float(u[x].sum())
             ub = cons.dual_bound(u, a, b, lam)
-            iters = stats["phases"]
+            pr = stats.get("pruning", {})
+            iters = pr.get("rounds", 0) + (0 if pr.get("candidates") else 1)  # OR-Tools solves
             trace = stats
             if not _certified(obj, ub):
                 log.warning("flow backend: certificate gap %.3g too large; using the HiGHS LP", ub - obj)
@@ -268,87 +248,81 @@ class TVCSProjector:
         trace["seconds"] = time.perf_counter() - t0
         return SelectResult(x, obj, ub, _certified(obj, ub), backend, iters, trace)
 
+    def _solve_network(self, net: _FlowNetwork, u: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+        """OR-Tools on ``net`` (its own constraints) with that problem's certificate deciding the duals."""
+        cons = net.cons
+        return solve_ortools(net, u, lambda x, d: _certified(float(u[x].sum()), cons.dual_bound(u, *d)))
+
     def _solve_full_network(self, u: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
         """The flow solve on every element (network built once per projector, reused across calls)."""
         if self._net is None:
             self._net = _FlowNetwork(self.cons)
-        return self._net.solve(u)
+        return self._solve_network(self._net, u)
+
+    def _seed(self, u: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray | None, bool]:
+        """First candidate set of the column generation (sorted), or ``None`` = solve the full network.
+
+        The ``⌈prune_factor·k⌉ + 1`` largest positive weights, ``k = min(s_total, fill bound of all
+        positive weights)`` (the most elements any selection can hold); when the caps leave them unable
+        to fill ``k`` slots, the capped-greedy seed (:func:`_greedy_windows`). ``None`` below
+        ``prune_min_p`` elements or when the seed exceeds ``CG_BUDGET`` of the positive weights.
+        """
+        cons = self.cons
+        limit = CG_BUDGET * pos.shape[0]
+        if cons.p < self.prune_min_p:
+            return None, False
+        k = min(cons.total, cons.fill_bound(pos))
+        q = math.ceil(self.prune_factor * k) + 1
+        if q > limit:
+            return None, False
+        sub = np.sort(pos[np.argpartition(-u[pos], q - 1)[:q]])
+        reseeded = cons.fill_bound(sub) < k
+        if reseeded:  # the caps leave the top weights unable to fill what the full set can
+            sub = self._greedy_seed(u, pos)
+        return (sub if sub.shape[0] <= limit else None), reseeded
 
     def _solve_flow(self, u: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
         """Exact flow solve, on a reduced candidate set when that is provably enough.
 
         Large instances (``p ≥ prune_min_p``) are solved by *reduced-cost column generation*: the
-        flow is solved on a candidate set ``C`` only; its optimal duals ``(a, b, λ)`` are
-        dual-feasible for the full LP exactly when no left-out element has a positive reduced gain
-        ``u_i − a_{g(i)} − b_{h(i)} − λ`` (then ``y_i = 0`` for all of them and the full bound
-        equals the reduced optimum, so the reduced selection is optimal for the full problem).
-        Violators are added and the reduced problem re-solved until none is left; each re-solve
-        is warm-started from the previous duals (:meth:`_FlowNetwork.solve`, ``warm``), on the
-        cost scales given by :func:`_warm_scale_bits`. The weak-duality certificate is always
-        evaluated on the full problem.
-
-        Seeds: the ``⌈prune_factor·s_total⌉`` largest positive weights, unless the caps bind so
-        hard that this set is dominated by a few groups: then almost every left-out element is a
-        violator (e.g. rank-one weights ``u = skill_w · uncertainty_t``: the full network, 134
-        phases, was solved). The seed is then the capped greedy's selection plus, per group, the
-        elements whose rank in the group lies within ``⌈SEED_WINDOW·cap⌉`` of the greedy's rank
-        range there (:func:`_greedy_windows`; one ``O(p log p)`` sort). It is used when the top
-        weights cannot fill as many slots as all positive weights
-        (:meth:`TVCSConstraints.fill_bound`, ``O(q)``), or, once, when the set would grow past
-        ``0.7·p``. If the greedy seed too would grow past ``0.7·p``, the full network is solved.
+        flow is solved on a candidate set ``C`` only (:meth:`_seed`); its optimal duals ``(a, b, λ)``
+        are dual-feasible for the full LP exactly when no left-out element has a positive reduced gain
+        ``u_i − a_{g(i)} − b_{h(i)} − λ`` (then ``y_i = 0`` for all of them and the full bound equals
+        the reduced optimum, so the reduced selection is optimal for the full problem). Violators are
+        added and the reduced problem solved again until none is left. OR-Tools has no warm start, so
+        every round costs a solve of its candidate set: the rounds stop paying when their candidate
+        sets add up to more than ``CG_BUDGET`` (¼) of the positive weights, and then the full network
+        is solved (at most ¼ of a full solve lost; one successful round saves about ¾). The
+        weak-duality certificate is always evaluated on the full problem (docs/methods/assignment.md
+        §3.3).
         """
         cons = self.cons
-        if self.flow_solver == "ortools":
-            if self._net is None:
-                self._net = _FlowNetwork(cons)
-            return solve_ortools(self._net, u, lambda x, d: _certified(float(u[x].sum()), cons.dual_bound(u, *d)))
         pos = np.flatnonzero(u > 0)
-        q = math.ceil(self.prune_factor * cons.total) + 1
-        if cons.p < self.prune_min_p or q >= 0.7 * pos.shape[0]:
+        sub, reseeded = self._seed(u, pos)
+        if sub is None:
             return self._solve_full_network(u)
-        kth = pos.shape[0] - q
-        sub = pos[u[pos] >= np.partition(u[pos], kth)[kth]]
-        top_fill = cons.fill_bound(sub)
-        reseeded = top_fill < cons.total and top_fill < cons.fill_bound(pos)
-        if reseeded:  # the caps leave the top weights unable to fill what the full set can
-            sub = self._greedy_seed(u, pos)
         umax = float(u[pos].max())
-        duals: tuple[np.ndarray, np.ndarray, float] | None = None
-        bits: tuple[int, ...] = tuple(range(0, 31, 2))
-        phases: list[int] = []
+        sizes: list[int] = []
         while True:
+            if sum(sizes) + sub.shape[0] > CG_BUDGET * pos.shape[0]:  # reduction no longer pays
+                x, stats = self._solve_full_network(u)
+                stats["pruning"] = {"rounds": len(sizes), "reseeded": reseeded, "abandoned": True, "sizes": sizes}
+                return x, stats
             sc = TVCSConstraints(
                 view1=cons.view1[sub], view2=cons.view2[sub], caps1=cons.caps1, caps2=cons.caps2, total=cons.total
             )
-            xs, stats = _FlowNetwork(sc).solve(u[sub], scale_bits=bits, warm=duals)
-            phases.append(stats["phases"])
-            duals = stats["duals"]
-            a, b, lam = duals
+            xs, stats = self._solve_network(_FlowNetwork(sc), u[sub])
+            sizes.append(int(sub.shape[0]))
+            a, b, lam = stats["duals"]
             red = cons.reduced_gain(u, np.maximum(a, 0.0), np.maximum(b, 0.0), max(lam, 0.0))
             red[sub] = 0.0
             viol = np.flatnonzero(red > 1e-12 * umax)
             if viol.shape[0] == 0:
                 break
-            if sub.shape[0] + viol.shape[0] < 0.7 * pos.shape[0]:
-                bits = _warm_scale_bits(viol.shape[0], float(red[viol].max()) / umax)
-                sub = np.union1d(sub, viol)
-            elif not reseeded:
-                reseeded, duals, bits = True, None, tuple(range(0, 31, 2))
-                sub = self._greedy_seed(u, pos)
-            else:  # reduction no longer pays: solve the full network once
-                x, stats = self._solve_full_network(u)
-                stats["pruning"] = {"rounds": len(phases), "reseeded": reseeded, "abandoned": True}
-                stats["phases"] += sum(phases)
-                return x, stats
+            sub = np.union1d(sub, viol)
         x = np.zeros(cons.p, bool)
         x[sub[xs]] = True
-        stats["pruning"] = {
-            "rounds": len(phases),
-            "reseeded": reseeded,
-            "candidates": int(sub.shape[0]),
-            "phases_per_round": phases,
-        }
-        stats["phases"] = sum(phases)
+        stats["pruning"] = {"rounds": len(sizes), "reseeded": reseeded, "candidates": sizes[-1], "sizes": sizes}
         return x, stats
 
     def _greedy_seed(self, u: np.ndarray, pos: np.ndarray) -> np.ndarray:

@@ -34,10 +34,11 @@ class SelectResult:
     backend : str
         Backend that produced ``x`` (``"pgd->lp"`` when PGD fell back to the LP).
     iterations : int
-        Flow: augmentation phases (summed over column-generation rounds); LP: simplex/IPM
-        iterations; PGD: gradient steps.
+        Flow: min-cost-flow solves (column-generation rounds, plus the full network if it was
+        solved; 0 for the closed form); LP: simplex/IPM iterations; PGD: gradient steps.
     trace : dict
-        Backend-specific convergence trace (flow: phases per cost scale; PGD: gap history).
+        Backend-specific convergence trace (flow: solver statistics and column-generation rounds;
+        PGD: gap history).
     """
 
     x: np.ndarray

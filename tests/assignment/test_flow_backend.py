@@ -1,10 +1,10 @@
-"""The flow backend of the TVCS selection (crowdflow.assignment.flow_backend): T10 at scale,
-the reduced-cost column generation (top-weight and capped-greedy seeds, warm-started rounds), warm
-starts of the network from arbitrary duals, and the compiled greedy-windows seed.
+"""The flow backend of the TVCS selection (crowdflow.assignment.flow_backend, projector): T10 at
+scale, the reduced-cost column generation (top-weight and capped-greedy seeds, later rounds, the
+budget past which the full network is solved) and the compiled seed and repeated-pair kernels.
 
-The compiled min-cost-flow kernel itself is checked in test_min_cost_flow.py. Column generation and
-warm starts belong to that kernel (docs/methods/assignment.md §3.3), so every test here runs with
-``flow_solver="numba"``; the default OR-Tools solver is checked in test_ortools_flow.py.
+Column generation is forced on small instances with ``prune_min_p=0``; its budget (``CG_BUDGET``, a
+quarter of the positive weights) is lifted where a test needs the rounds to run to the end. The
+OR-Tools solver itself is checked in test_ortools_flow.py.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ import pytest
 from crowdflow.assignment import projector
 from crowdflow.assignment.backends import greedy_select
 from crowdflow.assignment.constraints import TVCSConstraints
-from crowdflow.assignment.flow_backend import _FlowNetwork, _greedy_windows
+from crowdflow.assignment.flow_backend import _greedy_windows, _repeated_pairs
 from crowdflow.assignment.projector import TVCSProjector, tvcs_select
 from crowdflow.synth.assignment import synthetic_assignment
 
 
-@pytest.fixture(autouse=True)
-def _numba_kernel(monkeypatch):
-    monkeypatch.setattr(projector, "DEFAULT_FLOW_SOLVER", "numba")
+@pytest.fixture
+def unlimited_rounds(monkeypatch):
+    """Column generation runs until no violator is left, however large the candidate sets grow."""
+    monkeypatch.setattr(projector, "CG_BUDGET", 100.0)
 
 
 def test_flow_matches_lp_on_crowd_sized_instance():
@@ -36,11 +37,11 @@ def test_flow_matches_lp_on_crowd_sized_instance():
     lp = tvcs_select(u, w, t, wc, tc, budget, backend="lp")
     assert flow.certified and lp.certified
     assert abs(flow.objective - lp.objective) <= 1e-9 * lp.objective
-    assert flow.iterations > 0 and "phases_per_scale" in flow.trace
+    assert flow.iterations == 1 and flow.trace["solver"] == "ortools"
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_flow_column_generation_equals_full_flow_and_lp(seed):
+def test_flow_column_generation_equals_full_flow_and_lp(seed, unlimited_rounds):
     """The reduced-cost column generation of the flow backend (forced on small instances) returns
     the full problem's optimum, including instances where the first candidate set is too small
     (tight caps push the optimum onto low weights) and extra rounds or the full fallback run."""
@@ -65,20 +66,32 @@ def test_flow_column_generation_equals_full_flow_and_lp(seed):
     assert not np.any(pruned.x & (u <= 0))
 
 
-def test_flow_column_generation_extends_or_falls_back_when_caps_bind():
+def test_flow_column_generation_extends_or_falls_back_when_caps_bind(monkeypatch):
     """Each worker may take one task only and high weights sit on few workers: the top-weight
     candidates cannot fill the budget, so the duals price in left-out elements and the loop adds
-    them; the answer still equals the LP."""
+    them (unlimited rounds), or the full network is solved once the candidate sets pass the budget
+    (after the first round, or at once); the answer equals the LP every time."""
     rng = np.random.default_rng(1)
     n, m = 40, 40
     w, t = np.divmod(np.arange(n * m), m)
     u = rng.random(n * m) * 0.1 + np.where(w < 3, 1.0, 0.0)  # workers 0-2 dominate the top weights
     cons = TVCSConstraints.build(n * m, w, t, 1, 1, 30)
-    pruned = TVCSProjector(cons, prune_min_p=0, prune_factor=1.0).select(u)
     lp = TVCSProjector(cons, backend="lp").select(u)
-    assert pruned.trace["pruning"].get("rounds", 0) >= 2 or pruned.trace["pruning"].get("abandoned")
-    assert abs(pruned.objective - lp.objective) <= 1e-9 * lp.objective
-    assert pruned.certified and cons.is_feasible(pruned.x)
+    sizes: list[int] = []
+    for budget in ("unlimited", "first round only", "none"):
+        share = 100.0 if budget == "unlimited" else (sizes[0] + 1) / (n * m) if budget == "first round only" else 0.0
+        monkeypatch.setattr(projector, "CG_BUDGET", share)
+        res = TVCSProjector(cons, prune_min_p=0, prune_factor=1.0).select(u)
+        pr = res.trace.get("pruning", {})
+        if budget == "unlimited":
+            assert pr["rounds"] >= 2 and not pr.get("abandoned") and res.iterations == pr["rounds"]
+            sizes = pr["sizes"]
+        elif budget == "first round only":
+            assert pr["abandoned"] and pr["sizes"] == sizes[:1] and res.iterations == 2
+        else:
+            assert not pr and res.iterations == 1  # the seed alone is over budget: full network
+        assert abs(res.objective - lp.objective) <= 1e-9 * lp.objective
+        assert res.certified and cons.is_feasible(res.x)
 
 
 def _rank_one_instance(seed):
@@ -107,9 +120,9 @@ def _rank_one_instance(seed):
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_flow_greedy_seed_and_warm_rounds_equal_lp(seed):
+def test_flow_greedy_seed_and_later_rounds_equal_lp(seed, unlimited_rounds):
     """The capped-greedy seed of the column generation (used when the top weights cannot fill the
-    budget) and its warm-started later rounds return the full problem's optimum: equal to HiGHS
+    budget) and its later rounds return the full problem's optimum: equal to HiGHS
     and to the full network, certified on the full problem, feasible."""
     u, cons = _rank_one_instance(seed)
     pruned = TVCSProjector(cons, prune_min_p=0).select(u)
@@ -122,22 +135,11 @@ def test_flow_greedy_seed_and_warm_rounds_equal_lp(seed):
     assert not np.any(pruned.x & (u <= 0))
 
 
-@pytest.mark.parametrize("seed", [0, 2])
-def test_flow_warm_rounds_both_schedules_equal_lp(seed, monkeypatch):
+def test_flow_many_rounds_equal_lp(monkeypatch, unlimited_rounds):
     """With no rank windows around the greedy (``SEED_WINDOW = 0``) the seed misses many optimal
-    elements: the warm-started re-solves run with the ε-scaling schedule (many violators) and
-    with the exact tolerance only (few); the result still equals HiGHS and is certified."""
+    elements: several rounds add violators; the result still equals HiGHS and is certified."""
     monkeypatch.setattr(projector, "SEED_WINDOW", 0.0)
-    schedules = []
-    real = projector._warm_scale_bits
-
-    def spy(n_viol, eps):
-        bits = real(n_viol, eps)
-        schedules.append(len(bits))
-        return bits
-
-    monkeypatch.setattr(projector, "_warm_scale_bits", spy)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(0)
     n, m = 300, 100
     w, t = np.divmod(np.arange(n * m), m)
     u = rng.beta(5, 2, n)[w] * (1 - rng.random(m)[t] ** 2) + 0.01 * rng.standard_normal(n * m)
@@ -146,29 +148,20 @@ def test_flow_warm_rounds_both_schedules_equal_lp(seed, monkeypatch):
     pruned = TVCSProjector(cons, prune_min_p=0).select(u)
     lp = TVCSProjector(cons, backend="lp").select(u)
     assert pruned.trace["pruning"]["reseeded"] and pruned.trace["pruning"]["rounds"] >= 3
-    assert max(schedules) > 0 and min(schedules) == 0  # ε-scaling levels, then exact tolerance only
     assert pruned.certified and cons.is_feasible(pruned.x)
     assert abs(pruned.objective - lp.objective) <= 1e-9 * lp.objective
 
 
-@pytest.mark.parametrize("bits", [(), tuple(range(0, 31, 2))])
-def test_flow_network_warm_start_from_any_duals_is_exact(bits, generic_instance, brute_opt):
-    """``_FlowNetwork.solve(warm=duals)`` starts from the potentials of arbitrary duals (random
-    ones, far from optimal, or the optimal ones) with exact costs, on generic structures with
-    private and duplicate-pair nodes; it still reaches the optimum (brute force) and its duals
-    certify it."""
-    rng = np.random.default_rng(11)
-    for i in range(120):
-        u, _, _, _, _, _, cons = generic_instance(rng, i, positive=True)
-        opt = brute_opt(u, cons)
-        net = _FlowNetwork(cons)
-        _, cold = net.solve(u)
-        random_duals = (rng.random(cons.n1) * 2, rng.random(cons.n2) * 2, float(rng.random() * 2))
-        for duals in (cold["duals"], random_duals):
-            x, st = net.solve(u, scale_bits=bits, warm=duals)
-            assert cons.is_feasible(x.astype(np.int8))
-            assert abs(float(u[x].sum()) - opt) <= 1e-9 * max(1.0, opt), (i, duals)
-            assert cons.dual_bound(u, *st["duals"]) - opt <= 1e-9 * max(1.0, opt), i
+def test_repeated_pairs_matches_definition():
+    """``_repeated_pairs`` marks exactly the elements whose (left, right) pair occurred at a smaller index."""
+    rng = np.random.default_rng(5)
+    for p, nl, nr in [(0, 0, 0), (1, 1, 1), (60, 3, 4), (500, 10, 12), (500, 40, 60)]:
+        left, right = rng.integers(0, max(nl, 1), p), rng.integers(0, max(nr, 1), p)
+        first: dict[tuple[int, int], int] = {}
+        expect = np.array(
+            [first.setdefault((int(a), int(b)), i) != i for i, (a, b) in enumerate(zip(left, right, strict=True))]
+        )
+        np.testing.assert_array_equal(_repeated_pairs(left, right, nl, nr), expect.astype(bool).reshape(p))
 
 
 def test_greedy_windows_seed_matches_definition(random_instance):
