@@ -148,15 +148,25 @@ def main(argv: list[str] | None = None) -> str:
     rng = np.random.default_rng(args.seed)
     _warm_up()
     rows = []
+    command = f"--sizes {args.sizes} --configs {args.configs} --reps {args.reps}"
     for size, nc in zip(sizes, n_cfg, strict=False):
         for _ in range(nc):
             cfg = family_config(rng)
             for ids in IDS:
                 rows.append({"size": size, **run_config(10**size, ids, cfg, int(rng.integers(2**31)), args.reps)})
+                args.out.write_text(render(pd.DataFrame(rows), command + " (partial: run still going)"), "utf-8")
     table = pd.DataFrame(rows)
+    text = render(table, command)
+    args.out.write_text(text, encoding="utf-8")
+    print(text)
+    return text
+
+
+def render(table: pd.DataFrame, command: str) -> str:
+    """The results page: the ratios over the family, then every configuration."""
     lines = [
         "# Skills speed vs Crowd-Kit over a family of shapes (issue #19)\n",
-        f"`python -m benchmarks.skills_speed --sizes {args.sizes} --configs {args.configs} --reps {args.reps}` on "
+        f"`python -m benchmarks.skills_speed {command}` on "
         f"{platform.machine()}, Python {platform.python_version()}, a shared 2-core host, single-threaded BLAS; "
         "one process. Ours: whole `fit_skills(df, method=...)`, best of the reps (one run at 10^7); Crowd-Kit MV "
         "the same, "
@@ -175,10 +185,7 @@ def main(argv: list[str] | None = None) -> str:
             f"{r.ck_mv:.3f} | {r.ds:.3f} | {r.onecoin_ds:.3f} | {r.pgd:.3f} | {r.ck_ds:.2f} ({r.ck_ds_iter}) | "
             f"{r.mv / r.ck_mv:.2f} | {r.ds / r.ck_ds:.3f} | {r.pgd / r.ck_ds:.3f} |"
         )
-    text = "\n".join(lines) + "\n"
-    args.out.write_text(text, encoding="utf-8")
-    print(text)
-    return text
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
