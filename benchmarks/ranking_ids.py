@@ -13,17 +13,24 @@ the worst ratio over the family (what a user on an unknown shape should expect).
 
 from __future__ import annotations
 
-import argparse
-import itertools
-import time
-import warnings
-from collections.abc import Callable
-from pathlib import Path
+import os
 
-import numpy as np
-import pandas as pd
+# single-threaded BLAS, as in the other benchmarks: on this shared 2-core host a threaded OpenBLAS call under
+# contention took 0.2-1.4 s for a 1,000 x 1,000 Cholesky that takes 0.02-0.03 s on one thread
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
-from crowdflow.ranking import fit_hodgerank
+import argparse  # noqa: E402
+import itertools  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from crowdflow.ranking import fit_hodgerank  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "ranking_ids.md"
 
@@ -59,7 +66,8 @@ def run(rows: list[int], reps: int) -> str:
 
     lines = [
         "# Global ranking from raw id columns vs Evalica (family of shapes)\n",
-        "`python -m benchmarks.ranking_ids` on this machine (2 cores), one process; best of "
+        "`python -m benchmarks.ranking_ids` on this machine (2 cores, shared), one process, single-threaded BLAS; "
+        "best of "
         f"{reps} run(s) per cell. Ours: `fit_hodgerank(df)` (least squares + Hodge diagnostics, from the DataFrame) "
         "and `fit_hodgerank(df, diagnostics=False)` (scores only). "
         "Peer: Evalica 0.4 `bradley_terry` and `elo` on the same two id columns and outcomes (winner = sign).\n",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 __all__ = [
     "COMPARISON_ALIASES",
@@ -147,13 +148,19 @@ def text_ids(s: pd.Series) -> pd.Series:
 
     A column that already holds strings (Arrow-backed or pandas ``string``, what the readers give) is kept as
     it is: at 10^7 rows converting it to Python ``str`` objects and back cost seconds (issue #19). Other
-    columns (numbers, mixed objects) are written with ``str`` as before, so ``7`` and ``"7"`` are one id.
+    columns (numbers, mixed objects) are hashed as they are, their distinct values written with ``str`` and
+    the text gathered by code in Arrow (issue #19: no per-row Python objects), the same text as ``str`` per
+    row, so ``7`` and ``"7"`` are one id.
     """
     values = s.reset_index(drop=True)
     if isinstance(values.dtype, pd.StringDtype):
         return values
-    text = values.astype(str).astype("string")
-    return text.mask(values.isna().to_numpy())
+    # hash the raw values first (integers and Python objects alike), write only the distinct ones with `str`,
+    # then gather the text by code in Arrow: no Python object per row
+    codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    text = pa.array(pd.Series(uniques, dtype=object).astype(str).to_numpy(dtype=object), type=pa.large_string())
+    idx = pa.array(np.asarray(codes, dtype=np.int64), mask=np.asarray(codes) < 0)
+    return pd.Series(pd.arrays.ArrowStringArray(text.take(idx)), dtype="string")
 
 
 def canonical_comparisons(comparisons: pd.DataFrame) -> pd.DataFrame:

@@ -25,6 +25,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import breadth_first_order, connected_components
 
 from crowdflow._typing import SparseMatrix
+from crowdflow.compiled import compiled_kernel
 from crowdflow.labels import LabelMatrix, task_major_order
 
 log = logging.getLogger(__name__)
@@ -102,14 +103,14 @@ class GraphStructure:
 def graph_structure(adj: SparseMatrix, symmetric: bool = False) -> GraphStructure:
     """Components, bipartiteness and odd-cycle edges from one BFS per component (docs/methods/skills.md §3.2).
 
-    Steps (all O(n + |E|), no Python loop over nodes or edges): connected components
-    (``scipy.sparse.csgraph``, strong connectivity of the symmetric digraph = undirected
-    components, no transpose needed); one ``breadth_first_order`` from a virtual super-root joined
-    to the smallest node of every component; BFS levels recovered level by level from the
-    predecessor positions (which are non-decreasing along a BFS order); a component is
-    non-bipartite iff some edge joins two nodes of the same level (BFS layers alternate colours, so
-    such an edge closes an odd cycle, and conversely a 2-colouring by level parity is proper when
-    no such edge exists).
+    One compiled pass, O(n + |E|) (:func:`_bfs_forest`): a BFS from the smallest node of every
+    component, neighbours taken in stored (sorted) order, which numbers the components by their
+    smallest node and gives levels and BFS parents; a component is non-bipartite iff some edge joins
+    two nodes of the same level (BFS layers alternate colours, so such an edge closes an odd cycle,
+    and conversely a 2-colouring by level parity is proper when no such edge exists). The same
+    forest as scipy's ``connected_components`` + ``breadth_first_order`` from a super-root
+    (:func:`graph_structure_reference`, kept as the reference it is tested against), ~10x faster
+    at 3.6·10^6 stored entries.
 
     Parameters
     ----------
@@ -119,20 +120,87 @@ def graph_structure(adj: SparseMatrix, symmetric: bool = False) -> GraphStructur
         Set when ``adj`` is already a symmetric CSR with zero diagonal and sorted indices (e.g. N
         from :func:`label_moments`), to skip the symmetrisation.
     """
-    if symmetric:
-        a = sp.csr_matrix(adj)
-    else:
-        a = without_diagonal(adj)
-        nz: Any = a  # scipy-stubs leave sparse `!=` as object.__ne__ (bool); at runtime it is elementwise
-        a = sp.csr_matrix(((nz != 0) + (nz.T != 0)).astype(np.float64))
-        a.sort_indices()
+    a = _symmetric_adjacency(adj, symmetric)
     n = a.shape[0]
     if n == 0:
-        empty = np.zeros(0, dtype=np.int64)
-        g = Components(
-            labels=empty, n_components=0, bipartite=np.zeros(0, bool), colour=empty.astype(np.int8), sizes=empty
-        )
-        return GraphStructure(graph=g, depth=empty, pred=empty, odd_edge=np.zeros((0, 2), dtype=np.int64))
+        return _empty_structure()
+    comp, depth, pred, n_comp, odd_edge = _bfs_forest(a.indptr, a.indices, n)
+    sizes = np.bincount(comp, minlength=n_comp)
+    odd = odd_edge[:, 0] >= 0
+    colour = np.where(odd[comp], 0, depth % 2).astype(np.int8)
+    g = Components(labels=comp, n_components=int(n_comp), bipartite=~odd, colour=colour, sizes=sizes)
+    return GraphStructure(graph=g, depth=depth, pred=pred, odd_edge=odd_edge)
+
+
+def _symmetric_adjacency(adj: SparseMatrix, symmetric: bool) -> sp.csr_matrix:
+    if symmetric:
+        return sp.csr_matrix(adj)
+    a = without_diagonal(adj)
+    nz: Any = a  # scipy-stubs leave sparse `!=` as object.__ne__ (bool); at runtime it is elementwise
+    a = sp.csr_matrix(((nz != 0) + (nz.T != 0)).astype(np.float64))
+    a.sort_indices()
+    return a
+
+
+def _empty_structure() -> GraphStructure:
+    empty = np.zeros(0, dtype=np.int64)
+    g = Components(labels=empty, n_components=0, bipartite=np.zeros(0, bool), colour=empty.astype(np.int8), sizes=empty)
+    return GraphStructure(graph=g, depth=empty, pred=empty, odd_edge=np.zeros((0, 2), dtype=np.int64))
+
+
+@compiled_kernel
+def _bfs_forest(
+    indptr: np.ndarray, indices: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray]:
+    """One BFS per component from its smallest node, neighbours in stored order (scipy's BFS order).
+
+    Returns component (numbered by smallest node), depth, BFS parent (−1 at roots), the number of
+    components and, per component, the first stored edge (u, v), u < v, joining two nodes of one level.
+    """
+    comp = np.full(n, -1, dtype=np.int64)
+    depth = np.zeros(n, dtype=np.int64)
+    pred = np.full(n, -1, dtype=np.int64)
+    queue = np.empty(n, dtype=np.int64)
+    n_comp = 0
+    for r in range(n):
+        if comp[r] >= 0:
+            continue
+        comp[r] = n_comp
+        head, tail = 0, 1
+        queue[0] = r
+        while head < tail:
+            u = queue[head]
+            head += 1
+            for p in range(indptr[u], indptr[u + 1]):
+                v = indices[p]
+                if comp[v] < 0:
+                    comp[v] = n_comp
+                    depth[v] = depth[u] + 1
+                    pred[v] = u
+                    queue[tail] = v
+                    tail += 1
+        n_comp += 1
+    odd_edge = np.full((n_comp, 2), -1, dtype=np.int64)
+    for u in range(n):
+        c = comp[u]
+        if odd_edge[c, 0] >= 0:
+            continue
+        for p in range(indptr[u], indptr[u + 1]):
+            v = indices[p]
+            if u < v and depth[u] == depth[v]:
+                odd_edge[c, 0] = u
+                odd_edge[c, 1] = v
+                break
+    return comp, depth, pred, n_comp, odd_edge
+
+
+def graph_structure_reference(adj: SparseMatrix, symmetric: bool = False) -> GraphStructure:
+    """:func:`graph_structure` by scipy's ``connected_components`` and ``breadth_first_order`` (the reference
+    the compiled BFS is tested against)."""
+    a = _symmetric_adjacency(adj, symmetric)
+    n = a.shape[0]
+    if n == 0:
+        return _empty_structure()
     pattern = sp.csr_matrix((np.ones(a.nnz), a.indices, a.indptr), shape=a.shape)
     n_comp, raw = connected_components(pattern, directed=True, connection="strong")
     _, first = np.unique(raw, return_index=True)  # smallest node of each raw component
@@ -221,9 +289,202 @@ def _symmetric_sorted(m: sp.csr_matrix) -> sp.csr_matrix:
 
 
 def pair_counts(
+    task_indptr: np.ndarray,
+    worker_idx: np.ndarray,
+    class_idx: np.ndarray | None,
+    n_workers: int,
+    n_classes: int,
+) -> tuple[sp.csr_matrix, np.ndarray]:
+    """Co-label counts N and agreement counts of labels grouped by task, in one compiled pass.
+
+    docs/methods/skills.md §2.1. Every pair (i, j) of labellers of every task adds 1 to N_ij and
+    1{Y_it = Y_jt} to Agree_ij: the Σ_t k_t² work of N = B Bᵀ, exact integers. Two compiled kernels:
+    with few workers (W² ≤ 2^24 and W² ≤ 8 × the number of pairs) the tasks are streamed in order
+    into a dense upper-triangular W×W count (int32, at most 64 MB, the size of N itself there), read
+    out row by row; otherwise each row is accumulated over the worker's tasks with a marker
+    (Gustavson's product B Bᵀ without forming B, O(W) scratch). Rows come out with sorted indices.
+    Equal to the sparse product P = Xᵀ Z of :func:`pair_counts_reference` (N = P mod K,
+    Agree = P div K); the dense kernel is ~8x faster than it at 10^6 labels and 2,000 workers (the
+    row kernel is as fast, bound by the same random reads).
+
+    Parameters
+    ----------
+    task_indptr : numpy.ndarray
+        Length T + 1: the labels of task t are entries ``task_indptr[t]:task_indptr[t+1]`` of
+        ``worker_idx`` / ``class_idx`` (one label per (task, worker)).
+    worker_idx, class_idx : numpy.ndarray
+        Worker and class code per label, grouped by task; ``class_idx=None`` counts N only (the
+        agreements returned are then zeros).
+    n_workers, n_classes : int
+
+    Returns
+    -------
+    (scipy.sparse.csr_matrix, numpy.ndarray)
+        N as int64 W×W CSR with zero diagonal and sorted indices, and the agreement count of every
+        stored entry of N (aligned with ``N.data``).
+    """
+    w = int(n_workers)
+    worker = np.asarray(worker_idx)
+    agree = class_idx is not None
+    cls = np.asarray(class_idx) if class_idx is not None else np.zeros(1, dtype=np.int64)
+    tptr = np.asarray(task_indptr, dtype=np.int64)
+    k = np.diff(tptr)
+    n_pairs = float(np.dot(k, k - 1)) / 2 if k.size else 0.0
+    if w * w <= _DENSE_PAIRS_MAX and w * w <= 8 * n_pairs:
+        indptr, indices, n_data, a_data = _pair_count_dense(tptr, worker, cls, w, agree)
+    else:
+        indptr, indices, n_data, a_data = _pair_count_rows(tptr, worker, cls, w, agree)
+    if indptr[-1] >= 2**31 - 1:
+        indices = indices.astype(np.int64)
+    n_mat = sp.csr_matrix((n_data, indices, indptr), shape=(w, w))
+    n_mat.has_sorted_indices = True
+    return n_mat, a_data
+
+
+#: Largest W² for which :func:`pair_counts` accumulates in a dense W×W table (int32: 64 MB).
+_DENSE_PAIRS_MAX = 1 << 24
+
+
+@compiled_kernel
+def _pair_count_dense(
+    task_indptr: np.ndarray, worker: np.ndarray, cls: np.ndarray, n_workers: int, agree: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_pair_count_rows` through a dense upper-triangular W×W count, tasks streamed in order."""
+    w = n_workers
+    acc = np.zeros(w * w, dtype=np.int32)
+    acc_a = np.zeros(w * w if agree else 1, dtype=np.int32)
+    for t in range(task_indptr.size - 1):
+        s, e = task_indptr[t], task_indptr[t + 1]
+        for p in range(s, e):
+            wp = worker[p]
+            for q in range(p + 1, e):
+                wq = worker[q]
+                cell = wp * w + wq if wp < wq else wq * w + wp
+                acc[cell] += 1
+                if agree and cls[p] == cls[q]:
+                    acc_a[cell] += 1
+    tile = 64  # mirror the upper triangle tile by tile (cache-friendly), then read rows in order
+    for bi in range(0, w, tile):
+        for bj in range(bi, w, tile):
+            for i in range(bi, min(bi + tile, w)):
+                for j in range(max(bj, i + 1), min(bj + tile, w)):
+                    acc[j * w + i] = acc[i * w + j]
+                    if agree:
+                        acc_a[j * w + i] = acc_a[i * w + j]
+    indptr = np.zeros(w + 1, dtype=np.int64)
+    for i in range(w):
+        cnt = 0
+        for j in range(i * w, (i + 1) * w):
+            if acc[j] != 0:
+                cnt += 1
+        indptr[i + 1] = indptr[i] + cnt - (1 if acc[i * w + i] != 0 else 0)
+    nnz = indptr[w]
+    indices = np.empty(nnz, dtype=np.int32)
+    n_out = np.empty(nnz, dtype=np.int64)
+    a_out = np.zeros(nnz, dtype=np.int64)
+    for i in range(w):
+        k = indptr[i]
+        base = i * w
+        for j in range(w):
+            v = acc[base + j]
+            if v != 0 and j != i:
+                indices[k] = j
+                n_out[k] = v
+                if agree:
+                    a_out[k] = acc_a[base + j]
+                k += 1
+    return indptr, indices, n_out, a_out
+
+
+@compiled_kernel
+def _pair_count_rows(
+    task_indptr: np.ndarray, worker: np.ndarray, cls: np.ndarray, n_workers: int, agree: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of N (and Agree) with sorted indices: CSR arrays indptr, indices (int32), N, Agree (int64)."""
+    n_tasks = task_indptr.size - 1
+    n_lab = worker.size
+    # the labels of each worker (positions in the task-grouped arrays) by a counting sort, and their task
+    w_ptr = np.zeros(n_workers + 1, dtype=np.int64)
+    for q in range(n_lab):
+        w_ptr[worker[q] + 1] += 1
+    for i in range(n_workers):
+        w_ptr[i + 1] += w_ptr[i]
+    fill = w_ptr[:-1].copy()
+    w_lab = np.empty(n_lab, dtype=np.int64)
+    task_of = np.empty(n_lab, dtype=np.int64)
+    for t in range(n_tasks):
+        for q in range(task_indptr[t], task_indptr[t + 1]):
+            task_of[q] = t
+            i = worker[q]
+            w_lab[fill[i]] = q
+            fill[i] += 1
+    mark = np.full(n_workers, -1, dtype=np.int64)
+    acc_n = np.zeros(n_workers, dtype=np.int64)
+    acc_a = np.zeros(n_workers, dtype=np.int64)
+    touched = np.empty(n_workers, dtype=np.int64)
+    indptr = np.zeros(n_workers + 1, dtype=np.int64)
+    cap = max(16, min(4 * n_lab + n_workers, n_workers * (n_workers - 1)))
+    indices = np.empty(cap, dtype=np.int32)
+    n_out = np.empty(cap, dtype=np.int64)
+    a_out = np.zeros(cap if agree else 1, dtype=np.int64)
+    nnz = 0
+    for i in range(n_workers):
+        nt = 0
+        for p in range(w_ptr[i], w_ptr[i + 1]):
+            q0 = w_lab[p]
+            t = task_of[q0]
+            ci = cls[q0] if agree else 0
+            for q in range(task_indptr[t], task_indptr[t + 1]):
+                j = worker[q]
+                if j == i:
+                    continue
+                if mark[j] != i:
+                    mark[j] = i
+                    acc_n[j] = 0
+                    acc_a[j] = 0
+                    touched[nt] = j
+                    nt += 1
+                acc_n[j] += 1
+                if agree and cls[q] == ci:
+                    acc_a[j] += 1
+        if nnz + nt > cap:
+            cap = max(2 * cap, nnz + nt)
+            indices2 = np.empty(cap, dtype=np.int32)
+            indices2[:nnz] = indices[:nnz]
+            indices = indices2
+            n2 = np.empty(cap, dtype=np.int64)
+            n2[:nnz] = n_out[:nnz]
+            n_out = n2
+            if agree:
+                a2 = np.zeros(cap, dtype=np.int64)
+                a2[:nnz] = a_out[:nnz]
+                a_out = a2
+        if nt * 16 >= n_workers:  # dense row: a scan of the marker is cheaper than a sort
+            k = nnz
+            for j in range(n_workers):
+                if mark[j] == i:
+                    indices[k] = j
+                    k += 1
+        else:
+            srt = np.sort(touched[:nt])
+            for k in range(nt):
+                indices[nnz + k] = srt[k]
+        for k in range(nnz, nnz + nt):
+            j = indices[k]
+            n_out[k] = acc_n[j]
+            if agree:
+                a_out[k] = acc_a[j]
+        nnz += nt
+        indptr[i + 1] = nnz
+    if not agree:
+        a_out = np.zeros(nnz, dtype=np.int64)
+    return indptr, indices[:nnz].copy(), n_out[:nnz].copy(), a_out[:nnz].copy()
+
+
+def pair_counts_reference(
     task_indptr: np.ndarray, worker_idx: np.ndarray, class_idx: np.ndarray, n_workers: int, n_classes: int
 ) -> tuple[sp.csr_matrix, np.ndarray]:
-    """Co-label counts N and agreement counts of labels grouped by task, from one sparse product.
+    """:func:`pair_counts` from one scipy sparse product (the reference the compiled kernel is tested against).
 
     docs/methods/skills.md §2.1. With X the (T·M)×W 0/1 matrix X[t·M + l, i] = 1{Y_it = l} and Z
     the (T·M)×W matrix Z[t·M + l, j] = 1 + K·1{Y_jt = l} (one entry for every class l of every label
@@ -299,17 +560,12 @@ def pair_counts(
 def co_label_counts(lm: LabelMatrix) -> sp.csr_matrix:
     """N = B Bᵀ with zero diagonal: N_ij = number of tasks labelled by both workers i and j.
 
-    docs/methods/skills.md §1.4/§2.1. Sparse product on the labels grouped by task (see
-    :func:`pair_counts`); float64 CSR with sorted indices; never a dense W×W.
+    docs/methods/skills.md §1.4/§2.1. :func:`pair_counts` without the agreements on the labels grouped
+    by task; float64 CSR with sorted indices.
     """
     indptr, w, _ = labels_by_task(lm)
-    b_t = sp.csr_matrix((np.ones(w.size), w, indptr), shape=(lm.n_tasks, lm.n_workers))  # Bᵀ: T×W, rows = tasks
-    n = sp.csr_matrix(b_t.T @ b_t)
-    n = _symmetric_sorted(n)
-    rows = np.repeat(np.arange(lm.n_workers), np.diff(n.indptr))
-    n.data[n.indices == rows] = 0.0
-    n.eliminate_zeros()
-    return n
+    n, _ = pair_counts(indptr, w, None, lm.n_workers, lm.n_classes)
+    return sp.csr_matrix((n.data.astype(np.float64), n.indices, n.indptr), shape=n.shape)
 
 
 @dataclass(frozen=True)
@@ -363,7 +619,7 @@ def worker_graph_from_counts(
     The form a partitioned run uses: N is a sum over partitions that hold whole tasks, so no process holds the
     labels (docs/scale.md).
     """
-    g = components(n)
+    g = graph_structure(n, symmetric=True).graph  # N is symmetric with zero diagonal: no symmetrisation
     n_partners = np.diff(n.indptr)
     comp_status = np.where(g.bipartite, "bipartite_component", "ok").astype(object)
     comp_status[(g.sizes == 1)] = "isolated"

@@ -182,12 +182,24 @@ def factorize_ids(values: pd.Series | np.ndarray, what: str = "values") -> tuple
         int64 code per row, and the sorted distinct ids (object array of ``str``); ``ids[code]``
         is the row's id.
     """
+    dense = _dense_integer_codes(values)
+    if dense is not None:
+        return dense
     codes, uniques = pd.factorize(values, use_na_sentinel=True)
     codes = np.asarray(codes, dtype=np.int64)
     if codes.size and codes.min() < 0:
         raise ValueError(f"labels column '{what}' has {int((codes < 0).sum())} null values")
+    if uniques.dtype.kind in "iu" and (uniques.size == 0 or int(np.abs(np.asarray(uniques)).max()) < 2**53):
+        # integers: distinct numbers are distinct strings, and natural order is numeric order (exact as
+        # float64 below 2**53), so sort the numbers and write only the distinct ones as text
+        order = np.argsort(np.asarray(uniques), kind="stable")
+        rank = np.empty(order.size, dtype=np.int64)
+        rank[order] = np.arange(order.size)
+        return rank[codes], np.asarray(uniques)[order].astype(str).astype(object)
     if pd.api.types.is_string_dtype(uniques.dtype) and not pd.api.types.is_object_dtype(uniques.dtype):
         ustr = np.asarray(uniques, dtype=object)  # a string dtype: already distinct strings
+    elif pd.api.types.infer_dtype(uniques, skipna=False) == "string":
+        ustr = np.asarray(uniques, dtype=object)  # Python strings: distinct already, no second pass
     else:
         ustr = pd.Index(uniques).astype(str).to_numpy(dtype=object)
         c2, u2 = pd.factorize(ustr)
@@ -198,6 +210,23 @@ def factorize_ids(values: pd.Series | np.ndarray, what: str = "values") -> tuple
     rank = np.empty(order.size, dtype=np.int64)
     rank[order] = np.arange(order.size)
     return rank[codes], ustr[order]
+
+
+def _dense_integer_codes(values: pd.Series | np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`factorize_ids` of a NumPy integer column spanning few values (max − min ≤ 4 × rows): a table
+    lookup over the range instead of a hash, O(n + range). None for any other column."""
+    arr = values.to_numpy() if isinstance(values, pd.Series) and values.dtype.kind in "iu" else values
+    if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "iu" or arr.size == 0:
+        return None
+    lo, hi = int(arr.min()), int(arr.max())
+    if hi - lo > 4 * arr.size + 1024 or max(abs(lo), abs(hi)) >= 2**53:
+        return None
+    shifted = (arr - lo).astype(np.int64) if lo else arr.astype(np.int64, copy=False)
+    seen = np.zeros(hi - lo + 1, dtype=bool)
+    seen[shifted] = True
+    present = np.flatnonzero(seen)
+    rank = np.cumsum(seen, dtype=np.int64) - 1
+    return rank[shifted], (present + lo).astype(str).astype(object)
 
 
 def _columns(labels: pd.DataFrame) -> None:

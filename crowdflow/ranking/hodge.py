@@ -22,6 +22,7 @@ from typing import cast
 
 import numpy as np
 import pandas as pd
+import scipy.linalg as sla
 import scipy.sparse as sp
 from scipy.sparse import csgraph
 from scipy.sparse import linalg as spla
@@ -298,7 +299,8 @@ def _fiedler_values(g: ComparisonGraph, dense_max_n: int = 1500) -> np.ndarray:
         idx = order[starts[c] : starts[c + 1]]
         Lc = g.L[idx][:, idx]
         if idx.size <= dense_max_n:
-            out[c] = float(np.linalg.eigvalsh(Lc.toarray())[1])
+            # the one eigenvalue wanted (LAPACK's MRRR on the tridiagonal form), not the whole spectrum
+            out[c] = float(sla.eigh(Lc.toarray(), eigvals_only=True, subset_by_index=[1, 1], check_finite=False)[0])
             continue
         rng = np.random.default_rng(0)
         X0 = rng.standard_normal((idx.size, 1))

@@ -17,11 +17,12 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from crowdflow.comparisons import text_ids
 from crowdflow.missing import explain_missing
 from crowdflow.ranking.graph import ComparisonGraph
 from crowdflow.ranking.hodge import hodge_decomposition, undetectable_rows
 from crowdflow.ranking.least_squares import refit_without
-from crowdflow.ranking.types import GraphReport, RobustRankingResult, _rank_desc, _str
+from crowdflow.ranking.types import GraphReport, RobustRankingResult, _rank_desc, _str, _str_take
 
 __all__ = ["assemble_robust_result"]
 
@@ -78,9 +79,9 @@ def _row_columns(g: ComparisonGraph) -> dict[str, Any]:
     """The columns that identify each comparison row in the output tables (row id, who, which pair, outcome)."""
     return {
         "row_id": g.row_id.astype(np.int64),
-        "annotator": _str(g.annotator),
-        "item_a": _str(g.items[g.i]),
-        "item_b": _str(g.items[g.j]),
+        "annotator": text_ids(pd.Series(g.annotator, dtype=object)),  # hashed once, not one object per row
+        "item_a": _str_take(g.items, g.i),
+        "item_b": _str_take(g.items, g.j),
         "outcome": g.y,
         "weight": g.w,
     }

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 __all__ = ["GraphReport", "RankingResult", "RobustRankingResult"]
 
@@ -165,6 +166,12 @@ class RobustRankingResult:
 def _str(values: np.ndarray) -> pd.Series:
     """Ids as a nullable pandas string column (stable Arrow ``string`` type, missing → <NA>)."""
     return pd.Series(pd.array(np.asarray(values, dtype=object), dtype="string"))
+
+
+def _str_take(ids: np.ndarray, codes: np.ndarray) -> pd.Series:
+    """``_str(ids[codes])`` gathered in Arrow: the distinct ids become text once, not one Python object per row."""
+    text = pa.array(np.asarray(ids, dtype=object), type=pa.large_string())
+    return pd.Series(pd.arrays.ArrowStringArray(text.take(pa.array(np.asarray(codes, dtype=np.int64)))), dtype="string")
 
 
 def _rank_desc(key: np.ndarray) -> np.ndarray:

@@ -35,7 +35,7 @@ from crowdflow.skills.dawid_skene import dawid_skene, one_coin_dawid_skene
 from crowdflow.skills.identifiability import active_workers, component_diagnostics, witness_cycles
 from crowdflow.skills.inputs import prepare_labels
 from crowdflow.skills.majority import majority_vote
-from crowdflow.skills.moments import LabelMoments, edge_weights, label_moments, prune_spammer_edges
+from crowdflow.skills.moments import LabelMoments, co_label_matrix, edge_weights, label_moments, prune_spammer_edges
 from crowdflow.skills.options import SkillsOptions
 from crowdflow.skills.partitions import partitioned_moments
 from crowdflow.skills.rank_one import RankOneFit, fit_active
@@ -210,7 +210,7 @@ def diagnostics_table(
         graph,
         skill,
         status.astype(str),
-        spectral=o.spectral,
+        spectral=o.spectral_diagnostics,
         dense_max=o.dense_eig_max,
         witness=o.witness,
         spectral_max_nnz=o.spectral_max_nnz,
@@ -359,21 +359,28 @@ def fit_skills(
     m = lm.n_classes
     lap("encode")
     n_parts = 0
+    # mv and the Dawid-Skene methods fit no moments: they need N alone (worker table, diagnostics)
+    needs_moments = o.method == "pgd" or o.prune_spammers is not None
     if executor is not None:
         moments, n_parts = partitioned_moments(
             lm, executor, n_partitions, min_pair_count=o.min_pair_count, scratch_dir=scratch_dir
         )
-    elif moments is None:
+    elif moments is None and needs_moments:
         moments = label_moments(lm, min_pair_count=o.min_pair_count)
-    elif moments.co_labels.shape != (lm.n_workers, lm.n_workers) or moments.n_classes != m:
+    elif moments is not None and (moments.co_labels.shape != (lm.n_workers, lm.n_workers) or moments.n_classes != m):
         raise ValueError(
             f"moments are for {moments.co_labels.shape[0]} workers / {moments.n_classes} classes, "
             f"the labels have {lm.n_workers} / {m}"
         )
     n_pruned = 0
-    if o.prune_spammers is not None:
+    if moments is not None and o.prune_spammers is not None:
         moments, n_pruned = prune_spammer_edges(moments, *o.prune_spammers)
-    n_mat = moments.co_labels
+    if moments is not None:
+        n_mat = moments.co_labels
+    elif graph_report is not None and o.min_pair_count <= 1 and graph_report.co_labels.shape == (lm.n_workers,) * 2:
+        n_mat = graph_report.co_labels  # N of these labels, already counted by the caller's graph check
+    else:
+        n_mat = co_label_matrix(lm, o.min_pair_count)
     lap("moments")
     structure: GraphStructure | None = None
     if graph_report is not None and o.min_pair_count <= 1 and o.prune_spammers is None:
@@ -417,6 +424,7 @@ def fit_skills(
         )
 
     lap("graph")
+    assert moments is not None  # needs_moments
     skills, fit_comp, fit = fit_rank_one_options(active, ag, w_all, moments.c_hat, lo, hi, o, progress)
     if fit is None:
         log.warning("no identifiable worker: every task falls back to %s", o.fallback)
@@ -538,7 +546,9 @@ def _fit_baseline(
             "n_fallback_tasks": 0,
             "frac_workers_identified": float(ok.mean()),
             "frac_labels_identified": float(ok[lm.worker_idx].mean()),
-            "frac_tasks_identified": float(np.unique(lm.task_idx[ok[lm.worker_idx]]).size / lm.n_tasks),
+            "frac_tasks_identified": float(
+                np.count_nonzero(np.bincount(lm.task_idx[ok[lm.worker_idx]], minlength=lm.n_tasks)) / lm.n_tasks
+            ),
         }
     )
     explain_missing_skills(table, diag, o.method)

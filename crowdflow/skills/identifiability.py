@@ -99,9 +99,8 @@ def _group_stats(groups: np.ndarray, values: np.ndarray, n_groups: int) -> tuple
     out_max = np.full(n_groups, np.nan)
     if values.size == 0:
         return out_min, out_med, out_max
-    order = np.lexsort((values, groups))
-    g, v = groups[order], values[order]
-    cnt = np.bincount(g, minlength=n_groups)
+    v = _sorted_by_group(groups, values, n_groups)
+    cnt = np.bincount(groups, minlength=n_groups)
     start = np.concatenate([[0], np.cumsum(cnt)[:-1]])
     has = cnt > 0
     s, c = start[has], cnt[has]
@@ -109,6 +108,24 @@ def _group_stats(groups: np.ndarray, values: np.ndarray, n_groups: int) -> tuple
     out_max[has] = v[s + c - 1]
     out_med[has] = 0.5 * (v[s + (c - 1) // 2] + v[s + c // 2])
     return out_min, out_med, out_max
+
+
+def _sorted_by_group(groups: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
+    """``values`` sorted by (group, value), as ``values[np.lexsort((values, groups))]``.
+
+    Co-label counts are small non-negative integers: then one sort of the key group·(max + 1) + value,
+    several times faster than the lexsort (which stays the rule for other values).
+    """
+    top = float(values.max())
+    whole = top < 2**31 and float(values.min()) >= 0 and bool(np.all(values == np.floor(values)))
+    if whole and n_groups * (top + 1) < 2**62:
+        if n_groups == 1:
+            return np.sort(values)
+        span = np.int64(top) + 1
+        key = np.sort(groups.astype(np.int64) * span + values.astype(np.int64))
+        return (key % span).astype(values.dtype)
+    order = np.lexsort((values, groups))
+    return values[order]
 
 
 def _group_quantile(groups: np.ndarray, values: np.ndarray, n_groups: int, q: float) -> np.ndarray:

@@ -77,10 +77,7 @@ def moments_from_counts(
     ag = np.asarray(agreements, dtype=np.float64)
     indices, indptr = n.indices, n.indptr
     if min_pair_count > 1:
-        keep = nd >= min_pair_count
-        rows = np.repeat(np.arange(n.shape[0]), np.diff(indptr))
-        indptr = np.zeros(n.shape[0] + 1, dtype=np.int64)
-        np.cumsum(np.bincount(rows[keep], minlength=n.shape[0]), out=indptr[1:])
+        keep, indptr = _frequent_pairs(nd, indptr, min_pair_count)
         nd, ag, indices = nd[keep], ag[keep], indices[keep]
     c = (m * (ag / nd) - 1.0) / (m - 1.0)
 
@@ -90,6 +87,34 @@ def moments_from_counts(
         return out
 
     return LabelMoments(co_labels=mk(nd), agreements=mk(ag), c_hat=mk(c), n_classes=m)
+
+
+def _frequent_pairs(nd: np.ndarray, indptr: np.ndarray, min_pair_count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The stored entries with N_ij ≥ min_pair_count and the row pointer of the matrix they make."""
+    w = indptr.size - 1
+    keep = nd >= min_pair_count
+    rows = np.repeat(np.arange(w), np.diff(indptr))
+    out = np.zeros(w + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows[keep], minlength=w), out=out[1:])
+    return keep, out
+
+
+def co_label_matrix(lm: LabelMatrix, min_pair_count: int = 1) -> sp.csr_matrix:
+    """N alone, equal to ``label_moments(lm, min_pair_count=...).co_labels`` (float64, sorted indices).
+
+    What the methods that fit no moments (mv, ds, onecoin_ds) need for their worker table and diagnostics:
+    one pass without the agreements and C^ (docs/methods/skills.md §2.1).
+    """
+    indptr, w, _ = labels_by_task(lm)
+    n, _ = pair_counts(indptr, w, None, lm.n_workers, lm.n_classes)
+    nd = n.data.astype(np.float64)
+    indices, rowptr = n.indices, n.indptr
+    if min_pair_count > 1:
+        keep, rowptr = _frequent_pairs(nd, rowptr, min_pair_count)
+        nd, indices = nd[keep], indices[keep]
+    out = sp.csr_matrix((nd, indices, rowptr), shape=n.shape)
+    out.has_sorted_indices = True
+    return out
 
 
 def label_moments(lm: LabelMatrix, co_labels: sp.csr_matrix | None = None, min_pair_count: int = 1) -> LabelMoments:

@@ -117,10 +117,11 @@ class SkillsOptions(Options):
             "empty turns this off.",
         )
     )
-    spectral: bool = Field(
-        True,
+    spectral: bool | None = Field(
+        None,
         description="Add eigenvalue-based quality figures (how firmly each group of workers pins down its "
-        "skills, and an error bound) to the diagnostics table; on large data they cost more than the fit.",
+        "skills, and an error bound) to the diagnostics table; on large data they cost more than the fit. "
+        "Empty means for every method but mv, which uses no skill and would spend most of its time on them.",
     )
     dense_eig_max: int = Field(
         500,
@@ -208,6 +209,13 @@ class SkillsOptions(Options):
         (docs/methods/skills.md §3.1): only ``pgd``. The one place the identifiability rule is decided; the
         pipeline (``SkillsPipeline.check_modes``) and the front door (``crowdflow.skills``) read it."""
         return self.method == "pgd"
+
+    @property
+    def spectral_diagnostics(self) -> bool:
+        """Whether the diagnostics table gets its eigenvalues: ``spectral`` when given, else for every method but
+        ``mv`` (issue #19: mv at 10^6 labels and 1,000-3,000 workers spent 2-30 s on eigenvalues, 10-100x its
+        vote; the default ds keeps them, issue #24)."""
+        return self.spectral if self.spectral is not None else self.method != "mv"
 
     @model_validator(mode="after")
     def _runnable(self) -> SkillsOptions:

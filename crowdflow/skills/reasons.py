@@ -41,6 +41,12 @@ def explain_missing_skills(table: pd.DataFrame, diag: pd.DataFrame | None, metho
     if "eig_method" in diag.columns:
         explain_missing(
             diag,
+            [*_SPECTRAL, "mu_hat", "lip_hat", "cond_hat", "error_bound_hat"],
+            "spectral diagnostics not asked for (off by default for method mv, on with spectral true)",
+            where=diag["eig_method"].to_numpy(dtype=object) == "none",
+        )
+        explain_missing(
+            diag,
             [*_SPECTRAL, *_PGD_DIAGNOSTICS],
             "spectral diagnostics skipped (the component stores more co-label counts than spectral_max_nnz)",
             where=diag["eig_method"].to_numpy(dtype=object) == "skipped",

@@ -53,3 +53,24 @@ def test_debiased_refit_is_ls_without_flagged_rows():
     # debiasing removes the λ-shrinkage: closer to the truth than the HLASSO scores here
     tc = th - th.mean()
     assert np.linalg.norm(deb - tc) < np.linalg.norm(hodgerank_scores(g) - tc)
+
+
+@pytest.mark.parametrize("n_components", [1, 3])
+def test_dense_cholesky_equals_sparse_lu(n_components, monkeypatch):
+    """A dense grounded Laplacian is factorised by Cholesky (issue #19): the same scores as SuperLU to 1e-10."""
+    import crowdflow.ranking.least_squares as ls
+
+    rng = np.random.default_rng(11)
+    n, m = 90 * n_components, 3000 * n_components
+    i, j = random_pairs(rng, 90, m)
+    off = 90 * rng.integers(0, n_components, m)  # disjoint blocks: n_components components
+    g = ComparisonGraph.from_arrays(i + off, j + off, rng.standard_normal(m), rng.uniform(0.5, 2.0, m), n=n)
+    dense = LaplacianSolver.from_graph(g, method="splu")
+    assert dense._chol is not None and dense._lu is None
+    monkeypatch.setattr(ls, "DENSE_FACTOR_MIN_DENSITY", 2.0)
+    sparse = LaplacianSolver.from_graph(g, method="splu")
+    assert sparse._chol is None and sparse._lu is not None
+    b = g.divergence(g.y)
+    np.testing.assert_allclose(dense.solve(b), sparse.solve(b), rtol=0, atol=1e-10 * np.abs(sparse.solve(b)).max())
+    bb = rng.standard_normal((n, 3))
+    np.testing.assert_allclose(dense.solve(bb), sparse.solve(bb), rtol=0, atol=1e-9)

@@ -44,7 +44,7 @@ def test_library_defaults_are_the_pipeline_defaults() -> None:
     pipeline = parse_spec(_spec({})).skills
     notebook = fit_skills(labels)
     assert notebook.metadata["solver"] == pipeline.solver == "scaled"
-    assert (notebook.diagnostics["eig_method"] != "none").all() and pipeline.spectral
+    assert (notebook.diagnostics["eig_method"] != "none").all() and pipeline.spectral_diagnostics
     same = fit_skills(labels, pipeline)
     pd.testing.assert_frame_equal(notebook.skills, same.skills)
     pd.testing.assert_frame_equal(notebook.diagnostics, same.diagnostics)

@@ -1,0 +1,200 @@
+"""Skills speed vs Crowd-Kit over a family of shapes at 10^6 and 10^7 labels (issue #19, skills rows).
+
+Run: ``python -m benchmarks.skills_speed`` (writes ``benchmarks/results/skills_speed.md``; ``--sizes 6`` for 10^6
+only, ``--configs N`` configurations per size and id kind, ``--reps`` runs per cell, best kept).
+
+Family (seeded, drawn per configuration, not tuned to one shape): ids of one kind (``string``: Arrow-backed
+strings, what crowdflow's readers give; ``object``: Python ``str`` objects; ``int``: int64), 2–5 classes, labels
+per task uniform in [2, k_max] with k_max ∈ {4, 10, 20}, 300–3,000 workers whose activity is skewed (Zipf
+weights with exponent 0.8–1.3, a worker drawn per label, repeated (task, worker) pairs dropped), one-coin
+workers with accuracy U[0.35, 0.95] (a few below chance).
+
+Per configuration, in one process, each call a whole ``fit_skills(df, method=...)`` (encoding, co-label
+counts, graph, fit, consensus, diagnostics; library defaults otherwise) and its Crowd-Kit peer on the same
+rows: ours MV / Crowd-Kit ``MajorityVote``, ours DS and one-coin DS / Crowd-Kit ``DawidSkene``, ours PGD /
+Crowd-Kit ``DawidSkene``. Crowd-Kit gets Python objects for string ids (it fails on Arrow-backed columns
+in pandas 3: ``bool[pyarrow]`` in its accuracy step); the conversion is not timed.
+
+Cap (stated rule): at 10^7 labels Crowd-Kit ``DawidSkene`` runs ``n_iter=5`` EM iterations (its default is up
+to 100, and ours run to convergence), so its time there is a lower bound of its full time and the ratios
+against it at 10^7 are upper bounds (they favour Crowd-Kit).
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import platform  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from crowdflow.skills import fit_skills  # noqa: E402
+
+OUT = Path(__file__).resolve().parent / "results" / "skills_speed.md"
+IDS = ("string", "object", "int")
+OURS = ("mv", "ds", "onecoin_ds", "pgd")
+
+
+def family_config(rng: np.random.Generator) -> dict[str, float]:
+    return {
+        "classes": int(rng.integers(2, 6)),
+        "k_max": int(rng.choice([4, 10, 20])),
+        "workers": int(rng.choice([300, 1000, 3000])),
+        "zipf": float(rng.uniform(0.8, 1.3)),
+    }
+
+
+def make_labels(n_labels: int, ids: str, cfg: dict[str, float], seed: int) -> pd.DataFrame:
+    """About ``n_labels`` labels of the configuration, ids of kind ``ids``."""
+    rng = np.random.default_rng(seed)
+    m, k_max, w = int(cfg["classes"]), int(cfg["k_max"]), int(cfg["workers"])
+    k = rng.integers(2, k_max + 1, size=max(1, int(n_labels / ((2 + k_max) / 2))))
+    task = np.repeat(np.arange(k.size), k)
+    weight = 1.0 / np.arange(1, w + 1) ** cfg["zipf"]
+    worker = rng.choice(w, size=task.size, p=weight / weight.sum())
+    keep = ~pd.DataFrame({"t": task, "w": worker}).duplicated().to_numpy()
+    task, worker = task[keep], worker[keep]
+    truth = rng.integers(0, m, k.size)
+    acc = rng.uniform(0.35, 0.95, w)
+    right = rng.random(task.size) < acc[worker]
+    wrong = (truth[task] + rng.integers(1, m, task.size)) % m
+    label = np.where(right, truth[task], wrong)
+    if ids == "int":
+        return pd.DataFrame({"task": task, "worker": worker + 10_000, "label": label})
+    t_names = np.array([f"task-{i}" for i in range(k.size)], dtype=object)
+    w_names = np.array([f"worker-{i}" for i in range(w)], dtype=object)
+    l_names = np.array([f"class-{i}" for i in range(m)], dtype=object)
+    cols = {"task": t_names[task], "worker": w_names[worker], "label": l_names[label]}
+    if ids == "object":
+        return pd.DataFrame({c: pd.Series(v, dtype=object) for c, v in cols.items()})
+    return pd.DataFrame({c: pd.Series(v, dtype="string[pyarrow]") for c, v in cols.items()})
+
+
+def _best(fn: Callable[[], object], reps: int) -> float:
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def run_config(
+    n_labels: int, ids: str, cfg: dict[str, float], seed: int, reps: int, methods: tuple[str, ...] = OURS
+) -> dict[str, object]:
+    from crowdkit.aggregation import DawidSkene, MajorityVote
+
+    df = make_labels(n_labels, ids, cfg, seed)
+    peer = df.astype(object) if ids == "string" else df
+    n_iter = 5 if n_labels >= 5 * 10**6 else 100
+    reps = 1 if n_labels >= 5 * 10**6 else reps  # one run of each at 10^7
+    row: dict[str, object] = {"labels": len(df), "ids": ids, **cfg}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for method in OURS:
+            run = method in methods
+            row[method] = _best(lambda method=method: fit_skills(df, method=method), reps) if run else float("nan")
+        row["ck_mv"] = _best(lambda: MajorityVote().fit_predict(peer), reps)
+        with_ds = bool(set(methods) - {"mv"})
+        row["ck_ds"] = _best(lambda: DawidSkene(n_iter=n_iter).fit_predict(peer), 1) if with_ds else float("nan")
+    row["ck_ds_iter"] = n_iter
+    print(row, flush=True)
+    return row
+
+
+def _warm_up() -> None:
+    """Load every compiled kernel once (numba's on-disk cache) on a small table of each id kind."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for ids in IDS:
+            df = make_labels(5_000, ids, {"classes": 3, "k_max": 10, "workers": 300, "zipf": 1.0}, 0)
+            for method in OURS:
+                fit_skills(df, method=method)
+
+
+def summary(rows: pd.DataFrame) -> list[str]:
+    ratios = {
+        "MV / Crowd-Kit MV": rows["mv"] / rows["ck_mv"],
+        "DS / Crowd-Kit DS": rows["ds"] / rows["ck_ds"],
+        "one-coin DS / Crowd-Kit DS": rows["onecoin_ds"] / rows["ck_ds"],
+        "PGD / Crowd-Kit DS": rows["pgd"] / rows["ck_ds"],
+    }
+    out = ["| labels | ratio | min | median | max (worst) | target |", "|---|---|---|---|---|---|"]
+    target = {"MV / Crowd-Kit MV": "≤ 1", "DS / Crowd-Kit DS": "≤ 0.1", "PGD / Crowd-Kit DS": "≤ 0.2"}
+    for size, grp in rows.groupby(rows["size"]):
+        for name, r in ratios.items():
+            v = r[grp.index]
+            out.append(
+                f"| 10^{size} | {name} | {v.min():.3f} | {v.median():.3f} | {v.max():.3f} | {target.get(name, '')} |"
+            )
+    return out
+
+
+def main(argv: list[str] | None = None) -> str:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="6,7", help="comma-separated exponents (default 6,7)")
+    ap.add_argument("--configs", default="3,1", help="configurations per id kind, per size (default 3,1)")
+    ap.add_argument("--reps", type=int, default=2, help="runs of each of ours and Crowd-Kit MV; best kept")
+    ap.add_argument("--seed", type=int, default=19)
+    ap.add_argument("--methods", default=",".join(OURS), help="ours to time (Crowd-Kit DS only with a non-mv one)")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    n_cfg = [int(c) for c in args.configs.split(",")]
+    rng = np.random.default_rng(args.seed)
+    _warm_up()
+    rows = []
+    methods = tuple(args.methods.split(","))
+    command = f"--sizes {args.sizes} --configs {args.configs} --reps {args.reps} --seed {args.seed}"
+    command += "" if methods == OURS else f" --methods {args.methods}"
+    for size, nc in zip(sizes, n_cfg, strict=False):
+        for _ in range(nc):
+            cfg = family_config(rng)
+            for ids in IDS:
+                seed = int(rng.integers(2**31))
+                rows.append({"size": size, **run_config(10**size, ids, cfg, seed, args.reps, methods)})
+                args.out.write_text(render(pd.DataFrame(rows), command + " (partial: run still going)"), "utf-8")
+    table = pd.DataFrame(rows)
+    text = render(table, command)
+    args.out.write_text(text, encoding="utf-8")
+    print(text)
+    return text
+
+
+def render(table: pd.DataFrame, command: str) -> str:
+    """The results page: the ratios over the family, then every configuration."""
+    lines = [
+        "# Skills speed vs Crowd-Kit over a family of shapes (issue #19)\n",
+        f"`python -m benchmarks.skills_speed {command}` on "
+        f"{platform.machine()}, Python {platform.python_version()}, a shared 2-core host, single-threaded BLAS; "
+        "one process. Ours: whole `fit_skills(df, method=...)`, best of the reps (one run at 10^7); Crowd-Kit MV "
+        "the same, "
+        "Crowd-Kit DS one run (at 10^7 capped to 5 EM iterations: a lower bound of its time, see the module "
+        "docstring). Family and rules: `benchmarks/skills_speed.py`.\n",
+        "## Ratios ours / Crowd-Kit over the family (lower is faster)\n",
+        *summary(table),
+        "\n## Every configuration (seconds)\n",
+        "| labels | ids | classes | k_max | workers | zipf | ours MV | CK MV | ours DS | ours 1-coin DS | ours PGD "
+        "| CK DS (iters cap) | MV/CK MV | DS/CK DS | PGD/CK DS |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in table.itertuples():
+        lines.append(
+            f"| {r.labels:,} | {r.ids} | {r.classes} | {r.k_max} | {r.workers:,} | {r.zipf:.2f} | {r.mv:.3f} | "
+            f"{r.ck_mv:.3f} | {r.ds:.3f} | {r.onecoin_ds:.3f} | {r.pgd:.3f} | {r.ck_ds:.2f} ({r.ck_ds_iter}) | "
+            f"{r.mv / r.ck_mv:.2f} | {r.ds / r.ck_ds:.3f} | {r.pgd / r.ck_ds:.3f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
