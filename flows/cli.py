@@ -116,13 +116,30 @@ class _ProgressBar:
         self.stream.flush()
 
 
-def _run_spec(spec: Any, debug: bool) -> int:
+# What a run imports on its way anyway (its job's flow, validation, report figures): imported while the embedded
+# API boots.
+_WARM_IMPORTS = ("great_expectations", "matplotlib.figure")
+
+
+def _run_spec(load: Callable[[], Any], debug: bool) -> int:
+    """Run the spec ``load()`` returns. The embedded API (when no API is configured) is started first, so that it
+    boots while the spec, the models, Great Expectations and matplotlib are imported (:mod:`flows.ephemeral`)."""
     _prefect_env()
+    from flows.ephemeral import embedded_api
+
+    api = embedded_api()
+    try:
+        spec = load()
+        api.confirm()
+    except BaseException:
+        api.stop()  # a bad spec: no run, no server
+        raise
     if not debug:
         _quiet_tracebacks()
-    from flows.pipeline import run_spec
+    from flows.pipeline import JOB_FLOWS, run_spec
     from tasks.progress import add_listener, remove_listener
 
+    api.wait(warm=(JOB_FLOWS[spec.job][0], *_WARM_IMPORTS))
     bar = _ProgressBar(sys.stderr) if sys.stderr.isatty() else None
     if bar is not None:
         add_listener(bar)
@@ -142,7 +159,7 @@ def _run_spec(spec: Any, debug: bool) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    return _run_spec(_load(str(_demo_spec_path()), args.out or "crowdflow-out"), args.debug)
+    return _run_spec(lambda: _load(str(_demo_spec_path()), args.out or "crowdflow-out"), args.debug)
 
 
 # The per-job commands: name, the job, help text, the default pipeline name. Their flags are generated from
@@ -282,10 +299,9 @@ def spec_from_args(args: argparse.Namespace) -> Any:
 
 
 def cmd_job(args: argparse.Namespace) -> int:
-    spec = spec_from_args(args)
     if args.dry_run:
-        return _validate(spec)
-    return _run_spec(spec, args.debug)
+        return _validate(spec_from_args(args))
+    return _run_spec(lambda: spec_from_args(args), args.debug)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -318,8 +334,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    spec = _load(args.spec, args.out)
-    return _validate(spec) if args.dry_run else _run_spec(spec, args.debug)
+    if args.dry_run:
+        return _validate(_load(args.spec, args.out))
+    return _run_spec(lambda: _load(args.spec, args.out), args.debug)
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
