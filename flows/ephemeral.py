@@ -83,11 +83,6 @@ class EmbeddedAPI:
         if self.process is None:
             self._env = {**os.environ, **_SERVER_ENV, **settings.to_environment_variables(exclude_unset=True)}
             self._launch()
-        self.log.info(
-            "Starting temporary server on http://127.0.0.1:%d\nSee https://docs.prefect.io/v3/concepts/server"
-            "#how-to-guides for more information on running a dedicated Prefect server.",
-            self.port,
-        )
         atexit.register(self.stop)
         os.environ["PREFECT_API_URL"] = self.url
         _refresh_settings()
@@ -121,6 +116,11 @@ class EmbeddedAPI:
                 importlib.import_module(name)
         import httpx
 
+        self.log.info(  # Prefect's own message; its console logging is set up by now
+            "Starting temporary server on http://127.0.0.1:%d\nSee https://docs.prefect.io/v3/concepts/server"
+            "#how-to-guides for more information on running a dedicated Prefect server.",
+            self.port,
+        )
         deadline = time.monotonic() + self._timeout
         with httpx.Client() as client:
             while time.monotonic() < deadline:
