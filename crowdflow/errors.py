@@ -167,6 +167,12 @@ _OS_MESSAGES = {
 }
 
 
+def _is_network_error(exc: BaseException) -> bool:
+    """An HTTP client's transport failure (``httpx.TransportError``: refused, reset, timed out), by class name, so the
+    library need not import the client: the orchestrator's API (Prefect talks to it with httpx) did not answer."""
+    return any(c.__name__ == "TransportError" and c.__module__ == "httpx" for c in type(exc).__mro__)
+
+
 def is_transient(exc: BaseException) -> bool:
     """Whether a retry can fix ``exc`` (the retry condition of every retried task).
 
@@ -179,7 +185,7 @@ def is_transient(exc: BaseException) -> bool:
         return True
     if isinstance(exc, CrowdflowError):
         return False
-    if isinstance(exc, ConnectionError | TimeoutError):
+    if isinstance(exc, ConnectionError | TimeoutError) or _is_network_error(exc):
         return True
     if not isinstance(exc, OSError):
         return False
@@ -200,8 +206,10 @@ def user_error(exc: BaseException) -> CrowdflowError | None:
     -------
     CrowdflowError or None
         ``exc`` itself when it is one; a :class:`ResourceError` for out-of-memory and for ``OSError`` (the
-        message names the path and says what the system refused); an :class:`InputError` for input nested
-        too deeply to parse and for a feature not implemented for this input; ``None`` otherwise.
+        message names the path and says what the system refused); a :class:`TransientError` for an HTTP
+        transport failure (the orchestrator's API did not answer; the message names its URL); an
+        :class:`InputError` for input nested too deeply to parse and for a feature not implemented for this input;
+        ``None`` otherwise.
     """
     if isinstance(exc, CrowdflowError):
         return exc
@@ -214,6 +222,15 @@ def user_error(exc: BaseException) -> CrowdflowError | None:
         return InputError("the input is nested too deeply to read")
     if isinstance(exc, NotImplementedError):
         return InputError(str(exc) or "not supported for this input")
+    if _is_network_error(exc):
+        try:
+            where = f" at {exc.request.url}"  # type: ignore[attr-defined]  # httpx.RequestError.request
+        except (AttributeError, RuntimeError):  # raised before the request existed
+            where = ""
+        return TransientError(
+            f"the service{where} did not answer ({type(exc).__name__}: {exc}); if it is the Prefect API, start the "
+            "server PREFECT_API_URL names or unset PREFECT_API_URL to use the embedded one, then run again"
+        )
     if isinstance(exc, OSError):
         what = _OS_MESSAGES.get(exc.errno or 0) or exc.strerror or str(exc) or type(exc).__name__
         paths = [str(p) for p in (exc.filename, exc.filename2) if p is not None]

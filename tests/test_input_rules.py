@@ -14,6 +14,7 @@ import errno
 import os
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -160,6 +161,13 @@ def test_yaml_key_given_twice_and_deep_nesting_are_spec_errors(tmp_path: Path) -
         (OSError("[errno 28] No space left on device"), False, ResourceError),
         (ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"), True, TransientError),
         (TimeoutError("timed out"), True, TransientError),
+        (httpx.ConnectError("[Errno 111] Connection refused"), True, TransientError),  # the Prefect API went away
+        (httpx.ReadTimeout("timed out"), True, TransientError),
+        (
+            httpx.HTTPStatusError("404", request=httpx.Request("GET", "http://x"), response=httpx.Response(404)),
+            False,
+            None,
+        ),
         (TransientError("db down"), True, TransientError),
         (OSError(errno.ENOSPC, "No space left on device", "/out/x.parquet"), False, ResourceError),
         (OSError(errno.EROFS, "Read-only file system", "/out"), False, ResourceError),
