@@ -84,6 +84,36 @@ def run_block(task: BlockTask) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return C, b, th
 
 
+def block_arcs(g: AgentGraph, agents: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The arcs held by ``agents`` and the maps from global arc and agent ids to the block's local numbering.
+
+    Returns ``arcs`` (global arc ids, in the agents' order), ``local_arc`` (global arc → position in ``arcs``, −1
+    outside) and ``local_agent`` (global agent → position in ``agents``, −1 outside).
+    """
+    _seg, arcs = ragged(g.ptr, agents)
+    local_arc = np.full(g.nbr.size, -1, dtype=np.int64)
+    local_arc[arcs] = np.arange(arcs.size)
+    local_agent = np.full(g.n, -1, dtype=np.int64)
+    local_agent[agents] = np.arange(agents.size)
+    return arcs, local_arc, local_agent
+
+
+def sweep_budget(g: AgentGraph, per_sweep: int, max_rounds: int | None) -> tuple[int, int]:
+    """The round budget (default 500·|E|, as :func:`djam`) and the whole sweeps of ``per_sweep`` rounds it allows."""
+    budget = 500 * max(g.n_edges, 1) if max_rounds is None else int(max_rounds)
+    return budget, budget // max(per_sweep, 1)
+
+
+def warn_unconverged(sweeps: int, per_sweep: int, max_rounds: int, tol: float, bound: float) -> None:
+    """The ``RuntimeWarning`` of a blocked run whose round budget ran out before the certificate reached ``tol``."""
+    warnings.warn(
+        f"blocked DJAM stopped after {sweeps} sweeps of {per_sweep} rounds (max_rounds = {max_rounds}) "
+        f"without certifying tol = {tol:g} (bound {bound:.3g})",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
 def _executor_map(executor: Any, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
     if executor is None:
         return [fn(it) for it in items]
@@ -168,16 +198,11 @@ def djam_blocked(
     specs = []
     for k in blocks:
         ag = np.flatnonzero(block == k)
-        _seg, arcs = ragged(g.ptr, ag)
-        local_arc = np.full(g.nbr.size, -1, dtype=np.int64)
-        local_arc[arcs] = np.arange(arcs.size)
-        local_agent = np.full(n, -1, dtype=np.int64)
-        local_agent[ag] = np.arange(ag.size)
+        arcs, local_arc, local_agent = block_arcs(g, ag)
         edges = np.flatnonzero(internal & (block[g.u] == k))
         specs.append((ag, arcs, local_arc, local_agent, edges))
     per_sweep = inner_sweeps * int(np.count_nonzero(internal)) + int(cut.size)
-    max_rounds = 500 * max(g.n_edges, 1) if max_rounds is None else int(max_rounds)
-    max_sweeps = max_rounds // max(per_sweep, 1)
+    max_rounds, max_sweeps = sweep_budget(g, per_sweep, max_rounds)
     rng = np.random.default_rng(seed)
     trace = [trace_row(problem, 0, th, C, reference)]
     converged = False
@@ -223,12 +248,7 @@ def djam_blocked(
         converged = bound <= tol * scale
     tracker.done()
     if not converged:
-        warnings.warn(
-            f"blocked DJAM stopped after {sweeps} sweeps of {per_sweep} rounds (max_rounds = {max_rounds}) "
-            f"without certifying tol = {tol:g} (bound {bound:.3g})",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+        warn_unconverged(sweeps, per_sweep, max_rounds, tol, bound)
     return make_result(
         problem,
         th.copy(),

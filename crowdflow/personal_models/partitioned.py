@@ -27,7 +27,6 @@ import functools
 import logging
 import pickle
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,10 +37,10 @@ import pandas as pd
 
 from crowdflow.errors import DegenerateInput, InputError
 from crowdflow.executors import MapFn
-from crowdflow.personal_models.blocked import partition_agents
+from crowdflow.personal_models.blocked import block_arcs, partition_agents, sweep_budget, warn_unconverged
 from crowdflow.personal_models.djam import batched_rounds, serial_rounds
 from crowdflow.personal_models.graph import AgentGraph
-from crowdflow.personal_models.helpers import format_ids, ragged
+from crowdflow.personal_models.helpers import format_ids
 from crowdflow.personal_models.problem import (
     _LOSS_ALIASES,
     AgentLosses,
@@ -250,11 +249,7 @@ def _item(
     args: dict[str, Any],
     inner_tol: float,
 ) -> _Item:
-    _seg, arcs = ragged(g.ptr, ag)
-    local_arc = np.full(g.nbr.size, -1, dtype=np.int64)
-    local_arc[arcs] = np.arange(arcs.size)
-    local_agent = np.full(g.n, -1, dtype=np.int64)
-    local_agent[ag] = np.arange(ag.size)
+    arcs, local_arc, local_agent = block_arcs(g, ag)
     data = BlockData(str(folder), ids[ag], args, g.degree[ag], inner_tol)
     return _Item(ag, arcs, local_arc, local_agent, edges, data)
 
@@ -402,8 +397,7 @@ def fit_personal_models_partitioned(
     ]
     cut_item = _item(g, np.flatnonzero(on_cut), cut, root / _BOUNDARY, ids, loss_args, inner_tol) if cut.size else None
     per_sweep = int(np.count_nonzero(internal)) + int(cut.size)
-    max_rounds = 500 * max(g.n_edges, 1) if max_rounds is None else int(max_rounds)
-    max_sweeps = max_rounds // max(per_sweep, 1)
+    max_rounds, max_sweeps = sweep_budget(g, per_sweep, max_rounds)
     rng = np.random.default_rng(seed)
     S = g.holder_matrix()
     C = np.zeros((g.nbr.size, p))
@@ -447,12 +441,7 @@ def fit_personal_models_partitioned(
     tracker.done()
     assert problem is not None
     if not converged:
-        warnings.warn(
-            f"blocked DJAM stopped after {sweeps} sweeps of {per_sweep} rounds (max_rounds = {max_rounds}) "
-            f"without certifying tol = {tol:g} (bound {bound:.3g})",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+        warn_unconverged(sweeps, per_sweep, max_rounds, tol, bound)
     meta = {
         "seed": seed,
         "tol": tol,
