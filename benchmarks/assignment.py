@@ -40,6 +40,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import scipy  # noqa: E402
 
+from benchmarks.timing import median_of  # noqa: E402
 from crowdflow.assignment import (  # noqa: E402
     Loss,
     TVCSConstraints,
@@ -75,15 +76,6 @@ def tvcs_select_warmup() -> None:
     TVCSProjector(cons, backend="flow", prune_min_p=0).select(u)
 
 
-def timed(fn, repeats: int):
-    times, out = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times)), out
-
-
 def fmt_s(x: float) -> str:
     return f"{x:.3g}"
 
@@ -102,10 +94,10 @@ def bench_projection(sizes, pgd_max_p: int, pgd_seconds: float) -> str:
         flow = TVCSProjector(cons, backend="flow")
         ipm = TVCSProjector(cons, backend="lp", lp_method="highs-ipm")
         ds = TVCSProjector(cons, backend="lp", lp_method="highs")
-        t_flow, r_flow = timed(lambda: flow.select(u), max(reps, 3))
-        t_ipm, r_ipm = timed(lambda: ipm.select(u), reps)
+        t_flow, r_flow = median_of(lambda: flow.select(u), max(reps, 3))
+        t_ipm, r_ipm = median_of(lambda: ipm.select(u), reps)
         if p <= 100_000:
-            t_ds, r_ds = timed(lambda: ds.select(u), 1 if p > 20_000 else reps)
+            t_ds, r_ds = median_of(lambda: ds.select(u), 1 if p > 20_000 else reps)
             ds_cell, ds_ratio = fmt_s(t_ds), f"{t_flow / min(t_ds, t_ipm):.2f}"
             objs = [r_flow.objective, r_ipm.objective, r_ds.objective]
         else:
@@ -127,7 +119,7 @@ def bench_projection(sizes, pgd_max_p: int, pgd_seconds: float) -> str:
                 )
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)
-                    t_pg, r_pg = timed(lambda: pg.select(u), 1)
+                    t_pg, r_pg = median_of(lambda: pg.select(u), 1)
                 if r_pg.certified:
                     pgd_cells.append(f"{r_pg.iterations}, {fmt_s(t_pg)}")
                     objs.append(r_pg.objective)
@@ -184,8 +176,8 @@ def bench_shapes() -> str:
     for shape in SHAPES:
         u, cons = shape_instance(*shape)
         flow = TVCSProjector(cons, backend="flow")
-        t_flow, r_flow = timed(lambda: flow.select(u), 3)
-        t_ipm, r_ipm = timed(lambda: TVCSProjector(cons, backend="lp").select(u), 1)
+        t_flow, r_flow = median_of(lambda: flow.select(u), 3)
+        t_ipm, r_ipm = median_of(lambda: TVCSProjector(cons, backend="lp").select(u), 1)
         diff = abs(r_flow.objective - r_ipm.objective) / max(1.0, abs(r_ipm.objective))
         assert r_flow.certified and diff <= 1e-9, (shape, diff)
         prune = r_flow.trace.get("pruning", {})
@@ -237,7 +229,7 @@ def bench_pgd_per_iteration(sizes) -> str:
             )
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)
-                t, _ = timed(lambda: pg.select(u), 1)
+                t, _ = median_of(lambda: pg.select(u), 1)
             per.append(t)
         spi = max(per[1] - per[0], 1e-12) / 500
         ratio = "–" if prev is None else f"{spi / prev[1]:.1f}"

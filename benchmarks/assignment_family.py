@@ -35,11 +35,11 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse  # noqa: E402
 import platform  # noqa: E402
 import subprocess  # noqa: E402
-import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from benchmarks.timing import median_of  # noqa: E402
 from crowdflow.assignment import AssignmentOptions, TVCSProjector, assign_tasks  # noqa: E402
 from crowdflow.synth.assignment import CandidateDraw, candidate_draw, candidate_family  # noqa: E402
 
@@ -56,31 +56,22 @@ def warmup() -> None:
     TVCSProjector(d.constraints(), prune_min_p=0).select(d.score)
 
 
-def timed(fn, repeats: int):
-    times, out = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times)), out
-
-
 def run_draw(d: CandidateDraw, repeats: int) -> dict:
     cons = d.constraints()
     row: dict = {"name": d.name, "p": d.p, "budget": cons.total}
     objs = {}
     for s in SOLVERS:
-        t, r = timed(lambda: TVCSProjector(cons).select(d.score), repeats)
+        t, r = median_of(lambda: TVCSProjector(cons).select(d.score), repeats)
         assert r.certified, (d.name, s)
         row[s] = t
         objs[s] = r.objective
         row[f"{s}_trace"] = r.trace
     peers = {}
     if d.p <= IPM_MAX_P:
-        t, r = timed(lambda: TVCSProjector(cons, backend="lp", lp_method="highs-ipm").select(d.score), 1)
+        t, r = median_of(lambda: TVCSProjector(cons, backend="lp", lp_method="highs-ipm").select(d.score), 1)
         peers["ipm"], objs["ipm"] = t, r.objective
     if d.p <= DS_MAX_P:
-        t, r = timed(lambda: TVCSProjector(cons, backend="lp", lp_method="highs-ds").select(d.score), 1)
+        t, r = median_of(lambda: TVCSProjector(cons, backend="lp", lp_method="highs-ds").select(d.score), 1)
         peers["ds"], objs["ds"] = t, r.objective
     row.update(peers)
     row["peer"] = min(peers.values()) if peers else None
@@ -165,7 +156,7 @@ def assign_tasks_row(d: CandidateDraw) -> str:
     import pandas as pd
 
     opts = AssignmentOptions(budget=d.budget)
-    t, res = timed(lambda: assign_tasks(cand, opts, worker_caps=pd.DataFrame(wc), task_caps=pd.DataFrame(tc)), 1)
+    t, res = median_of(lambda: assign_tasks(cand, opts, worker_caps=pd.DataFrame(wc), task_caps=pd.DataFrame(tc)), 1)
     assert res.certified
     return f"| {d.name} | {d.p:,} | {t:.2f} s | {res.objective:.6f} |"
 

@@ -22,14 +22,13 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import itertools  # noqa: E402
-import time  # noqa: E402
 import warnings  # noqa: E402
-from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from benchmarks.timing import best_of  # noqa: E402
 from crowdflow.ranking import fit_hodgerank  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "ranking_ids.md"
@@ -50,15 +49,6 @@ def comparisons(m: int, n: int, ids: str, outcomes: str, seed: int = 0) -> pd.Da
         dtype = "string[pyarrow]" if ids == "arrow" else object
         col_a, col_b = pd.Series(names[a], dtype=dtype), pd.Series(names[b], dtype=dtype)
     return pd.DataFrame({"item_a": col_a, "item_b": col_b, "outcome": out})
-
-
-def _best(fn: Callable[[], object], reps: int) -> float:
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def run(rows: list[int], reps: int) -> str:
@@ -88,10 +78,10 @@ def run(rows: list[int], reps: int) -> str:
         winners = pd.Series(win)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ours = _best(lambda: fit_hodgerank(df), reps)
-            bare = _best(lambda: fit_hodgerank(df, diagnostics=False), reps)
-            bt = _best(lambda: evalica.bradley_terry(df["item_a"], df["item_b"], winners), reps)
-            elo = _best(lambda: evalica.elo(df["item_a"], df["item_b"], winners), reps)
+            ours = best_of(lambda: fit_hodgerank(df), reps)
+            bare = best_of(lambda: fit_hodgerank(df, diagnostics=False), reps)
+            bt = best_of(lambda: evalica.bradley_terry(df["item_a"], df["item_b"], winners), reps)
+            elo = best_of(lambda: evalica.elo(df["item_a"], df["item_b"], winners), reps)
         worst_full = max(worst_full, ours / bt)
         worst_bt, worst_elo = max(worst_bt, bare / bt), max(worst_elo, bare / elo)
         lines.append(

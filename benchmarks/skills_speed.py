@@ -29,14 +29,13 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import platform  # noqa: E402
-import time  # noqa: E402
 import warnings  # noqa: E402
-from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from benchmarks.timing import best_of  # noqa: E402
 from crowdflow.skills import fit_skills  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "skills_speed.md"
@@ -79,15 +78,6 @@ def make_labels(n_labels: int, ids: str, cfg: dict[str, float], seed: int) -> pd
     return pd.DataFrame({c: pd.Series(v, dtype="string[pyarrow]") for c, v in cols.items()})
 
 
-def _best(fn: Callable[[], object], reps: int) -> float:
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def run_config(
     n_labels: int, ids: str, cfg: dict[str, float], seed: int, reps: int, methods: tuple[str, ...] = OURS
 ) -> dict[str, object]:
@@ -102,10 +92,10 @@ def run_config(
         warnings.simplefilter("ignore")
         for method in OURS:
             run = method in methods
-            row[method] = _best(lambda method=method: fit_skills(df, method=method), reps) if run else float("nan")
-        row["ck_mv"] = _best(lambda: MajorityVote().fit_predict(peer), reps)
+            row[method] = best_of(lambda method=method: fit_skills(df, method=method), reps) if run else float("nan")
+        row["ck_mv"] = best_of(lambda: MajorityVote().fit_predict(peer), reps)
         with_ds = bool(set(methods) - {"mv"})
-        row["ck_ds"] = _best(lambda: DawidSkene(n_iter=n_iter).fit_predict(peer), 1) if with_ds else float("nan")
+        row["ck_ds"] = best_of(lambda: DawidSkene(n_iter=n_iter).fit_predict(peer), 1) if with_ds else float("nan")
     row["ck_ds_iter"] = n_iter
     print(row, flush=True)
     return row
