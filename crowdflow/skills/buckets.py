@@ -20,8 +20,10 @@ floating-point sums up to their order of addition (docs/methods/skills.md §4.3)
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -101,32 +103,60 @@ def split_labels(labels: pd.DataFrame, partition: int, folder: str, n_buckets: i
 
     n_rows = len(labels)
     df = labels[["task", "worker", "label"]].dropna()
-    bucket = task_buckets(df["task"].to_numpy(), n_buckets)
+    # hash each distinct task once (the same 64-bit hash of the text as task_buckets row by row), then gather
+    codes, uniques = pd.factorize(df["task"], use_na_sentinel=True)
+    bucket = task_buckets(np.asarray(uniques, dtype=object), n_buckets)[codes]
     order = np.argsort(bucket, kind="stable")
     bounds = np.searchsorted(bucket[order], np.arange(n_buckets + 1))
+    table = pa.table(
+        {
+            "task": _text_array(df["task"]),
+            "worker": _text_array(df["worker"]),
+            "label": _text_array(df["label"]),
+            "row": pa.array(df.index.to_numpy(dtype=np.int64) + 1),
+        }
+    ).take(pa.array(order))  # one gather in bucket order; each bucket's rows are then a zero-copy slice
     for b in range(n_buckets):
-        rows = order[bounds[b] : bounds[b + 1]]
-        if not rows.size:
+        start, stop = int(bounds[b]), int(bounds[b + 1])
+        if stop == start:
             continue
-        piece = df.iloc[rows]
         out = Path(folder) / f"bucket-{b:05d}"
         out.mkdir(parents=True, exist_ok=True)
-        table = pa.table(
-            {
-                "task": pa.array(piece["task"].to_numpy(dtype=object), pa.string()),
-                "worker": pa.array(piece["worker"].to_numpy(dtype=object), pa.string()),
-                "label": pa.array(piece["label"].to_numpy(dtype=object), pa.string()),
-                "row": pa.array(piece.index.to_numpy(dtype=np.int64) + 1),
-            }
-        )
-        pq.write_table(table, out / f"part-{partition:06d}.parquet")
+        pq.write_table(table.slice(start, stop - start), out / f"part-{partition:06d}.parquet")
     return SplitSummary(
         partition=partition,
         n_rows=n_rows,
         n_dropped_null=n_rows - len(df),
-        workers=pd.unique(df["worker"].to_numpy(dtype=object)),
-        labels=pd.unique(df["label"].to_numpy(dtype=object)),
+        workers=_distinct_text(table.column("worker")),
+        labels=_distinct_text(table.column("label")),
     )
+
+
+def _codes_in(column: Any, ids: np.ndarray) -> np.ndarray:
+    """Position of each value of an Arrow text column in ``ids`` (hash lookup in Arrow), -1 where absent."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    found = pc.index_in(column, value_set=pa.array(np.asarray(ids, dtype=object).astype(str), pa.string()))
+    return np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _text_array(column: pd.Series) -> Any:
+    """A text column as an Arrow ``string`` array (zero-copy for Arrow-backed strings, else converted once)."""
+    import pyarrow as pa
+
+    if isinstance(column.dtype, (pd.ArrowDtype, pd.StringDtype)):
+        arr = pa.array(column)
+    else:
+        arr = pa.array(column.to_numpy(dtype=object), pa.string())
+    return arr.cast(pa.string()) if arr.type != pa.string() else arr
+
+
+def _distinct_text(column: Any) -> np.ndarray:
+    """Distinct values of an Arrow text column, as an object array of ``str`` (first-seen order)."""
+    import pyarrow.compute as pc
+
+    return np.asarray(pc.unique(column).to_numpy(zero_copy_only=False), dtype=object)
 
 
 @dataclass(frozen=True)
@@ -154,7 +184,7 @@ class BucketStats:
 
 
 def _duplicates(
-    key: np.ndarray, order: np.ndarray, policy: DuplicatePolicy, frame: pd.DataFrame
+    key: np.ndarray, order: np.ndarray, policy: DuplicatePolicy, frame: Callable[[], pd.DataFrame]
 ) -> tuple[np.ndarray, int]:
     same = key[1:] == key[:-1]
     if not same.any():
@@ -164,7 +194,8 @@ def _duplicates(
         in_dup[1:] |= same
         in_dup[:-1] |= same
         rows = np.sort(order[in_dup])
-        task, worker, file, row = (frame[c].to_numpy() for c in ("task", "worker", "file", "row"))
+        rows_df = frame()
+        task, worker, file, row = (rows_df[c].to_numpy() for c in ("task", "worker", "file", "row"))
         ex = ", ".join(f"(task={task[r]}, worker={worker[r]}: {file[r]} row {row[r]})" for r in rows[:5])
         raise InputError(
             f"{rows.size} rows repeat a (task, worker) pair, e.g. {ex}; "
@@ -203,19 +234,20 @@ def encode_bucket(
     import pyarrow.parquet as pq
 
     pieces = sorted(Path(folder).glob("part-*.parquet"))
-    frames = []
-    for piece in pieces:
-        f = pq.read_table(piece).to_pandas()
-        f["file"] = file_names[int(piece.stem.split("-")[1])]
-        frames.append(f)
-    frame = pd.concat(frames, ignore_index=True)
-    task_idx, tasks = factorize_ids(frame["task"], "task")
-    worker_idx = pd.Index(workers).get_indexer(frame["worker"])
-    class_idx = pd.Index(classes).get_indexer(frame["label"])
+    parts = [pq.read_table(piece) for piece in pieces]
+    table = pa.concat_tables(parts)
+    task_idx, tasks = factorize_ids(table.column("task").to_pandas(types_mapper=pd.ArrowDtype), "task")
+    worker_idx = _codes_in(table.column("worker"), workers)
+    class_idx = _codes_in(table.column("label"), classes)
     if (worker_idx < 0).any() or (class_idx < 0).any():
         raise InputError(
             "a worker or label outside the run's dictionaries: an input file changed during the run", path=folder
         )
+
+    def frame() -> pd.DataFrame:  # the rows with their file, only for a duplicate's message
+        files = np.repeat([file_names[int(p.stem.split("-")[1])] for p in pieces], [t.num_rows for t in parts])
+        return table.select(["task", "worker", "row"]).to_pandas().assign(file=files)
+
     n_workers = int(workers.size)
     order, key = task_major_order(task_idx, worker_idx, n_workers)
     order, dropped = _duplicates(key, order, duplicates, frame)
@@ -306,16 +338,47 @@ def em_pass(
     ``log_pi_t[l, i·M + m] = log π_i[l, m]`` and ``log q`` are the current parameters; the flow turns the
     summed :class:`EMSums` into the next ones (docs/methods/skills.md §7.2).
     """
-    lm = load_bucket(folder, n_workers, classes)
-    post_t, ll, (_, task, worker, given, rows) = _posteriors(lm, log_pi_t, log_q)
-    m = lm.n_classes
+    m = int(classes.size)
+    indptr, task, worker, given, rows = _pass_arrays(folder, m)
+    n_tasks = int(indptr.size - 1)
+    if log_pi_t is None or log_q is None:
+        post_t = np.ascontiguousarray(_mv_fractions(task, given, n_tasks, m).T)
+        ll = 0.0
+    else:
+        post_t = np.empty((m, n_tasks))
+        ll = float(_e_step(indptr, rows, log_pi_t, log_q, post_t))
     if one_coin:
         counts = np.empty(n_workers)
         _one_coin_sums(task, worker, given, post_t, counts)
     else:
         counts = np.empty((m, n_workers * m))
         _confusion_counts(task, rows, post_t, counts)
-    return EMSums(counts=counts, class_sums=post_t.sum(axis=1), n_tasks=lm.n_tasks, log_likelihood=ll)
+    return EMSums(counts=counts, class_sums=post_t.sum(axis=1), n_tasks=n_tasks, log_likelihood=ll)
+
+
+def _pass_arrays(folder: str, n_classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The kernels' arrays of an encoded bucket from its integer codes alone (the task ids are not read).
+
+    The codes are stored in (task, worker) order with every task present (:func:`encode_bucket`), so the
+    labels of local task t are ``indptr[t]:indptr[t + 1]``: the same (indptr, task, worker, given, row) as
+    ``dawid_skene._label_arrays`` on :func:`load_bucket`'s label matrix, without its text columns.
+    """
+    import pyarrow.parquet as pq
+
+    codes = pq.read_table(Path(folder) / _CODES)
+    n_tasks = int(pq.read_metadata(Path(folder) / _TASKS).num_rows)
+    task = codes.column("task").to_numpy().astype(np.int64)
+    worker = codes.column("worker").to_numpy().astype(np.int64)
+    given = codes.column("label").to_numpy().astype(np.int64)
+    indptr = np.zeros(n_tasks + 1, dtype=np.int64)
+    np.cumsum(np.bincount(task, minlength=n_tasks), out=indptr[1:])
+    return indptr, task, worker, given, worker * n_classes + given
+
+
+def _mv_fractions(task: np.ndarray, given: np.ndarray, n_tasks: int, n_classes: int) -> np.ndarray:
+    """Majority-vote fractions per task (T×M): the EM's starting posteriors, as ``dawid_skene._mv_init``."""
+    counts = np.bincount(task * n_classes + given, minlength=n_tasks * n_classes).reshape(n_tasks, n_classes)
+    return counts / counts.sum(axis=1, keepdims=True)
 
 
 @dataclass(frozen=True)
