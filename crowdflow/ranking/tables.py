@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import scipy.sparse as sp
 
 from crowdflow.comparisons import text_ids
@@ -75,15 +76,22 @@ def _annotator_table(annotator: np.ndarray, is_outlier: np.ndarray) -> pd.DataFr
     return out
 
 
+def _annotator_column(annotator: np.ndarray) -> pd.Series:
+    """``text_ids`` of the annotator ids (hashed once, not one object per row); all-missing without hashing."""
+    if pd.isna(annotator).all():
+        return pd.Series(pd.arrays.ArrowStringArray(pa.nulls(annotator.size, pa.large_string())), dtype="string")
+    return text_ids(pd.Series(annotator, dtype=object))
+
+
 def _row_columns(g: ComparisonGraph) -> dict[str, Any]:
     """The columns that identify each comparison row in the output tables (row id, who, which pair, outcome)."""
     return {
         "row_id": g.row_id.astype(np.int64),
-        "annotator": text_ids(pd.Series(g.annotator, dtype=object)),  # hashed once, not one object per row
+        "annotator": _annotator_column(g.annotator),
         "item_a": _str_take(g.items, g.i),
         "item_b": _str_take(g.items, g.j),
-        "outcome": g.y,
-        "weight": g.w,
+        "outcome": g.y.copy(),  # copies: the residual table is built with copy=False
+        "weight": g.w.copy(),
     }
 
 
