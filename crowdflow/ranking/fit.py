@@ -160,7 +160,7 @@ def fit_hodgerank(
     # copy=False: fresh arrays (outcome and weight copied) are not stacked into 2-D blocks (0.2 s per column at 10^7)
     res = pd.DataFrame(
         {
-            **_row_columns(g),
+            **_row_columns(g, comparisons if isinstance(comparisons, pd.DataFrame) else None),
             "fitted": fitted,
             "residual": g.y - fitted,
             "undetectable": undet,

@@ -107,6 +107,8 @@ def undetectable_rows(g: ComparisonGraph) -> np.ndarray:
     if g.m == 0:
         return np.zeros(0, dtype=bool)
     bridge = bridges(g.n, g.edge_u, g.edge_v)  # exact (Tarjan); _bridges is the randomised reference
+    if not bridge.any():  # no bridge, no undetectable row: the rows need not be read
+        return np.zeros(g.m, dtype=bool)
     ymin, ymax = pair_outcome_range(g.edge, g.edge_sign * g.y, g.n_edges)
     edge_undet = bridge & (ymin == ymax)
     return cast(np.ndarray, edge_undet[g.edge])

@@ -224,8 +224,9 @@ def drop_nodes(A: sp.csr_matrix, keep: np.ndarray) -> sp.csr_matrix:
     new_id = np.full(n, -1, dtype=np.int64)
     new_id[keep] = np.arange(keep.size, dtype=np.int64)
     nnz = int(A.nnz)
-    out_ptr = np.zeros(keep.size + 1, dtype=np.int64)
-    out_idx = np.empty(nnz, dtype=np.int64)
+    itype = np.int32 if nnz < np.iinfo(np.int32).max else np.int64
+    out_ptr = np.zeros(keep.size + 1, dtype=itype)
+    out_idx = np.empty(nnz, dtype=itype)
     out_data = np.empty(nnz, dtype=np.float64)
     _drop_fill(
         A.indptr.astype(np.int64, copy=False),
@@ -238,8 +239,7 @@ def drop_nodes(A: sp.csr_matrix, keep: np.ndarray) -> sp.csr_matrix:
         out_data,
     )
     q = int(out_ptr[-1])
-    itype = np.int32 if q < np.iinfo(np.int32).max else np.int64
-    parts = (out_data[:q].copy(), out_idx[:q].astype(itype), out_ptr.astype(itype))
+    parts = (out_data[:q], out_idx[:q], out_ptr)
     B: sp.csr_matrix = sp.csr_matrix(parts, shape=(keep.size, keep.size))  # type: ignore[arg-type]  # stubs lack the (data, indices, indptr) form
     B.has_sorted_indices = True
     return B

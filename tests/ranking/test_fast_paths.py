@@ -21,8 +21,7 @@ import pytest
 import scipy.sparse as sp
 
 from crowdflow.errors import DegenerateInput
-from crowdflow.ranking import ComparisonGraph, build_comparison_graph, fit_hodgerank
-from crowdflow.ranking import hodge as H
+from crowdflow.ranking import ComparisonGraph, build_comparison_graph, fit_hodgerank, hodge
 from crowdflow.ranking.encoding import encode_ids, encode_pair_ids
 from crowdflow.ranking.graph import _build_comparison_graph_reference, _laplacian_from_edges, _unique_edges
 from crowdflow.ranking.hodge_kernels import bridges, cgls_curl, row_parts, triangles
@@ -148,7 +147,7 @@ def test_graph_build_equals_reference(n: int, m: int, shape: str, seed: int) -> 
     rng = np.random.default_rng(seed)
     kind = ["arrow", "object", "int"][seed % 3]
     df = _table(rng, n, m, shape, kind)
-    items = None if seed % 4 else list(df["item_a"].astype(str).unique()) + ["never-compared"]
+    items = None if seed % 4 else [*df["item_a"].astype(str).unique(), "never-compared"]
     _assert_same_graph(build_comparison_graph(df, items=items), _build_comparison_graph_reference(df, items=items))
 
 
@@ -214,8 +213,8 @@ def test_hodge_kernels_equal_reference(n: int, m: int, shape: str, seed: int) ->
     rng = np.random.default_rng(seed)
     i, j = _pairs(rng, n, m, shape)
     g = ComparisonGraph.from_arrays(i, j, rng.choice([-1.0, 0.0, 1.0, 2.5], m), rng.uniform(0.5, 2.0, m), n=n)
-    np.testing.assert_array_equal(bridges(g.n, g.edge_u, g.edge_v), H._bridges(g))
-    ref = H._enumerate_triangles_reference(g)
+    np.testing.assert_array_equal(bridges(g.n, g.edge_u, g.edge_v), hodge._bridges(g))
+    ref = hodge._enumerate_triangles_reference(g)
     assert ref is not None
     tri, tri_e = triangles(g.n, g.edge_u, g.edge_v)
     np.testing.assert_array_equal(tri, ref[0])
@@ -226,7 +225,7 @@ def test_hodge_kernels_equal_reference(n: int, m: int, shape: str, seed: int) ->
         sw = np.sqrt(g.edge_weight)
         d1 = sp.csr_matrix((np.tile([1.0, 1.0, -1.0], T), tri_e.ravel(), np.arange(0, 3 * T + 1, 3)), shape=(T, E))
         A = sp.csr_matrix(sp.diags(1.0 / sw) @ d1.T)
-        want = H._cgls_projection(A, b, rtol=1e-13, maxiter=10_000)
+        want = hodge._cgls_projection(A, b, rtol=1e-13, maxiter=10_000)
         got, ok = cgls_curl(tri_e, g.edge_weight, b, rtol=1e-13, maxiter=10_000)
         assert ok
         np.testing.assert_allclose(got, want, rtol=1e-8, atol=1e-10 * np.abs(want).max())
@@ -251,6 +250,6 @@ def test_fiedler_value_of_a_large_component_equals_dense() -> None:
     for shape in ("uniform", "zipf"):
         i, j = _pairs(rng, 600, 6000, shape)
         g = ComparisonGraph.from_arrays(i, j, rng.standard_normal(6000), n=600)
-        dense = H._fiedler_values(g)
-        sparse = H._fiedler_values(g, dense_max_n=100)
+        dense = hodge._fiedler_values(g)
+        sparse = hodge._fiedler_values(g, dense_max_n=100)
         np.testing.assert_allclose(sparse, dense, rtol=1e-8)
