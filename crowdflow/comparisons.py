@@ -27,9 +27,13 @@ __all__ = [
     "COMPARISON_ALIASES",
     "TIE",
     "canonical_comparisons",
+    "comparison_layout",
     "comparisons_from_winners",
     "describe_positions",
+    "missing_ids_error",
+    "outcomes_and_weights",
     "rename_comparison_aliases",
+    "self_comparison_error",
     "text_ids",
     "winner_outcomes",
 ]
@@ -188,6 +192,37 @@ def canonical_comparisons(comparisons: pd.DataFrame) -> pd.DataFrame:
         Missing columns, missing ids, self-comparisons, non-finite outcomes, non-positive or non-finite
         weights, or an empty table. Messages name the column and the offending row positions.
     """
+    df = comparison_layout(comparisons)
+    m = len(df)
+    out = pd.DataFrame({"row_id": np.arange(m, dtype=np.int64)})
+    for col in ("item_a", "item_b"):
+        s = df[col]
+        na = s.isna().to_numpy()
+        if na.any():
+            raise missing_ids_error(col, na)
+        out[col] = text_ids(s)
+    same = (out["item_a"] == out["item_b"]).to_numpy(dtype=bool)
+    if same.any():
+        raise self_comparison_error(same, out["item_a"].iloc[int(np.flatnonzero(same)[0])])
+    y, w = outcomes_and_weights(df)
+    out["outcome"] = y
+    out["weight"] = w
+    if "annotator" in df.columns:
+        out["annotator"] = text_ids(df["annotator"])
+    else:
+        out["annotator"] = np.full(m, None, dtype=object)
+    return out[["row_id", "annotator", "item_a", "item_b", "outcome", "weight"]]
+
+
+def comparison_layout(comparisons: pd.DataFrame) -> pd.DataFrame:
+    """The first checks of :func:`canonical_comparisons`: aliases renamed, winner form converted, required columns
+    present, at least one row. Id, outcome and weight values are not checked yet (the columns are as given).
+
+    Raises
+    ------
+    ValueError
+        Not a DataFrame, a required column missing, or an empty table.
+    """
     if not isinstance(comparisons, pd.DataFrame):
         raise ValueError(f"comparisons must be a pandas DataFrame, got {type(comparisons).__name__}")
     df = rename_comparison_aliases(comparisons)
@@ -199,40 +234,54 @@ def canonical_comparisons(comparisons: pd.DataFrame) -> pd.DataFrame:
             f"comparisons lack required column(s) {missing} (need annotator, item_a, item_b, outcome "
             f"or a 'winner' column); have {list(comparisons.columns)}"
         )
-    m = len(df)
-    if m == 0:
+    if len(df) == 0:
         raise ValueError("comparisons table is empty: nothing to rank")
-    out = pd.DataFrame({"row_id": np.arange(m, dtype=np.int64)})
-    for col in ("item_a", "item_b"):
-        s = df[col]
-        na = s.isna().to_numpy()
-        if na.any():
-            raise ValueError(f"column '{col}': {describe_positions(na)} have a missing item id")
-        out[col] = text_ids(s)
-    same = (out["item_a"] == out["item_b"]).to_numpy(dtype=bool)
-    if same.any():
-        raise ValueError(
-            f"columns 'item_a'/'item_b': {describe_positions(same)} compare an item with itself "
-            f"(e.g. item '{out['item_a'].iloc[int(np.flatnonzero(same)[0])]}')"
-        )
-    y = pd.to_numeric(df["outcome"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    return df
+
+
+def missing_ids_error(col: str, missing: np.ndarray) -> ValueError:
+    """The error for rows of id column ``col`` without an id (``missing``: bool per row)."""
+    return ValueError(f"column '{col}': {describe_positions(missing)} have a missing item id")
+
+
+def self_comparison_error(same: np.ndarray, example: object) -> ValueError:
+    """The error for rows comparing an item with itself (``same``: bool per row; ``example``: the first such id)."""
+    return ValueError(
+        f"columns 'item_a'/'item_b': {describe_positions(same)} compare an item with itself (e.g. item '{example}')"
+    )
+
+
+def _float_column(s: pd.Series) -> np.ndarray:
+    """A column as float64, NaN where a value is missing or not a number (numpy numbers and bools as they are)."""
+    if isinstance(s.dtype, np.dtype) and s.dtype.kind in "fiub":
+        return np.array(s.to_numpy(), dtype=np.float64)
+    return pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def outcomes_and_weights(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The ``outcome`` and ``weight`` columns of a :func:`comparison_layout` table as float64, checked.
+
+    Returns
+    -------
+    outcome, weight : numpy.ndarray
+        Finite outcomes; weights finite and > 0 (1 when the table has no ``weight`` column).
+
+    Raises
+    ------
+    ValueError
+        Missing, non-numeric or infinite outcomes; weights not finite and > 0. Messages name the rows.
+    """
+    y = _float_column(df["outcome"])
     bad = ~np.isfinite(y)
     if bad.any():
         raise ValueError(f"column 'outcome': {describe_positions(bad)} are missing, non-numeric or infinite")
-    out["outcome"] = y
-    if "weight" in df.columns:
-        w = pd.to_numeric(df["weight"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-        bad = ~np.isfinite(w) | (w <= 0)
-        if bad.any():
-            raise ValueError(
-                f"column 'weight': {describe_positions(bad)} are not finite and > 0 "
-                "(weights are replication counts; drop zero-weight rows before fitting)"
-            )
-    else:
-        w = np.ones(m)
-    out["weight"] = w
-    if "annotator" in df.columns:
-        out["annotator"] = text_ids(df["annotator"])
-    else:
-        out["annotator"] = np.full(m, None, dtype=object)
-    return out[["row_id", "annotator", "item_a", "item_b", "outcome", "weight"]]
+    if "weight" not in df.columns:
+        return y, np.ones(len(df))
+    w = _float_column(df["weight"])
+    bad = ~np.isfinite(w) | (w <= 0)
+    if bad.any():
+        raise ValueError(
+            f"column 'weight': {describe_positions(bad)} are not finite and > 0 "
+            "(weights are replication counts; drop zero-weight rows before fitting)"
+        )
+    return y, w

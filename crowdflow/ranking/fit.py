@@ -157,13 +157,15 @@ def fit_hodgerank(
     else:
         diag = pd.DataFrame({"component": np.arange(g.n_components, dtype=np.int64)})
     fitted = theta[g.i] - theta[g.j]
+    # copy=False: fresh arrays (outcome and weight copied) are not stacked into 2-D blocks (0.2 s per column at 10^7)
     res = pd.DataFrame(
         {
-            **_row_columns(g),
+            **_row_columns(g, comparisons if isinstance(comparisons, pd.DataFrame) else None),
             "fitted": fitted,
             "residual": g.y - fitted,
             "undetectable": undet,
-        }
+        },
+        copy=False,
     )
     params = {"method": "ls", "solver": sol.method, "n_items": g.n, "n_rows": g.m, "n_components": g.n_components}
     return RankingResult(ranking=_ranking_table(g, theta), residuals=res, diagnostics=diag, graph=rep, params=params)

@@ -24,8 +24,17 @@ import scipy.sparse as sp
 from scipy.sparse import csgraph
 
 from crowdflow._typing import SparseMatrix
-from crowdflow.comparisons import canonical_comparisons, describe_positions
+from crowdflow.comparisons import (
+    canonical_comparisons,
+    comparison_layout,
+    describe_positions,
+    missing_ids_error,
+    outcomes_and_weights,
+    self_comparison_error,
+)
 from crowdflow.labels import natural_order
+from crowdflow.ranking.encoding import encode_ids, encode_pair_ids
+from crowdflow.ranking.pairs import laplacian_csr, pair_table
 from crowdflow.ranking.types import GraphReport, _str
 
 __all__ = [
@@ -75,7 +84,10 @@ def _sort_with_order(key: np.ndarray, bound: int) -> tuple[np.ndarray, np.ndarra
 def _unique_edges(
     u: np.ndarray, v: np.ndarray, w: np.ndarray, n: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Distinct unordered pairs ``u < v`` in (u, v) order, each row's pair index and the summed weights."""
+    """Distinct unordered pairs ``u < v`` in (u, v) order, each row's pair index and the summed weights.
+
+    The sort-based reference of :func:`crowdflow.ranking.pairs.pair_table`.
+    """
     m = u.size
     key = u * np.int64(n) + v
     ks, order = _sort_with_order(key, max(n * n, 1))
@@ -96,7 +108,8 @@ def _unique_edges(
 def _laplacian_from_edges(
     edge_u: np.ndarray, edge_v: np.ndarray, edge_weight: np.ndarray, deg: np.ndarray, n: int
 ) -> sp.csr_matrix:
-    """CSR Laplacian ``D − A`` with sorted indices, assembled without a COO sort.
+    """CSR Laplacian ``D − A`` with sorted indices, assembled without a COO sort (the reference of
+    :func:`crowdflow.ranking.pairs.laplacian_csr`).
 
     The distinct pairs arrive sorted by (u, v): the upper triangle is already CSR-ordered, and its
     transpose (by scipy's counting-sort CSR→CSC conversion) gives the lower triangle in CSR order. Row r
@@ -287,12 +300,11 @@ class ComparisonGraph:
             raise ValueError("item index out of range")
         if np.any(i == j):
             raise ValueError(f"self-comparisons: {describe_positions(i == j)}")
-        u = np.minimum(i, j)
-        v = np.maximum(i, j)
-        edge, edge_u, edge_v, edge_weight = _unique_edges(u, v, w, n)
+        # compiled passes (crowdflow.ranking.pairs); _unique_edges and _laplacian_from_edges are their references
+        edge, edge_u, edge_v, edge_weight = pair_table(i, j, w, n)
         sign = np.where(i < j, 1.0, -1.0)
         deg = np.bincount(i, weights=w, minlength=n) + np.bincount(j, weights=w, minlength=n)
-        L = _laplacian_from_edges(edge_u, edge_v, edge_weight, deg, n)
+        L = laplacian_csr(edge_u, edge_v, edge_weight, deg, n)
         # L is symmetric, so its strongly connected components are the connected components; the
         # 'strong' traversal needs no transposed copy of the graph (the undirected one does)
         n_comp, labels = csgraph.connected_components(L, directed=True, connection="strong")
@@ -362,12 +374,35 @@ def build_comparison_graph(comparisons: pd.DataFrame, *, items: Sequence[Any] | 
     ComparisonGraph
         Internal item ids follow the natural sort of the string ids.
     """
-    df = canonical_comparisons(comparisons)
-    m = len(df)
-    # one hash pass over both id columns (Arrow's dictionary encoding for string columns), then only the
-    # distinct ids are sorted and turned into Python strings
-    codes, uniques = pd.factorize(pd.concat([df["item_a"], df["item_b"]], ignore_index=True))
-    universe = np.asarray(uniques, dtype=object)
+    df = comparison_layout(comparisons)
+    # one hash pass per id column straight to integer codes (crowdflow.ranking.encoding), the distinct ids
+    # alone written as text and natural-sorted: no Python object or text copy per row
+    codes_a, codes_b, universe = encode_pair_ids(df["item_a"], df["item_b"])
+    for col, codes in (("item_a", codes_a), ("item_b", codes_b)):
+        if codes.min(initial=0) < 0:
+            raise missing_ids_error(col, codes < 0)
+    i, j, ids = _natural_codes(codes_a, codes_b, universe, items)
+    same = i == j
+    if same.any():
+        raise self_comparison_error(same, ids[i[int(np.flatnonzero(same)[0])]])
+    y, w = outcomes_and_weights(df)
+    m = y.size
+    if "annotator" in df.columns:
+        ann_codes, ann_text = encode_ids(df["annotator"])
+        ann_table = np.empty(ann_text.size + 1, dtype=object)  # the last slot (code -1: missing) stays None
+        ann_table[:-1] = ann_text
+        annotator = ann_table[ann_codes]
+    else:
+        annotator = np.full(m, None, dtype=object)
+    return ComparisonGraph.from_arrays(
+        i, j, y, w, n=ids.size, items=ids, row_id=np.arange(m, dtype=np.int64), annotator=annotator
+    )
+
+
+def _natural_codes(
+    codes_a: np.ndarray, codes_b: np.ndarray, universe: np.ndarray, items: Sequence[Any] | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Codes into ``universe`` (+ the extra ``items``) → internal ids in the natural order of the ids, and the ids."""
     if items is not None:
         extra = pd.Series(list(items), dtype=object)
         if extra.isna().any():
@@ -376,15 +411,26 @@ def build_comparison_graph(comparisons: pd.DataFrame, *, items: Sequence[Any] | 
         more = [x for x in pd.unique(extra.astype(str).to_numpy(dtype=object)) if x not in known]
         universe = np.concatenate([universe, np.asarray(more, dtype=object)])
     order = natural_order(universe)
-    ids = universe[order]
     position = np.empty(universe.size, dtype=np.int64)
     position[order] = np.arange(universe.size, dtype=np.int64)
-    i = position[codes[:m]]
-    j = position[codes[m:]]
+    return position[codes_a], position[codes_b], universe[order]
+
+
+def _build_comparison_graph_reference(
+    comparisons: pd.DataFrame, *, items: Sequence[Any] | None = None
+) -> ComparisonGraph:
+    """:func:`build_comparison_graph` by definition: canonical text columns, one ``pandas.factorize`` of the text.
+
+    The reference the id encoding of :func:`build_comparison_graph` is tested against.
+    """
+    df = canonical_comparisons(comparisons)
+    m = len(df)
+    codes, uniques = pd.factorize(pd.concat([df["item_a"], df["item_b"]], ignore_index=True))
+    codes = np.asarray(codes, dtype=np.int64)
+    i, j, ids = _natural_codes(codes[:m], codes[m:], np.asarray(uniques, dtype=object), items)
     ann_codes, ann_uniques = pd.factorize(df["annotator"])
-    ann_table = np.empty(len(ann_uniques) + 1, dtype=object)  # the last slot (code -1: missing) stays None
+    ann_table = np.empty(len(ann_uniques) + 1, dtype=object)
     ann_table[:-1] = np.asarray(ann_uniques, dtype=object)
-    annotator = ann_table[ann_codes]
     return ComparisonGraph.from_arrays(
         i,
         j,
@@ -393,7 +439,7 @@ def build_comparison_graph(comparisons: pd.DataFrame, *, items: Sequence[Any] | 
         n=ids.size,
         items=ids,
         row_id=df["row_id"].to_numpy(),
-        annotator=annotator,
+        annotator=ann_table[ann_codes],
     )
 
 

@@ -30,6 +30,7 @@ from scipy.sparse import linalg as spla
 from crowdflow._typing import SparseMatrix
 from crowdflow.missing import explain_missing
 from crowdflow.ranking.graph import ComparisonGraph
+from crowdflow.ranking.hodge_kernels import bridges, cgls_curl, pair_outcome_range, row_parts, triangles
 from crowdflow.ranking.least_squares import LaplacianSolver, hodgerank_scores
 
 logger = logging.getLogger(__name__)
@@ -38,7 +39,8 @@ __all__ = ["HodgeDecomposition", "enumerate_triangles", "hodge_decomposition", "
 
 
 def _bridges(g: ComparisonGraph, seed: int = 12345) -> np.ndarray:
-    """Boolean mask over pairs: True iff the pair (edge) is a bridge of the item graph.
+    """Boolean mask over pairs: True iff the pair (edge) is a bridge of the item graph (the reference of
+    :func:`crowdflow.ranking.hodge_kernels.bridges`).
 
     A spanning forest is grown by BFS from one root per component. Every non-tree edge gets a random
     64-bit label XOR-ed into both endpoints; the XOR of a subtree is 0 iff no non-tree edge leaves it,
@@ -104,18 +106,22 @@ def undetectable_rows(g: ComparisonGraph) -> np.ndarray:
     """
     if g.m == 0:
         return np.zeros(0, dtype=bool)
-    bridge = _bridges(g)
-    yo = g.edge_sign * g.y
-    ymin = np.full(g.n_edges, np.inf)
-    ymax = np.full(g.n_edges, -np.inf)
-    np.minimum.at(ymin, g.edge, yo)
-    np.maximum.at(ymax, g.edge, yo)
+    bridge = bridges(g.n, g.edge_u, g.edge_v)  # exact (Tarjan); _bridges is the randomised reference
+    if not bridge.any():  # no bridge, no undetectable row: the rows need not be read
+        return np.zeros(g.m, dtype=bool)
+    ymin, ymax = pair_outcome_range(g.edge, g.edge_sign * g.y, g.n_edges)
     edge_undet = bridge & (ymin == ymax)
     return cast(np.ndarray, edge_undet[g.edge])
 
 
-#: candidate pairs examined at once by :func:`enumerate_triangles`
+#: candidate pairs examined at once by the reference triangle enumeration
 _TRIANGLE_CHUNK = 4_000_000
+
+
+def _triangle_candidates(g: ComparisonGraph) -> int:
+    """``Σ_{(a,b)} deg⁺(b)``: the candidate triples both triangle enumerations examine."""
+    deg_plus = np.bincount(g.edge_u, minlength=g.n)
+    return int(deg_plus[g.edge_v].sum())
 
 
 def enumerate_triangles(
@@ -123,15 +129,25 @@ def enumerate_triangles(
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """All triangles ``a < b < c`` of the item graph with the ids of their three pairs (docs/methods/ranking.md §2.2).
 
-    For every pair (a, b) the candidates c are the larger neighbours of b; membership of (a, c) is
-    tested by binary search in the sorted pair keys. Cost ``O(Σ_{(a,b)} deg⁺(b))``.
+    For every pair (a, b) the candidates c are the larger neighbours of b; (a, c) is looked up among the marked
+    larger neighbours of a (compiled, :func:`crowdflow.ranking.hodge_kernels.triangles`). Cost
+    ``O(Σ_{(a,b)} deg⁺(b))``.
 
     Returns
     -------
     (tri, tri_edges) or None
-        ``tri`` (|T|, 3) item ids ``a < b < c``; ``tri_edges`` (|T|, 3) pair ids of ``ab, bc, ac``.
-        ``None`` if the number of candidates exceeds ``max_candidates``.
+        ``tri`` (|T|, 3) item ids ``a < b < c``; ``tri_edges`` (|T|, 3) pair ids of ``ab, bc, ac``, in ``(a, b, c)``
+        order. ``None`` if the number of candidates exceeds ``max_candidates``.
     """
+    if _triangle_candidates(g) > max_candidates:
+        return None
+    return triangles(g.n, g.edge_u, g.edge_v)
+
+
+def _enumerate_triangles_reference(
+    g: ComparisonGraph, *, max_candidates: int = 50_000_000
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`enumerate_triangles` by binary search of (a, c) in the sorted pair keys, in numpy chunks (reference)."""
     n, u, v = g.n, g.edge_u, g.edge_v
     E = u.size
     if E == 0:
@@ -224,8 +240,6 @@ def _curl_projection(
     if T == 0:
         rank[:] = 0
         return curl, rank
-    d1 = sp.csr_matrix((np.tile([1.0, 1.0, -1.0], T), tri_edges.ravel(), np.arange(0, 3 * T + 1, 3)), shape=(T, E))
-    A = sp.csr_matrix(sp.diags(1.0 / sw) @ d1.T)  # E×T
     b = sw * rbar
     ecomp = g.component[g.edge_u]
     tcomp = g.component[g.edge_u[tri_edges[:, 0]]]
@@ -234,11 +248,17 @@ def _curl_projection(
     e_order = np.argsort(ecomp, kind="stable")
     e_starts = np.searchsorted(ecomp[e_order], np.arange(g.n_components + 1))
     big = []
+    A: sp.csr_matrix | None = None
     for c in np.flatnonzero(has_tri):
         eidx = e_order[e_starts[c] : e_starts[c + 1]]
         if eidx.size > dense_max_edges:
             big.append(c)
             continue
+        if A is None:
+            d1 = sp.csr_matrix(
+                (np.tile([1.0, 1.0, -1.0], T), tri_edges.ravel(), np.arange(0, 3 * T + 1, 3)), shape=(T, E)
+            )
+            A = sp.csr_matrix(sp.diags(1.0 / sw) @ d1.T)  # E×T
         Ac = A[eidx]
         G = (Ac @ Ac.T).toarray()
         vals, vecs = np.linalg.eigh(G)
@@ -247,11 +267,17 @@ def _curl_projection(
         rank[c] = int(keep.sum())
         V = vecs[:, keep]
         curl[eidx] = (V @ (V.T @ b[eidx])) / sw[eidx]
-    if big:
+    if big:  # CGLS on the triangle list (compiled); _cgls_projection on the sparse matrix is its reference
         emask = np.isin(ecomp, big)
         tmask = np.isin(tcomp, big)
-        Ab = A[emask][:, tmask]
-        proj = _cgls_projection(Ab, b[emask], rtol=1e-13, maxiter=max(10 * Ab.shape[1], 1000))
+        local = np.cumsum(emask) - 1
+        tri_b = local[tri_edges[tmask]]
+        maxiter = max(10 * tri_b.shape[0], 1000)
+        proj, converged = cgls_curl(tri_b, g.edge_weight[emask], b[emask], rtol=1e-13, maxiter=maxiter)
+        if not converged:
+            warnings.warn(
+                f"CGLS (curl projection) did not converge in {maxiter} iterations", RuntimeWarning, stacklevel=3
+            )
         curl[emask] = proj / sw[emask]
     return curl, rank
 
@@ -359,11 +385,9 @@ def hodge_decomposition(
     if theta is None:
         theta = hodgerank_scores(g, solver)
     y, w, s = g.y, g.w, g.edge_sign
-    grad = g.X @ theta
-    r = y - grad
+    grad = g.gradient(theta)
     we = g.edge_weight
     ybar = np.bincount(g.edge, weights=w * s * y, minlength=g.n_edges) / np.where(we > 0, we, 1.0)
-    bic = y - s * ybar[g.edge]
     rbar = ybar - (theta[g.edge_u] - theta[g.edge_v])
     tri = enumerate_triangles(g, max_candidates=max_triangle_candidates)
     C = g.n_components
@@ -395,30 +419,29 @@ def hodge_decomposition(
         else:
             logger.info("%d triangles exceed max_triangles=%d: curl/harmonic split skipped", T, max_triangles)
     harm_e = rbar - curl_e
-    curl = s * curl_e[g.edge]
-    harm = s * harm_e[g.edge]
     rcomp = g.component[g.i]
-    sq: Callable[[np.ndarray], np.ndarray] = lambda v: np.bincount(rcomp, weights=w * v * v, minlength=C)  # noqa: E731
-    ynorm = sq(y)
+    # one compiled pass: r = y − Xθ, bic = y − sȲ_e, curl, harmonic per row and Σ w·v² per component
+    r, bic, curl, harm, sums = row_parts(y, w, s, g.edge, grad, ybar, curl_e, harm_e, rcomp, C)
+    ynorm = sums[:, 0]
     with np.errstate(invalid="ignore", divide="ignore"):
         den = np.where(ynorm > 0, ynorm, np.nan)
-        total = sq(r) / den
-        bic_sh = sq(bic) / den
-        curl_sh = sq(curl) / den if curl_split else np.full(C, np.nan)
-        harm_sh = sq(harm) / den if curl_split else np.full(C, np.nan)
+        total = sums[:, 1] / den
+        bic_sh = sums[:, 2] / den
+        curl_sh = sums[:, 3] / den if curl_split else np.full(C, np.nan)
+        harm_sh = sums[:, 4] / den if curl_split else np.full(C, np.nan)
     sizes = g.component_sizes
-    n_rows = np.bincount(rcomp, minlength=C)
+    n_rows = sums[:, 6].astype(np.int64)
     n_edges = np.bincount(ecomp, minlength=C)
     cyc_dim = n_rows - sizes + 1
     # β1 = |E| − (n_c − 1) − rank(δ1) (edge-level cycle space minus curl)
     hdim = np.where(rank_d1 >= 0, n_edges - (sizes - 1) - rank_d1, np.nan).astype(float)
     absr = np.abs(r)
-    order = np.argsort(rcomp, kind="stable")
+    order = np.argsort(rcomp, kind="stable") if C > 1 else None  # one component: its rows are all the rows
     starts = np.r_[0, np.cumsum(n_rows)]
     q = np.full((C, 3), np.nan)
     maxr = np.full(C, np.nan)
     for c in np.flatnonzero(n_rows > 0):
-        vals = absr[order[starts[c] : starts[c + 1]]]
+        vals = absr if order is None else absr[order[starts[c] : starts[c + 1]]]
         maxr[c] = vals.max()
         q[c] = np.quantile(vals, [0.5, 0.9, 0.99])
     if undetectable is None:
@@ -430,7 +453,7 @@ def hodge_decomposition(
             "n_items": sizes.astype(np.int64),
             "n_rows": n_rows.astype(np.int64),
             "n_edges": n_edges.astype(np.int64),
-            "weight": np.bincount(rcomp, weights=w, minlength=C),
+            "weight": sums[:, 5],
             "cycle_dim": cyc_dim.astype(np.int64),
             "fiedler_value": fied,
             "total_inconsistency": total,

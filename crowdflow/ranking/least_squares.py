@@ -25,6 +25,7 @@ from scipy.sparse import linalg as spla
 
 from crowdflow._typing import SparseMatrix
 from crowdflow.ranking.graph import ComparisonGraph
+from crowdflow.ranking.pairs import drop_nodes
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +155,7 @@ class LaplacianSolver:
         keep = np.ones(n, dtype=bool)
         keep[self.ground] = False
         self.keep = np.flatnonzero(keep)
-        Lg = L[self.keep][:, self.keep]
+        Lg = drop_nodes(L if L.has_sorted_indices else sp.csr_matrix(L.sorted_indices()), self.keep)
         if method == "auto":
             method = auto_solver_method(Lg, splu_max_n=splu_max_n, sparse_splu_max_n=sparse_splu_max_n)
         if method not in ("splu", "cg"):

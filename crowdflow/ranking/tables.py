@@ -15,10 +15,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import scipy.sparse as sp
 
-from crowdflow.comparisons import text_ids
+from crowdflow.comparisons import rename_comparison_aliases, text_ids
 from crowdflow.missing import explain_missing
+from crowdflow.ranking.encoding import arrow_strings
 from crowdflow.ranking.graph import ComparisonGraph
 from crowdflow.ranking.hodge import hodge_decomposition, undetectable_rows
 from crowdflow.ranking.least_squares import refit_without
@@ -75,15 +77,46 @@ def _annotator_table(annotator: np.ndarray, is_outlier: np.ndarray) -> pd.DataFr
     return out
 
 
-def _row_columns(g: ComparisonGraph) -> dict[str, Any]:
-    """The columns that identify each comparison row in the output tables (row id, who, which pair, outcome)."""
+def _annotator_column(annotator: np.ndarray) -> pd.Series:
+    """``text_ids`` of the annotator ids (hashed once, not one object per row); all-missing without hashing."""
+    if pd.isna(annotator).all():
+        return pd.Series(pd.arrays.ArrowStringArray(pa.nulls(annotator.size, pa.large_string())), dtype="string")
+    return text_ids(pd.Series(annotator, dtype=object))
+
+
+def _source_ids(source: pd.DataFrame | None, col: str, g: ComparisonGraph) -> pd.Series | None:
+    """The id column ``col`` of the table ``g`` was built from, when it already is the output column.
+
+    An Arrow string column without missing ids is its own text (:mod:`crowdflow.ranking.encoding`), so for a graph
+    built from it row by row (``row_id`` = input position) ``items[i]`` is the column as it is: no gather of m
+    strings (two Arrow takes of 10^7 strings cost ~1 s).
+    """
+    if source is None or len(source) != g.m:
+        return None
+    layout = rename_comparison_aliases(source)
+    if col not in layout.columns or "outcome" not in layout.columns:
+        return None
+    data = arrow_strings(layout[col])
+    if data is None or data.null_count or not np.array_equal(g.row_id, np.arange(g.m)):
+        return None
+    return pd.Series(pd.arrays.ArrowStringArray(data.cast(pa.large_string())), dtype="string")
+
+
+def _row_columns(g: ComparisonGraph, source: pd.DataFrame | None = None) -> dict[str, Any]:
+    """The columns that identify each comparison row in the output tables (row id, who, which pair, outcome).
+
+    ``source``: the comparisons table ``g`` was built from by :func:`build_comparison_graph`, if any (its Arrow
+    string id columns are reused as they are).
+    """
+    item_a = _source_ids(source, "item_a", g)
+    item_b = _source_ids(source, "item_b", g)
     return {
         "row_id": g.row_id.astype(np.int64),
-        "annotator": text_ids(pd.Series(g.annotator, dtype=object)),  # hashed once, not one object per row
-        "item_a": _str_take(g.items, g.i),
-        "item_b": _str_take(g.items, g.j),
-        "outcome": g.y,
-        "weight": g.w,
+        "annotator": _annotator_column(g.annotator),
+        "item_a": _str_take(g.items, g.i) if item_a is None else item_a,
+        "item_b": _str_take(g.items, g.j) if item_b is None else item_b,
+        "outcome": g.y.copy(),  # copies: the residual table is built with copy=False
+        "weight": g.w.copy(),
     }
 
 
