@@ -64,28 +64,59 @@ MODES = {
 NOTES = """
 ## Where the time beyond the library call goes, and what was cut (issue #19, item 4)
 
-* **Embedded API (mode b).** Prefect starts its temporary API server on the first client call, i.e. after the
-  run has imported everything, and the client first imports the whole server package (`prefect.server.api.server`,
-  ~4.5 s under load) only to reach the class that starts it. The CLI now starts the same server (same command,
-  environment, SQLite database under `PREFECT_HOME`, UI off; `flows/ephemeral.py`) as its first step, before
-  Prefect itself is imported, and points the process at it through `PREFECT_API_URL`: the server boots in its own
-  process while the CLI loads the spec, the models, the job's flow, Great Expectations and matplotlib. A profile or
-  settings file that configures an API stops it again before the run; runs, task runs, logs and artifacts land in
-  the same database as before (`tests/test_ephemeral.py`).
-* **Interpreter teardown (modes b and c).** After a run the `crowdflow` process ran its exit handlers and then tore
-  down every module one by one: 2–4 s with Prefect, Great Expectations and pandas loaded. The CLI now does what the
-  interpreter does at exit (threading's exit callbacks, where Prefect's log and event services send what they hold;
-  the exit handlers, where the embedded API is stopped; flushing the streams) and then ends the process.
-* **Left as they are** (Prefect's or Great Expectations' own cost, or a change of the outputs): importing Prefect
-  (~2 s) and Great Expectations (~3 s) — see the cold-start rows; a run against a server pays both inside its steps
-  (validation holds the Great Expectations import, the report matplotlib's); the flow engine's heartbeat thread,
-  joined at the end of every flow run (it sleeps in 1 s steps: up to 1 s); one API round trip per task run state
-  and per artifact (7–8 artifacts per run); drawing the report's figures with matplotlib (0.5–1.5 s, most of it
-  tick and text layout). A Great Expectations context per validation costs ~10 ms once GX is imported: not worth
-  sharing. The ranking flow's graph check builds the comparison graph that its fit builds again (~6 s at 10^6
-  rows): the largest cost of ours left, not cut here (the fit's cache key is over the table).
-* **Noise.** Mode a runs the same code before and after (both cuts are in the CLI process): its before/after
-  differences (up to ±1 s) show how far two runs of this benchmark on the shared 2 cores agree.
+**Verdict (issue #19 targets), this round.** Neither target holds on this host: the worst cell (ranking 10^6) costs
+14.4 s beyond the library call against a running server (target ≤ 2 s) and 15.7 s with the embedded API (target
+≤ 10 s; the worst b cell of the family is skills 10^4 at 24.0 s, whose run is nearly all Prefect's start and stop,
+unchanged here). The load average was 5–12 during the whole measurement (the library call itself took 14.5 s in
+process against 8.5 s on the quiet host of the previous round), so these are not quiet-host seconds.
+
+**Same-window A/B on the worst cell.** `--jobs ranking --sizes 6`, main (765b456) and this branch run at the same
+time (load 7.4 → 9.4), each against its own library call measured in the same run:
+
+| mode | before: wall / peer s | beyond s | wall ÷ peer | after: wall / peer s | beyond s | wall ÷ peer |
+|---|---|---|---|---|---|---|
+| a | 56.2 / 21.9 | 34.3 | 2.56 | 33.2 / 21.2 | 12.1 | 1.57 |
+| b | 82.7 / 29.6 | 53.1 | 2.79 | 62.8 / 27.1 | 35.7 | 2.32 |
+| c | 74.1 / 29.6 | 44.5 | 2.50 | 56.1 / 27.1 | 29.0 | 2.07 |
+
+The graph check step went from 15.4–17.5 s to 0.9–1.5 s there; the fit step (library fit + cache key + storing the
+result) stays above the library call (24.7–30.8 s against a 27.1 s peer, noisy), and in b and c the time outside the
+steps (Prefect's start, API calls, export, stop) is unchanged within the noise.
+
+This round (branch cost19b), from a profile of a mode-b ranking 10^6 run (cProfile of `crowdflow run`):
+
+* **The ranking's graph check.** Its report (components of the item graph, annotators per item, the
+  annotator–item graph) was computed on Python strings row by row (`astype(str)`, `np.unique` of objects,
+  `drop_duplicates` of (item, annotator) rows): ~6 s at 10^6 rows, more than the comparison graph the fit
+  builds (~0.3–0.6 s). The check task now builds the fit's `ComparisonGraph` once, computes the same report from
+  its integer codes (`crowdflow.comparison_graphs.comparison_graph_report_from_codes`: distinct pairs on integer
+  keys, CSR assembled without a sort) and hands the graph to the fit (`fit_ranking` takes a prepared graph): one
+  encoding per run, the check still blocks a bad graph before any fit, same artifacts, same cache key (over the
+  table). `crowdflow validate` and the front doors get the same report from the table by the same coded function.
+* **Storing the fit for the cache.** Every fit task persists its result (the cache; also with `cache.enabled:
+  false`, which refreshes it). Prefect's default serializer base64-encodes with a line break every 76 characters
+  and its JSON record escapes each break: for the ranking's 10^6-row tables (a 180 MB pickle) that took several
+  times the pickling. The fit tasks now store the same pickle on one base64 line (`tasks/results.py`).
+* **The export's missing-value rule.** `crowdflow.missing.unexplained` parsed the `missing_reason` text of every
+  row with a NaN (10^6 rows of the ranking's `outliers` table: seconds in the export, outside the steps); it now
+  parses each distinct text once.
+* **Measured, not changed:** importing Great Expectations in a background thread while Prefect is imported and the
+  data read (mode c): imports hold the GIL; on the loaded host the threaded variant was not faster
+  (2 × 2 runs, 10.5/14.7 s sequential vs 11.7/9.6 s threaded; noise larger than any gain), and concurrent imports
+  of packages both sides load can fail on the import lock. Left as it is.
+
+Earlier rounds (branch cost19): the CLI starts the embedded API first, so it boots while the run imports its code
+(`flows/ephemeral.py`), and it skips the interpreter's module teardown at exit.
+
+Left as they are (Prefect's or Great Expectations' own cost, or a change of the outputs): importing Prefect (~2 s)
+and Great Expectations (~3 s, inside the validate step in mode c); the flow engine's heartbeat thread joined at
+the end of a flow run (up to 1 s); one API round trip per task run state and per artifact (7–8 artifacts per run);
+drawing the report's figures with matplotlib (0.5–1.5 s); the library's own `explain_missing`, which writes the
+reason text row by row inside the fit (library time: it counts in the peer too).
+
+**Noise.** The host's load average ran from 5 to 12 during both measurements (other benchmarks on the same 2
+cores): absolute seconds are inflated several-fold against the quiet-host figures of the previous round; compare
+each cell with its peer measured in the same run, and before with after only as a rough guide.
 """
 
 TARGETS = {"b": 10.0, "c": 2.0}  # issue #19: seconds beyond the library call

@@ -25,14 +25,13 @@ from typing import Any, Literal
 
 import pandas as pd
 
+from crowdflow.comparison_graphs import ComparisonGraphReport, comparison_graph_report
 from crowdflow.errors import GraphCheckFailed
 from crowdflow.graphs import (
     AgentGraphReport,
-    ComparisonGraphReport,
     WorkerGraphReport,
     agent_graph_problems,
     agent_graph_report,
-    comparison_graph_report,
     describe_failures,
     worker_graph_report,
 )
@@ -135,12 +134,18 @@ def check_worker_graph(
     )
 
 
-def check_comparison_graph(comparisons: pd.DataFrame, connectivity: CheckMode, aggregate: bool) -> GraphChecks:
+def check_comparison_graph(
+    comparisons: pd.DataFrame | ComparisonGraphReport, connectivity: CheckMode, aggregate: bool
+) -> GraphChecks:
     """Ranking (``aggregate=False``: the item graph) or personal rankings (``True``: the annotator–item graph).
 
     Scores are comparable only within a connected component; more than one component fails the check.
+    ``comparisons`` is the comparison table, or its report already computed from the codes a fit uses
+    (:func:`crowdflow.comparison_graphs.comparison_graph_report_from_codes`: the same report).
     """
-    report: ComparisonGraphReport = comparison_graph_report(comparisons)
+    report: ComparisonGraphReport = (
+        comparisons if isinstance(comparisons, ComparisonGraphReport) else comparison_graph_report(comparisons)
+    )
     comps = report.components
     parts = report.n_user_item_components if aggregate else len(comps)
     what = "annotator–item graph" if aggregate else "item comparison graph"
@@ -181,6 +186,7 @@ def graph_checks(
     tables: Mapping[str, pd.DataFrame],
     modes: Mapping[str, CheckMode],
     lm: LabelMatrix | WorkerGraphReport | None = None,
+    comparisons_report: ComparisonGraphReport | None = None,
 ) -> GraphChecks | None:
     """The graph checks of ``job`` (None for a job without any: assignment, next batch).
 
@@ -194,13 +200,17 @@ def graph_checks(
         Check name → policy (``identifiability``, ``isolated_workers``, ``connectivity``).
     lm : LabelMatrix or WorkerGraphReport, optional
         The encoded labels (skills), or their worker graph built from partition counts.
+    comparisons_report : ComparisonGraphReport, optional
+        The comparison graph's report already computed from the codes the fit uses (ranking, personal
+        rankings); default: computed here from ``tables["comparisons"]``.
     """
     if job == "skills":
         if lm is None:
             raise ValueError("the skills checks need the encoded labels (lm)")
         return check_worker_graph(lm, modes["identifiability"], modes["isolated_workers"])
     if job in ("ranking", "personal_rankings"):
-        return check_comparison_graph(tables["comparisons"], modes["connectivity"], job == "personal_rankings")
+        graph = tables["comparisons"] if comparisons_report is None else comparisons_report
+        return check_comparison_graph(graph, modes["connectivity"], job == "personal_rankings")
     if job == "personal_models":
         return check_agent_graph(tables["agents"], tables["edges"], modes["connectivity"])
     return None

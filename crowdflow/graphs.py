@@ -4,7 +4,8 @@
   (N = B Bᵀ with the diagonal zeroed). Single-coin skills are identifiable on a component iff it is
   not bipartite (docs/methods/skills.md §3.1–3.2); an isolated worker has no partner at all.
 - Comparison graph (pairwise data): global scores are comparable only within a connected
-  component (docs/methods/ranking.md §5.1).
+  component (docs/methods/ranking.md §5.1); :func:`item_components` here, the check's report in
+  :mod:`crowdflow.comparison_graphs`.
 - Agent graph (personal models): must be connected with positive, symmetric weights
   (docs/methods/personal_models.md §3.2).
 
@@ -780,83 +781,6 @@ def agent_graph_report(edges: pd.DataFrame, agents: list[str] | np.ndarray) -> A
         agents_without_edges=agents_arr[deg == 0].astype(str).tolist(),
         unknown_agents=unknown,
     )
-
-
-@dataclass(frozen=True)
-class ComparisonGraphReport:
-    """Connectivity of pairwise-comparison data.
-
-    Attributes
-    ----------
-    items : pandas.DataFrame
-        item, component, n_comparisons, n_annotators — component of the item graph (items adjacent iff
-        compared at least once); global scores are comparable only within a component.
-    components : pandas.DataFrame
-        component, n_items, n_comparisons, items (first 20 ids).
-    n_user_item_components : int
-        Components of the bipartite annotator–item graph (the aggregate graph a personalised model needs
-        connected: docs/methods/personal_rankings.md §1.3).
-    """
-
-    items: pd.DataFrame
-    components: pd.DataFrame
-    n_user_item_components: int
-
-    @property
-    def n_components(self) -> int:
-        return len(self.components)
-
-
-def comparison_graph_report(comparisons: pd.DataFrame, max_listed: int = 20) -> ComparisonGraphReport:
-    """Components of the item comparison graph and of the annotator–item graph.
-
-    Parameters
-    ----------
-    comparisons : pandas.DataFrame
-        Columns ``annotator, item_a, item_b`` (ids as strings).
-    max_listed : int
-        How many item ids to list per component.
-    """
-    a = comparisons["item_a"].astype(str).to_numpy()
-    b = comparisons["item_b"].astype(str).to_numpy()
-    users = comparisons["annotator"].astype(str).to_numpy()
-    items = pd.Index(np.unique(np.concatenate([a, b])))
-    ia, ib = items.get_indexer(a), items.get_indexer(b)
-    g = item_components(ia, ib, len(items))
-    n_cmp = np.bincount(ia, minlength=len(items)) + np.bincount(ib, minlength=len(items))
-    pair_users = pd.DataFrame({"item": np.concatenate([ia, ib]), "user": np.concatenate([users, users])})
-    n_ann = pair_users.drop_duplicates().groupby("item").size().reindex(range(len(items)), fill_value=0)
-    item_table = pd.DataFrame(
-        {
-            "item": items.astype(str),
-            "component": g.labels,
-            "n_comparisons": n_cmp.astype(np.int64),
-            "n_annotators": n_ann.to_numpy().astype(np.int64),
-        }
-    )
-    comp_cmp = np.bincount(g.labels[ia], minlength=g.n_components)
-    order = np.argsort(g.labels, kind="stable")
-    starts = np.searchsorted(g.labels[order], np.arange(g.n_components))
-    listed = [
-        ",".join(items[order[s : s + min(int(sz), max_listed)]].astype(str))
-        for s, sz in zip(starts, g.sizes, strict=True)
-    ]
-    comps = pd.DataFrame(
-        {
-            "component": np.arange(g.n_components, dtype=np.int64),
-            "n_items": g.sizes.astype(np.int64),
-            "n_comparisons": comp_cmp.astype(np.int64),
-            "items": listed,
-        }
-    )
-    uidx = pd.Index(np.unique(users)).get_indexer(pd.Index(users))
-    n_u = int(uidx.max()) + 1 if uidx.size else 0
-    rows = np.concatenate([uidx, uidx])
-    cols = n_u + np.concatenate([ia, ib])
-    size = n_u + len(items)
-    bip = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(size, size))
-    n_ui, _ = connected_components(bip, directed=False)
-    return ComparisonGraphReport(items=item_table, components=comps, n_user_item_components=int(n_ui))
 
 
 def agent_graph_problems(report: AgentGraphReport, require_connected: bool = True) -> list[str]:

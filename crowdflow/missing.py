@@ -25,6 +25,8 @@ __all__ = [
     "check_explained",
     "explain_missing",
     "explained_columns",
+    "unexplained",
+    "unexplained_reference",
     "with_reasons",
 ]
 
@@ -94,8 +96,35 @@ def explain_missing(
 def unexplained(df: pd.DataFrame) -> dict[str, tuple[int, int, str]]:
     """Float columns with non-finite values that no ``missing_reason`` explains.
 
+    Each distinct ``missing_reason`` text is parsed once (a table usually holds a few texts over many rows); the
+    rows then look their text's answer up by code. The same answer as :func:`unexplained_reference`.
+
     Returns ``{column: (count, first row position, 'inf' | 'nan')}``.
     """
+    bad: dict[str, tuple[int, int, str]] = {}
+    codes: np.ndarray | None = None
+    texts: list[object] = []
+    if MISSING_REASON in df.columns:
+        raw_codes, uniques = pd.factorize(df[MISSING_REASON], use_na_sentinel=True)  # null: -1
+        codes, texts = np.asarray(raw_codes), list(uniques)
+    for c in df.columns:
+        if c == MISSING_REASON or df[c].dtype.kind not in "fc":
+            continue
+        v = df[c].to_numpy(dtype=float)
+        inf = np.isinf(v)
+        nan = np.isnan(v)
+        if codes is not None and nan.any():
+            explains = np.array([c in explained_columns(t) for t in texts] + [False], dtype=bool)  # [-1]: null
+            nan &= ~explains[codes]
+        hit = inf | nan
+        if hit.any():
+            first = int(np.flatnonzero(hit)[0])
+            bad[c] = (int(hit.sum()), first, "inf" if inf[first] else "nan")
+    return bad
+
+
+def unexplained_reference(df: pd.DataFrame) -> dict[str, tuple[int, int, str]]:
+    """:func:`unexplained` parsing the reason of every row with a NaN (the reference of the coded version)."""
     bad: dict[str, tuple[int, int, str]] = {}
     reasons = df[MISSING_REASON].to_numpy(dtype=object) if MISSING_REASON in df.columns else None
     for c in df.columns:

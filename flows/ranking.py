@@ -12,7 +12,7 @@ from crowdflow.spec import RankingPipeline
 from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
 from flows.pipeline import fit_data
 from tasks.artifacts import set_pipeline
-from tasks.check_graph import check_graph
+from tasks.check_graph import check_comparisons
 from tasks.fit import fit_ranking_task
 from tasks.partitioned import copy_on_workers, fit_ranking_on_workers, list_dataset
 from tasks.runners import runner_executor, scratch_folder
@@ -35,11 +35,14 @@ def ranking_flow(spec: RankingPipeline, run_id: str | None = None) -> dict[str, 
     inputs = load_inputs(spec)
     clock.lap("ingest_validate")
     cmp = inputs["comparisons"]
-    checked = check_graph("ranking", spec.check_modes(), {"comparisons": cmp.df}, source=cmp.source)
-    graph = checked.report
+    # the check encodes the table into the comparison graph the fit takes (once per run); the cache key stays the
+    # table's (fit_data), of which the graph is a function
+    checked = check_comparisons("ranking", spec.check_modes(), cmp.df, source=cmp.source)
+    graph = checked.checks.report
     clock.lap("check_graph")
     opts = spec.ranking
-    fitted, cache = fit_step(spec, fit_ranking_task, fit_data(spec, {"comparisons": cmp.df}), cmp.df, opts)
+    fit_input = cmp.df if opts.outliers == "trimmed" else checked.graph  # the trimmed rule reads the table
+    fitted, cache = fit_step(spec, fit_ranking_task, fit_data(spec, {"comparisons": cmp.df}), fit_input, opts)
     clock.lap("fit")
     tables = fitted["tables"]
     metrics: dict[str, Any] = {"n_items": len(tables["ranking"]), "n_components": graph.n_components}

@@ -1,16 +1,19 @@
-"""The graph-check task: the library's checks (:mod:`crowdflow.checks`), their artifacts, the block/warn verdict."""
+"""The graph-check tasks: the library's checks (:mod:`crowdflow.checks`), their artifacts, the block/warn verdict."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import pandas as pd
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
 from crowdflow.checks import CheckMode, GraphChecks, graph_checks
+from crowdflow.comparison_graphs import comparison_graph_report_from_codes
 from crowdflow.graphs import WorkerGraphReport
 from crowdflow.labels import LabelMatrix
+from crowdflow.ranking import ComparisonGraph, build_comparison_graph
 from tasks.artifacts import frame_to_markdown, markdown, table
 
 
@@ -27,10 +30,52 @@ def check_graph(
     Blocking failures raise :class:`~crowdflow.errors.GraphCheckFailed` naming ``source`` and every failing
     component; ``crowdflow validate`` reaches the same verdict through the same library function.
     """
-    logger = get_run_logger()
     checks = graph_checks(job, tables or {}, modes, lm)
     if checks is None:
         raise ValueError(f"job {job!r} has no graph checks")
+    return _publish_and_decide(job, checks, source)
+
+
+@dataclass(frozen=True)
+class CheckedComparisons:
+    """The ranking's graph checks and the comparison graph they were computed on (what the fit then takes).
+
+    Attributes
+    ----------
+    checks : GraphChecks
+        The connectivity check of the item comparison graph.
+    graph : crowdflow.ranking.ComparisonGraph
+        The comparisons encoded once (:func:`crowdflow.ranking.build_comparison_graph`): item codes, Laplacian,
+        components. ``fit_ranking(graph)`` fits exactly what ``fit_ranking(table)`` fits.
+    """
+
+    checks: GraphChecks
+    graph: ComparisonGraph
+
+
+@task(name="check-graph", cache_policy=NONE, task_run_name="check-graph-{job}")
+def check_comparisons(
+    job: str, modes: Mapping[str, CheckMode], comparisons: pd.DataFrame, source: str = ""
+) -> CheckedComparisons:
+    """The ranking's graph check on the comparison graph its fit uses: the table is encoded once per run.
+
+    Builds the fit's :class:`~crowdflow.ranking.ComparisonGraph`, computes the check's report from its codes
+    (:func:`crowdflow.comparison_graphs.comparison_graph_report_from_codes`: the report ``crowdflow validate``
+    computes from the table), then publishes and decides as :func:`check_graph` does: a blocking failure raises
+    :class:`~crowdflow.errors.GraphCheckFailed` before any fit.
+    """
+    graph = build_comparison_graph(comparisons)
+    annotators, _ = pd.factorize(graph.annotator)  # -1 where a row names no annotator
+    report = comparison_graph_report_from_codes(graph.i, graph.j, graph.items, annotators, component=graph.component)
+    checks = graph_checks(job, {}, modes, comparisons_report=report)
+    if checks is None:
+        raise ValueError(f"job {job!r} has no graph checks")
+    return CheckedComparisons(_publish_and_decide(job, checks, source), graph)
+
+
+def _publish_and_decide(job: str, checks: GraphChecks, source: str) -> GraphChecks:
+    """Publish the checks as artifacts (summary, components table), log warnings, raise on a blocking failure."""
+    logger = get_run_logger()
     comps = getattr(checks.report, "components", None)
     body = [f"# {checks.kind.capitalize()}\n", checks.summary + "\n"]
     body += [f"- **{o.name}** ({o.policy}): {'passed' if o.passed else 'FAILED'}" for o in checks.outcomes]

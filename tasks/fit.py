@@ -2,7 +2,8 @@
 
 Fits are cached on the key the flow computes (:func:`crowdflow.fingerprints.fit_key`: what the fit receives,
 its options, where it runs, the code's identity), passed in as ``fingerprint``; Prefect never hashes the
-DataFrames itself. Each task returns a :class:`Fitted`: the result and the flow run that computed it, so a
+DataFrames itself; results are persisted with :data:`tasks.results.FIT_RESULTS` (a pickle on one base64 line).
+Each task returns a :class:`Fitted`: the result and the flow run that computed it, so a
 result answered from the cache is told apart from a fresh one (:func:`flows.common.fit_step`).
 """
 
@@ -22,10 +23,11 @@ from crowdflow.graphs import WorkerGraphReport
 from crowdflow.labels import LabelMatrix
 from crowdflow.personal_models import PersonalModelsOptions, PersonalModelsResult, fit_personal_models
 from crowdflow.personal_rankings import PersonalRankingResult, PersonalRankingsOptions, fit_personal_rankings
-from crowdflow.ranking import RankingOptions, fit_ranking, output_tables
+from crowdflow.ranking import ComparisonGraph, RankingOptions, fit_ranking, output_tables
 from crowdflow.skills import SkillsOptions, SkillsResult, fit_skills
 from crowdflow.spec import RunnerSpec
 from tasks.progress import fit_progress
+from tasks.results import FIT_RESULTS
 from tasks.runners import dask_executor, scratch_folder
 
 T = TypeVar("T")
@@ -50,7 +52,13 @@ def fingerprint_key(context: Any, parameters: dict[str, Any]) -> str:
     return str(parameters["fingerprint"])
 
 
-@task(name="fit-skills", cache_key_fn=fingerprint_key, cache_expiration=timedelta(days=7), persist_result=True)
+@task(
+    name="fit-skills",
+    cache_key_fn=fingerprint_key,
+    cache_expiration=timedelta(days=7),
+    persist_result=True,
+    result_serializer=FIT_RESULTS,
+)
 def fit_skills_task(
     lm: LabelMatrix,
     graph: WorkerGraphReport,
@@ -109,7 +117,11 @@ def fit_skills_task(
 
 
 @task(
-    name="fit-personal-rankings", cache_key_fn=fingerprint_key, cache_expiration=timedelta(days=7), persist_result=True
+    name="fit-personal-rankings",
+    cache_key_fn=fingerprint_key,
+    cache_expiration=timedelta(days=7),
+    persist_result=True,
+    result_serializer=FIT_RESULTS,
 )
 def fit_personal_rankings_task(
     comparisons: pd.DataFrame, options: PersonalRankingsOptions, fingerprint: str
@@ -134,7 +146,13 @@ def fit_personal_rankings_task(
     return _fitted(result)
 
 
-@task(name="fit-personal-models", cache_key_fn=fingerprint_key, cache_expiration=timedelta(days=7), persist_result=True)
+@task(
+    name="fit-personal-models",
+    cache_key_fn=fingerprint_key,
+    cache_expiration=timedelta(days=7),
+    persist_result=True,
+    result_serializer=FIT_RESULTS,
+)
 def fit_personal_models_task(
     agents: pd.DataFrame,
     edges: pd.DataFrame,
@@ -191,13 +209,23 @@ def _fit_personal_models(
     return result
 
 
-@task(name="fit-ranking", cache_key_fn=fingerprint_key, cache_expiration=timedelta(days=7), persist_result=True)
-def fit_ranking_task(comparisons: pd.DataFrame, options: RankingOptions, fingerprint: str) -> Fitted[dict[str, Any]]:
+@task(
+    name="fit-ranking",
+    cache_key_fn=fingerprint_key,
+    cache_expiration=timedelta(days=7),
+    persist_result=True,
+    result_serializer=FIT_RESULTS,
+)
+def fit_ranking_task(
+    comparisons: pd.DataFrame | ComparisonGraph, options: RankingOptions, fingerprint: str
+) -> Fitted[dict[str, Any]]:
     """HodgeRank scores per component, with LBI / HLASSO outlier detection (docs/methods/ranking.md).
 
     Returns the output tables of :func:`crowdflow.ranking.fit_ranking` (``ranking``, ``components`` and
     ``outliers``, ``annotators``, ``path`` or ``residuals``) and its ``params``. Components are ranked
     separately unless the options say otherwise; the flow's graph check has applied ``checks.connectivity``.
+    ``comparisons`` is the table or the comparison graph the check built from it (the same fit, the table
+    encoded once); the cache key (``fingerprint``) is over the table either way.
     """
     logger = get_run_logger()
     result = fit_ranking(comparisons, options)
@@ -205,7 +233,13 @@ def fit_ranking_task(comparisons: pd.DataFrame, options: RankingOptions, fingerp
     return _fitted({"tables": output_tables(result), "params": dict(result.params)})
 
 
-@task(name="fit-assignment", cache_key_fn=fingerprint_key, cache_expiration=timedelta(days=7), persist_result=True)
+@task(
+    name="fit-assignment",
+    cache_key_fn=fingerprint_key,
+    cache_expiration=timedelta(days=7),
+    persist_result=True,
+    result_serializer=FIT_RESULTS,
+)
 def fit_assignment_task(
     candidates: pd.DataFrame,
     options: AssignmentOptions,
@@ -233,7 +267,13 @@ def fit_assignment_task(
     return _fitted(result)
 
 
-@task(name="fit-next-batch", cache_key_fn=fingerprint_key, cache_expiration=timedelta(days=7), persist_result=True)
+@task(
+    name="fit-next-batch",
+    cache_key_fn=fingerprint_key,
+    cache_expiration=timedelta(days=7),
+    persist_result=True,
+    result_serializer=FIT_RESULTS,
+)
 def fit_next_batch_task(
     open_tasks: pd.DataFrame,
     workers: pd.DataFrame,

@@ -34,3 +34,34 @@ def test_fit_ranking_task_returns_the_library_result(monkeypatch: pytest.MonkeyP
         pd.testing.assert_frame_equal(out["tables"][name], table)
     if options.outliers != "none":
         assert out["params"]["method"] == options.outliers
+
+
+def test_fit_ranking_task_on_the_checks_graph_equals_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flow hands the fit the comparison graph its graph check built: the same tables as from the table."""
+    from crowdflow.ranking import build_comparison_graph
+
+    monkeypatch.setattr(tasks.fit, "get_run_logger", lambda: logging.getLogger("test"))
+    g = huber_instance(3).graph
+    df = comparison_table(g.i, g.j, g.y)
+    for options in (RankingOptions(), RankingOptions(outliers="none"), RankingOptions(outliers="hlasso")):
+        from_graph = tasks.fit.fit_ranking_task.fn(build_comparison_graph(df), options, "key").result
+        from_table = tasks.fit.fit_ranking_task.fn(df, options, "key").result
+        assert from_graph["params"] == from_table["params"]
+        for name, table in from_table["tables"].items():
+            pd.testing.assert_frame_equal(from_graph["tables"][name], table)
+
+
+def test_fit_results_are_stored_on_one_base64_line_and_read_back() -> None:
+    from prefect._internal.result_records import ResultRecord, ResultRecordMetadata
+
+    from tasks.results import FIT_RESULTS
+
+    g = huber_instance(2).graph
+    tables = dict(fit_ranking(comparison_table(g.i, g.j, g.y)).tables)
+    blob = FIT_RESULTS.dumps({"tables": tables})
+    assert b"\n" not in blob
+    record = ResultRecord(metadata=ResultRecordMetadata(serializer=FIT_RESULTS, storage_key="k"), result=tables)
+    back = ResultRecord.deserialize(record.serialize())  # the serializer is found by the type the record names
+    assert back.metadata.serializer.type == "crowdflow-fit-pickle"
+    for name, table in tables.items():
+        pd.testing.assert_frame_equal(back.result[name], table)

@@ -1,0 +1,49 @@
+"""The unexplained-NaN check parses each distinct missing_reason once: the same answer as the per-row reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from crowdflow.missing import MISSING_REASON, UnexplainedMissing, check_explained, unexplained, unexplained_reference
+
+
+def _table(seed: int, m: int, share_nan: float, texts: list[str | None], with_inf: bool) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({"x": rng.normal(size=m), "y": rng.normal(size=m), "k": rng.integers(0, 3, m)})
+    for c in ("x", "y"):
+        df.loc[rng.random(m) < share_nan, c] = np.nan
+    if with_inf and m:
+        df.loc[int(rng.integers(0, m)), "y"] = np.inf
+    reasons = [texts[i] for i in rng.integers(0, len(texts), m)] if texts else []
+    if texts:
+        df[MISSING_REASON] = pd.array(reasons, dtype="string")
+    return df
+
+
+FAMILY = [
+    (0, 0, 0.0, ["x: why"], False),
+    (1, 50, 0.0, [None], False),
+    (2, 200, 0.3, ["x,y: why"], False),  # everything explained
+    (3, 200, 0.3, ["x: why"], False),  # y unexplained
+    (4, 500, 0.5, ["x: a", "y: b", None, "x: a; y: c", ""], False),
+    (5, 500, 0.1, ["x,y: why"], True),  # an infinity is never explained
+    (6, 300, 0.4, [], False),  # no missing_reason column
+    (7, 1000, 0.9, ["y: b", "z: other column", "x: a; z: c"], False),
+]
+
+
+@pytest.mark.parametrize("case", FAMILY, ids=[f"case{c[0]}" for c in FAMILY])
+def test_unexplained_equals_the_reference(case: tuple[int, int, float, list[str | None], bool]) -> None:
+    df = _table(*case)
+    assert unexplained(df) == unexplained_reference(df)
+    object_column = df.assign(**{MISSING_REASON: df[MISSING_REASON].astype(object)}) if MISSING_REASON in df else df
+    assert unexplained(object_column) == unexplained_reference(df)
+
+
+def test_check_explained_names_the_column() -> None:
+    df = _table(3, 200, 0.3, ["x: why"], False)
+    with pytest.raises(UnexplainedMissing, match=r"t\.y: \d+ value\(s\) missing \(NaN\) without a missing_reason"):
+        check_explained({"t": df})
+    check_explained({"t": _table(2, 200, 0.3, ["x,y: why"], False)})
