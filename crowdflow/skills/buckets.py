@@ -246,7 +246,8 @@ def encode_bucket(
 
     def frame() -> pd.DataFrame:  # the rows with their file, only for a duplicate's message
         files = np.repeat([file_names[int(p.stem.split("-")[1])] for p in pieces], [t.num_rows for t in parts])
-        return table.select(["task", "worker", "row"]).to_pandas().assign(file=files)
+        rows: pd.DataFrame = table.select(["task", "worker", "row"]).to_pandas()
+        return rows.assign(file=files)
 
     n_workers = int(workers.size)
     order, key = task_major_order(task_idx, worker_idx, n_workers)
@@ -378,7 +379,8 @@ def _pass_arrays(folder: str, n_classes: int) -> tuple[np.ndarray, np.ndarray, n
 def _mv_fractions(task: np.ndarray, given: np.ndarray, n_tasks: int, n_classes: int) -> np.ndarray:
     """Majority-vote fractions per task (T×M): the EM's starting posteriors, as ``dawid_skene._mv_init``."""
     counts = np.bincount(task * n_classes + given, minlength=n_tasks * n_classes).reshape(n_tasks, n_classes)
-    return counts / counts.sum(axis=1, keepdims=True)
+    fractions: np.ndarray = counts / counts.sum(axis=1, keepdims=True)
+    return fractions
 
 
 @dataclass(frozen=True)
