@@ -282,7 +282,7 @@ def _em(
 
     theta0 = from_sums(executor(step, enc.buckets))
     run = squarem(em_step, theta0, o.ds_tol, o.ds_max_iter, *par.bounds())
-    pi, q = par.split(run.theta)
+    _, q = par.split(run.theta)
     par.tables(run.theta, table, log_q)
     return par.confusion(run.theta), np.array(q), table, run.trace, run.evaluations, run.converged, passes + 1
 
