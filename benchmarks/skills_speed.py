@@ -195,6 +195,7 @@ def main(argv: list[str] | None = None) -> str:
     ap.add_argument("--reps", type=int, default=2, help="runs of each of ours and Crowd-Kit MV; best kept")
     ap.add_argument("--seed", type=int, default=19)
     ap.add_argument("--methods", default=",".join(OURS), help="ours to time (Crowd-Kit DS only with a non-mv one)")
+    ap.add_argument("--ids", default=",".join(IDS), help="id kinds to run (default string,object,int)")
     ap.add_argument("--before", default=None, help="another checkout whose DS is timed on the same rows")
     ap.add_argument("--before-sizes", default="6", help="sizes (exponents) at which --before is timed")
     ap.add_argument("--out", type=Path, default=OUT)
@@ -207,6 +208,8 @@ def main(argv: list[str] | None = None) -> str:
     methods = tuple(args.methods.split(","))
     command = f"--sizes {args.sizes} --configs {args.configs} --reps {args.reps} --seed {args.seed}"
     command += "" if methods == OURS else f" --methods {args.methods}"
+    id_kinds = tuple(args.ids.split(","))
+    command += "" if id_kinds == IDS else f" --ids {args.ids}"
     before_sizes = {int(x) for x in args.before_sizes.split(",")} if args.before else set()
     command += f" --before {args.before} --before-sizes {args.before_sizes}" if args.before else ""
     started = time.strftime("%H:%M UTC", time.gmtime())
@@ -215,7 +218,9 @@ def main(argv: list[str] | None = None) -> str:
         for _ in range(nc):
             cfg = family_config(rng)
             for ids in IDS:
-                seed = int(rng.integers(2**31))
+                seed = int(rng.integers(2**31))  # drawn for every kind, so --ids keeps the family's rows
+                if ids not in id_kinds:
+                    continue
                 before = args.before if size in before_sizes else None
                 rows.append({"size": size, **run_config(10**size, ids, cfg, seed, args.reps, methods, before)})
                 args.out.write_text(render(pd.DataFrame(rows), command + " (partial: run still going)"), "utf-8")
