@@ -17,7 +17,13 @@ in pandas 3: ``bool[pyarrow]`` in its accuracy step); the conversion is not time
 
 Cap (stated rule): at 10^7 labels Crowd-Kit ``DawidSkene`` runs ``n_iter=5`` EM iterations (its default is up
 to 100, and ours run to convergence), so its time there is a lower bound of its full time and the ratios
-against it at 10^7 are upper bounds (they favour Crowd-Kit).
+against it at 10^7 are upper bounds (they favour Crowd-Kit). The EM iterations each side ran are recorded:
+Crowd-Kit's (``len(loss_history_)``; it stops when the per-label ELBO gains less than 1e-5) and ours (EM
+passes, ``metadata["iterations"]``; ours stop when no parameter moves by 1e-6 in one EM step).
+
+Before/after (``--before PATH``): the DS and one-coin DS of another checkout (e.g. ``/work/main``) are timed
+on the same rows, in a subprocess with that checkout first on ``sys.path`` (the rows are regenerated there by
+the same seeded generator, untimed), for the sizes in ``--before-sizes``.
 """
 
 from __future__ import annotations
@@ -28,7 +34,11 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import json  # noqa: E402
 import platform  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
 import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -78,8 +88,45 @@ def make_labels(n_labels: int, ids: str, cfg: dict[str, float], seed: int) -> pd
     return pd.DataFrame({c: pd.Series(v, dtype="string[pyarrow]") for c, v in cols.items()})
 
 
+_BEFORE = """
+import json, sys, time, warnings
+sys.path.insert(0, sys.argv[1])
+from benchmarks.skills_speed import make_labels
+from crowdflow.skills import fit_skills
+n, ids, cfg, seed, reps = int(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+warnings.simplefilter("ignore")
+fit_skills(make_labels(5_000, ids, cfg, 0), method="ds")
+fit_skills(make_labels(5_000, ids, cfg, 0), method="onecoin_ds")
+df = make_labels(n, ids, cfg, seed)
+out = {}
+for method in ("ds", "onecoin_ds"):
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        res = fit_skills(df, method=method)
+        best = min(best, time.perf_counter() - t0)
+    out[method] = best
+    out[method + "_iter"] = int(res.metadata["iterations"])
+print(json.dumps(out))
+"""
+
+
+def time_before(root: str, n_labels: int, ids: str, cfg: dict[str, float], seed: int, reps: int) -> dict[str, float]:
+    """DS and one-coin DS of the checkout at ``root`` on the same rows (see the module docstring)."""
+    env = {**os.environ, "PYTHONPATH": root}
+    args = [sys.executable, "-c", _BEFORE, root, str(n_labels), ids, json.dumps(cfg), str(seed), str(reps)]
+    out = subprocess.run(args, check=True, capture_output=True, text=True, env=env, cwd=root).stdout
+    return {f"before_{k}": v for k, v in json.loads(out.strip().splitlines()[-1]).items()}
+
+
 def run_config(
-    n_labels: int, ids: str, cfg: dict[str, float], seed: int, reps: int, methods: tuple[str, ...] = OURS
+    n_labels: int,
+    ids: str,
+    cfg: dict[str, float],
+    seed: int,
+    reps: int,
+    methods: tuple[str, ...] = OURS,
+    before: str | None = None,
 ) -> dict[str, object]:
     from crowdkit.aggregation import DawidSkene, MajorityVote
 
@@ -93,10 +140,16 @@ def run_config(
         for method in OURS:
             run = method in methods
             row[method] = best_of(lambda method=method: fit_skills(df, method=method), reps) if run else float("nan")
+            if method in ("ds", "onecoin_ds") and run:
+                row[f"{method}_iter"] = int(fit_skills(df, method=method).metadata["iterations"])
         row["ck_mv"] = best_of(lambda: MajorityVote().fit_predict(peer), reps)
         with_ds = bool(set(methods) - {"mv"})
-        row["ck_ds"] = best_of(lambda: DawidSkene(n_iter=n_iter).fit_predict(peer), 1) if with_ds else float("nan")
+        ck = DawidSkene(n_iter=n_iter)
+        row["ck_ds"] = best_of(lambda: ck.fit_predict(peer), 1) if with_ds else float("nan")
+        row["ck_ds_ran"] = len(ck.loss_history_) if with_ds else 0
     row["ck_ds_iter"] = n_iter
+    if before is not None:
+        row.update(time_before(before, n_labels, ids, cfg, seed, reps))
     print(row, flush=True)
     return row
 
@@ -113,16 +166,22 @@ def _warm_up() -> None:
 
 def summary(rows: pd.DataFrame) -> list[str]:
     ratios = {
-        "MV / Crowd-Kit MV": rows["mv"] / rows["ck_mv"],
         "DS / Crowd-Kit DS": rows["ds"] / rows["ck_ds"],
         "one-coin DS / Crowd-Kit DS": rows["onecoin_ds"] / rows["ck_ds"],
+        "MV / Crowd-Kit MV": rows["mv"] / rows["ck_mv"],
         "PGD / Crowd-Kit DS": rows["pgd"] / rows["ck_ds"],
     }
+    if "before_ds" in rows:
+        ratios["before: DS / Crowd-Kit DS"] = rows["before_ds"] / rows["ck_ds"]
+        ratios["before: one-coin DS / Crowd-Kit DS"] = rows["before_onecoin_ds"] / rows["ck_ds"]
     out = ["| labels | ratio | min | median | max (worst) | target |", "|---|---|---|---|---|---|"]
     target = {"MV / Crowd-Kit MV": "≤ 1", "DS / Crowd-Kit DS": "≤ 0.1", "PGD / Crowd-Kit DS": "≤ 0.2"}
+    target["before: DS / Crowd-Kit DS"] = "≤ 0.1"
     for size, grp in rows.groupby(rows["size"]):
         for name, r in ratios.items():
-            v = r[grp.index]
+            v = r[grp.index].dropna()
+            if v.empty:
+                continue
             out.append(
                 f"| 10^{size} | {name} | {v.min():.3f} | {v.median():.3f} | {v.max():.3f} | {target.get(name, '')} |"
             )
@@ -136,6 +195,9 @@ def main(argv: list[str] | None = None) -> str:
     ap.add_argument("--reps", type=int, default=2, help="runs of each of ours and Crowd-Kit MV; best kept")
     ap.add_argument("--seed", type=int, default=19)
     ap.add_argument("--methods", default=",".join(OURS), help="ours to time (Crowd-Kit DS only with a non-mv one)")
+    ap.add_argument("--ids", default=",".join(IDS), help="id kinds to run (default string,object,int)")
+    ap.add_argument("--before", default=None, help="another checkout whose DS is timed on the same rows")
+    ap.add_argument("--before-sizes", default="6", help="sizes (exponents) at which --before is timed")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -146,14 +208,28 @@ def main(argv: list[str] | None = None) -> str:
     methods = tuple(args.methods.split(","))
     command = f"--sizes {args.sizes} --configs {args.configs} --reps {args.reps} --seed {args.seed}"
     command += "" if methods == OURS else f" --methods {args.methods}"
+    id_kinds = tuple(args.ids.split(","))
+    command += "" if id_kinds == IDS else f" --ids {args.ids}"
+    before_sizes = {int(x) for x in args.before_sizes.split(",")} if args.before else set()
+    command += f" --before {args.before} --before-sizes {args.before_sizes}" if args.before else ""
+    started = time.strftime("%H:%M UTC", time.gmtime())
+    load0 = os.getloadavg()
     for size, nc in zip(sizes, n_cfg, strict=False):
         for _ in range(nc):
             cfg = family_config(rng)
             for ids in IDS:
-                seed = int(rng.integers(2**31))
-                rows.append({"size": size, **run_config(10**size, ids, cfg, seed, args.reps, methods)})
+                seed = int(rng.integers(2**31))  # drawn for every kind, so --ids keeps the family's rows
+                if ids not in id_kinds:
+                    continue
+                before = args.before if size in before_sizes else None
+                rows.append({"size": size, **run_config(10**size, ids, cfg, seed, args.reps, methods, before)})
                 args.out.write_text(render(pd.DataFrame(rows), command + " (partial: run still going)"), "utf-8")
     table = pd.DataFrame(rows)
+    load1 = os.getloadavg()
+    command += (
+        f" (started {started}; load average 1/5/15 min {load0[0]:.2f}/{load0[1]:.2f}/{load0[2]:.2f} at the start, "
+        f"{load1[0]:.2f}/{load1[1]:.2f}/{load1[2]:.2f} at the end)"
+    )
     text = render(table, command)
     args.out.write_text(text, encoding="utf-8")
     print(text)
@@ -172,16 +248,29 @@ def render(table: pd.DataFrame, command: str) -> str:
         "docstring). Family and rules: `benchmarks/skills_speed.py`.\n",
         "## Ratios ours / Crowd-Kit over the family (lower is faster)\n",
         *summary(table),
-        "\n## Every configuration (seconds)\n",
-        "| labels | ids | classes | k_max | workers | zipf | ours MV | CK MV | ours DS | ours 1-coin DS | ours PGD "
-        "| CK DS (iters cap) | MV/CK MV | DS/CK DS | PGD/CK DS |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "\n## Every configuration (seconds; worst DS / Crowd-Kit DS first within each size)\n",
+        "| labels | ids | classes | k_max | workers | zipf | ours MV | CK MV | ours DS (EM passes) | ours 1-coin DS "
+        "(passes) | ours PGD | CK DS (iters run / cap) | before DS (passes) | before 1-coin DS | DS/CK DS "
+        "| 1-coin/CK DS | before DS/CK DS | PGD/CK DS | MV/CK MV |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in table.itertuples():
+    table = table.sort_values(["size", "ids"], kind="stable")
+    order = (table["ds"] / table["ck_ds"]).groupby(table["size"]).rank(ascending=False, method="first")
+    table = table.assign(_order=order).sort_values(["size", "_order"], kind="stable")
+    for r in table.to_dict("records"):
+        before = (
+            f"{r['before_ds']:.3f} ({int(r['before_ds_iter'])}) | {r['before_onecoin_ds']:.3f}"
+            if pd.notna(r.get("before_ds", float("nan")))
+            else "— | —"
+        )
+        b_ratio = f"{r['before_ds'] / r['ck_ds']:.3f}" if pd.notna(r.get("before_ds", float("nan"))) else "—"
         lines.append(
-            f"| {r.labels:,} | {r.ids} | {r.classes} | {r.k_max} | {r.workers:,} | {r.zipf:.2f} | {r.mv:.3f} | "
-            f"{r.ck_mv:.3f} | {r.ds:.3f} | {r.onecoin_ds:.3f} | {r.pgd:.3f} | {r.ck_ds:.2f} ({r.ck_ds_iter}) | "
-            f"{r.mv / r.ck_mv:.2f} | {r.ds / r.ck_ds:.3f} | {r.pgd / r.ck_ds:.3f} |"
+            f"| {r['labels']:,} | {r['ids']} | {r['classes']} | {r['k_max']} | {r['workers']:,} | {r['zipf']:.2f} | "
+            f"{r['mv']:.3f} | {r['ck_mv']:.3f} | {r['ds']:.3f} ({int(r['ds_iter'])}) | "
+            f"{r['onecoin_ds']:.3f} ({int(r['onecoin_ds_iter'])}) | {r['pgd']:.3f} | "
+            f"{r['ck_ds']:.2f} ({int(r['ck_ds_ran'])} / {int(r['ck_ds_iter'])}) | {before} | "
+            f"{r['ds'] / r['ck_ds']:.3f} | {r['onecoin_ds'] / r['ck_ds']:.3f} | {b_ratio} | "
+            f"{r['pgd'] / r['ck_ds']:.3f} | {r['mv'] / r['ck_mv']:.2f} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -397,15 +397,17 @@ class DawidSkene(_Aggregator):
     """Dawid–Skene: one confusion matrix per worker, fitted by EM (Dawid and Skene, JRSS C, 1979).
 
     P(worker i answers m | true label l) = π_i[l, m], class prior q_l; EM from the majority-vote shares
-    (docs/methods/skills.md §7.2; the EM loop is compiled). Fitted: ``labels_``, ``probas_`` (the posteriors),
+    (docs/methods/skills.md §7.2; the EM loop is compiled and its steps extrapolated by SQUAREM, the same fixed
+    point in fewer steps). Fitted: ``labels_``, ``probas_`` (the posteriors),
     ``priors_`` (q), ``errors_`` (π: rows (worker, observed label), one column per true label), ``skills_``
     (accuracy Σ_l q_l π_i[l, l], sorted by worker; Crowd-Kit's ``DawidSkene`` has none), ``loss_history_``
-    (observed-data log-likelihood per answer at each E-step), ``n_iter_`` and ``converged_``.
+    (observed-data log-likelihood per answer at each E-step of a kept point), ``n_iter_`` (EM steps taken) and
+    ``converged_``.
 
     Parameters
     ----------
     n_iter : int
-        Most EM iterations (Crowd-Kit's argument).
+        Most EM steps, each one pass over the answers, extrapolation's steps included (Crowd-Kit's argument).
     tol : float
         Stop once no estimated probability changes by more than ``tol`` (Crowd-Kit: the change of the evidence
         lower bound per answer).

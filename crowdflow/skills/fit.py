@@ -73,7 +73,8 @@ class SkillsResult:
         n_labels, n_duplicates_dropped, n_ties, n_fallback_tasks, frac_workers_identified,
         frac_labels_identified, frac_tasks_identified.
     loss_trace : numpy.ndarray
-        PGD: L(x^k) per iteration; DS: negative log-likelihood per EM iteration; mv: empty.
+        PGD: L(x^k) per iteration; DS: negative log-likelihood at each kept EM step (docs/methods/skills.md §7.2),
+        then at the returned parameters; mv: empty.
     timings : dict
         Wall-clock seconds per step of :func:`fit_skills` (encode, moments, graph, fit, consensus,
         diagnostics); not part of the (deterministic) outputs.

@@ -121,7 +121,8 @@ class SkillsOptions(Options):
         None,
         description="Add eigenvalue-based quality figures (how firmly each group of workers pins down its "
         "skills, and an error bound) to the diagnostics table; on large data they cost more than the fit. "
-        "Empty means for every method but mv, which uses no skill and would spend most of its time on them.",
+        "Empty means for method pgd only, whose rank-one fit they describe: ds, onecoin_ds and mv would spend "
+        "most of their time on them.",
     )
     dense_eig_max: int = Field(
         500,
@@ -212,10 +213,13 @@ class SkillsOptions(Options):
 
     @property
     def spectral_diagnostics(self) -> bool:
-        """Whether the diagnostics table gets its eigenvalues: ``spectral`` when given, else for every method but
-        ``mv`` (issue #19: mv at 10^6 labels and 1,000-3,000 workers spent 2-30 s on eigenvalues, 10-100x its
-        vote; the default ds keeps them, issue #24)."""
-        return self.spectral if self.spectral is not None else self.method != "mv"
+        """Whether the diagnostics table gets its eigenvalues: ``spectral`` when given, else for ``pgd`` only.
+
+        Issue #19: mv at 10^6 labels and 1,000-3,000 workers spent 2-30 s on eigenvalues, 10-100x its vote;
+        ds (which kept them by default since issue #24) spent 2-5 s at 1,000 workers and 16 s at 10^7 labels,
+        more than its accelerated EM. The eigenvalues describe the rank-one (pgd) fit: its conditioning and
+        the Theorem-12 bound (docs/methods/skills.md §3.4)."""
+        return self.spectral if self.spectral is not None else self.method == "pgd"
 
     @model_validator(mode="after")
     def _runnable(self) -> SkillsOptions:

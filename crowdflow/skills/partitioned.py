@@ -60,7 +60,7 @@ from crowdflow.skills.buckets import (
     weighted_consensus_pass,
 )
 from crowdflow.skills.consensus import vote_weights
-from crowdflow.skills.dawid_skene import _confusion_from_counts, _full_log_pi, _one_coin_from_sums
+from crowdflow.skills.dawid_skene import EMParameters
 from crowdflow.skills.fit import (
     SkillsResult,
     diagnostics_table,
@@ -78,6 +78,7 @@ from crowdflow.skills.moments import (
 )
 from crowdflow.skills.options import SkillsOptions
 from crowdflow.skills.reasons import explain_missing_skills
+from crowdflow.skills.squarem import squarem
 from crowdflow.tables import INPUTS
 
 log = logging.getLogger(__name__)
@@ -252,35 +253,38 @@ def _sum_parts(parts: list[ConsensusPart], n_workers: int, n_comp: int) -> dict[
 def _em(
     enc: EncodedBuckets, executor: MapFn, o: SkillsOptions, one_coin: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[float], int, bool, int]:
-    """Dawid–Skene EM as passes: (π, q, log π table, trace without the final E-step, iterations, converged, passes)."""
+    """Dawid–Skene EM as passes: (π, q, log π table, trace without the final E-step, iterations, converged, passes).
+
+    The EM map of the in-memory fit, F(θ) = M-step(Σ over buckets of the E-step's sums at θ), under the same
+    SQUAREM accelerator and stopping rule (:func:`crowdflow.skills.squarem.squarem`, docs/methods/skills.md
+    §7.2): one pass over the buckets per EM step, the parameters and the M-step in the flow.
+    """
     m, w = int(enc.classes.size), int(enc.workers.size)
     alpha, beta = float(o.ds_smoothing), 0.0 if one_coin else float(o.ds_prior)
-    n_f = enc.labels_per_worker.astype(np.float64)
+    par = EMParameters(w, m, one_coin, alpha, beta, enc.labels_per_worker)
     step = functools.partial(em_pass, n_workers=w, classes=enc.classes, one_coin=one_coin)
-    sums: list[EMSums] = executor(step, enc.buckets)
-    passes, it, converged = 1, 0, False
-    pi_old = q_old = None
-    trace: list[float] = []
-    table = np.empty((m, w * m))
-    while True:
+
+    def from_sums(sums: list[EMSums]) -> np.ndarray:
         counts = np.sum([s.counts for s in sums], axis=0)
-        pi = np.empty((w, m, m))
-        if one_coin:
-            _one_coin_from_sums(n_f, alpha, counts, pi)
-        else:
-            _confusion_from_counts(counts, alpha, beta, pi)
-        q = (np.sum([s.class_sums for s in sums], axis=0) + alpha) / (enc.n_tasks + m * alpha)
-        if it > 0 and pi_old is not None and q_old is not None:
-            converged = max(float(np.max(np.abs(pi - pi_old))), float(np.max(np.abs(q - q_old)))) < o.ds_tol
-        pi_old, q_old = pi, q
-        _full_log_pi(pi, table)
-        if it == o.ds_max_iter or converged:
-            return pi, q, table, trace, it, converged, passes
-        sums = executor(functools.partial(step, log_pi_t=table.copy(), log_q=np.log(q)), enc.buckets)
-        trace.append(math.fsum(s.log_likelihood for s in sums))
+        return par.from_sums(counts, np.sum([s.class_sums for s in sums], axis=0), enc.n_tasks)
+
+    table, log_q = np.empty((m, w * m)), np.empty(m)
+    passes = 0
+
+    def em_step(theta: np.ndarray) -> tuple[np.ndarray, float, float]:
+        nonlocal passes
+        prior = par.tables(theta, table, log_q)
+        sums: list[EMSums] = executor(functools.partial(step, log_pi_t=table.copy(), log_q=log_q.copy()), enc.buckets)
         passes += 1
-        it += 1
-        log.info("Dawid-Skene EM iteration %d: log-likelihood %.6f", it, trace[-1])
+        ll = math.fsum(s.log_likelihood for s in sums)
+        log.info("Dawid-Skene EM pass %d: log-likelihood %.6f", passes, ll)
+        return from_sums(sums), ll + prior, ll
+
+    theta0 = from_sums(executor(step, enc.buckets))
+    run = squarem(em_step, theta0, o.ds_tol, o.ds_max_iter, *par.bounds())
+    _, q = par.split(run.theta)
+    par.tables(run.theta, table, log_q)
+    return par.confusion(run.theta), np.array(q), table, run.trace, run.evaluations, run.converged, passes + 1
 
 
 def fit_buckets(

@@ -42,7 +42,7 @@ def explain_missing_skills(table: pd.DataFrame, diag: pd.DataFrame | None, metho
         explain_missing(
             diag,
             [*_SPECTRAL, "mu_hat", "lip_hat", "cond_hat", "error_bound_hat"],
-            "spectral diagnostics not asked for (off by default for method mv, on with spectral true)",
+            "spectral diagnostics not asked for (on by default for method pgd only, on with spectral true)",
             where=diag["eig_method"].to_numpy(dtype=object) == "none",
         )
         explain_missing(

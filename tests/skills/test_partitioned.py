@@ -240,11 +240,16 @@ def test_skipped_spectral_diagnostics_are_explained(method: str, tmp_path: Path)
 
     case = _draw(2) | {"duplicates": "keep_last"}
     frame = _write(case, tmp_path / "labels")
-    ref = fit_skills(frame, method=method, duplicates="keep_last", spectral_max_nnz=2)
+    ref = fit_skills(frame, method=method, duplicates="keep_last", spectral_max_nnz=2, spectral=True)
     assert (ref.diagnostics["eig_method"] == "skipped").any()
     assert ref.diagnostics["norm_N_2"].isna().any()
     check_explained({"components": ref.diagnostics, "skills": ref.skills})
     part = fit_skills_partitioned(
-        tmp_path / "labels", out_folder=tmp_path / "out", method=method, duplicates="keep_last", spectral_max_nnz=2
+        tmp_path / "labels",
+        out_folder=tmp_path / "out",
+        method=method,
+        duplicates="keep_last",
+        spectral_max_nnz=2,
+        spectral=True,
     )
     check_explained({"components": part.result.diagnostics})
