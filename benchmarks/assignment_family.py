@@ -61,7 +61,8 @@ w = candidate_draw(2_000, "rank1", caps="tight")
 TVCSProjector(w.constraints()).select(w.score)
 TVCSProjector(w.constraints(), prune_min_p=0).select(w.score)
 size, repeats, out = int(sys.argv[1]), int(sys.argv[2]), {}
-for d in candidate_family(size):
+extra = [candidate_draw(size, "rank1+0.05", "sparse", "tight", "binding")] if size == 10**6 else []
+for d in extra + candidate_family(size):
     cons, ts = d.constraints(), []
     for _ in range(repeats):
         t = time.perf_counter()

@@ -272,7 +272,7 @@ class TVCSProjector:
             return None
         for dropped in order:
             keep_view, keep_caps = (cons.view1, cons.caps1) if dropped == 2 else (cons.view2, cons.caps2)
-            x, d, lam = _group_tops(u, keep_view, keep_caps, cons.total)
+            x, d, lam = _group_tops(np.ascontiguousarray(u), keep_view, keep_caps, cons.total)
             if dropped != self._free_view:
                 view, caps = (cons.view1, cons.caps1) if dropped == 1 else (cons.view2, cons.caps2)
                 g = view[x]
