@@ -1,7 +1,8 @@
 """Assignment on every family (issue #19): the flow backend (OR-Tools) against the faster HiGHS method.
 
 Run: ``python -m benchmarks.assignment_family`` (``--quick``: 10^4 only; ``--large``: adds the
-reproducer's shape at 10^7 candidates). Prints markdown and writes ``benchmarks/results/assignment_family.md``.
+reproducer's shape at 10^7 candidates; ``--before TREE``: also times the flow projection of another
+checkout, e.g. main, on the same draws in a subprocess, for a before/after in one run). Prints markdown and writes ``benchmarks/results/assignment_family.md``.
 Method: docs/methods/assignment.md §3.2 and §8.3.
 
 Instances: :func:`crowdflow.synth.assignment.candidate_family` at 10^4, 10^5 and 10^6 candidates
@@ -33,8 +34,10 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import json  # noqa: E402
 import platform  # noqa: E402
 import subprocess  # noqa: E402
+import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -47,6 +50,41 @@ OUT = Path(__file__).resolve().parent / "results" / "assignment_family.md"
 SOLVERS = ("ortools",)
 DS_MAX_P = 100_000
 IPM_MAX_P = 1_000_000
+
+
+# the "before" solver: the same projection from another checkout (e.g. main), in a subprocess of this run
+BEFORE_SNIPPET = """
+import json, sys, time
+from crowdflow.assignment import TVCSProjector
+from crowdflow.synth.assignment import candidate_draw, candidate_family
+w = candidate_draw(2_000, "rank1", caps="tight")
+TVCSProjector(w.constraints()).select(w.score)
+TVCSProjector(w.constraints(), prune_min_p=0).select(w.score)
+size, repeats, out = int(sys.argv[1]), int(sys.argv[2]), {}
+extra = [candidate_draw(size, "rank1+0.05", "sparse", "tight", "binding")] if size == 10**6 else []
+for d in extra + candidate_family(size):
+    cons, ts = d.constraints(), []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        r = TVCSProjector(cons).select(d.score)
+        ts.append(time.perf_counter() - t)
+    out[d.name] = [sorted(ts)[len(ts) // 2], r.objective, bool(r.certified)]
+print(json.dumps(out))
+"""
+
+
+def before_times(tree: str, size: int, repeats: int) -> dict:
+    """``{draw: [seconds, objective, certified]}`` of the flow projection of the checkout ``tree`` (same draws)."""
+    env = dict(os.environ, PYTHONPATH=tree)
+    res = subprocess.run(
+        [sys.executable, "-c", BEFORE_SNIPPET, str(size), str(repeats)],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def warmup() -> None:
@@ -77,6 +115,7 @@ def run_draw(d: CandidateDraw, repeats: int) -> dict:
     row["peer"] = min(peers.values()) if peers else None
     ref = objs.get("ipm", objs["ortools"])
     row["diff"] = max(abs(o - ref) for o in objs.values()) / max(1.0, abs(ref))
+    row["obj"] = objs["ortools"]
     assert row["diff"] <= 1e-9, (d.name, objs)
     return row
 
@@ -108,15 +147,17 @@ def unit_of(row: dict) -> str:
 
 def draw_table(rows: list[dict]) -> str:
     lines = [
-        "| draw | p | budget | flow s | HiGHS-IPM s | HiGHS-DS s | faster HiGHS / flow | path | cost unit | "
-        "rel. obj. diff |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| draw | p | budget | flow s | before s | HiGHS-IPM s | HiGHS-DS s | faster HiGHS / flow | "
+        "faster HiGHS / before | path | cost unit | rel. obj. diff |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         sp_o = f"**{r['peer'] / r['ortools']:.1f}×**" if r["peer"] else "–"
+        sp_b = f"{r['peer'] / r['before']:.1f}×" if r["peer"] and r.get("before") else "–"
         lines.append(
-            f"| {r['name']} | {r['p']:,} | {r['budget']:,} | {fmt(r['ortools'])} | "
-            f"{fmt(r.get('ipm'))} | {fmt(r.get('ds'))} | {sp_o} | {path_of(r)} | {unit_of(r)} | {r['diff']:.1e} |"
+            f"| {r['name']} | {r['p']:,} | {r['budget']:,} | {fmt(r['ortools'])} | {fmt(r.get('before'))} | "
+            f"{fmt(r.get('ipm'))} | {fmt(r.get('ds'))} | {sp_o} | {sp_b} | {path_of(r)} | {unit_of(r)} | "
+            f"{r['diff']:.1e} |"
         )
     return "\n".join(lines)
 
@@ -128,7 +169,7 @@ def summary(rows_by_size: dict[int, list[dict]]) -> tuple[str, list[str]]:
     ]
     verdicts = []
     for size, rows in rows_by_size.items():
-        for s in SOLVERS:
+        for s in SOLVERS + (("before",) if all(r.get("before") for r in rows) else ()):
             timed_rows = [r for r in rows if r["peer"]]
             slow = max(rows, key=lambda r: r[s])
             if timed_rows:
@@ -139,7 +180,7 @@ def summary(rows_by_size: dict[int, list[dict]]) -> tuple[str, list[str]]:
             else:
                 ratios, cell, wcell = np.array([]), "HiGHS not run", "–"
             lines.append(f"| {size:.0e} | {s} | {cell} | {wcell} | {slow[s]:.3g} ({slow['name']}) |")
-            if size == 10**6 and ratios.size:
+            if size == 10**6 and ratios.size and s in SOLVERS:
                 ok = ratios.min() >= 10 and slow[s] <= 2.0
                 verdicts.append(
                     f"- `{s}` at 10^6: worst speed-up {ratios.min():.1f}×, slowest draw {slow[s]:.2f} s → target "
@@ -165,6 +206,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="10^4 candidates only")
     ap.add_argument("--large", action="store_true", help="add 10^7 candidates for two shapes")
+    ap.add_argument("--before", metavar="TREE", help="also time the flow projection of this checkout (e.g. main)")
     args = ap.parse_args()
     sizes = [10**4] if args.quick else [10**4, 10**5, 10**6]
     load0 = os.getloadavg()[0]
@@ -177,8 +219,15 @@ def main() -> None:
         if size == 10**6:
             draws = [reproducer] + [d for d in draws if d.name != reproducer.name]
         rows = []
+        reps = 3 if size <= 10**5 else 1
+        before = before_times(args.before, size, reps) if args.before else {}
         for d in draws:
-            rows.append(run_draw(d, 3 if size <= 10**5 else 1))
+            rows.append(run_draw(d, reps))
+            if d.name in before:
+                rows[-1]["before"] = before[d.name][0]
+                assert before[d.name][2] and abs(before[d.name][1] - rows[-1]["obj"]) <= 1e-9 * max(
+                    1.0, rows[-1]["obj"]
+                )
             print(draw_table(rows[-1:]).splitlines()[-1], flush=True)
         rows_by_size[size] = rows
         sections.append(f"### {size:,} candidates\n\n{draw_table(rows)}")
@@ -204,14 +253,16 @@ def main() -> None:
 
     text = f"""# Assignment on every family: the flow backend (OR-Tools) vs HiGHS (issue #19)
 
-Generated by `python -m benchmarks.assignment_family{" --large" if args.large else ""}{" --quick" if args.quick else ""}`
+Generated by `python -m benchmarks.assignment_family{" --large" if args.large else ""}{" --quick" if args.quick else ""}{" --before " + args.before if args.before else ""}`
 at commit {commit} on {platform.machine()} / Python {platform.python_version()} / numpy {numpy.__version__} /
 scipy {scipy.__version__} / ortools {ortools.__version__}, single-threaded BLAS, 2 shared cores, 1-min load
 average {load0:.1f} at the start (timings are noisy; compare ratios within this run). Method:
 docs/methods/assignment.md §3.2 and §8.3.
 
 Every time is the whole projection `TVCSProjector(constraints).select(score)`, network built inside the
-timing (median of 3 up to 10^5, one run above).
+timing (median of 3 up to 10^5, one run above). `before`: the same projection by the checkout given to
+`--before` (its flow backend, same draws, same objective asserted), timed in a subprocess of this run
+just before each size.
 The peer is the faster of HiGHS IPM + crossover and HiGHS dual simplex (`scipy.optimize.linprog`); dual
 simplex runs up to 10^5 only, the IPM up to 10^6. Every flow answer is certified and every objective
 agrees with HiGHS within 10^-9 relative (asserted).

@@ -8,7 +8,9 @@ solved by OR-Tools in :mod:`crowdflow.assignment.ortools_flow`, which reads back
 LP duals ``a_g = π(L_g) − π(S)``, ``b_h = π(T) − π(R_h)``, ``λ = π(S) − π(T)``.
 
 Also here: the compiled capped-greedy seed of the column generation (:func:`_greedy_windows`) and the
-exact ``O(p log p)`` closed form when one view never binds (:func:`_laminar_greedy`). The column
+exact greedy of one view alone (:func:`_group_tops`, compiled; :func:`_laminar_greedy` is its simple
+``O(p log p)`` reference), the closed form when one view never binds and the one-view relaxation
+test of :meth:`crowdflow.assignment.projector.TVCSProjector._one_view_relaxation`. The column
 generation loop itself is :meth:`crowdflow.assignment.projector.TVCSProjector._solve_flow`.
 
 See docs/methods/assignment.md §3.1–§3.4.
@@ -65,6 +67,8 @@ class _FlowNetwork:
         heads = [lnode, elem_head, np.full(nr, T), np.array([T]), rnode[right[dup]]]
         self.tail = np.concatenate(tails).astype(np.int64)
         self.head = np.concatenate(heads).astype(np.int64)
+        self.tail32 = self.tail.astype(np.int32)  # OR-Tools' node type, converted once per structure
+        self.head32 = self.head.astype(np.int32)
         self.base_cap = np.concatenate(
             [capl, np.ones(p, np.int64), capr, np.array([k]), np.ones(ndup, np.int64)]
         ).astype(np.int64)
@@ -163,10 +167,71 @@ def _greedy_windows(
     return keep
 
 
+@compiled_kernel
+def _group_tops(u: np.ndarray, group: np.ndarray, caps: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """Compiled ``O(p log(max group size))`` version of :func:`_laminar_greedy` (same selection rule, same duals).
+
+    Members of every group (counting sort on ``group``; ``−1`` = no group, never capped) are sorted by
+    descending weight, ties by index; the first ``cap_g`` positive ones are kept and ``u_(cap_g+1, g)``,
+    the ``(cap_g+1)``-th largest member weight, is recorded. Of the kept elements the ``total`` largest
+    are selected (ties by index), ``λ`` = the ``(total+1)``-th largest kept weight (0 if none) and
+    ``a_g = [u_(cap_g+1, g) − λ]₊`` for the groups larger than their cap, 0 for the others.
+    """
+    p = u.shape[0]
+    ng = caps.shape[0]
+    start = np.zeros(ng + 2, np.int64)
+    for i in range(p):
+        start[group[i] + 2 if group[i] >= 0 else 1] += 1  # slot 0: ungrouped, slot g + 1: group g
+    for g in range(ng + 1):
+        start[g + 1] += start[g]
+    fill = start[: ng + 1].copy()
+    members = np.empty(p, np.int64)
+    for i in range(p):
+        slot = group[i] + 1 if group[i] >= 0 else 0
+        members[fill[slot]] = i
+        fill[slot] += 1
+    kept = np.zeros(p, np.bool_)
+    kth = np.full(ng, -np.inf)
+    for k in range(start[0], start[1]):
+        kept[members[k]] = u[members[k]] > 0
+    for g in range(ng):
+        lo = start[g + 1]
+        n = start[g + 2] - lo
+        c = caps[g]
+        vals = np.empty(n)
+        for k in range(n):
+            vals[k] = -u[members[lo + k]]
+        rank = np.argsort(vals, kind="mergesort")  # descending weight, stable: ties by index
+        for r in range(min(c, n)):
+            i = members[lo + rank[r]]
+            kept[i] = u[i] > 0
+        if n > c:
+            kth[g] = -vals[rank[c]]
+    cand = np.flatnonzero(kept)
+    lam = 0.0
+    if cand.shape[0] > total:
+        cw = u[cand]
+        lam = -np.partition(-cw, total)[total]  # the (total+1)-th largest kept weight
+        room = total - int(np.sum(cw > lam))  # ties at λ: the first ones by index
+        for r in range(cand.shape[0]):
+            if cw[r] < lam:
+                kept[cand[r]] = False
+            elif cw[r] == lam:
+                if room > 0:
+                    room -= 1
+                else:
+                    kept[cand[r]] = False
+    a = np.zeros(ng)
+    for g in range(ng):
+        if kth[g] > -np.inf and kth[g] - lam > 0:
+            a[g] = kth[g] - lam
+    return kept, a, max(lam, 0.0)
+
+
 def _laminar_greedy(
     u: np.ndarray, group: np.ndarray, caps: np.ndarray, total: int
 ) -> tuple[np.ndarray, np.ndarray, float]:
-    """Exact selection when only one view (plus the total) can bind.
+    """Exact selection when only one view (plus the total) can bind (reference of :func:`_group_tops`).
 
     One partition view truncated at ``total`` is a (laminar) matroid, so greedy by descending
     ``u`` is optimal: keep the top-``cap_g`` of every group, then the global top-``total`` of those

@@ -161,7 +161,7 @@ def solve_ortools(
     icost = np.zeros(net.n_arcs, np.int64)
     icost[net.elem_arc] = -gain
     solver = min_cost_flow.SimpleMinCostFlow()
-    solver.add_arcs_with_capacity_and_unit_cost(net.tail.astype(np.int32), net.head.astype(np.int32), cap, icost)
+    solver.add_arcs_with_capacity_and_unit_cost(net.tail32, net.head32, cap, icost)
     solver.set_nodes_supplies(np.arange(net.V, dtype=np.int32), net.supply)
     status = solver.solve()
     if status != solver.OPTIMAL:

@@ -33,7 +33,7 @@ import scipy.sparse as sp
 
 from crowdflow.assignment.backends import _brute_select, _lp_select, _pgd_select
 from crowdflow.assignment.constraints import TVCSConstraints
-from crowdflow.assignment.flow_backend import _FlowNetwork, _greedy_windows, _laminar_greedy
+from crowdflow.assignment.flow_backend import _FlowNetwork, _greedy_windows, _group_tops
 from crowdflow.assignment.ortools_flow import solve_ortools
 from crowdflow.assignment.problem import _caps_vector, _float_column, _ids_as_str
 from crowdflow.assignment.types import SelectResult
@@ -67,7 +67,9 @@ class TVCSProjector:
     hand-written compiled cost-scaling kernel it replaced. Large instances are solved on a reduced
     candidate set when its duals prove it is enough (:meth:`_solve_flow`). When one view can never
     bind (every cap ≥ its group size, or the view is absent) the problem is a laminar matroid and the
-    flow backend uses the exact ``O(p log p)`` greedy closed form instead (:func:`_laminar_greedy`).
+    flow backend uses the exact greedy closed form instead (:func:`_group_tops`); more generally the
+    greedy of one view alone is returned whenever it respects the other view's caps (a feasible optimum
+    of a relaxation, :meth:`_one_view_relaxation`).
     Every flow result carries the weak-duality certificate; if it ever failed numerically (not
     observed) the LP backend would be used and a warning logged.
 
@@ -92,6 +94,11 @@ class TVCSProjector:
         ``prune_factor·min(s_total, fill bound)`` largest weights, or a capped-greedy seed when the caps bind hard
         (see :meth:`_solve_flow`; the result is exact whatever the value, which only trades
         first-solve size against extra rounds).
+    relaxation_check : bool
+        Flow backend: first solve each view alone (the other view's caps dropped, the exact compiled greedy
+        :func:`_group_tops`) and return that selection when it respects the dropped caps
+        (:meth:`_one_view_relaxation`; default ``True``; ``False`` keeps only the closed form of a view
+        that never binds).
     """
 
     def __init__(
@@ -108,11 +115,13 @@ class TVCSProjector:
         pgd_options: dict[str, Any] | None = None,
         prune_factor: float = 1.25,
         prune_min_p: int = PRUNE_MIN_P,
+        relaxation_check: bool = True,
     ) -> None:
         if not prune_factor >= 1.0:
             raise ValueError(f"prune_factor must be >= 1, got {prune_factor!r}")
         self.prune_factor = float(prune_factor)
         self.prune_min_p = int(prune_min_p)
+        self.relaxation_check = bool(relaxation_check)
         if isinstance(view1, TVCSConstraints):
             cons = view1
         else:
@@ -185,15 +194,10 @@ class TVCSProjector:
             return SelectResult(x, 0.0, 0.0, True, backend, 0, {"empty": True})
         t0 = time.perf_counter()
         iters = 0
-        if backend == "flow" and self._free_view is not None:
-            if self._free_view == 2:
-                x, a, lam = _laminar_greedy(u, cons.view1, cons.caps1, cons.total)
-                ub = cons.dual_bound(u, a, np.zeros(cons.n2), lam)
-            else:
-                x, b, lam = _laminar_greedy(u, cons.view2, cons.caps2, cons.total)
-                ub = cons.dual_bound(u, np.zeros(cons.n1), b, lam)
+        relaxed = self._one_view_relaxation(u) if backend == "flow" else None
+        if relaxed is not None:
+            x, ub, trace = relaxed
             obj = float(u[x].sum())
-            trace = {"closed_form": f"view {self._free_view} never binds: laminar-matroid greedy"}
         elif backend == "flow":
             try:
                 x, stats = self._solve_flow(u)
@@ -247,6 +251,38 @@ class TVCSProjector:
             return SelectResult(x, obj, ub, True, "pgd", iters, trace)
         trace["seconds"] = time.perf_counter() - t0
         return SelectResult(x, obj, ub, _certified(obj, ub), backend, iters, trace)
+
+    def _one_view_relaxation(self, u: np.ndarray) -> tuple[np.ndarray, float, dict[str, Any]] | None:
+        """Exact answer from one view alone, when it is feasible for the other (docs/methods/assignment.md §3.4).
+
+        Dropping the caps of one view leaves one partition truncated at ``s_total``, a laminar matroid
+        solved exactly by the compiled greedy :func:`_group_tops` with its tight duals. That problem is a
+        relaxation, so when its selection also respects the dropped caps it is optimal for the full
+        problem, and its duals with ``0`` for the dropped view are dual-feasible and give the bound
+        (equal to the objective). A view that never binds (every cap ≥ its group size) always passes
+        the test: that is the closed form. Tried with view 2's caps dropped first, then view 1's
+        (when ``relaxation_check``); ``None`` when neither selection is feasible.
+        """
+        cons = self.cons
+        if self._free_view is not None:
+            order = [self._free_view]
+        elif self.relaxation_check:
+            order = [1, 2]
+        else:
+            return None
+        for dropped in order:
+            keep_view, keep_caps = (cons.view1, cons.caps1) if dropped == 2 else (cons.view2, cons.caps2)
+            x, d, lam = _group_tops(np.ascontiguousarray(u), keep_view, keep_caps, cons.total)
+            if dropped != self._free_view:
+                view, caps = (cons.view1, cons.caps1) if dropped == 1 else (cons.view2, cons.caps2)
+                g = view[x]
+                if np.any(np.bincount(g[g >= 0], minlength=caps.shape[0]) > caps):
+                    continue
+            a, b = (d, np.zeros(cons.n2)) if dropped == 2 else (np.zeros(cons.n1), d)
+            why = "never binds" if dropped == self._free_view else "is respected by the greedy of the other view"
+            trace = {"closed_form": f"view {dropped} {why}: laminar-matroid greedy"}
+            return x, cons.dual_bound(u, a, b, lam), trace
+        return None
 
     def _solve_network(self, net: _FlowNetwork, u: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
         """OR-Tools on ``net`` (its own constraints) with that problem's certificate deciding the duals."""

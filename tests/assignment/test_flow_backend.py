@@ -1,6 +1,7 @@
 """The flow backend of the TVCS selection (crowdflow.assignment.flow_backend, projector): T10 at
 scale, the reduced-cost column generation (top-weight and capped-greedy seeds, later rounds, the
-budget past which the full network is solved) and the compiled seed and repeated-pair kernels.
+budget past which the full network is solved), the compiled seed and repeated-pair kernels, the
+compiled one-view greedy against its reference and the one-view relaxation in front of the flow.
 
 Column generation is forced on small instances with ``prune_min_p=0``; its budget (``CG_BUDGET``, a
 quarter of the positive weights) is lifted where a test needs the rounds to run to the end. The
@@ -15,9 +16,9 @@ import pytest
 from crowdflow.assignment import projector
 from crowdflow.assignment.backends import greedy_select
 from crowdflow.assignment.constraints import TVCSConstraints
-from crowdflow.assignment.flow_backend import _greedy_windows, _repeated_pairs
+from crowdflow.assignment.flow_backend import _greedy_windows, _group_tops, _laminar_greedy, _repeated_pairs
 from crowdflow.assignment.projector import TVCSProjector, tvcs_select
-from crowdflow.synth.assignment import synthetic_assignment
+from crowdflow.synth.assignment import SCORE_LAWS, candidate_draw, synthetic_assignment
 
 
 @pytest.fixture
@@ -190,3 +191,79 @@ def test_greedy_windows_seed_matches_definition(random_instance):
                         if ranks[0] - wv[g] <= r <= ranks[-1] + wv[g]:
                             expect[i] = True
         np.testing.assert_array_equal(keep, expect)
+
+
+@pytest.mark.parametrize("i", range(60))
+def test_group_tops_matches_the_reference(i, random_instance, generic_instance):
+    """The compiled one-view greedy (``_group_tops``) returns exactly the selection and the duals of
+    the sort-based reference ``_laminar_greedy``, on either view, over grids (ties, zero caps, budget 0
+    up to p, ungrouped elements, non-positive weights) and tiny structures with repeated key pairs."""
+    rng = np.random.default_rng([1919, i])
+    if i % 3 == 0:
+        u, v1, v2, c1, c2, tot, cons = generic_instance(rng, i)
+    else:
+        u, v1, v2, c1, c2, tot = random_instance(
+            rng, 4 + i % 5, 6 + i % 7, density=0.7, weights="int" if i % 2 else "cont", nogroup=0.2 * (i % 4 == 1)
+        )
+        u = u - (0.5 if i % 5 == 0 else 0.0)
+        cons = TVCSConstraints.build(u.shape[0], v1, v2, c1, c2, tot)
+    for view, caps in ((cons.view1, cons.caps1), (cons.view2, cons.caps2)):
+        x, a, lam = _group_tops(u, view, caps, cons.total)
+        xr, ar, lamr = _laminar_greedy(u, view, caps, cons.total)
+        assert np.array_equal(x, xr) and np.array_equal(a, ar) and lam == lamr
+
+
+def _relaxation_cases():
+    """Small and medium family draws plus hand-made degenerate ones: (name, u, constraints)."""
+    cases = []
+    for law in SCORE_LAWS:
+        for lists, caps, budget in (
+            ("sparse", "loose", "free"),
+            ("sparse", "loose", "binding"),
+            ("dense", "tight", "free"),
+        ):
+            d = candidate_draw(3000, law, lists, caps, budget, seed=5, list_length=10)  # type: ignore[arg-type]
+            cases.append((d.name, d.score, d.constraints()))
+    rng = np.random.default_rng(7)
+    w, t = np.divmod(np.arange(20 * 30), 30)
+    u = rng.random(600)
+    cases += [
+        ("zero budget", u, TVCSConstraints.build(600, w, t, 5, 3, 0)),
+        ("all negative", -u, TVCSConstraints.build(600, w, t, 5, 3, 100)),
+        ("zero caps one view", u, TVCSConstraints.build(600, w, t, 0, 3, 100)),
+        ("caps of 1", u, TVCSConstraints.build(600, w, t, 1, 1, None)),
+        ("ties", np.ceil(4 * u), TVCSConstraints.build(600, w, t, 12, 6, 150)),
+        ("all equal", np.ones(600), TVCSConstraints.build(600, w, t, 12, 6, 150)),
+        ("loose workers", u, TVCSConstraints.build(600, w, t, 30, 4, None)),
+    ]
+    return cases
+
+
+@pytest.mark.parametrize("case", _relaxation_cases(), ids=lambda c: c[0])
+def test_one_view_relaxation_equals_highs(case):
+    """The one-view relaxation in front of the flow solve (``relaxation_check``): with it and without
+    it the flow backend equals the HiGHS optimum (ties, degenerate caps, zero budget, all-negative
+    weights included), certified and feasible; when it answers, its bound equals its objective and
+    the dropped view's caps hold."""
+    _name, u, cons = case
+    lp = TVCSProjector(cons, backend="lp").select(u)
+    on = TVCSProjector(cons, prune_min_p=0).select(u)
+    off = TVCSProjector(cons, prune_min_p=0, relaxation_check=False).select(u)
+    for res in (on, off):
+        assert res.certified and cons.is_feasible(res.x) and not np.any(res.x & (u <= 0))
+        assert abs(res.objective - lp.objective) <= 1e-9 * max(1.0, lp.objective)
+    if "closed_form" in on.trace and "empty" not in on.trace:
+        assert on.dual_bound - on.objective <= 1e-9 * max(1.0, on.objective)
+
+
+def test_one_view_relaxation_answers_only_when_feasible():
+    """Loose worker caps that the tasks' greedy never reaches: the relaxation answers (no flow solve).
+    Worker caps of 1 that the tasks' greedy and the workers' greedy both break: it declines, the flow runs."""
+    rng = np.random.default_rng(11)
+    w, t = np.divmod(np.arange(20 * 30), 30)
+    u = rng.random(600)
+    loose = TVCSProjector(TVCSConstraints.build(600, w, t, 29, 4, None)).select(u)
+    assert "closed_form" in loose.trace and "respected" in loose.trace["closed_form"]
+    u2 = np.where(w < 2, 1.0 + u, u)  # workers 0 and 1 top every task's list and are wanted by all
+    tight = TVCSProjector(TVCSConstraints.build(600, w, t, 1, 2, None)).select(u2)
+    assert "closed_form" not in tight.trace and tight.trace["solver"] == "ortools"

@@ -22,12 +22,14 @@ from crowdflow.synth.assignment import SCORE_LAWS, candidate_draw
 
 
 def _check(u, cons, ref: float) -> None:
-    res = TVCSProjector(cons, prune_min_p=0).select(u)
-    assert res.certified
-    assert cons.is_feasible(res.x)
-    assert not np.any(res.x & (u <= 0))
-    assert abs(res.objective - ref) <= 1e-9 * max(1.0, abs(ref))
-    assert _certified(res.objective, res.dual_bound)
+    """With and without the one-view relaxation in front (so the flow path runs on every instance)."""
+    for relax in (True, False):
+        res = TVCSProjector(cons, prune_min_p=0, relaxation_check=relax).select(u)
+        assert res.certified
+        assert cons.is_feasible(res.x)
+        assert not np.any(res.x & (u <= 0))
+        assert abs(res.objective - ref) <= 1e-9 * max(1.0, abs(ref))
+        assert _certified(res.objective, res.dual_bound)
 
 
 @pytest.mark.parametrize("i", range(120))
@@ -124,7 +126,7 @@ def test_a_failed_certificate_falls_back_to_the_lp(monkeypatch, caplog):
         return x, {"duals": (np.zeros(cons.n1), np.zeros(cons.n2), 0.0), "phases": 0}
 
     monkeypatch.setattr(projector, "solve_ortools", wrong)
-    res = TVCSProjector(cons).select(u)
+    res = TVCSProjector(cons, relaxation_check=False).select(u)  # the flow path, not the one-view greedy
     lp = TVCSProjector(cons, backend="lp").select(u)
     assert res.backend == "flow->lp" and res.certified
     assert abs(res.objective - lp.objective) <= 1e-9 * lp.objective
