@@ -178,7 +178,7 @@ def component_diagnostics(
     worker_status: np.ndarray | None = None,
     *,
     spectral: bool = True,
-    dense_max: int = 500,
+    dense_max: int = 2000,
     witness: bool = True,
     delta: float = 0.05,
     spectral_max_nnz: int | None = 2_000_000,

@@ -125,7 +125,7 @@ class SkillsOptions(Options):
         "most of their time on them.",
     )
     dense_eig_max: int = Field(
-        500,
+        2000,
         ge=1,
         le=5000,
         description="Groups of up to this many workers get their eigenvalues from an exact dense solver, "

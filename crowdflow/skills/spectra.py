@@ -20,7 +20,7 @@ from crowdflow._typing import SparseMatrix
 from crowdflow.graphs import without_diagonal
 
 
-def top_eigenvalue(a: SparseMatrix, dense_max: int = 500) -> float:
+def top_eigenvalue(a: SparseMatrix, dense_max: int = 2000) -> float:
     """Largest eigenvalue of a symmetric matrix (||A||_2 for a nonnegative one)."""
     n = a.shape[0]
     if n == 0 or sp.csr_matrix(a).nnz == 0:
@@ -38,7 +38,7 @@ def signless_laplacian(adj: SparseMatrix) -> sp.csr_matrix:
     return sp.csr_matrix(sp.diags(deg) + a)
 
 
-def signless_lambda_min(adj: SparseMatrix, dense_max: int = 500) -> tuple[float, str]:
+def signless_lambda_min(adj: SparseMatrix, dense_max: int = 2000) -> tuple[float, str]:
     """Smallest eigenvalue of the signless Laplacian of ``adj`` (docs/methods/skills.md §3.4).
 
     Dense LAPACK ``eigvalsh`` (``scipy.linalg``, smallest eigenvalue only) for n ≤ ``dense_max``;
