@@ -23,9 +23,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from crowdflow.errors import InputError
+
 __all__ = [
     "COMPARISON_ALIASES",
     "TIE",
+    "ComparisonTableError",
     "canonical_comparisons",
     "comparison_layout",
     "comparisons_from_winners",
@@ -54,6 +57,14 @@ COMPARISON_ALIASES = {
     "item_j": "item_b",
     "y": "outcome",
 }
+
+
+class ComparisonTableError(InputError, ValueError):
+    """A comparisons table breaks one of this module's rules (missing or self-compared ids, bad outcomes, …).
+
+    An :class:`~crowdflow.errors.InputError` (the command line exits 2 on it, also when the table reached the fit
+    under ``checks.validation: warn``) that is still a ``ValueError`` for library callers.
+    """
 
 
 def describe_positions(mask: np.ndarray, limit: int = 5) -> str:
@@ -136,10 +147,12 @@ def comparisons_from_winners(
     """
     missing = [c for c in (item_a, item_b, winner) if c not in df.columns]
     if missing:
-        raise ValueError(f"winner-form comparisons lack column(s) {missing}; have {list(df.columns)}")
+        raise ComparisonTableError(f"winner-form comparisons lack column(s) {missing}; have {list(df.columns)}")
     out, bad = winner_outcomes(df[item_a], df[item_b], df[winner])
     if bad.any():
-        raise ValueError(f"column '{winner}': {describe_positions(bad)} name neither item_a, item_b nor '{TIE}'")
+        raise ComparisonTableError(
+            f"column '{winner}': {describe_positions(bad)} name neither item_a, item_b nor '{TIE}'"
+        )
     res = df.drop(columns=[winner]).rename(columns={item_a: "item_a", item_b: "item_b"})
     if annotator in res.columns and annotator != "annotator":
         res = res.rename(columns={annotator: "annotator"})
@@ -224,29 +237,29 @@ def comparison_layout(comparisons: pd.DataFrame) -> pd.DataFrame:
         Not a DataFrame, a required column missing, or an empty table.
     """
     if not isinstance(comparisons, pd.DataFrame):
-        raise ValueError(f"comparisons must be a pandas DataFrame, got {type(comparisons).__name__}")
+        raise ComparisonTableError(f"comparisons must be a pandas DataFrame, got {type(comparisons).__name__}")
     df = rename_comparison_aliases(comparisons)
     if "outcome" not in df.columns and "winner" in df.columns:
         df = comparisons_from_winners(df)
     missing = [c for c in ("item_a", "item_b", "outcome") if c not in df.columns]
     if missing:
-        raise ValueError(
+        raise ComparisonTableError(
             f"comparisons lack required column(s) {missing} (need annotator, item_a, item_b, outcome "
             f"or a 'winner' column); have {list(comparisons.columns)}"
         )
     if len(df) == 0:
-        raise ValueError("comparisons table is empty: nothing to rank")
+        raise ComparisonTableError("comparisons table is empty: nothing to rank")
     return df
 
 
-def missing_ids_error(col: str, missing: np.ndarray) -> ValueError:
+def missing_ids_error(col: str, missing: np.ndarray) -> ComparisonTableError:
     """The error for rows of id column ``col`` without an id (``missing``: bool per row)."""
-    return ValueError(f"column '{col}': {describe_positions(missing)} have a missing item id")
+    return ComparisonTableError(f"column '{col}': {describe_positions(missing)} have a missing item id")
 
 
-def self_comparison_error(same: np.ndarray, example: object) -> ValueError:
+def self_comparison_error(same: np.ndarray, example: object) -> ComparisonTableError:
     """The error for rows comparing an item with itself (``same``: bool per row; ``example``: the first such id)."""
-    return ValueError(
+    return ComparisonTableError(
         f"columns 'item_a'/'item_b': {describe_positions(same)} compare an item with itself (e.g. item '{example}')"
     )
 
@@ -274,13 +287,13 @@ def outcomes_and_weights(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     y = _float_column(df["outcome"])
     bad = ~np.isfinite(y)
     if bad.any():
-        raise ValueError(f"column 'outcome': {describe_positions(bad)} are missing, non-numeric or infinite")
+        raise ComparisonTableError(f"column 'outcome': {describe_positions(bad)} are missing, non-numeric or infinite")
     if "weight" not in df.columns:
         return y, np.ones(len(df))
     w = _float_column(df["weight"])
     bad = ~np.isfinite(w) | (w <= 0)
     if bad.any():
-        raise ValueError(
+        raise ComparisonTableError(
             f"column 'weight': {describe_positions(bad)} are not finite and > 0 "
             "(weights are replication counts; drop zero-weight rows before fitting)"
         )
