@@ -77,27 +77,28 @@ def _annotator_table(annotator: np.ndarray, is_outlier: np.ndarray) -> pd.DataFr
     return out
 
 
-def _annotator_column(annotator: np.ndarray) -> pd.Series:
-    """``text_ids`` of the annotator ids (hashed once, not one object per row); all-missing without hashing."""
-    if pd.isna(annotator).all():
+def _annotator_column(annotator: np.ndarray, has_annotator: bool = True) -> pd.Series:
+    """``text_ids`` of the annotator ids (hashed once, not one object per row); all-missing without hashing (and
+    without reading them when ``has_annotator`` is False: a graph built without annotators)."""
+    if not has_annotator or pd.isna(annotator).all():
         return pd.Series(pd.arrays.ArrowStringArray(pa.nulls(annotator.size, pa.large_string())), dtype="string")
     return text_ids(pd.Series(annotator, dtype=object))
 
 
-def _source_ids(source: pd.DataFrame | None, col: str, g: ComparisonGraph) -> pd.Series | None:
+def _source_ids(source: pd.DataFrame | None, col: str, g: ComparisonGraph, in_order: bool) -> pd.Series | None:
     """The id column ``col`` of the table ``g`` was built from, when it already is the output column.
 
     An Arrow string column without missing ids is its own text (:mod:`crowdflow.ranking.encoding`), so for a graph
     built from it row by row (``row_id`` = input position) ``items[i]`` is the column as it is: no gather of m
-    strings (two Arrow takes of 10^7 strings cost ~1 s).
+    strings (two Arrow takes of 10^7 strings cost ~1 s). ``in_order``: ``g.row_id`` is ``0, 1, …, m − 1``.
     """
-    if source is None or len(source) != g.m:
+    if source is None or len(source) != g.m or not in_order:
         return None
     layout = rename_comparison_aliases(source)
     if col not in layout.columns or "outcome" not in layout.columns:
         return None
     data = arrow_strings(layout[col])
-    if data is None or data.null_count or not np.array_equal(g.row_id, np.arange(g.m)):
+    if data is None or data.null_count:
         return None
     return pd.Series(pd.arrays.ArrowStringArray(data.cast(pa.large_string())), dtype="string")
 
@@ -106,17 +107,26 @@ def _row_columns(g: ComparisonGraph, source: pd.DataFrame | None = None) -> dict
     """The columns that identify each comparison row in the output tables (row id, who, which pair, outcome).
 
     ``source``: the comparisons table ``g`` was built from by :func:`build_comparison_graph`, if any (its Arrow
-    string id columns are reused as they are).
+    string id columns are reused as they are). ``g`` is then the fit's own graph, whose row arrays are fresh and go
+    nowhere else, so they become the columns without a copy (the residual table is built with ``copy=False``);
+    a graph the caller handed in is copied.
     """
-    item_a = _source_ids(source, "item_a", g)
-    item_b = _source_ids(source, "item_b", g)
+    owned = source is not None
+    in_order = owned and g.row_id.dtype == np.int64 and bool(np.array_equal(g.row_id, np.arange(g.m)))
+    item_a = _source_ids(source, "item_a", g, in_order)
+    item_b = _source_ids(source, "item_b", g, in_order)
+    ids = (
+        None
+        if item_a is not None and item_b is not None
+        else pa.array(np.asarray(g.items, dtype=object), type=pa.large_string())
+    )
     return {
-        "row_id": g.row_id.astype(np.int64),
-        "annotator": _annotator_column(g.annotator),
-        "item_a": _str_take(g.items, g.i) if item_a is None else item_a,
-        "item_b": _str_take(g.items, g.j) if item_b is None else item_b,
-        "outcome": g.y.copy(),  # copies: the residual table is built with copy=False
-        "weight": g.w.copy(),
+        "row_id": g.row_id if owned and g.row_id.dtype == np.int64 else g.row_id.astype(np.int64),
+        "annotator": _annotator_column(g.annotator, g.has_annotator),
+        "item_a": _str_take(g.items, g.i, ids) if item_a is None else item_a,
+        "item_b": _str_take(g.items, g.j, ids) if item_b is None else item_b,
+        "outcome": g.y if owned else g.y.copy(),
+        "weight": g.w if owned else g.w.copy(),
     }
 
 
