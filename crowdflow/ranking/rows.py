@@ -8,7 +8,8 @@ results are bit-identical to the expressions they replace (tests compare them):
   the orientation ``s_k = +1`` if ``i_k < j_k`` else ``−1`` and the weighted degrees
   ``d = bincount(i, w) + bincount(j, w)``;
 * :func:`divergence` — ``XᵀWv = bincount(i, w·v) − bincount(j, w·v)``;
-* :func:`fitted_and_residual` — ``f_k = θ_i − θ_j`` and ``y_k − f_k``.
+* :func:`fitted_and_residual` — ``f_k = θ_i − θ_j`` and ``y_k − f_k``;
+* :func:`is_range` — ``array_equal(x, arange(m))`` without the (m,) ``arange``.
 
 See docs/methods/ranking.md §1.3 (operators) and §2.1 (scores).
 """
@@ -19,7 +20,7 @@ import numpy as np
 
 from crowdflow.compiled import compiled_kernel
 
-__all__ = ["divergence", "fitted_and_residual", "row_summary"]
+__all__ = ["divergence", "fitted_and_residual", "is_range", "row_summary"]
 
 
 @compiled_kernel
@@ -105,3 +106,16 @@ def fitted_and_residual(
     res = np.empty(i.size, dtype=np.float64)
     _fitted(np.asarray(theta, dtype=np.float64), i, j, y, fitted, res)
     return fitted, res
+
+
+@compiled_kernel
+def _is_range(x: np.ndarray) -> bool:
+    for k in range(x.size):  # noqa: SIM110 - a loop numba compiles (no generator)
+        if x[k] != k:
+            return False
+    return True
+
+
+def is_range(x: np.ndarray) -> bool:
+    """True when the integer array ``x`` is ``0, 1, …, x.size − 1``."""
+    return bool(_is_range(x))

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import scipy.sparse as sp
 
 from crowdflow.comparisons import rename_comparison_aliases, text_ids
@@ -24,6 +25,7 @@ from crowdflow.ranking.encoding import arrow_strings
 from crowdflow.ranking.graph import ComparisonGraph
 from crowdflow.ranking.hodge import hodge_decomposition, undetectable_rows
 from crowdflow.ranking.least_squares import refit_without
+from crowdflow.ranking.rows import is_range
 from crowdflow.ranking.types import GraphReport, RobustRankingResult, _rank_desc, _str, _str_take
 
 __all__ = ["assemble_robust_result"]
@@ -56,8 +58,23 @@ def _ranking_table(g: ComparisonGraph, theta: np.ndarray, n_comparisons: np.ndar
         .to_numpy()
         .astype(np.int64)
     )
-    df = df.sort_values(["component", "rank", "item"], kind="stable").reset_index(drop=True)
+    df = df.iloc[_ranking_order(g.items, df["component"].to_numpy(), df["rank"].to_numpy())].reset_index(drop=True)
     return df[["item", "score", "rank", "component", "n_comparisons"]]
+
+
+def _ranking_order(items: np.ndarray, component: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """The row order of ``sort_values(["component", "rank", "item"])`` for distinct ``str`` items.
+
+    The items' text order comes from Arrow's sort of their UTF-8 bytes (the order of their code points, as Python
+    compares ``str``; 7 ms at 10^5 ids, where pandas' sort with a string key took 33-88 ms), then one ``lexsort``.
+    (Ids that are not valid Unicode text, lone surrogates, fail here as they fail in pandas' sort, which also
+    goes through Arrow.)
+    """
+    text = pa.array(np.asarray(items, dtype=object), type=pa.large_string())
+    by_text = pc.sort_indices(text).to_numpy(zero_copy_only=False)
+    text_rank = np.empty(by_text.size, dtype=np.int64)
+    text_rank[by_text] = np.arange(by_text.size, dtype=np.int64)
+    return np.lexsort((text_rank, rank, component))
 
 
 def _annotator_table(annotator: np.ndarray, is_outlier: np.ndarray) -> pd.DataFrame:
@@ -112,7 +129,7 @@ def _row_columns(g: ComparisonGraph, source: pd.DataFrame | None = None) -> dict
     a graph the caller handed in is copied.
     """
     owned = source is not None
-    in_order = owned and g.row_id.dtype == np.int64 and bool(np.array_equal(g.row_id, np.arange(g.m)))
+    in_order = owned and g.row_id.dtype == np.int64 and is_range(g.row_id)
     item_a = _source_ids(source, "item_a", g, in_order)
     item_b = _source_ids(source, "item_b", g, in_order)
     ids = (

@@ -376,3 +376,29 @@ def test_fit_from_table_equals_fit_from_reference_graph(n: int, m: int, shape: s
     before = df.copy()
     got.residuals.loc[0, "outcome"] = 99.0  # the table owns its columns: the input is untouched
     pd.testing.assert_frame_equal(df, before)
+
+
+def test_is_range() -> None:
+    from crowdflow.ranking.rows import is_range
+
+    assert is_range(np.arange(5, dtype=np.int64)) and is_range(np.zeros(0, dtype=np.int64))
+    assert not is_range(np.array([0, 2, 1], dtype=np.int64)) and not is_range(np.array([1], dtype=np.int64))
+
+
+@pytest.mark.parametrize("kind", ["ascii", "unicode", "numeric_text"])
+def test_ranking_order_equals_pandas_sort(kind: str) -> None:
+    """The ranking table's row order (Arrow text order + lexsort) equals pandas' sort on (component, rank, item)."""
+    from crowdflow.ranking.tables import _ranking_order
+
+    rng = np.random.default_rng(7)
+    pool = {
+        "ascii": [f"it{k}" for k in range(300)] + ["", "A", "a", "Z_"],
+        "unicode": ["é", "e", "✓", "Ω", "ω", "z", "", "日本", "\x00", "a\x00", "𝔘"] + [f"x{k}" for k in range(50)],
+        "numeric_text": [str(k) for k in range(200)] + ["10.0", "-1"],
+    }[kind]
+    items = np.array(pool, dtype=object)
+    component = rng.integers(0, 3, items.size)
+    rank = rng.integers(1, 4, items.size)  # many ties on (component, rank): the items decide
+    frame = pd.DataFrame({"component": component, "rank": rank, "item": pd.Series(items, dtype=object)})
+    want = frame.sort_values(["component", "rank", "item"], kind="stable").index.to_numpy()
+    np.testing.assert_array_equal(_ranking_order(items, component, rank), want)
