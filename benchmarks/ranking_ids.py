@@ -152,7 +152,8 @@ def _elo(shape: tuple[int, int, str, str, str], reps: int) -> float:
 
 def run_deciding(reps: int, before: str | None) -> str:
     """Scores only (``diagnostics=False``) on the 10^5-item cells: before, after and Evalica Elo, best of ``reps``
-    each, one cell after the other; a markdown table with the load averages at start and end."""
+    each (Elo once at 10^7 rows), one cell after the other; a markdown table with the load averages at start and
+    end."""
     here = str(Path(__file__).resolve().parents[1])
     load0 = os.getloadavg()
     lines = [
@@ -162,7 +163,7 @@ def run_deciding(reps: int, before: str | None) -> str:
     ]
     for shape in DECIDING:
         m, n, ids, pop, outcomes = shape
-        elo = _elo(shape, reps)
+        elo = _elo(shape, reps if m < 10_000_000 else 1)  # Elo: informative only at 10^7 rows (40-80 s a run)
         after = _bare_in(here, shape, reps)
         old = _bare_in(before, shape, reps) if before else None
         f = lambda x: "—" if x is None else f"{x:.3f}"  # noqa: E731
