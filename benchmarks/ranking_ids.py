@@ -12,6 +12,7 @@ The table is sorted by the worst ratio first.
 
     python -m benchmarks.ranking_ids --before /work/main     # the family below; results/ranking_ids.md
     python -m benchmarks.ranking_ids --quick                  # 10^5 rows only
+    python -m benchmarks.ranking_ids --deciding --reps 3 --before /work/main   # 10^5-item cells, scores only
 """
 
 from __future__ import annotations
@@ -109,9 +110,76 @@ def _before(path: str, shape: tuple[int, int, str, str, str], reps: int) -> tupl
 
 
 def _worker(spec: str) -> None:
-    m, n, ids, pop, outcomes, reps = json.loads(spec)
+    m, n, ids, pop, outcomes, reps, *mode = json.loads(spec)
     df = comparisons(m, n, ids, outcomes, popularity=pop)
+    if mode == ["bare"]:
+        from crowdflow.ranking import fit_hodgerank
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            print(json.dumps(best_of(lambda: fit_hodgerank(df, diagnostics=False), reps)))
+        return
     print(json.dumps(_ours(df, reps)))
+
+
+#: the cells that decide issue #19's two open ranking targets: every shape of the family at 10^5 items
+DECIDING = [s for s in FAMILY if s[1] == 100_000]
+
+
+def _bare_in(path: str, shape: tuple[int, int, str, str, str], reps: int) -> float:
+    """``fit_hodgerank(df, diagnostics=False)`` on ``shape``, best of ``reps``, in a child importing crowdflow at
+    ``path`` (each side in a fresh process: neither inherits the other's heap)."""
+    env = {**os.environ, "PYTHONPATH": path}
+    args = [sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps([*shape, reps, "bare"])]
+    out = subprocess.run(args, env=env, capture_output=True, text=True, check=True, cwd=path)
+    return float(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def _elo(shape: tuple[int, int, str, str, str], reps: int) -> float:
+    """Evalica Elo on ``shape``'s id columns and winners, best of ``reps``."""
+    import evalica
+
+    m, n, ids, pop, outcomes = shape
+    df = comparisons(m, n, ids, outcomes, popularity=pop)
+    win = np.where(
+        df["outcome"] > 0, evalica.Winner.X, np.where(df["outcome"] < 0, evalica.Winner.Y, evalica.Winner.Draw)
+    )
+    winners = pd.Series(win)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return best_of(lambda: evalica.elo(df["item_a"], df["item_b"], winners), reps)
+
+
+def run_deciding(reps: int, before: str | None) -> str:
+    """Scores only (``diagnostics=False``) on the 10^5-item cells: before, after and Evalica Elo, best of ``reps``
+    each (Elo once at 10^7 rows), one cell after the other; a markdown table with the load averages at start and
+    end."""
+    here = str(Path(__file__).resolve().parents[1])
+    load0 = os.getloadavg()
+    lines = [
+        "| rows | items | ids | popularity | outcomes | before (s) | after (s) | Evalica Elo (s) | before / Elo | "
+        "after / Elo | after / before |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for shape in DECIDING:
+        m, n, ids, pop, outcomes = shape
+        elo = _elo(shape, reps if m < 10_000_000 else 1)  # Elo: informative only at 10^7 rows (40-80 s a run)
+        after = _bare_in(here, shape, reps)
+        old = _bare_in(before, shape, reps) if before else None
+        f = lambda x: "—" if x is None else f"{x:.3f}"  # noqa: E731
+        r = lambda x, y: "—" if x is None or y is None else f"{x / y:.2f}"  # noqa: E731
+        line = (
+            f"| {m:.0e} | {n:,} | {ids} | {pop} | {outcomes} | {f(old)} | {after:.3f} | {elo:.3f} | {r(old, elo)} | "
+            f"{r(after, elo)} | {r(after, old)} |"
+        )
+        lines.append(line)
+        print(line, flush=True)
+    load1 = os.getloadavg()
+    lines.append(
+        f"\nLoad average (1, 5, 15 min) at start {load0[0]:.2f}, {load0[1]:.2f}, {load0[2]:.2f}; "
+        f"at end {load1[0]:.2f}, {load1[1]:.2f}, {load1[2]:.2f}.\n"
+    )
+    return "\n".join(lines) + "\n"
 
 
 def run(family: list[tuple[int, int, str, str, str]], reps: int, before: str | None) -> str:
@@ -191,11 +259,20 @@ def main(argv: list[str] | None = None) -> str:
     ap.add_argument("--reps", type=int, default=2, help="runs per cell; the best is reported (one fewer at 10^7)")
     ap.add_argument("--before", default=None, help="path of another checkout whose crowdflow is timed alongside")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument(
+        "--deciding",
+        action="store_true",
+        help="only the 10^5-item cells, scores only, before / after / Elo (printed, not written to --out)",
+    )
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         _worker(args.worker)
         return ""
+    if args.deciding:
+        text = run_deciding(args.reps, args.before)
+        print(text)
+        return text
     family = [s for s in FAMILY if s[0] <= 100_000] if args.quick else FAMILY
     text = run(family, args.reps, args.before)
     args.out.write_text(text, encoding="utf-8")

@@ -32,6 +32,7 @@ from crowdflow.ranking.hodge import hodge_decomposition, undetectable_rows
 from crowdflow.ranking.lbi import lbi
 from crowdflow.ranking.least_squares import LaplacianSolver, hodgerank_scores
 from crowdflow.ranking.options import RankingOptions
+from crowdflow.ranking.rows import fitted_and_residual
 from crowdflow.ranking.scale import AdaptiveLambda, adaptive_lambda, huber_concomitant_scale
 from crowdflow.ranking.tables import _ranking_table, _row_columns, assemble_robust_result
 from crowdflow.ranking.trimmed import TrimmedRankingResult, fit_trimmed_tables
@@ -156,13 +157,13 @@ def fit_hodgerank(
         diag = hodge_decomposition(g, theta, solver=sol, undetectable=undet).table
     else:
         diag = pd.DataFrame({"component": np.arange(g.n_components, dtype=np.int64)})
-    fitted = theta[g.i] - theta[g.j]
+    fitted, residual = fitted_and_residual(theta, g.i, g.j, g.y)  # θ_i − θ_j and y − (θ_i − θ_j) in one pass
     # copy=False: fresh arrays (outcome and weight copied) are not stacked into 2-D blocks (0.2 s per column at 10^7)
     res = pd.DataFrame(
         {
             **_row_columns(g, comparisons if isinstance(comparisons, pd.DataFrame) else None),
             "fitted": fitted,
-            "residual": g.y - fitted,
+            "residual": residual,
             "undetectable": undet,
         },
         copy=False,

@@ -35,6 +35,7 @@ from crowdflow.comparisons import (
 from crowdflow.labels import natural_order
 from crowdflow.ranking.encoding import encode_ids, encode_pair_ids
 from crowdflow.ranking.pairs import laplacian_csr, pair_table
+from crowdflow.ranking.rows import divergence, row_summary
 from crowdflow.ranking.types import GraphReport, _str
 
 __all__ = [
@@ -176,6 +177,9 @@ class ComparisonGraph:
         (m,) int64 row ids (position in the input table).
     annotator : numpy.ndarray
         (m,) object annotator ids (``None`` when unknown).
+    has_annotator : bool
+        False when the graph was built without annotators (``annotator`` is all ``None``): the output tables then
+        need not read m Python objects to find that out.
     """
 
     items: np.ndarray
@@ -193,6 +197,7 @@ class ComparisonGraph:
     edge_weight: np.ndarray
     row_id: np.ndarray
     annotator: np.ndarray
+    has_annotator: bool = True
 
     @property
     def n(self) -> int:
@@ -237,12 +242,12 @@ class ComparisonGraph:
         return cast(np.ndarray, self.X @ theta)
 
     def divergence(self, v: np.ndarray) -> np.ndarray:
-        """``XᵀWv`` (length n), by two weighted ``bincount`` passes (no sparse matrix needed)."""
+        """``XᵀWv`` (length n): ``bincount(i, w·v) − bincount(j, w·v)`` (no sparse matrix needed)."""
         v = np.asarray(v, dtype=np.float64)
         if v.ndim != 1:
             return cast(np.ndarray, self.XT @ (self.w[:, None] * v))
-        wv = self.w * v
-        return np.bincount(self.i, weights=wv, minlength=self.n) - np.bincount(self.j, weights=wv, minlength=self.n)
+        # one compiled pass; the same sums in the same order as bincount(i, w·v) − bincount(j, w·v)
+        return divergence(self.i, self.j, self.w, v, self.n)
 
     @classmethod
     def from_arrays(
@@ -283,10 +288,6 @@ class ComparisonGraph:
         w = np.ones(m) if w is None else np.asarray(w, dtype=np.float64).ravel()
         if w.size != m:
             raise ValueError("w must have the same length as y")
-        if m and (not np.all(np.isfinite(y))):
-            raise ValueError("y must be finite")
-        if m and (not np.all(np.isfinite(w)) or np.any(w <= 0)):
-            raise ValueError("weights must be finite and > 0")
         if items is not None:
             items = np.asarray(items, dtype=object)
             n = items.size if n is None else n
@@ -296,14 +297,13 @@ class ComparisonGraph:
             items = np.array([str(k) for k in range(n)], dtype=object)
         if items.size != n:
             raise ValueError(f"items has {items.size} ids but n = {n}")
-        if m and (i.min() < 0 or j.min() < 0 or i.max() >= n or j.max() >= n):
-            raise ValueError("item index out of range")
-        if np.any(i == j):
-            raise ValueError(f"self-comparisons: {describe_positions(i == j)}")
+        # one compiled pass checks the rows and gives the orientation and degrees (crowdflow.ranking.rows); only
+        # when a row is bad do the checks below run, to name the problem
+        ok, sign, deg = row_summary(i, j, y, w, n)
+        if not ok:
+            _check_rows(i, j, y, w, n)
         # compiled passes (crowdflow.ranking.pairs); _unique_edges and _laplacian_from_edges are their references
         edge, edge_u, edge_v, edge_weight = pair_table(i, j, w, n)
-        sign = np.where(i < j, 1.0, -1.0)
-        deg = np.bincount(i, weights=w, minlength=n) + np.bincount(j, weights=w, minlength=n)
         L = laplacian_csr(edge_u, edge_v, edge_weight, deg, n)
         # L is symmetric, so its strongly connected components are the connected components; the
         # 'strong' traversal needs no transposed copy of the graph (the undirected one does)
@@ -311,6 +311,7 @@ class ComparisonGraph:
         labels = _relabel_by_min(labels.astype(np.int64), n_comp)
         if row_id is None:
             row_id = np.arange(m, dtype=np.int64)
+        has_annotator = annotator is not None
         if annotator is None:
             annotator = np.full(m, None, dtype=object)
         return cls(
@@ -329,6 +330,7 @@ class ComparisonGraph:
             edge_weight=edge_weight,
             row_id=np.asarray(row_id),
             annotator=np.asarray(annotator, dtype=object),
+            has_annotator=has_annotator,
         )
 
     def subset(self, rows: np.ndarray) -> ComparisonGraph:
@@ -346,6 +348,20 @@ class ComparisonGraph:
             row_id=self.row_id[rows],
             annotator=self.annotator[rows],
         )
+
+
+def _check_rows(i: np.ndarray, j: np.ndarray, y: np.ndarray, w: np.ndarray, n: int) -> None:
+    """Raise the error of the first problem of the rows (the reference checks of :func:`rows.row_summary`)."""
+    m = y.size
+    if m and (not np.all(np.isfinite(y))):
+        raise ValueError("y must be finite")
+    if m and (not np.all(np.isfinite(w)) or np.any(w <= 0)):
+        raise ValueError("weights must be finite and > 0")
+    if m and (i.min() < 0 or j.min() < 0 or i.max() >= n or j.max() >= n):
+        raise ValueError("item index out of range")
+    if np.any(i == j):
+        raise ValueError(f"self-comparisons: {describe_positions(i == j)}")
+    raise AssertionError("row_summary found a bad row that the reference checks accept")  # pragma: no cover
 
 
 def _relabel_by_min(labels: np.ndarray, n_comp: int) -> np.ndarray:
@@ -391,9 +407,9 @@ def build_comparison_graph(comparisons: pd.DataFrame, *, items: Sequence[Any] | 
         ann_codes, ann_text = encode_ids(df["annotator"])
         ann_table = np.empty(ann_text.size + 1, dtype=object)  # the last slot (code -1: missing) stays None
         ann_table[:-1] = ann_text
-        annotator = ann_table[ann_codes]
+        annotator: np.ndarray | None = ann_table[ann_codes]
     else:
-        annotator = np.full(m, None, dtype=object)
+        annotator = None  # from_arrays fills None and records that there are no annotators
     return ComparisonGraph.from_arrays(
         i, j, y, w, n=ids.size, items=ids, row_id=np.arange(m, dtype=np.int64), annotator=annotator
     )
@@ -413,7 +429,10 @@ def _natural_codes(
     order = natural_order(universe)
     position = np.empty(universe.size, dtype=np.int64)
     position[order] = np.arange(universe.size, dtype=np.int64)
-    return position[codes_a], position[codes_b], universe[order]
+    # in place (the codes are the caller's own fresh arrays, all in range: 'clip' only skips numpy's buffering)
+    i = np.take(position, codes_a, out=codes_a, mode="clip")
+    j = np.take(position, codes_b, out=codes_b, mode="clip")
+    return i, j, universe[order]
 
 
 def _build_comparison_graph_reference(

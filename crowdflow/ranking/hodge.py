@@ -30,7 +30,7 @@ from scipy.sparse import linalg as spla
 from crowdflow._typing import SparseMatrix
 from crowdflow.missing import explain_missing
 from crowdflow.ranking.graph import ComparisonGraph
-from crowdflow.ranking.hodge_kernels import bridges, cgls_curl, pair_outcome_range, row_parts, triangles
+from crowdflow.ranking.hodge_kernels import cgls_curl, laplacian_bridges, pair_outcome_range, row_parts, triangles
 from crowdflow.ranking.least_squares import LaplacianSolver, hodgerank_scores
 
 logger = logging.getLogger(__name__)
@@ -106,7 +106,8 @@ def undetectable_rows(g: ComparisonGraph) -> np.ndarray:
     """
     if g.m == 0:
         return np.zeros(0, dtype=bool)
-    bridge = bridges(g.n, g.edge_u, g.edge_v)  # exact (Tarjan); _bridges is the randomised reference
+    # exact (Tarjan on the Laplacian's rows); bridges() on the pair list and the randomised _bridges are its references
+    bridge = laplacian_bridges(g.L, g.n_edges)
     if not bridge.any():  # no bridge, no undetectable row: the rows need not be read
         return np.zeros(g.m, dtype=bool)
     ymin, ymax = pair_outcome_range(g.edge, g.edge_sign * g.y, g.n_edges)

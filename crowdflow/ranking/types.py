@@ -168,9 +168,11 @@ def _str(values: np.ndarray) -> pd.Series:
     return pd.Series(pd.array(np.asarray(values, dtype=object), dtype="string"))
 
 
-def _str_take(ids: np.ndarray, codes: np.ndarray) -> pd.Series:
-    """``_str(ids[codes])`` gathered in Arrow: the distinct ids become text once, not one Python object per row."""
-    text = pa.array(np.asarray(ids, dtype=object), type=pa.large_string())
+def _str_take(ids: np.ndarray, codes: np.ndarray, text: pa.Array | None = None) -> pd.Series:
+    """``_str(ids[codes])`` gathered in Arrow: the distinct ids become text once, not one Python object per row
+    (``text``: ``ids`` already as an Arrow ``large_string`` array, shared by several gathers)."""
+    if text is None:
+        text = pa.array(np.asarray(ids, dtype=object), type=pa.large_string())
     return pd.Series(pd.arrays.ArrowStringArray(text.take(pa.array(np.asarray(codes, dtype=np.int64)))), dtype="string")
 
 

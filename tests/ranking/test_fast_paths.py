@@ -253,3 +253,152 @@ def test_fiedler_value_of_a_large_component_equals_dense() -> None:
         dense = hodge._fiedler_values(g)
         sparse = hodge._fiedler_values(g, dense_max_n=100)
         np.testing.assert_allclose(sparse, dense, rtol=1e-8)
+
+
+# --- issue #19, round 4: radix pairs, bridges on the Laplacian, row passes, integer spans ----------------------------
+
+
+@pytest.mark.parametrize(("n", "m", "shape", "seed"), FAMILY)
+def test_radix_and_bucket_pairs_equal_reference(n: int, m: int, shape: str, seed: int) -> None:
+    """The radix-sorted pairs (many items) and the bucketed fallback equal the sort-based reference, unit weights
+    (counted) or not, duplicate pairs included."""
+    from crowdflow.ranking import pairs
+
+    rng = np.random.default_rng(seed)
+    i, j = _pairs(rng, n, m, shape)
+    if m > 3:  # repeat some rows verbatim and reversed: duplicate pairs in both orientations
+        k = rng.integers(0, m, m // 3)
+        i, j = np.r_[i, i[k], j[k]], np.r_[j, j[k], i[k]]
+    for w in (np.ones(i.size), rng.uniform(0.1, 3.0, i.size)):
+        ref = _unique_edges(np.minimum(i, j), np.maximum(i, j), w, n)
+        unit = bool(np.all(w == 1.0))
+        radix, bucket = pairs._radix_pairs(i, j, w, n, unit), pairs._bucket_pairs(i, j, w, n)
+        for got in (radix, bucket):
+            for a, b in zip(ref[:3], got[:3], strict=True):
+                np.testing.assert_array_equal(a, b)
+            np.testing.assert_allclose(got[3], ref[3], rtol=1e-13)  # reduceat sums pairwise
+        np.testing.assert_array_equal(radix[3], bucket[3])  # both sum in row order
+
+
+@pytest.mark.parametrize(("n", "m", "shape", "seed"), FAMILY)
+def test_laplacian_bridges_equal_edge_list_bridges(n: int, m: int, shape: str, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    i, j = _pairs(rng, n, m, shape)
+    g = ComparisonGraph.from_arrays(i, j, rng.standard_normal(m), rng.uniform(0.5, 2.0, m), n=n)
+    from crowdflow.ranking.hodge_kernels import laplacian_bridges
+
+    want = bridges(g.n, g.edge_u, g.edge_v)
+    np.testing.assert_array_equal(laplacian_bridges(g.L, g.n_edges), want)
+    np.testing.assert_array_equal(want, hodge._bridges(g))
+
+
+@pytest.mark.parametrize(("n", "m", "shape", "seed"), FAMILY)
+def test_row_passes_equal_numpy(n: int, m: int, shape: str, seed: int) -> None:
+    """Row checks, orientation, degrees, divergence and fitted values: bit-identical to the numpy expressions."""
+    from crowdflow.ranking.rows import divergence, fitted_and_residual, row_summary
+
+    rng = np.random.default_rng(seed)
+    i, j = _pairs(rng, n, m, shape)
+    i, j = i.astype(np.int64), j.astype(np.int64)
+    y = rng.choice([-1.0, 0.0, 1.0, 0.37], m)
+    w = rng.uniform(0.1, 3.0, m)
+    ok, sign, deg = row_summary(i, j, y, w, n)
+    assert ok
+    np.testing.assert_array_equal(sign, np.where(i < j, 1.0, -1.0))
+    np.testing.assert_array_equal(deg, np.bincount(i, weights=w, minlength=n) + np.bincount(j, weights=w, minlength=n))
+    v = rng.standard_normal(m)
+    wv = w * v
+    want = np.bincount(i, weights=wv, minlength=n) - np.bincount(j, weights=wv, minlength=n)
+    np.testing.assert_array_equal(divergence(i, j, w, v, n), want)
+    theta = rng.standard_normal(n)
+    fitted, res = fitted_and_residual(theta, i, j, y)
+    np.testing.assert_array_equal(fitted, theta[i] - theta[j])
+    np.testing.assert_array_equal(res, y - (theta[i] - theta[j]))
+    for bad in ("y", "w", "range", "self"):
+        yb, wb, jb = y.copy(), w.copy(), j.copy()
+        if bad == "y":
+            yb[-1] = np.nan
+        elif bad == "w":
+            wb[-1] = 0.0
+        elif bad == "range":
+            jb[-1] = n
+        else:
+            jb[-1] = i[-1]
+        assert not row_summary(i, jb, yb, wb, n)[0]
+        with pytest.raises(ValueError):
+            ComparisonGraph.from_arrays(i, jb, yb, wb, n=n)
+
+
+INT_COLUMNS = {
+    "small": (np.array([5, 3, 5, 9]), np.array([3, 4, 4, 5])),
+    "negative": (np.array([-5, -1, 7, -5]), np.array([0, -1, 2, 3])),
+    "uint8": (np.array([0, 255, 7], dtype=np.uint8), np.array([1, 2, 3], dtype=np.uint8)),
+    "mixed_widths": (np.array([1, 2, 300], dtype=np.int16), np.array([7, -1, 2], dtype=np.int64)),
+    "wide_span": (np.array([0, 2**40, 5]), np.array([2**40, 1, 0])),  # falls back to hashing
+    "int64_extremes": (np.array([-(2**63), 2**63 - 1]), np.array([0, 1])),
+    "uint64_high": (
+        np.array([2**64 - 1, 2**64 - 3], dtype=np.uint64),
+        np.array([2**64 - 2, 2**64 - 1], dtype=np.uint64),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INT_COLUMNS))
+def test_integer_span_encoding_equals_str_of_every_value(name: str) -> None:
+    a, b = (pd.Series(x) for x in INT_COLUMNS[name])
+    ca, cb, text = encode_pair_ids(a, b)
+    assert len(set(text.tolist())) == text.size
+    assert all(type(t) is str for t in text)
+    np.testing.assert_array_equal(text[ca], _by_definition(a))
+    np.testing.assert_array_equal(text[cb], _by_definition(b))
+
+
+def _tables_equal(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True), check_exact=False, rtol=1e-12)
+
+
+@pytest.mark.parametrize(("n", "m", "shape", "seed"), [f for f in FAMILY if f[1] > 1])
+def test_fit_from_table_equals_fit_from_reference_graph(n: int, m: int, shape: str, seed: int) -> None:
+    """The scores-only fit of a table (fast encodings, row passes, no copies) equals the fit of the reference graph
+    (canonical text, numpy checks), the output tables included; with and without annotators."""
+    rng = np.random.default_rng(seed)
+    kind = ["arrow", "object", "int"][seed % 3]
+    df = _table(rng, n, m, shape, kind)
+    if seed % 2:
+        df = df.drop(columns=["annotator"], errors="ignore")
+    got = fit_hodgerank(df, diagnostics=False)
+    ref = fit_hodgerank(_build_comparison_graph_reference(df), diagnostics=False)
+    _tables_equal(got.ranking, ref.ranking)
+    _tables_equal(got.residuals, ref.residuals)
+    assert got.residuals["item_a"].tolist() == df["item_a"].astype(str).tolist()
+    if "annotator" not in df.columns:
+        assert got.residuals["annotator"].isna().all()
+    before = df.copy()
+    got.residuals.loc[0, "outcome"] = 99.0  # the table owns its columns: the input is untouched
+    pd.testing.assert_frame_equal(df, before)
+
+
+def test_is_range() -> None:
+    from crowdflow.ranking.rows import is_range
+
+    assert is_range(np.arange(5, dtype=np.int64)) and is_range(np.zeros(0, dtype=np.int64))
+    assert not is_range(np.array([0, 2, 1], dtype=np.int64)) and not is_range(np.array([1], dtype=np.int64))
+
+
+@pytest.mark.parametrize("kind", ["ascii", "unicode", "numeric_text"])
+def test_ranking_order_equals_pandas_sort(kind: str) -> None:
+    """The ranking table's row order (Arrow text order + lexsort) equals pandas' sort on (component, rank, item)."""
+    from crowdflow.ranking.tables import _ranking_order
+
+    rng = np.random.default_rng(7)
+    pool = {
+        "ascii": [f"it{k}" for k in range(300)] + ["", "A", "a", "Z_"],
+        "unicode": ["é", "e", "✓", "Ω", "ω", "z", "", "日本", "\x00", "a\x00", "𝔘"] + [f"x{k}" for k in range(50)],
+        "numeric_text": [str(k) for k in range(200)] + ["10.0", "-1"],
+    }[kind]
+    items = np.array(pool, dtype=object)
+    component = rng.integers(0, 3, items.size)
+    rank = rng.integers(1, 4, items.size)  # many ties on (component, rank): the items decide
+    frame = pd.DataFrame({"component": component, "rank": rank, "item": pd.Series(items, dtype=object)})
+    want = frame.sort_values(["component", "rank", "item"], kind="stable").index.to_numpy()
+    np.testing.assert_array_equal(_ranking_order(items, component, rank), want)
