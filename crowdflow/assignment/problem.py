@@ -35,10 +35,25 @@ def _rename_aliases(df: pd.DataFrame, aliases: dict[str, str]) -> pd.DataFrame:
 
 
 def _ids_as_str(col: pd.Series, table: str, name: str) -> np.ndarray:
+    return _id_text(col, table, name).to_numpy(dtype=object)
+
+
+def _id_text(col: pd.Series, table: str, name: str) -> pd.Series:
+    """The ids of ``col`` as text (``astype(str)``); missing ids are an error naming the rows."""
     if col.isna().any():
         rows = np.flatnonzero(col.isna().to_numpy())[:10].tolist()
         raise ValueError(f"{table}: column '{name}' has missing ids at rows {rows}")
-    return col.astype(str).to_numpy(dtype=object)
+    return col.astype(str)
+
+
+def _id_codes(text: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, distinct)`` of an id column as text: ``distinct[codes]`` is the column (object ``str``s).
+
+    One hash pass (``pandas.factorize``; Arrow's dictionary encoding for Arrow-backed text), so the
+    per-row work is on integers and only the distinct ids become Python strings.
+    """
+    codes, distinct = pd.factorize(text)
+    return codes.astype(np.int64, copy=False), np.asarray(distinct, dtype=object)
 
 
 def _float_column(df: pd.DataFrame, name: str, table: str) -> np.ndarray:
@@ -196,22 +211,26 @@ def _build_instance(
         if col not in cand.columns:
             raise ValueError(f"candidates: missing column '{col}' (columns: {list(candidates.columns)})")
     cand = cand.reset_index(drop=True)
-    tasks_c = _ids_as_str(cand["task"], "candidates", "task")
-    workers_c = _ids_as_str(cand["worker"], "candidates", "worker")
-    cand = cand.assign(task=tasks_c, worker=workers_c)
+    task_text = _id_text(cand["task"], "candidates", "task")
+    worker_text = _id_text(cand["worker"], "candidates", "worker")
+    cand = cand.assign(task=task_text, worker=worker_text)
     for col in value_cols:
         cand[col] = _float_column(cand, col, "candidates")
-    dup = cand.duplicated(["task", "worker"], keep=False)
+    # ids become integer codes once; the checks and the instance work on the codes (issue #19: no per-row
+    # Python strings on the hot path), only the distinct ids are compared as text
+    t_codes, t_distinct = _id_codes(task_text)
+    w_codes, w_distinct = _id_codes(worker_text)
+    dup = pd.Series(t_codes * max(1, w_distinct.shape[0]) + w_codes).duplicated(keep=False).to_numpy()
     if dup.any():
         pairs = list(cand.loc[dup, ["task", "worker"]].drop_duplicates().itertuples(index=False, name=None))
         raise ValueError(f"candidates: duplicate (task, worker) pairs, e.g. {pairs[:10]}")
     b = _check_budget(budget)
     workers, wcap = _caps_vector(
-        worker_caps, workers_c, "worker", "worker", "capacity", _WORKER_CAP_ALIASES, worker_default
+        worker_caps, w_distinct, "worker", "worker", "capacity", _WORKER_CAP_ALIASES, worker_default
     )
-    tasks, tcap = _caps_vector(task_caps, tasks_c, "task", "task", "cap", _TASK_CAP_ALIASES, task_default)
-    w_idx = np.searchsorted(workers.astype(str), workers_c.astype(str)).astype(np.int64)
-    t_idx = np.searchsorted(tasks.astype(str), tasks_c.astype(str)).astype(np.int64)
+    tasks, tcap = _caps_vector(task_caps, t_distinct, "task", "task", "cap", _TASK_CAP_ALIASES, task_default)
+    w_idx = np.searchsorted(workers.astype(str), w_distinct.astype(str)).astype(np.int64)[w_codes]
+    t_idx = np.searchsorted(tasks.astype(str), t_distinct.astype(str)).astype(np.int64)[t_codes]
     return _Instance(workers, tasks, w_idx, t_idx, wcap, tcap, b, cand)
 
 
@@ -232,11 +251,35 @@ def _loads(inst: _Instance, x: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _assignment_table(inst: _Instance, x: np.ndarray, score: np.ndarray, extra: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The selected candidates by task, then score (descending), then worker.
+
+    Ordered by the instance's sorted-id ranks (``t_idx``, ``w_idx``: the text order of the ids) with one
+    ``lexsort``; (task, worker) pairs are unique, so the order is the one ``sort_values(["task", "score",
+    "worker"], ascending=[True, False, True])`` gives (:func:`_assignment_table_reference`).
+    """
+    sel = np.flatnonzero(x)
+    sel = sel[np.lexsort((inst.w_idx[sel], -score[sel], inst.t_idx[sel]))]
+    df = pd.DataFrame(
+        {
+            "task": pd.Series(inst.cand["task"].take(sel).to_numpy(dtype=object), dtype=object),
+            "worker": pd.Series(inst.cand["worker"].take(sel).to_numpy(dtype=object), dtype=object),
+            "score": score[sel].astype(np.float64),
+        }
+    )
+    for k, v in extra.items():
+        df[k] = v[sel]
+    return df
+
+
+def _assignment_table_reference(
+    inst: _Instance, x: np.ndarray, score: np.ndarray, extra: dict[str, np.ndarray]
+) -> pd.DataFrame:
+    """:func:`_assignment_table` by pandas' sort on the id texts (the reference its tests compare with)."""
     sel = np.flatnonzero(x)
     df = pd.DataFrame(
         {
-            "task": pd.Series(inst.cand["task"].to_numpy()[sel], dtype=object),
-            "worker": pd.Series(inst.cand["worker"].to_numpy()[sel], dtype=object),
+            "task": pd.Series(inst.cand["task"].to_numpy(dtype=object)[sel], dtype=object),
+            "worker": pd.Series(inst.cand["worker"].to_numpy(dtype=object)[sel], dtype=object),
             "score": score[sel].astype(np.float64),
         }
     )
