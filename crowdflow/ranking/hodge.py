@@ -40,7 +40,7 @@ __all__ = ["HodgeDecomposition", "enumerate_triangles", "hodge_decomposition", "
 
 def _bridges(g: ComparisonGraph, seed: int = 12345) -> np.ndarray:
     """Boolean mask over pairs: True iff the pair (edge) is a bridge of the item graph (the reference of
-    :func:`crowdflow.ranking.hodge_kernels.bridges`).
+    :func:`crowdflow.ranking.hodge_kernels.laplacian_bridges`).
 
     A spanning forest is grown by BFS from one root per component. Every non-tree edge gets a random
     64-bit label XOR-ed into both endpoints; the XOR of a subtree is 0 iff no non-tree edge leaves it,
@@ -106,7 +106,7 @@ def undetectable_rows(g: ComparisonGraph) -> np.ndarray:
     """
     if g.m == 0:
         return np.zeros(0, dtype=bool)
-    # exact (Tarjan on the Laplacian's rows); bridges() on the pair list and the randomised _bridges are its references
+    # exact (Tarjan on the Laplacian's rows); the randomised _bridges is its reference
     bridge = laplacian_bridges(g.L, g.n_edges)
     if not bridge.any():  # no bridge, no undetectable row: the rows need not be read
         return np.zeros(g.m, dtype=bool)

@@ -3,10 +3,10 @@
 Each kernel computes what a simpler reference in :mod:`crowdflow.ranking.hodge` computes, in one compiled pass
 instead of many array passes (tests compare them over a generated family of graphs):
 
-* :func:`bridges` — the pairs whose removal disconnects their component, by Tarjan's low-link rule on an
-  iterative depth-first search (exact; the reference ``_bridges`` draws random 64-bit labels and errs with
-  probability ≤ 2⁻⁶⁴ per pair); :func:`laplacian_bridges` runs the same search on the rows of the Laplacian, which
-  already is the adjacency (one stored entry per pair and side), instead of building one;
+* :func:`laplacian_bridges` — the pairs whose removal disconnects their component, by Tarjan's low-link rule on
+  an iterative depth-first search over the rows of the Laplacian, which already is the adjacency (one stored entry
+  per pair and side), so none is built (exact; the reference ``_bridges`` draws random 64-bit labels and errs with
+  probability ≤ 2⁻⁶⁴ per pair);
 * :func:`pair_outcome_range` — ``min`` and ``max`` of the oriented outcomes ``s_k y_k`` on every pair;
 * :func:`triangles` — all triangles ``a < b < c`` with their pair ids, in ``(a, b, c)`` order: for every item
   ``a`` its larger neighbours are marked with the pair id ``(a, c)``, then every pair ``(b, c)`` with ``b`` a
@@ -26,76 +26,7 @@ import scipy.sparse as sp
 
 from crowdflow.compiled import compiled_kernel
 
-__all__ = ["bridges", "cgls_curl", "laplacian_bridges", "pair_outcome_range", "triangles"]
-
-
-@compiled_kernel
-def _bridges(n: int, edge_u: np.ndarray, edge_v: np.ndarray) -> np.ndarray:
-    ne = edge_u.size
-    ptr = np.zeros(n + 1, dtype=np.int64)
-    for e in range(ne):
-        ptr[edge_u[e] + 1] += 1
-        ptr[edge_v[e] + 1] += 1
-    for x in range(n):
-        ptr[x + 1] += ptr[x]
-    fill = ptr[:-1].copy()
-    nbr = np.empty(2 * ne, dtype=np.int64)
-    eid = np.empty(2 * ne, dtype=np.int64)
-    for e in range(ne):
-        a, b = edge_u[e], edge_v[e]
-        nbr[fill[a]] = b
-        eid[fill[a]] = e
-        fill[a] += 1
-        nbr[fill[b]] = a
-        eid[fill[b]] = e
-        fill[b] += 1
-    disc = np.full(n, -1, dtype=np.int64)
-    low = np.zeros(n, dtype=np.int64)
-    up_edge = np.full(n, -1, dtype=np.int64)
-    nxt = ptr[:-1].copy()
-    stack = np.empty(n, dtype=np.int64)
-    bridge = np.zeros(ne, dtype=np.bool_)
-    clock = 0
-    for root in range(n):
-        if disc[root] >= 0:
-            continue
-        top = 0
-        stack[0] = root
-        disc[root] = clock
-        low[root] = clock
-        clock += 1
-        while top >= 0:
-            x = stack[top]
-            p = nxt[x]
-            if p < ptr[x + 1]:
-                nxt[x] = p + 1
-                e = eid[p]
-                if e == up_edge[x]:
-                    continue
-                y = nbr[p]
-                if disc[y] < 0:
-                    up_edge[y] = e
-                    disc[y] = clock
-                    low[y] = clock
-                    clock += 1
-                    top += 1
-                    stack[top] = y
-                elif disc[y] < low[x]:
-                    low[x] = disc[y]
-            else:
-                top -= 1
-                if top >= 0:
-                    parent = stack[top]
-                    if low[x] < low[parent]:
-                        low[parent] = low[x]
-                    if low[x] > disc[parent]:
-                        bridge[up_edge[x]] = True
-    return bridge
-
-
-def bridges(n: int, edge_u: np.ndarray, edge_v: np.ndarray) -> np.ndarray:
-    """(|E|,) bool: True iff the pair ``(edge_u, edge_v)`` is a bridge of the (simple) item graph on ``n`` items."""
-    return _bridges(int(n), np.asarray(edge_u, dtype=np.int64), np.asarray(edge_v, dtype=np.int64))
+__all__ = ["cgls_curl", "laplacian_bridges", "pair_outcome_range", "triangles"]
 
 
 @compiled_kernel
@@ -171,9 +102,10 @@ def _laplacian_bridges(indptr: np.ndarray, indices: np.ndarray, n_edges: int) ->
 
 
 def laplacian_bridges(L: sp.csr_matrix, n_edges: int) -> np.ndarray:
-    """:func:`bridges` read off the graph's Laplacian (CSR, sorted columns, one stored entry per compared pair and
-    side): the same Tarjan search on ``L``'s rows, so no adjacency is built (at 10^7 pairs that build is half the
-    cost). Pair ``e`` is the ``e``-th entry right of the diagonal in row order, i.e. the pairs in ``(u, v)`` order."""
+    """(|E|,) bool: True iff pair ``e`` is a bridge of the item graph, read off its Laplacian ``L`` (CSR, sorted
+    columns, one stored entry per compared pair and side) by Tarjan's search on ``L``'s rows, so no adjacency is built
+    (at 10^7 pairs that build was half the cost). Pair ``e`` is the ``e``-th entry right of the diagonal in row
+    order, i.e. the pairs in ``(u, v)`` order."""
     return _laplacian_bridges(np.asarray(L.indptr, dtype=np.int64), L.indices, int(n_edges))
 
 

@@ -82,7 +82,8 @@ from crowdflow.executors import MapFn, fold, inline_executor
 from crowdflow.labels import natural_order
 from crowdflow.missing import explain_missing
 from crowdflow.ranking.graph import ComparisonGraph
-from crowdflow.ranking.hodge import _bridges, hodge_decomposition
+from crowdflow.ranking.hodge import hodge_decomposition
+from crowdflow.ranking.hodge_kernels import laplacian_bridges
 from crowdflow.ranking.least_squares import LaplacianSolver, center_per_component, hodgerank_scores
 from crowdflow.ranking.options import RankingOptions
 from crowdflow.ranking.scale import (
@@ -632,15 +633,14 @@ _QUANTILES = ["residual_q50", "residual_q90", "residual_q99"]
 def _diagnostics(pb: _Problem, theta: np.ndarray, solver: LaplacianSolver) -> pd.DataFrame:
     """The per-component table of :func:`~crowdflow.ranking.hodge.hodge_decomposition` from edge sums.
 
-    Edge-level columns (items, pairs, Fiedler value, triangles, TSR, curl/harmonic split, harmonic
-    dimension) come from the aggregated graph; the row-level ones from the sums: rows, ``cycle_dim``,
-    ``‖y‖²_W = ΣQ``, ``‖r‖²_W`` and the bi-cycle part ``Σ(Q − A²/W)``, ``max|r| = max_e max(|y°max − d|,
-    |y°min − d|)`` and the undetectable rows (bridge pairs whose rows agree). Row quantiles of |r| need
-    the rows and are NaN (explained).
+    Edge-level columns (items, pairs, Fiedler value, triangles, TSR, curl/harmonic split, harmonic dimension) come
+    from the aggregated graph; the row-level ones from the sums: rows, ``cycle_dim``, ``‖y‖²_W = ΣQ``, ``‖r‖²_W``
+    and the bi-cycle part ``Σ(Q − A²/W)``, ``max|r| = max_e max(|y°max − d|, |y°min − d|)`` and the undetectable
+    rows (exact bridge pairs whose rows agree). Row quantiles of |r| need the rows and are NaN (explained).
     """
     g, s = pb.g, pb.sums
     C = g.n_components
-    undet_e = _bridges(g) & (s.ymin == s.ymax)
+    undet_e = laplacian_bridges(g.L, g.n_edges) & (s.ymin == s.ymax)
     hd = hodge_decomposition(g, theta, solver=solver, undetectable=undet_e)
     t = hd.table.drop(columns=["missing_reason"])
     ecomp = g.component[pb.u]
