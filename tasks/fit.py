@@ -10,12 +10,13 @@ result answered from the cache is told apart from a fresh one (:func:`flows.comm
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar
 
 import pandas as pd
-from prefect import get_run_logger, task
+from prefect import Task, get_run_logger, task
 from prefect.runtime import flow_run
 
 from crowdflow.assignment import AssignmentOptions, AssignmentResult, NextBatchResult, assign_tasks, next_batch
@@ -31,6 +32,8 @@ from tasks.results import FIT_RESULTS
 from tasks.runners import dask_executor, scratch_folder
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -52,13 +55,20 @@ def fingerprint_key(context: Any, parameters: dict[str, Any]) -> str:
     return str(parameters["fingerprint"])
 
 
-@task(
-    name="fit-skills",
-    cache_key_fn=fingerprint_key,
-    cache_expiration=timedelta(days=7),
-    persist_result=True,
-    result_serializer=FIT_RESULTS,
-)
+def fit_task(name: str) -> Callable[[Callable[P, R]], Task[P, R]]:
+    """The decorator of every fit task: one cache policy for all jobs. The key is the flow's fingerprint of the
+    inputs and options (:func:`fingerprint_key`), kept 7 days, and the result is persisted by
+    :data:`tasks.results.FIT_RESULTS`."""
+    return task(
+        name=name,
+        cache_key_fn=fingerprint_key,
+        cache_expiration=timedelta(days=7),
+        persist_result=True,
+        result_serializer=FIT_RESULTS,
+    )
+
+
+@fit_task("fit-skills")
 def fit_skills_task(
     lm: LabelMatrix,
     graph: WorkerGraphReport,
@@ -116,13 +126,7 @@ def fit_skills_task(
     return _fitted(result)
 
 
-@task(
-    name="fit-personal-rankings",
-    cache_key_fn=fingerprint_key,
-    cache_expiration=timedelta(days=7),
-    persist_result=True,
-    result_serializer=FIT_RESULTS,
-)
+@fit_task("fit-personal-rankings")
 def fit_personal_rankings_task(
     comparisons: pd.DataFrame, options: PersonalRankingsOptions, fingerprint: str
 ) -> Fitted[PersonalRankingResult]:
@@ -146,13 +150,7 @@ def fit_personal_rankings_task(
     return _fitted(result)
 
 
-@task(
-    name="fit-personal-models",
-    cache_key_fn=fingerprint_key,
-    cache_expiration=timedelta(days=7),
-    persist_result=True,
-    result_serializer=FIT_RESULTS,
-)
+@fit_task("fit-personal-models")
 def fit_personal_models_task(
     agents: pd.DataFrame,
     edges: pd.DataFrame,
@@ -209,13 +207,7 @@ def _fit_personal_models(
     return result
 
 
-@task(
-    name="fit-ranking",
-    cache_key_fn=fingerprint_key,
-    cache_expiration=timedelta(days=7),
-    persist_result=True,
-    result_serializer=FIT_RESULTS,
-)
+@fit_task("fit-ranking")
 def fit_ranking_task(
     comparisons: pd.DataFrame | ComparisonGraph, options: RankingOptions, fingerprint: str
 ) -> Fitted[dict[str, Any]]:
@@ -233,13 +225,7 @@ def fit_ranking_task(
     return _fitted({"tables": output_tables(result), "params": dict(result.params)})
 
 
-@task(
-    name="fit-assignment",
-    cache_key_fn=fingerprint_key,
-    cache_expiration=timedelta(days=7),
-    persist_result=True,
-    result_serializer=FIT_RESULTS,
-)
+@fit_task("fit-assignment")
 def fit_assignment_task(
     candidates: pd.DataFrame,
     options: AssignmentOptions,
@@ -267,13 +253,7 @@ def fit_assignment_task(
     return _fitted(result)
 
 
-@task(
-    name="fit-next-batch",
-    cache_key_fn=fingerprint_key,
-    cache_expiration=timedelta(days=7),
-    persist_result=True,
-    result_serializer=FIT_RESULTS,
-)
+@fit_task("fit-next-batch")
 def fit_next_batch_task(
     open_tasks: pd.DataFrame,
     workers: pd.DataFrame,
