@@ -103,10 +103,10 @@ def unexplained(df: pd.DataFrame) -> dict[str, tuple[int, int, str]]:
     """
     bad: dict[str, tuple[int, int, str]] = {}
     codes: np.ndarray | None = None
-    texts: list[object] = []
+    parsed: list[set[str]] = []  # the columns each distinct reason text explains, parsed once for all columns
     if MISSING_REASON in df.columns:
         raw_codes, uniques = pd.factorize(df[MISSING_REASON], use_na_sentinel=True)  # null: -1
-        codes, texts = np.asarray(raw_codes), list(uniques)
+        codes, parsed = np.asarray(raw_codes), [explained_columns(t) for t in uniques]
     for c in df.columns:
         if c == MISSING_REASON or df[c].dtype.kind not in "fc":
             continue
@@ -114,7 +114,7 @@ def unexplained(df: pd.DataFrame) -> dict[str, tuple[int, int, str]]:
         inf = np.isinf(v)
         nan = np.isnan(v)
         if codes is not None and nan.any():
-            explains = np.array([c in explained_columns(t) for t in texts] + [False], dtype=bool)  # [-1]: null
+            explains = np.array([c in cols for cols in parsed] + [False], dtype=bool)  # [-1]: null
             nan &= ~explains[codes]
         hit = inf | nan
         if hit.any():
