@@ -100,7 +100,7 @@ This round (branch cost19b), from a profile of a mode-b ranking 10^6 run (cProfi
   false`, which refreshes it). Prefect's default serializer base64-encodes with a line break every 76 characters
   and its JSON record escapes each break: for the ranking's 10^6-row tables (a 180 MB pickle) that took several
   times the pickling. The fit tasks now store the same pickle on one base64 line (`tasks/results.py`).
-* **The export's missing-value rule.** `crowdflow.missing.unexplained` parsed the `missing_reason` text of every
+* **The export's missing-value rule.** `crowdflow.contracts.missing.unexplained` parsed the `missing_reason` text of every
   row with a NaN (10^6 rows of the ranking's `outliers` table: seconds in the export, outside the steps); it now
   parses each distinct text once.
 * **Measured, not changed:** importing Great Expectations in a background thread while Prefect is imported and the

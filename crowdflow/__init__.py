@@ -1,6 +1,6 @@
 """crowdflow: worker skills, consensus labels, rankings and assignments from crowdsourcing data (the pure library).
 
-The Python front door (:mod:`crowdflow.api`; the README's "Python API")::
+The Python front door (:mod:`crowdflow.frontdoor.api`; the README's "Python API")::
 
     import crowdflow as cf
     fit = cf.skills(labels)                      # consensus, skills, components: the tables a run writes
@@ -19,10 +19,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from crowdflow._version import __version__
-from crowdflow.errors import DegenerateInput, GraphCheckFailed, InputError, SpecError, ValidationFailed
+from crowdflow.contracts.errors import DegenerateInput, GraphCheckFailed, InputError, SpecError, ValidationFailed
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers and IDEs
-    from crowdflow.api import (
+    from crowdflow.assignment import AssignmentOptions
+    from crowdflow.frontdoor.api import (
         AssignmentFit,
         DawidSkene,
         MajorityVote,
@@ -38,7 +39,6 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers and IDEs
         rank,
         read_run,
     )
-    from crowdflow.assignment import AssignmentOptions
     from crowdflow.personal_models import PersonalModelsOptions
     from crowdflow.personal_rankings import PersonalRankingsOptions
     from crowdflow.ranking import RankingOptions
@@ -50,7 +50,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "personal_rankings": ("crowdflow.personal_rankings", None),
     "personal_models": ("crowdflow.personal_models", None),
     **{
-        name: ("crowdflow.api", name)
+        name: ("crowdflow.frontdoor.api", name)
         for name in (
             "rank",
             "assign",

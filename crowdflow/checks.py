@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import pandas as pd
 
 from crowdflow.comparison_graphs import ComparisonGraphReport, comparison_graph_report
-from crowdflow.errors import GraphCheckFailed
+from crowdflow.contracts.errors import GraphCheckFailed
 from crowdflow.graphs import (
     AgentGraphReport,
     WorkerGraphReport,
@@ -38,6 +38,60 @@ from crowdflow.graphs import (
 from crowdflow.labels import LabelMatrix
 
 CheckMode = Literal["block", "warn"]
+
+#: The ``checks=`` argument of a front-door function: one policy for every check, a mapping of check name →
+#: policy (the keys of a pipeline spec's ``checks:`` section), or ``None`` for the pipeline's defaults.
+Checks = CheckMode | Mapping[str, CheckMode] | None
+
+#: The pipeline's default policies (``crowdflow.spec.ChecksSpec``; a test keeps the two equal).
+DEFAULT_MODES: dict[str, CheckMode] = {"validation": "block", "identifiability": "block", "isolated_workers": "warn"}
+CHECK_NAMES = ("validation", "identifiability", "isolated_workers", "connectivity")
+
+
+def default_connectivity(job: str) -> CheckMode:
+    """The pipeline's default ``connectivity`` policy: warn for ranking (scores per component), block otherwise."""
+    return "warn" if job == "ranking" else "block"
+
+
+def check_modes(job: str, checks: Checks = None) -> dict[str, CheckMode]:
+    """The policy of each pre-fit check of ``job``: validation, identifiability, isolated_workers, connectivity.
+
+    Parameters
+    ----------
+    job : str
+        The job (``skills``, ``ranking``, ``personal_rankings``, ``personal_models``, ``assignment``).
+    checks : {"block", "warn"}, mapping or None
+        ``None``: the pipeline's defaults (every check blocks except ``isolated_workers``, and ``connectivity`` of
+        a ranking, which warn); a string: that policy for every check; a mapping: those checks changed, the rest
+        at their defaults. An object with a ``modes(job)`` method and a ``validation`` field (a pipeline spec's
+        ``ChecksSpec``) is taken as it is.
+
+    Returns
+    -------
+    dict
+        Check name → ``"block"`` or ``"warn"``.
+
+    Raises
+    ------
+    ValueError
+        An unknown check name or policy.
+    """
+    modes: dict[str, CheckMode] = {**DEFAULT_MODES, "connectivity": default_connectivity(job)}
+    if checks is None:
+        return modes
+    if hasattr(checks, "modes") and hasattr(checks, "validation"):
+        return {**cast(Any, checks).modes(job), "validation": cast(Any, checks).validation}
+    given: Mapping[str, Any] = dict.fromkeys(CHECK_NAMES, checks) if isinstance(checks, str) else checks
+    if not isinstance(given, Mapping):
+        raise TypeError(f"checks must be 'block', 'warn' or a mapping of check -> policy, got {type(checks).__name__}")
+    for name, mode in given.items():
+        if name not in CHECK_NAMES:
+            raise ValueError(f"unknown check {name!r}; use " + ", ".join(repr(c) for c in CHECK_NAMES))
+        if mode not in ("block", "warn"):
+            raise ValueError(f"checks.{name} must be 'block' or 'warn', got {mode!r}")
+        modes[name] = mode
+    return modes
+
 
 __all__ = [
     "CheckMode",

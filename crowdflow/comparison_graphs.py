@@ -22,7 +22,7 @@ import pandas as pd
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from crowdflow.comparisons import describe_positions, text_ids
+from crowdflow.contracts.comparisons import describe_positions, text_ids
 from crowdflow.graphs import item_components
 
 __all__ = [
@@ -61,7 +61,7 @@ class ComparisonGraphReport:
 def comparison_graph_report(comparisons: pd.DataFrame, max_listed: int = 20) -> ComparisonGraphReport:
     """Components of the item comparison graph and of the annotator–item graph, from a comparison table.
 
-    Ids are compared as text (``7`` and ``"7"`` are one id, :func:`crowdflow.comparisons.text_ids`); each id
+    Ids are compared as text (``7`` and ``"7"`` are one id, :func:`crowdflow.contracts.comparisons.text_ids`); each id
     column is hashed once, only the distinct ids are handled in Python.
 
     Parameters

@@ -37,15 +37,15 @@ import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from crowdflow.assignment import AssignmentOptions
-from crowdflow.errors import SpecError
-from crowdflow.names import NAME_PATTERN as NAME_PATTERN  # re-exported: spec users import them from here
-from crowdflow.names import check_name as check_name
-from crowdflow.options import Options, form_schema
+from crowdflow.contracts.errors import SpecError
+from crowdflow.contracts.names import NAME_PATTERN as NAME_PATTERN  # re-exported: spec users import them from here
+from crowdflow.contracts.names import check_name as check_name
+from crowdflow.contracts.options import Options, form_schema
 from crowdflow.personal_models import PersonalModelsOptions
 from crowdflow.personal_rankings.options import PersonalRankingsOptions
 from crowdflow.ranking import RankingOptions
-from crowdflow.secrets import NO_INLINE_SECRET_PATTERN, NO_USERINFO_PATTERN, refuse_inline_secret
 from crowdflow.skills import SkillsOptions
+from crowdflow.storage.secrets import NO_INLINE_SECRET_PATTERN, NO_USERINFO_PATTERN, refuse_inline_secret
 
 CheckMode = Literal["block", "warn"]
 Scalar = str | int | float | bool | None
@@ -78,8 +78,8 @@ class Credentials(_Strict):
 
 
 def _check_connection(url: str) -> str:
-    # the library's own check (crowdflow.warehouse) names the scheme and rejects inline passwords
-    from crowdflow.warehouse import check_connection_url
+    # the library's own check (crowdflow.storage.warehouse) names the scheme and rejects inline passwords
+    from crowdflow.storage.warehouse import check_connection_url
 
     try:
         check_connection_url(url, field="the URL")
@@ -164,7 +164,7 @@ class SourceSpec(Credentials):
             raise ValueError("format applies to file sources only")
         if isinstance(self.params, list) and not self.connection.lower().startswith("duckdb"):
             raise ValueError("PostgreSQL queries take named params (a mapping, used as :name in the sql)")
-        from crowdflow.warehouse import check_connection_url, check_read_only_query
+        from crowdflow.storage.warehouse import check_connection_url, check_read_only_query
 
         try:
             check_read_only_query(self.sql, check_connection_url(self.connection))

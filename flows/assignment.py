@@ -7,9 +7,9 @@ from typing import Any
 from prefect import flow
 
 from crowdflow.assignment import output_tables
-from crowdflow.errors import InputError
-from crowdflow.io import LoadedTable
+from crowdflow.contracts.errors import InputError
 from crowdflow.spec import AssignmentPipeline
+from crowdflow.storage.io import LoadedTable
 from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
 from flows.pipeline import fit_data
 from tasks.fit import fit_assignment_task

@@ -389,7 +389,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``crowdflow`` console script.
 
-    Exit codes follow one rule (:func:`crowdflow.errors.user_error`): 0 success; 2 for anything the user or
+    Exit codes follow one rule (:func:`crowdflow.contracts.errors.user_error`): 0 success; 2 for anything the user or
     the environment can fix (a bad spec, option or input, a full or read-only disk, a missing permission,
     out of memory, a database still down after the retries), with one line naming the file, column,
     option or path; 1 for a bug ("unexpected error", ``--debug`` shows the traceback); 130 when interrupted.
@@ -408,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    from crowdflow.errors import user_error
+    from crowdflow.contracts.errors import user_error
 
     try:
         return int(args.func(args))

@@ -13,14 +13,14 @@ import pandas as pd
 from prefect import get_run_logger
 from prefect.runtime import flow_run
 
-from crowdflow.errors import SpecError
-from crowdflow.fingerprints import fit_key
-from crowdflow.io import LoadedTable
-from crowdflow.manifest import build_manifest, input_record, new_run_id
+from crowdflow.contracts.errors import SpecError
+from crowdflow.contracts.tables import RUNS_TABLE
 from crowdflow.report import REPORT_FILE
 from crowdflow.spec import JOB_OPTIONS, PipelineBase, check_name
-from crowdflow.tables import RUNS_TABLE
-from crowdflow.warehouse import redact_url
+from crowdflow.storage.fingerprints import fit_key
+from crowdflow.storage.io import LoadedTable
+from crowdflow.storage.manifest import build_manifest, input_record, new_run_id
+from crowdflow.storage.warehouse import redact_url
 from tasks.artifacts import report_artifacts, set_pipeline
 from tasks.export import export_run
 from tasks.ingest import ingest
@@ -99,7 +99,7 @@ def fit_step(
     """Run a fit task under the spec's cache settings; return its result and the manifest's ``cache`` record.
 
     ``fit_input`` is :func:`flows.pipeline.fit_data`: what the fit receives and the other settings it reads. The
-    key (:func:`crowdflow.fingerprints.fit_key`) hashes those, the job's options, where the fit runs (runner
+    key (:func:`crowdflow.storage.fingerprints.fit_key`) hashes those, the job's options, where the fit runs (runner
     kind and address) and the code's identity. With ``cache.enabled: false`` the fit is computed anew (and
     refreshes the cache). An answer from the cache is logged with the flow run that computed it.
     """

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 from prefect import flow
 
-from crowdflow.errors import DegenerateInput
+from crowdflow.contracts.errors import DegenerateInput
 from crowdflow.personal_models import output_tables
 from crowdflow.spec import PersonalModelsPipeline
 from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for

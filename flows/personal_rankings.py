@@ -7,7 +7,7 @@ from typing import Any
 
 from prefect import flow
 
-from crowdflow.errors import DegenerateInput
+from crowdflow.contracts.errors import DegenerateInput
 from crowdflow.personal_rankings import output_tables
 from crowdflow.spec import PersonalRankingsPipeline
 from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for

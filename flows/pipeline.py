@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from crowdflow.errors import SpecError
+from crowdflow.contracts.errors import SpecError
 from crowdflow.labels import LabelMatrix
 from crowdflow.spec import NextBatchPipeline, PipelineBase, SkillsPipeline, check_name
 
@@ -26,7 +26,7 @@ JOB_FLOWS: dict[str, tuple[str, str]] = {
 
 
 # What each optional extra must make importable for a run to start (report is optional: without matplotlib the page
-# shows the figures' numbers; the warehouse drivers are checked per connection URL by crowdflow.warehouse).
+# shows the figures' numbers; the warehouse drivers are checked per connection URL by crowdflow.storage.warehouse).
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {"report": (), "dask": ("distributed",), "warehouse": ("sqlglot",)}
 
 
@@ -156,9 +156,9 @@ def prepare(spec: PipelineBase, *, validate: bool = True) -> Prepared:
     fit input is the same (a test that only needs the fit's input uses it).
     """
     from crowdflow.checks import graph_checks
+    from crowdflow.contracts.tables import INPUTS
     from crowdflow.labels import deduplicate, encode_labels
-    from crowdflow.run_store import read_skills_run
-    from crowdflow.tables import INPUTS
+    from crowdflow.storage.run_store import read_skills_run
     from schemas.validation import require_valid, validate_frame
     from tasks.sources import read_source
 
@@ -212,8 +212,8 @@ def _prepare_partitioned(spec: SkillsPipeline, src: Any, out: Prepared, validate
     import functools
     import tempfile
 
-    from crowdflow.datasets import list_partitions
     from crowdflow.skills.partitioned import dictionaries, encode_buckets, read_and_split
+    from crowdflow.storage.datasets import list_partitions
     from schemas.validation import require_all_valid, validate_loaded
 
     def one_by_one(fn: Any, items: list[Any]) -> list[Any]:
@@ -249,8 +249,8 @@ def _prepare_dataset(spec: PipelineBase, kind: str, src: Any, out: Prepared, val
     """``validate`` of a comparisons or agents dataset the Dask workers would read: each file read and validated in
     turn (one file in memory); the graph checks get what the run's checks see: the distinct compared pairs, or the
     agent ids."""
-    from crowdflow.datasets import list_partitions, read_partition
-    from crowdflow.tables import INPUTS
+    from crowdflow.contracts.tables import INPUTS
+    from crowdflow.storage.datasets import list_partitions, read_partition
     from schemas.validation import require_all_valid, validate_loaded
 
     parts = list_partitions(spec.location_of(src), src.storage_options or None)

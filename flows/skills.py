@@ -12,11 +12,11 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 
-from crowdflow.io import LoadedTable
 from crowdflow.labels import deduplicate, encode_labels
 from crowdflow.metrics import review_skills
 from crowdflow.skills import output_metrics, output_tables
 from crowdflow.spec import SkillsPipeline
+from crowdflow.storage.io import LoadedTable
 from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
 from flows.pipeline import fit_data
 from tasks.artifacts import set_pipeline

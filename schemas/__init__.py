@@ -1,1 +1,1 @@
-"""Great Expectations suites generated from the library's table contracts (:mod:`crowdflow.tables`)."""
+"""Great Expectations suites generated from the library's table contracts (:mod:`crowdflow.contracts.tables`)."""

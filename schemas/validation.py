@@ -11,9 +11,9 @@ from typing import Any
 
 import pandas as pd
 
-from crowdflow.errors import ValidationFailed
-from crowdflow.io import LoadedTable
-from crowdflow.tables import NA_SPELLINGS_ANY_CASE, TableSchema
+from crowdflow.contracts.errors import ValidationFailed
+from crowdflow.contracts.tables import NA_SPELLINGS_ANY_CASE, TableSchema
+from crowdflow.storage.io import LoadedTable
 
 log = logging.getLogger(__name__)
 
@@ -300,7 +300,7 @@ def require_valid(report: ValidationReport) -> None:
 
 def validate_loaded(table: LoadedTable, kind: str, allowed: dict[str, list[str]] | None = None) -> ValidationReport:
     """The ``kind`` contract's row rules on one file of a dataset, where a Dask worker read it (no whole-table rule)."""
-    from crowdflow.tables import INPUTS
+    from crowdflow.contracts.tables import INPUTS
 
     return validate_frame(table.df, INPUTS[kind], table.source, allowed, whole_table=False)
 

@@ -7,11 +7,11 @@ a content fingerprint (input sha256s + options + crowdflow version) computed by 
 
 from typing import Any
 
-from crowdflow.errors import is_transient
+from crowdflow.contracts.errors import is_transient
 
 
 def retry_transient(task: Any, task_run: Any, state: Any) -> bool:
-    """``retry_condition_fn``: retry transient faults only (:func:`crowdflow.errors.is_transient`).
+    """``retry_condition_fn``: retry transient faults only (:func:`crowdflow.contracts.errors.is_transient`).
 
     A connection refused or reset, a timeout or an I/O error is retried; bad input, a ``ValueError`` or
     ``TypeError``, ``MemoryError``, a full or read-only disk never are (a retry cannot fix them).

@@ -27,7 +27,7 @@ def check_graph(
 ) -> GraphChecks:
     """Run ``job``'s graph checks, publish what they found, log warnings, raise on a blocking failure.
 
-    Blocking failures raise :class:`~crowdflow.errors.GraphCheckFailed` naming ``source`` and every failing
+    Blocking failures raise :class:`~crowdflow.contracts.errors.GraphCheckFailed` naming ``source`` and every failing
     component; ``crowdflow validate`` reaches the same verdict through the same library function.
     """
     checks = graph_checks(job, tables or {}, modes, lm)
@@ -62,7 +62,7 @@ def check_comparisons(
     Builds the fit's :class:`~crowdflow.ranking.ComparisonGraph`, computes the check's report from its codes
     (:func:`crowdflow.comparison_graphs.comparison_graph_report_from_codes`: the report ``crowdflow validate``
     computes from the table), then publishes and decides as :func:`check_graph` does: a blocking failure raises
-    :class:`~crowdflow.errors.GraphCheckFailed` before any fit.
+    :class:`~crowdflow.contracts.errors.GraphCheckFailed` before any fit.
     """
     graph = build_comparison_graph(comparisons)
     annotators, _ = pd.factorize(graph.annotator)  # -1 where a row names no annotator

@@ -9,8 +9,8 @@ import pandas as pd
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
-from crowdflow.run_store import write_run
-from crowdflow.tables import OUTPUTS
+from crowdflow.contracts.tables import OUTPUTS
+from crowdflow.storage.run_store import write_run
 from tasks import retry_transient
 from tasks.artifacts import markdown
 

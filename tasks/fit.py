@@ -1,6 +1,6 @@
 """Model-fitting tasks: each reads its inputs, calls one library entry point, logs, returns.
 
-Fits are cached on the key the flow computes (:func:`crowdflow.fingerprints.fit_key`: what the fit receives,
+Fits are cached on the key the flow computes (:func:`crowdflow.storage.fingerprints.fit_key`: what the fit receives,
 its options, where it runs, the code's identity), passed in as ``fingerprint``; Prefect never hashes the
 DataFrames itself; results are persisted with :data:`tasks.results.FIT_RESULTS` (a pickle on one base64 line).
 Each task returns a :class:`Fitted`: the result and the flow run that computed it, so a

@@ -7,9 +7,9 @@ from typing import Any
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
-from crowdflow.io import LoadedTable
-from crowdflow.run_store import read_skills_run
 from crowdflow.spec import PipelineBase, SourceSpec
+from crowdflow.storage.io import LoadedTable
+from crowdflow.storage.run_store import read_skills_run
 from tasks import retry_transient
 from tasks.sources import read_source
 
@@ -38,7 +38,8 @@ def ingest(spec: PipelineBase, source: SourceSpec, kind: str) -> LoadedTable:
     cache_policy=NONE,
 )
 def load_skills_run(path: str, max_age_hours: float | None = None) -> dict[str, Any]:
-    """The newest completed skills run under ``path`` (:func:`crowdflow.run_store.read_skills_run`), refused when it
+    """The newest completed skills run under ``path`` (:func:`crowdflow.storage.run_store.read_skills_run`), refused
+    when it
     finished more than ``max_age_hours`` ago."""
     run = read_skills_run(path, max_age_hours)
     age = run["age_hours"]

@@ -1,6 +1,6 @@
 """Tasks of a partitioned run: the input is read, validated and reduced by the Dask workers, file by file.
 
-The flow lists the dataset (:func:`crowdflow.datasets.list_partitions`) and holds only what the library's passes
+The flow lists the dataset (:func:`crowdflow.storage.datasets.list_partitions`) and holds only what the library's passes
 return (distinct ids, validation reports, W×W statistics); each pass is one Prefect task, so the run page shows
 the passes and their timings (docs/scale.md).
 """
@@ -17,7 +17,7 @@ import pandas as pd
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
-from crowdflow.datasets import Partition, dataset_fingerprint, list_partitions, read_check_copy, read_copy
+from crowdflow.contracts.tables import INPUTS
 from crowdflow.executors import MapFn
 from crowdflow.personal_models import PersonalModelsOptions, PersonalModelsResult
 from crowdflow.personal_models.partitioned import fit_personal_models_partitioned, scan_agents
@@ -33,7 +33,7 @@ from crowdflow.skills.partitioned import (
     read_and_split,
 )
 from crowdflow.spec import PipelineBase, SourceSpec
-from crowdflow.tables import INPUTS
+from crowdflow.storage.datasets import Partition, dataset_fingerprint, list_partitions, read_check_copy, read_copy
 from schemas.validation import ValidationReport, combined_message, require_all_valid, validate_loaded
 from tasks.artifacts import markdown
 from tasks.progress import fit_progress
@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 class DatasetInput:
     """What the manifest records of an input the workers read: where, its fingerprint, rows, files.
 
-    Duck-types :class:`crowdflow.io.LoadedTable` for :func:`flows.common.finish_run` (``source``, ``sha256``,
+    Duck-types :class:`crowdflow.storage.io.LoadedTable` for :func:`flows.common.finish_run` (``source``, ``sha256``,
     ``n_rows``, ``format``, ``query``).
     """
 

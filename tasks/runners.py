@@ -6,7 +6,7 @@ started for the call and torn down after it. Dask is an optional dependency (``p
 ``.[deploy]``).
 
 An existing cluster is never waited for silently: the scheduler must answer and have at least one worker
-within ``worker_timeout`` seconds, else :class:`~crowdflow.errors.RunnerError` (exit 2) names the address and
+within ``worker_timeout`` seconds, else :class:`~crowdflow.contracts.errors.RunnerError` (exit 2) names the address and
 what is missing. A scratch folder for partition files is created when it does not exist yet.
 """
 
@@ -21,8 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from crowdflow.errors import RunnerError, SpecError
-from crowdflow.secrets import redact
+from crowdflow.contracts.errors import RunnerError, SpecError
+from crowdflow.storage.secrets import redact
 
 MapFn = Callable[[Callable[[Any], Any], list[Any]], list[Any]]
 
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 def scratch_folder(path: str | None) -> str | None:
     """``runner.scratch_dir`` as an absolute folder that exists (created with its parents), or None.
 
-    Raises :class:`~crowdflow.errors.SpecError` naming the folder when it cannot be created (a file stands
+    Raises :class:`~crowdflow.contracts.errors.SpecError` naming the folder when it cannot be created (a file stands
     there, no permission).
     """
     if path is None:

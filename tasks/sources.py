@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from crowdflow.errors import SpecError
-from crowdflow.io import LoadedTable, read_query, read_table
+from crowdflow.contracts.errors import SpecError
+from crowdflow.contracts.tables import INPUTS
 from crowdflow.spec import Credentials, PipelineBase, SourceSpec
-from crowdflow.tables import INPUTS
-from crowdflow.warehouse import password_from_env
+from crowdflow.storage.io import LoadedTable, read_query, read_table
+from crowdflow.storage.warehouse import password_from_env
 
 
 def resolve_password(creds: Credentials, what: str) -> str | None:

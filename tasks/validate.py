@@ -6,8 +6,8 @@ import pandas as pd
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
-from crowdflow.io import LoadedTable
-from crowdflow.tables import INPUTS
+from crowdflow.contracts.tables import INPUTS
+from crowdflow.storage.io import LoadedTable
 from schemas.validation import ValidationReport, require_valid, validate_frame
 from tasks.artifacts import frame_to_markdown, markdown
 

@@ -9,10 +9,10 @@ import pyarrow.parquet as pq
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
-from crowdflow.manifest import runs_row
+from crowdflow.contracts.tables import RUNS_TABLE
 from crowdflow.spec import WarehouseSpec
-from crowdflow.tables import RUNS_TABLE
-from crowdflow.warehouse import load_tables, redact_url
+from crowdflow.storage.manifest import runs_row
+from crowdflow.storage.warehouse import load_tables, redact_url
 from tasks import retry_transient
 from tasks.artifacts import markdown
 from tasks.sources import resolve_password
@@ -30,7 +30,7 @@ def load_warehouse(run_dir: str, run_id: str, warehouse: WarehouseSpec, base_dir
 
     Runs after the atomic export, from the files the export wrote, so the database holds exactly the
     Parquet content (plus ``run_id``), and the run's row of the ``runs`` table (pipeline, status, metrics,
-    timings, input hashes, cache hit: :func:`crowdflow.manifest.runs_row`), always appended, in the same
+    timings, input hashes, cache hit: :func:`crowdflow.storage.manifest.runs_row`), always appended, in the same
     transaction. Returns table → qualified database table.
     """
     logger = get_run_logger()

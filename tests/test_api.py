@@ -22,10 +22,10 @@ import yaml
 from pydantic import ValidationError
 
 import crowdflow as cf
-from crowdflow.errors import GraphCheckFailed, InputError, ValidationFailed
-from crowdflow.frontdoor import check_modes
+from crowdflow.checks import check_modes
+from crowdflow.contracts.errors import GraphCheckFailed, InputError, ValidationFailed
+from crowdflow.contracts.tables import OUTPUTS
 from crowdflow.spec import ChecksSpec, parse_spec
-from crowdflow.tables import OUTPUTS
 
 DATA = Path(cf.__file__).parent / "data"
 SAMPLES = DATA / "samples"
@@ -247,10 +247,10 @@ BAD_TABLES: dict[str, tuple[str, pd.DataFrame]] = {
 
 @pytest.mark.parametrize("case", list(BAD_TABLES))
 def test_rules_fail_as_the_great_expectations_suite(case: str) -> None:
-    """The front door's pandas rules (crowdflow.rules) fail the same columns with the same counts as the GX suite."""
-    from crowdflow.io import read_frame
-    from crowdflow.rules import check_rules
-    from crowdflow.tables import INPUTS
+    """The front door's pandas rules (crowdflow.contracts.rules) fail the same columns with the same counts as the GX suite."""
+    from crowdflow.contracts.rules import check_rules
+    from crowdflow.contracts.tables import INPUTS
+    from crowdflow.storage.io import read_frame
     from schemas.validation import validate_frame
 
     kind, raw = BAD_TABLES[case]

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from crowdflow.missing import unexplained
+from crowdflow.contracts.missing import unexplained
 from flows.cli import main
 
 CORPUS = Path(__file__).resolve().parent / "bad_inputs"
@@ -96,7 +96,7 @@ def test_bad_input(case: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureF
         manifests = [*out.rglob("manifest.json"), *folder.rglob("manifest.json")]
         assert len(manifests) == 1
         assert json.loads(manifests[0].read_text())["status"] == "completed"
-        for table in manifests[0].parent.glob("*.parquet"):  # the rule of crowdflow/missing.py, on every pass
+        for table in manifests[0].parent.glob("*.parquet"):  # the rule of crowdflow/contracts/missing.py, on every pass
             assert not unexplained(pd.read_parquet(table)), f"{case['id']}: {table.name}: non-finite without a reason"
         for table, checks in case.get("outputs", {}).items():  # what the description claims of the outputs
             df = pd.read_parquet(manifests[0].parent / f"{table}.parquet")

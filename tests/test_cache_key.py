@@ -1,6 +1,6 @@
 """The fit cache key follows every setting that can change a fit (issue #18 class 1, issue #25 item 2).
 
-The key (:func:`crowdflow.fingerprints.fit_key` over :func:`flows.pipeline.fit_data`) hashes what the fit
+The key (:func:`crowdflow.storage.fingerprints.fit_key` over :func:`flows.pipeline.fit_data`) hashes what the fit
 receives after reading, mapping, coercion, the duplicate policy, validation and encoding, plus the job's
 options, where the fit runs and the code's identity. This test walks every leaf field of the pipeline spec, for
 several jobs, gives it another valid value and shows that the key changes, or that the field is one that cannot
@@ -19,9 +19,9 @@ import pandas as pd
 import pytest
 from pydantic import BaseModel
 
-from crowdflow.errors import CrowdflowError
-from crowdflow.fingerprints import code_identity, data_fingerprint, fit_key
+from crowdflow.contracts.errors import CrowdflowError
 from crowdflow.spec import JOB_INPUTS_ALL, JOB_MODELS, JOB_OPTIONS, PipelineBase, parse_spec
+from crowdflow.storage.fingerprints import code_identity, data_fingerprint, fit_key
 from flows.pipeline import fit_data, prepare
 
 DATA = Path(__file__).resolve().parents[1] / "crowdflow" / "data"

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from crowdflow.errors import SpecError
+from crowdflow.contracts.errors import SpecError
 from crowdflow.spec import JOB_INPUTS, JOB_OPTIONS
 from flows.cli import JOB_COMMANDS, build_parser, spec_from_args
 

@@ -1,4 +1,4 @@
-"""Tests for crowdflow.comparisons (the one comparison-table reader): input layouts, aliases, errors that name rows (docs/methods/ranking.md §1.2)."""
+"""Tests for crowdflow.contracts.comparisons (the one comparison-table reader): input layouts, aliases, errors that name rows (docs/methods/ranking.md §1.2)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crowdflow.comparisons import canonical_comparisons, comparisons_from_winners
+from crowdflow.contracts.comparisons import canonical_comparisons, comparisons_from_winners
 from crowdflow.ranking.graph import build_comparison_graph
 
 
@@ -58,9 +58,9 @@ def test_bad_input_raises(df, match):
 )
 def test_every_reader_of_comparisons_accepts_the_same_layouts(tmp_path, columns) -> None:
     """The file reader, the ranking job and the personal-rankings job read one table the same way."""
-    from crowdflow.io import read_table
+    from crowdflow.contracts.tables import COMPARISONS
     from crowdflow.personal_rankings import encode_personal_comparisons
-    from crowdflow.tables import COMPARISONS
+    from crowdflow.storage.io import read_table
 
     rows = [("u1", "a", "b", 1.0), ("u1", "b", "c", -1.0), ("u2", "a", "c", 1.0), ("u2", "b", "c", 0.0)]
     last = columns[3]

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from crowdflow.errors import InputError
+from crowdflow.contracts.errors import InputError
 from crowdflow.spec import JOB_INPUTS, JOB_INPUTS_ALL, JOB_MODELS, JOB_OPTIONS, load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,7 +153,7 @@ def _skills_run(out: Path, finished: datetime) -> Path:
 
 def test_a_stale_skills_run_is_refused_naming_the_run_and_its_age(tmp_path: Path) -> None:
     """max_skills_run_age_hours: an old skills run (the skills deployment failed or is late) is refused, not used."""
-    from crowdflow.run_store import read_skills_run
+    from crowdflow.storage.run_store import read_skills_run
 
     now = datetime(2026, 1, 2, 12, 0, tzinfo=UTC)
     run = _skills_run(tmp_path, now - timedelta(hours=30))

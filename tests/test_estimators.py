@@ -31,7 +31,7 @@ import pandas as pd
 import pytest
 
 import crowdflow as cf
-from crowdflow.errors import InputError
+from crowdflow.contracts.errors import InputError
 from crowdflow.synth.skills import one_coin_labels, random_assignment
 
 DATA = Path(cf.__file__).parent / "data"

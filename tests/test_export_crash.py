@@ -1,6 +1,6 @@
 """An export killed at every file-system step (issue #18, class 2): readers never see an uncommitted run.
 
-Each case runs :func:`crowdflow.run_store.write_run` in a subprocess with the test hook
+Each case runs :func:`crowdflow.storage.run_store.write_run` in a subprocess with the test hook
 ``CROWDFLOW_TEST_KILL_AT_STEP=k`` (the writer SIGKILLs itself right after its k-th step: each table, the
 report file, the manifest, the commit rename, each hive part's publication), for both layouts and for runs
 with one to three tables. After each kill the test reads the output folder as a user would (pyarrow's
@@ -23,7 +23,7 @@ import duckdb
 import pyarrow.dataset as pads
 import pytest
 
-from crowdflow.run_store import TEST_KILL_ENV, latest_run, write_run
+from crowdflow.storage.run_store import TEST_KILL_ENV, latest_run, write_run
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINE = "pipe"
@@ -33,7 +33,7 @@ _WRITER = textwrap.dedent(
     """
     import sys
     import pandas as pd
-    from crowdflow.run_store import write_run
+    from crowdflow.storage.run_store import write_run
     out, run_id, layout, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     names = ("consensus", "skills", "components")[:n]
     tables = {t: pd.DataFrame({"task": [f"{t}-{i}" for i in range(3)], "x": [1.0, 2.0, 3.0]}) for t in names}

@@ -2,7 +2,7 @@
 
 The kill test runs the real ``crowdflow skills`` command in a subprocess (talking to the session's
 temporary Prefect API, so it starts no server of its own) with the test-only hook
-``CROWDFLOW_TEST_PAUSE_EXPORT`` (``crowdflow.run_store``): the writer stops after its first table, the test
+``CROWDFLOW_TEST_PAUSE_EXPORT`` (``crowdflow.storage.run_store``): the writer stops after its first table, the test
 SIGKILLs the whole process group, and then checks what a crash leaves behind.
 """
 
@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 import tasks.sources
-from crowdflow.errors import InputError
-from crowdflow.run_store import TEST_PAUSE_ENV, latest_run, remove_stale_staging
+from crowdflow.contracts.errors import InputError
+from crowdflow.storage.run_store import TEST_PAUSE_ENV, latest_run, remove_stale_staging
 from flows.cli import main
 
 pytestmark = [pytest.mark.flow, pytest.mark.usefixtures("prefect_harness")]

@@ -14,7 +14,7 @@ import pytest
 import crowdflow.ranking.fit
 import tasks.check_graph
 import tasks.fit
-from crowdflow.errors import GraphCheckFailed
+from crowdflow.contracts.errors import GraphCheckFailed
 from crowdflow.spec import parse_spec
 from flows.ranking import ranking_flow
 

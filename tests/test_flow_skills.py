@@ -154,8 +154,8 @@ def test_bipartite_component_warns_under_the_default_method(tmp_path: Path, caps
 
 
 def test_transient_faults_are_retried(tmp_path: Path, rte_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import crowdflow.io as cio
-    import crowdflow.run_store as store
+    import crowdflow.storage.io as cio
+    import crowdflow.storage.run_store as store
 
     calls = {"read": 0, "write": 0}
     real_read, real_write = cio._read_csv, store.write_parquet
@@ -186,7 +186,7 @@ def test_transient_faults_are_retried(tmp_path: Path, rte_dir: Path, monkeypatch
 
 
 def test_persistent_export_fault_leaves_nothing(tmp_path: Path, rte_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import crowdflow.run_store as cio
+    import crowdflow.storage.run_store as cio
 
     spec = parse_spec(
         {"name": "fault", "labels": {"path": str(rte_dir / "labels.csv")}, "output": {"dir": str(tmp_path)}}

@@ -11,7 +11,7 @@ non-finite values, unknown and duplicated keys, options that conflict). Whatever
 - exit 0 or 2 (1 is "unexpected error", a crowdflow defect), with no traceback on stderr;
 - on exit 2 print one ``crowdflow: error:`` line and write nothing into the output folder;
 - on exit 0 leave one completed run whose tables hold no infinity and no NaN without a ``missing_reason``
-  (``crowdflow.missing``).
+  (``crowdflow.contracts.missing``).
 
 The default run draws ``FUZZ_EXAMPLES`` (5) inputs per job, derandomized so that CI is repeatable; raise it
 (``FUZZ_EXAMPLES=200 pytest tests/test_fuzz_cli.py``) to search harder: a failure prints the drawn files;
@@ -38,7 +38,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
-from crowdflow.missing import unexplained
+from crowdflow.contracts.missing import unexplained
 from flows.cli import main
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "5"))

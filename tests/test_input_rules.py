@@ -1,11 +1,11 @@
 """Rules against silent misreads and stray exit codes (issue #18, classes 4 and 5), each enforced in one place.
 
-- the reader (crowdflow.io): a column named twice, a repeated header row, a whitespace-only id, float ids
+- the reader (crowdflow.storage.io): a column named twice, a repeated header row, a whitespace-only id, float ids
   that are not exact, a FIFO, a symbolic link loop, Parquet parts that disagree on columns;
-- the table contracts (crowdflow.tables + schemas.validation): NA spellings in any case, whole-number caps,
+- the table contracts (crowdflow.contracts.tables + schemas.validation): NA spellings in any case, whole-number caps,
   an edge listed twice, bounded outcomes;
 - the spec loader (crowdflow.spec): a YAML key given twice, pathological nesting;
-- the failure rule (crowdflow.errors): what a task retries and what the CLI reports with exit 2.
+- the failure rule (crowdflow.contracts.errors): what a task retries and what the CLI reports with exit 2.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from crowdflow.errors import (
+from crowdflow.contracts.errors import (
     CrowdflowError,
     InputError,
     ResourceError,
@@ -31,10 +31,10 @@ from crowdflow.errors import (
     is_transient,
     user_error,
 )
-from crowdflow.io import read_table
-from crowdflow.run_store import write_run
+from crowdflow.contracts.tables import INPUTS, LABELS, NA_SPELLINGS, NA_SPELLINGS_ANY_CASE
 from crowdflow.spec import load_spec
-from crowdflow.tables import INPUTS, LABELS, NA_SPELLINGS, NA_SPELLINGS_ANY_CASE
+from crowdflow.storage.io import read_table
+from crowdflow.storage.run_store import write_run
 from schemas.validation import require_valid, validate_frame
 
 
@@ -193,7 +193,7 @@ def test_what_is_retried_and_what_exits_2(exc: BaseException, transient: bool, u
 
 
 def test_a_full_disk_names_the_run_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import crowdflow.run_store as io_mod
+    import crowdflow.storage.run_store as io_mod
 
     def full(*args: object, **kwargs: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")  # as pyarrow raises it: no file name

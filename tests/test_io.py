@@ -11,10 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from crowdflow.errors import InputError
-from crowdflow.io import fingerprint, read_table
-from crowdflow.run_store import write_run
-from crowdflow.tables import COMPARISONS, LABELS, OUTPUTS
+from crowdflow.contracts.errors import InputError
+from crowdflow.contracts.tables import COMPARISONS, LABELS, OUTPUTS
+from crowdflow.storage.io import fingerprint, read_table
+from crowdflow.storage.run_store import write_run
 
 
 def _write(p: Path, text: str | bytes) -> Path:
@@ -123,7 +123,7 @@ def test_write_run_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     man = json.loads((first.path / "manifest.json").read_text())
     assert man["status"] == "completed" and man["outputs"]["consensus"]["rows"] == 1
 
-    import crowdflow.run_store as cio
+    import crowdflow.storage.run_store as cio
 
     calls = {"n": 0}
     real = cio.write_parquet

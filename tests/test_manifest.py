@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from crowdflow.manifest import build_manifest, input_record
-from crowdflow.secrets import REDACTED, redact, secret_env_values
+from crowdflow.storage.manifest import build_manifest, input_record
+from crowdflow.storage.secrets import REDACTED, redact, secret_env_values
 
 
 @pytest.mark.parametrize(
@@ -76,7 +76,7 @@ def test_written_manifest_is_strict_json(tmp_path) -> None:  # type: ignore[no-u
     import numpy as np
     import pandas as pd
 
-    from crowdflow.run_store import write_run
+    from crowdflow.storage.run_store import write_run
 
     manifest = {"fit": {"eta": float("nan"), "final_loss": np.float64("inf"), "iterations": 0}, "x": [1.5, -np.inf]}
     run = write_run(tmp_path, "p", "r1", {"t": pd.DataFrame({"a": [1]})}, manifest)

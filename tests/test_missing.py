@@ -6,7 +6,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crowdflow.missing import MISSING_REASON, UnexplainedMissing, check_explained, unexplained, unexplained_reference
+from crowdflow.contracts.missing import (
+    MISSING_REASON,
+    UnexplainedMissing,
+    check_explained,
+    unexplained,
+    unexplained_reference,
+)
 
 
 def _table(seed: int, m: int, share_nan: float, texts: list[str | None], with_inf: bool) -> pd.DataFrame:

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crowdflow.errors import CrowdflowError, DegenerateInput
+from crowdflow.contracts.errors import CrowdflowError, DegenerateInput
 from crowdflow.personal_models import fit_personal_models
 from crowdflow.personal_rankings import fit_personal_rankings
 from crowdflow.ranking import fit_hlasso, fit_hodgerank, fit_lbi

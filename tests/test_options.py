@@ -1,4 +1,4 @@
-"""The options base (crowdflow.options.Options): frozen, strict keys, finite floats, validated overrides."""
+"""The options base (crowdflow.contracts.options.Options): frozen, strict keys, finite floats, validated overrides."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 from pydantic import Field, ValidationError
 
-from crowdflow.options import Options
+from crowdflow.contracts.options import Options
 
 
 class _Demo(Options):

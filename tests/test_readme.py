@@ -57,7 +57,7 @@ def test_readme_python_api_section_runs(tmp_path: Path, monkeypatch: pytest.Monk
         "crowdflow.personal_rankings.door",
         "crowdflow.personal_models.door",
         "crowdflow.assignment.door",
-        "crowdflow.estimators",
+        "crowdflow.frontdoor.estimators",
     ],
 )
 def test_front_door_docstring_examples_run(module: str) -> None:

@@ -24,7 +24,7 @@ import pytest
 import crowdflow.report.page as report_mod
 from crowdflow.report import FIGURE_IDS, REPORT_FILE, render_report, report_from_run_dir
 from crowdflow.report.page import ACTION_IDS
-from crowdflow.run_store import write_run
+from crowdflow.storage.run_store import write_run
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crowdflow.manifest import runs_row
+from crowdflow.contracts.tables import OUTPUTS, RUNS_SCHEMA
 from crowdflow.metrics import confusion_matrix, gold_by_worker, gold_metrics, majority_changes, review_skills
-from crowdflow.tables import OUTPUTS, RUNS_SCHEMA
+from crowdflow.storage.manifest import runs_row
 
 LABELS = pd.DataFrame(
     [

@@ -192,7 +192,7 @@ def test_a_cluster_without_workers_is_refused_naming_the_address(tmp_path: Path)
     RunnerError (exit 2) naming the address. Before, the run waited silently until a worker joined (598 s)."""
     from distributed import LocalCluster
 
-    from crowdflow.errors import RunnerError, SpecError
+    from crowdflow.contracts.errors import RunnerError, SpecError
     from tasks.runners import dask_executor, scratch_folder
 
     with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster:
@@ -336,7 +336,7 @@ def test_a_bad_file_of_a_dataset_is_named_by_run_and_validate(rte_dir: Path, tmp
 def test_dataset_sources_are_checked_in_the_spec(source: dict, runner: dict, message: str) -> None:  # type: ignore[type-arg]
     from pydantic import ValidationError
 
-    from crowdflow.errors import SpecError
+    from crowdflow.contracts.errors import SpecError
 
     with pytest.raises((SpecError, ValidationError), match=message):
         parse_spec({"name": "x", "labels": source, "runner": runner})
@@ -365,7 +365,7 @@ def _planted_comparisons(folder: Path, n_files: int = 4) -> pd.DataFrame:
 def test_a_comparison_dataset_read_by_the_workers_gives_the_inline_trimmed_run(tmp_path: Path) -> None:
     """#21 ranking: comparisons read, validated and reduced by Dask workers; outliers: trimmed gives the in-memory
     run's tables (ranking, components, annotators, the flagged rows); lbi is refused for such a run."""
-    from crowdflow.errors import SpecError
+    from crowdflow.contracts.errors import SpecError
     from flows.deploy import run_pipeline
 
     df = _planted_comparisons(tmp_path / "cmp")
@@ -490,7 +490,7 @@ def test_an_agents_dataset_read_by_the_workers_gives_the_inline_blocked_run(tmp_
     """#21 personal models: the agents' samples are read, validated and turned into losses by the Dask workers (the
     flow holds the graph and the models); the tables equal the in-memory djam_blocked run's. Other methods are refused
     before any step, and a table that admits no fit exits 2 naming the dataset, with nothing written."""
-    from crowdflow.errors import SpecError
+    from crowdflow.contracts.errors import SpecError
     from flows.cli import main
     from flows.deploy import run_pipeline
 

@@ -19,9 +19,15 @@ import pytest
 import yaml
 from pydantic import TypeAdapter
 
-from crowdflow.errors import SpecError
-from crowdflow.secrets import NO_INLINE_SECRET_PATTERN, NO_USERINFO_PATTERN, inline_secret, redact, refuse_inline_secret
+from crowdflow.contracts.errors import SpecError
 from crowdflow.spec import PipelineSpec, parse_spec
+from crowdflow.storage.secrets import (
+    NO_INLINE_SECRET_PATTERN,
+    NO_USERINFO_PATTERN,
+    inline_secret,
+    redact,
+    refuse_inline_secret,
+)
 from flows.cli import main
 
 SECRET = "Zq9-pl4nted"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from crowdflow.errors import SpecError
+from crowdflow.contracts.errors import SpecError
 from crowdflow.spec import load_spec, parse_spec
 from flows.pipeline import check_locations, check_spec
 
@@ -98,8 +98,8 @@ def test_unsafe_pipeline_names_are_refused(tmp_path: Path, name: str, why: str) 
 
 
 def test_safe_names_pass_and_run_ids_are_checked(tmp_path: Path) -> None:
-    from crowdflow.run_store import write_run
     from crowdflow.spec import check_name
+    from crowdflow.storage.run_store import write_run
     from flows.pipeline import run_spec
 
     for ok in ("a", "rte-skills_2.v1", "0" * 128):

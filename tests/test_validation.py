@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crowdflow.errors import ValidationFailed
-from crowdflow.tables import COMPARISONS, EDGES, INPUTS, LABELS
+from crowdflow.contracts.errors import ValidationFailed
+from crowdflow.contracts.tables import COMPARISONS, EDGES, INPUTS, LABELS
 from schemas.validation import require_valid, validate_frame
 
 

@@ -16,8 +16,9 @@ import pandas as pd
 from crowdflow.assignment.fit import assign_tasks
 from crowdflow.assignment.options import AssignmentOptions
 from crowdflow.assignment.types import AssignmentResult, NextBatchResult
-from crowdflow.errors import InputError
-from crowdflow.frontdoor import Checks, Columns, check_modes, columns_for, input_errors, read_input, written_tables
+from crowdflow.checks import Checks, check_modes
+from crowdflow.contracts.errors import InputError
+from crowdflow.storage.frames import Columns, columns_for, input_errors, read_input, written_tables
 
 __all__ = ["AssignmentFit", "assign", "output_tables"]
 
@@ -118,9 +119,9 @@ def assign(
     ------
     pydantic.ValidationError
         An unknown option or a value outside its range.
-    crowdflow.errors.InputError
+    crowdflow.contracts.errors.InputError
         A missing column, a fractional cap, a caps table without a row for a candidate's id and no default.
-    crowdflow.errors.ValidationFailed
+    crowdflow.contracts.errors.ValidationFailed
         A broken table contract (repeated pairs, non-finite scores, negative caps …).
 
     Examples

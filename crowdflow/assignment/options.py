@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from crowdflow.options import Options
+from crowdflow.contracts.options import Options
 
 #: Largest budget or cap accepted: counts pass through float64 arrays, exact up to 2^53.
 MAX_COUNT = 2**53

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from crowdflow.assignment.constraints import TVCSConstraints
-from crowdflow.errors import InputError
+from crowdflow.contracts.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class CapsTableError(InputError, ValueError):
     """A value of a caps table that is not a cap (e.g. ``1.5``): the message names the table, the column
     and the 1-based data row.
 
-    A ``ValueError`` for library callers and an :class:`~crowdflow.errors.InputError` for the
+    A ``ValueError`` for library callers and an :class:`~crowdflow.contracts.errors.InputError` for the
     pipeline, which reports it as bad input (exit 2), never as an unexpected error.
     """
 

@@ -10,7 +10,7 @@ The package is also the job's front door: ``crowdflow.personal_models(agents, ed
 :func:`crowdflow.personal_models.door.personal_models`; :func:`output_tables` gives a run's tables from a fit.
 """
 
-from crowdflow.frontdoor import callable_package
+from crowdflow._modules import callable_package
 from crowdflow.personal_models.baselines import RHO_GRID, cl_admm, cl_admm_monte_carlo, rounds_to
 from crowdflow.personal_models.blocked import djam_blocked, partition_agents
 from crowdflow.personal_models.centralized import centralized

@@ -15,12 +15,12 @@ from typing import Any
 
 import pandas as pd
 
-from crowdflow.checks import GraphChecks, check_agent_graph
-from crowdflow.errors import DegenerateInput
-from crowdflow.frontdoor import Checks, Columns, check_modes, columns_for, input_errors, read_input, written_tables
+from crowdflow.checks import Checks, GraphChecks, check_agent_graph, check_modes
+from crowdflow.contracts.errors import DegenerateInput
 from crowdflow.personal_models.fit import fit_personal_models
 from crowdflow.personal_models.options import PersonalModelsOptions
 from crowdflow.personal_models.result import PersonalModelsResult
+from crowdflow.storage.frames import Columns, columns_for, input_errors, read_input, written_tables
 
 log = logging.getLogger(__name__)
 
@@ -100,11 +100,11 @@ def personal_models(
     ------
     pydantic.ValidationError
         An unknown option or a value outside its range.
-    crowdflow.errors.InputError
+    crowdflow.contracts.errors.InputError
         A missing column or values of the wrong type.
-    crowdflow.errors.DegenerateInput
+    crowdflow.contracts.errors.DegenerateInput
         Tables that admit no fit (an agent without data or prior, …), naming the agents table.
-    crowdflow.errors.ValidationFailed, crowdflow.errors.GraphCheckFailed
+    crowdflow.contracts.errors.ValidationFailed, crowdflow.contracts.errors.GraphCheckFailed
         A broken table contract, bad edges or a disconnected graph under a blocking policy.
 
     Examples

@@ -66,7 +66,7 @@ def fit_personal_models(
     ------
     pydantic.ValidationError
         An unknown option or a value outside its range (a ``ValueError``).
-    crowdflow.errors.DegenerateInput
+    crowdflow.contracts.errors.DegenerateInput
         Tables that admit no fit (non-finite or too large values, naming the column; logistic targets
         that are not 0/1; an agent whose loss is not strongly convex). Also a ``ValueError``.
     ValueError

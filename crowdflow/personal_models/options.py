@@ -14,7 +14,7 @@ from typing import Any, Literal, Self, get_args
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from crowdflow.options import Options
+from crowdflow.contracts.options import Options
 from crowdflow.personal_models.problem import DEFAULT_REG, RESERVED_COLUMNS
 
 Loss = Literal["quadratic", "ridge", "huber", "logistic"]

@@ -35,7 +35,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from crowdflow.errors import DegenerateInput, InputError
+from crowdflow.contracts.errors import DegenerateInput, InputError
 from crowdflow.executors import MapFn
 from crowdflow.personal_models.blocked import block_arcs, partition_agents, sweep_budget, warn_unconverged
 from crowdflow.personal_models.djam import batched_rounds, serial_rounds
@@ -360,9 +360,9 @@ def fit_personal_models_partitioned(
 
     Raises
     ------
-    crowdflow.errors.DegenerateInput, ValueError
+    crowdflow.contracts.errors.DegenerateInput, ValueError
         As :func:`~crowdflow.personal_models.problem.build_problem` (raised by the worker that builds the block).
-    crowdflow.errors.InputError
+    crowdflow.contracts.errors.InputError
         Files that disagree on the model's parameters; an empty dataset.
     """
     t0 = time.perf_counter()

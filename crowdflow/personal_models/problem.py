@@ -22,7 +22,7 @@ import pandas as pd
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from crowdflow.errors import DegenerateInput
+from crowdflow.contracts.errors import DegenerateInput
 from crowdflow.graphs import agent_graph_report
 from crowdflow.personal_models.graph import AgentGraph
 from crowdflow.personal_models.helpers import format_ids, segsum
@@ -519,7 +519,7 @@ def build_problem(
 
     Raises
     ------
-    crowdflow.errors.DegenerateInput
+    crowdflow.contracts.errors.DegenerateInput
         Tables that admit no fit, naming the column: non-finite or too large targets, features or sample
         weights (``|value| ≤ 1e150``, the agents table contract) or products of them that overflow,
         logistic targets that are not 0/1 or ±1, an ``x`` list column of varying length, a per-agent

@@ -13,7 +13,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from crowdflow.missing import explain_missing
+from crowdflow.contracts.missing import explain_missing
 from crowdflow.personal_models.problem import PersonalProblem
 
 

@@ -11,7 +11,7 @@ The package is also the job's front door: ``crowdflow.personal_rankings(comparis
 :func:`crowdflow.personal_rankings.door.personal_rankings`; :func:`output_tables` gives a run's tables from a fit.
 """
 
-from crowdflow.frontdoor import callable_package
+from crowdflow._modules import callable_package
 from crowdflow.personal_rankings.baselines import (
     ConvexBaselineResult,
     GlobalBTLResult,

@@ -22,7 +22,7 @@ import scipy.sparse as sp
 from scipy.optimize import minimize
 from scipy.special import expit
 
-from crowdflow.comparisons import rename_comparison_aliases
+from crowdflow.contracts.comparisons import rename_comparison_aliases
 from crowdflow.personal_rankings.objective import pair_nll, pair_nll_slope
 from crowdflow.personal_rankings.types import DEFAULT_ALPHA, DEFAULT_SIGMA, PairData
 

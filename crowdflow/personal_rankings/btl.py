@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from crowdflow.errors import DegenerateInput
+from crowdflow.contracts.errors import DegenerateInput
 from crowdflow.personal_rankings.objective import DEFAULT_BLOCK_ENTRIES, SmoothedBTLObjective, pair_nll
 from crowdflow.personal_rankings.options import PersonalRankingsOptions
 from crowdflow.personal_rankings.solvers import SolverOutput, lbfgs_factors, riemannian_trust_region

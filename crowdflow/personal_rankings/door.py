@@ -15,11 +15,11 @@ from typing import Any
 
 import pandas as pd
 
-from crowdflow.checks import GraphChecks, check_comparison_graph
-from crowdflow.errors import DegenerateInput
-from crowdflow.frontdoor import Checks, Columns, check_modes, columns_for, input_errors, read_input, written_tables
+from crowdflow.checks import Checks, GraphChecks, check_comparison_graph, check_modes
+from crowdflow.contracts.errors import DegenerateInput
 from crowdflow.personal_rankings.fit import PersonalRankingResult, fit_personal_rankings
 from crowdflow.personal_rankings.options import PersonalRankingsOptions
+from crowdflow.storage.frames import Columns, columns_for, input_errors, read_input, written_tables
 
 log = logging.getLogger(__name__)
 
@@ -112,11 +112,11 @@ def personal_rankings(
     ------
     pydantic.ValidationError
         An unknown option or a value outside its range.
-    crowdflow.errors.InputError
+    crowdflow.contracts.errors.InputError
         A missing column or an unreadable outcome.
-    crowdflow.errors.DegenerateInput
+    crowdflow.contracts.errors.DegenerateInput
         Comparisons that admit no fit (only ties, a rank above the number of users or items), naming the table.
-    crowdflow.errors.ValidationFailed, crowdflow.errors.GraphCheckFailed
+    crowdflow.contracts.errors.ValidationFailed, crowdflow.contracts.errors.GraphCheckFailed
         A broken table contract or a disconnected annotator–item graph under a blocking policy.
     """
     o = PersonalRankingsOptions.resolve(options, **overrides)

@@ -21,8 +21,8 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from crowdflow.comparisons import describe_positions, rename_comparison_aliases, winner_outcomes
-from crowdflow.errors import DegenerateInput
+from crowdflow.contracts.comparisons import describe_positions, rename_comparison_aliases, winner_outcomes
+from crowdflow.contracts.errors import DegenerateInput
 from crowdflow.labels import natural_sort
 from crowdflow.personal_rankings.types import InvalidPolicy, PairData
 

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit
 
-from crowdflow.comparisons import rename_comparison_aliases
+from crowdflow.contracts.comparisons import rename_comparison_aliases
 from crowdflow.personal_rankings.btl import fit_low_rank_btl, select_rank
 from crowdflow.personal_rankings.encoding import (
     PersonalComparisons,

@@ -14,7 +14,7 @@ from typing import Self
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from crowdflow.options import Options
+from crowdflow.contracts.options import Options
 from crowdflow.personal_rankings.types import (
     DEFAULT_ALPHA,
     DEFAULT_GTOL,

@@ -10,7 +10,7 @@ The job's front door is :func:`rank` (``crowdflow.rank(comparisons)``: a DataFra
 writes out); :func:`output_tables` gives those tables from a fit, for the pipeline and the front door alike.
 """
 
-from crowdflow.comparisons import canonical_comparisons, comparisons_from_winners
+from crowdflow.contracts.comparisons import canonical_comparisons, comparisons_from_winners
 from crowdflow.ranking.door import RankingFit, output_tables, rank
 from crowdflow.ranking.fit import fit_hlasso, fit_hodgerank, fit_lbi, fit_ranking
 from crowdflow.ranking.graph import (

@@ -15,12 +15,12 @@ from typing import Any
 
 import pandas as pd
 
-from crowdflow.checks import GraphChecks, check_comparison_graph
-from crowdflow.frontdoor import Checks, Columns, check_modes, columns_for, input_errors, read_input, written_tables
+from crowdflow.checks import Checks, GraphChecks, check_comparison_graph, check_modes
 from crowdflow.ranking.fit import fit_ranking
 from crowdflow.ranking.options import RankingOptions
 from crowdflow.ranking.trimmed import TrimmedRankingResult
 from crowdflow.ranking.types import RankingResult, RobustRankingResult
+from crowdflow.storage.frames import Columns, columns_for, input_errors, read_input, written_tables
 
 log = logging.getLogger(__name__)
 
@@ -110,11 +110,11 @@ def rank(
     ------
     pydantic.ValidationError
         An unknown option or a value outside its range.
-    crowdflow.errors.InputError
+    crowdflow.contracts.errors.InputError
         A missing column, an unreadable outcome or winner, comparisons the fit cannot use.
-    crowdflow.errors.ValidationFailed
+    crowdflow.contracts.errors.ValidationFailed
         The table breaks its contract (null ids, a self-comparison, a non-finite outcome …).
-    crowdflow.errors.GraphCheckFailed
+    crowdflow.contracts.errors.GraphCheckFailed
         A disconnected comparison graph when ``connectivity`` blocks.
 
     Examples

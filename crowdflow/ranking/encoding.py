@@ -15,7 +15,7 @@ one item, docs/methods/ranking.md §1.2). :func:`encode_pair_ids` gives both:
   ``str`` and merged by text.
 
 The reference for both is "``str`` of every value, then factorize the text", what
-:func:`crowdflow.comparisons.text_ids` followed by ``pandas.factorize`` computes (tests compare them).
+:func:`crowdflow.contracts.comparisons.text_ids` followed by ``pandas.factorize`` computes (tests compare them).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from crowdflow.errors import DegenerateInput
+from crowdflow.contracts.errors import DegenerateInput
 from crowdflow.ranking.graph import ComparisonGraph, _graph_report, build_comparison_graph, group_identical_rows
 from crowdflow.ranking.hlasso import LassoFit, _budget_fit, hlasso, hlasso_path
 from crowdflow.ranking.hodge import hodge_decomposition, undetectable_rows
@@ -81,7 +81,7 @@ def fit_ranking(
     Parameters
     ----------
     comparisons : pandas.DataFrame or ComparisonGraph
-        One row per judgement, in any layout :func:`~crowdflow.comparisons.canonical_comparisons`
+        One row per judgement, in any layout :func:`~crowdflow.contracts.comparisons.canonical_comparisons`
         accepts, or a prepared graph.
     options : RankingOptions, optional
         The job's options (default: all defaults, the same as a pipeline spec without a ``ranking:`` section).
@@ -101,8 +101,8 @@ def fit_ranking(
     pydantic.ValidationError
         An unknown option, a value out of range or a combination the fit cannot run.
     ValueError
-        Comparisons that cannot be read (:func:`~crowdflow.comparisons.canonical_comparisons`);
-        :class:`~crowdflow.errors.DegenerateInput` for data the chosen options cannot fit.
+        Comparisons that cannot be read (:func:`~crowdflow.contracts.comparisons.canonical_comparisons`);
+        :class:`~crowdflow.contracts.errors.DegenerateInput` for data the chosen options cannot fit.
     """
     o = RankingOptions.resolve(options, **overrides)
     if o.outliers == "none":

@@ -24,7 +24,7 @@ import scipy.sparse as sp
 from scipy.sparse import csgraph
 
 from crowdflow._typing import SparseMatrix
-from crowdflow.comparisons import (
+from crowdflow.contracts.comparisons import (
     canonical_comparisons,
     comparison_layout,
     describe_positions,

@@ -28,7 +28,7 @@ from scipy.sparse import csgraph
 from scipy.sparse import linalg as spla
 
 from crowdflow._typing import SparseMatrix
-from crowdflow.missing import explain_missing
+from crowdflow.contracts.missing import explain_missing
 from crowdflow.ranking.graph import ComparisonGraph
 from crowdflow.ranking.hodge_kernels import cgls_curl, laplacian_bridges, pair_outcome_range, row_parts, triangles
 from crowdflow.ranking.least_squares import LaplacianSolver, hodgerank_scores

@@ -14,7 +14,7 @@ import pandas as pd
 import scipy.sparse as sp
 from scipy.sparse.linalg import splu
 
-from crowdflow.missing import explain_missing
+from crowdflow.contracts.missing import explain_missing
 
 __all__ = ["score_intervals"]
 

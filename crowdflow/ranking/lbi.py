@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from crowdflow.errors import DegenerateInput
+from crowdflow.contracts.errors import DegenerateInput
 from crowdflow.ranking.graph import ComparisonGraph
 from crowdflow.ranking.lbi_path import LBIPath, _check_stop_args, _DZView, _Monitor, _resid_target
 from crowdflow.ranking.least_squares import LaplacianSolver, cycle_projector, hodgerank_scores, laplacian_lambda_max

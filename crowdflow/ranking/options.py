@@ -15,7 +15,7 @@ from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
-from crowdflow.options import Options
+from crowdflow.contracts.options import Options
 
 __all__ = [
     "FDR_Q",

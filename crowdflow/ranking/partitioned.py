@@ -1,7 +1,7 @@
 """HodgeRank and a robust (trimmed) outlier fit on a comparison table split into partitions.
 
 No process holds the rows at once. Partitions are opaque descriptors ``P`` read by a picklable
-``read(P) -> DataFrame`` (canonical comparisons, :func:`~crowdflow.comparisons.canonical_comparisons`);
+``read(P) -> DataFrame`` (canonical comparisons, :func:`~crowdflow.contracts.comparisons.canonical_comparisons`);
 work runs through a generic executor ``executor(fn, items) -> results in order`` (a Dask client's
 ``map`` + ``gather``, or :func:`inline_executor`). Every function sent to the executor is a module-level
 function bound with :func:`functools.partial`, so it pickles to worker processes.
@@ -76,11 +76,11 @@ import numpy as np
 import pandas as pd
 from scipy.special import ndtr, ndtri
 
-from crowdflow.comparisons import canonical_comparisons
-from crowdflow.errors import DegenerateInput, InputError
+from crowdflow.contracts.comparisons import canonical_comparisons
+from crowdflow.contracts.errors import DegenerateInput, InputError
+from crowdflow.contracts.missing import explain_missing
 from crowdflow.executors import MapFn, fold, inline_executor
 from crowdflow.labels import natural_order
-from crowdflow.missing import explain_missing
 from crowdflow.ranking.graph import ComparisonGraph
 from crowdflow.ranking.hodge import hodge_decomposition
 from crowdflow.ranking.hodge_kernels import laplacian_bridges
@@ -727,7 +727,7 @@ def fit_ranking_partitioned(
     parts : sequence
         Partition descriptors, passed to ``read`` on the workers.
     read : callable
-        ``read(part) -> DataFrame`` in any layout :func:`~crowdflow.comparisons.canonical_comparisons`
+        ``read(part) -> DataFrame`` in any layout :func:`~crowdflow.contracts.comparisons.canonical_comparisons`
         accepts; must pickle (a module-level function or a partial of one) and return the same rows on
         every pass.
     executor : MapFn

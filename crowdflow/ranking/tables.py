@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import scipy.sparse as sp
 
-from crowdflow.comparisons import rename_comparison_aliases, text_ids
-from crowdflow.missing import explain_missing
+from crowdflow.contracts.comparisons import rename_comparison_aliases, text_ids
+from crowdflow.contracts.missing import explain_missing
 from crowdflow.ranking.encoding import arrow_strings
 from crowdflow.ranking.graph import ComparisonGraph
 from crowdflow.ranking.hodge import hodge_decomposition, undetectable_rows

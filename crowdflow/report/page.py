@@ -41,7 +41,7 @@ from crowdflow.report.figure import INSTALL_HINT, Action, Plot, ReportFigure, ma
 from crowdflow.report.personal import personal_models_figures, personal_rankings_figures
 from crowdflow.report.ranking import ranking_figures
 from crowdflow.report.skills import skills_actions, skills_figures
-from crowdflow.run_store import run_date_of
+from crowdflow.storage.run_store import run_date_of
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ The package is also the job's front door: ``crowdflow.skills(labels, ...)`` is :
 a fit for the pipeline and the front door alike.
 """
 
-from crowdflow.frontdoor import callable_package
+from crowdflow._modules import callable_package
 from crowdflow.skills.consensus import (
     ConsensusOutput,
     prediction_error,

@@ -29,11 +29,12 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from crowdflow.errors import InputError
+from crowdflow.contracts.errors import InputError
+from crowdflow.contracts.missing import with_reasons
+from crowdflow.contracts.tables import OUTPUTS
 from crowdflow.graphs import pair_counts
 from crowdflow.labels import DuplicatePolicy, LabelMatrix, factorize_ids, task_major_order
 from crowdflow.metrics import ReviewPart, review_part
-from crowdflow.missing import with_reasons
 from crowdflow.skills.consensus import weighted_consensus
 from crowdflow.skills.dawid_skene import (
     _confusion_counts,
@@ -47,7 +48,6 @@ from crowdflow.skills.identifiability import labels_and_tasks_per_component
 from crowdflow.skills.majority import majority_vote
 from crowdflow.skills.moments import pack_counts
 from crowdflow.skills.types import Fallback, TieBreak
-from crowdflow.tables import OUTPUTS
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def split_labels(labels: pd.DataFrame, partition: int, folder: str, n_buckets: i
     Parameters
     ----------
     labels : pandas.DataFrame
-        Canonical ``task, worker, label`` text columns of one file (``crowdflow.datasets.read_partition``).
+        Canonical ``task, worker, label`` text columns of one file (``crowdflow.storage.datasets.read_partition``).
     partition : int
         The file's index (orders the pieces of a bucket as the input is ordered).
     folder : str
@@ -435,7 +435,7 @@ def _write_consensus(
 ) -> ConsensusPart:
     import pyarrow.parquet as pq
 
-    from crowdflow.run_store import written_frame
+    from crowdflow.storage.run_store import written_frame
 
     cols = ["task", "label", "confidence", "n_labels", "fallback"]
     frame = with_reasons({"consensus": table[cols].reset_index(drop=True)})["consensus"]

@@ -16,14 +16,14 @@ from typing import Any
 
 import pandas as pd
 
-from crowdflow.checks import GraphChecks, check_worker_graph
-from crowdflow.frontdoor import Checks, Columns, check_modes, columns_for, input_errors, read_input, written_tables
+from crowdflow.checks import Checks, GraphChecks, check_modes, check_worker_graph
 from crowdflow.graphs import WorkerGraphReport
-from crowdflow.io import LoadedTable
 from crowdflow.labels import deduplicate, encode_labels
 from crowdflow.metrics import SkillsReview, gold_metrics, review_skills
 from crowdflow.skills.fit import SkillsResult, fit_skills
 from crowdflow.skills.options import SkillsOptions
+from crowdflow.storage.frames import Columns, columns_for, input_errors, read_input, written_tables
+from crowdflow.storage.io import LoadedTable
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def output_tables(
 
     ``components`` is the fit's per-component diagnostics with the worker-graph report's ``colour_sizes``
     and ``workers`` (first ids) of each component. The columns and types a run writes are those of
-    ``crowdflow.tables.OUTPUTS["skills"]`` (the writer casts to them).
+    ``crowdflow.contracts.tables.OUTPUTS["skills"]`` (the writer casts to them).
 
     Parameters
     ----------
@@ -171,12 +171,12 @@ def skills(
     ------
     pydantic.ValidationError
         An unknown option or a value outside its range.
-    crowdflow.errors.InputError
+    crowdflow.contracts.errors.InputError
         A missing column, values of the wrong type, labels the fit cannot use.
-    crowdflow.errors.ValidationFailed
+    crowdflow.contracts.errors.ValidationFailed
         The table breaks its contract (null ids, a repeated (task, worker) pair, one label class …) and
         ``validation`` blocks.
-    crowdflow.errors.GraphCheckFailed
+    crowdflow.contracts.errors.GraphCheckFailed
         A bipartite component (skills not identifiable: blocks only ``method="pgd"``, as in the pipeline) or
         an isolated worker under a blocking policy.
 

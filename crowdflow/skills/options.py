@@ -15,8 +15,8 @@ from typing import Annotated, Any, get_args
 import pandas as pd
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from crowdflow.contracts.options import Options
 from crowdflow.labels import DuplicatePolicy, canonical_label_text
-from crowdflow.options import Options
 from crowdflow.skills.types import Fallback, Method, SignMode, Solver, TieBreak, Weighting
 
 #: the choices of each Literal field, for the "unknown <field>" message

@@ -39,11 +39,10 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from crowdflow.datasets import Partition, list_partitions, read_partition
-from crowdflow.errors import InputError
+from crowdflow.contracts.errors import InputError
+from crowdflow.contracts.tables import INPUTS
 from crowdflow.executors import MapFn, fold, inline_executor
 from crowdflow.graphs import WorkerGraphReport, graph_structure, worker_graph_from_counts
-from crowdflow.io import LoadedTable
 from crowdflow.labels import natural_sort
 from crowdflow.metrics import ReviewPart, SkillsReview, merge_review_parts
 from crowdflow.progress import ProgressFn
@@ -79,7 +78,8 @@ from crowdflow.skills.moments import (
 from crowdflow.skills.options import SkillsOptions
 from crowdflow.skills.reasons import explain_missing_skills
 from crowdflow.skills.squarem import squarem
-from crowdflow.tables import INPUTS
+from crowdflow.storage.datasets import Partition, list_partitions, read_partition
+from crowdflow.storage.io import LoadedTable
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ def read_and_split(
 def dictionaries(summaries: list[SplitSummary], classes: list[str] | None) -> tuple[np.ndarray, np.ndarray]:
     """The run's sorted worker ids and classes from the files' distinct values (as :func:`encode_labels` sorts them).
 
-    Raises :class:`~crowdflow.errors.InputError` for labels outside a declared label set.
+    Raises :class:`~crowdflow.contracts.errors.InputError` for labels outside a declared label set.
     """
     workers = natural_sort(np.unique(np.concatenate([s.workers for s in summaries]).astype(str)))
     seen = natural_sort(np.unique(np.concatenate([s.labels for s in summaries]).astype(str)))

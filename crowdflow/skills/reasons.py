@@ -1,11 +1,11 @@
-"""Why a number of the skills tables is undefined (the rule of crowdflow/missing.py, for this package)."""
+"""Why a number of the skills tables is undefined (the rule of crowdflow/contracts/missing.py, for this package)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from crowdflow.missing import explain_missing
+from crowdflow.contracts.missing import explain_missing
 
 __all__ = ["explain_missing_skills"]
 
@@ -19,7 +19,7 @@ _PGD_DIAGNOSTICS = ("kappa", "K", "mu_hat", "lip_hat", "cond_hat", "error_bound_
 
 
 def explain_missing_skills(table: pd.DataFrame, diag: pd.DataFrame | None, method: str) -> None:
-    """Give every undefined number of the skills and components tables its reason (crowdflow/missing.py).
+    """Give every undefined number of the skills and components tables its reason (crowdflow/contracts/missing.py).
 
     A worker whose status is not ``ok`` has no rank-one skill under pgd (docs/methods/skills.md §3.3); the
     feasibility box ``lower``/``upper`` (§2.3) and the convergence diagnostics of a component (§3.4) are

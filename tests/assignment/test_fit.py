@@ -15,7 +15,7 @@ from crowdflow.assignment.fit import assign_tasks, next_batch
 from crowdflow.assignment.problem import CapsTableError
 from crowdflow.assignment.scores import candidate_scores
 from crowdflow.assignment.types import NextBatchResult
-from crowdflow.errors import InputError
+from crowdflow.contracts.errors import InputError
 from crowdflow.synth.assignment import synthetic_assignment
 
 # ---------------------------------------------------------------------------------------------

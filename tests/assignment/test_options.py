@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from crowdflow.assignment import AssignmentOptions, assign_tasks
 from crowdflow.assignment.options import MAX_COUNT
-from crowdflow.errors import SpecError
+from crowdflow.contracts.errors import SpecError
 from crowdflow.spec import AssignmentPipeline, parse_spec
 
 

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 import crowdflow.personal_models.fit as fit_module
 import crowdflow.synth.personal_models as synth_module
-from crowdflow.errors import DegenerateInput
+from crowdflow.contracts.errors import DegenerateInput
 from crowdflow.personal_models import PersonalModelsOptions, fit_personal_models
 
 

@@ -12,7 +12,7 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from crowdflow.errors import SpecError
+from crowdflow.contracts.errors import SpecError
 from crowdflow.personal_models import PersonalModelsOptions, build_problem, cl_admm, djam, djam_blocked
 from crowdflow.spec import PersonalModelsPipeline, parse_spec
 

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crowdflow.errors import DegenerateInput, InputError
+from crowdflow.contracts.errors import DegenerateInput, InputError
 from crowdflow.executors import inline_executor
 from crowdflow.personal_models import build_problem, djam_blocked
 from crowdflow.personal_models.partitioned import fit_personal_models_partitioned

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from crowdflow.errors import SpecError
+from crowdflow.contracts.errors import SpecError
 from crowdflow.personal_rankings import (
     PersonalRankingsOptions,
     encode_personal_comparisons,

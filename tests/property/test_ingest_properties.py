@@ -19,10 +19,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from crowdflow.errors import CrowdflowError, InputError
-from crowdflow.io import read_table
+from crowdflow.contracts.errors import CrowdflowError, InputError
+from crowdflow.contracts.tables import AGENTS, COMPARISONS, LABELS
 from crowdflow.labels import canonical_label_text
-from crowdflow.tables import AGENTS, COMPARISONS, LABELS
+from crowdflow.storage.io import read_table
 
 # ids: anything printable that is not blank and carries no outer whitespace (the reader strips it by
 # design: " 7" and "7" are the same id); numeric-looking strings are drawn on purpose, and must stay

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 import scipy.sparse as sp
 
-from crowdflow.errors import DegenerateInput
+from crowdflow.contracts.errors import DegenerateInput
 from crowdflow.ranking import ComparisonGraph, build_comparison_graph, fit_hodgerank, hodge
 from crowdflow.ranking.encoding import encode_ids, encode_pair_ids
 from crowdflow.ranking.graph import _build_comparison_graph_reference, _laplacian_from_edges, _unique_edges

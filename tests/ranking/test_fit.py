@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from scipy.stats import kendalltau
 
-from crowdflow.errors import DegenerateInput
+from crowdflow.contracts.errors import DegenerateInput
 from crowdflow.ranking.fit import fit_hlasso, fit_hodgerank, fit_lbi, fit_ranking
 from crowdflow.ranking.graph import check_comparison_graph
 from crowdflow.synth.ranking import comparison_table, huber_instance, mm13_instance

@@ -1,4 +1,4 @@
-"""Item ids of any column kind go through one encoding (crowdflow.comparisons.text_ids, issue #19): integer,
+"""Item ids of any column kind go through one encoding (crowdflow.contracts.comparisons.text_ids, issue #19): integer,
 object and Arrow-string columns with the same ids give the same ranking, residual and component tables."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crowdflow.comparisons import text_ids
+from crowdflow.contracts.comparisons import text_ids
 from crowdflow.ranking import fit_hodgerank
 
 

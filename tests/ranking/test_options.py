@@ -16,7 +16,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from crowdflow.errors import DegenerateInput, SpecError
+from crowdflow.contracts.errors import DegenerateInput, SpecError
 from crowdflow.ranking import RankingOptions, fit_hodgerank, fit_lbi, fit_ranking
 from crowdflow.ranking.hlasso import hlasso, hlasso_path
 from crowdflow.ranking.lbi import lbi_alg2, lbi_alg3, sync_lbi

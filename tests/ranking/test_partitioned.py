@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crowdflow.errors import DegenerateInput
+from crowdflow.contracts.errors import DegenerateInput
 from crowdflow.ranking import fit_hodgerank, fit_lbi
 from crowdflow.ranking.partitioned import (
     SKETCH_BINS,

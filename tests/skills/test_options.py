@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from crowdflow.errors import SpecError
+from crowdflow.contracts.errors import SpecError
 from crowdflow.skills import SkillsOptions, fit_rank_one, fit_skills, fit_skills_partitioned
 from crowdflow.spec import SkillsPipeline, load_spec, parse_spec
 from crowdflow.synth import skills as synth

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crowdflow.errors import InputError
+from crowdflow.contracts.errors import InputError
 from crowdflow.metrics import gold_metrics, review_skills
 from crowdflow.skills import SkillsOptions, fit_skills, fit_skills_partitioned
 
@@ -236,7 +236,7 @@ def test_in_process_executor_is_the_default(tmp_path: Path) -> None:
 def test_skipped_spectral_diagnostics_are_explained(method: str, tmp_path: Path) -> None:
     """A component over ``spectral_max_nnz`` gets NaN eigenvalues with a reason (a 10^7-label run with 20,000 workers
     stopped as "unexpected error" on these NaN), in memory and partitioned."""
-    from crowdflow.missing import check_explained
+    from crowdflow.contracts.missing import check_explained
 
     case = _draw(2) | {"duplicates": "keep_last"}
     frame = _write(case, tmp_path / "labels")

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 import yaml
 from prefect import flow
 
-from crowdflow.errors import SpecError
+from crowdflow.contracts.errors import SpecError
 from crowdflow.spec import WarehouseSpec, parse_spec
 from flows.cli import main
 from flows.pipeline import run_spec

@@ -16,12 +16,12 @@ import pyarrow.dataset as pads
 import pytest
 import sqlalchemy as sa
 
-from crowdflow.errors import InputError, SpecError, WarehouseError
-from crowdflow.io import read_query
-from crowdflow.run_store import write_run
+from crowdflow.contracts.errors import InputError, SpecError, WarehouseError
+from crowdflow.contracts.tables import INPUTS, OUTPUTS
 from crowdflow.spec import parse_spec
-from crowdflow.tables import INPUTS, OUTPUTS
-from crowdflow.warehouse import check_connection_url, load_tables, redact_url, table_fingerprint
+from crowdflow.storage.io import read_query
+from crowdflow.storage.run_store import write_run
+from crowdflow.storage.warehouse import check_connection_url, load_tables, redact_url, table_fingerprint
 
 SECRET = "s3cr3t-Pa55"
 
@@ -236,9 +236,9 @@ def test_duckdb_append_is_idempotent_per_run_and_replace_keeps_latest(tmp_path: 
 
 
 def test_the_runs_table_is_appended_whatever_the_mode(tmp_path: Path) -> None:
-    """``runs`` (one row per run, crowdflow.manifest.runs_row) keeps every run when the outputs are replaced."""
-    from crowdflow.manifest import runs_row
-    from crowdflow.tables import RUNS_SCHEMA
+    """``runs`` (one row per run, crowdflow.storage.manifest.runs_row) keeps every run when the outputs are replaced."""
+    from crowdflow.contracts.tables import RUNS_SCHEMA
+    from crowdflow.storage.manifest import runs_row
 
     db = tmp_path / "w.duckdb"
     url = f"duckdb:///{db}"
@@ -419,7 +419,7 @@ def test_hive_failure_leaves_no_part(tmp_path: Path) -> None:
     ],
 )
 def test_source_query_must_be_one_read_only_select(sql: str, tmp_path: Path) -> None:
-    from crowdflow.warehouse import check_read_only_query
+    from crowdflow.storage.warehouse import check_read_only_query
 
     out = tmp_path / "written.csv"
     db = tmp_path / "src.duckdb"
@@ -440,7 +440,7 @@ def test_source_query_must_be_one_read_only_select(sql: str, tmp_path: Path) -> 
 
 
 def test_read_only_selects_still_work(tmp_path: Path) -> None:
-    from crowdflow.warehouse import check_read_only_query
+    from crowdflow.storage.warehouse import check_read_only_query
 
     for sql in (
         "SELECT * FROM labels",

@@ -1,6 +1,6 @@
 """Missing numbers in output tables: each one carries its reason (issue #18, class 7; README "What a run writes").
 
-The rule, enforced in one place (:func:`check_explained`, called by :func:`crowdflow.run_store.write_run` before
+The rule, enforced in one place (:func:`check_explained`, called by :func:`crowdflow.storage.run_store.write_run` before
 anything is written): every float in an output table is finite, or it is missing (NaN, written as null) in a
 row whose ``missing_reason`` names its column. An infinity is never written. ``missing_reason`` is a string
 column, null where nothing is missing, otherwise ``"<col>[,<col>…]: <why>"`` clauses joined by ``"; "``, e.g.
@@ -36,7 +36,7 @@ MISSING_REASON = "missing_reason"
 
 class UnexplainedMissing(RuntimeError):
     """An output table holds a NaN without a reason, or an infinity: a defect of crowdflow, not of the input
-    (so not a :class:`~crowdflow.errors.CrowdflowError`: the CLI exits 1 and asks for a report)."""
+    (so not a :class:`~crowdflow.contracts.errors.CrowdflowError`: the CLI exits 1 and asks for a report)."""
 
 
 def _clauses(text: object) -> list[tuple[list[str], str]]:

@@ -10,25 +10,28 @@
   ``cf.personal_rankings(comparisons, rank=...)``, ``cf.personal_models(agents, edges, ...)``,
   ``cf.assign(candidates, worker_caps=None, task_caps=None, budget=...)``. Each returns a frozen result with
   ``.tables`` and the job's natural attributes (``.consensus``, ``.skills``, ``.ranking``, …).
-- **Estimators** (:mod:`crowdflow.estimators`) — ``MajorityVote``, ``DawidSkene``, ``OneCoinDawidSkene``,
+- **Estimators** (:mod:`crowdflow.frontdoor.estimators`) — ``MajorityVote``, ``DawidSkene``, ``OneCoinDawidSkene``,
   ``RankOneSkills`` with ``fit``, ``fit_predict``, ``fit_predict_proba`` and Crowd-Kit's fitted attributes.
-- **Runs** (:mod:`crowdflow.runs`) — ``cf.read_run(path)`` and ``cf.latest_run(out_dir, pipeline)``: the manifest
+- **Runs** (:mod:`crowdflow.storage.runs`) — ``cf.read_run(path)`` and ``cf.latest_run(out_dir, pipeline)``: the
+manifest
   and tables of a completed run, refusing an incomplete one.
 
-Errors are the library's: :class:`~crowdflow.errors.InputError`, :class:`~crowdflow.errors.ValidationFailed`,
-:class:`~crowdflow.errors.GraphCheckFailed`, :class:`~crowdflow.errors.DegenerateInput`, and pydantic's
+Errors are the library's: :class:`~crowdflow.contracts.errors.InputError`,
+:class:`~crowdflow.contracts.errors.ValidationFailed`,
+:class:`~crowdflow.contracts.errors.GraphCheckFailed`, :class:`~crowdflow.contracts.errors.DegenerateInput`, and
+pydantic's
 ``ValidationError`` for an option.
 """
 
 from __future__ import annotations
 
 from crowdflow.assignment.door import AssignmentFit, assign
-from crowdflow.estimators import DawidSkene, MajorityVote, OneCoinDawidSkene, RankOneSkills
+from crowdflow.frontdoor.estimators import DawidSkene, MajorityVote, OneCoinDawidSkene, RankOneSkills
 from crowdflow.personal_models.door import PersonalModelsFit, personal_models
 from crowdflow.personal_rankings.door import PersonalRankingsFit, personal_rankings
 from crowdflow.ranking.door import RankingFit, rank
-from crowdflow.runs import Run, latest_run, read_run
 from crowdflow.skills.door import SkillsFit, skills
+from crowdflow.storage.runs import Run, latest_run, read_run
 
 __all__ = [
     "AssignmentFit",

@@ -39,7 +39,7 @@ Where they differ from Crowd-Kit (``tests/test_estimators.py`` runs the same Dat
   give 0). ``prior`` (default 0, the classic model) is the pipeline's ``ds_prior``.
 - **Duplicates and missing values.** A repeated (task, worker) pair is refused (``duplicates="error"``, the
   pipeline's default; ``keep_first``/``keep_last`` keep one answer), a missing id or label is refused, naming
-  the rows: :class:`~crowdflow.errors.InputError`. Crowd-Kit counts every row.
+  the rows: :class:`~crowdflow.contracts.errors.InputError`. Crowd-Kit counts every row.
 - **Not supported**: the gold-label correction and the initial error matrices of Crowd-Kit's ``DawidSkene.fit``.
 
 :class:`RankOneSkills` (the pipeline's ``method: pgd``, rank-one PGD; docs/methods/skills.md) has no Crowd-Kit
@@ -55,7 +55,7 @@ from typing import Any, Literal, Self, cast
 import numpy as np
 import pandas as pd
 
-from crowdflow.errors import InputError
+from crowdflow.contracts.errors import InputError
 from crowdflow.labels import DuplicatePolicy, LabelMatrix
 from crowdflow.skills import (
     SkillsOptions,

@@ -15,7 +15,7 @@ from typing import Literal
 
 import pyarrow as pa
 
-from crowdflow.comparisons import COMPARISON_ALIASES
+from crowdflow.contracts.comparisons import COMPARISON_ALIASES
 
 LogicalType = Literal["id", "string", "float", "int", "bool"]
 
@@ -234,7 +234,7 @@ INPUTS: dict[str, TableSchema] = {
 
 # Output tables: stable Parquet schemas (documented in the README).
 def _schema(*fields: tuple[str, pa.DataType]) -> pa.Schema:
-    """An output schema; a table with a float column ends with ``missing_reason`` (crowdflow/missing.py)."""
+    """An output schema; a table with a float column ends with ``missing_reason`` (crowdflow/contracts/missing.py)."""
     if any(pa.types.is_floating(t) for _, t in fields):
         fields = (*fields, ("missing_reason", pa.string()))
     return pa.schema([pa.field(n, t) for n, t in fields])

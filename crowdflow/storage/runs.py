@@ -21,10 +21,10 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 
-from crowdflow.errors import InputError
-from crowdflow.names import check_name
-from crowdflow.run_store import RUN_ID_COLUMN
-from crowdflow.run_store import latest_run as _latest_run_dir
+from crowdflow.contracts.errors import InputError
+from crowdflow.contracts.names import check_name
+from crowdflow.storage.run_store import RUN_ID_COLUMN
+from crowdflow.storage.run_store import latest_run as _latest_run_dir
 
 log = logging.getLogger(__name__)
 

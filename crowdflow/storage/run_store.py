@@ -4,7 +4,7 @@ Writers are atomic at the run level: every table of a run is written into a hidd
 ``<out>/<pipeline>/.<run_id>.partial`` (each file under a temporary name, then renamed), the manifest
 last, and the folder is renamed to ``<out>/<pipeline>/<run_id>`` only when everything is written. A
 failure removes the staging folder, so a failed run leaves no table behind and never a manifest
-with ``status: completed``; earlier runs are never touched. Reading inputs is :mod:`crowdflow.io`.
+with ``status: completed``; earlier runs are never touched. Reading inputs is :mod:`crowdflow.storage.io`.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from crowdflow.errors import InputError
-from crowdflow.manifest import json_safe
-from crowdflow.missing import with_reasons
-from crowdflow.names import check_name
+from crowdflow.contracts.errors import InputError
+from crowdflow.contracts.missing import with_reasons
+from crowdflow.contracts.names import check_name
+from crowdflow.storage.manifest import json_safe
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ def write_run(
     The manifest gets ``outputs`` (table → path relative to the run folder, rows) and ``status:
     completed``; it is the last file written, and the staging folder is renamed into place only after
     it. On any error the staging folder is removed and the exception propagates. Before anything is
-    written the tables pass :func:`crowdflow.missing.with_reasons`: a NaN without a ``missing_reason`` or
+    written the tables pass :func:`crowdflow.contracts.missing.with_reasons`: a NaN without a ``missing_reason`` or
     an infinity refuses the run, and every table with a float column gets its ``missing_reason`` column.
 
     With ``layout="hive"`` each table is written instead as one part of a hive-partitioned dataset,
@@ -207,7 +207,7 @@ def write_run(
         Hive partition date (default: :func:`run_date_of` the run id).
     datasets : mapping of name → list of paths, optional
         Tables already written as Parquet parts by the workers of a partitioned run: each part, one at a time,
-        goes through :func:`crowdflow.missing.with_reasons` and the table's schema into the run folder as
+        goes through :func:`crowdflow.contracts.missing.with_reasons` and the table's schema into the run folder as
         ``<name>/part-<k>.parquet`` (flat layout only), so no process ever holds the whole table.
 
     Returns

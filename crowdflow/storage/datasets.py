@@ -3,7 +3,7 @@
 A run on a Dask cluster never materialises a partitioned input in the flow's process: the flow lists the
 dataset (:func:`list_partitions`, file names and sizes only) and the workers read it file by file
 (:func:`read_partition`) through the same column mapping, aliases and coercion as every other source
-(:func:`crowdflow.io.read_frame`'s rules), so an error names the file, the column and the row *in that file*.
+(:func:`crowdflow.storage.io.read_frame`'s rules), so an error names the file, the column and the row *in that file*.
 
 A dataset is a local folder of Parquet files (hive sub-folders such as ``day=2026-11-01/`` included; files whose
 name starts with ``.`` or ``_`` are skipped, as Arrow does) or an fsspec URL (``s3://bucket/labels/``,
@@ -24,9 +24,9 @@ from typing import Any
 
 import pandas as pd
 
-from crowdflow.errors import InputError
-from crowdflow.io import LoadedTable, read_frame
-from crowdflow.tables import TableSchema
+from crowdflow.contracts.errors import InputError
+from crowdflow.contracts.tables import TableSchema
+from crowdflow.storage.io import LoadedTable, read_frame
 
 log = logging.getLogger(__name__)
 
@@ -146,13 +146,14 @@ def list_partitions(
 def read_partition(
     part: Partition, schema: TableSchema, columns: Mapping[str, str] | None = None, wanted: list[str] | None = None
 ) -> LoadedTable:
-    """One file of a dataset in the canonical columns of ``schema`` (the rules of :func:`crowdflow.io.read_frame`).
+    """One file of a dataset in the canonical columns of ``schema`` (the rules of
+    :func:`crowdflow.storage.io.read_frame`).
 
     Parameters
     ----------
     part : Partition
     schema : TableSchema
-        The input's contract (``crowdflow.tables.INPUTS[kind]``).
+        The input's contract (``crowdflow.contracts.tables.INPUTS[kind]``).
     columns : mapping, optional
         The spec's ``columns:`` (canonical → the file's name).
     wanted : list of str, optional

@@ -1,12 +1,12 @@
 """Reading input tables: files, folders and database queries.
 
 Readers accept CSV/TSV files, Parquet files and Parquet folders (``pyarrow.dataset``), map the user's
-column names onto the canonical ones of a table contract (``crowdflow.tables``), accept Crowd-Kit's
+column names onto the canonical ones of a table contract (``crowdflow.contracts.tables``), accept Crowd-Kit's
 names as they are, keep ids as strings and coerce typed columns, raising :class:`InputError` that names
 the file, the column and example rows. Each file is read from disk once: its bytes are hashed and
 parsed from the same buffer.
 
-Writing runs (and finding completed ones) is :mod:`crowdflow.run_store`.
+Writing runs (and finding completed ones) is :mod:`crowdflow.storage.run_store`.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from crowdflow.comparisons import TIE, rename_comparison_aliases, winner_outcomes
-from crowdflow.errors import InputError
+from crowdflow.contracts.comparisons import TIE, rename_comparison_aliases, winner_outcomes
+from crowdflow.contracts.errors import InputError
+from crowdflow.contracts.tables import TableSchema
 from crowdflow.labels import canonical_label_text
-from crowdflow.tables import TableSchema
 
 log = logging.getLogger(__name__)
 
@@ -465,7 +465,7 @@ def read_frame(
     ----------
     df : pandas.DataFrame
     schema : TableSchema
-        Contract of the table (``crowdflow.tables.INPUTS[kind]``).
+        Contract of the table (``crowdflow.contracts.tables.INPUTS[kind]``).
     columns : mapping, optional
         Canonical column → the column's name in ``df`` (only where they differ).
     source : str, optional
@@ -571,7 +571,7 @@ def read_query(
         ``source`` = the redacted URL, ``format`` = ``duckdb`` or ``postgresql``, ``sha256`` = content
         fingerprint of the fetched Arrow table, ``query`` = ``{"sql", "params"}``.
     """
-    from crowdflow.warehouse import check_connection_url, fetch_query, redact_url, table_fingerprint
+    from crowdflow.storage.warehouse import check_connection_url, fetch_query, redact_url, table_fingerprint
 
     kind = check_connection_url(url)
     where = f"{redact_url(url)} (query of the {schema.name} source)"

@@ -32,8 +32,8 @@ from urllib.parse import urlsplit
 
 import pyarrow as pa
 
-from crowdflow.errors import SpecError, TransientError, WarehouseError
-from crowdflow.secrets import inline_secret, redact, refusal
+from crowdflow.contracts.errors import SpecError, TransientError, WarehouseError
+from crowdflow.storage.secrets import inline_secret, redact, refusal
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def _require(module: str, package: str) -> ModuleType:
 def redact_url(url: str) -> str:
     """``url`` with any password (in the user part or a secret query parameter) replaced by ``***``.
 
-    The redaction itself is :func:`crowdflow.secrets.redact` (one rule for every recorded string); a URL
+    The redaction itself is :func:`crowdflow.storage.secrets.redact` (one rule for every recorded string); a URL
     that cannot be parsed is not echoed at all.
     """
     try:
@@ -71,7 +71,7 @@ def redact_url(url: str) -> str:
 def check_connection_url(url: str, field: str = "connection") -> Kind:
     """The kind of database a URL names; :class:`SpecError` on an inline credential or an unknown scheme.
 
-    The credential rule (:func:`crowdflow.secrets.inline_secret`) runs on the raw text first, and no
+    The credential rule (:func:`crowdflow.storage.secrets.inline_secret`) runs on the raw text first, and no
     message ever repeats the URL or a parser's error about it: a password containing a space or ``/``
     cannot leak through either.
 

@@ -3,7 +3,7 @@
 One row per judgement. The canonical columns are ``annotator, item_a, item_b, outcome [, weight]``
 (``outcome > 0``: ``item_a`` preferred; ties are 0; weights are replication counts > 0). Accepted input
 layouts, each mapped onto the canonical one by the same functions wherever a comparison table is read
-(the file reader :mod:`crowdflow.io`, the ranking job, the personal-rankings job):
+(the file reader :mod:`crowdflow.storage.io`, the ranking job, the personal-rankings job):
 
 * canonical ``annotator, item_a, item_b, outcome [, weight]``;
 * winner form ``annotator, item_a, item_b, winner`` (``winner`` names the preferred item or is the tie
@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from crowdflow.errors import InputError
+from crowdflow.contracts.errors import InputError
 
 __all__ = [
     "COMPARISON_ALIASES",
@@ -62,7 +62,8 @@ COMPARISON_ALIASES = {
 class ComparisonTableError(InputError, ValueError):
     """A comparisons table breaks one of this module's rules (missing or self-compared ids, bad outcomes, …).
 
-    An :class:`~crowdflow.errors.InputError` (the command line exits 2 on it, also when the table reached the fit
+    An :class:`~crowdflow.contracts.errors.InputError` (the command line exits 2 on it, also when the table reached
+    the fit
     under ``checks.validation: warn``) that is still a ``ValueError`` for library callers.
     """
 

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from crowdflow.secrets import redact
-from crowdflow.tables import RUNS_SCHEMA
+from crowdflow.contracts.tables import RUNS_SCHEMA
+from crowdflow.storage.secrets import redact
 
 _PACKAGES = ("crowdflow", "prefect", "pandas", "numpy", "scipy", "pyarrow", "great-expectations", "cvxpy", "pydantic")
 
@@ -134,7 +134,8 @@ def _number(value: Any, kind: type) -> Any:
 
 
 def runs_row(manifest: Mapping[str, Any]) -> pa.Table:
-    """The ``runs`` table row of a completed run (:data:`crowdflow.tables.RUNS_SCHEMA`), built from its manifest.
+    """The ``runs`` table row of a completed run (:data:`crowdflow.contracts.tables.RUNS_SCHEMA`), built from its
+    manifest.
 
     The warehouse load appends it next to the run's output tables, so accuracy, counts and timings across runs
     are one query away instead of one ``manifest.json`` per run.

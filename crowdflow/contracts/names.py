@@ -1,6 +1,6 @@
 """Names that become one path component: pipeline names, run ids, output table names.
 
-One rule, kept here (not in :mod:`crowdflow.spec`) so the readers and writers of :mod:`crowdflow.io` can
+One rule, kept here (not in :mod:`crowdflow.spec`) so the readers and writers of :mod:`crowdflow.storage.io` can
 use it without importing the spec models and, through them, every job package.
 """
 

@@ -1,12 +1,12 @@
 """The row rules of a table contract, checked with pandas: what a pipeline's Great Expectations suite checks.
 
 A pipeline validates each input table with the suite ``schemas.validation`` builds from its
-:class:`~crowdflow.tables.TableSchema`; the library may not import Great Expectations, so the Python front
-door (:mod:`crowdflow.api`) checks a DataFrame against the same contract here, with the same rules, the same
+:class:`~crowdflow.contracts.tables.TableSchema`; the library may not import Great Expectations, so the Python front
+door (:mod:`crowdflow.frontdoor.api`) checks a DataFrame against the same contract here, with the same rules, the same
 rule texts and the same message (one line per failed rule, its count and up to 5 example rows):
 
 - a non-nullable column has no null/NaN;
-- an entity id is not text that spells a missing value (:data:`~crowdflow.tables.NA_SPELLINGS`, any case);
+- an entity id is not text that spells a missing value (:data:`~crowdflow.contracts.tables.NA_SPELLINGS`, any case);
 - a number is finite and within its column's bounds, and ``|value| <= max_abs``;
 - a value is in the declared set (the skills ``classes``), or the column has at least ``min_distinct`` values;
 - the contract's key is unique and its two ``distinct`` columns differ on every row.
@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from crowdflow.errors import ValidationFailed
-from crowdflow.tables import NA_SPELLINGS_ANY_CASE, TableSchema
+from crowdflow.contracts.errors import ValidationFailed
+from crowdflow.contracts.tables import NA_SPELLINGS_ANY_CASE, TableSchema
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class RulesReport:
         return "\n".join([head, *(f.line() for f in self.failures)])
 
     def raise_if_failed(self) -> None:
-        """Raise :class:`~crowdflow.errors.ValidationFailed` listing every failed rule."""
+        """Raise :class:`~crowdflow.contracts.errors.ValidationFailed` listing every failed rule."""
         if self.failures:
             records: list[dict[str, object]] = [
                 {"table": self.table, "source": self.source, "column": f.column, "rule": f.rule, "count": f.count}
@@ -99,7 +99,7 @@ def check_rules(
     source: str,
     allowed: Mapping[str, Sequence[str]] | None = None,
 ) -> RulesReport:
-    """Check a canonical table (after :func:`crowdflow.io.read_frame`) against the rules of its contract.
+    """Check a canonical table (after :func:`crowdflow.storage.io.read_frame`) against the rules of its contract.
 
     Parameters
     ----------
