@@ -370,10 +370,14 @@ def _load_duckdb(
     try:
         con.execute("BEGIN TRANSACTION")
         try:
+            # Every name is qualified by the database's own catalog: a schema named like the database file
+            # (crowdflow.duckdb with schema crowdflow) is otherwise ambiguous to DuckDB's binder.
+            catalog = '"{}"'.format(str(con.execute("SELECT current_database()").fetchall()[0][0]).replace('"', '""'))
+            space = f"{catalog}.{_qident(schema if schema is not None else 'main')}"
             if schema is not None:
-                con.execute(f"CREATE SCHEMA IF NOT EXISTS {_qident(schema)}")
+                con.execute(f"CREATE SCHEMA IF NOT EXISTS {space}")
             for name, table in data.items():
-                target = (f"{_qident(schema)}." if schema else "") + _qident(names[name])
+                target = f"{space}.{_qident(names[name])}"
                 con.register(view, table)
                 if modes[name] == "replace":
                     con.execute(f"CREATE OR REPLACE TABLE {target} AS SELECT * FROM {view}")

@@ -235,6 +235,37 @@ def test_duckdb_append_is_idempotent_per_run_and_replace_keeps_latest(tmp_path: 
     assert got[0] == ("1", "0", 0.5) and got[1][2] != got[1][2]  # NaN stays NaN
 
 
+@pytest.mark.parametrize(
+    ("db_name", "schema", "prefix"),
+    [
+        ("crowdflow", "crowdflow", ""),  # the shipped example's collision: file name == schema (issue #33)
+        ("consensus", None, ""),  # file name == a table name, default schema
+        ("crowd", "crowd", "cf_"),
+        ("main", "main", ""),  # the default schema's name as the file name
+        ("my-db.v2", "crowdflow", ""),  # a catalog name that is not a plain SQL identifier
+        ("skills", "skills", ""),
+    ],
+)
+def test_duckdb_load_whatever_the_database_file_is_named(
+    tmp_path: Path, db_name: str, schema: str | None, prefix: str
+) -> None:
+    """Names are qualified by the database's catalog: a schema or table named like the file is never ambiguous."""
+    db = tmp_path / f"{db_name}.duckdb"
+    url = f"duckdb:///{db}"
+    names = load_tables(url, _out_tables(), "r1", mode="append", schema=schema, prefix=prefix)
+    load_tables(url, _out_tables(), "r2", mode="append", schema=schema, prefix=prefix)
+    con = duckdb.connect(str(db))
+    try:
+        catalog = con.execute("SELECT current_database()").fetchone()[0]
+        space = f'"{catalog}"."{schema or "main"}"'
+        for name, qualified in names.items():
+            assert qualified.endswith(f"{prefix}{name}")
+            rows = con.execute(f'SELECT run_id, count(*) FROM {space}."{prefix}{name}" GROUP BY 1 ORDER BY 1').fetchall()
+            assert [r[0] for r in rows] == ["r1", "r2"] and rows[0][1] == rows[1][1] > 0
+    finally:
+        con.close()
+
+
 def test_the_runs_table_is_appended_whatever_the_mode(tmp_path: Path) -> None:
     """``runs`` (one row per run, crowdflow.storage.manifest.runs_row) keeps every run when the outputs are replaced."""
     from crowdflow.contracts.tables import RUNS_SCHEMA
