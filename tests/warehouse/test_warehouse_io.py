@@ -260,7 +260,9 @@ def test_duckdb_load_whatever_the_database_file_is_named(
         space = f'"{catalog}"."{schema or "main"}"'
         for name, qualified in names.items():
             assert qualified.endswith(f"{prefix}{name}")
-            rows = con.execute(f'SELECT run_id, count(*) FROM {space}."{prefix}{name}" GROUP BY 1 ORDER BY 1').fetchall()
+            rows = con.execute(
+                f'SELECT run_id, count(*) FROM {space}."{prefix}{name}" GROUP BY 1 ORDER BY 1'
+            ).fetchall()
             assert [r[0] for r in rows] == ["r1", "r2"] and rows[0][1] == rows[1][1] > 0
     finally:
         con.close()
