@@ -69,18 +69,13 @@ def run_spec(spec: PipelineBase, run_id: str | None = None, *, in_this_flow: boo
 def check_partitioned(spec: PipelineBase) -> None:
     """Refuse (``SpecError``) what a run whose input the Dask workers read cannot do, before any step runs.
 
-    Its row outputs are written by the workers as parts of a flat run folder, so ``output.layout: hive`` is refused;
-    a ranking's outlier search must be one that runs in passes (``trimmed`` or ``none``), personal models must be
-    ``djam_blocked``.
+    A ranking's outlier search must be one that runs in passes (``trimmed`` or ``none``), personal models must be
+    ``djam_blocked``. (Its row outputs, written by the workers as parts, go to either layout: a folder of parts in
+    the run folder, or in the table's hive partition.)
     """
     kind = spec.partitioned_input()
     if kind is None:
         return
-    if spec.output.layout != "flat":
-        raise SpecError(
-            f"output.layout hive is not available when the Dask workers read the {kind} (a Parquet folder or URL "
-            "with runner.kind dask): their outputs are written as parts of a flat run folder; use output.layout flat"
-        )
     method = getattr(getattr(spec, "personal_models", None), "method", None)
     if method not in (None, "djam_blocked"):
         raise SpecError(

@@ -34,11 +34,14 @@ _WRITER = textwrap.dedent(
     import sys
     import pandas as pd
     from crowdflow.storage.run_store import write_run
-    out, run_id, layout, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    out, run_id, layout, n, parts = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:]
     names = ("consensus", "skills", "components")[:n]
     tables = {t: pd.DataFrame({"task": [f"{t}-{i}" for i in range(3)], "x": [1.0, 2.0, 3.0]}) for t in names}
+    datasets = {"consensus": parts} if parts else None  # parts written by Dask workers, as a partitioned run has
+    if parts:
+        del tables["consensus"]
     write_run(out, "pipe", run_id, tables, {"run_id": run_id}, extra_files={"report.html": b"<html></html>"},
-              layout=layout)
+              layout=layout, datasets=datasets)
     """
 )
 
@@ -90,7 +93,9 @@ def _visible_rows(out: Path, layout: str) -> dict[str, set[str]]:
             seen[t] = ids
         else:
             seen[t] = {
-                p.parent.name for p in (out / PIPELINE).glob(f"*/{t}.parquet") if not p.parent.name.startswith(".")
+                p.parent.name
+                for p in [*(out / PIPELINE).glob(f"*/{t}.parquet"), *(out / PIPELINE).glob(f"*/{t}/")]
+                if not p.parent.name.startswith(".")
             }
     return seen
 
@@ -99,9 +104,23 @@ def _hidden_files(out: Path) -> list[Path]:
     return sorted(p for p in out.rglob(".*") if p.name not in {"."})
 
 
+def _worker_parts(folder: Path, run_id: str) -> list[str]:
+    """Two Parquet parts of ``consensus`` as a Dask worker leaves them (the writer moves them into the run)."""
+    import pandas as pd
+
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for k in range(2):
+        path = folder / f"{run_id}-{k}.parquet"
+        pd.DataFrame({"task": [f"consensus-{k}-{i}" for i in range(2)], "x": [1.0, 2.0]}).to_parquet(path)
+        paths.append(str(path))
+    return paths
+
+
 @pytest.mark.parametrize("layout", ["flat", "hive"])
-@pytest.mark.parametrize("n_tables", [1, 3])
-def test_kill_at_every_export_step(tmp_path: Path, layout: str, n_tables: int) -> None:
+@pytest.mark.parametrize(("n_tables", "worker_parts"), [(1, False), (3, False), (2, True)])
+def test_kill_at_every_export_step(tmp_path: Path, layout: str, n_tables: int, worker_parts: bool) -> None:
+    """Also for a table the Dask workers wrote as parts (a folder of parts, in the run or in its hive partition)."""
     out = tmp_path / "out"
     earlier = "20261101T000000Z-earlier0"
     write_run(out, PIPELINE, earlier, _frames(n_tables), {"run_id": earlier}, layout=layout)  # type: ignore[arg-type]
@@ -109,8 +128,9 @@ def test_kill_at_every_export_step(tmp_path: Path, layout: str, n_tables: int) -
     for k in range(1, total + 1):
         run_id = f"20261102T0000{k:02d}Z-killed{k:02d}"
         env = {**os.environ, TEST_KILL_ENV: str(k), "PYTHONPATH": str(ROOT)}
+        parts = _worker_parts(tmp_path / "scratch", run_id) if worker_parts else []
         proc = subprocess.run(
-            [sys.executable, "-c", _WRITER, str(out), run_id, layout, str(n_tables)],
+            [sys.executable, "-c", _WRITER, str(out), run_id, layout, str(n_tables), *parts],
             env=env,
             capture_output=True,
             text=True,
@@ -127,7 +147,12 @@ def test_kill_at_every_export_step(tmp_path: Path, layout: str, n_tables: int) -
 
         # the next export of the pipeline finishes or removes what the killed one left
         nxt = f"20261102T0000{k:02d}Z-next{k:04d}"
-        write_run(out, PIPELINE, nxt, _frames(n_tables), {"run_id": nxt}, layout=layout)  # type: ignore[arg-type]
+        tables = _frames(n_tables)
+        datasets = None
+        if worker_parts:
+            del tables["consensus"]
+            datasets = {"consensus": _worker_parts(tmp_path / "scratch", nxt)}
+        write_run(out, PIPELINE, nxt, tables, {"run_id": nxt}, layout=layout, datasets=datasets)  # type: ignore[arg-type]
         done = _completed_runs(out)
         seen = _visible_rows(out, layout)
         for table in TABLES[:n_tables]:

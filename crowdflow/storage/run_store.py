@@ -272,16 +272,39 @@ def write_run(
             steps.done(f"table {name}")
         for name, files in (datasets or {}).items():
             check_name(name, "table name")
-            if layout != "flat" or name in outputs:
-                raise ValueError(f"dataset {name!r}: partitioned tables are written with the flat layout only")
-            folder = staging / name
-            folder.mkdir()
+            if name in outputs:
+                raise ValueError(f"dataset {name!r} is also an in-memory table of the run")
+            if layout == "flat":
+                folder, suffix = staging / name, ""
+            else:  # a folder of parts in the table's hive partition, hidden until the run commits
+                parts[name] = hive_part(out_dir, name, pipeline, run_date or run_date_of(run_id), run_id).with_suffix(
+                    ""
+                )
+                if parts[name].exists():
+                    raise FileExistsError(f"dataset part {parts[name]} already exists; run ids must be unique")
+                folder, suffix = _pending(parts[name]), ".pending"
+            folder.mkdir(parents=True)
             rows = 0
             for k, src in enumerate(files):  # one part in memory at a time, through the same missing-value rule
                 piece = with_reasons({name: pq.read_table(src).to_pandas()})[name]
-                rows += write_parquet(piece, folder / f"part-{k:05d}.parquet", (schemas or {}).get(name))
+                target = folder / f"part-{k:05d}.parquet{suffix}"
+                if layout == "flat":
+                    rows += write_parquet(piece, target, (schemas or {}).get(name))
+                else:
+                    table = _to_arrow(piece, (schemas or {}).get(name), run_id)
+                    pq.write_table(table, target)
+                    rows += table.num_rows
                 os.unlink(src)
-            outputs[name] = {"path": f"{name}/", "rows": rows, "parts": len(files)}
+            if layout == "flat":
+                outputs[name] = {"path": f"{name}/", "rows": rows, "parts": len(files)}
+            else:
+                outputs[name] = {
+                    "path": os.path.relpath(parts[name], final) + "/",
+                    "rows": rows,
+                    "parts": len(files),
+                    "dataset": os.path.relpath(Path(out_dir) / name, final),
+                    "partition": {"pipeline": pipeline, "run_date": parts[name].parent.name.split("=", 1)[1]},
+                }
             steps.done(f"table {name}")
         for fname, data in (extra_files or {}).items():
             check_name(fname, "file name")
@@ -303,7 +326,7 @@ def write_run(
         os.rename(staging, final)  # the commit point: from here on the run is completed
     except BaseException as exc:
         for part in parts.values():
-            _pending(part).unlink(missing_ok=True)
+            _remove_pending(_pending(part))
             _remove_empty_dirs(part.parent, Path(out_dir))
         shutil.rmtree(staging, ignore_errors=True)
         if isinstance(exc, OSError) and exc.filename is None:  # e.g. ENOSPC from a writer: say where
@@ -313,7 +336,7 @@ def write_run(
     # hive parts become visible only now, after the manifest says completed: a reader of a dataset never
     # sees a part of an uncommitted run; a crash from here on is finished by the next run's recovery
     for name, part in parts.items():
-        os.replace(_pending(part), part)
+        _publish(_pending(part), part)
         steps.done(f"publish {name}")
     log.info("wrote run %s (%d tables, %s layout)", final, len(outputs), layout)
     return WrittenRun(path=final, outputs=outputs)
@@ -322,10 +345,31 @@ def write_run(
 def _pending(part: Path) -> Path:
     """The hidden name a hive part has until its run commits (``.part-<run>.parquet.pending``).
 
-    Hidden from every reader: pyarrow datasets skip names starting with ``.``, and globs such as DuckDB's
-    ``**/*.parquet`` do not match the suffix.
+    A part is one file (``part-<run>.parquet``) or, for a table the Dask workers wrote, a folder of files
+    (``part-<run>/part-<k>.parquet``: hidden as ``.part-<run>.pending/part-<k>.parquet.pending``). Hidden from
+    every reader: pyarrow datasets skip names starting with ``.``, and globs such as DuckDB's ``**/*.parquet``
+    (which do descend into hidden folders) do not match the suffix.
     """
     return part.with_name(f".{part.name}.pending")
+
+
+def _publish(pending: Path, part: Path) -> None:
+    """Give a committed run's hidden part its visible name: the folder first, then each file in it.
+
+    Interrupted half way, what is left is finished by :func:`recover_hive_parts` (the run has committed).
+    """
+    if pending.exists():
+        os.replace(pending, part)
+    if part.is_dir():
+        for piece in sorted(part.glob("*.pending")):
+            os.replace(piece, piece.with_name(piece.name[: -len(".pending")]))
+
+
+def _remove_pending(pending: Path) -> None:
+    if pending.is_dir():
+        shutil.rmtree(pending, ignore_errors=True)
+    else:
+        pending.unlink(missing_ok=True)
 
 
 def recover_hive_parts(out_dir: str | os.PathLike[str], pipeline: str) -> tuple[list[Path], list[Path]]:
@@ -346,14 +390,17 @@ def recover_hive_parts(out_dir: str | os.PathLike[str], pipeline: str) -> tuple[
     base = out / pipeline
     published: list[Path] = []
     removed: list[Path] = []
-    for pending in sorted(out.glob(f"*/pipeline={pipeline}/run_date=*/.part-*.parquet.pending")):
-        run_id = pending.name[len(".part-") : -len(".parquet.pending")]
+    found = [*out.glob(f"*/pipeline={pipeline}/run_date=*/.part-*.pending")]
+    found += [p.parent for p in out.glob(f"*/pipeline={pipeline}/run_date=*/part-*/*.parquet.pending")]
+    for pending in sorted(set(found)):
+        name = pending.name.removeprefix(".").removesuffix(".pending")
+        run_id = name.removeprefix("part-").removesuffix(".parquet")
         if _run_completed(base / run_id):
-            os.replace(pending, pending.with_name(pending.name[1 : -len(".pending")]))
+            _publish(pending, pending.with_name(name))
             published.append(pending)
             log.warning("published %s of run %s, whose export was interrupted after it committed", pending, run_id)
         elif not (base / f".{run_id}.partial").exists():
-            pending.unlink(missing_ok=True)
+            _remove_pending(pending)
             _remove_empty_dirs(pending.parent, out)
             removed.append(pending)
             log.warning("removed %s: a part of run %s, which never committed", pending, run_id)
