@@ -156,8 +156,12 @@ def test_at_g4_eigsh_matches_dense():
     assert components(adj).n_components == 1
     dense, m1 = signless_lambda_min(adj, dense_max=2000)
     sparse, m2 = signless_lambda_min(adj, dense_max=1000)
-    assert (m1, m2) == ("eigvalsh", "eigsh")
+    assert (m1, m2) == ("eigvalsh", "lobpcg")
     assert abs(dense - sparse) <= 1e-6
+    # the Lanczos fallback (taken when LOBPCG's residual check fails; here: a vertex without edges) agrees too
+    lone = sp.block_diag([adj, sp.csr_matrix((1, 1))]).tocsr()
+    fallback, m3 = signless_lambda_min(lone, dense_max=1000)
+    assert m3 == "eigsh" and abs(fallback) <= 1e-6
     # weighted, on a smaller graph
     e2 = synth.random_graph_edges(400, 0.03, seed=5)
     adj2 = synth.adjacency(e2, 400, np.random.default_rng(4).integers(1, 10, len(e2)).astype(float))
@@ -178,7 +182,7 @@ def test_diagnostics_report_eig_method_and_spectra():
     assert d["N_min"] == d["N_max"] == 3 and d["d_max"] == 2 and d["D_sum"] == 22
     assert d["norm_N_2"] == pytest.approx(6.0) and d["norm_N_inf"] == 6
     res2 = fit_quiet(data.labels, method="pgd", weighting="binary", spectral=True, dense_eig_max=5)
-    assert res2.diagnostics.iloc[0]["eig_method"] == "eigsh"
+    assert res2.diagnostics.iloc[0]["eig_method"] == "lobpcg"
     assert res2.diagnostics.iloc[0]["lambda_min_signless_unit"] == pytest.approx(
         d["lambda_min_signless_unit"], abs=1e-6
     )
