@@ -45,6 +45,7 @@ from crowdflow.personal_models import PersonalModelsOptions
 from crowdflow.personal_rankings.options import PersonalRankingsOptions
 from crowdflow.ranking import RankingOptions
 from crowdflow.skills import SkillsOptions
+from crowdflow.storage.listing import local_path
 from crowdflow.storage.secrets import NO_INLINE_SECRET_PATTERN, NO_USERINFO_PATTERN, refuse_inline_secret
 
 CheckMode = Literal["block", "warn"]
@@ -178,17 +179,25 @@ class SourceSpec(Credentials):
 
     @property
     def is_url(self) -> bool:
-        """A path with a scheme (``s3://bucket/labels/``): a dataset read where it lives, by the Dask workers."""
-        return self.path is not None and "://" in self.path
+        """A remote URL (``s3://bucket/labels/``): read where it lives through fsspec, never copied.
+
+        A ``file://`` URL is not one: it names a local path, and is that path in every respect (reading, the
+        dataset listing, the fingerprint, the output-inside-input check; :func:`crowdflow.storage.listing.local_path`).
+        """
+        return self.path is not None and "://" in self.path and local_path(self.path) is None
 
     def resolved(self, base: Path) -> Path:
         if self.path is None:
             raise ValueError("a sql source has no path")
-        p = Path(self.path).expanduser()
+        local = local_path(self.path)
+        if local is None:
+            raise ValueError(f"{self.path} is a remote URL, not a local path")
+        p = local.expanduser()
         return p if p.is_absolute() else (base / p)
 
 
-# The input of each job that a Dask runner reads on its workers when it is a Parquet folder or a URL (docs/scale.md).
+# The input of each job that a Dask runner reads on its workers when it is a Parquet folder or a URL (docs/scale.md);
+# every other input, and every input of an inline run, is read by the flow (a remote URL through fsspec).
 PARTITIONED_INPUTS: dict[str, str] = {"skills": "labels", "ranking": "comparisons", "personal_models": "agents"}
 
 # The checks each job runs: schema validation of every input, then the job's graph checks (crowdflow.checks).
@@ -389,20 +398,6 @@ class PipelineBase(_Strict):
     @classmethod
     def _safe_name(cls, v: str) -> str:
         return check_name(v, "pipeline name")
-
-    @model_validator(mode="after")
-    def _urls_on_workers(self) -> PipelineBase:
-        for kind, src in self.inputs().items():
-            if not src.is_url:
-                continue
-            if PARTITIONED_INPUTS.get(self.job) != kind:
-                where = ", ".join(f"{j}.{k}" for j, k in PARTITIONED_INPUTS.items())
-                raise ValueError(
-                    f"{kind}: a URL path is read by Dask workers, which read only {where}; give a local path"
-                )
-            if self.runner.kind != "dask":
-                raise ValueError(f"{kind}: a URL path is read by Dask workers: set runner.kind: dask")
-        return self
 
     def partitioned_input(self) -> str | None:
         """The input kind the Dask workers read file by file (docs/scale.md), or None.

@@ -102,9 +102,9 @@ def check_locations(spec: PipelineBase) -> None:
     """
     out = spec.output_dir().resolve()
     for src in spec.inputs().values():
-        if src.is_query or src.is_url:
+        if src.is_query or src.is_url:  # a remote URL never holds the local output folder
             continue
-        p = spec.path_of(src).resolve()
+        p = spec.path_of(src).resolve()  # a file:// URL is its local path here (and a symlinked path its target)
         folder = p if p.is_dir() else p.parent
         if out in (folder, p) or (p.is_dir() and p in out.parents):
             raise SpecError(f"output dir {out} is the input folder of {p}; choose another output.dir")

@@ -51,7 +51,8 @@ def resolve_password(creds: Credentials, what: str) -> str | None:
 def read_source(spec: PipelineBase, source: SourceSpec, kind: str) -> LoadedTable:
     """A file source through :func:`read_table`, a query source through :func:`read_query` (password resolved)."""
     if not source.is_query:
-        return read_table(spec.path_of(source), INPUTS[kind], source.columns, source.format)
+        where = spec.location_of(source) if source.is_url else spec.path_of(source)
+        return read_table(where, INPUTS[kind], source.columns, source.format, source.storage_options)
     assert source.sql is not None and source.connection is not None
     return read_query(
         source.connection,

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pyarrow.parquet as pq
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
 from crowdflow.contracts.tables import RUNS_TABLE
 from crowdflow.spec import WarehouseSpec
 from crowdflow.storage.manifest import runs_row
+from crowdflow.storage.run_store import read_output_table
 from crowdflow.storage.warehouse import load_tables, redact_url
 from tasks import retry_transient
 from tasks.artifacts import markdown
@@ -36,9 +36,9 @@ def load_warehouse(run_dir: str, run_id: str, warehouse: WarehouseSpec, base_dir
     logger = get_run_logger()
     run = Path(run_dir)
     manifest = json.loads((run / "manifest.json").read_text())
-    # ParquetFile reads the part itself: hive partition keys stay in the path, not in the columns
+    layout = str(manifest.get("layout") or "flat")
     tables = {  # the run's tables (entries with a row count); other outputs such as report.html are not loaded
-        name: pq.ParquetFile(run / info["path"]).read() for name, info in manifest["outputs"].items() if "rows" in info
+        name: read_output_table(run, name, info, layout) for name, info in manifest["outputs"].items() if "rows" in info
     }
     tables[RUNS_TABLE] = runs_row(manifest)
     password = resolve_password(warehouse, "output.warehouse")

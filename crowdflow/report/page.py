@@ -41,7 +41,7 @@ from crowdflow.report.figure import INSTALL_HINT, Action, Plot, ReportFigure, ma
 from crowdflow.report.personal import personal_models_figures, personal_rankings_figures
 from crowdflow.report.ranking import ranking_figures
 from crowdflow.report.skills import skills_actions, skills_figures
-from crowdflow.storage.run_store import run_date_of
+from crowdflow.storage.run_store import read_output_table, run_date_of
 
 log = logging.getLogger(__name__)
 
@@ -454,9 +454,10 @@ def report_from_run_dir(run_dir: str | Path, *, plots: bool = True) -> RunReport
     """Re-render the report of an exported run from its ``manifest.json`` and Parquet files."""
     run = Path(run_dir)
     manifest = json.loads((run / "manifest.json").read_text())
+    layout = str(manifest.get("layout") or "flat")
     tables = {
-        name: pd.read_parquet(run / info["path"])
+        name: read_output_table(run, name, info, layout).to_pandas()
         for name, info in (manifest.get("outputs") or {}).items()
-        if str(info.get("path", "")).endswith(".parquet")
+        if "rows" in info
     }
     return render_report(manifest, tables, plots=plots)

@@ -35,6 +35,7 @@ from crowdflow.contracts.comparisons import TIE, rename_comparison_aliases, winn
 from crowdflow.contracts.errors import InputError
 from crowdflow.contracts.tables import TableSchema
 from crowdflow.labels import canonical_label_text
+from crowdflow.storage.listing import list_partitions, local_path
 
 log = logging.getLogger(__name__)
 
@@ -85,14 +86,14 @@ def _hash_file(path: Path) -> str:
 
 
 def fingerprint(path: str | os.PathLike[str]) -> str:
-    """SHA-256 of a file, or of a folder's Parquet files (sorted relative names and their hashes)."""
+    """SHA-256 of a file, or of a folder's Parquet files as listed (:mod:`crowdflow.storage.listing`): each file's
+    path relative to the folder and its content hash, in order."""
     p = Path(path)
     if p.is_dir():
         h = hashlib.sha256()
-        for f in sorted(p.rglob("*")):
-            if f.is_file() and not f.name.startswith((".", "_")):
-                h.update(str(f.relative_to(p)).encode())
-                h.update(_hash_file(f).encode())
+        for part in list_partitions(p):
+            h.update(part.rel.encode())
+            h.update(_hash_file(Path(part.path)).encode())
         return h.hexdigest()
     return _hash_file(p)
 
@@ -190,8 +191,11 @@ def _repeated_header_rows(df: pd.DataFrame, path: str) -> None:
 
 def _read_parquet(p: Path) -> tuple[pd.DataFrame, str]:
     try:
-        if p.is_dir():
-            dataset = pads.dataset(str(p), format="parquet")
+        if p.is_dir():  # the files of the one dataset listing (links, loops, empty parts: listing.py)
+            files = [part.path for part in list_partitions(p)]
+            if not files:
+                raise InputError("no data rows: every Parquet file of this folder is empty", path=str(p))
+            dataset = pads.dataset(files, format="parquet")
             _check_parts(dataset, p)
             table = dataset.to_table()
             digest = fingerprint(p)
@@ -504,17 +508,22 @@ def read_table(
     schema: TableSchema,
     columns: Mapping[str, str] | None = None,
     fmt: Format = "auto",
+    storage_options: Mapping[str, Any] | None = None,
 ) -> LoadedTable:
-    """Read a CSV/Parquet file or Parquet folder into the canonical columns of ``schema``.
+    """Read a CSV/Parquet file or Parquet folder (a local path, or a remote fsspec URL) into the canonical columns.
 
     Parameters
     ----------
     path : str or PathLike
+        A local path or ``file://`` URL; or a remote URL (``s3://…``) of a Parquet file or dataset, whose files
+        are those of the one dataset listing (:func:`crowdflow.storage.listing.list_partitions`).
     schema : TableSchema
         Contract of the table (required columns, types, aliases).
     columns : mapping, optional
         Canonical column → the column's name in the file (from the spec's ``columns:``).
     fmt : {"auto", "csv", "parquet"}
+    storage_options : mapping, optional
+        Options of the fsspec file system of a remote URL.
 
     Returns
     -------
@@ -525,7 +534,10 @@ def read_table(
     InputError
         Missing file or column, unreadable bytes, empty table, non-numeric values in numeric columns.
     """
-    p = Path(path)
+    local = local_path(path)
+    if local is None:
+        return _read_remote(str(path), schema, columns, fmt, storage_options)
+    p = local
     _check_readable(p)
     kind = _detect_format(p, fmt)
     df, digest = _read_csv(p) if kind == "csv" else _read_parquet(p)
@@ -533,6 +545,50 @@ def read_table(
     df, renamed = _canonical(df, schema, columns, str(p), f"no data rows (header only) in a {schema.name} table")
     log.info("read %s: %d rows (%s, sha256 %s)", p, len(df), kind, digest[:12])
     return LoadedTable(df=df, source=str(p), sha256=digest, format=kind, renamed=renamed)
+
+
+def _read_remote(
+    url: str,
+    schema: TableSchema,
+    columns: Mapping[str, str] | None,
+    fmt: Format,
+    storage_options: Mapping[str, Any] | None,
+) -> LoadedTable:
+    """A remote Parquet file or dataset read in this process: the listed files, each through fsspec."""
+    import fsspec
+
+    if fmt == "csv":
+        raise InputError("a URL is read as a Parquet file or dataset; csv is for local files", path=url)
+    parts = list_partitions(url, storage_options)
+    if not parts:
+        raise InputError("no data rows: every Parquet file of this dataset is empty", path=url)
+    fs = fsspec.filesystem(parts[0].protocol, **dict(parts[0].storage_options))
+    h = hashlib.sha256()
+    pieces = []
+    for part in parts:
+        try:
+            with fs.open(part.path, "rb") as fh:
+                raw = fh.read()
+            pieces.append(pq.read_table(pa.BufferReader(raw)))
+        except (pa.ArrowException, OSError) as exc:
+            raise InputError(f"cannot read Parquet: {exc}", path=part.name) from None
+        h.update(part.rel.encode())
+        h.update(hashlib.sha256(raw).hexdigest().encode())
+    names = [list(t.column_names) for t in pieces]
+    for piece_names, part in zip(names[1:], parts[1:], strict=True):
+        if set(piece_names) != set(names[0]):
+            raise InputError(
+                f"the parts of this Parquet dataset disagree on their columns: {part.name} has {sorted(piece_names)}, "
+                f"{parts[0].name} has {sorted(names[0])}; give every part the same columns",
+                path=url,
+            )
+    table = pa.concat_tables(pieces, promote_options="default")
+    _check_header(list(table.column_names), url)
+    df = _arrow_to_frame(table)
+    df, renamed = _canonical(df, schema, columns, url, f"no data rows (header only) in a {schema.name} table")
+    digest = h.hexdigest()
+    log.info("read %s: %d rows (parquet, %d files, sha256 %s)", url, len(df), len(parts), digest[:12])
+    return LoadedTable(df=df, source=url, sha256=digest, format="parquet", renamed=renamed)
 
 
 def read_query(

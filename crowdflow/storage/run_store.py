@@ -126,6 +126,62 @@ def _to_arrow(df: pd.DataFrame, schema: pa.Schema | None, run_id: str | None = N
     return table
 
 
+def table_parts(run_dir: str | os.PathLike[str], name: str, info: Mapping[str, Any]) -> list[Path]:
+    """The Parquet files of output table ``name`` of a run: **the one rule of the run format**, used by every reader.
+
+    A table's manifest entry (``outputs[name]``) names its ``path`` relative to the run folder, and that path is
+    either one Parquet file (``<name>.parquet``, or a hive part ``../../<name>/…/part-<run>.parquet``) or a folder
+    of parts (``<name>/`` in a flat run, ``…/part-<run>/`` in a hive dataset: a table the Dask workers wrote),
+    whose files are its ``*.parquet`` children in name order (hidden ``.``/``_`` names skipped, not recursive).
+
+    Raises
+    ------
+    InputError
+        Naming the path: the manifest has no path for the table, or nothing is on disk there.
+    """
+    rel = info.get("path")
+    if not isinstance(rel, str) or not rel:
+        raise InputError(f"the completed run lists a '{name}' table without a path", path=str(run_dir))
+    where = Path(run_dir) / rel
+    if where.is_file():
+        return [where]
+    if where.is_dir():
+        return sorted(p for p in where.glob("*.parquet") if not p.name.startswith((".", "_")) and p.is_file())
+    raise InputError(f"the completed run lists a '{name}' table that is not on disk", path=str(where))
+
+
+def read_output_table(
+    run_dir: str | os.PathLike[str], name: str, info: Mapping[str, Any], layout: str = "flat"
+) -> pa.Table:
+    """Output table ``name`` of a completed run as it was written (:func:`table_parts`), checked against its row count.
+
+    The ``run_id`` column a hive part carries (the dataset's key of the run) is dropped: the table is the run's
+    own columns whatever the layout, so :func:`crowdflow.read_run`, the next batch, the report and the warehouse
+    load all read the same table. Each part is read as a file (a hive path's ``key=value`` folders never become
+    columns).
+
+    Raises
+    ------
+    InputError
+        The table is not on disk, or holds another number of rows than the manifest records.
+    """
+    parts = table_parts(run_dir, name, info)
+    pieces = [pq.ParquetFile(p).read() for p in parts]
+    if pieces:
+        table = pa.concat_tables(pieces, promote_options="default") if len(pieces) > 1 else pieces[0]
+    else:
+        table = pa.table({})
+    if layout == "hive" and RUN_ID_COLUMN in table.column_names:
+        table = table.drop_columns([RUN_ID_COLUMN])
+    rows = info.get("rows")
+    if isinstance(rows, int) and table.num_rows != rows:
+        raise InputError(
+            f"the '{name}' table on disk has {table.num_rows} rows where the run's manifest records {rows}",
+            path=str(Path(run_dir) / str(info.get("path"))),
+        )
+    return table
+
+
 def written_frame(df: pd.DataFrame, schema: pa.Schema | None = None) -> pd.DataFrame:
     """``df`` as a reader of the Parquet file :func:`write_parquet` writes gets it back.
 
@@ -478,13 +534,11 @@ def read_skills_run(
             path=str(run),
         )
     outputs = manifest.get("outputs") or {}
+    layout = str(manifest.get("layout") or "flat")
     tables: dict[str, Any] = {}
     for name in ("skills", "consensus"):
-        # flat runs hold <table>.parquet; hive runs point at their dataset parts
-        part = run / outputs.get(name, {}).get("path", f"{name}.parquet")
-        if not part.is_file():
-            raise InputError(f"the completed run lists a '{name}' table that is not on disk", path=str(part))
-        tables[name] = pq.ParquetFile(part).read().to_pandas()
+        info = outputs.get(name) or {"path": f"{name}.parquet"}
+        tables[name] = read_output_table(run, name, info, layout).to_pandas()
     return {
         "run_dir": str(run),
         "run_id": manifest.get("run_id"),

@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow.parquet as pq
 
 from crowdflow.contracts.errors import InputError
 from crowdflow.contracts.names import check_name
-from crowdflow.storage.run_store import RUN_ID_COLUMN
 from crowdflow.storage.run_store import latest_run as _latest_run_dir
+from crowdflow.storage.run_store import read_output_table
 
 log = logging.getLogger(__name__)
 
@@ -77,13 +76,6 @@ class Run:
             raise KeyError(f"run {self.run_id} has no table {name!r}; it has {sorted(self.tables)}") from None
 
 
-def _read_table(part: Path, layout: str) -> pd.DataFrame:
-    df: pd.DataFrame = pq.read_table(part).to_pandas()
-    if layout == "hive" and RUN_ID_COLUMN in df.columns:
-        df = df.drop(columns=RUN_ID_COLUMN)
-    return df
-
-
 def read_run(path: str | os.PathLike[str]) -> Run:
     """The manifest and the tables of the completed run in folder ``path``.
 
@@ -126,10 +118,7 @@ def read_run(path: str | os.PathLike[str]) -> Run:
     for name, info in outputs.items() if isinstance(outputs, Mapping) else ():
         if not isinstance(info, Mapping) or "rows" not in info:  # a file such as report.html, not a table
             continue
-        part = run / str(info.get("path", f"{name}.parquet"))
-        if not part.is_file():
-            raise InputError(f"the completed run lists a '{name}' table that is not on disk", path=str(part))
-        tables[name] = _read_table(part, layout)
+        tables[name] = read_output_table(run, name, info, layout).to_pandas()
     log.info("read run %s (%d tables)", run, len(tables))
     return Run(path=run, manifest=manifest, tables=tables)
 

@@ -169,11 +169,11 @@ def dask_address() -> Iterator[str]:
 def _canonical(df: pd.DataFrame) -> pd.DataFrame:
     """A table as compared: columns sorted, rows sorted by every column, a plain index.
 
-    ``run_id`` differs by construction; ``row_id`` (an outlier's position in the input as read) follows the input's
-    row order, which a hive folder (rows grouped by partition) changes: the row itself (annotator, items, outcome)
-    is compared instead.
+    ``run_id`` differs by construction; ``part``/``row_id`` (an outlier row's file of the input and its position
+    in it, as read) follow how the input was split and ordered (one part inline, one per file on Dask; a hive
+    folder groups rows by partition): the row itself (annotator, items, outcome) is compared instead.
     """
-    df = df.drop(columns=[c for c in ("run_id", "row_id") if c in df.columns])
+    df = df.drop(columns=[c for c in ("run_id", "part", "row_id") if c in df.columns])
     df = df[sorted(df.columns)]
     keys = [c for c in df.columns if not pd.api.types.is_float_dtype(df[c])] or list(df.columns)
     return df.sort_values(keys, kind="stable").reset_index(drop=True)
