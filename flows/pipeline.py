@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,11 +101,11 @@ def check_locations(spec: PipelineBase) -> None:
     folder (results and data are kept apart). An output folder next to the inputs (a sibling or a
     sub-folder of a file's folder, e.g. ``./crowdflow-out`` beside ``labels.csv``) is fine.
     """
-    out = spec.output_dir().resolve()
+    out = Path(os.path.realpath(spec.output_dir()))  # realpath, not resolve(): a link loop is the reader's error
     for src in spec.inputs().values():
         if src.is_query or src.is_url:  # a remote URL never holds the local output folder
             continue
-        p = spec.path_of(src).resolve()  # a file:// URL is its local path here (and a symlinked path its target)
+        p = Path(os.path.realpath(spec.path_of(src)))  # a file:// URL is its local path, a link its target
         folder = p if p.is_dir() else p.parent
         if out in (folder, p) or (p.is_dir() and p in out.parents):
             raise SpecError(f"output dir {out} is the input folder of {p}; choose another output.dir")

@@ -85,7 +85,7 @@ def read_partition(
         raise InputError(f"cannot read Parquet: {exc}", path=part.name) from None
     digest = hashlib.sha256(raw).hexdigest()
     del raw
-    loaded = read_frame(table.to_pandas(), schema, columns, source=part.name, fingerprint=False)
+    loaded = read_frame(table.to_pandas(), schema, columns, source=part.name, fingerprint=False, part=True)
     df = loaded.df if wanted is None else loaded.df[[c for c in loaded.df.columns if c in wanted]]
     return LoadedTable(df=df, source=part.name, sha256=digest, format="parquet", renamed=loaded.renamed)
 

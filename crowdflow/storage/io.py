@@ -425,7 +425,7 @@ def _check_readable(p: Path) -> None:
 
 
 def _canonical(
-    df: pd.DataFrame, schema: TableSchema, columns: Mapping[str, str] | None, where: str, empty: str
+    df: pd.DataFrame, schema: TableSchema, columns: Mapping[str, str] | None, where: str, empty: str | None
 ) -> tuple[pd.DataFrame, dict[str, str]]:
     """The one set of rules every source goes through: column mapping and aliases, no empty table, coercion.
 
@@ -433,7 +433,7 @@ def _canonical(
     reach the canonical columns of ``schema`` here, so a rule cannot differ between them.
     """
     df, renamed = _apply_columns(df, schema, columns or {}, where)
-    if len(df) == 0:
+    if len(df) == 0 and empty is not None:  # None: one part of a dataset, which may hold no rows
         raise InputError(empty, path=where)
     return _coerce(df, schema, where), renamed
 
@@ -457,6 +457,7 @@ def read_frame(
     columns: Mapping[str, str] | None = None,
     source: str | None = None,
     fingerprint: bool = True,
+    part: bool = False,
 ) -> LoadedTable:
     """A DataFrame in the canonical columns of ``schema``, by the rules a file goes through (:func:`read_table`).
 
@@ -477,6 +478,9 @@ def read_frame(
     fingerprint : bool
         Hash the frame's content into ``sha256`` (a caller that hashed the bytes it parsed passes False;
         ``sha256`` is then empty).
+    part : bool
+        ``df`` is one file of a dataset (:func:`crowdflow.storage.datasets.read_partition`): zero rows are
+        allowed there, as in the whole dataset read at once (an empty part adds no row).
 
     Returns
     -------
@@ -497,7 +501,8 @@ def read_frame(
     _check_header([str(c).strip() for c in df.columns], where)
     frame = df.copy(deep=False)  # the caller's frame keeps its column names
     frame.index = pd.RangeIndex(len(frame))
-    out, renamed = _canonical(frame, schema, columns, where, f"no rows in the {schema.name} table")
+    empty = None if part else f"no rows in the {schema.name} table"
+    out, renamed = _canonical(frame, schema, columns, where, empty)
     log.debug("read %s: %d rows", where, len(out))
     digest = frame_fingerprint(df) if fingerprint else ""
     return LoadedTable(df=out, source=where, sha256=digest, format="dataframe", renamed=renamed)
