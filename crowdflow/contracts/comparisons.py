@@ -28,11 +28,14 @@ from crowdflow.contracts.errors import InputError
 __all__ = [
     "COMPARISON_ALIASES",
     "TIE",
+    "TIE_SPELLINGS",
+    "TIE_WORDS",
     "ComparisonTableError",
     "canonical_comparisons",
     "comparison_layout",
     "comparisons_from_winners",
     "describe_positions",
+    "id_text",
     "missing_ids_error",
     "outcomes_and_weights",
     "rename_comparison_aliases",
@@ -43,6 +46,12 @@ __all__ = [
 
 #: The tie token of the winner form (compared case-insensitively).
 TIE = "tie"
+
+#: How a tie is written in a winner column (compared without case or surrounding blanks): the canonical
+#: :data:`TIE` and the words other tools and exports use (Evalica's ``Winner.Draw``, "draw", "tied", "equal",
+#: "same", "both", "neither" for no preference, "="). A winner that is one of the row's own item ids is that item.
+TIE_SPELLINGS = frozenset({TIE, "draw", "tied", "equal", "same", "both", "neither", "=", "winner.draw"})
+TIE_WORDS = ", ".join(repr(w) for w in sorted(TIE_SPELLINGS))
 
 #: Alternative column name → canonical name; applied only when the canonical name is absent.
 COMPARISON_ALIASES = {
@@ -104,14 +113,31 @@ def winner_outcomes(item_a: pd.Series, item_b: pd.Series, winner: pd.Series) -> 
     bad : numpy.ndarray
         bool, the rows whose ``winner`` is missing or names neither item nor a tie.
     """
-    a = item_a.astype("string")
-    b = item_b.astype("string")
-    win = winner.astype("string")
+    a, b, win = id_text(item_a), id_text(item_b), id_text(winner)
     out = np.full(len(win), np.nan)
+    out[win.str.lower().isin(TIE_SPELLINGS).fillna(False).to_numpy(dtype=bool)] = 0.0
+    # an item's own id wins over a tie word: an item named "draw" is that item
     out[(win == a).fillna(False).to_numpy(dtype=bool)] = 1.0
     out[(win == b).fillna(False).to_numpy(dtype=bool)] = -1.0
-    out[(win.str.lower() == TIE).fillna(False).to_numpy(dtype=bool)] = 0.0
     return out, np.isnan(out)
+
+
+def id_text(s: pd.Series) -> pd.Series:
+    """An id column written as every reader writes ids: the one rule for ids, item names and winners alike.
+
+    Whole-number floats (a Parquet float column, ``3.0``) are the integer id ``3``; every value is text with the
+    surrounding blanks removed, and text that is only blanks is missing. So a ``winner`` column compares with
+    ``item_a``/``item_b`` the way the ids themselves are canonicalised (``crowdflow.storage.io``'s coercion uses
+    this function for every id column), whatever types the file gave each column.
+    """
+    values = s
+    if values.dtype.kind == "f":
+        v = values.to_numpy(dtype=np.float64, na_value=np.nan)
+        present = ~np.isnan(v)
+        if np.all(np.isfinite(v[present]) & (v[present] == np.floor(v[present])) & (np.abs(v[present]) < 2.0**53)):
+            values = values.astype("Int64")
+    text = values.astype("string").str.strip()
+    return text.mask(text == "")
 
 
 def comparisons_from_winners(
@@ -152,7 +178,7 @@ def comparisons_from_winners(
     out, bad = winner_outcomes(df[item_a], df[item_b], df[winner])
     if bad.any():
         raise ComparisonTableError(
-            f"column '{winner}': {describe_positions(bad)} name neither item_a, item_b nor '{TIE}'"
+            f"column '{winner}': {describe_positions(bad)} name neither item_a, item_b nor a tie ({TIE_WORDS})"
         )
     res = df.drop(columns=[winner]).rename(columns={item_a: "item_a", item_b: "item_b"})
     if annotator in res.columns and annotator != "annotator":

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from crowdflow.contracts.comparisons import TIE, rename_comparison_aliases, winner_outcomes
+from crowdflow.contracts.comparisons import TIE_WORDS, id_text, rename_comparison_aliases, winner_outcomes
 from crowdflow.contracts.errors import InputError
 from crowdflow.contracts.tables import TableSchema
 from crowdflow.labels import canonical_label_text
@@ -128,6 +128,12 @@ def _read_csv(p: Path) -> tuple[pd.DataFrame, str]:
             "re-encode the file as UTF-8",
             path=str(p),
         ) from None
+    # every byte-order mark before the header is removed (utf-8-sig removes one; an export that re-encodes a
+    # file already carrying one leaves two, and the second would become part of the first column's name)
+    extra_boms = len(text) - len(text.lstrip("\ufeff"))
+    if extra_boms:
+        log.warning("%s starts with %d more byte-order mark(s) after the first; removed", p, extra_boms)
+        text = text.lstrip("\ufeff")
     sep = "\t" if p.suffix.lower() == ".tsv" else ","
     try:
         with warnings.catch_warnings():
@@ -262,7 +268,7 @@ def _apply_columns(
             bad &= df[source].notna().to_numpy()  # a missing winner is the missing outcome the contract reports
             if bad.any():
                 raise InputError(
-                    f"{int(bad.sum())} rows name a {source} that is neither item_a, item_b nor '{TIE}'",
+                    f"{int(bad.sum())} rows name a {source} that is neither item_a, item_b nor a tie ({TIE_WORDS})",
                     path=path,
                     column=source,
                     rows=(np.flatnonzero(bad) + 1).tolist(),
@@ -290,11 +296,10 @@ def _coerce(df: pd.DataFrame, schema: TableSchema, path: str) -> pd.DataFrame:
         s = df[col.name]
         _reject_nested(s, col.name, path)
         if col.type in ("id", "string"):
-            if s.dtype.kind == "f":  # float ids from Parquet: 3.0 -> "3"
+            if s.dtype.kind == "f":  # float ids from Parquet: 3.0 -> "3" (refusing the ones float64 cannot hold)
                 s = _float_ids(s, col.name, path)
-            text = s.astype("string").str.strip()
-            # an id (or label) that is only whitespace is missing, not the id '' shared by every such row
-            text = text.mask(text == "")
+            # the one id rule (also the winner column's): text, blanks stripped, only-blank text missing
+            text = id_text(s)
             out[col.name] = canonical_label_text(text) if col.numbers_as_one else text
         elif col.type in ("float", "int"):
             if s.dtype.kind in "fiu":
