@@ -100,19 +100,24 @@ def _check_connection(url: str) -> str:
 SourceKind = Literal["file", "folder", "url", "sql"]
 
 # The fields of each kind of source, in form order; ``columns`` (the column mapping) applies to every kind.
+# Folder comes first: the UI keeps the button whose fields best match the value, first on a tie, and an empty folder
+# source is {columns: {}}, which matches File as well (a file source also holds format: auto).
 SOURCE_FIELDS: dict[str, tuple[str, ...]] = {
+    "folder": ("folder", "columns"),
     "file": ("path", "format", "columns"),
-    "folder": ("path", "columns"),
-    "url": ("path", "storage_options", "columns"),
+    "url": ("url", "storage_options", "columns"),
     "sql": ("sql", "params", "connection", "password_env", "password_secret", "columns"),
 }
+# A folder or a URL may be given under its own key (folder: data/labels/, url: s3://bucket/labels/) or as path;
+# the model holds it as path. Under its own key the form can tell the kinds apart by their fields.
+_LOCATION_KEYS = {"folder": "folder", "url": "url"}
 _SOURCE_TITLES = {"file": "File", "folder": "Folder", "url": "URL", "sql": "SQL query"}
 _SOURCE_PATHS = {
-    "file": "A CSV/TSV or Parquet file; relative to the spec's folder.",
-    "folder": "A folder of Parquet files (one dataset); relative to the spec's folder.",
-    "url": "A Parquet dataset where it lives (s3://bucket/labels/, gs://...), read by the Dask workers.",
+    "file": ("Path", "A CSV/TSV or Parquet file; relative to the spec's folder."),
+    "folder": ("Folder", "A folder of Parquet files (one dataset); relative to the spec's folder."),
+    "url": ("URL", "A Parquet dataset where it lives (s3://bucket/labels/, gs://...), read by the Dask workers."),
 }
-_SOURCE_REQUIRED = {"file": ["path"], "folder": ["path"], "url": ["path"], "sql": ["sql", "connection"]}
+_SOURCE_REQUIRED = {"file": ["path"], "folder": ["folder"], "url": ["url"], "sql": ["sql", "connection"]}
 
 
 def _source_form_schema(schema: dict[str, Any]) -> None:
@@ -128,9 +133,10 @@ def _source_form_schema(schema: dict[str, Any]) -> None:
         schema.pop(key, None)
     branches = []
     for kind, fields in SOURCE_FIELDS.items():
-        own = {k: dict(props[k]) for k in fields}
-        if "path" in own:
-            own["path"]["description"] = _SOURCE_PATHS[kind]
+        own = {k: dict(props["path" if k in ("folder", "url") else k]) for k in fields}
+        location = "path" if kind == "file" else _LOCATION_KEYS.get(kind)
+        if location is not None:
+            own[location]["title"], own[location]["description"] = _SOURCE_PATHS[kind]
         branches.append(
             {"title": _SOURCE_TITLES[kind], "type": "object", "properties": own, "required": _SOURCE_REQUIRED[kind]}
         )
@@ -193,6 +199,14 @@ class SourceSpec(Credentials):
         """
         if not isinstance(data, dict):
             return data
+        data = dict(data)
+        for kind_of_key, key in _LOCATION_KEYS.items():
+            if key in data:
+                if data.get("path") is not None:
+                    raise ValueError(f"give {key} or path, not both")
+                if data.get("kind", kind_of_key) != kind_of_key:
+                    raise ValueError(f"{key} is the location of a {kind_of_key} source, not of a {data['kind']} one")
+                data["path"], data["kind"] = data.pop(key), kind_of_key
         kind = data.get("kind")
         if kind is None:
             path = data.get("path")
@@ -204,10 +218,11 @@ class SourceSpec(Credentials):
                 kind = "folder" if isinstance(path, str) and path.endswith("/") else "file"
             return {**data, "kind": kind}
         if kind in SOURCE_FIELDS:
+            own = {"path" if k in _LOCATION_KEYS else k for k in SOURCE_FIELDS[kind]}
             given = {k for k, v in data.items() if k != "kind" and v not in (None, {}, [])}
             if data.get("format", "auto") == "auto":  # the default format is no field of another kind
                 given.discard("format")
-            other = sorted(given - set(SOURCE_FIELDS[kind]))
+            other = sorted(given - own)
             if other:
                 raise ValueError(f"a {kind} source takes {list(SOURCE_FIELDS[kind])}, not {other}")
         return data
@@ -219,6 +234,8 @@ class SourceSpec(Credentials):
         if not isinstance(data, dict):
             return data
         keep = {"kind", *SOURCE_FIELDS[self.kind]}
+        if self.kind in _LOCATION_KEYS:
+            data[_LOCATION_KEYS[self.kind]] = data.get("path")
         return {k: v for k, v in data.items() if k in keep}
 
     @model_validator(mode="after")
@@ -229,7 +246,7 @@ class SourceSpec(Credentials):
             raise ValueError(f"a {self.kind} source needs " + ("sql (a query)" if self.kind == "sql" else "a path"))
         if (self.kind == "url") != self.is_url:
             raise ValueError(
-                "a url source needs a path with a scheme (s3://, gs://, ...)"
+                "a url source needs a location with a scheme (s3://bucket/labels/, gs://...)"
                 if self.kind == "url"
                 else f"{self.path} is a URL: give kind url (or leave kind out)"
             )
@@ -453,7 +470,14 @@ def _pipeline_form_schema(schema: dict[str, Any]) -> None:
         value = job.pop("const")
         job.pop("default", None)
         job.update(enum=[value], type="string", title="Job")
+        job["description"] = "The job of the button above: choose it here too, so the run is sent with it."
         schema["required"] = ["job", *(k for k in schema.get("required", []) if k != "job")]
+    # each input inline as its choice of kinds: the UI draws a property's own anyOf as buttons, not one behind a $ref
+    kinds = SourceSpec.model_json_schema()["anyOf"]
+    for key, prop in props.items():
+        if "SourceSpec" in str(prop.get("$ref", "")):  # pydantic names the reference internally here
+            title = key.replace("_", " ").capitalize()
+            props[key] = {"title": title, **{k: v for k, v in prop.items() if k != "$ref"}, "anyOf": kinds}
     first = ["job", "name", *(k for k in props if k in JOB_INPUTS_ALL or k == "skills_run")]
     first += [k for k in props if k in ("skills", "ranking", "personal_rankings", "personal_models", "assignment")]
     schema["properties"] = {k: props[k] for k in [*first, *(k for k in props if k not in first)]}

@@ -218,13 +218,20 @@ def test_run_pipeline_parameters_are_an_object_schema() -> None:
             assert {"type": "null"} not in prop.get("anyOf", []), f"{model.__name__}.{name}"
     assert schema["definitions"]["RunnerSpec"]["properties"]["kind"]["enum"] == ["inline", "dask"]
     # a source: one of four kinds, each with its own fields only and its required ones marked
-    source = schema["definitions"]["SourceSpec"]
-    assert "properties" not in source
+    # (inline in each job's inputs: the UI draws a property's own anyOf as buttons, not one behind a $ref)
+    source = schema["definitions"]["SkillsPipeline"]["properties"]["labels"]
+    assert "properties" not in source and "$ref" not in source
+    for model in JOB_MODELS.values():
+        for key in JOB_INPUTS_ALL:
+            if key in schema["definitions"][model.__name__]["properties"]:
+                assert schema["definitions"][model.__name__]["properties"][key]["anyOf"] == source["anyOf"]
     kinds = {b["title"]: b for b in source["anyOf"]}
-    assert list(kinds) == ["File", "Folder", "URL", "SQL query"]
+    assert list(kinds) == ["Folder", "File", "URL", "SQL query"]
     assert set(kinds["File"]["properties"]) == {"path", "format", "columns"} and kinds["File"]["required"] == ["path"]
-    assert set(kinds["Folder"]["properties"]) == {"path", "columns"}
-    assert set(kinds["URL"]["properties"]) == {"path", "storage_options", "columns"}
+    assert set(kinds["Folder"]["properties"]) == {"folder", "columns"} and kinds["Folder"]["required"] == ["folder"]
+    assert set(kinds["URL"]["properties"]) == {"url", "storage_options", "columns"} and kinds["URL"]["required"] == [
+        "url"
+    ]
     assert set(kinds["SQL query"]["properties"]) == {
         "sql",
         "params",
