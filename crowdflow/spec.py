@@ -565,7 +565,7 @@ class PipelineBase(_Strict):
         ``report`` (matplotlib) draws the figures of report.html (without it the page has their numbers as
         tables), ``dask`` (dask.distributed) runs a ``runner.kind: dask`` fan-out, ``warehouse`` (DuckDB,
         psycopg, sqlglot) reads SQL sources and loads ``output.warehouse``. The ``deploy`` extra holds all three:
-        what every shipped deployment needs on a worker (README "Running on a schedule").
+        what every shipped deployment needs on a worker (docs/how-to/schedule.md).
         """
         out: dict[str, str] = {}
         if self.output.report:
