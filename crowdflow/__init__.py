@@ -1,6 +1,6 @@
 """crowdflow: worker skills, consensus labels, rankings and assignments from crowdsourcing data (the pure library).
 
-The Python front door (:mod:`crowdflow.frontdoor.api`; the README's "Python API")::
+The Python front door (:mod:`crowdflow.frontdoor.api`; docs/how-to/notebook.md)::
 
     import crowdflow as cf
     fit = cf.skills(labels)                      # consensus, skills, components: the tables a run writes

@@ -65,7 +65,7 @@ def natural_sort(values: np.ndarray) -> np.ndarray:
 
 
 def deduplicate(labels: pd.DataFrame, policy: DuplicatePolicy = "error") -> tuple[pd.DataFrame, int]:
-    """Apply the duplicate (task, worker) policy (the spec's `skills.duplicates`; README "The pipeline spec").
+    """Apply the duplicate (task, worker) policy (the spec's `skills.duplicates`; docs/reference/spec.md).
 
     Parameters
     ----------

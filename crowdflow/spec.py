@@ -34,7 +34,16 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from crowdflow.assignment import AssignmentOptions
 from crowdflow.contracts.errors import SpecError
@@ -89,14 +98,50 @@ def _check_connection(url: str) -> str:
     return url
 
 
+SourceKind = Literal["file", "folder", "url", "sql"]
+
+# The fields of each kind of source, in form order; ``columns`` (the column mapping) applies to every kind.
+# Folder comes first: the UI keeps the button whose fields best match the value, first on a tie, and an empty folder
+# source is {columns: {}}, which matches File as well (a file source also holds format: auto).
+SOURCE_FIELDS: dict[str, tuple[str, ...]] = {
+    "folder": ("folder", "columns"),
+    "file": ("path", "format", "columns"),
+    "url": ("url", "storage_options", "columns"),
+    "sql": ("sql", "params", "connection", "password_env", "password_secret", "columns"),
+}
+# A folder or a URL may be given under its own key (folder: data/labels/, url: s3://bucket/labels/) or as path;
+# the model holds it as path. Under its own key the form can tell the kinds apart by their fields.
+_LOCATION_KEYS = {"folder": "folder", "url": "url"}
+_SOURCE_TITLES = {"file": "File", "folder": "Folder", "url": "URL", "sql": "SQL query"}
+_SOURCE_PATHS = {
+    "file": ("Path", "A CSV/TSV or Parquet file; relative to the spec's folder."),
+    "folder": ("Folder", "A folder of Parquet files (one dataset); relative to the spec's folder."),
+    "url": ("URL", "A Parquet dataset where it lives (s3://bucket/labels/, gs://...), read by the Dask workers."),
+}
+_SOURCE_REQUIRED = {"file": ["path"], "folder": ["folder"], "url": ["url"], "sql": ["sql", "connection"]}
+
+
 def _source_form_schema(schema: dict[str, Any]) -> None:
-    """A source's form: the file fields, then the query fields, then where a password comes from."""
+    """A source's form: a choice of kind (file, folder, URL, SQL query), each showing only its own fields.
+
+    The JSON schema is an ``anyOf`` over the four kinds (the Prefect UI draws it as a row of buttons); each branch
+    holds that kind's fields only, with its required ones marked. Python validation is the model's: a flat mapping
+    (``path`` or ``sql``) as before, or one with ``kind`` (:meth:`SourceSpec._kind_of`).
+    """
     form_schema(schema)
-    props = schema.get("properties", {})
-    order = ["path", "format", "columns", "sql", "params", "connection", "password_env", "password_secret"]
-    schema["properties"] = {
-        k: props[k] for k in [*(k for k in order if k in props), *(k for k in props if k not in order)]
-    }
+    props = schema.pop("properties", {})
+    for key in ("required", "type", "additionalProperties"):
+        schema.pop(key, None)
+    branches = []
+    for kind, fields in SOURCE_FIELDS.items():
+        own = {k: dict(props["path" if k in ("folder", "url") else k]) for k in fields}
+        location = "path" if kind == "file" else _LOCATION_KEYS.get(kind)
+        if location is not None:
+            own[location]["title"], own[location]["description"] = _SOURCE_PATHS[kind]
+        branches.append(
+            {"title": _SOURCE_TITLES[kind], "type": "object", "properties": own, "required": _SOURCE_REQUIRED[kind]}
+        )
+    schema["anyOf"] = branches
 
 
 class SourceSpec(Credentials):
@@ -104,6 +149,11 @@ class SourceSpec(Credentials):
 
     model_config = ConfigDict(json_schema_extra=_source_form_schema)
 
+    kind: SourceKind = Field(
+        "file",
+        description="What the source is: a file, a folder of Parquet files, a URL read by Dask workers, or a SQL "
+        "query. Optional in a spec: it follows from path or sql.",
+    )
     path: str | None = Field(
         None,
         min_length=1,
@@ -140,10 +190,67 @@ class SourceSpec(Credentials):
     def _url(cls, v: str | None) -> str | None:
         return None if v is None else _check_connection(v)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_of(cls, data: Any) -> Any:
+        """Accept the flat form (``path`` or ``sql``) and the one with ``kind``; a kind takes its own fields only.
+
+        Without ``kind`` it follows from the fields: ``sql`` → sql, a ``path`` with a scheme (``s3://``) → url,
+        a ``path`` ending in ``/`` → folder, another ``path`` → file (a folder path without the slash reads the same).
+        """
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for kind_of_key, key in _LOCATION_KEYS.items():
+            if key in data:
+                if data.get("path") is not None:
+                    raise ValueError(f"give {key} or path, not both")
+                if data.get("kind", kind_of_key) != kind_of_key:
+                    raise ValueError(f"{key} is the location of a {kind_of_key} source, not of a {data['kind']} one")
+                data["path"], data["kind"] = data.pop(key), kind_of_key
+        kind = data.get("kind")
+        if kind is None:
+            path = data.get("path")
+            if data.get("sql") is not None:
+                kind = "sql"
+            elif isinstance(path, str) and "://" in path:
+                kind = "url"
+            else:
+                kind = "folder" if isinstance(path, str) and path.endswith("/") else "file"
+            return {**data, "kind": kind}
+        if kind in SOURCE_FIELDS:
+            own = {"path" if k in _LOCATION_KEYS else k for k in SOURCE_FIELDS[kind]}
+            given = {k for k, v in data.items() if k != "kind" and v not in (None, {}, [])}
+            if data.get("format", "auto") == "auto":  # the default format is no field of another kind
+                given.discard("format")
+            other = sorted(given - own)
+            if other:
+                raise ValueError(f"a {kind} source takes {list(SOURCE_FIELDS[kind])}, not {other}")
+        return data
+
+    @model_serializer(mode="wrap")
+    def _own_fields(self, handler: Any) -> Any:
+        """Dump the kind and its own fields only (what the form shows for that kind)."""
+        data = handler(self)
+        if not isinstance(data, dict):
+            return data
+        keep = {"kind", *SOURCE_FIELDS[self.kind]}
+        if self.kind in _LOCATION_KEYS:
+            data[_LOCATION_KEYS[self.kind]] = data.get("path")
+        return {k: v for k, v in data.items() if k in keep}
+
     @model_validator(mode="after")
     def _file_or_query(self) -> SourceSpec:
         if (self.path is None) == (self.sql is None):
             raise ValueError("a source needs exactly one of path (a file) or sql (a query)")
+        if (self.kind == "sql") != (self.sql is not None):
+            raise ValueError(f"a {self.kind} source needs " + ("sql (a query)" if self.kind == "sql" else "a path"))
+        if (self.kind == "url") != self.is_url:
+            raise ValueError(
+                "a url source needs a location with a scheme (s3://bucket/labels/, gs://...)"
+                if self.kind == "url"
+                else f"{self.path} is a URL: give kind url (or leave kind out)"
+            )
         if self.sql is None:
             used = [k for k in ("params", "connection", "password_env", "password_secret") if getattr(self, k)]
             if used:
@@ -367,6 +474,19 @@ def _pipeline_form_schema(schema: dict[str, Any]) -> None:
     """The run form of a job: its name, inputs and options first, then what every pipeline shares."""
     form_schema(schema)
     props = schema.get("properties", {})
+    job = props.get("job", {})
+    if "const" in job:  # a required one-item choice, never "a const" or "(Optional)": the form sends it
+        value = job.pop("const")
+        job.pop("default", None)
+        job.update(enum=[value], type="string", title="Job")
+        job["description"] = "The job of the button above: choose it here too, so the run is sent with it."
+        schema["required"] = ["job", *(k for k in schema.get("required", []) if k != "job")]
+    # each input inline as its choice of kinds: the UI draws a property's own anyOf as buttons, not one behind a $ref
+    kinds = SourceSpec.model_json_schema()["anyOf"]
+    for key, prop in props.items():
+        if "SourceSpec" in str(prop.get("$ref", "")):  # pydantic names the reference internally here
+            title = key.replace("_", " ").capitalize()
+            props[key] = {"title": title, **{k: v for k, v in prop.items() if k != "$ref"}, "anyOf": kinds}
     first = ["job", "name", *(k for k in props if k in JOB_INPUTS_ALL or k == "skills_run")]
     first += [k for k in props if k in ("skills", "ranking", "personal_rankings", "personal_models", "assignment")]
     schema["properties"] = {k: props[k] for k in [*first, *(k for k in props if k not in first)]}
@@ -440,7 +560,7 @@ class PipelineBase(_Strict):
         ``report`` (matplotlib) draws the figures of report.html (without it the page has their numbers as
         tables), ``dask`` (dask.distributed) runs a ``runner.kind: dask`` fan-out, ``warehouse`` (DuckDB,
         psycopg, sqlglot) reads SQL sources and loads ``output.warehouse``. The ``deploy`` extra holds all three:
-        what every shipped deployment needs on a worker (README "Running on a schedule").
+        what every shipped deployment needs on a worker (docs/how-to/schedule.md).
         """
         out: dict[str, str] = {}
         if self.output.report:
@@ -474,7 +594,7 @@ class PipelineBase(_Strict):
 class SkillsPipeline(PipelineBase):
     """Consensus labels and worker skills from a table of workers' answers, scored against gold answers if given."""
 
-    model_config = ConfigDict(title="skills: consensus labels and worker skills")
+    model_config = ConfigDict(title="skills")  # the form's button; the docstring says what it does
 
     job: Literal["skills"] = Field("skills", description="The job this pipeline runs.")
     labels: SourceSpec = Field(description="The workers' answers: one row per task, worker and label.")
@@ -498,7 +618,7 @@ class SkillsPipeline(PipelineBase):
 class RankingPipeline(PipelineBase):
     """One ranking of items from pairwise comparisons, with the comparisons that look wrong flagged as outliers."""
 
-    model_config = ConfigDict(title="ranking: a robust global ranking")
+    model_config = ConfigDict(title="ranking")  # the form's button; the docstring says what it does
 
     job: Literal["ranking"] = Field("ranking", description="The job this pipeline runs.")
     comparisons: SourceSpec = Field(
@@ -510,7 +630,7 @@ class RankingPipeline(PipelineBase):
 class PersonalRankingsPipeline(PipelineBase):
     """A ranking of the items for every user, from each user's own pairwise judgements and everyone else's."""
 
-    model_config = ConfigDict(title="personal_rankings: a ranking per user")
+    model_config = ConfigDict(title="personal_rankings")  # the form's button; the docstring says what it does
 
     job: Literal["personal_rankings"] = Field("personal_rankings", description="The job this pipeline runs.")
     comparisons: SourceSpec = Field(
@@ -524,7 +644,7 @@ class PersonalRankingsPipeline(PipelineBase):
 class PersonalModelsPipeline(PipelineBase):
     """A small model per agent, each agent borrowing strength from its neighbours in a similarity graph."""
 
-    model_config = ConfigDict(title="personal_models: a model per agent on a graph")
+    model_config = ConfigDict(title="personal_models")  # the form's button; the docstring says what it does
 
     job: Literal["personal_models"] = Field("personal_models", description="The job this pipeline runs.")
     agents: SourceSpec = Field(description="Each agent's data: agent, y and feature columns (one row per sample).")
@@ -537,7 +657,7 @@ class PersonalModelsPipeline(PipelineBase):
 class AssignmentPipeline(PipelineBase):
     """The best task-worker pairs from scored candidates, within a budget and per-worker and per-task caps."""
 
-    model_config = ConfigDict(title="assignment: task-worker assignment")
+    model_config = ConfigDict(title="assignment")  # the form's button; the docstring says what it does
 
     job: Literal["assignment"] = Field("assignment", description="The job this pipeline runs.")
     candidates: SourceSpec = Field(description="Candidate pairs: task, worker and a score (higher is better).")
@@ -555,7 +675,7 @@ class AssignmentPipeline(PipelineBase):
 class NextBatchPipeline(PipelineBase):
     """The next batch of work: open tasks go to available workers, scored by a skills run's skills and confidences."""
 
-    model_config = ConfigDict(title="next_batch: the closed loop after a skills run")
+    model_config = ConfigDict(title="next_batch")  # the form's button; the docstring says what it does
 
     job: Literal["next_batch"] = Field("next_batch", description="The job this pipeline runs.")
     skills_run: str = Field(

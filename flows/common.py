@@ -16,10 +16,12 @@ from prefect.runtime import flow_run
 from crowdflow.contracts.errors import SpecError
 from crowdflow.contracts.tables import RUNS_TABLE
 from crowdflow.report import REPORT_FILE
+from crowdflow.report.trends import flagged_share
 from crowdflow.spec import JOB_OPTIONS, PipelineBase, check_name
 from crowdflow.storage.fingerprints import fit_key
 from crowdflow.storage.io import LoadedTable
 from crowdflow.storage.manifest import build_manifest, input_record, new_run_id
+from crowdflow.storage.runs import run_history
 from crowdflow.storage.warehouse import redact_url
 from tasks.artifacts import report_artifacts, set_pipeline
 from tasks.export import export_run
@@ -147,6 +149,9 @@ def finish_run(
     """
     if isinstance(inputs, Inputs):  # what validation found; the flows' "validation" entry may hold the setting
         checks = {**checks, **inputs.validation}
+    share = flagged_share(spec.job, tables, metrics)  # one number per run for the report's trends (and runs table)
+    if share is not None:
+        metrics = {**metrics, "flagged_share": share}
     manifest = build_manifest(
         run_id=run_id,
         pipeline=spec.name,
@@ -169,7 +174,8 @@ def finish_run(
         flow_run_id=str(flow_run.id) if flow_run.id else None,
         extra={"check_settings": spec.check_settings(), **(extra or {})},
     )
-    outcome = render_report_task(manifest, tables, spec.output.report)
+    history = run_history(spec.output_dir() / spec.name) if spec.output.report else []
+    outcome = render_report_task(manifest, tables, spec.output.report, history)
     clock.lap("report")
     manifest["report"] = outcome.record
     manifest["timings"]["report"] = clock.timings["report"]

@@ -14,7 +14,7 @@ from prefect import flow, get_run_logger
 
 from crowdflow.labels import deduplicate, encode_labels
 from crowdflow.metrics import review_skills
-from crowdflow.skills import output_metrics, output_tables
+from crowdflow.skills import majority_vote, output_metrics, output_tables
 from crowdflow.spec import SkillsPipeline
 from crowdflow.storage.io import LoadedTable
 from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
@@ -86,7 +86,9 @@ def skills_flow(spec: SkillsPipeline, run_id: str | None = None) -> dict[str, An
     clock.lap("fit")
 
     meta = result.metadata
-    metrics = output_metrics(result, truth.df if truth is not None else None, dropped["n"], list(lm.classes))
+    # the baseline beside the method's accuracy in the report: majority vote on the same labels (closed form, cheap)
+    baseline = majority_vote(lm, opts.tie_break, opts.seed).consensus if truth is not None else None
+    metrics = output_metrics(result, truth.df if truth is not None else None, dropped["n"], list(lm.classes), baseline)
     if truth is not None:
         _log_gold(metrics, lm.classes, truth.source)
     comps = graph.components

@@ -9,7 +9,7 @@ is written, so a broken report cannot go unnoticed in tests.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,13 +34,18 @@ class ReportOutcome:
 
 
 @task(name="report", cache_policy=NONE)
-def render_report_task(manifest: dict[str, Any], tables: Mapping[str, pd.DataFrame], enabled: bool) -> ReportOutcome:
-    """Render ``report.html`` from the manifest (minus ``outputs``) and the output tables."""
+def render_report_task(
+    manifest: dict[str, Any],
+    tables: Mapping[str, pd.DataFrame],
+    enabled: bool,
+    history: Sequence[Mapping[str, Any]] = (),
+) -> ReportOutcome:
+    """Render ``report.html`` from the manifest (minus ``outputs``), the output tables and the earlier runs."""
     logger = get_run_logger()
     if not enabled:
         return ReportOutcome(None, {"status": "off"})
     try:
-        report = render_report(manifest, tables)
+        report = render_report(manifest, tables, history=history)
     except Exception as exc:
         if strict_reports():
             raise

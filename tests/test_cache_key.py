@@ -46,6 +46,8 @@ NEUTRAL = {
     "truth": "gold labels are scored against the consensus after the fit; they never enter it",
     "format": "how a file is parsed: the rows it yields are hashed, so the same rows give the same fit",
     "password_secret": "where a password comes from; the rows it lets through are hashed",
+    # a source's kind (file, folder, URL, query) follows from its path or sql; the rows it yields are hashed
+    **{f"{k}.kind": "which form a source is given in; the rows it yields are hashed" for k in JOB_INPUTS_ALL},
 }
 
 

@@ -202,7 +202,10 @@ def test_run_pipeline_parameters_are_an_object_schema() -> None:
     assert refs == [m.__name__ for m in JOB_MODELS.values()]
     for job, model in JOB_MODELS.items():
         d = schema["definitions"][model.__name__]
-        assert d["type"] == "object" and d["properties"]["job"]["const"] == job and d["title"].startswith(job)
+        # the job: a required one-item choice (no "const", no "(Optional)") under a short button title
+        assert d["type"] == "object" and d["properties"]["job"]["enum"] == [job] and d["title"] == job
+        assert "const" not in d["properties"]["job"] and "default" not in d["properties"]["job"]
+        assert d["required"][0] == "job"
         required, optional = JOB_INPUTS[job]
         assert set(required) <= set(d["required"]) and "name" in d["required"]
         inputs = {k for k in d["properties"] if k in JOB_INPUTS_ALL}
@@ -214,6 +217,31 @@ def test_run_pipeline_parameters_are_an_object_schema() -> None:
             assert prop.get("description"), f"{model.__name__}.{name}"
             assert {"type": "null"} not in prop.get("anyOf", []), f"{model.__name__}.{name}"
     assert schema["definitions"]["RunnerSpec"]["properties"]["kind"]["enum"] == ["inline", "dask"]
+    # a source: one of four kinds, each with its own fields only and its required ones marked
+    # (inline in each job's inputs: the UI draws a property's own anyOf as buttons, not one behind a $ref)
+    source = schema["definitions"]["SkillsPipeline"]["properties"]["labels"]
+    assert "properties" not in source and "$ref" not in source
+    for model in JOB_MODELS.values():
+        for key in JOB_INPUTS_ALL:
+            if key in schema["definitions"][model.__name__]["properties"]:
+                assert schema["definitions"][model.__name__]["properties"][key]["anyOf"] == source["anyOf"]
+    kinds = {b["title"]: b for b in source["anyOf"]}
+    assert list(kinds) == ["Folder", "File", "URL", "SQL query"]
+    assert set(kinds["File"]["properties"]) == {"path", "format", "columns"} and kinds["File"]["required"] == ["path"]
+    assert set(kinds["Folder"]["properties"]) == {"folder", "columns"} and kinds["Folder"]["required"] == ["folder"]
+    assert set(kinds["URL"]["properties"]) == {"url", "storage_options", "columns"} and kinds["URL"]["required"] == [
+        "url"
+    ]
+    assert set(kinds["SQL query"]["properties"]) == {
+        "sql",
+        "params",
+        "connection",
+        "password_env",
+        "password_secret",
+        "columns",
+    } and kinds["SQL query"]["required"] == ["sql", "connection"]
+    for branch in source["anyOf"]:
+        assert all(prop.get("description") for prop in branch["properties"].values())
     assert {"pgd", "onecoin_ds", "ds", "mv"} <= set(
         schema["definitions"]["SkillsOptions"]["properties"]["method"]["enum"]
     )

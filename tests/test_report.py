@@ -5,15 +5,9 @@ DevTools protocol: the new sections have a size on the page, their images decode
 from __future__ import annotations
 
 import base64
-import contextlib
 import io
 import json
 import os
-import shutil
-import signal
-import subprocess
-import time
-import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -101,7 +95,8 @@ def assert_figures(page: _Page, job: str, drawn: set[str] | None = None) -> None
     ids = set(page.ids)
     for fig_id in FIGURE_IDS[job]:
         assert fig_id in ids, f"{fig_id} missing"
-    for fig_id in drawn if drawn is not None else FIGURE_IDS[job]:
+    # the trends figure is drawn from the second run of a pipeline on (a sentence before: test_trends_*)
+    for fig_id in drawn if drawn is not None else set(FIGURE_IDS[job]) - {"fig-run-trends"}:
         (img,) = page.figure_imgs[fig_id]
         assert fig_id in img["alt"]
 
@@ -123,7 +118,7 @@ def _manifest(job: str, **extra: object) -> dict:
 
 
 # RTE is one connected, non-bipartite worker graph: the identifiability chart would be one bar (a sentence instead)
-ONE_COMPONENT_DRAWN = set(FIGURE_IDS["skills"]) - {"fig-identifiability"}
+ONE_COMPONENT_DRAWN = set(FIGURE_IDS["skills"]) - {"fig-identifiability", "fig-run-trends"}
 
 
 @pytest.fixture(scope="module")
@@ -215,7 +210,9 @@ def test_single_bars_and_missing_gold(skills_tables: dict[str, pd.DataFrame]) ->
         {"skills": skills, "components": comps, "consensus": skills_tables["consensus"]},
     )
     page = parse(rep.html)
-    assert_figures(page, "skills", drawn=set(FIGURE_IDS["skills"]) - {"fig-gold-vs-estimated", "fig-confusion"})
+    assert_figures(
+        page, "skills", drawn=set(FIGURE_IDS["skills"]) - {"fig-gold-vs-estimated", "fig-confusion", "fig-run-trends"}
+    )
     for fig_id in ("fig-identifiability", "fig-worker-components"):
         assert rep.figure(fig_id).sentence is None and rep.figure(fig_id).png is not None
     for fig_id in ("fig-gold-vs-estimated", "fig-confusion"):
@@ -433,86 +430,18 @@ def test_report_failure_strict_blocks_lenient_keeps_data(
     assert not (run / REPORT_FILE).exists() and len(pd.read_parquet(run / "consensus.parquet")) == 800
 
 
-def _browser() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return "/usr/bin/chromium" if os.access("/usr/bin/chromium", os.X_OK) else None
+def _shared_browser():  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("crowdflow_test_browser", Path(__file__).with_name("_browser.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-class _DevTools:
-    """Headless Chromium driven over the DevTools protocol (a websocket; no driver, no downloaded browser)."""
-
-    def __init__(self, browser: str, profile: Path, size: tuple[int, int]) -> None:
-        self.log = (profile.parent / "chromium.log").open("w")
-        self.proc = subprocess.Popen(
-            [
-                browser,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-                "--hide-scrollbars",
-                f"--user-data-dir={profile}",
-                "--remote-debugging-port=0",
-                f"--window-size={size[0]},{size[1]}",
-                "about:blank",
-            ],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        port_file = profile / "DevToolsActivePort"
-        deadline = time.monotonic() + 120
-        while not (port_file.is_file() and port_file.read_text().strip()):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.close()
-                raise AssertionError(f"Chromium did not start: {(profile.parent / 'chromium.log').read_text()[-2000:]}")
-            time.sleep(0.2)
-        port = int(port_file.read_text().split()[0])
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=30) as resp:
-            pages = [t for t in json.loads(resp.read()) if t["type"] == "page"]
-        from websockets.sync.client import connect
-
-        self.ws = connect(pages[0]["webSocketDebuggerUrl"], max_size=None, open_timeout=60)
-        self.n = 0
-        self.events: list[dict] = []
-
-    def call(self, method: str, **params: object) -> dict:
-        self.n += 1
-        self.ws.send(json.dumps({"id": self.n, "method": method, "params": params}))
-        while True:
-            msg = json.loads(self.ws.recv(timeout=120))
-            if msg.get("id") == self.n:
-                assert "error" not in msg, msg["error"]
-                return msg["result"]
-            self.events.append(msg)
-
-    def wait_for(self, event: str, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while not any(e.get("method") == event for e in self.events):
-            self.events.append(json.loads(self.ws.recv(timeout=max(deadline - time.monotonic(), 0.1))))
-
-    def screenshot(self, path: Path, clip: dict | None = None) -> bytes:
-        params: dict = {"format": "png", "captureBeyondViewport": True}
-        if clip is not None:
-            params["clip"] = {**clip, "scale": 1}
-        data = base64.b64decode(self.call("Page.captureScreenshot", **params)["data"])
-        path.write_bytes(data)
-        return data
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.ws.close()
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
-        self.log.close()
+_BROWSER = _shared_browser()
+_browser, _DevTools = _BROWSER.browser, _BROWSER.DevTools
 
 
 _LAYOUT_JS = """JSON.stringify(Object.fromEntries(%s.map(id => {
@@ -592,6 +521,81 @@ def test_demo_report_renders_in_headless_chromium(demo_run: Path, tmp_path: Path
     # the pictures are not blank: text and tables in the actions, a painted matrix, a page full of plots
     assert full[:8] == PNG_MAGIC and len(full) > 100_000
     assert _non_blank(actions) > 0.02 and _non_blank(confusion) > 0.05 and _non_blank(full) > 0.02
+
+
+_READ_JS = """JSON.stringify({
+  text: document.body.innerText,
+  figures: [...document.querySelectorAll('figure')].map(f => {
+    const r = f.getBoundingClientRect();
+    return {id: f.id, fact: f.classList.contains('fact'), w: r.width, h: r.height,
+      imgs: [...f.querySelectorAll('img')].map(i => i.complete && i.naturalWidth > 0),
+      legend: [...f.querySelectorAll('ul.legend li')].map(li => [li.innerText.trim(),
+        getComputedStyle(li.querySelector('.swatch')).backgroundColor]),
+      reading: f.querySelector('p.reading')?.innerText.trim() || '',
+      sentence: f.querySelector('.sentence')?.innerText.trim() || '',
+      tables: f.querySelectorAll('table').length,
+      body: [...f.children].filter(c => c.tagName !== 'FIGCAPTION').map(c => c.innerText.trim()).join(' ')};
+  }),
+  grid: document.querySelector('#figures .grid').getBoundingClientRect().width,
+  cards: [...document.querySelectorAll('.act')].map(a => ({id: a.id,
+    body: [...a.children].filter(c => c.tagName !== 'H3').map(c => c.innerText.trim()).join(' ')})),
+  timings: document.getElementById('timings-table')?.innerText || '',
+  header: document.getElementById('run-header').innerText,
+})"""
+
+
+@pytest.mark.flow
+def test_second_demo_run_reads_as_text_in_chromium(demo_run: Path, tmp_path: Path) -> None:
+    """The rendered page, as a reader sees it (issue #37): no literal backtick, no empty or half-empty card, every
+    figure with a legend and a one-line reading, the baseline beside the accuracy, the timings explained, and the
+    run-over-run trends drawn from the first run of the same pipeline (a second demo run into the same folder)."""
+    from flows.cli import main
+
+    browser = _browser()
+    if browser is None:
+        if os.environ.get("CROWDFLOW_REQUIRE_CHROMIUM"):
+            pytest.fail("CROWDFLOW_REQUIRE_CHROMIUM is set but no Chromium/Chrome was found")
+        pytest.skip("no Chromium/Chrome on this machine (.ci/run installs it with apt-get where it can)")
+    out = demo_run.parent.parent
+    assert main(["demo", "--out", str(out)]) == 0
+    second = sorted(p.parent for p in out.rglob("manifest.json"))[-1]
+    assert second != demo_run
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    chrome = _DevTools(browser, profile, (1280, 1000))
+    try:
+        chrome.call("Page.enable")
+        chrome.call("Page.navigate", url=(second / REPORT_FILE).resolve().as_uri())
+        chrome.wait_for("Page.loadEventFired")
+        page = json.loads(chrome.call("Runtime.evaluate", expression=_READ_JS)["result"]["value"])
+        box = next(f for f in page["figures"] if f["id"] == "fig-run-trends")
+        ARTIFACTS.mkdir(exist_ok=True)
+        chrome.call("Runtime.evaluate", expression="document.getElementById('fig-run-trends').scrollIntoView()")
+        trends = chrome.screenshot(ARTIFACTS / "report-demo-trends.png")
+    finally:
+        chrome.close()
+    assert "`" not in page["text"], "a literal backtick on the page"
+    assert {f["id"] for f in page["figures"]} == set(FIGURE_IDS["skills"])
+    for f in page["figures"]:
+        assert f["h"] > 40 and f["body"], f"{f['id']}: an empty card"
+        if f["imgs"]:
+            assert f["imgs"] == [True], f["id"]
+            assert f["legend"] and all(label and colour for label, colour in f["legend"]), f"{f['id']}: no legend"
+            assert f["reading"], f"{f['id']}: no one-line reading"
+        else:  # a sentence instead of a one-bar chart: it spans the grid's row, never half a row beside a chart
+            assert f["fact"] and f["sentence"] and f["w"] > 0.95 * page["grid"], f
+    for card in page["cards"]:
+        assert card["body"], f"{card['id']}: an empty card"
+    trend = next(f for f in page["figures"] if f["id"] == "fig-run-trends")
+    assert trend["imgs"] == [True] and trend["reading"].startswith("Since the run before")
+    assert "accuracy 0.9275 → 0.9275" in trend["reading"] and "0 workers joined, 0 left" in trend["reading"]
+    labels = " ".join(label for label, _ in trend["legend"])
+    assert "majority vote" in labels and "this run's method" in labels
+    # the baseline beside the method's number, and timings that say what each step did on how many rows
+    assert "accuracy vs baseline" in page["header"] and "(majority vote)" in page["header"]
+    assert "answered from the fit cache" in page["timings"] and "8800" in page["timings"]
+    assert "co-labelled worker pair" in page["timings"]
+    assert trends[:8] == PNG_MAGIC and _non_blank(trends) > 0.02 and box["w"] > 100
 
 
 @pytest.mark.flow

@@ -56,7 +56,7 @@ class SelectResult:
 
 @dataclass(frozen=True)
 class AssignmentResult:
-    """Task–worker assignment (docs/methods/assignment.md §1.4; the README's output tables).
+    """Task–worker assignment (docs/methods/assignment.md §1.4; docs/reference/outputs.md).
 
     Attributes
     ----------

@@ -1,4 +1,4 @@
-"""Missing numbers in output tables: each one carries its reason (issue #18, class 7; README "What a run writes").
+"""Missing numbers in output tables: each one carries its reason (issue #18, class 7; docs/reference/outputs.md).
 
 The rule, enforced in one place (:func:`check_explained`, called by :func:`crowdflow.storage.run_store.write_run` before
 anything is written): every float in an output table is finite, or it is missing (NaN, written as null) in a

@@ -232,7 +232,7 @@ INPUTS: dict[str, TableSchema] = {
 }
 
 
-# Output tables: stable Parquet schemas (documented in the README).
+# Output tables: stable Parquet schemas (documented in docs/reference/outputs.md).
 def _schema(*fields: tuple[str, pa.DataType]) -> pa.Schema:
     """An output schema; a table with a float column ends with ``missing_reason`` (crowdflow/contracts/missing.py)."""
     if any(pa.types.is_floating(t) for _, t in fields):
@@ -306,7 +306,7 @@ OUTPUTS: dict[str, dict[str, pa.Schema]] = {
     "assignment": {},
     "next_batch": {},
 }
-"""Stable Parquet schemas of each job's output tables (README "What a run writes"); tables not listed
+"""Stable Parquet schemas of each job's output tables (docs/reference/outputs.md); tables not listed
 (factors with one column per rank, parameters per agent) keep the columns the model produced."""
 
 
@@ -336,6 +336,6 @@ RUNS_SCHEMA = _schema(
     ("inputs_sha256", _S),
     ("crowdflow_version", _S),
 )
-"""Columns of the ``runs`` table (README "Warehouse inputs and outputs"): ``metrics``/``timings``/``checks`` are JSON
+"""Columns of the ``runs`` table (docs/how-to/warehouse.md): ``metrics``/``timings``/``checks`` are JSON
 objects, ``inputs`` a JSON list of {name, sha256, rows, path or connection}; ``inputs_sha256`` is the SHA-256 of
 the sorted ``name:sha256`` pairs (runs on the same data share it)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import io
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -46,6 +46,12 @@ class ReportFigure:
         A small table of the plotted numbers (shown without matplotlib, and in the Prefect artifacts).
     sentence : str or None
         What the figure would show, said in words instead of a chart that would say nothing (one bar).
+    legend : list of (colour, label)
+        What each colour of the drawn image stands for, read from the drawn artists (:func:`png`); the page shows
+        it under the image, so a figure always says what its colours mean.
+    reading : str or None
+        One line saying what the figure shows for this run (the builder's, else the caption's first sentence
+        with a number).
     """
 
     id: str
@@ -55,6 +61,8 @@ class ReportFigure:
     note: str | None = None
     data: pd.DataFrame | None = None
     sentence: str | None = None
+    legend: list[tuple[str, str]] = field(default_factory=list)
+    reading: str | None = None
 
     @property
     def alt(self) -> str:
@@ -84,14 +92,51 @@ MARGINS = {"left": 0.11, "right": 0.97, "bottom": 0.15, "top": 0.95, "wspace": 0
 
 def png(
     figure_cls: Any, draw: Callable[[Any], None], size: tuple[float, float], margins: Mapping[str, float] | None = None
-) -> bytes:
+) -> tuple[bytes, list[tuple[str, str]]]:
+    """The drawn figure as PNG bytes, and its legend: (colour, label) of every labelled artist of every axes.
+
+    An axes without labelled artists (one histogram, one bar series) gets one entry, its first artist's colour
+    labelled "<y label> by <x label>", so every figure says what its colour stands for.
+    """
     # Fixed margins instead of a layout engine: constrained/tight layout doubles the drawing time.
     fig = figure_cls(figsize=size, dpi=100)
     fig.subplots_adjust(**{**MARGINS, **(margins or {})})
     draw(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
-    return buf.getvalue()
+    return buf.getvalue(), legend_of(fig)
+
+
+def _colour(artist: Any) -> str | None:
+    from matplotlib.colors import to_hex
+
+    for getter in ("get_facecolor", "get_color"):
+        if hasattr(artist, getter):
+            value = getattr(artist, getter)()
+            if hasattr(value, "ndim") and value.ndim == 2:
+                value = value[0] if len(value) else None
+            if value is None:
+                continue
+            try:
+                return str(to_hex(value))
+            except (ValueError, TypeError):
+                continue
+    return None
+
+
+def legend_of(fig: Any) -> list[tuple[str, str]]:
+    """(colour, label) pairs for the page's legend of a drawn figure (see :func:`png`)."""
+    out: dict[tuple[str, str], None] = {}
+    for ax in fig.axes:
+        handles, labels = ax.get_legend_handles_labels()
+        pairs = [(c, lab) for h, lab in zip(handles, labels, strict=True) if (c := _colour(h)) is not None]
+        if not pairs:
+            first = next(iter([*ax.patches, *ax.collections, *ax.lines, *ax.images]), None)
+            what = " by ".join(x for x in (ax.get_ylabel(), ax.get_xlabel()) if x) or ax.get_title() or "plotted values"
+            colour = _colour(first) if first is not None and not ax.images else None
+            pairs = [(colour or "#777777", what if not ax.images else f"colour scale: {what}")]
+        out.update(dict.fromkeys(pairs))
+    return list(out)
 
 
 def style(ax: Any) -> None:
@@ -116,6 +161,7 @@ class Plot:
     size: tuple[float, float] = (6.4, 3.6)
     margins: dict[str, float] | None = None
     sentence: str | None = None
+    reading: str | None = None
 
 
 @dataclass

@@ -26,8 +26,9 @@ import html
 import json
 import logging
 import math
+import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,9 @@ from crowdflow.report.figure import INSTALL_HINT, Action, Plot, ReportFigure, ma
 from crowdflow.report.personal import personal_models_figures, personal_rankings_figures
 from crowdflow.report.ranking import ranking_figures
 from crowdflow.report.skills import skills_actions, skills_figures
+from crowdflow.report.trends import explain_timings, trends_plot
 from crowdflow.storage.run_store import read_output_table, run_date_of
+from crowdflow.storage.runs import run_history
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +68,8 @@ FIGURE_IDS: dict[str, tuple[str, ...]] = {
     "assignment": ("fig-worker-load", "fig-task-load"),
     "next_batch": ("fig-worker-load", "fig-task-load", "fig-candidate-scores"),
 }
+# every job's page ends its figures with the pipeline's trends over its earlier runs (crowdflow.report.trends)
+FIGURE_IDS = {job: (*ids, "fig-run-trends") for job, ids in FIGURE_IDS.items()}
 
 
 #: Items of "What to act on" per job, in page order (skills: every id is present, with a sentence saying what is
@@ -128,6 +133,11 @@ nav.toc a{margin-right:14px;color:var(--accent);text-decoration:none}
 .grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(560px,1fr));gap:16px}
 figure{margin:0;background:#fff;border:1px solid var(--line);border-radius:8px;padding:12px}
 figure img{width:100%;height:auto;display:block}
+figure.fact{grid-column:1/-1} figure.fact .sentence{font-size:15px;margin:0 0 6px}
+ul.legend{list-style:none;margin:6px 0 0;padding:0;display:flex;flex-wrap:wrap;gap:4px 14px;font-size:12px}
+ul.legend li{display:flex;align-items:center;gap:5px}
+.swatch{display:inline-block;width:11px;height:11px;border-radius:2px;border:1px solid #0002}
+p.reading{margin:6px 0 4px;font-weight:600;font-size:13px}
 figcaption{color:var(--fg);font-size:13px;margin-top:8px} figcaption b{display:block;margin-bottom:2px}
 .note{background:#fff8e1;border:1px solid #f3d27a;border-radius:6px;padding:8px 12px;margin:8px 0}
 table{border-collapse:collapse;font-size:12.5px;background:#fff;margin:4px 0 8px}
@@ -148,6 +158,23 @@ def _e(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
+def _text(s: Any) -> str:
+    """Escaped text with `name` spans rendered as code: a caption, a note or an action never shows a backtick."""
+    parts = _e(s).split("`")
+    if len(parts) % 2 == 0:  # an unmatched backtick: drop it rather than print it
+        return "".join(parts)
+    return "".join(f"<code>{x}</code>" if i % 2 else x for i, x in enumerate(parts))
+
+
+def _reading(f: ReportFigure) -> str:
+    if f.reading:
+        return f.reading
+    if f.sentence:
+        return f.sentence
+    sentences = re.split(r"(?<=[.!?])\s+", f.caption.strip())
+    return next((s for s in sentences if re.search(r"\d", s)), sentences[0] if sentences else f.title)
+
+
 def _fmt(v: Any) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return ""
@@ -158,7 +185,7 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def _table_html(df: pd.DataFrame, max_rows: int = 20, table_id: str | None = None) -> str:
+def _table_html(df: pd.DataFrame, max_rows: int = 20, table_id: str | None = None, max_chars: int = 80) -> str:
     if df is None or df.empty:
         return f'<p class="sub"{f" id={_q(table_id)}" if table_id else ""}>(no rows)</p>'
     head = df.head(max_rows)
@@ -170,8 +197,8 @@ def _table_html(df: pd.DataFrame, max_rows: int = 20, table_id: str | None = Non
         parts.append("<tr>")
         for v, isnum in zip(row, num, strict=True):
             text = _fmt(v)
-            if len(text) > 80:
-                text = text[:77] + "…"
+            if len(text) > max_chars:
+                text = text[: max_chars - 3] + "…"
             parts.append(f'<td class="num">{_e(text)}</td>' if isnum else f"<td>{_e(text)}</td>")
         parts.append("</tr>")
     parts.append("</tbody></table>")
@@ -190,13 +217,21 @@ def _kv(items: list[tuple[str, Any]]) -> str:
 
 
 def _figure_html(f: ReportFigure, has_mpl: bool) -> str:
-    parts = [f"<figure id={_q(f.id)} data-figure={_q(f.id)}>"]
     uri = f.data_uri()
-    if f.sentence:  # what a one-bar chart would have shown, in words
-        parts.append(f'<p class="sentence">{_e(f.sentence)}</p>')
+    fact = uri is None and bool(f.sentence) and not (f.note or "").startswith("figure needs matplotlib")
+    # a figure that is a sentence (a chart would be one bar) spans the row: never a half-empty card beside a chart
+    cls = ' class="fact"' if fact else ""
+    parts = [f"<figure id={_q(f.id)} data-figure={_q(f.id)}{cls}>"]
+    if f.sentence:
+        parts.append(f'<p class="sentence">{_text(f.sentence)}</p>')
     if uri:
         parts.append(f'<img src="{uri}" alt={_q(f.alt)}>')
-    elif f.sentence and not (f.note or "").startswith("figure needs matplotlib"):
+        swatches = "".join(
+            f'<li><span class="swatch" style="background:{_e(colour)}"></span>{_text(label)}</li>'
+            for colour, label in f.legend
+        )
+        parts.append(f'<ul class="legend" aria-label="legend">{swatches}</ul>')
+    elif fact:
         pass  # the sentence is the whole figure
     else:
         reason = f.note or ""
@@ -205,8 +240,10 @@ def _figure_html(f: ReportFigure, has_mpl: bool) -> str:
             parts.append(f'<div class="note">{reason}</div>')
             parts.append(_table_html(f.data, 20))
         else:
-            parts.append(f'<div class="note">{_e(reason or "nothing to plot")}</div>')
-    parts.append(f"<figcaption><b>{_e(f.title)}</b>{_e(f.caption)}</figcaption></figure>")
+            parts.append(f'<div class="note">{_text(reason or "nothing to plot")}</div>')
+    if uri or not fact:
+        parts.append(f'<p class="reading">{_text(_reading(f))}</p>')
+    parts.append(f"<figcaption><b>{_e(f.title)}</b>{_text(f.caption)}</figcaption></figure>")
     return "".join(parts)
 
 
@@ -244,7 +281,16 @@ def _header(manifest: Mapping[str, Any], outputs: Mapping[str, Mapping[str, Any]
         ("flow run", f"<code>{_e(manifest.get('flow_run_id') or '—')}</code>"),
         ("crowdflow", _e((manifest.get("versions") or {}).get("crowdflow", __version__))),
     ]
-    for k, v in (manifest.get("metrics") or {}).items():
+    metrics = manifest.get("metrics") or {}
+    if isinstance(metrics.get("accuracy"), float) and isinstance(metrics.get("baseline_accuracy"), float):
+        acc, base = metrics["accuracy"], metrics["baseline_accuracy"]
+        items.append(
+            (
+                "accuracy vs baseline",
+                f"{acc:.4f} vs {base:.4f} ({_e(metrics.get('baseline', 'baseline'))}): {acc - base:+.4f}",
+            )
+        )
+    for k, v in metrics.items():
         if isinstance(v, int | float | bool | str) and v is not None:
             items.append((k, _e(_fmt(v))))
     return (
@@ -282,10 +328,7 @@ def _meta_sections(manifest: Mapping[str, Any], outputs: Mapping[str, Mapping[st
         )
         + "</tbody></table>"
     )
-    timings = manifest.get("timings") or {}
-    t_html = _table_html(
-        pd.DataFrame({"step": list(timings), "seconds": [float(v) for v in timings.values()]}), 50, "timings-table"
-    )
+    t_html = _table_html(explain_timings(manifest), 50, "timings-table", max_chars=400)
     settings, results = check_tables(manifest)
     s_html = _table_html(settings, 50, "check-settings-table")
     c_html = _table_html(results, 50, "check-results-table")
@@ -329,7 +372,7 @@ def check_tables(manifest: Mapping[str, Any]) -> tuple[pd.DataFrame, pd.DataFram
 def _actions_html(actions: list[Action]) -> str:
     parts = ['<section id="actions"><h2>What to act on</h2><div class="acts">']
     for a in actions:
-        parts.append(f"<div class={_q('act')} id={_q(a.id)}><h3>{_e(a.title)}</h3><p>{_e(a.text)}</p>")
+        parts.append(f"<div class={_q('act')} id={_q(a.id)}><h3>{_e(a.title)}</h3><p>{_text(a.text)}</p>")
         if a.table is not None and not a.table.empty:
             parts.append(_table_html(a.table, 12))
         parts.append("</div>")
@@ -343,6 +386,7 @@ def render_report(
     outputs: Mapping[str, Mapping[str, Any]] | None = None,
     *,
     plots: bool = True,
+    history: Sequence[Mapping[str, Any]] = (),
 ) -> RunReport:
     """Render the static HTML report of one run.
 
@@ -357,6 +401,9 @@ def render_report(
         the export, :func:`planned_outputs` of ``tables`` plus the report itself.
     plots : bool
         False skips matplotlib even when it is installed (the page then shows the plotted numbers).
+    history : sequence of manifests
+        The pipeline's earlier completed runs, oldest first (:func:`crowdflow.storage.runs.run_history`): the
+        trends figure ``fig-run-trends``.
 
     Returns
     -------
@@ -373,16 +420,17 @@ def render_report(
         }
     figure_cls = matplotlib_figure() if plots else None
     builder = _BUILDERS.get(job)
-    plots_spec = builder(tables, manifest) if builder else []
+    plots_spec = [*(builder(tables, manifest) if builder else []), trends_plot(history, manifest, tables)]
     figures: list[ReportFigure] = []
     for p in plots_spec:
-        image = None
+        image: bytes | None = None
+        legend: list[tuple[str, str]] = []
         note = p.note
         if p.draw is not None and figure_cls is not None:
-            image = png(figure_cls, p.draw, p.size, p.margins)
+            image, legend = png(figure_cls, p.draw, p.size, p.margins)
         elif p.draw is not None:
             note = f"figure needs matplotlib: {INSTALL_HINT}"
-        figures.append(ReportFigure(p.id, p.title, p.caption, image, note, p.data, p.sentence))
+        figures.append(ReportFigure(p.id, p.title, p.caption, image, note, p.data, p.sentence, legend, p.reading))
     act_builder = _ACTIONS.get(job)
     actions = act_builder(tables, manifest) if act_builder else []
 
@@ -460,4 +508,5 @@ def report_from_run_dir(run_dir: str | Path, *, plots: bool = True) -> RunReport
         for name, info in (manifest.get("outputs") or {}).items()
         if "rows" in info
     }
-    return render_report(manifest, tables, plots=plots)
+    history = [m for m in run_history(run.parent) if str(m.get("run_id")) < str(manifest.get("run_id", ""))]
+    return render_report(manifest, tables, plots=plots, history=history)

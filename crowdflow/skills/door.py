@@ -21,6 +21,7 @@ from crowdflow.graphs import WorkerGraphReport
 from crowdflow.labels import deduplicate, encode_labels
 from crowdflow.metrics import SkillsReview, gold_metrics, review_skills
 from crowdflow.skills.fit import SkillsResult, fit_skills
+from crowdflow.skills.majority import majority_vote
 from crowdflow.skills.options import SkillsOptions
 from crowdflow.storage.frames import Columns, columns_for, input_errors, read_input, written_tables
 from crowdflow.storage.io import LoadedTable
@@ -66,6 +67,7 @@ def output_metrics(
     truth: pd.DataFrame | None = None,
     n_duplicates_dropped: int = 0,
     classes: Sequence[str] | None = None,
+    baseline: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     """The metrics a skills run records: ties, fallback tasks, dropped duplicates, identified workers, gold accuracy.
 
@@ -78,6 +80,9 @@ def output_metrics(
         Rows the duplicate policy removed before the fit.
     classes : sequence of str, optional
         The fitted label set: gold tasks whose gold label is none of them are counted (``n_gold_label_unknown``).
+    baseline : pandas.DataFrame, optional
+        The majority-vote consensus (``task``, ``label``) of the same labels: with gold, adds
+        ``baseline_accuracy`` (``baseline: majority vote``), the number the report puts beside ``accuracy``.
     """
     meta = result.metadata
     metrics: dict[str, Any] = {
@@ -88,6 +93,9 @@ def output_metrics(
     }
     if truth is not None:
         metrics.update(gold_metrics(result.consensus, truth, None if classes is None else list(classes)).as_dict())
+        if baseline is not None:
+            metrics["baseline"] = "majority vote"
+            metrics["baseline_accuracy"] = gold_metrics(baseline, truth).accuracy
     return metrics
 
 
@@ -228,5 +236,6 @@ def skills(
         result = fit_skills(lm, o, graph_report=graph.report)
     review = review_skills(lab.df, result.consensus, gold)
     tables = written_tables("skills", output_tables(result, graph.report, review))
-    metrics = output_metrics(result, gold, dropped, list(lm.classes)) | review.metrics
+    baseline = majority_vote(lm, o.tie_break, o.seed).consensus if gold is not None else None
+    metrics = output_metrics(result, gold, dropped, list(lm.classes), baseline) | review.metrics
     return SkillsFit(tables, metrics, graph, result, o)

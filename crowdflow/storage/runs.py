@@ -10,6 +10,7 @@ manifest lists that is not on disk (a hive part not yet published).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -19,11 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from crowdflow.contracts.errors import InputError
 from crowdflow.contracts.names import check_name
 from crowdflow.storage.run_store import latest_run as _latest_run_dir
-from crowdflow.storage.run_store import read_output_table
+from crowdflow.storage.run_store import read_output_table, table_parts
 
 log = logging.getLogger(__name__)
 
@@ -139,3 +142,33 @@ def latest_run(out_dir: str | os.PathLike[str], pipeline: str) -> Run:
     except ValueError as exc:
         raise InputError(str(exc)) from None
     return read_run(_latest_run_dir(Path(out_dir) / pipeline))
+
+
+def run_history(pipeline_dir: str | os.PathLike[str], limit: int = 30) -> list[dict[str, Any]]:
+    """The manifests of the newest completed runs under ``<out>/<pipeline>``, oldest first (the report's trends).
+
+    Each record is the run's manifest plus ``workers``: the worker ids of its ``skills`` table when it has one
+    (read as one column), so the report can count the workers who joined or left between runs. Folders that are
+    staging folders, unreadable or not completed are skipped; a missing folder is an empty history.
+    """
+    p = Path(pipeline_dir)
+    if not p.is_dir():
+        return []
+    out: list[dict[str, Any]] = []
+    for run in sorted(d for d in p.iterdir() if d.is_dir() and not d.name.startswith("."))[::-1]:
+        try:
+            manifest = json.loads((run / "manifest.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if not isinstance(manifest, dict) or manifest.get("status") != "completed":
+            continue
+        skills = (manifest.get("outputs") or {}).get("skills") or {}
+        if skills:  # the worker column only, from the file or parts the run format names (table_parts)
+            with contextlib.suppress(OSError, ValueError, KeyError, pa.ArrowException, InputError):
+                manifest["workers"] = [
+                    w for part in table_parts(run, "skills", skills) for w in pq.read_table(part, columns=["worker"]).column(0).to_pylist()
+                ]
+        out.append(manifest)
+        if len(out) >= limit:
+            break
+    return out[::-1]

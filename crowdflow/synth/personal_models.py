@@ -393,7 +393,7 @@ def preference_tables(
     Parameters
     ----------
     comparisons : pandas.DataFrame
-        ``annotator, item_a, item_b, outcome`` (the comparisons table of the README; ``worker``/``user`` accepted for
+        ``annotator, item_a, item_b, outcome`` (docs/reference/spec.md; ``worker``/``user`` accepted for
         ``annotator``), optional ``weight``.
     items : pandas.DataFrame
         ``item`` (or ``item_id``) and numeric feature columns.
