@@ -245,7 +245,7 @@ class SourceSpec(Credentials):
             raise ValueError("a source needs exactly one of path (a file) or sql (a query)")
         if (self.kind == "sql") != (self.sql is not None):
             raise ValueError(f"a {self.kind} source needs " + ("sql (a query)" if self.kind == "sql" else "a path"))
-        if (self.kind == "url") != self.is_url:
+        if (self.kind == "url") != ("://" in (self.path or "")):  # any scheme; file:// is then read as its path
             raise ValueError(
                 "a url source needs a location with a scheme (s3://bucket/labels/, gs://...)"
                 if self.kind == "url"
