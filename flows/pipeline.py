@@ -313,7 +313,8 @@ def fit_data(
     """
     job = spec.job
     if job == "skills":
-        if isinstance(spec, SkillsPipeline) and spec.skills.method.startswith("crowdkit:"):  # an upgraded crowd-kit is another fit
+        # an upgraded crowd-kit is another fit: its version is part of a Crowd-Kit method's key
+        if isinstance(spec, SkillsPipeline) and spec.skills.method.startswith("crowdkit:"):
             from crowdflow.skills.crowdkit_adapter import crowdkit_version
 
             return lm, {"crowd_kit": crowdkit_version()}

@@ -1,7 +1,9 @@
 """Crowd-Kit's classification aggregators inside the skills job, without re-implementing them.
 
 ``method: crowdkit:GLAD`` (any name of :data:`AGGREGATORS`) hands the validated, de-duplicated labels to the
-installed Crowd-Kit class (``crowdkit.aggregation.<Name>(**crowdkit_params).fit_predict(frame)``) and turns its
+installed Crowd-Kit class (``crowdkit.aggregation.<Name>(**crowdkit_params).fit_predict(frame)``; the frame holds
+the input's rows in the order of every skills fit, sorted by task and worker, so the answer does not depend on
+the file's row order, as Crowd-Kit's own MACE initialisation and tie rules do) and turns its
 answer into the job's own tables: the consensus label of every task is Crowd-Kit's ``labels_`` (its own tie
 rule: the first label column of ``idxmax``), ``confidence`` is its probability of that label (``probas_``;
 MMSR: its weighted vote share ``scores_``), and the skills table carries the aggregator's per-worker numbers on
@@ -17,7 +19,7 @@ Crowd-Kit's defaults and the range each parameter can run with (:data:`AGGREGATO
 the skills options is validated against it. Parameters that need a pandas object (GLAD's priors, Dawid–Skene's
 ``initial_error``) are not offered: a spec holds scalars. ``GoldMajorityVote`` (fitted on gold answers) is not
 offered either: the run's ``truth`` scores the consensus, and scoring on the answers the fit saw would flatter it.
-docs/methods/skills.md §10 lists the methods, their parameters and what each skills column means for each.
+docs/methods/skills.md §7.5 lists the methods, their parameters and what each skills column means for each.
 """
 
 from __future__ import annotations

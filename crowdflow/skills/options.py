@@ -50,7 +50,7 @@ class SkillsOptions(Options):
         "Crowd-Kit aggregator (GLAD, MACE, Wawa, KOS, ZeroBasedSkill, MMSR, DawidSkene, OneCoinDawidSkene, "
         "MajorityVote) itself inside the pipeline; it needs the crowdkit extra (pip install 'crowdflow[crowdkit]').",
     )
-    crowdkit_params: dict[str, bool | int | float | str] = Field(
+    crowdkit_params: dict[str, Any] = Field(
         default_factory=dict,
         description="Parameters of the crowdkit: method, by Crowd-Kit's names (empty: Crowd-Kit's defaults). "
         + "; ".join(f"{name}: " + (", ".join(agg.params.model_fields) or "none") for name, agg in AGGREGATORS.items())

@@ -21,7 +21,7 @@ Fallback = Literal["mv", "zero"]
 #: crowdflow's own aggregation methods
 NativeMethod = Literal["pgd", "onecoin_ds", "ds", "mv"]
 #: Crowd-Kit's classification aggregators, run by crowd-kit itself (an optional extra;
-#: crowdflow/skills/crowdkit_adapter.py, docs/methods/skills.md §10)
+#: crowdflow/skills/crowdkit_adapter.py, docs/methods/skills.md §7.5)
 CrowdkitMethod = Literal[
     "crowdkit:DawidSkene",
     "crowdkit:OneCoinDawidSkene",
