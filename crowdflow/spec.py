@@ -559,12 +559,16 @@ class PipelineBase(_Strict):
 
         ``report`` (matplotlib) draws the figures of report.html (without it the page has their numbers as
         tables), ``dask`` (dask.distributed) runs a ``runner.kind: dask`` fan-out, ``warehouse`` (DuckDB,
-        psycopg, sqlglot) reads SQL sources and loads ``output.warehouse``. The ``deploy`` extra holds all three:
+        psycopg, sqlglot) reads SQL sources and loads ``output.warehouse``, ``crowdkit`` (crowd-kit) runs a
+        ``skills.method: crowdkit:<Name>`` aggregator (not in ``deploy``). The ``deploy`` extra holds the first three:
         what every shipped deployment needs on a worker (docs/how-to/schedule.md).
         """
         out: dict[str, str] = {}
         if self.output.report:
             out["report"] = "output.report: the figures of report.html"
+        method = str(getattr(getattr(self, "skills", None), "method", ""))
+        if method.startswith("crowdkit:"):
+            out["crowdkit"] = f"skills.method {method}"
         if self.runner.kind == "dask":
             out["dask"] = "runner.kind: dask"
         elif getattr(getattr(self, "personal_models", None), "executor", None) == "dask":

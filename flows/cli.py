@@ -230,6 +230,8 @@ def _add_model_flags(parser: argparse.ArgumentParser, model: type[BaseModel], de
             kw.update(action=argparse.BooleanOptionalAction)
         elif _is_sequence(ann):
             kw.update(metavar=name.rstrip("_").upper() + "[,...]", type=_comma_list)
+        elif typing.get_origin(ann) is dict:
+            kw.update(metavar="NAME=VALUE[,...]", type=_key_values)
         else:
             kw.update(metavar=name.rstrip("_").upper())
         group.add_argument(_flag(name), **kw)
@@ -249,6 +251,22 @@ def _comma_list(text: str) -> Any:
     """``2,4,8`` → a list; one value stays a scalar (a field such as ``rank`` takes both)."""
     parts = [p.strip() for p in text.split(",")]
     return parts if len(parts) > 1 or text.endswith(",") else parts[0]
+
+
+def _key_values(text: str) -> dict[str, Any]:
+    """``n_iter=50,tol=1e-3`` → ``{"n_iter": 50, "tol": 0.001}`` (each value read as a YAML scalar)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise argparse.ArgumentTypeError(f"{part!r} is not NAME=VALUE")
+        try:
+            out[key.strip()] = yaml.safe_load(value.strip())
+        except yaml.YAMLError:
+            out[key.strip()] = value.strip()
+    return out
 
 
 def _add_job_command(sub: Any, command: str, job: str, help_text: str) -> None:

@@ -28,7 +28,12 @@ JOB_FLOWS: dict[str, tuple[str, str]] = {
 
 # What each optional extra must make importable for a run to start (report is optional: without matplotlib the page
 # shows the figures' numbers; the warehouse drivers are checked per connection URL by crowdflow.storage.warehouse).
-EXTRA_MODULES: dict[str, tuple[str, ...]] = {"report": (), "dask": ("distributed",), "warehouse": ("sqlglot",)}
+EXTRA_MODULES: dict[str, tuple[str, ...]] = {
+    "report": (),
+    "dask": ("distributed",),
+    "warehouse": ("sqlglot",),
+    "crowdkit": ("crowdkit",),
+}
 
 
 def check_installed(spec: PipelineBase) -> None:
@@ -42,7 +47,11 @@ def check_installed(spec: PipelineBase) -> None:
         if missing:
             raise SpecError(
                 f"{why} needs the '{extra}' extra ({', '.join(missing)} is not installed in this environment): "
-                f"pip install 'crowdflow[deploy]' (every deployment's needs) or 'crowdflow[{extra}]'"
+                + (
+                    f"pip install 'crowdflow[{extra}]'"
+                    if extra == "crowdkit"
+                    else f"pip install 'crowdflow[deploy]' (every deployment's needs) or 'crowdflow[{extra}]'"
+                )
             )
 
 
@@ -77,6 +86,13 @@ def check_partitioned(spec: PipelineBase) -> None:
     kind = spec.partitioned_input()
     if kind is None:
         return
+    skills_method = str(getattr(getattr(spec, "skills", None), "method", ""))
+    if skills_method.startswith("crowdkit:"):
+        raise SpecError(
+            f"skills.method {skills_method} hands every label to crowd-kit in one process, which a run whose Dask "
+            "workers read the labels never has: read the labels into the flow (runner.kind inline, or a single "
+            "file) or choose a method that runs in passes (ds, onecoin_ds, pgd, mv; docs/scale.md)"
+        )
     method = getattr(getattr(spec, "personal_models", None), "method", None)
     if method not in (None, "djam_blocked"):
         raise SpecError(
@@ -293,6 +309,11 @@ def fit_data(
     """
     job = spec.job
     if job == "skills":
+        # an upgraded crowd-kit is another fit: its version is part of a Crowd-Kit method's key
+        if isinstance(spec, SkillsPipeline) and spec.skills.method.startswith("crowdkit:"):
+            from crowdflow.skills.crowdkit_adapter import crowdkit_version
+
+            return lm, {"crowd_kit": crowdkit_version()}
         return lm, {}
     if job in ("ranking", "personal_rankings"):
         return frames["comparisons"], {}

@@ -40,6 +40,9 @@ _FIT_KEYS = (
     "n_classes",
     "classes",
     "moments_partitions",
+    "crowdkit_method",
+    "crowdkit_params",
+    "crowdkit_version",
 )
 
 

@@ -51,6 +51,8 @@ def _candidates(action: argparse.Action) -> list[list[str]]:
         return [[flag]]
     if action.choices:
         return [[flag, str(c)] for c in action.choices]
+    if str(action.metavar).startswith("NAME=VALUE"):  # a mapping (crowdkit_params: reached with a crowdkit method)
+        return [[flag, "n_iter=5"]]
     if action.metavar and str(action.metavar).endswith("[,...]"):
         return [[flag, v] for v in SEQUENCES]
     if "ADDRESS" in str(action.metavar):

@@ -11,6 +11,11 @@ layouts, each mapped onto the canonical one by the same functions wherever a com
 * Crowd-Kit pairwise ``worker, left, right, label`` (``label`` = the winner's id);
 * the papers' names ``user`` / ``annotator_id``, ``item_i, item_j`` and ``y`` (:data:`COMPARISON_ALIASES`).
 
+Two shapes that are not tables, as the ranking libraries take them, become the canonical table by
+:func:`comparisons_from_shapes` (the front door ``crowdflow.rank`` calls it): Evalica's ``xs, ys, winners``
+(``winners`` items of ``evalica.Winner``: ``X``, ``Y`` or ``Draw``) and choix's list of ``(winner, loser)``
+index pairs.
+
 :func:`canonical_comparisons` is the strict reader the ranking job uses (every bad row is an error);
 the personal-rankings job applies the same aliases and winner rule and may drop bad rows instead. Errors
 name the column and the offending row positions (:func:`describe_positions`). See docs/methods/ranking.md
@@ -18,6 +23,9 @@ name the column and the offending row positions (:func:`describe_positions`). Se
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -33,6 +41,7 @@ __all__ = [
     "ComparisonTableError",
     "canonical_comparisons",
     "comparison_layout",
+    "comparisons_from_shapes",
     "comparisons_from_winners",
     "describe_positions",
     "id_text",
@@ -52,6 +61,10 @@ TIE = "tie"
 #: "same", "both", "neither" for no preference, "="). A winner that is one of the row's own item ids is that item.
 TIE_SPELLINGS = frozenset({TIE, "draw", "tied", "equal", "same", "both", "neither", "=", "winner.draw"})
 TIE_WORDS = ", ".join(repr(w) for w in sorted(TIE_SPELLINGS))
+#: Evalica's winners (``evalica.Winner`` members by name, or the same words as text, any case) → outcome.
+EVALICA_WINNERS = {"x": 1.0, "y": -1.0, "draw": 0.0, TIE: 0.0}
+#: The annotator of comparisons given without one (Evalica's and choix's shapes have none).
+ONE_ANNOTATOR = "all"
 
 #: Alternative column name → canonical name; applied only when the canonical name is absent.
 COMPARISON_ALIASES = {
@@ -185,6 +198,118 @@ def comparisons_from_winners(
         res = res.rename(columns={annotator: "annotator"})
     res["outcome"] = out
     return res
+
+
+def _evalica_outcomes(winners: Sequence[Any]) -> np.ndarray:
+    names = [str(getattr(w, "name", w)).strip().lower() for w in winners]
+    out = np.array([EVALICA_WINNERS.get(n, np.nan) for n in names], dtype=np.float64)
+    bad = np.isnan(out)
+    if bad.any():
+        first = winners[int(np.flatnonzero(bad)[0])]
+        raise ComparisonTableError(
+            f"winners: {describe_positions(bad)} are not evalica.Winner X, Y or Draw (e.g. {first!r}); a plain number "
+            "is refused because Evalica's Winner values (Draw 0, X 1, Y 2) and outcomes (+1, -1, 0) differ"
+        )
+    return out
+
+
+def _choix_pairs(pairs: Sequence[Any], items: Sequence[Any] | None) -> tuple[np.ndarray, np.ndarray]:
+    arr = np.asarray(pairs, dtype=object)
+    if arr.ndim != 2 or arr.shape[1] != 2:
+        raise ComparisonTableError(
+            f"choix-style comparisons are (winner, loser) index pairs; got an array of shape {arr.shape}"
+        )
+    try:
+        idx = arr.astype(np.int64)
+    except (TypeError, ValueError):
+        raise ComparisonTableError(
+            "choix-style comparisons are (winner, loser) pairs of integer item indices"
+        ) from None
+    if (idx != arr).any() or (idx < 0).any():
+        bad = ((idx != arr) | (idx < 0)).any(axis=1)
+        raise ComparisonTableError(f"choix pairs: {describe_positions(bad)} are not item indices >= 0")
+    if items is None:
+        return idx[:, 0], idx[:, 1]
+    names = np.asarray(items, dtype=object)
+    out_of_range = np.asarray((idx >= names.size).any(axis=1), dtype=bool)
+    if out_of_range.any():
+        raise ComparisonTableError(f"choix pairs: {describe_positions(out_of_range)} index past the {names.size} items")
+    return names[idx[:, 0]], names[idx[:, 1]]
+
+
+def comparisons_from_shapes(
+    comparisons: Any,
+    ys: Sequence[Any] | None = None,
+    winners: Sequence[Any] | None = None,
+    *,
+    weights: Sequence[float] | None = None,
+    annotators: Sequence[Any] | None = None,
+    items: Sequence[Any] | None = None,
+) -> pd.DataFrame:
+    """The comparisons, in any shape the ranking libraries take, as a table :func:`canonical_comparisons` reads.
+
+    Three shapes (docs/how-to/rank.md shows one example of each):
+
+    * a table (``pandas.DataFrame``) in any layout of this module: returned as it is;
+    * Evalica's ``xs, ys, winners`` (``evalica.bradley_terry(xs, ys, winners)``): row k compares ``xs[k]`` (item_a)
+      with ``ys[k]`` (item_b); ``winners[k]`` is ``Winner.X`` (outcome +1), ``Winner.Y`` (−1) or ``Winner.Draw``
+      (0), or the same names as text; Evalica's optional ``weights`` become the ``weight`` column;
+    * choix's ``[(winner, loser), ...]`` index pairs (``choix.ilsr_pairwise(n_items, data)``): ``item_a`` is the
+      winner, outcome +1; ``items`` names the indices (``items[i]`` is item ``i``), else the index is the id.
+
+    Parameters
+    ----------
+    comparisons : DataFrame, sequence of item ids (Evalica's ``xs``) or sequence of (winner, loser) pairs
+    ys, winners : sequence, optional
+        Evalica's second items and winners; both or neither.
+    weights : sequence of float, optional
+        One weight (> 0) per comparison (Evalica's shape).
+    annotators : sequence, optional
+        Who judged each comparison; default: one annotator, ``"all"``.
+    items : sequence, optional
+        choix: the item id of each index.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``annotator, item_a, item_b, outcome [, weight]`` (a table given is returned unchanged).
+
+    Raises
+    ------
+    ComparisonTableError
+        Lengths that differ, a winner that is not X, Y or Draw, pairs that are not index pairs; an argument of
+        another shape (``ys`` with a table or pairs).
+    """
+    if isinstance(comparisons, pd.DataFrame):
+        if any(a is not None for a in (ys, winners, weights, annotators, items)):
+            raise ComparisonTableError("a comparisons table carries its own columns: give no ys, winners or items")
+        return comparisons
+    if (ys is None) != (winners is None):
+        raise ComparisonTableError("Evalica's shape is xs, ys, winners: give both ys and winners")
+    if ys is not None and winners is not None:
+        if items is not None:
+            raise ComparisonTableError("items names choix's indices; Evalica's xs and ys are the item ids")
+        xs = list(comparisons)
+        if not len(xs) == len(ys) == len(winners):
+            raise ComparisonTableError(f"xs, ys and winners differ in length: {len(xs)}, {len(ys)}, {len(winners)}")
+        a, b, outcome = np.asarray(xs, dtype=object), np.asarray(list(ys), dtype=object), _evalica_outcomes(winners)
+    else:
+        if weights is not None:
+            raise ComparisonTableError("weights go with Evalica's xs, ys, winners (repeat a choix pair instead)")
+        a, b = _choix_pairs(list(comparisons), items)
+        outcome = np.ones(a.size)
+    table = pd.DataFrame({"item_a": a, "item_b": b, "outcome": outcome})
+    if annotators is not None:
+        if len(annotators) != len(table):
+            raise ComparisonTableError(f"{len(annotators)} annotators for {len(table)} comparisons")
+        table.insert(0, "annotator", np.asarray(list(annotators), dtype=object))
+    else:
+        table.insert(0, "annotator", ONE_ANNOTATOR)
+    if weights is not None:
+        if len(weights) != len(table):
+            raise ComparisonTableError(f"{len(weights)} weights for {len(table)} comparisons")
+        table["weight"] = np.asarray(list(weights), dtype=np.float64)
+    return table
 
 
 def text_ids(s: pd.Series) -> pd.Series:

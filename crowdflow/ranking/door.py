@@ -10,12 +10,14 @@ and :func:`~crowdflow.ranking.fit_ranking`, as a pipeline runs them (docs/method
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
 from crowdflow.checks import Checks, GraphChecks, check_comparison_graph, check_modes
+from crowdflow.contracts.comparisons import comparisons_from_shapes
 from crowdflow.ranking.fit import fit_ranking
 from crowdflow.ranking.options import RankingOptions
 from crowdflow.ranking.trimmed import TrimmedRankingResult
@@ -77,8 +79,13 @@ class RankingFit:
 
 
 def rank(
-    comparisons: pd.DataFrame,
+    comparisons: Any,
+    ys: Sequence[Any] | None = None,
+    winners: Sequence[Any] | None = None,
     *,
+    weights: Sequence[float] | None = None,
+    annotators: Sequence[Any] | None = None,
+    items: Sequence[Any] | None = None,
     options: RankingOptions | None = None,
     checks: Checks = None,
     columns: Columns = None,
@@ -88,10 +95,19 @@ def rank(
 
     Parameters
     ----------
-    comparisons : pandas.DataFrame
+    comparisons : pandas.DataFrame, Evalica's ``xs`` or choix's pairs
         One row per judgement: ``annotator, item_a, item_b, outcome`` (> 0: ``item_a`` preferred; 0 a tie) or
         a ``winner`` column; Crowd-Kit's ``worker, left, right, label`` (label = the winner) and the papers'
-        ``user``/``item_i``/``item_j``/``y`` are read as they are. Optional ``weight``.
+        ``user``/``item_i``/``item_j``/``y`` are read as they are. Optional ``weight``. Or, as the ranking
+        libraries take them: Evalica's ``xs`` (with ``ys`` and ``winners``), or choix's list of
+        ``(winner, loser)`` index pairs (with ``items`` naming the indices);
+        :func:`crowdflow.contracts.comparisons.comparisons_from_shapes` maps each onto the table.
+    ys, winners : sequence, optional
+        Evalica's shape: ``rank(xs, ys, winners)``, ``winners`` of ``evalica.Winner`` (X, Y, Draw).
+    weights, annotators : sequence, optional
+        Per comparison, for the Evalica and choix shapes: a weight > 0, who judged it (default one annotator).
+    items : sequence, optional
+        choix's shape: the item id of each index.
     options : RankingOptions, optional
         The job's options (the ``ranking:`` section of a spec); default: the pipeline's defaults.
     checks : {"block", "warn"} or mapping, optional
@@ -133,8 +149,9 @@ def rank(
     """
     o = RankingOptions.resolve(options, **overrides)
     modes = check_modes("ranking", checks)
+    table = comparisons_from_shapes(comparisons, ys, winners, weights=weights, annotators=annotators, items=items)
     cmp = read_input(
-        comparisons, "comparisons", columns_for("comparisons", columns, "comparisons"), validation=modes["validation"]
+        table, "comparisons", columns_for("comparisons", columns, "comparisons"), validation=modes["validation"]
     )
     with input_errors(cmp.source):
         graph = check_comparison_graph(cmp.df, modes["connectivity"], aggregate=False)

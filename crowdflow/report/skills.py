@@ -153,7 +153,13 @@ def skills_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) -
         fb = consensus["fallback"].to_numpy(dtype=bool) if "fallback" in consensus else np.zeros(len(conf), bool)
         ok = np.isfinite(conf)
         method = str(manifest.get("method") or "")
-        meaning = "the winning vote share" if method == "mv" else "the posterior probability of the chosen label"
+        meaning = (
+            "the winning vote share"
+            if method == "mv"
+            else f"{method}'s probability of the chosen label"
+            if method.startswith("crowdkit:")
+            else "the posterior probability of the chosen label"
+        )
         caption = (
             f"Histogram of the consensus confidence ({meaning}) over {int(ok.sum())} tasks: "
             f"mean {np.nanmean(conf):.3f}, "

@@ -26,11 +26,13 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from crowdflow.contracts.missing import explain_missing
 from crowdflow.executors import MapFn
 from crowdflow.graphs import Components, GraphStructure, WorkerGraphReport, graph_structure
 from crowdflow.labels import LabelMatrix
 from crowdflow.progress import ProgressFn
 from crowdflow.skills.consensus import vote_weights, weighted_consensus
+from crowdflow.skills.crowdkit_adapter import fit_crowdkit, is_crowdkit
 from crowdflow.skills.dawid_skene import dawid_skene, one_coin_dawid_skene
 from crowdflow.skills.identifiability import active_workers, component_diagnostics, witness_cycles
 from crowdflow.skills.inputs import prepare_labels
@@ -483,6 +485,8 @@ def _fit_baseline(
 ) -> SkillsResult:
     clock = time.perf_counter()
     trace = np.empty(0)
+    undefined: dict[str, str] = {}
+    present: np.ndarray | None = None
     if o.method == "mv":
         mv = majority_vote(lm, o.tie_break, o.seed)
         agree = (lm.class_idx == mv.winner[lm.task_idx]).astype(np.float64)
@@ -500,6 +504,14 @@ def _fit_baseline(
                 "fit_status": "closed_form",
             }
         )
+    elif is_crowdkit(o.method):
+        ck = fit_crowdkit(lm, o.method, o.crowdkit_params)
+        skill, accuracy, weight = ck.workers.skill, ck.workers.accuracy, ck.workers.vote_weight
+        cons = ck.consensus.assign(fallback=False)
+        if ck.confidence_reason is not None:
+            explain_missing(cons, ["confidence"], ck.confidence_reason)
+        trace, undefined, present = ck.loss_trace, ck.workers.undefined, ck.workers.present
+        meta.update(ck.metadata)
     else:
         if o.method == "onecoin_ds":
             ds = one_coin_dawid_skene(
@@ -535,7 +547,13 @@ def _fit_baseline(
         )
     ok = status == "ok"
     table = worker_table(lm.workers, skill, accuracy, weight, n_i, n_mat, graph, status, ok)
-    cons = cons[["task", "label", "confidence", "n_labels", "fallback"]].reset_index(drop=True)
+    keep = ["task", "label", "confidence", "n_labels", "fallback"]
+    cons = cons[[*keep, *(["missing_reason"] if "missing_reason" in cons.columns else [])]].reset_index(drop=True)
+    if is_crowdkit(o.method):
+        if present is not None:
+            explain_missing(table, ["skill", "accuracy", "vote_weight"], f"{o.method} returned none", where=~present)
+        for col, why in undefined.items():
+            explain_missing(table, [col], why)
     now = time.perf_counter()
     timings["fit"] = now - clock
     clock = now

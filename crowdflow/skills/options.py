@@ -17,6 +17,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from crowdflow.contracts.options import Options
 from crowdflow.labels import DuplicatePolicy, canonical_label_text
+from crowdflow.skills.crowdkit_adapter import AGGREGATORS, CROWDKIT_PREFIX, is_crowdkit, missing_extra, validate_params
 from crowdflow.skills.types import Fallback, Method, SignMode, Solver, TieBreak, Weighting
 
 #: the choices of each Literal field, for the "unknown <field>" message
@@ -45,7 +46,15 @@ class SkillsOptions(Options):
         description="How the labels are combined: ds fits a Dawid-Skene model (a table of how often each worker "
         "gives each answer for each true label) by expectation-maximisation, an iterative maximum-likelihood fit; "
         "onecoin_ds fits one accuracy per worker the same way; pgd fits one skill per worker from how often "
-        "pairs of workers agree and weights each vote by it; mv is a plain majority vote.",
+        "pairs of workers agree and weights each vote by it; mv is a plain majority vote. crowdkit:<Name> runs that "
+        "Crowd-Kit aggregator (GLAD, MACE, Wawa, KOS, ZeroBasedSkill, MMSR, DawidSkene, OneCoinDawidSkene, "
+        "MajorityVote) itself inside the pipeline; it needs the crowdkit extra (pip install 'crowdflow[crowdkit]').",
+    )
+    crowdkit_params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Parameters of the crowdkit: method, by Crowd-Kit's names (empty: Crowd-Kit's defaults). "
+        + "; ".join(f"{name}: " + (", ".join(agg.params.model_fields) or "none") for name, agg in AGGREGATORS.items())
+        + ".",
     )
     solver: Solver = Field(
         "scaled",
@@ -181,6 +190,52 @@ class SkillsOptions(Options):
         "possible answer even if nobody used it.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _crowdkit_mapping(cls, data: Any) -> Any:
+        """``method: {crowdkit: GLAD, params: {n_iter: 50}}`` is ``method: crowdkit:GLAD`` with ``crowdkit_params``;
+        a Crowd-Kit class name is matched whatever its case (``crowdkit:glad``)."""
+        if not isinstance(data, dict):
+            return data
+        method = data.get("method")
+        if isinstance(method, dict) and set(method) <= {"crowdkit", "params"} and "crowdkit" in method:
+            if "crowdkit_params" in data and method.get("params"):
+                raise ValueError("give the Crowd-Kit parameters once: in method.params or in crowdkit_params")
+            data = {**data, "method": f"{CROWDKIT_PREFIX}{method['crowdkit']}"}
+            if method.get("params") is not None:
+                data["crowdkit_params"] = method["params"]
+            method = data["method"]
+        if isinstance(method, str) and method.lower().startswith(CROWDKIT_PREFIX):
+            by_lower = {n.lower(): n for n in AGGREGATORS}
+            name = by_lower.get(method[len(CROWDKIT_PREFIX) :].strip().lower())
+            if name is not None:
+                data = {**data, "method": f"{CROWDKIT_PREFIX}{name}"}
+        return data
+
+    @field_validator("method")
+    @classmethod
+    def _crowdkit_installed(cls, v: str) -> str:
+        """A Crowd-Kit method on a machine without crowd-kit fails here, before any step (names the extra)."""
+        if is_crowdkit(v):
+            message = missing_extra(v)
+            if message is not None:
+                raise ValueError(message)
+        return v
+
+    @field_validator("crowdkit_params")
+    @classmethod
+    def _crowdkit_params(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """The parameters checked against the chosen aggregator's (crowdflow/skills/crowdkit_adapter.py), the one
+        place their names, defaults and ranges are declared."""
+        method = info.data.get("method")
+        if method is None:  # the method itself was refused: that error is reported
+            return v
+        if not is_crowdkit(method):
+            if v:
+                raise ValueError(f"crowdkit_params apply to a crowdkit: method only, not {method}")
+            return v
+        return validate_params(method, v)
+
     @field_validator(*_CHOICES, mode="before")
     @classmethod
     def _known_choice(cls, v: Any, info: ValidationInfo) -> Any:
@@ -207,9 +262,10 @@ class SkillsOptions(Options):
     @property
     def needs_identifiable_skills(self) -> bool:
         """Whether the method estimates rank-one skills, which a bipartite worker graph leaves unidentified
-        (docs/methods/skills.md §3.1): only ``pgd``. The one place the identifiability rule is decided; the
-        pipeline (``SkillsPipeline.check_modes``) and the front door (``crowdflow.skills``) read it."""
-        return self.method == "pgd"
+        (docs/methods/skills.md §3.1): ``pgd``, and Crowd-Kit's ``MMSR``, which fits the same rank-one model. The
+        one place the identifiability rule is decided; the pipeline (``SkillsPipeline.check_modes``) and the front
+        door (``crowdflow.skills``) read it."""
+        return self.method in ("pgd", "crowdkit:MMSR")
 
     @property
     def spectral_diagnostics(self) -> bool:

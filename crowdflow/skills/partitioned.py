@@ -312,6 +312,10 @@ def fit_buckets(
         ``progress(fraction)`` during the PGD iterations.
     """
     o = options
+    if o.method.startswith("crowdkit:"):
+        raise ValueError(
+            f"method {o.method} runs crowd-kit on every label in one process, never in passes: use fit_skills"
+        )
     m, w = int(enc.classes.size), int(enc.workers.size)
     moments: LabelMoments = moments_from_packed(enc.packed, m, o.min_pair_count)
     n_pruned = 0

@@ -18,8 +18,23 @@ SignMode = Literal["sum_rule", "bfs"]
 Policy = Literal["raise", "flag"]
 #: tasks none of whose labellers is identified: majority vote, or zero weights (docs/methods/skills.md §3.3)
 Fallback = Literal["mv", "zero"]
+#: crowdflow's own aggregation methods
+NativeMethod = Literal["pgd", "onecoin_ds", "ds", "mv"]
+#: Crowd-Kit's classification aggregators, run by crowd-kit itself (an optional extra;
+#: crowdflow/skills/crowdkit_adapter.py, docs/methods/skills.md §7.5)
+CrowdkitMethod = Literal[
+    "crowdkit:DawidSkene",
+    "crowdkit:OneCoinDawidSkene",
+    "crowdkit:GLAD",
+    "crowdkit:KOS",
+    "crowdkit:MACE",
+    "crowdkit:MajorityVote",
+    "crowdkit:MMSR",
+    "crowdkit:Wawa",
+    "crowdkit:ZeroBasedSkill",
+]
 #: the aggregation method of ``fit_skills``
-Method = Literal["pgd", "onecoin_ds", "ds", "mv"]
+Method = Literal[NativeMethod, CrowdkitMethod]
 #: ties among the top classes of a vote: a seeded random draw, or the first class in label order
 #: (docs/methods/skills.md §2.7)
 TieBreak = Literal["random", "smallest"]
