@@ -40,6 +40,8 @@ _FIT_KEYS = (
     "n_classes",
     "classes",
     "moments_partitions",
+    "auto_choice",
+    "auto",
 )
 
 

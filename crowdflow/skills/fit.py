@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,7 @@ from crowdflow.executors import MapFn
 from crowdflow.graphs import Components, GraphStructure, WorkerGraphReport, graph_structure
 from crowdflow.labels import LabelMatrix
 from crowdflow.progress import ProgressFn
+from crowdflow.skills.auto import CANDIDATES, choose
 from crowdflow.skills.consensus import vote_weights, weighted_consensus
 from crowdflow.skills.dawid_skene import dawid_skene, one_coin_dawid_skene
 from crowdflow.skills.identifiability import active_workers, component_diagnostics, witness_cycles
@@ -89,7 +90,11 @@ class SkillsResult:
 
     def metadata_frame(self) -> pd.DataFrame:
         """The metadata as a one-row DataFrame (lists are joined with ``,``)."""
-        row = {k: (",".join(map(str, v)) if isinstance(v, list | tuple) else v) for k, v in self.metadata.items()}
+        row = {
+            k: (",".join(map(str, v)) if isinstance(v, list | tuple) else v)
+            for k, v in self.metadata.items()
+            if not isinstance(v, dict)  # nested records (metadata["auto"]) belong in the manifest, not a cell
+        }
         return pd.DataFrame([row])
 
 
@@ -359,6 +364,20 @@ def fit_skills(
     lm, dropped = prepare_labels(labels, o.classes, o.duplicates)
     m = lm.n_classes
     lap("encode")
+    if o.method == "auto":
+        return _fit_auto(
+            lm,
+            o,
+            dropped,
+            timings,
+            graph_report,
+            moments,
+            executor,
+            n_partitions,
+            scratch_dir,
+            progress,
+            identifiability_policy,
+        )
     n_parts = 0
     # mv and the Dawid-Skene methods fit no moments: they need N alone (worker table, diagnostics)
     needs_moments = o.method == "pgd" or o.prune_spammers is not None
@@ -556,3 +575,41 @@ def _fit_baseline(
     return SkillsResult(
         skills=table, consensus=cons, diagnostics=diag, metadata=meta, loss_trace=trace, timings=timings
     )
+
+
+def _fit_auto(
+    lm: LabelMatrix,
+    o: SkillsOptions,
+    dropped: int,
+    timings: dict[str, float],
+    graph_report: WorkerGraphReport | None,
+    moments: LabelMoments | None,
+    executor: MapFn | None,
+    n_partitions: int,
+    scratch_dir: str | None,
+    progress: ProgressFn | None,
+    identifiability_policy: Policy,
+) -> SkillsResult:
+    """``method="auto"``: choose a candidate by held-out log-likelihood (:func:`crowdflow.skills.auto.choose`),
+    then refit it on all labels; the choice and every candidate's score go into ``metadata["auto"]``."""
+    clock = time.perf_counter()
+    picked = choose(lm, o)
+    chosen = SkillsOptions.resolve(o, **CANDIDATES[picked.choice].options)
+    select_time = time.perf_counter() - clock
+    # the refit sees all labels and nothing of the folds: a fresh fit_skills call on the full label matrix
+    res = fit_skills(
+        lm,
+        chosen,
+        graph_report=graph_report,
+        moments=moments,
+        executor=executor,
+        n_partitions=n_partitions,
+        scratch_dir=scratch_dir,
+        progress=progress,
+        identifiability_policy=identifiability_policy,
+    )
+    meta = dict(res.metadata)
+    meta["n_duplicates_dropped"] = int(dropped)
+    meta["auto_choice"] = picked.choice
+    meta["auto"] = picked.record()
+    return replace(res, metadata=meta, timings={**timings, "select": select_time, **res.timings})
