@@ -123,7 +123,8 @@ def _majority(lm: LabelMatrix, o: SkillsOptions) -> Predictive:
 
 
 #: the candidates of ``method: auto`` (name → refit options, predictive fit); the names are the ``auto_candidates``
-#: choices. Adding a method is one line here.
+#: choices (``crowdflow.skills.types.AutoCandidate`` spells the same names for the options). Adding a method is one
+#: line here and its name there.
 CANDIDATES: dict[str, Candidate] = {
     "ds": Candidate({"method": "ds"}, _ds_prior),
     "ds_classic": Candidate({"method": "ds", "ds_prior": 0.0}, _ds_classic),
@@ -150,9 +151,9 @@ def fold_ids(lm: LabelMatrix, n_folds: int, seed: int) -> np.ndarray:
     rank[order] = np.arange(n) - start
     offset = rng.integers(0, n_folds, size=lm.n_tasks)
     folds = (rank + offset[lm.task_idx]) % n_folds
-    # a task with fewer labels than folds: fold k holds at most one label, the task keeps the others
     folds[counts[lm.task_idx] < 2] = -1
-    return folds.astype(np.int64)
+    out: np.ndarray = folds.astype(np.int64)
+    return out
 
 
 def _subset(lm: LabelMatrix, keep: np.ndarray) -> LabelMatrix:
@@ -170,7 +171,8 @@ def _subset(lm: LabelMatrix, keep: np.ndarray) -> LabelMatrix:
 def heldout_log_lik(pred: Predictive, task: np.ndarray, worker: np.ndarray, label: np.ndarray) -> np.ndarray:
     """log Σ_k P(z_task = k | training) · P(label | z = k, worker): one value per held-out label."""
     p = np.einsum("nk,nk->n", pred.posteriors[task], pred.confusion[worker, :, label])
-    return np.log(np.clip(p, _FLOOR, None))
+    out: np.ndarray = np.log(np.clip(p, _FLOOR, None))
+    return out
 
 
 @dataclass(frozen=True)
@@ -232,7 +234,7 @@ def choose(
     k = int(n_folds if n_folds is not None else options.auto_folds)
     s = int(seed if seed is not None else options.seed)
     if candidates is None:
-        names = options.auto_candidates or list(CANDIDATES)
+        names: list[str] = list(options.auto_candidates or CANDIDATES)
         candidates = {n: CANDIDATES[n] for n in names}
     folds = fold_ids(lm, k, s)
     held = folds >= 0

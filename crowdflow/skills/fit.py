@@ -1,8 +1,9 @@
 """``fit_skills``: the entry point of the skills job (Dawid–Skene EM, rank-one PGD or majority vote).
 
-The default, ``method="ds"``, is full Dawid–Skene EM with one virtual correct answer per true class and
-worker (``ds_prior``, docs/methods/skills.md §7.3), chosen because it is never worse than Crowd-Kit's
-DawidSkene by more than 0.005 on the public gold sets while PGD is (§9.1).
+The default, ``method="auto"`` (docs/methods/skills.md §7.5), chooses among full Dawid–Skene EM with one
+virtual correct answer per true class and worker (``ds_prior``, §7.3), classic Dawid–Skene, one-coin
+Dawid–Skene and majority vote by held-out predictive log-likelihood (:mod:`crowdflow.skills.auto`) and
+refits the pick on all labels.
 
 ``method="pgd"``: Ma, Olshevsky, Saligrama, Szepesvari, "Gradient Descent for Sparse Rank-One Matrix
 Completion for Crowd-Sourced Aggregation of Sparsely Interacting Workers", JMLR. Model: one-coin
@@ -272,7 +273,9 @@ def fit_skills(
 ) -> SkillsResult:
     """Estimate worker skills and consensus labels (docs/methods/skills.md §2.8, §3, §7).
 
-    ``method="ds"`` (the default) and ``method="onecoin_ds"``: Dawid–Skene EM (``crowdflow.skills.dawid_skene``,
+    ``method="auto"`` (the default): :func:`crowdflow.skills.auto.choose`, then the pick refitted on all labels
+    (``metadata["auto_choice"]``, ``metadata["auto"]``: every candidate's held-out score; §7.5).
+    ``method="ds"`` and ``method="onecoin_ds"``: Dawid–Skene EM (``crowdflow.skills.dawid_skene``,
     docs/methods/skills.md §7.2), the full model with the diagonal prior ``ds_prior`` (§7.3); skills table
     from the EM accuracies (status informational, from the graph). ``method="mv"``: majority vote
     (:func:`crowdflow.skills.majority_vote`, docs/methods/skills.md §7.1); skill NaN, accuracy = agreement

@@ -17,7 +17,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from crowdflow.contracts.options import Options
 from crowdflow.labels import DuplicatePolicy, canonical_label_text
-from crowdflow.skills.types import Fallback, Method, SignMode, Solver, TieBreak, Weighting
+from crowdflow.skills.types import AutoCandidate, Fallback, Method, SignMode, Solver, TieBreak, Weighting
 
 #: the choices of each Literal field, for the "unknown <field>" message
 _CHOICES: dict[str, tuple[str, ...]] = {
@@ -179,7 +179,7 @@ class SkillsOptions(Options):
         description="Method auto: the labels of each task are split into this many folds; each fold is held out "
         "once while the candidates are fitted on the others.",
     )
-    auto_candidates: list[str] | None = Field(
+    auto_candidates: list[AutoCandidate] | None = Field(
         None,
         description="Method auto: the candidates it compares (ds, ds_classic, onecoin_ds, mv); empty means all.",
     )
@@ -208,16 +208,15 @@ class SkillsOptions(Options):
             raise ValueError(f"unknown {info.field_name} {v!r}; use " + ", ".join(repr(c) for c in choices))
         return v
 
-    @field_validator("auto_candidates")
+    @field_validator("auto_candidates", mode="before")
     @classmethod
-    def _known_candidates(cls, v: list[str] | None) -> list[str] | None:
+    def _known_candidates(cls, v: Any) -> Any:
         if v is None:
             return v
-        from crowdflow.skills.auto import CANDIDATES  # the registry imports these options
-
-        unknown = [c for c in v if c not in CANDIDATES]
+        names = get_args(AutoCandidate)
+        unknown = [c for c in v if c not in names]
         if unknown or not v:
-            raise ValueError(f"unknown auto candidate(s) {unknown}; use " + ", ".join(repr(c) for c in CANDIDATES))
+            raise ValueError(f"unknown auto candidate(s) {unknown}; use " + ", ".join(repr(c) for c in names))
         return list(dict.fromkeys(v))
 
     @field_validator("classes")

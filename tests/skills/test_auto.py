@@ -117,6 +117,14 @@ def test_a_candidate_that_did_not_converge_is_not_chosen_over_a_converged_one_si
     assert top["candidate"] == "ds_stuck" and not top["converged"] and not top["chosen"]
 
 
+def test_the_registry_and_the_option_name_the_same_candidates():
+    from typing import get_args
+
+    from crowdflow.skills.types import AutoCandidate
+
+    assert list(CANDIDATES) == list(get_args(AutoCandidate))
+
+
 def test_auto_candidates_option_is_checked_and_restricts_the_choice():
     with pytest.raises(ValueError, match="unknown auto candidate"):
         SkillsOptions(auto_candidates=["kos"])
