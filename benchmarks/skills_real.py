@@ -432,9 +432,9 @@ def default_section(df: pd.DataFrame) -> list[str]:
         f"`0.005 in tasks` gold tasks, one or two on most sets, so the pass rests on a task or two where the "
         f"default is behind ({tight_text or 'none'}); relabelling one gold task can turn a pass into a fail, "
         "and a set the rule has not seen can land either side. The synthetic families "
-        "(`results/skills_family.md`) are the larger sample. `default EM iterations` = 100 is the cap: "
-        "the fit warns and reports `not_converged` there; 300 or 1000 iterations change no error on these sets "
-        "(docs/methods/skills.md §7.3).",
+        "(`results/skills_family.md`) are the larger sample. `default EM iterations`: EM steps of the default's "
+        "refit (cap `ds_max_iter` = 1000 since issue #35; the section 'Iterations used per set' shows which fits "
+        "converged; docs/methods/skills.md §7.5).",
         "",
         markdown(rows, cols),
         "",
