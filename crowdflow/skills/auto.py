@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -256,7 +257,9 @@ def choose(
             continue
         train = _subset(lm, ~out)
         for name, cand in candidates.items():
-            pred = cand.fit(train, options)
+            with warnings.catch_warnings():  # a fold's cap is recorded in `converged` and the note, not warned 5x
+                warnings.simplefilter("ignore", RuntimeWarning)
+                pred = cand.fit(train, options)
             per_label[name][slot[out]] = heldout_log_lik(pred, lm.task_idx[out], lm.worker_idx[out], lm.class_idx[out])
             converged[name] &= bool(pred.converged)
             iters[name] = max(iters[name], int(pred.iterations))

@@ -132,3 +132,25 @@ def test_auto_candidates_option_is_checked_and_restricts_the_choice():
     res = fit_skills(data.labels, auto_candidates=["mv", "ds"])
     assert set(pd.DataFrame(res.metadata["auto"]["candidates"])["candidate"]) == {"mv", "ds"}
     assert res.metadata["auto_choice"] in ("mv", "ds")
+
+
+def test_the_report_names_the_choice_every_score_and_a_capped_fit():
+    """The manifest's fit.auto record (what flows/skills.py writes) becomes the report's "Model chosen by the data";
+    fit_status not_converged becomes "Fit stopped at its iteration cap"."""
+    import json
+
+    from crowdflow.report.skills import skills_actions
+
+    data, _ = _lm("onecoin", 3, 600, 7, 15, "uniform", 1)
+    res = fit_skills(data.labels, ds_max_iter=2)
+    fit = json.loads(json.dumps({k: res.metadata[k] for k in ("auto", "auto_choice", "fit_status", "iterations")}))
+    fit["method"] = res.metadata["method"]
+    actions = {a.id: a for a in skills_actions({}, {"method": "auto", "fit": fit})}
+    chosen = actions["act-auto-choice"]
+    assert res.metadata["auto_choice"] in chosen.text
+    assert chosen.table is not None and set(chosen.table["candidate"]) == set(CANDIDATES)
+    assert "iteration cap" in chosen.text  # ds_max_iter=2: the DS candidates did not converge, and it says so
+    if res.metadata["fit_status"] == "not_converged":
+        assert "act-not-converged" in actions
+    capped = {a.id for a in skills_actions({}, {"method": "ds", "fit": {"fit_status": "not_converged"}})}
+    assert "act-not-converged" in capped
