@@ -181,6 +181,7 @@ class SkillsOptions(Options):
     )
     auto_candidates: list[AutoCandidate] | None = Field(
         None,
+        title="Methods auto compares",
         description="Method auto: the candidates it compares (ds, ds_classic, onecoin_ds, mv); empty means all.",
     )
     tie_break: TieBreak = Field(
