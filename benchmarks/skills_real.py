@@ -58,6 +58,14 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from benchmarks.skills_peers import (  # noqa: E402
+    CANDIDATE_COLUMNS,
+    accuracy_section,
+    ck_applies,
+    crowdkit_peers,
+    iterations_section,
+    peer_columns,
+)
 from crowdflow.graphs import graph_structure  # noqa: E402
 from crowdflow.metrics import gold_metrics, majority_vote_expected_error  # noqa: E402
 from crowdflow.skills import (  # noqa: E402
@@ -82,13 +90,14 @@ TABLE5_MV = {"snow_rte": "0.1031", "snow_temp": "0.0639", "snow_wsd": "0.0056"}
 # name -> fit_skills options (every call also gets spectral=False)
 OURS = [
     ("default", {}),
+    ("DS β=1", {"method": "ds"}),
     ("DS β=0", {"method": "ds", "ds_prior": 0.0}),
     ("1-coin DS", {"method": "onecoin_ds"}),
     ("PGD", {"method": "pgd", "solver": "gd"}),
     ("PGD-scaled", {"method": "pgd", "solver": "scaled"}),
     ("MV", {"method": "mv"}),
 ]
-MODEL_BASED = ["default", "DS β=0", "1-coin DS", "PGD", "PGD-scaled"]  # candidates for "at <= CK DS error"
+MODEL_BASED = ["default", "DS β=1", "DS β=0", "1-coin DS", "PGD", "PGD-scaled"]  # candidates for "at <= CK DS error"
 ABLATION = [
     ("PGD τ=0", {"method": "pgd", "tau": 0.0}),
     ("PGD τ=0.5", {"method": "pgd", "tau": 0.5}),
@@ -100,6 +109,9 @@ ABLATION = [
 ]
 TOL = 0.005  # issue #20: never worse than Crowd-Kit DS by more than this on any set
 TABLE5_RUNS = 20
+AUTO_PICKS: list[str] = []
+PAIRED: dict[str, tuple[int, int, float]] = {}
+CK_NOTES: dict[str, list[str]] = {}
 
 
 def _median_time(fn, repeats: int) -> tuple[object, float]:
@@ -114,19 +126,7 @@ def _median_time(fn, repeats: int) -> tuple[object, float]:
 
 
 def _crowdkit():
-    try:
-        from crowdkit.aggregation import MMSR, DawidSkene, MajorityVote, OneCoinDawidSkene
-    except ImportError:  # the bench extra is not installed
-        return None
-    return {
-        "CK MV": MajorityVote,
-        "CK DS": DawidSkene,
-        "CK 1-coin DS": OneCoinDawidSkene,
-        "CK MMSR": MMSR,
-    }
-
-
-SLOW_CK = ("CK 1-coin DS", "CK MMSR")  # minutes per call on the 40k-90k-label sets
+    return crowdkit_peers() or None
 
 
 def _fastest_at_ck_error(row: dict[str, object]) -> tuple[str, float]:
@@ -235,6 +235,8 @@ def run(
         for name, kw in OURS:
             res, secs = _median_time(lambda k=kw: fit_skills(labels, spectral=False, **k), repeats)
             consensus[name] = res.consensus  # type: ignore[attr-defined]
+            if name == "default":
+                AUTO_PICKS.append(res.metadata.get("auto_choice", ""))  # type: ignore[attr-defined]
             row[name] = prediction_error(res.consensus, truth)  # type: ignore[attr-defined]
             row[f"{name} s"] = secs
             row[f"{name} ties"] = res.metadata.get("n_ties", np.nan)  # type: ignore[attr-defined]
@@ -243,12 +245,15 @@ def run(
         row["gold"] = gold_metrics(consensus["default"], truth.drop_duplicates("task")).n_gold
         if ck is not None:
             for name, cls in ck.items():
-                if name in SLOW_CK and slow_ck_max_labels is not None and len(labels) > slow_ck_max_labels:
-                    row[name] = np.nan  # shown as an empty cell; the header note says why
+                why = ck_applies(name, int(row["M"]), len(labels), slow_ck_max_labels)  # type: ignore[arg-type]
+                if why:
+                    row[name] = np.nan  # shown as an empty cell; the note under the table says why
                     row[f"{name} s"] = np.nan
+                    CK_NOTES.setdefault(f"{name} {why}", []).append(folder.name)
                     continue
                 try:
-                    pred, secs = _median_time(lambda c=cls: c().fit_predict(labels), repeats)
+                    ck_repeats = 1 if why == "" and name.removeprefix("CK ") in ("GLAD", "MACE", "MMSR") else repeats
+                    pred, secs = _median_time(lambda c=cls: c().fit_predict(labels), ck_repeats)
                     cons = pd.DataFrame({"task": pred.index.astype(str), "label": pred.astype(str).to_numpy()})
                     consensus[name] = cons
                     row[name] = prediction_error(cons, truth)
@@ -266,6 +271,10 @@ def run(
                     only_ours, only_ck, p = _paired(consensus[name], consensus["CK DS"], truth)
                     row[f"{name} only wrong"], row[f"CK only wrong ({name})"] = only_ours, only_ck
                     row[f"McNemar p ({name})"] = p
+        row["auto pick"] = AUTO_PICKS.pop()
+        peers = [p for p in peer_columns(pd.DataFrame([row])) if p in consensus and not np.isnan(row[p])]  # type: ignore[arg-type]
+        best = min(peers, key=lambda p: float(row[p]))  # type: ignore[arg-type]
+        PAIRED[folder.name] = _paired(consensus["default"], consensus[best], truth)
         if ablation:
             for name, kw in ABLATION:
                 with warnings.catch_warnings():
@@ -283,6 +292,7 @@ def run(
 
 
 INT_COLS = {"tasks", "workers", "labels", "M", "gold", "default only wrong", "CK only wrong", "default EM iterations"}
+INT_COLS |= {"peer only wrong"}
 
 
 def markdown(df: pd.DataFrame, cols: list[str]) -> str:
@@ -333,10 +343,13 @@ def report(
             f"{load[1]:.1f} at the end; single-threaded BLAS; times are medians of {repeats} whole calls on the "
             "DataFrame, ours and Crowd-Kit's interleaved per set.",
             "",
-            "`default` = `fit_skills(labels)`: Dawid–Skene EM with one virtual correct answer per true class and "
-            "worker (`ds_prior=1`, docs/methods/skills.md §7.3); `DS β=0` = classic Dawid–Skene (`ds_prior=0`); "
+            "`default` = `fit_skills(labels)`: `method: auto` (issue #35), the candidate chosen by held-out "
+            "likelihood refitted on all labels; `DS β=1` = Dawid–Skene EM with one virtual correct answer per true "
+            "class and worker (`ds_prior=1`, docs/methods/skills.md §7.3, the default before issue #35); `DS β=0` = classic Dawid–Skene (`ds_prior=0`); "
             "`PGD-scaled` = the rank-one PGD of Ma et al. (the default before issue #20).",
             "",
+            *accuracy_section(df, PAIRED, [f"{k} ({', '.join(v)})" for k, v in CK_NOTES.items()]),
+            *iterations_section(df, ["default", *CANDIDATE_COLUMNS, "PGD", "PGD-scaled"]),
             *default_section(df),
             "## Prediction error on the gold tasks",
             "",
@@ -419,9 +432,9 @@ def default_section(df: pd.DataFrame) -> list[str]:
         f"`0.005 in tasks` gold tasks, one or two on most sets, so the pass rests on a task or two where the "
         f"default is behind ({tight_text or 'none'}); relabelling one gold task can turn a pass into a fail, "
         "and a set the rule has not seen can land either side. The synthetic families "
-        "(`results/skills_family.md`) are the larger sample. `default EM iterations` = 100 is the cap: "
-        "the fit warns and reports `not_converged` there; 300 or 1000 iterations change no error on these sets "
-        "(docs/methods/skills.md §7.3).",
+        "(`results/skills_family.md`) are the larger sample. `default EM iterations`: EM steps of the default's "
+        "refit (cap `ds_max_iter` = 1000 since issue #35; the section 'Iterations used per set' shows which fits "
+        "converged; docs/methods/skills.md §7.5).",
         "",
         markdown(rows, cols),
         "",

@@ -43,6 +43,8 @@ _FIT_KEYS = (
     "crowdkit_method",
     "crowdkit_params",
     "crowdkit_version",
+    "auto_choice",
+    "auto",
 )
 
 

@@ -389,7 +389,7 @@ def skills_actions(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) -
     """What a person acts on after a skills run: who to trust or coach, what to re-label, what the model changed."""
     skills, consensus, gold = t.get("skills"), t.get("consensus"), t.get("gold_workers")
     method = str(manifest.get("method") or "")
-    out: list[Action] = []
+    out: list[Action] = _fit_actions(manifest)
 
     # best and worst workers by name
     if skills is not None and not skills.empty and "accuracy" in skills and skills["accuracy"].notna().any():
@@ -482,6 +482,47 @@ def skills_actions(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) -
                 far[["worker", "n_labels", "n_gold_labels", "gold_accuracy", "estimated_accuracy", "difference"]]
                 .rename(columns=_SHOWN)
                 .reset_index(drop=True),
+            )
+        )
+    return out
+
+
+def _fit_actions(manifest: Mapping[str, Any]) -> list[Action]:
+    """The fit itself: which model ``method: auto`` chose and every candidate's held-out score; a fit that
+    stopped at its iteration cap (``fit_status`` ``not_converged``)."""
+    fit = manifest.get("fit") or {}
+    out: list[Action] = []
+    auto = fit.get("auto") if isinstance(fit, Mapping) else None
+    if isinstance(auto, Mapping) and auto.get("candidates"):
+        table = pd.DataFrame(list(auto["candidates"]))
+        keep = [
+            c
+            for c in (
+                "candidate",
+                "mean_log_lik",
+                "std_error",
+                "diff_vs_choice",
+                "diff_std_error",
+                "converged",
+                "chosen",
+            )
+            if c in table
+        ]
+        text = (
+            f"method auto chose {auto.get('choice')}: it predicts held-out labels best (mean log-likelihood per "
+            f"held-out label over {auto.get('folds')} folds, {int(table['n_heldout'].iloc[0])} labels; a difference "
+            "smaller than about twice its standard error is noise)."
+        )
+        if auto.get("note"):
+            text += f" Note: {auto['note']}."
+        out.append(Action("act-auto-choice", "Model chosen by the data", text, table[keep]))
+    if fit.get("fit_status") == "not_converged":
+        out.append(
+            Action(
+                "act-not-converged",
+                "Fit stopped at its iteration cap",
+                f"The {fit.get('method')} fit stopped after {fit.get('iterations')} iterations without converging: "
+                "its labels may change with more iterations. Raise ds_max_iter (or max_iter for pgd) and rerun.",
             )
         )
     return out

@@ -1,8 +1,9 @@
 """``fit_skills``: the entry point of the skills job (Dawid–Skene EM, rank-one PGD or majority vote).
 
-The default, ``method="ds"``, is full Dawid–Skene EM with one virtual correct answer per true class and
-worker (``ds_prior``, docs/methods/skills.md §7.3), chosen because it is never worse than Crowd-Kit's
-DawidSkene by more than 0.005 on the public gold sets while PGD is (§9.1).
+The default, ``method="auto"`` (docs/methods/skills.md §7.5), chooses among full Dawid–Skene EM with one
+virtual correct answer per true class and worker (``ds_prior``, §7.3), classic Dawid–Skene, one-coin
+Dawid–Skene and majority vote by held-out predictive log-likelihood (:mod:`crowdflow.skills.auto`) and
+refits the pick on all labels.
 
 ``method="pgd"``: Ma, Olshevsky, Saligrama, Szepesvari, "Gradient Descent for Sparse Rank-One Matrix
 Completion for Crowd-Sourced Aggregation of Sparsely Interacting Workers", JMLR. Model: one-coin
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,7 @@ from crowdflow.executors import MapFn
 from crowdflow.graphs import Components, GraphStructure, WorkerGraphReport, graph_structure
 from crowdflow.labels import LabelMatrix
 from crowdflow.progress import ProgressFn
+from crowdflow.skills.auto import CANDIDATES, choose
 from crowdflow.skills.consensus import vote_weights, weighted_consensus
 from crowdflow.skills.crowdkit_adapter import fit_crowdkit, is_crowdkit
 from crowdflow.skills.dawid_skene import dawid_skene, one_coin_dawid_skene
@@ -91,7 +93,11 @@ class SkillsResult:
 
     def metadata_frame(self) -> pd.DataFrame:
         """The metadata as a one-row DataFrame (lists are joined with ``,``)."""
-        row = {k: (",".join(map(str, v)) if isinstance(v, list | tuple) else v) for k, v in self.metadata.items()}
+        row = {
+            k: (",".join(map(str, v)) if isinstance(v, list | tuple) else v)
+            for k, v in self.metadata.items()
+            if not isinstance(v, dict)  # nested records (metadata["auto"]) belong in the manifest, not a cell
+        }
         return pd.DataFrame([row])
 
 
@@ -269,7 +275,9 @@ def fit_skills(
 ) -> SkillsResult:
     """Estimate worker skills and consensus labels (docs/methods/skills.md §2.8, §3, §7).
 
-    ``method="ds"`` (the default) and ``method="onecoin_ds"``: Dawid–Skene EM (``crowdflow.skills.dawid_skene``,
+    ``method="auto"`` (the default): :func:`crowdflow.skills.auto.choose`, then the pick refitted on all labels
+    (``metadata["auto_choice"]``, ``metadata["auto"]``: every candidate's held-out score; §7.5).
+    ``method="ds"`` and ``method="onecoin_ds"``: Dawid–Skene EM (``crowdflow.skills.dawid_skene``,
     docs/methods/skills.md §7.2), the full model with the diagonal prior ``ds_prior`` (§7.3); skills table
     from the EM accuracies (status informational, from the graph). ``method="mv"``: majority vote
     (:func:`crowdflow.skills.majority_vote`, docs/methods/skills.md §7.1); skill NaN, accuracy = agreement
@@ -361,6 +369,20 @@ def fit_skills(
     lm, dropped = prepare_labels(labels, o.classes, o.duplicates)
     m = lm.n_classes
     lap("encode")
+    if o.method == "auto":
+        return _fit_auto(
+            lm,
+            o,
+            dropped,
+            timings,
+            graph_report,
+            moments,
+            executor,
+            n_partitions,
+            scratch_dir,
+            progress,
+            identifiability_policy,
+        )
     n_parts = 0
     # mv and the Dawid-Skene methods fit no moments: they need N alone (worker table, diagnostics)
     needs_moments = o.method == "pgd" or o.prune_spammers is not None
@@ -574,3 +596,41 @@ def _fit_baseline(
     return SkillsResult(
         skills=table, consensus=cons, diagnostics=diag, metadata=meta, loss_trace=trace, timings=timings
     )
+
+
+def _fit_auto(
+    lm: LabelMatrix,
+    o: SkillsOptions,
+    dropped: int,
+    timings: dict[str, float],
+    graph_report: WorkerGraphReport | None,
+    moments: LabelMoments | None,
+    executor: MapFn | None,
+    n_partitions: int,
+    scratch_dir: str | None,
+    progress: ProgressFn | None,
+    identifiability_policy: Policy,
+) -> SkillsResult:
+    """``method="auto"``: choose a candidate by held-out log-likelihood (:func:`crowdflow.skills.auto.choose`),
+    then refit it on all labels; the choice and every candidate's score go into ``metadata["auto"]``."""
+    clock = time.perf_counter()
+    picked = choose(lm, o)
+    chosen = SkillsOptions.resolve(o, **CANDIDATES[picked.choice].options)
+    select_time = time.perf_counter() - clock
+    # the refit sees all labels and nothing of the folds: a fresh fit_skills call on the full label matrix
+    res = fit_skills(
+        lm,
+        chosen,
+        graph_report=graph_report,
+        moments=moments,
+        executor=executor,
+        n_partitions=n_partitions,
+        scratch_dir=scratch_dir,
+        progress=progress,
+        identifiability_policy=identifiability_policy,
+    )
+    meta = dict(res.metadata)
+    meta["n_duplicates_dropped"] = int(dropped)
+    meta["auto_choice"] = picked.choice
+    meta["auto"] = picked.record()
+    return replace(res, metadata=meta, timings={**timings, "select": select_time, **res.timings})

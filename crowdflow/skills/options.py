@@ -18,7 +18,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from crowdflow.contracts.options import Options
 from crowdflow.labels import DuplicatePolicy, canonical_label_text
 from crowdflow.skills.crowdkit_adapter import AGGREGATORS, CROWDKIT_PREFIX, is_crowdkit, missing_extra, validate_params
-from crowdflow.skills.types import Fallback, Method, SignMode, Solver, TieBreak, Weighting
+from crowdflow.skills.types import AutoCandidate, Fallback, Method, SignMode, Solver, TieBreak, Weighting
 
 #: the choices of each Literal field, for the "unknown <field>" message
 _CHOICES: dict[str, tuple[str, ...]] = {
@@ -42,13 +42,16 @@ class SkillsOptions(Options):
     """
 
     method: Method = Field(
-        "ds",
-        description="How the labels are combined: ds fits a Dawid-Skene model (a table of how often each worker "
-        "gives each answer for each true label) by expectation-maximisation, an iterative maximum-likelihood fit; "
-        "onecoin_ds fits one accuracy per worker the same way; pgd fits one skill per worker from how often "
-        "pairs of workers agree and weights each vote by it; mv is a plain majority vote. crowdkit:<Name> runs that "
-        "Crowd-Kit aggregator (GLAD, MACE, Wawa, KOS, ZeroBasedSkill, MMSR, DawidSkene, OneCoinDawidSkene, "
-        "MajorityVote) itself inside the pipeline; it needs the crowdkit extra (pip install 'crowdflow[crowdkit]').",
+        "auto",
+        description="How the labels are combined: auto holds out a share of each task's labels, fits every "
+        "candidate (ds with and without its prior, onecoin_ds, mv) on the rest, keeps the one that predicts the "
+        "held-out labels best and refits it on all labels; ds fits a Dawid-Skene model (a table of how often "
+        "each worker gives each answer for each true label) by expectation-maximisation, an iterative "
+        "maximum-likelihood fit; onecoin_ds fits one accuracy per worker the same way; pgd fits one skill per "
+        "worker from how often pairs of workers agree and weights each vote by it; mv is a plain majority vote. "
+        "crowdkit:<Name> runs that Crowd-Kit aggregator (GLAD, MACE, Wawa, KOS, ZeroBasedSkill, MMSR, DawidSkene, "
+        "OneCoinDawidSkene, MajorityVote) itself inside the pipeline; it needs the crowdkit extra "
+        "(pip install 'crowdflow[crowdkit]').",
     )
     crowdkit_params: dict[str, Any] = Field(
         default_factory=dict,
@@ -157,7 +160,13 @@ class SkillsOptions(Options):
         le=1e-2,
         description="The Dawid-Skene methods stop once no estimated probability changes by more than this.",
     )
-    ds_max_iter: int = Field(100, ge=1, le=MAX_ITERATIONS, description="Most iterations of the Dawid-Skene methods.")
+    ds_max_iter: int = Field(
+        1000,
+        ge=1,
+        le=MAX_ITERATIONS,
+        description="Most iterations of the Dawid-Skene methods; a fit that needs more is reported as not "
+        "converged (the public gold sets need at most 142).",
+    )
     ds_smoothing: float = Field(
         0.01,
         ge=0.0,
@@ -172,6 +181,18 @@ class SkillsOptions(Options):
         description="Virtual correct answers that method ds adds to each worker's table for every true label, "
         "so that a worker with few labels is not taken to confuse labels systematically; 0 is the classic "
         "Dawid-Skene fit.",
+    )
+    auto_folds: int = Field(
+        5,
+        ge=2,
+        le=20,
+        description="Method auto: the labels of each task are split into this many folds; each fold is held out "
+        "once while the candidates are fitted on the others.",
+    )
+    auto_candidates: list[AutoCandidate] | None = Field(
+        None,
+        title="Methods auto compares",
+        description="Method auto: the candidates it compares (ds, ds_classic, onecoin_ds, mv); empty means all.",
     )
     tie_break: TieBreak = Field(
         "random",
@@ -243,6 +264,17 @@ class SkillsOptions(Options):
         if v not in choices:
             raise ValueError(f"unknown {info.field_name} {v!r}; use " + ", ".join(repr(c) for c in choices))
         return v
+
+    @field_validator("auto_candidates", mode="before")
+    @classmethod
+    def _known_candidates(cls, v: Any) -> Any:
+        if v is None:
+            return v
+        names = get_args(AutoCandidate)
+        unknown = [c for c in v if c not in names]
+        if unknown or not v:
+            raise ValueError(f"unknown auto candidate(s) {unknown}; use " + ", ".join(repr(c) for c in names))
+        return list(dict.fromkeys(v))
 
     @field_validator("classes")
     @classmethod

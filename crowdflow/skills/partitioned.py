@@ -316,6 +316,11 @@ def fit_buckets(
         raise ValueError(
             f"method {o.method} runs crowd-kit on every label in one process, never in passes: use fit_skills"
         )
+    auto = o.method == "auto"
+    if auto:
+        # the held-out comparison needs the labels in one place; in passes over buckets auto is ds (docs/scale.md)
+        o = SkillsOptions.resolve(o, method="ds")
+        log.info("method auto on a partitioned input: fitting ds (no held-out comparison in passes over buckets)")
     m, w = int(enc.classes.size), int(enc.workers.size)
     moments: LabelMoments = moments_from_packed(enc.packed, m, o.min_pair_count)
     n_pruned = 0
@@ -334,6 +339,9 @@ def fit_buckets(
     common: dict[str, Any] = {"n_workers": w, "classes": enc.classes, "component": graph.labels, "truth": truth}
     meta = fit_metadata(o, enc.classes, w, enc.n_tasks, enc.n_labels, enc.n_dropped, n_pruned, "flag")
     meta["partitions"] = len(enc.buckets)
+    if auto:
+        meta["auto_choice"] = "ds"
+        meta["auto"] = {"choice": "ds", "note": "partitioned input: ds without a held-out comparison", "candidates": []}
     trace = np.empty(0)
     if o.method == "pgd":
         status, active, lo, hi, ag, _ = active_workers(graph, base, w_all, n_i, m, o.tau)

@@ -34,7 +34,9 @@ CrowdkitMethod = Literal[
     "crowdkit:ZeroBasedSkill",
 ]
 #: the aggregation method of ``fit_skills``
-Method = Literal[NativeMethod, CrowdkitMethod]
+Method = Literal["auto", NativeMethod, CrowdkitMethod]
+#: the candidates of ``method: auto`` (the keys of ``crowdflow.skills.auto.CANDIDATES``, which a test keeps equal)
+AutoCandidate = Literal["ds", "ds_classic", "onecoin_ds", "mv"]
 #: ties among the top classes of a vote: a seeded random draw, or the first class in label order
 #: (docs/methods/skills.md §2.7)
 TieBreak = Literal["random", "smallest"]

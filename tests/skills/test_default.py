@@ -30,14 +30,16 @@ def fit_quiet(*args, **kwargs):
         return fit_skills(*args, **kwargs)
 
 
-def test_the_default_is_dawid_skene_with_the_diagonal_prior():
+def test_the_default_is_auto_and_ds_has_the_diagonal_prior():
+    """The default is ``auto`` (issue #35); its result is the chosen candidate refitted with its options."""
     o = SkillsOptions()
-    assert (o.method, o.ds_prior, o.ds_smoothing, o.ds_max_iter, o.ds_tol) == ("ds", 1.0, 0.01, 100, 1e-6)
+    assert (o.method, o.ds_prior, o.ds_smoothing, o.ds_max_iter, o.ds_tol) == ("auto", 1.0, 0.01, 1000, 1e-6)
     data = synth.crowd_labels(synth.CrowdConfig(3, 300, 4, 20, "confusion", 0.2, 0.0, "skewed", "zipf", 5))
     default = fit_quiet(data.labels)
+    assert default.metadata["auto_choice"] == "ds"  # a full-confusion crowd with ample labels per worker
     explicit = fit_quiet(data.labels, method="ds", ds_prior=1.0)
     pd.testing.assert_frame_equal(default.consensus, explicit.consensus)
-    assert default.metadata["method"] == "ds" and default.metadata["ds_prior"] == 1.0
+    assert explicit.metadata["method"] == "ds" and explicit.metadata["ds_prior"] == 1.0
     classic = fit_quiet(data.labels, method="ds", ds_prior=0.0)
     assert classic.metadata["ds_prior"] == 0.0
     assert not np.array_equal(default.consensus["confidence"], classic.consensus["confidence"])
@@ -49,7 +51,7 @@ def family_errors() -> pd.DataFrame:
     rows = []
     for config in synth.crowd_family(24, seed=11, max_labels=20_000, corners=False):
         data = synth.crowd_labels(config)
-        default = fit_quiet(data.labels, classes=data.classes)
+        default = fit_quiet(data.labels, classes=data.classes, method="ds")
         classic = fit_quiet(data.labels, classes=data.classes, method="ds", ds_prior=0.0)
         rows.append(
             {

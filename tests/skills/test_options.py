@@ -164,7 +164,7 @@ def test_eg_without_bfs_signs_is_a_spec_error() -> None:
 
 
 def test_unknown_choices_name_the_field_and_the_choices() -> None:
-    with pytest.raises(ValidationError, match=r"unknown method 'kos'; use 'pgd', 'onecoin_ds', 'ds', 'mv'"):
+    with pytest.raises(ValidationError, match=r"unknown method 'kos'; use 'auto', 'pgd', 'onecoin_ds', 'ds', 'mv'"):
         SkillsOptions(method="kos")  # type: ignore[arg-type]
     with pytest.raises(SpecError, match=r"skills.solver: unknown solver 'newton'"):
         parse_spec(_spec({"solver": "newton"}))

@@ -1,0 +1,297 @@
+"""``method: auto``: the aggregation model chosen by the data, by held-out predictive log-likelihood.
+
+docs/methods/skills.md §7.5. No gold is needed to compare aggregation models on one data set: each candidate
+is fitted on the labels with a share of them held out, and scored on how probable it finds the held-out labels.
+
+Split (stratified per task, seeded): the labels of every task with at least two labels are shuffled and dealt
+round-robin, from a random offset, into ``K`` folds (``auto_folds``, default 5); a task with ``n_t`` labels has
+at most ⌈n_t/K⌉ of them in one fold, so with ``n_t ≥ 2`` it always keeps a label in the training part, and a
+task with one label is never held out (its held-out label could only be scored by the class prior, which says
+nothing about how labels are combined). Per task rather than per worker because the score is the posterior of
+the task's class from its *remaining* labels; a worker whose every label falls in one fold is scored by the
+parameters its model gives a worker it has not seen (the prior of its table).
+
+Score of a held-out label y of worker j on task i, from the candidate fitted on the other folds:
+
+    p(y) = Σ_k P(z_i = k | training labels) · P(label = y | z_i = k, worker j's parameters),
+
+averaged in log over every held-out label of every fold (each label with n_t ≥ 2 is held out exactly once);
+reported with its standard error (std / √n) and the paired difference to the chosen candidate with its
+standard error (the scores of two candidates are over the same labels, so their difference is paired).
+
+Choice: the highest mean score among the candidates whose every fold converged; a candidate that stopped at its
+iteration cap is chosen only when none converged, and when a non-converged candidate scored higher than the
+pick, the choice's ``note`` says so. The chosen candidate is then refitted on ALL labels by
+:func:`crowdflow.skills.fit_skills` with its options: no fold's fit, split or score enters the refit.
+
+Candidates are a registry (:data:`CANDIDATES`): a name → the options of its refit and the function that fits
+it on a training part and returns its predictive law (posteriors of the tasks, confusion of the workers).
+Adding a method is one entry.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from crowdflow.labels import LabelMatrix
+from crowdflow.skills.dawid_skene import dawid_skene, one_coin_dawid_skene
+from crowdflow.skills.options import SkillsOptions
+
+log = logging.getLogger(__name__)
+
+#: floor of a predicted probability, so one impossible held-out label costs log(1e-12), not −∞
+_FLOOR = 1e-12
+
+
+@dataclass(frozen=True)
+class Predictive:
+    """The predictive law of a candidate fitted on a training part of the labels.
+
+    Attributes
+    ----------
+    posteriors : numpy.ndarray
+        T×M: P(z_t = k | the training labels of task t), every task of the full label matrix.
+    confusion : numpy.ndarray
+        W×M×M: P(worker i answers m | z = l), every worker of the full label matrix.
+    converged : bool
+        Whether the fit stopped by its tolerance (not by its iteration cap).
+    iterations : int
+    """
+
+    posteriors: np.ndarray
+    confusion: np.ndarray
+    converged: bool = True
+    iterations: int = 0
+
+
+#: fit a candidate on a training LabelMatrix (same workers, tasks, classes as the full one) with these options
+PredictiveFit = Callable[[LabelMatrix, SkillsOptions], Predictive]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One candidate of ``method: auto``: the options of its refit and its predictive fit."""
+
+    options: Mapping[str, Any]
+    fit: PredictiveFit
+
+
+def _ds(lm: LabelMatrix, o: SkillsOptions, prior: float) -> Predictive:
+    r = dawid_skene(
+        lm, tol=o.ds_tol, max_iter=o.ds_max_iter, smoothing=max(o.ds_smoothing, 1e-3), tie_break="smallest", prior=prior
+    )
+    return Predictive(r.posteriors, r.confusion, r.converged, r.iterations)
+
+
+def _ds_prior(lm: LabelMatrix, o: SkillsOptions) -> Predictive:
+    return _ds(lm, o, o.ds_prior if o.ds_prior > 0 else 1.0)
+
+
+def _ds_classic(lm: LabelMatrix, o: SkillsOptions) -> Predictive:
+    return _ds(lm, o, 0.0)
+
+
+def _one_coin(lm: LabelMatrix, o: SkillsOptions) -> Predictive:
+    r = one_coin_dawid_skene(
+        lm, tol=o.ds_tol, max_iter=o.ds_max_iter, smoothing=max(o.ds_smoothing, 1e-3), tie_break="smallest"
+    )
+    return Predictive(r.posteriors, r.confusion, r.converged, r.iterations)
+
+
+def _shared_coin(p: float, n_workers: int, m: int) -> np.ndarray:
+    off = (1.0 - p) / (m - 1)
+    table = np.full((m, m), off) + np.eye(m) * (p - off)
+    return np.broadcast_to(table, (n_workers, m, m)).copy()
+
+
+def _majority(lm: LabelMatrix, o: SkillsOptions) -> Predictive:
+    """Majority vote's implied law: task posterior = Laplace-smoothed vote shares, and every worker right with one
+    shared probability (the rate at which labels agree with their task's majority label)."""
+    m = lm.n_classes
+    counts = lm.task_class_counts().toarray()
+    post = (counts + 1.0) / (counts.sum(axis=1, keepdims=True) + m)
+    agree = float((counts.argmax(axis=1)[lm.task_idx] == lm.class_idx).mean()) if lm.n_labels else 1.0 / m
+    p = min(max((agree * lm.n_labels + 1.0) / (lm.n_labels + 2.0), 1.0 / m), 1.0 - _FLOOR)
+    return Predictive(post, _shared_coin(p, lm.n_workers, m))
+
+
+#: the candidates of ``method: auto`` (name → refit options, predictive fit); the names are the ``auto_candidates``
+#: choices (``crowdflow.skills.types.AutoCandidate`` spells the same names for the options). Adding a method is one
+#: line here and its name there.
+CANDIDATES: dict[str, Candidate] = {
+    "ds": Candidate({"method": "ds"}, _ds_prior),
+    "ds_classic": Candidate({"method": "ds", "ds_prior": 0.0}, _ds_classic),
+    "onecoin_ds": Candidate({"method": "onecoin_ds"}, _one_coin),
+    "mv": Candidate({"method": "mv"}, _majority),
+}
+
+
+def fold_ids(lm: LabelMatrix, n_folds: int, seed: int) -> np.ndarray:
+    """Fold of every label (−1: never held out), stratified per task (see the module docstring).
+
+    Labels of a task with n_t ≥ 2 labels are shuffled and dealt round-robin from a random offset, so every fold
+    holds out at most ⌈n_t/K⌉ of them and the task keeps at least one label in each training part.
+    """
+    if n_folds < 2:
+        raise ValueError(f"auto needs at least 2 folds, got {n_folds}")
+    rng = np.random.default_rng(seed)
+    n = lm.n_labels
+    counts = np.bincount(lm.task_idx, minlength=lm.n_tasks)
+    # a random rank of each label within its task: sort by (task, random key)
+    order = np.lexsort((rng.random(n), lm.task_idx))
+    start = np.concatenate(([0], np.cumsum(counts)))[lm.task_idx[order]]
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n) - start
+    offset = rng.integers(0, n_folds, size=lm.n_tasks)
+    folds = (rank + offset[lm.task_idx]) % n_folds
+    folds[counts[lm.task_idx] < 2] = -1
+    out: np.ndarray = folds.astype(np.int64)
+    return out
+
+
+def _subset(lm: LabelMatrix, keep: np.ndarray) -> LabelMatrix:
+    """The labels where ``keep`` (same ids; order kept, so task-major stays task-major)."""
+    return LabelMatrix(
+        workers=lm.workers,
+        tasks=lm.tasks,
+        classes=lm.classes,
+        worker_idx=np.ascontiguousarray(lm.worker_idx[keep]),
+        task_idx=np.ascontiguousarray(lm.task_idx[keep]),
+        class_idx=np.ascontiguousarray(lm.class_idx[keep]),
+    )
+
+
+def heldout_log_lik(pred: Predictive, task: np.ndarray, worker: np.ndarray, label: np.ndarray) -> np.ndarray:
+    """log Σ_k P(z_task = k | training) · P(label | z = k, worker): one value per held-out label."""
+    p = np.einsum("nk,nk->n", pred.posteriors[task], pred.confusion[worker, :, label])
+    out: np.ndarray = np.log(np.clip(p, _FLOOR, None))
+    return out
+
+
+@dataclass(frozen=True)
+class AutoChoice:
+    """The outcome of the held-out comparison.
+
+    Attributes
+    ----------
+    choice : str
+        The chosen candidate (a key of :data:`CANDIDATES`).
+    scores : pandas.DataFrame
+        One row per candidate, best score first: candidate, mean_log_lik, std_error, diff_vs_choice,
+        diff_std_error, n_heldout, converged (every fold), max_iterations, chosen.
+    note : str
+        Empty, or why the choice is not the top score (a higher-scoring candidate did not converge).
+    n_folds, seed : int
+    """
+
+    choice: str
+    scores: pd.DataFrame
+    note: str = ""
+    n_folds: int = 5
+    seed: int = 0
+    per_label: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    def record(self) -> dict[str, Any]:
+        """The manifest entry: choice, note, folds, seed and every candidate's score (JSON-ready)."""
+        rows = [
+            {k: (v.item() if hasattr(v, "item") else v) for k, v in r.items()}
+            for r in self.scores.to_dict(orient="records")
+        ]
+        return {"choice": self.choice, "note": self.note, "folds": self.n_folds, "seed": self.seed, "candidates": rows}
+
+
+def choose(
+    lm: LabelMatrix,
+    options: SkillsOptions,
+    candidates: Mapping[str, Candidate] | None = None,
+    n_folds: int | None = None,
+    seed: int | None = None,
+) -> AutoChoice:
+    """Score every candidate by K-fold held-out predictive log-likelihood and choose one (module docstring).
+
+    Parameters
+    ----------
+    lm : LabelMatrix
+        Canonically ordered labels (:func:`crowdflow.skills.prepare_labels`).
+    options : SkillsOptions
+        Tolerances, caps, smoothing and prior of the candidates' fits; ``auto_folds``, ``auto_candidates`` and
+        ``seed`` when not given here.
+    candidates : mapping, optional
+        Name → :class:`Candidate`; default :data:`CANDIDATES` restricted to ``options.auto_candidates``.
+    n_folds, seed : int, optional
+
+    Returns
+    -------
+    AutoChoice
+    """
+    k = int(n_folds if n_folds is not None else options.auto_folds)
+    s = int(seed if seed is not None else options.seed)
+    if candidates is None:
+        names: list[str] = list(options.auto_candidates or CANDIDATES)
+        candidates = {n: CANDIDATES[n] for n in names}
+    folds = fold_ids(lm, k, s)
+    held = folds >= 0
+    if not held.any():
+        # no task has two labels: nothing to score; every candidate is the vote of one label
+        first = next(iter(candidates))
+        scores = pd.DataFrame(
+            {"candidate": list(candidates), "n_heldout": 0, "chosen": [n == first for n in candidates]}
+        )
+        return AutoChoice(first, scores, "no task has two labels: nothing to hold out", k, s)
+    per_label = {name: np.empty(int(held.sum())) for name in candidates}
+    converged = dict.fromkeys(candidates, True)
+    iters = dict.fromkeys(candidates, 0)
+    slot = np.full(lm.n_labels, -1, dtype=np.int64)
+    slot[held] = np.arange(int(held.sum()))
+    for f in range(k):
+        out = folds == f
+        if not out.any():
+            continue
+        train = _subset(lm, ~out)
+        for name, cand in candidates.items():
+            with warnings.catch_warnings():  # a fold's cap is recorded in `converged` and the note, not warned 5x
+                warnings.simplefilter("ignore", RuntimeWarning)
+                pred = cand.fit(train, options)
+            per_label[name][slot[out]] = heldout_log_lik(pred, lm.task_idx[out], lm.worker_idx[out], lm.class_idx[out])
+            converged[name] &= bool(pred.converged)
+            iters[name] = max(iters[name], int(pred.iterations))
+    n = int(held.sum())
+    means = {nm: float(v.mean()) for nm, v in per_label.items()}
+    pool = [nm for nm in candidates if converged[nm]] or list(candidates)
+    choice = max(pool, key=lambda nm: means[nm])
+    top = max(candidates, key=lambda nm: means[nm])
+    note = ""
+    if top != choice:
+        note = (
+            f"{top} scored higher ({means[top]:.4f} vs {means[choice]:.4f}) but stopped at its iteration cap in "
+            f"a fold; the converged {choice} is chosen (raise ds_max_iter to compare them converged)"
+        )
+    elif not converged[choice]:
+        note = f"no candidate converged in every fold; {choice} has the highest score"
+    rows = []
+    for nm, v in per_label.items():
+        d = v - per_label[choice]
+        rows.append(
+            {
+                "candidate": nm,
+                "mean_log_lik": means[nm],
+                "std_error": float(v.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan"),
+                "diff_vs_choice": float(d.mean()),
+                "diff_std_error": float(d.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan"),
+                "n_heldout": n,
+                "converged": converged[nm],
+                "max_iterations": iters[nm],
+                "chosen": nm == choice,
+            }
+        )
+    scores = pd.DataFrame(rows).sort_values("mean_log_lik", ascending=False, kind="stable").reset_index(drop=True)
+    log.info("auto: chose %s by held-out log-likelihood over %d labels in %d folds", choice, n, k)
+    return AutoChoice(choice, scores, note, k, s, per_label)

@@ -1,0 +1,156 @@
+"""``method: auto`` (crowdflow.skills.auto, docs/methods/skills.md §7.5): held-out predictive log-likelihood
+picks the model that generated the labels, and the held-out split never reaches the refit."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from crowdflow.skills import SkillsOptions, fit_skills, prepare_labels
+from crowdflow.skills.auto import CANDIDATES, Candidate, Predictive, _subset, choose, fold_ids, heldout_log_lik
+from crowdflow.synth import skills as synth
+
+
+def _lm(good: str, m: int, t: int, r: int, w: int, activity: str, seed: int):
+    data = synth.crowd_labels(synth.CrowdConfig(m, t, r, w, good, 0.0, 0.0, "uniform", activity, seed))
+    lm, _ = prepare_labels(data.labels, data.classes, "error")
+    return data, lm
+
+
+# crowds with enough labels per worker (>= 140) for a worker's parameters to be estimable; with a handful of
+# labels per worker the one-parameter law of majority vote predicts better (docs/methods/skills.md §7.5)
+ONE_COIN = [
+    *itertools.product([3, 4], [300, 2000], [7], [15], ["uniform", "zipf"], [1, 2]),
+    *itertools.product([2], [2000], [3, 7], [15], ["uniform", "zipf"], [1, 2]),
+]
+CONFUSION = list(itertools.product([2, 3, 4], [2000], [7], [15, 150], ["uniform", "zipf"], [1, 2]))
+
+
+@pytest.mark.parametrize(("m", "t", "r", "w", "activity", "seed"), ONE_COIN)
+def test_auto_picks_one_coin_on_one_coin_crowds(m, t, r, w, activity, seed):
+    _, lm = _lm("onecoin", m, t, r, w, activity, seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        assert choose(lm, SkillsOptions()).choice == "onecoin_ds"
+
+
+@pytest.mark.parametrize(("m", "t", "r", "w", "activity", "seed"), CONFUSION)
+def test_auto_picks_full_dawid_skene_on_confusion_crowds(m, t, r, w, activity, seed):
+    """Full confusion matrices (structured, asymmetric errors): ds or its classic fit (the same model)."""
+    _, lm = _lm("confusion", m, t, r, w, activity, seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        assert choose(lm, SkillsOptions()).choice in ("ds", "ds_classic")
+
+
+def test_folds_hold_out_each_label_once_and_leave_every_task_a_label():
+    _, lm = _lm("onecoin", 3, 500, 4, 30, "zipf", 3)
+    labels = lm.labels_per_task()
+    for k in (2, 3, 5, 7):
+        folds = fold_ids(lm, k, seed=9)
+        assert ((folds >= 0) == (labels[lm.task_idx] >= 2)).all()
+        for f in range(k):
+            kept = np.bincount(lm.task_idx[folds != f], minlength=lm.n_tasks)
+            assert (kept >= 1).all()  # every task keeps a training label in every fold
+            held = np.bincount(lm.task_idx[folds == f], minlength=lm.n_tasks)
+            assert (held <= -(-labels // k)).all()  # at most ceil(n_t / K) held out per fold
+
+
+def test_score_is_the_predictive_law_of_the_fit_without_the_label():
+    """Brute force on a small crowd: each held-out label's score is log Σ_k post_k π_j[k, y] of a fit that never
+    saw it (changing the held-out labels changes neither the posteriors nor the confusion scoring them)."""
+    _, lm = _lm("confusion", 3, 60, 4, 8, "uniform", 4)
+    folds = fold_ids(lm, 4, seed=1)
+    out = folds == 0
+    o = SkillsOptions()
+    pred = CANDIDATES["ds"].fit(_subset(lm, ~out), o)
+    rng = np.random.default_rng(0)
+    scrambled = lm.class_idx.copy()
+    scrambled[out] = rng.integers(0, lm.n_classes, out.sum())
+    from crowdflow.labels import LabelMatrix
+
+    lm2 = LabelMatrix(lm.workers, lm.tasks, lm.classes, lm.worker_idx, lm.task_idx, scrambled)
+    pred2 = CANDIDATES["ds"].fit(_subset(lm2, ~out), o)
+    np.testing.assert_array_equal(pred.posteriors, pred2.posteriors)
+    np.testing.assert_array_equal(pred.confusion, pred2.confusion)
+    got = heldout_log_lik(pred, lm.task_idx[out], lm.worker_idx[out], lm.class_idx[out])
+    for n, (t, j, y) in enumerate(zip(lm.task_idx[out], lm.worker_idx[out], lm.class_idx[out], strict=True)):
+        want = np.log(sum(pred.posteriors[t, k] * pred.confusion[j, k, y] for k in range(lm.n_classes)))
+        assert got[n] == pytest.approx(want, rel=1e-12)
+
+
+def test_the_split_never_leaks_into_the_refit():
+    """Whatever the split (seeds, fold counts), the refit is bit for bit fit_skills on ALL labels with the chosen
+    candidate's options: no fold's fit, split or score reaches the returned tables."""
+    data, _ = _lm("confusion", 3, 800, 5, 20, "uniform", 6)
+    choices = set()
+    for seed, folds in [(0, 5), (1, 5), (7, 3), (3, 10)]:
+        auto = fit_skills(data.labels, seed=seed, auto_folds=folds)
+        choice = auto.metadata["auto_choice"]
+        choices.add(choice)
+        ref = fit_skills(data.labels, seed=seed, **CANDIDATES[choice].options)
+        pd.testing.assert_frame_equal(auto.consensus, ref.consensus)
+        pd.testing.assert_frame_equal(auto.skills, ref.skills)
+        pd.testing.assert_frame_equal(auto.diagnostics, ref.diagnostics)
+        assert auto.metadata["auto"]["folds"] == folds
+        same = {k: v for k, v in auto.metadata.items() if k not in ("auto", "auto_choice")}
+        assert repr(sorted(same.items())) == repr(sorted(ref.metadata.items()))  # repr: NaN == NaN
+    assert choices <= {"ds", "ds_classic"}
+
+
+def test_a_candidate_that_did_not_converge_is_not_chosen_over_a_converged_one_silently():
+    _, lm = _lm("confusion", 3, 800, 7, 15, "uniform", 1)
+
+    def stuck(lm_, o):
+        p = CANDIDATES["ds"].fit(lm_, o)
+        return Predictive(p.posteriors, p.confusion, converged=False, iterations=o.ds_max_iter)
+
+    cands = {"ds_stuck": Candidate({"method": "ds"}, stuck), "mv": CANDIDATES["mv"]}
+    c = choose(lm, SkillsOptions(), candidates=cands)
+    assert c.choice == "mv"
+    assert "ds_stuck scored higher" in c.note and "iteration cap" in c.note
+    top = c.scores.iloc[0]
+    assert top["candidate"] == "ds_stuck" and not top["converged"] and not top["chosen"]
+
+
+def test_the_registry_and_the_option_name_the_same_candidates():
+    from typing import get_args
+
+    from crowdflow.skills.types import AutoCandidate
+
+    assert list(CANDIDATES) == list(get_args(AutoCandidate))
+
+
+def test_auto_candidates_option_is_checked_and_restricts_the_choice():
+    with pytest.raises(ValueError, match="unknown auto candidate"):
+        SkillsOptions(auto_candidates=["kos"])
+    data, _ = _lm("onecoin", 3, 600, 7, 15, "uniform", 1)
+    res = fit_skills(data.labels, auto_candidates=["mv", "ds"])
+    assert set(pd.DataFrame(res.metadata["auto"]["candidates"])["candidate"]) == {"mv", "ds"}
+    assert res.metadata["auto_choice"] in ("mv", "ds")
+
+
+def test_the_report_names_the_choice_every_score_and_a_capped_fit():
+    """The manifest's fit.auto record (what flows/skills.py writes) becomes the report's "Model chosen by the data";
+    fit_status not_converged becomes "Fit stopped at its iteration cap"."""
+    import json
+
+    from crowdflow.report.skills import skills_actions
+
+    data, _ = _lm("onecoin", 3, 600, 7, 15, "uniform", 1)
+    res = fit_skills(data.labels, ds_max_iter=2)
+    fit = json.loads(json.dumps({k: res.metadata[k] for k in ("auto", "auto_choice", "fit_status", "iterations")}))
+    fit["method"] = res.metadata["method"]
+    actions = {a.id: a for a in skills_actions({}, {"method": "auto", "fit": fit})}
+    chosen = actions["act-auto-choice"]
+    assert res.metadata["auto_choice"] in chosen.text
+    assert chosen.table is not None and set(chosen.table["candidate"]) == set(CANDIDATES)
+    assert "iteration cap" in chosen.text  # ds_max_iter=2: the DS candidates did not converge, and it says so
+    if res.metadata["fit_status"] == "not_converged":
+        assert "act-not-converged" in actions
+    capped = {a.id for a in skills_actions({}, {"method": "ds", "fit": {"fit_status": "not_converged"}})}
+    assert "act-not-converged" in capped
