@@ -21,7 +21,7 @@ from crowdflow.spec import JOB_INPUTS, JOB_OPTIONS
 from flows.cli import JOB_COMMANDS, build_parser, spec_from_args
 
 NUMBERS = ["2", "3", "0.5", "0.1", "10", "1e-3", "100", "1e-9", "0.9", "7", "1000", "0.01", "50000"]
-SEQUENCES = ["a,b", "0.1,0.2", "2,4", "x1,x2"]
+SEQUENCES = ["a,b", "0.1,0.2", "2,4", "x1,x2", "ds,mv"]  # the last: a list of method names (auto_candidates)
 
 
 def _subparser(command: str) -> argparse.ArgumentParser:

@@ -166,7 +166,9 @@ def run_history(pipeline_dir: str | os.PathLike[str], limit: int = 30) -> list[d
         if skills:  # the worker column only, from the file or parts the run format names (table_parts)
             with contextlib.suppress(OSError, ValueError, KeyError, pa.ArrowException, InputError):
                 manifest["workers"] = [
-                    w for part in table_parts(run, "skills", skills) for w in pq.read_table(part, columns=["worker"]).column(0).to_pylist()
+                    w
+                    for part in table_parts(run, "skills", skills)
+                    for w in pq.read_table(part, columns=["worker"]).column(0).to_pylist()
                 ]
         out.append(manifest)
         if len(out) >= limit:
