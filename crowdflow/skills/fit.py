@@ -32,6 +32,7 @@ from crowdflow.labels import LabelMatrix
 from crowdflow.progress import ProgressFn
 from crowdflow.skills.consensus import vote_weights, weighted_consensus
 from crowdflow.skills.dawid_skene import dawid_skene, one_coin_dawid_skene
+from crowdflow.skills.ebcc import ebcc, ebcc_metadata
 from crowdflow.skills.identifiability import active_workers, component_diagnostics, witness_cycles
 from crowdflow.skills.inputs import prepare_labels
 from crowdflow.skills.majority import majority_vote
@@ -74,7 +75,7 @@ class SkillsResult:
         frac_labels_identified, frac_tasks_identified.
     loss_trace : numpy.ndarray
         PGD: L(x^k) per iteration; DS: negative log-likelihood at each kept EM step (docs/methods/skills.md §7.2),
-        then at the returned parameters; mv: empty.
+        then at the returned parameters; EBCC: negative ELBO after each sweep of the kept restart (§7.5); mv: empty.
     timings : dict
         Wall-clock seconds per step of :func:`fit_skills` (encode, moments, graph, fit, consensus,
         diagnostics); not part of the (deterministic) outputs.
@@ -500,6 +501,26 @@ def _fit_baseline(
                 "fit_status": "closed_form",
             }
         )
+    elif o.method == "ebcc":
+        eb = ebcc(
+            lm,
+            n_subtypes=o.ebcc_subtypes,
+            subtype_prior=o.ebcc_subtype_prior,
+            class_prior=o.ebcc_class_prior,
+            diag_prior=o.ebcc_diag_prior,
+            off_diag_prior=o.ebcc_off_diag_prior,
+            tol=o.ebcc_tol,
+            max_iter=o.ebcc_max_iter,
+            restarts=o.ebcc_restarts,
+            tie_break=o.tie_break,
+            seed=o.seed,
+        )
+        accuracy = eb.workers["accuracy"].to_numpy(dtype=np.float64)
+        skill = eb.workers["skill"].to_numpy(dtype=np.float64)
+        weight = eb.workers["vote_weight"].to_numpy(dtype=np.float64)
+        cons = eb.consensus.assign(fallback=False)
+        trace = -eb.elbo  # a loss: the negative ELBO per sweep of the kept restart
+        meta.update(ebcc_metadata(o, eb))
     else:
         if o.method == "onecoin_ds":
             ds = one_coin_dawid_skene(

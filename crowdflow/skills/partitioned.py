@@ -312,6 +312,11 @@ def fit_buckets(
         ``progress(fraction)`` during the PGD iterations.
     """
     o = options
+    if o.method == "ebcc":
+        raise ValueError(
+            "method ebcc fits in memory only (its subtype posteriors are one row per task); use method ds for "
+            "a partitioned run, or run ebcc without partitions"
+        )
     m, w = int(enc.classes.size), int(enc.workers.size)
     moments: LabelMoments = moments_from_packed(enc.packed, m, o.min_pair_count)
     n_pruned = 0

@@ -19,7 +19,7 @@ Policy = Literal["raise", "flag"]
 #: tasks none of whose labellers is identified: majority vote, or zero weights (docs/methods/skills.md §3.3)
 Fallback = Literal["mv", "zero"]
 #: the aggregation method of ``fit_skills``
-Method = Literal["pgd", "onecoin_ds", "ds", "mv"]
+Method = Literal["pgd", "onecoin_ds", "ds", "mv", "ebcc"]
 #: ties among the top classes of a vote: a seeded random draw, or the first class in label order
 #: (docs/methods/skills.md §2.7)
 TieBreak = Literal["random", "smallest"]
