@@ -78,11 +78,11 @@ _LAZY: dict[str, tuple[str, str | None]] = {
 }
 
 __all__ = [
+    "EBCC",
     "AssignmentFit",
     "AssignmentOptions",
     "DawidSkene",
     "DegenerateInput",
-    "EBCC",
     "GraphCheckFailed",
     "InputError",
     "MajorityVote",

@@ -29,7 +29,7 @@ counts μ − β are S φ and the per-task log-likelihoods are Sᵀ E log v (no 
 
 ELBO, at the factors after a full sweep (the φ just computed from the globals)::
 
-    L = Σ_t log Z_t + Σ_{each Dirichlet factor q = Dir(b), prior Dir(a)} [ln B(b) − ln B(a) + Σ_i (a_i − b_i) E_q log x_i]
+    L = Σ_t log Z_t + Σ_{Dirichlet factors q = Dir(b), prior Dir(a)} [ln B(b) − ln B(a) + Σ_i (a_i − b_i) E_q log x_i]
 
 with ln B(a) = Σ ln Γ(a_i) − ln Γ(Σ a_i) (the data and entropy terms of φ fold into log Z_t when φ is the
 softmax of its log-weights).
@@ -138,7 +138,9 @@ def _dirichlet_term(post: np.ndarray, prior: np.ndarray, e_log: np.ndarray) -> f
     return float((_log_beta(post) - _log_beta(prior)).sum() + ((prior - post) * e_log).sum())
 
 
-def _check(lm: LabelMatrix, n_subtypes: int, priors: tuple[float, ...], tol: float, max_iter: int, restarts: int) -> None:
+def _check(
+    lm: LabelMatrix, n_subtypes: int, priors: tuple[float, ...], tol: float, max_iter: int, restarts: int
+) -> None:
     if lm.n_labels == 0:
         raise ValueError("label matrix is empty")
     if lm.n_classes < 2:

@@ -222,7 +222,11 @@ class SkillsOptions(Options):
         description="How a task whose top labels tie is decided: random draws one of them using the seed, "
         "smallest takes the first in label order.",
     )
-    seed: int = Field(0, ge=0, description="Seed of the random tie-break and of ebcc's random starts, so that a rerun gives the same labels.")
+    seed: int = Field(
+        0,
+        ge=0,
+        description="Seed of the random tie-break and of ebcc's random starts, so that a rerun gives the same labels.",
+    )
     duplicates: DuplicatePolicy = Field(
         "error",
         description="What happens when a worker labelled the same task twice: error stops the run, keep_last "
