@@ -669,9 +669,10 @@ class EBCC(_Aggregator):
     --------
     >>> import pandas as pd
     >>> from crowdflow import EBCC
-    >>> df = pd.DataFrame({"task": [1, 1, 1, 2, 2, 2], "worker": list("abcabc"), "label": [0, 0, 1, 1, 1, 1]})
+    >>> df = pd.DataFrame({"task": [1, 1, 1, 2, 2, 2, 3, 3, 3], "worker": list("abcabcabc"),
+    ...                    "label": [0, 0, 1, 1, 1, 1, 0, 0, 0]})
     >>> EBCC().fit_predict(df).to_dict()
-    {1: 0, 2: 1}
+    {1: 0, 2: 1, 3: 0}
     """
 
     _params = (
