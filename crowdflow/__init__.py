@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers and IDEs
         rank,
         read_run,
     )
+    from crowdflow.frontdoor.estimators import EBCC
     from crowdflow.personal_models import PersonalModelsOptions
     from crowdflow.personal_rankings import PersonalRankingsOptions
     from crowdflow.ranking import RankingOptions
@@ -68,6 +69,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
             "RankOneSkills",
         )
     },
+    "EBCC": ("crowdflow.frontdoor.estimators", "EBCC"),
     "SkillsOptions": ("crowdflow.skills", "SkillsOptions"),
     "RankingOptions": ("crowdflow.ranking", "RankingOptions"),
     "PersonalRankingsOptions": ("crowdflow.personal_rankings", "PersonalRankingsOptions"),
@@ -76,6 +78,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
 }
 
 __all__ = [
+    "EBCC",
     "AssignmentFit",
     "AssignmentOptions",
     "DawidSkene",

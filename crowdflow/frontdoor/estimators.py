@@ -634,3 +634,131 @@ class RankOneSkills(_Aggregator):
         self.skills_ = pd.Series(table["accuracy"].to_numpy(dtype=np.float64)[codes], index=workers, name="skill")
         self.workers_ = table.iloc[codes].drop(columns="worker").set_axis(workers, axis=0)
         return self
+
+
+class EBCC(_Aggregator):
+    """Enhanced Bayesian classifier combination (Li, Rubinstein and Cohn, ICML 2019), the pipeline's ``method: ebcc``.
+
+    Each class's tasks fall into M subtypes; worker j answers l on a task of class k and subtype m with probability
+    v_jkm[l], so workers who err together on a subtype are correlated. τ ~ Dir(α), π_k ~ Dir(a_π/M), v_jkm ~ Dir(β_k)
+    with β_kk = a_v and β_kl = b_v, fitted by mean-field variational inference from ``restarts`` random starts, the
+    largest evidence lower bound kept (:func:`crowdflow.skills.ebcc.ebcc`; docs/methods/skills.md §7.5). Crowd-Kit
+    has no EBCC; the interface is its classification aggregators'. Fitted: ``labels_``, ``probas_`` (q(z)),
+    ``priors_`` (E[τ]), ``errors_`` (Σ_m E[π_km] E[v_jkm], laid out as :class:`DawidSkene`'s), ``skills_`` (accuracy
+    Σ_k E[τ_k] errors, sorted by worker), ``loss_history_`` (ELBO per answer after each sweep), ``n_iter_`` and
+    ``converged_``.
+
+    Parameters
+    ----------
+    n_subtypes : int
+        M (authors: 10; 1 is Bayesian Dawid–Skene).
+    n_iter : int
+        Most sweeps per restart (authors: 500).
+    tol : float
+        Stop once the ELBO changes by at most ``tol`` times its magnitude.
+    restarts : int
+        Random starts; the largest final ELBO is kept (authors: 40).
+    subtype_prior, class_prior, diag_prior, off_diag_prior : float
+        a_π, α (``None``: the majority-vote class counts), a_v, b_v (authors: 0.1, None, 4, 1).
+    tie_break : {"random", "smallest", "first"}
+    seed : int
+        Seeds the random starts and the random tie-break.
+    duplicates : {"error", "keep_first", "keep_last"}
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from crowdflow import EBCC
+    >>> df = pd.DataFrame({"task": [1, 1, 1, 2, 2, 2, 3, 3, 3], "worker": list("abcabcabc"),
+    ...                    "label": [0, 0, 1, 1, 1, 1, 0, 0, 0]})
+    >>> EBCC().fit_predict(df).to_dict()
+    {1: 0, 2: 1, 3: 0}
+    """
+
+    _params = (
+        "n_subtypes",
+        "n_iter",
+        "tol",
+        "restarts",
+        "subtype_prior",
+        "class_prior",
+        "diag_prior",
+        "off_diag_prior",
+        "tie_break",
+        "seed",
+        "duplicates",
+    )
+
+    priors_: pd.Series
+    errors_: pd.DataFrame
+    loss_history_: list[float]
+    n_iter_: int
+    converged_: bool
+
+    def __init__(
+        self,
+        n_subtypes: int = 10,
+        n_iter: int = 500,
+        tol: float = 1e-6,
+        restarts: int = 5,
+        *,
+        subtype_prior: float = 0.1,
+        class_prior: float | None = None,
+        diag_prior: float = 4.0,
+        off_diag_prior: float = 1.0,
+        tie_break: EstimatorTieBreak = "random",
+        seed: int = 0,
+        duplicates: DuplicatePolicy = "error",
+    ) -> None:
+        self.n_subtypes = n_subtypes
+        self.n_iter = n_iter
+        self.tol = tol
+        self.restarts = restarts
+        self.subtype_prior = subtype_prior
+        self.class_prior = class_prior
+        self.diag_prior = diag_prior
+        self.off_diag_prior = off_diag_prior
+        self.tie_break = tie_break
+        self.seed = seed
+        self.duplicates = duplicates
+
+    def fit(self, data: pd.DataFrame) -> Self:
+        """Fit EBCC to ``data`` (``task, worker, label``).
+
+        Returns
+        -------
+        EBCC
+            ``self``, fitted.
+        """
+        from crowdflow.skills.ebcc import ebcc
+
+        enc = _encode(data, self.duplicates, "appearance" if self.tie_break == "first" else "sorted")
+        if enc.lm.n_classes < 2:
+            raise InputError(f"EBCC needs at least 2 label classes, the data have {enc.lm.n_classes}", path=_SOURCE)
+        res = ebcc(
+            enc.lm,
+            n_subtypes=self.n_subtypes,
+            subtype_prior=self.subtype_prior,
+            class_prior=self.class_prior,
+            diag_prior=self.diag_prior,
+            off_diag_prior=self.off_diag_prior,
+            tol=self.tol,
+            max_iter=self.n_iter,
+            restarts=self.restarts,
+            tie_break=_library_tie_break(self.tie_break),
+            seed=self.seed,
+        )
+        cols, labels = enc.class_index("appearance")
+        self.labels_ = _labels(enc, _winner_codes(enc, res.consensus["label"]), "appearance")
+        self.probas_ = _probas(enc, res.posteriors, "appearance")
+        self.priors_ = pd.Series(res.class_prior[cols], index=labels, name="prior")
+        self.errors_ = DawidSkene._errors(enc, cast(DawidSkeneResult, res), cols, labels)
+        codes, index = enc.worker_index("sorted")
+        self.skills_ = pd.Series(res.workers["accuracy"].to_numpy(dtype=np.float64)[codes], index=index, name="skill")
+        self.loss_history_ = (res.elbo / enc.lm.n_labels).tolist()
+        self.n_iter_ = int(res.iterations)
+        self.converged_ = bool(res.converged)
+        return self
+
+
+__all__ += ["EBCC"]

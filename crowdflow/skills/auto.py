@@ -1,6 +1,6 @@
 """``method: auto``: the aggregation model chosen by the data, by held-out predictive log-likelihood.
 
-docs/methods/skills.md §7.5. No gold is needed to compare aggregation models on one data set: each candidate
+docs/methods/skills.md §7.4. No gold is needed to compare aggregation models on one data set: each candidate
 is fitted on the labels with a share of them held out, and scored on how probable it finds the held-out labels.
 
 Split (stratified per task, seeded): the labels of every task with at least two labels are shuffled and dealt

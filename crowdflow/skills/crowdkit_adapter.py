@@ -19,7 +19,7 @@ Crowd-Kit's defaults and the range each parameter can run with (:data:`AGGREGATO
 the skills options is validated against it. Parameters that need a pandas object (GLAD's priors, Dawid–Skene's
 ``initial_error``) are not offered: a spec holds scalars. ``GoldMajorityVote`` (fitted on gold answers) is not
 offered either: the run's ``truth`` scores the consensus, and scoring on the answers the fit saw would flatter it.
-docs/methods/skills.md §7.5 lists the methods, their parameters and what each skills column means for each.
+docs/methods/skills.md §7.7 lists the methods, their parameters and what each skills column means for each.
 """
 
 from __future__ import annotations

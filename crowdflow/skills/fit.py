@@ -1,6 +1,6 @@
 """``fit_skills``: the entry point of the skills job (Dawid–Skene EM, rank-one PGD or majority vote).
 
-The default, ``method="auto"`` (docs/methods/skills.md §7.5), chooses among full Dawid–Skene EM with one
+The default, ``method="auto"`` (docs/methods/skills.md §7.4), chooses among full Dawid–Skene EM with one
 virtual correct answer per true class and worker (``ds_prior``, §7.3), classic Dawid–Skene, one-coin
 Dawid–Skene and majority vote by held-out predictive log-likelihood (:mod:`crowdflow.skills.auto`) and
 refits the pick on all labels.
@@ -36,6 +36,7 @@ from crowdflow.skills.auto import CANDIDATES, choose
 from crowdflow.skills.consensus import vote_weights, weighted_consensus
 from crowdflow.skills.crowdkit_adapter import fit_crowdkit, is_crowdkit
 from crowdflow.skills.dawid_skene import dawid_skene, one_coin_dawid_skene
+from crowdflow.skills.ebcc import ebcc, ebcc_metadata
 from crowdflow.skills.identifiability import active_workers, component_diagnostics, witness_cycles
 from crowdflow.skills.inputs import prepare_labels
 from crowdflow.skills.majority import majority_vote
@@ -78,7 +79,7 @@ class SkillsResult:
         frac_labels_identified, frac_tasks_identified.
     loss_trace : numpy.ndarray
         PGD: L(x^k) per iteration; DS: negative log-likelihood at each kept EM step (docs/methods/skills.md §7.2),
-        then at the returned parameters; mv: empty.
+        then at the returned parameters; EBCC: negative ELBO after each sweep of the kept restart (§7.5); mv: empty.
     timings : dict
         Wall-clock seconds per step of :func:`fit_skills` (encode, moments, graph, fit, consensus,
         diagnostics); not part of the (deterministic) outputs.
@@ -276,7 +277,7 @@ def fit_skills(
     """Estimate worker skills and consensus labels (docs/methods/skills.md §2.8, §3, §7).
 
     ``method="auto"`` (the default): :func:`crowdflow.skills.auto.choose`, then the pick refitted on all labels
-    (``metadata["auto_choice"]``, ``metadata["auto"]``: every candidate's held-out score; §7.5).
+    (``metadata["auto_choice"]``, ``metadata["auto"]``: every candidate's held-out score; §7.4).
     ``method="ds"`` and ``method="onecoin_ds"``: Dawid–Skene EM (``crowdflow.skills.dawid_skene``,
     docs/methods/skills.md §7.2), the full model with the diagonal prior ``ds_prior`` (§7.3); skills table
     from the EM accuracies (status informational, from the graph). ``method="mv"``: majority vote
@@ -534,6 +535,26 @@ def _fit_baseline(
             explain_missing(cons, ["confidence"], ck.confidence_reason)
         trace, undefined, present = ck.loss_trace, ck.workers.undefined, ck.workers.present
         meta.update(ck.metadata)
+    elif o.method == "ebcc":
+        eb = ebcc(
+            lm,
+            n_subtypes=o.ebcc_subtypes,
+            subtype_prior=o.ebcc_subtype_prior,
+            class_prior=o.ebcc_class_prior,
+            diag_prior=o.ebcc_diag_prior,
+            off_diag_prior=o.ebcc_off_diag_prior,
+            tol=o.ebcc_tol,
+            max_iter=o.ebcc_max_iter,
+            restarts=o.ebcc_restarts,
+            tie_break=o.tie_break,
+            seed=o.seed,
+        )
+        accuracy = eb.workers["accuracy"].to_numpy(dtype=np.float64)
+        skill = eb.workers["skill"].to_numpy(dtype=np.float64)
+        weight = eb.workers["vote_weight"].to_numpy(dtype=np.float64)
+        cons = eb.consensus.assign(fallback=False)
+        trace = -eb.elbo  # a loss: the negative ELBO per sweep of the kept restart
+        meta.update(ebcc_metadata(o, eb))
     else:
         if o.method == "onecoin_ds":
             ds = one_coin_dawid_skene(

@@ -48,7 +48,9 @@ class SkillsOptions(Options):
         "held-out labels best and refits it on all labels; ds fits a Dawid-Skene model (a table of how often "
         "each worker gives each answer for each true label) by expectation-maximisation, an iterative "
         "maximum-likelihood fit; onecoin_ds fits one accuracy per worker the same way; pgd fits one skill per "
-        "worker from how often pairs of workers agree and weights each vote by it; mv is a plain majority vote. "
+        "worker from how often pairs of workers agree and weights each vote by it; mv is a plain majority vote; "
+        "ebcc is the Bayesian model of Li, Rubinstein and Cohn (ICML 2019) whose tasks of each class fall into "
+        "subtypes on which workers err together, fitted by variational inference. "
         "crowdkit:<Name> runs that Crowd-Kit aggregator (GLAD, MACE, Wawa, KOS, ZeroBasedSkill, MMSR, DawidSkene, "
         "OneCoinDawidSkene, MajorityVote) itself inside the pipeline; it needs the crowdkit extra "
         "(pip install 'crowdflow[crowdkit]').",
@@ -193,13 +195,67 @@ class SkillsOptions(Options):
         None,
         title="Methods auto compares",
         description="Method auto: the candidates it compares (ds, ds_classic, onecoin_ds, mv); empty means all.",
+    ebcc_subtypes: int = Field(
+        10,
+        ge=1,
+        le=100,
+        description="Method ebcc: subtypes per class (groups of tasks on which workers make the same mistakes); "
+        "1 is a Bayesian Dawid-Skene model. 10 is the authors' choice.",
+    )
+    ebcc_subtype_prior: float = Field(
+        0.1,
+        gt=0.0,
+        le=1000.0,
+        description="Method ebcc: total Dirichlet weight spread over the subtypes of a class; small values let "
+        "few subtypes carry a class (the authors' 0.1).",
+    )
+    ebcc_class_prior: float | None = Field(
+        None,
+        gt=0.0,
+        le=1e9,
+        description="Method ebcc: Dirichlet weight of each class's share; empty uses the majority-vote count "
+        "of each class (the authors' choice).",
+    )
+    ebcc_diag_prior: float = Field(
+        4.0,
+        gt=0.0,
+        le=1000.0,
+        description="Method ebcc: virtual right answers in each worker's answer distribution for every class "
+        "and subtype (the authors' 4).",
+    )
+    ebcc_off_diag_prior: float = Field(
+        1.0,
+        gt=0.0,
+        le=1000.0,
+        description="Method ebcc: virtual answers of each wrong label in the same distributions (the authors' 1).",
+    )
+    ebcc_tol: float = Field(
+        1e-6,
+        ge=1e-15,
+        le=1e-2,
+        description="Method ebcc: a run stops once its evidence lower bound changes by at most this share of "
+        "its size in one sweep.",
+    )
+    ebcc_max_iter: int = Field(
+        500, ge=1, le=MAX_ITERATIONS, description="Method ebcc: most sweeps of each run (the authors' 500)."
+    )
+    ebcc_restarts: int = Field(
+        5,
+        ge=1,
+        le=1000,
+        description="Method ebcc: runs from different random starts; the one with the largest evidence lower "
+        "bound is kept (the authors keep the best of 40).",
     )
     tie_break: TieBreak = Field(
         "random",
         description="How a task whose top labels tie is decided: random draws one of them using the seed, "
         "smallest takes the first in label order.",
     )
-    seed: int = Field(0, ge=0, description="Seed of the random tie-break, so that a rerun gives the same labels.")
+    seed: int = Field(
+        0,
+        ge=0,
+        description="Seed of the random tie-break and of ebcc's random starts, so that a rerun gives the same labels.",
+    )
     duplicates: DuplicatePolicy = Field(
         "error",
         description="What happens when a worker labelled the same task twice: error stops the run, keep_last "

@@ -312,6 +312,11 @@ def fit_buckets(
         ``progress(fraction)`` during the PGD iterations.
     """
     o = options
+    if o.method == "ebcc":
+        raise ValueError(
+            "method ebcc fits in memory only (its subtype posteriors are one row per task); use method ds for "
+            "a partitioned run, or run ebcc without partitions"
+        )
     if o.method.startswith("crowdkit:"):
         raise ValueError(
             f"method {o.method} runs crowd-kit on every label in one process, never in passes: use fit_skills"

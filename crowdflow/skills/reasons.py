@@ -30,6 +30,10 @@ def explain_missing_skills(table: pd.DataFrame, diag: pd.DataFrame | None, metho
         explain_missing(table, [c for c in table.columns if c not in ("lower", "upper")], why, where=status == st)
     if method == "ds":
         explain_missing(table, ["vote_weight"], "full Dawid-Skene votes with the confusion matrix (no scalar weight)")
+    if method == "ebcc":
+        explain_missing(
+            table, ["vote_weight"], "EBCC votes with its per-subtype answer distributions (no scalar weight)"
+        )
     if method != "pgd":
         explain_missing(table, ["lower", "upper"], f"the feasibility box is computed by method pgd only, not {method}")
     else:

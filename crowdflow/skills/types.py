@@ -19,9 +19,9 @@ Policy = Literal["raise", "flag"]
 #: tasks none of whose labellers is identified: majority vote, or zero weights (docs/methods/skills.md §3.3)
 Fallback = Literal["mv", "zero"]
 #: crowdflow's own aggregation methods
-NativeMethod = Literal["pgd", "onecoin_ds", "ds", "mv"]
+NativeMethod = Literal["pgd", "onecoin_ds", "ds", "mv", "ebcc"]
 #: Crowd-Kit's classification aggregators, run by crowd-kit itself (an optional extra;
-#: crowdflow/skills/crowdkit_adapter.py, docs/methods/skills.md §7.5)
+#: crowdflow/skills/crowdkit_adapter.py, docs/methods/skills.md §7.7)
 CrowdkitMethod = Literal[
     "crowdkit:DawidSkene",
     "crowdkit:OneCoinDawidSkene",
