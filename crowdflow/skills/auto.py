@@ -123,6 +123,31 @@ def _majority(lm: LabelMatrix, o: SkillsOptions) -> Predictive:
     return Predictive(post, _shared_coin(p, lm.n_workers, m))
 
 
+def _ebcc(lm: LabelMatrix, o: SkillsOptions) -> Predictive:
+    """EBCC's predictive law: its class posteriors and each worker's answer table mixed over the subtypes
+    (Σ_m E[π_km] E[v_jkm·]); one seeded start per fold (the refit on all labels keeps ``ebcc_restarts``)."""
+    import warnings
+
+    from crowdflow.skills.ebcc import ebcc
+
+    with warnings.catch_warnings():  # a cap hit is reported through ``converged``, as for the other candidates
+        warnings.simplefilter("ignore", RuntimeWarning)
+        r = ebcc(
+            lm,
+            n_subtypes=o.ebcc_subtypes,
+            subtype_prior=o.ebcc_subtype_prior,
+            class_prior=o.ebcc_class_prior,
+            diag_prior=o.ebcc_diag_prior,
+            off_diag_prior=o.ebcc_off_diag_prior,
+            tol=o.ebcc_tol,
+            max_iter=o.ebcc_max_iter,
+            restarts=1,
+            tie_break="smallest",
+            seed=o.seed,
+        )
+    return Predictive(r.posteriors, r.confusion, r.converged, r.iterations)
+
+
 #: the candidates of ``method: auto`` (name → refit options, predictive fit); the names are the ``auto_candidates``
 #: choices (``crowdflow.skills.types.AutoCandidate`` spells the same names for the options). Adding a method is one
 #: line here and its name there.
@@ -131,7 +156,14 @@ CANDIDATES: dict[str, Candidate] = {
     "ds_classic": Candidate({"method": "ds", "ds_prior": 0.0}, _ds_classic),
     "onecoin_ds": Candidate({"method": "onecoin_ds"}, _one_coin),
     "mv": Candidate({"method": "mv"}, _majority),
+    "ebcc": Candidate({"method": "ebcc"}, _ebcc),
 }
+
+#: the candidates compared when ``auto_candidates`` is empty. EBCC is registered but opt-in
+#: (``auto_candidates: [ds, ds_classic, onecoin_ds, mv, ebcc]``): it costs K seeded VI fits on top of the others
+#: (about 20 s per fit at 2·10^4 labels) and was not better than ``ds`` on the public gold sets but one
+#: (benchmarks/results/ebcc.md; docs/methods/skills.md §7.5).
+DEFAULT_CANDIDATES: tuple[str, ...] = ("ds", "ds_classic", "onecoin_ds", "mv")
 
 
 def fold_ids(lm: LabelMatrix, n_folds: int, seed: int) -> np.ndarray:
@@ -235,7 +267,7 @@ def choose(
     k = int(n_folds if n_folds is not None else options.auto_folds)
     s = int(seed if seed is not None else options.seed)
     if candidates is None:
-        names: list[str] = list(options.auto_candidates or CANDIDATES)
+        names: list[str] = list(options.auto_candidates or DEFAULT_CANDIDATES)
         candidates = {n: CANDIDATES[n] for n in names}
     folds = fold_ids(lm, k, s)
     held = folds >= 0

@@ -194,7 +194,9 @@ class SkillsOptions(Options):
     auto_candidates: list[AutoCandidate] | None = Field(
         None,
         title="Methods auto compares",
-        description="Method auto: the candidates it compares (ds, ds_classic, onecoin_ds, mv); empty means all.",
+        description="Method auto: the candidates it compares (ds, ds_classic, onecoin_ds, mv, ebcc); empty means "
+        "ds, ds_classic, onecoin_ds and mv (ebcc only when named).",
+    )
     ebcc_subtypes: int = Field(
         10,
         ge=1,

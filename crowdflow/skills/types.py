@@ -36,7 +36,7 @@ CrowdkitMethod = Literal[
 #: the aggregation method of ``fit_skills``
 Method = Literal["auto", NativeMethod, CrowdkitMethod]
 #: the candidates of ``method: auto`` (the keys of ``crowdflow.skills.auto.CANDIDATES``, which a test keeps equal)
-AutoCandidate = Literal["ds", "ds_classic", "onecoin_ds", "mv"]
+AutoCandidate = Literal["ds", "ds_classic", "onecoin_ds", "mv", "ebcc"]
 #: ties among the top classes of a vote: a seeded random draw, or the first class in label order
 #: (docs/methods/skills.md §2.7)
 TieBreak = Literal["random", "smallest"]

@@ -1,4 +1,4 @@
-"""``method: auto`` (crowdflow.skills.auto, docs/methods/skills.md §7.5): held-out predictive log-likelihood
+"""``method: auto`` (crowdflow.skills.auto, docs/methods/skills.md §7.4): held-out predictive log-likelihood
 picks the model that generated the labels, and the held-out split never reaches the refit."""
 
 from __future__ import annotations
@@ -11,7 +11,16 @@ import pandas as pd
 import pytest
 
 from crowdflow.skills import SkillsOptions, fit_skills, prepare_labels
-from crowdflow.skills.auto import CANDIDATES, Candidate, Predictive, _subset, choose, fold_ids, heldout_log_lik
+from crowdflow.skills.auto import (
+    CANDIDATES,
+    DEFAULT_CANDIDATES,
+    Candidate,
+    Predictive,
+    _subset,
+    choose,
+    fold_ids,
+    heldout_log_lik,
+)
 from crowdflow.synth import skills as synth
 
 
@@ -22,7 +31,7 @@ def _lm(good: str, m: int, t: int, r: int, w: int, activity: str, seed: int):
 
 
 # crowds with enough labels per worker (>= 140) for a worker's parameters to be estimable; with a handful of
-# labels per worker the one-parameter law of majority vote predicts better (docs/methods/skills.md §7.5)
+# labels per worker the one-parameter law of majority vote predicts better (docs/methods/skills.md §7.4)
 ONE_COIN = [
     *itertools.product([3, 4], [300, 2000], [7], [15], ["uniform", "zipf"], [1, 2]),
     *itertools.product([2], [2000], [3, 7], [15], ["uniform", "zipf"], [1, 2]),
@@ -148,9 +157,24 @@ def test_the_report_names_the_choice_every_score_and_a_capped_fit():
     actions = {a.id: a for a in skills_actions({}, {"method": "auto", "fit": fit})}
     chosen = actions["act-auto-choice"]
     assert res.metadata["auto_choice"] in chosen.text
-    assert chosen.table is not None and set(chosen.table["candidate"]) == set(CANDIDATES)
+    assert chosen.table is not None and set(chosen.table["candidate"]) == set(DEFAULT_CANDIDATES)
     assert "iteration cap" in chosen.text  # ds_max_iter=2: the DS candidates did not converge, and it says so
     if res.metadata["fit_status"] == "not_converged":
         assert "act-not-converged" in actions
     capped = {a.id for a in skills_actions({}, {"method": "ds", "fit": {"fit_status": "not_converged"}})}
     assert "act-not-converged" in capped
+
+
+def test_ebcc_is_a_candidate_when_named() -> None:
+    """EBCC enters the held-out comparison when auto_candidates names it, and is scored like the others."""
+    from crowdflow.labels import encode_labels
+
+    assert "ebcc" in CANDIDATES and "ebcc" not in DEFAULT_CANDIDATES
+    n_w = 12
+    wi, ti = synth.random_assignment(n_w, 150, 5, seed=3)
+    data = synth.one_coin_labels(np.linspace(0.55, 0.9, n_w), wi, ti, 3, seed=3)
+    lm = encode_labels(data.labels)
+    o = SkillsOptions(method="auto", auto_candidates=["ds", "ebcc"], auto_folds=3, ebcc_restarts=1, seed=0)
+    picked = choose(lm, o)
+    assert set(picked.scores["candidate"]) == {"ds", "ebcc"}
+    assert np.isfinite(picked.scores["mean_log_lik"]).all()
