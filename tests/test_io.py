@@ -86,7 +86,7 @@ def test_crowdkit_pairwise_names_and_winner(tmp_path: Path) -> None:
     ]
     assert t.df["outcome"].tolist() == [1.0, -1.0, 0.0]
     bad = _write(tmp_path / "q.csv", "annotator,item_a,item_b,winner\nu,a,b,z\n")
-    with pytest.raises(InputError, match="neither item_a, item_b nor 'tie'"):
+    with pytest.raises(InputError, match="neither item_a, item_b nor a tie"):
         read_table(bad, COMPARISONS)
 
 
