@@ -43,9 +43,8 @@ def storage_options_of(source: SourceSpec, kind: str = "input") -> dict[str, Any
     """
     if not source.storage_options:
         return None
-    raw = {
-        k: v.model_dump(exclude_none=True) if isinstance(v, StorageSecret) else v for k, v in source.storage_options.items()
-    }
+    opts = source.storage_options
+    raw = {k: v.model_dump(exclude_none=True) if isinstance(v, StorageSecret) else v for k, v in opts.items()}
     return resolve_storage_options(raw, load_secret=lambda name: load_secret_block(name, f"{kind} storage_options"))
 
 
