@@ -29,7 +29,6 @@ Relative paths are resolved against the spec file's folder.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -55,12 +54,16 @@ from crowdflow.personal_rankings.options import PersonalRankingsOptions
 from crowdflow.ranking import RankingOptions
 from crowdflow.skills import SkillsOptions
 from crowdflow.storage.listing import local_path
-from crowdflow.storage.secrets import NO_INLINE_SECRET_PATTERN, NO_USERINFO_PATTERN, refuse_inline_secret
+from crowdflow.storage.secrets import (
+    NO_INLINE_SECRET_PATTERN,
+    NO_USERINFO_PATTERN,
+    PUBLIC_STORAGE_OPTIONS,
+    refuse_inline_secret,
+    storage_option_refusal,
+)
 
 CheckMode = Literal["block", "warn"]
 Scalar = str | int | float | bool | None
-# storage option names that hold a credential (key, secret, token, password, credentials)
-_SECRET_OPTION = re.compile(r"(^|_)(key|secret|token|password|passwd|credentials?)($|_)", re.IGNORECASE)
 SQL_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,62}$"
 
 
@@ -85,6 +88,41 @@ class Credentials(_Strict):
         if self.password_env is not None and self.password_secret is not None:
             raise ValueError("give password_env or password_secret, not both")
         return self
+
+
+class StorageSecret(_Strict):
+    """Where a secret storage option's value comes from: an environment variable or a Prefect Secret block."""
+
+    env: str | None = Field(
+        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="An environment variable of the flow and the workers."
+    )
+    secret_block: str | None = Field(None, min_length=1, description="The name of a Prefect Secret block.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> StorageSecret:
+        if (self.env is None) == (self.secret_block is None):
+            raise ValueError("a secret storage option is {env: VARIABLE} or {secret_block: name}")
+        return self
+
+
+def _storage_options_schema(schema: dict[str, Any]) -> None:
+    """The form of ``storage_options``: public keys take a value, every other key only a secret reference, so a
+    Prefect server refuses a run whose parameters hold an inline secret before it stores them."""
+    values = schema.get("additionalProperties", {}).get("anyOf", [])
+    ref = next(v for v in values if "$ref" in v)  # pydantic's own reference to StorageSecret
+    scalar = [v for v in values if "$ref" not in v]
+    schema.clear()
+    schema.update(
+        {
+            "type": "object",
+            "title": "Storage Options",
+            "description": "Options of the file system of a URL path (s3://, gs://): "
+            f"{', '.join(sorted(PUBLIC_STORAGE_OPTIONS))} take a value; any other option (a key, token, "
+            "connection string…) is a secret, given as {env: VARIABLE} or {secret_block: name}.",
+            "properties": {k: {"anyOf": scalar} for k in sorted(PUBLIC_STORAGE_OPTIONS)},
+            "additionalProperties": ref,
+        }
+    )
 
 
 def _check_connection(url: str) -> str:
@@ -179,10 +217,11 @@ class SourceSpec(Credentials):
         default_factory=dict,
         description="Your column names where they differ from crowdflow's, as crowdflow name: yours (task: item_id).",
     )
-    storage_options: dict[str, Scalar] = Field(
+    storage_options: dict[str, StorageSecret | Scalar] = Field(
         default_factory=dict,
         description="Options of the file system of a URL path (s3://, gs://), e.g. endpoint_url or anon; "
-        "credentials come from the environment, never from the spec.",
+        "a secret option is {env: VARIABLE} or {secret_block: name}, never a value.",
+        json_schema_extra=_storage_options_schema,
     )
 
     @field_validator("connection")
@@ -255,14 +294,11 @@ class SourceSpec(Credentials):
             used = [k for k in ("params", "connection", "password_env", "password_secret") if getattr(self, k)]
             if used:
                 raise ValueError(f"{used} only apply to a sql source")
-            if self.storage_options and not self.is_url:
+            if self.storage_options and "://" not in (self.path or ""):
                 raise ValueError("storage_options apply to a URL path (s3://…, gs://…) only")
-            secret = [k for k in self.storage_options if _SECRET_OPTION.search(k)]
-            if secret:
-                raise ValueError(
-                    f"storage_options {secret} hold credentials, which never go in a spec: set them in the environment "
-                    "of the flow and the workers (AWS_ACCESS_KEY_ID, a profile, GOOGLE_APPLICATION_CREDENTIALS)"
-                )
+            refused = storage_option_refusal(dict(self.storage_options))
+            if refused:
+                raise ValueError(refused)
             if self.is_url:
                 refuse_inline_secret(self.path, "the path")
             return self

@@ -392,6 +392,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--out", help="output folder (overrides output.dir of the spec)")
     p.set_defaults(func=cmd_serve)
 
+    p = sub.add_parser("clean", help="remove the scratch folders killed runs left (never a live run's)")
+    p.add_argument("--out", help="a runner.scratch_dir to clean too (the system temp folder is always cleaned)")
+    p.set_defaults(func=cmd_clean)
+
     p = sub.add_parser("demo", help="run the bundled example (Snow et al. RTE labels, rank-one skills)")
     p.add_argument("--out", help="output folder (default ./crowdflow-out)")
     p.set_defaults(func=cmd_demo)
@@ -425,7 +429,35 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def cmd_clean(args: argparse.Namespace) -> int:
+    """``crowdflow clean``: remove ``crowdflow-run-*`` / ``crowdflow-dask-*`` folders whose run is dead."""
+    from crowdflow.storage.scratch import sweep
+
+    removed = sweep(None, *([os.path.abspath(args.out)] if args.out else []))
+    for folder in removed:
+        print(f"removed {folder}")
+    print(f"{len(removed)} folder(s) left by dead runs removed")
+    return 0
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    """SIGTERM ends the command like Ctrl-C, so every scratch folder is removed on the way out."""
+    raise KeyboardInterrupt
+
+
 def _run_command(args: argparse.Namespace) -> int:
+    import signal
+
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminate)
+        try:
+            return _run_guarded(args)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    return _run_guarded(args)
+
+
+def _run_guarded(args: argparse.Namespace) -> int:
     from crowdflow.contracts.errors import user_error
 
     try:

@@ -195,7 +195,7 @@ def finish_run(
         str(spec.output_dir()), spec.name, run_id, tables, manifest, spec.output.layout, files, datasets
     )
     if outcome.report is not None:
-        report_artifacts(outcome.report, Path(run_dir) / REPORT_FILE)
+        report_artifacts(outcome.report, Path(run_dir) / REPORT_FILE, spec.output_dir())
     if wh is not None:
         load_warehouse(run_dir, run_id, wh, spec.base_dir)
     get_run_logger().info("run %s completed in %.2f s → %s", run_id, clock.total, Path(run_dir).resolve())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from tasks.check_graph import check_graph
 from tasks.fit import fit_personal_models_task
 from tasks.ingest import ingest
 from tasks.partitioned import copy_on_workers, fit_personal_models_on_workers, list_dataset, scan_agents_on_workers
-from tasks.runners import runner_executor, scratch_folder
+from tasks.runners import run_scratch, runner_executor, scratch_folder
 from tasks.validate import validate
 
 
@@ -95,7 +94,7 @@ def _partitioned_personal_models(spec: PersonalModelsPipeline, run_id: str) -> d
     edges_report = validate(edges, "edges", spec.checks.validation, None)
     scratch_root = scratch_folder(spec.runner.scratch_dir)
     with (
-        tempfile.TemporaryDirectory(prefix="crowdflow-run-", dir=scratch_root) as scratch,
+        run_scratch(scratch_root) as scratch,
         runner_executor(spec.runner) as executor,
     ):
         parts = list_dataset(spec, spec.agents, "agents")

@@ -227,11 +227,12 @@ def _prepare_partitioned(spec: SkillsPipeline, src: Any, out: Prepared, validate
     from crowdflow.skills.partitioned import dictionaries, encode_buckets, read_and_split
     from crowdflow.storage.datasets import list_partitions
     from schemas.validation import require_all_valid, validate_loaded
+    from tasks.sources import storage_options_of
 
     def one_by_one(fn: Any, items: list[Any]) -> list[Any]:
         return [fn(x) for x in items]
 
-    parts = list_partitions(spec.location_of(src), src.storage_options or None)
+    parts = list_partitions(spec.location_of(src), storage_options_of(src, "labels"))
     allowed = {"label": spec.skills.classes} if spec.skills.classes else None
     check = functools.partial(validate_loaded, kind="labels", allowed=allowed) if validate else None
     with tempfile.TemporaryDirectory(prefix="crowdflow-validate-") as tmp:
@@ -264,8 +265,9 @@ def _prepare_dataset(spec: PipelineBase, kind: str, src: Any, out: Prepared, val
     from crowdflow.contracts.tables import INPUTS
     from crowdflow.storage.datasets import list_partitions, read_partition
     from schemas.validation import require_all_valid, validate_loaded
+    from tasks.sources import storage_options_of
 
-    parts = list_partitions(spec.location_of(src), src.storage_options or None)
+    parts = list_partitions(spec.location_of(src), storage_options_of(src, kind))
     reports, pieces, n_rows = [], [], 0
     for part in parts:
         loaded = read_partition(part, INPUTS[kind], src.columns or None)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from tasks.artifacts import set_pipeline
 from tasks.check_graph import check_comparisons
 from tasks.fit import fit_ranking_task
 from tasks.partitioned import copy_on_workers, fit_ranking_on_workers, list_dataset
-from tasks.runners import runner_executor, scratch_folder
+from tasks.runners import run_scratch, runner_executor, scratch_folder
 
 
 @flow(name="crowdflow-ranking", log_prints=True)
@@ -75,7 +74,7 @@ def _partitioned_ranking(spec: RankingPipeline, run_id: str) -> dict[str, Any]:
     set_pipeline(spec.name)
     scratch_root = scratch_folder(spec.runner.scratch_dir)
     with (
-        tempfile.TemporaryDirectory(prefix="crowdflow-run-", dir=scratch_root) as scratch,
+        run_scratch(scratch_root) as scratch,
         runner_executor(spec.runner) as executor,
     ):
         parts = list_dataset(spec, spec.comparisons, "comparisons")

@@ -5,7 +5,6 @@ Nothing is written unless every blocking step passes; the export is one atomic s
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from tasks.check_graph import check_graph
 from tasks.fit import fit_skills_task
 from tasks.ingest import ingest
 from tasks.partitioned import encode_on_workers, fit_on_workers, list_dataset, split_on_workers
-from tasks.runners import runner_executor, scratch_folder
+from tasks.runners import run_scratch, runner_executor, scratch_folder
 from tasks.validate import validate
 
 _FIT_KEYS = (
@@ -150,7 +149,7 @@ def _partitioned_skills(spec: SkillsPipeline, run_id: str) -> dict[str, Any]:
     truth_report = validate(truth_table, "truth", spec.checks.validation, None) if truth_table is not None else None
     scratch_root = scratch_folder(spec.runner.scratch_dir)
     with (
-        tempfile.TemporaryDirectory(prefix="crowdflow-run-", dir=scratch_root) as scratch,
+        run_scratch(scratch_root) as scratch,
         runner_executor(spec.runner) as executor,
     ):
         parts = list_dataset(spec, spec.labels, "labels")

@@ -79,17 +79,49 @@ def frame_to_markdown(df: pd.DataFrame, max_rows: int = 20, empty: str = "_(none
     return "\n".join(lines)
 
 
-def report_artifacts(report: RunReport, path: Path) -> None:
+#: Where the output folder is served for browsers elsewhere (``https://files.example.com/crowdflow-out``, an
+#: ``s3://`` console URL…), set on the worker: the report's link is this URL plus the report's path under the folder.
+REPORT_BASE_URL_ENV = "CROWDFLOW_REPORT_BASE_URL"
+
+
+def report_link(path: Path, root: Path | None, base_url: str | None = None) -> tuple[str, str]:
+    """The URL of ``report.html`` for a browser on another machine, and a sentence saying where it is.
+
+    With ``base_url`` (default: :data:`REPORT_BASE_URL_ENV` of the environment) and the report under ``root`` (the
+    spec's output folder): ``base_url/<path under root>``, which works wherever that URL is served. Otherwise the
+    ``file://`` URL of the run folder, which opens only where that folder is mounted at the same path (a shared
+    folder); the sentence names the host that wrote it so a reader elsewhere knows where to look.
+    """
+    import os
+    import socket
+    from urllib.parse import quote
+
+    base = (os.environ.get(REPORT_BASE_URL_ENV, "") if base_url is None else base_url).strip()
+    full = path.resolve()
+    if base and root is not None and full.is_relative_to(root.resolve()):
+        rel = full.relative_to(root.resolve()).as_posix()
+        return f"{base.rstrip('/')}/{quote(rel)}", f"served from {base.rstrip('/')}"
+    return full.as_uri(), (
+        f"a file on {socket.gethostname()}: opens where the run folder is shared at the same path; "
+        f"set {REPORT_BASE_URL_ENV} on the worker to link it by a URL that works anywhere"
+    )
+
+
+def report_artifacts(report: RunReport, path: Path, root: Path | None = None) -> None:
     """Publish the run report's key figures as a markdown artifact, and a link artifact to ``report.html``.
+
+    The link is :func:`report_link`'s URL (the output folder's served URL when configured, else the shared run
+    folder's ``file://`` URL); the markdown artifact embeds the report's key numbers, so the UI shows them even where
+    the link cannot be opened.
 
     Each figure becomes a markdown image with a ``data:image/png;base64`` URI (the Prefect UI's markdown
     renderer does not strip ``data:`` image sources), its caption and a small table of the plotted
     numbers; past :data:`MAX_ARTIFACT_IMAGE_BYTES` only the tables are kept.
     """
-    uri = path.resolve().as_uri()
+    uri, where = report_link(path, root)
     lines = [
         "# Run report\n",
-        f"Full page (static, self-contained): [{path.name}]({uri}) — `{path}`\n",
+        f"Full page (static, self-contained): [{path.name}]({uri}) — {where}\n",
         frame_to_markdown(report.summary, max_rows=50),
     ]
     if report.actions:
@@ -116,5 +148,8 @@ def report_artifacts(report: RunReport, path: Path) -> None:
             lines.append(frame_to_markdown(fig.data, max_rows=10))
     markdown("run-report", "\n".join(lines), "key figures of the run report")
     create_link_artifact(
-        key=artifact_key("run-report-file"), link=uri, link_text=path.name, description="the run's static report.html"
+        key=artifact_key("run-report-file"),
+        link=uri,
+        link_text=path.name,
+        description=f"the run's static report.html ({where})",
     )

@@ -37,6 +37,7 @@ from crowdflow.storage.datasets import Partition, dataset_fingerprint, list_part
 from schemas.validation import ValidationReport, combined_message, require_all_valid, validate_loaded
 from tasks.artifacts import markdown
 from tasks.progress import fit_progress
+from tasks.sources import storage_options_of
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ class SplitLabels:
 @task(name="list-dataset", cache_policy=NONE, task_run_name="list-{kind}")
 def list_dataset(spec: PipelineBase, source: SourceSpec, kind: str) -> list[Partition]:
     """The dataset's Parquet files (names and sizes; no row is read)."""
-    parts = list_partitions(spec.location_of(source), source.storage_options or None)
+    parts = list_partitions(spec.location_of(source), storage_options_of(source, kind))
     get_run_logger().info(
         "%s: %d Parquet files, %.1f MB, read by the Dask workers",
         parts[0].dataset,

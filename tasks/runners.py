@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,11 +21,23 @@ from pathlib import Path
 from typing import Any
 
 from crowdflow.contracts.errors import RunnerError, SpecError
+from crowdflow.storage.scratch import owned_scratch, sweep
 from crowdflow.storage.secrets import redact
 
 MapFn = Callable[[Callable[[Any], Any], list[Any]], list[Any]]
 
 log = logging.getLogger(__name__)
+
+
+@contextmanager
+def run_scratch(scratch_root: str | None) -> Iterator[str]:
+    """The run's own scratch folder (``crowdflow-run-*``), after removing what dead runs left beside it."""
+    removed = sweep(scratch_root) if scratch_root is not None else []
+    removed += sweep(None)
+    if removed:
+        log.warning("removed %d scratch folder(s) left by killed runs: %s", len(removed), removed)
+    with owned_scratch("crowdflow-run-", scratch_root) as folder:
+        yield folder
 
 
 def scratch_folder(path: str | None) -> str | None:
@@ -161,25 +172,25 @@ def dask_executor(
     for name in ("distributed", "distributed.scheduler", "distributed.nanny", "distributed.core"):
         logging.getLogger(name).setLevel(logging.WARNING)  # the cluster's start and stop are not the run's news
     cluster = None
-    scratch = tempfile.TemporaryDirectory(prefix="crowdflow-dask-")
-    try:
-        if address is None:
-            cluster = LocalCluster(
-                n_workers=n_workers,
-                threads_per_worker=1,
-                processes=processes,
-                dashboard_address=":0",
-                local_directory=scratch.name,
-                **({"memory_limit": memory_limit} if memory_limit else {}),
-            )
-            client = Client(cluster)
-        else:
-            client = connect(address, worker_timeout)
+    sweep(None)  # what killed runs left in the temp folder
+    with owned_scratch("crowdflow-dask-") as scratch:
         try:
-            yield DaskMap(client)
+            if address is None:
+                cluster = LocalCluster(
+                    n_workers=n_workers,
+                    threads_per_worker=1,
+                    processes=processes,
+                    dashboard_address=":0",
+                    local_directory=scratch,
+                    **({"memory_limit": memory_limit} if memory_limit else {}),
+                )
+                client = Client(cluster)
+            else:
+                client = connect(address, worker_timeout)
+            try:
+                yield DaskMap(client)
+            finally:
+                client.close()
         finally:
-            client.close()
-    finally:
-        if cluster is not None:
-            cluster.close()
-        scratch.cleanup()
+            if cluster is not None:
+                cluster.close()

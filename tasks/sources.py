@@ -12,9 +12,40 @@ from typing import Any, cast
 
 from crowdflow.contracts.errors import SpecError
 from crowdflow.contracts.tables import INPUTS
-from crowdflow.spec import Credentials, PipelineBase, SourceSpec
+from crowdflow.spec import Credentials, PipelineBase, SourceSpec, StorageSecret
 from crowdflow.storage.io import LoadedTable, read_query, read_table
+from crowdflow.storage.secrets import remember_secret, resolve_storage_options
 from crowdflow.storage.warehouse import password_from_env
+
+
+def load_secret_block(name: str, what: str = "storage_options", field: str = "secret_block") -> str:
+    """The value of the Prefect Secret block ``name`` (remembered for redaction); ``SpecError`` when missing."""
+    from prefect.blocks.system import Secret
+
+    try:
+        # _sync=True: the synchronous path of Prefect's sync/async dual API (stubs only know the async one)
+        block = cast(Secret[Any], Secret.load(name, _sync=True))  # type: ignore[call-arg]
+    except ValueError:
+        raise SpecError(
+            f"{what}: Prefect Secret block '{name}' ({field}) not found: create it (prefect block create secret, or "
+            "Secret(value=...).save(name)) on the server the worker uses"
+        ) from None
+    value = str(block.get())
+    remember_secret(value)
+    return value
+
+
+def storage_options_of(source: SourceSpec, kind: str = "input") -> dict[str, Any] | None:
+    """The source's fsspec options with ``{env: …}`` / ``{secret_block: …}`` resolved (None when it has none).
+
+    The resolved values go only to the file system that opens the URL; they are remembered so that
+    :func:`crowdflow.storage.secrets.redact` removes them from anything recorded.
+    """
+    if not source.storage_options:
+        return None
+    opts = source.storage_options
+    raw = {k: v.model_dump(exclude_none=True) if isinstance(v, StorageSecret) else v for k, v in opts.items()}
+    return resolve_storage_options(raw, load_secret=lambda name: load_secret_block(name, f"{kind} storage_options"))
 
 
 def resolve_password(creds: Credentials, what: str) -> str | None:
@@ -35,16 +66,7 @@ def resolve_password(creds: Credentials, what: str) -> str | None:
     if creds.password_env:
         return password_from_env(creds.password_env, what)
     if creds.password_secret:
-        from prefect.blocks.system import Secret
-
-        try:
-            # _sync=True: the synchronous path of Prefect's sync/async dual API (stubs only know the async one)
-            block = cast(Secret[Any], Secret.load(creds.password_secret, _sync=True))  # type: ignore[call-arg]
-        except ValueError:
-            raise SpecError(
-                f"{what}: Prefect Secret block '{creds.password_secret}' (password_secret) not found"
-            ) from None
-        return str(block.get())
+        return load_secret_block(creds.password_secret, what, "password_secret")
     return None
 
 

@@ -328,7 +328,7 @@ def test_a_bad_file_of_a_dataset_is_named_by_run_and_validate(rte_dir: Path, tmp
 @pytest.mark.parametrize(
     ("source", "runner", "message"),
     [
-        ({"path": "s3://bucket/labels/", "storage_options": {"secret": "x"}}, {"kind": "dask"}, "hold credentials"),
+        ({"path": "s3://bucket/labels/", "storage_options": {"secret": "x"}}, {"kind": "dask"}, "are secrets"),
         ({"path": "labels.csv", "storage_options": {"anon": True}}, {}, "apply to a URL path"),
         ({"path": "s3://user:pw@bucket/labels/"}, {"kind": "dask"}, "the path"),
     ],

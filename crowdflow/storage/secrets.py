@@ -116,7 +116,7 @@ def redact(value: Any, secrets: list[str] | None = None) -> Any:
     {'url': 'postgresql://ana:***@db:5432/crowd?sslmode=require'}
     """
     if secrets is None:
-        secrets = secret_env_values()
+        secrets = sorted({*secret_env_values(), *known_secrets()}, key=len, reverse=True)
     if isinstance(value, str):
         out = _URL_PASSWORD.sub(lambda m: m["head"] + REDACTED + m["at"], value)
         out = _QUERY_SECRET.sub(lambda m: m["head"] + REDACTED, out)
@@ -128,3 +128,131 @@ def redact(value: Any, secrets: list[str] | None = None) -> Any:
     if isinstance(value, list | tuple):
         return type(value)(redact(v, secrets) for v in value)
     return value
+
+
+# --- storage_options: secret unless known public ---------------------------------------------------------------------
+#: ``storage_options`` keys whose values are never credentials: documented fsspec / s3fs / gcsfs / adlfs options that
+#: say *where* or *how* to read (an endpoint, a region, caching, a profile's or project's or account's *name*), never
+#: *who may* read. Every other key (``key``, ``secret``, ``token``, ``connection_string``, ``passphrase``,
+#: ``sas_token``, ``client_secret``, anything new or misspelt) is a secret: its value comes from an environment
+#: variable (``{env: VAR}``) or a Prefect Secret block (``{secret_block: name}``), never inline. The list is short on
+#: purpose: a key missing from it costs a user one ``{env: …}``; a secret key on it would leak.
+PUBLIC_STORAGE_OPTIONS: frozenset[str] = frozenset(
+    {
+        "anon",  # s3fs/gcsfs/adlfs: anonymous access (a flag)
+        "use_ssl",  # s3fs
+        "endpoint_url",  # s3fs: an S3-compatible server's address (refused with a user part, see below)
+        "region_name",  # s3fs (botocore)
+        "requester_pays",  # s3fs, gcsfs
+        "version_aware",  # s3fs, gcsfs
+        "profile",  # s3fs: the *name* of a profile in ~/.aws (its keys stay in that file)
+        "project",  # gcsfs: a Google Cloud project id
+        "account_name",  # adlfs: the storage account's name (public: it is in every blob URL)
+        "default_fill_cache",  # fsspec caching knobs
+        "default_cache_type",
+        "default_block_size",
+        "cache_type",
+        "block_size",
+        "skip_instance_cache",
+        "use_listings_cache",
+        "listings_expiry_time",
+        "auto_mkdir",  # local file system
+    }
+)
+#: The two forms a secret storage option takes in a spec.
+SECRET_REF_KEYS = ("env", "secret_block")
+
+_KNOWN_SECRETS: set[str] = set()
+
+
+def storage_option_refusal(options: dict[str, Any]) -> str | None:
+    """Why ``options`` (a spec's ``storage_options``) cannot be accepted, naming keys only, or None.
+
+    A key on :data:`PUBLIC_STORAGE_OPTIONS` takes a plain value (an ``endpoint_url`` without a user part); every other
+    key takes only a reference, ``{"env": "VAR"}`` or ``{"secret_block": "name"}``.
+
+    Examples
+    --------
+    >>> storage_option_refusal({"anon": True, "key": {"env": "AWS_KEY"}}) is None
+    True
+    >>> storage_option_refusal({"connection_string": "AccountKey=abc"})  # doctest: +ELLIPSIS
+    "storage_options ['connection_string'] are secrets ..."
+    """
+    inline = sorted(k for k, v in options.items() if k not in PUBLIC_STORAGE_OPTIONS and not is_secret_ref(v))
+    if inline:
+        return (
+            f"storage_options {inline} are secrets (only {sorted(PUBLIC_STORAGE_OPTIONS)} may be given inline) and "
+            "credentials never go in a spec: write {env: VARIABLE} (an environment variable of the flow and the "
+            "workers) or {secret_block: name} (a Prefect Secret block) instead of the value"
+        )
+    for k, v in options.items():
+        if k in PUBLIC_STORAGE_OPTIONS and isinstance(v, str) and inline_secret(v, allow_user=False):
+            return refusal(f"storage_options.{k}", inline_secret(v, allow_user=False) or "")
+    return None
+
+
+def is_secret_ref(value: Any) -> bool:
+    """Whether ``value`` is ``{"env": "VAR"}`` or ``{"secret_block": "name"}`` (a mapping or an object with those)."""
+    if isinstance(value, dict):
+        given = [k for k in SECRET_REF_KEYS if value.get(k)]
+        return len(given) == 1 and set(value) <= {*SECRET_REF_KEYS}
+    return any(getattr(value, k, None) for k in SECRET_REF_KEYS)
+
+
+def resolve_storage_options(
+    options: dict[str, Any],
+    load_secret: Any = None,
+    environ: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The file system's options with every secret reference replaced by its value (kept out of every record).
+
+    Parameters
+    ----------
+    options : dict
+        The spec's ``storage_options`` (plain public values and ``{env: …}`` / ``{secret_block: …}`` references).
+    load_secret : callable(str) -> str, optional
+        Loads a Prefect Secret block by name (the tasks layer passes it; the library never imports Prefect).
+    environ : dict, optional
+        The environment (``os.environ`` by default).
+
+    Raises
+    ------
+    crowdflow.contracts.errors.SpecError
+        A variable that is not set, or a secret block without a loader; the message names it, never a value.
+    """
+    from crowdflow.contracts.errors import SpecError
+
+    env = os.environ if environ is None else environ
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        if not is_secret_ref(value):
+            out[key] = value
+            continue
+        ref = value if isinstance(value, dict) else {k: getattr(value, k, None) for k in SECRET_REF_KEYS}
+        if ref.get("env"):
+            name = str(ref["env"])
+            if name not in env:
+                raise SpecError(
+                    f"storage_options.{key} reads the environment variable {name}, which is not set where the flow "
+                    f"runs: set {name} on the worker (and the Dask workers)"
+                )
+            secret = env[name]
+        else:
+            block = str(ref["secret_block"])
+            if load_secret is None:
+                raise SpecError(f"storage_options.{key} names the Prefect Secret block {block!r}: run it as a flow")
+            secret = str(load_secret(block))
+        remember_secret(secret)
+        out[key] = secret
+    return out
+
+
+def remember_secret(value: str, min_length: int = 4) -> None:
+    """Add ``value`` to the secrets :func:`redact` removes from every recorded string (this process)."""
+    if isinstance(value, str) and len(value) >= min_length:
+        _KNOWN_SECRETS.add(value)
+
+
+def known_secrets() -> list[str]:
+    """Secret values resolved in this process (longest first)."""
+    return sorted(_KNOWN_SECRETS, key=len, reverse=True)
