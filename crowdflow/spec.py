@@ -109,8 +109,20 @@ def _storage_options_schema(schema: dict[str, Any]) -> None:
     """The form of ``storage_options``: public keys take a value, every other key only a secret reference, so a
     Prefect server refuses a run whose parameters hold an inline secret before it stores them."""
     values = schema.get("additionalProperties", {}).get("anyOf", [])
-    ref = next(v for v in values if "$ref" in v)  # pydantic's own reference to StorageSecret
     scalar = [v for v in values if "$ref" not in v]
+    # the reference written out, not as pydantic's $ref to StorageSecret: the form inlines every choice (the
+    # Prefect UI draws a $ref as a raw JSON box), and a $ref copied into the source kinds' branches is dangling
+    ref = {
+        "title": "Secret reference",
+        "type": "object",
+        "properties": {
+            "env": {"type": "string", "title": "Environment variable", "minLength": 1},
+            "secret_block": {"type": "string", "title": "Prefect Secret block", "minLength": 1},
+        },
+        "additionalProperties": False,
+        "minProperties": 1,
+        "maxProperties": 1,
+    }
     schema.clear()
     schema.update(
         {

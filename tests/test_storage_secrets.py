@@ -14,10 +14,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from fsspec.implementations.local import LocalFileSystem
 
 from crowdflow.contracts.errors import SpecError
 from crowdflow.spec import parse_spec
@@ -30,6 +32,29 @@ INLINE_MARK = "Mk-inline-55e1b0"
 # credentials under names the old rule (key/secret/token/password/credentials) let through, and a few it caught
 SECRET_KEYS = ["connection_string", "passphrase", "sas_token", "client_secret", "key", "account_key", "x_made_up"]
 DASK = {"kind": "dask", "n_workers": 1, "processes": False, "partitions": 2}
+
+
+class _OptionsFS(LocalFileSystem):
+    """A remote-looking file system (``cftest://``) over the local disk that takes any option, as s3fs or adlfs
+    take their credentials: a ``file://`` URL is a local path (never an fsspec file system), so the test reaches
+    the storage options' whole way (spec → resolution → fsspec) through this protocol instead."""
+
+    protocol = "cftest"
+
+    def __init__(self, *args: Any, **storage_options: Any) -> None:
+        super().__init__()
+
+    @classmethod
+    def _strip_protocol(cls, path: Any) -> Any:
+        text = str(path)
+        return super()._strip_protocol(text[len("cftest://") :] if text.startswith("cftest://") else text)
+
+
+fsspec.register_implementation("cftest", _OptionsFS, clobber=True)
+
+
+def _remote(path: Path) -> str:
+    return "cftest://" + str(path)
 
 
 def _spec(path: str, options: dict[str, Any], out: str = "out") -> dict[str, Any]:
@@ -118,7 +143,7 @@ def test_no_run_writes_a_storage_secret_anywhere(
     capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A marker in every secret option of every input kind (file, folder, hive folder, all as file:// URLs; a SQL or
+    """A marker in every secret option of every input kind (file, folder, hive folder, all as remote URLs; a SQL or
     local source takes no storage_options): the runs succeed, the file system got the values, nothing recorded them."""
     import fsspec.core
     from prefect.blocks.system import Secret
@@ -147,7 +172,7 @@ def test_no_run_writes_a_storage_secret_anywhere(
     options["anon"] = False
     runs = []
     for kind, path in _inputs(rte_dir, data).items():
-        spec = parse_spec(_spec(path.as_uri(), options, str(work / "out")), base_dir=work)
+        spec = parse_spec(_spec(_remote(path), options, str(work / "out")), base_dir=work)
         runs.append(run_pipeline(spec))
         assert (Path(runs[-1]["run_dir"]) / "manifest.json").exists(), kind
     assert len(seen) >= 3
@@ -157,7 +182,7 @@ def test_no_run_writes_a_storage_secret_anywhere(
     assert "CF_TEST_STORAGE_SECRET" in json.dumps(manifest)  # the reference is recorded, not its value
     # an inline value through the Prefect server: refused by the parameter schema before it is stored
     deployment_id = run_pipeline.to_deployment(name="storage-secret-scan").apply()
-    inline = _spec(data.joinpath("folder").as_uri(), {"connection_string": INLINE_MARK})
+    inline = _spec(_remote(data.joinpath("folder")), {"connection_string": INLINE_MARK})
     with get_client(sync_client=True) as client, pytest.raises(PrefectHTTPStatusError) as exc:
         client.create_flow_run_from_deployment(deployment_id, parameters={"spec": inline})
     assert exc.value.response.status_code == 409
