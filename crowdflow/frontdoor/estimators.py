@@ -162,9 +162,10 @@ def _require(data: Any, columns: tuple[str, ...] = _COLUMNS, argument: str = "da
     missing = [c for c in columns if c not in data.columns]
     if missing:
         raise MissingColumn(
-            f"{argument}: missing required column" + ("s " if len(missing) > 1 else " ")
+            "missing required column" + ("s " if len(missing) > 1 else " ")
             + ", ".join(f"'{m}'" for m in missing) + f"; it has columns {list(data.columns)} (rename yours, e.g. "
             f"{argument}.rename(columns={{'item_id': '{missing[0]}'}}))",
+            path=argument,
             column=missing[0],
         )  # fmt: skip
     return data
@@ -282,12 +283,14 @@ class _Aggregator:
 
 
 def _accuracy(enc: _Encoded, labels: pd.Series) -> pd.Series:
-    """Crowd-Kit's majority-vote skill: the share of a worker's answers equal to the aggregated label (sorted)."""
+    """Crowd-Kit's majority-vote skill: the share of a worker's answers equal to the aggregated label (sorted);
+    an answer repeated with the same label counts once there."""
     agg = np.full(len(enc.tasks), -1, dtype=np.int64)
     agg[_codes(enc.tasks, labels.index)] = _codes(enc.classes, labels.to_numpy())
-    task_codes = _codes(enc.tasks, enc.data["task"])
-    hit = (_codes(enc.classes, enc.data["label"]) == agg[task_codes]).astype(np.float64)
-    workers = _codes(enc.workers, enc.data["worker"])
+    data = enc.data.drop_duplicates()
+    task_codes = _codes(enc.tasks, data["task"])
+    hit = (_codes(enc.classes, data["label"]) == agg[task_codes]).astype(np.float64)
+    workers = _codes(enc.workers, data["worker"])
     num = np.bincount(workers, weights=hit, minlength=len(enc.workers))
     den = np.bincount(workers, minlength=len(enc.workers)).astype(np.float64)
     codes, index = enc.worker_index("sorted")
