@@ -297,7 +297,7 @@ def fit_data(
     """
     job = spec.job
     if job == "skills":
-        return lm, {}
+        return (lm if "truth" not in frames else (lm, frames["truth"])), {}  # gold in the fit: the truth too
     if job in ("ranking", "personal_rankings"):
         return frames["comparisons"], {}
     if job == "personal_models":
