@@ -171,7 +171,9 @@ def test_estimator_interface() -> None:
     with pytest.raises(InputError, match="'worker'") as missing:
         cf.MajorityVote().fit(df.drop(columns="worker"))
     # a Crowd-Kit user's except KeyError catches it; the message is a sentence (no KeyError quotes), names `data`
-    assert isinstance(missing.value, KeyError) and str(missing.value).startswith("data, column 'worker': missing required column 'worker'")
+    assert isinstance(missing.value, KeyError) and str(missing.value).startswith(
+        "data, column 'worker': missing required column 'worker'"
+    )
     with pytest.raises(InputError, match="repeat a"):
         cf.MajorityVote(duplicates="error").fit(pd.concat([df, df.iloc[:1]]))
     assert len(cf.MajorityVote(duplicates="keep_first").fit_predict(pd.concat([df, df.iloc[:1]]))) == 60

@@ -91,7 +91,7 @@ def _compare(ours: Any, theirs: Any, what: str) -> None:
         e_ours = ours.errors_.loc[e_theirs.index, list(e_theirs.columns)]
         assert np.abs(e_ours.to_numpy() - e_theirs.to_numpy()).max() <= ATOL, what
         np.testing.assert_allclose(ours.loss_history_, theirs.loss_history_, rtol=0, atol=ATOL, err_msg=what)
-    if isinstance(theirs, ck.OneCoinDawidSkene) or isinstance(theirs, ck.MajorityVote):
+    if isinstance(theirs, (ck.OneCoinDawidSkene, ck.MajorityVote)):
         skills = ours.skills_.loc[theirs.skills_.index]
         np.testing.assert_allclose(skills.to_numpy(), theirs.skills_.to_numpy(), rtol=0, atol=ATOL, err_msg=what)
 
@@ -144,7 +144,9 @@ def test_majority_vote_family(seed: int) -> None:
     ours = cf.MajorityVote().fit(df)
     pd.testing.assert_series_equal(ours.labels_, theirs.labels_)
     _compare(ours, theirs, f"MV seed={seed}")
-    skills = pd.Series(np.random.default_rng(seed).uniform(0.1, 1.0, df["worker"].nunique()), index=pd.unique(df["worker"]))
+    skills = pd.Series(
+        np.random.default_rng(seed).uniform(0.1, 1.0, df["worker"].nunique()), index=pd.unique(df["worker"])
+    )
     pd.testing.assert_series_equal(cf.MajorityVote().fit_predict(df, skills), ck.MajorityVote().fit_predict(df, skills))
 
 

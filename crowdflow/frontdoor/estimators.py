@@ -19,28 +19,41 @@ Ids and labels keep their dtype (integer tasks stay integers). The order is Crow
 pandas 3): tasks and labels in the order they first appear in the data (weighted majority vote: sorted, as
 Crowd-Kit groups them), ``skills_`` sorted by worker except for :class:`OneCoinDawidSkene` (first appearance).
 
-Where they differ from Crowd-Kit (``tests/test_estimators.py`` runs the same DataFrames through both):
+Same arguments, same numbers: with Crowd-Kit's arguments and defaults, :class:`MajorityVote`, :class:`DawidSkene`
+and :class:`OneCoinDawidSkene` give Crowd-Kit 1.4.2's labels, probabilities and fitted attributes to 1e-6
+(``tests/test_estimators_parity.py``: generated families and the bundled sets; Crowd-Kit's own tests pass with only
+the import changed). The Dawid–Skene estimators run Crowd-Kit's EM schedule (:mod:`crowdflow.skills.classic_em`):
+gold answers ``fit(data, true_labels)`` pinned, ``initial_error`` / ``initial_error_strategy``, ``n_iter`` and
+``tol`` (0 included) with Crowd-Kit's meaning, empty input → empty results, the first tied label in ``probas_``
+column order, every repeated answer counted. A missing column raises
+:class:`~crowdflow.contracts.errors.MissingColumn` (a ``KeyError``), a bad value
+:class:`~crowdflow.contracts.errors.BadValue` (a ``ValueError``); both are ``InputError`` (CLI exit 2).
 
-- **Ties.** Crowd-Kit's label is the first tied label in its ``probas_`` column order (``idxmax``): the tied
-  label seen first in the data (weighted vote: the smallest). ``tie_break="first"`` is that rule, and then
-  :class:`MajorityVote` equals Crowd-Kit's on every task. The default, ``tie_break="random"``, breaks ties like
-  the pipeline's majority vote: a draw among the tied labels from a generator seeded by ``seed``, indexed by
-  (task, label) in sorted order, so the labels are the same on every rerun and under any row order, and a tie
-  does not favour the label that happens to come first. ``"smallest"`` takes the first tied label in sorted
-  order. Only tied tasks are affected; ``probas_`` never is.
-- **Dawid–Skene stopping and smoothing.** ``tol`` bounds the largest change of any estimated probability from
-  one EM iteration to the next (Crowd-Kit: the change of its evidence lower bound per answer, which it may stop
-  on early, even on a decrease), and ``smoothing`` adds a pseudo-count to every count (default 0.01, the
-  pipeline's; Crowd-Kit clips probabilities at 1e-10). Both run the same EM from the same start (majority-vote
-  shares), so with ``smoothing=0`` and a small ``tol`` (and Crowd-Kit run for all ``n_iter``, ``tol=-inf``)
-  labels are equal and probabilities agree to 1e-4 on every test set with 3 or more answers per task. With 2
-  answers per task EM reaches degenerate maxima (posteriors exactly 0 or 1) where the two clip differently and
-  end apart; a confusion row for a true label none of a worker's tasks has is 0/0 (Crowd-Kit fills it, we
-  give 0). ``prior`` (default 0, the classic model) is the pipeline's ``ds_prior``.
-- **Duplicates and missing values.** A repeated (task, worker) pair is refused (``duplicates="error"``, the
-  pipeline's default; ``keep_first``/``keep_last`` keep one answer), a missing id or label is refused, naming
-  the rows: :class:`~crowdflow.contracts.errors.InputError`. Crowd-Kit counts every row.
-- **Not supported**: the gold-label correction and the initial error matrices of Crowd-Kit's ``DawidSkene.fit``.
+crowdflow's additions are keyword options whose defaults leave Crowd-Kit's answers unchanged: ``smoothing`` and
+``prior`` (0), ``tie_break`` (``"first"``; ``"random"`` is the pipeline's seeded draw, ``"smallest"`` sorted order),
+``duplicates`` (``"keep_all"``; ``"error"``, ``"keep_first"``, ``"keep_last"``), gold for one-coin too.
+
+Where ``cf.DawidSkene()`` and ``cf.skills(df, method="ds")`` differ, and why (accuracy on public sets, A → D one
+difference at a time, ``python -m benchmarks.skills_frontdoor_gap``):
+
+=================  ==========================================  ==========================================
+setting            estimator (Crowd-Kit's fit)                 ``cf.skills(method="ds")`` (the pipeline)
+=================  ==========================================  ==========================================
+stopping           bound per answer rises < ``tol`` = 1e-5,    no parameter moves by ``ds_tol`` = 1e-6
+                   also stops on its first decrease            (SQUAREM-accelerated passes, at most 100)
+prior, smoothing   0 and 0 (probabilities clipped at 1e-10)    ``ds_prior`` 1 virtual right answer per
+                                                               worker and class, ``ds_smoothing`` 0.01
+ties               first tied label in column order            seeded draw among tied labels
+repeated answers   every row counts                            refused (``duplicates: error``)
+gold               ``fit(data, true_labels)``, pinned          ``gold_in_fit``, pinned, cross-fitted score
+=================  ==========================================  ==========================================
+
+Measured (accuracy; A: ``DawidSkene()``, B: A run long, ``n_iter=1000, tol=-inf``, C: B with ``prior=1,
+smoothing=0.01``, D: ``cf.skills(method="ds")``): bluebirds A 0.8889 (Crowd-Kit's bound decreases at iteration 2, it
+stops there) → B 0.8981 = C = D: the stopping rule; snow_rte A = B 0.9275 → C 0.9263 = D: the prior;
+gal_barzan_mozafari 0.709 (A) vs 0.707 (D) and gal_trec2011_vuurens 0.8127 vs 0.8101: the prior. C and D fit the
+same model to convergence and agree. ``DawidSkene(n_iter=1000, tol=-inf, prior=1, smoothing=0.01)`` gives the
+pipeline's labels; ``cf.skills(..., ds_prior=0, ds_smoothing=0)`` the classic model's.
 
 :class:`RankOneSkills` (the pipeline's ``method: pgd``, rank-one PGD; docs/methods/skills.md) has no Crowd-Kit
 counterpart; it has the same attributes plus ``workers_``, the pipeline's per-worker ``skills`` table.
@@ -60,9 +73,7 @@ from crowdflow.labels import DuplicatePolicy, LabelMatrix
 from crowdflow.skills import (
     SkillsOptions,
     canonical_label_matrix,
-    dawid_skene,
     fit_skills,
-    one_coin_dawid_skene,
     weighted_consensus,
     weighted_vote,
 )
@@ -642,22 +653,20 @@ class DawidSkene(_Aggregator):
         )
         return self
 
-    def fit_predict(  # type: ignore[override]
+    def fit_predict(
         self, data: pd.DataFrame, true_labels: pd.Series | None = None, initial_error: pd.DataFrame | None = None
     ) -> pd.Series:
         """Fit (gold and initial errors as in :meth:`fit`) and return ``labels_``."""
         return self.fit(data, true_labels, initial_error).labels_
 
-    def fit_predict_proba(  # type: ignore[override]
+    def fit_predict_proba(
         self, data: pd.DataFrame, true_labels: pd.Series | None = None, initial_error: pd.DataFrame | None = None
     ) -> pd.DataFrame:
         """Fit (gold and initial errors as in :meth:`fit`) and return ``probas_``."""
         return self.fit(data, true_labels, initial_error).probas_
 
     @staticmethod
-    def _errors(
-        enc: _Encoded, res: ClassicEMResult, labels: pd.Index, order: np.ndarray | None = None
-    ) -> pd.DataFrame:
+    def _errors(enc: _Encoded, res: ClassicEMResult, labels: pd.Index, order: np.ndarray | None = None) -> pd.DataFrame:
         """π as Crowd-Kit lays it out: a row per (worker, observed label) pair of the data in order of appearance
         (then the pairs only an initial table listed), or in ``order`` (codes w·M + m), a column per true label."""
         m = len(enc.classes)
@@ -783,6 +792,7 @@ class RankOneSkills(_Aggregator):
             **self.options,
         )
         enc = _encode(data, self.duplicates, "appearance" if self.tie_break == "first" else "sorted")
+        assert enc is not None  # without empty_ok an empty frame raises
         table = fit_skills(enc.lm, opts).skills
         ident = table["identifiable"].to_numpy(dtype=bool)
         if not ident.all():

@@ -50,7 +50,7 @@ def majority_shares(task: np.ndarray, label: np.ndarray, n_tasks: int, n_classes
     """Each task's vote shares (T×M), every answer counted once."""
     counts = np.zeros((n_tasks, n_classes))
     np.add.at(counts, (task, label), 1.0)
-    return counts / counts.sum(axis=1, keepdims=True)
+    return np.asarray(counts / counts.sum(axis=1, keepdims=True), dtype=np.float64)
 
 
 def _pin(post: np.ndarray, gold: np.ndarray) -> np.ndarray:
@@ -84,7 +84,7 @@ def _full_m_step(
         if prior:
             counts[:, np.arange(m), np.arange(m)] += prior
     counts = np.where(pairs[:, :, None], np.maximum(counts, EPS), 0.0)
-    return counts / counts.sum(axis=1, keepdims=True)
+    return np.asarray(counts / counts.sum(axis=1, keepdims=True), dtype=np.float64)
 
 
 def _one_coin_m_step(
@@ -105,7 +105,7 @@ def _e_step(
     np.add.at(logs, task, np.log2(errors[worker, label]))
     logs += np.log2(np.maximum(q, EPS))
     scaled = np.exp2(logs - logs.max(axis=1, keepdims=True))
-    return scaled / scaled.sum(axis=1, keepdims=True)
+    return np.asarray(scaled / scaled.sum(axis=1, keepdims=True), dtype=np.float64)
 
 
 def _bound(

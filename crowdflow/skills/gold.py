@@ -17,7 +17,7 @@ K + 1 fits in all. The estimate is that of a fit with (K − 1)/K of the gold, s
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np

@@ -275,7 +275,7 @@ def _apply_columns(
             renamed[source] = "outcome"
     missing = [c for c in schema.required if c not in df.columns]
     if missing:
-        where, what, how = _mapping_hint(path)
+        _where, what, how = _mapping_hint(path)
         raise MissingColumn(
             f"missing required column{'s' if len(missing) > 1 else ''} "
             + ", ".join(f"'{m}'" for m in missing)

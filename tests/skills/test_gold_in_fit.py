@@ -62,7 +62,7 @@ def test_planted_wrong_gold_on_one_fold_is_not_scored_by_a_fit_that_saw_it(metho
     labels, truth = _data(7, n_classes=2)
     gold = truth.sample(frac=0.5, random_state=7).reset_index(drop=True)
     lm = encode_labels(labels)
-    o = SkillsOptions(method=method, gold_in_fit=True, gold_folds=5, seed=3)
+    SkillsOptions(method=method, gold_in_fit=True, gold_folds=5, seed=3)
     _, has = gold_codes(lm, gold)
     fold0 = set(np.asarray(lm.tasks)[fold_ids(has, 5, 3) == 0])
     flip = gold["task"].astype(str).isin(fold0)
@@ -83,11 +83,11 @@ def test_planted_wrong_gold_on_one_fold_is_not_scored_by_a_fit_that_saw_it(metho
 
 
 def test_gold_in_fit_refused_where_it_cannot_run() -> None:
-    with pytest.raises(ValueError, match="pgd .*agreement rates"):
+    with pytest.raises(ValueError, match=r"pgd .*agreement rates"):
         SkillsOptions(method="pgd", gold_in_fit=True)
     with pytest.raises(ValueError, match="majority vote"):
         SkillsOptions(method="mv", gold_in_fit=True)
-    labels, truth = _data(0)
+    labels, _truth = _data(0)
     with pytest.raises(ValueError, match="pass them as truth"):
         cf.skills(labels, method="ds", gold_in_fit=True)
     with pytest.raises(ValueError, match="gold answers in the fit"):
