@@ -488,12 +488,6 @@ class SkillsPipeline(PipelineBase):
     )
     skills: SkillsOptions = Field(default_factory=SkillsOptions, description="How the answers are combined.")
 
-    @model_validator(mode="after")
-    def _gold_has_truth(self) -> SkillsPipeline:
-        if self.skills.gold_in_fit and self.truth is None:
-            raise ValueError("skills.gold_in_fit uses the known answers: give them as the truth input (task, label)")
-        return self
-
     def check_modes(self) -> dict[str, CheckMode]:
         """The checks' policies; the bipartite-component rule blocks only the rank-one method (pgd).
 

@@ -297,7 +297,8 @@ def fit_data(
     """
     job = spec.job
     if job == "skills":
-        return (lm if "truth" not in frames else (lm, frames["truth"])), {}  # gold in the fit: the truth too
+        gold_in_fit = isinstance(spec, SkillsPipeline) and spec.skills.gold_in_fit and "truth" in frames
+        return ((lm, frames["truth"]) if gold_in_fit else lm), {}  # gold in the fit: the known answers too
     if job in ("ranking", "personal_rankings"):
         return frames["comparisons"], {}
     if job == "personal_models":

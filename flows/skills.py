@@ -65,6 +65,8 @@ def skills_flow(spec: SkillsPipeline, run_id: str | None = None) -> dict[str, An
         ``run_dir``, ``run_id`` and ``metrics`` of the completed run.
     """
     run_id = run_id_for(run_id)
+    if spec.skills.gold_in_fit and spec.truth is None:  # before any step
+        raise SpecError("skills.gold_in_fit uses the known answers: give them as the truth input (task, label)")
     if spec.partitioned_input() is not None:
         if spec.skills.gold_in_fit:  # before any step
             raise SpecError(

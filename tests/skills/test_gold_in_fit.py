@@ -131,3 +131,31 @@ def test_pipeline_run_with_gold_in_fit_says_how_it_scored(tmp_path: Path, rte_di
     assert man["metrics"]["n_gold"] == 80 and 0.8 <= man["metrics"]["accuracy"] <= 1.0
     assert "cross-fitted: 4 folds" in (path.parent / "report.html").read_text()
     assert main([*args, "--method", "pgd", "--gold-in-fit", "--out", str(tmp_path / "o2")]) == 2
+    no_truth = ["skills", "--labels", str(rte_dir / "labels.csv"), "--method", "ds", "--gold-in-fit"]
+    assert main([*no_truth, "--out", str(tmp_path / "o3")]) == 2 and not (tmp_path / "o3").exists()
+
+
+def test_known_answers_in_the_fit_reach_its_cache_key() -> None:
+    """With gold_in_fit the truth enters the fit, so other gold must give another cache key (without it, none)."""
+    from crowdflow.spec import parse_spec
+    from crowdflow.storage.fingerprints import fit_key
+    from flows.pipeline import fit_data
+
+    labels, truth = _data(4)
+    lm = encode_labels(labels)
+    other = truth.assign(label=truth["label"].where(truth.index > 0, "2" if truth["label"].iloc[0] != "2" else "1"))
+
+    def key(gold_in_fit: bool, t: pd.DataFrame) -> str:
+        raw = {
+            "name": "g",
+            "job": "skills",
+            "labels": {"path": "l.csv"},
+            "truth": {"path": "t.csv"},
+            "output": {"dir": "o"},
+        }
+        spec = parse_spec({**raw, "skills": {"method": "ds", "gold_in_fit": gold_in_fit}})
+        data, settings = fit_data(spec, {"truth": t}, lm)
+        return fit_key("skills", data, spec.skills, ("local", None), **settings)  # type: ignore[attr-defined]
+
+    assert key(True, truth) != key(True, other)
+    assert key(False, truth) == key(False, other)
