@@ -51,7 +51,8 @@ gold               ``fit(data, true_labels)``, pinned          ``gold_in_fit``, 
 Measured (accuracy; A: ``DawidSkene()``, B: A run long, ``n_iter=1000, tol=-inf``, C: B with ``prior=1,
 smoothing=0.01``, D: ``cf.skills(method="ds")``): bluebirds A 0.8889 (Crowd-Kit's bound decreases at iteration 2, it
 stops there) → B 0.8981 = C = D: the stopping rule; snow_rte A = B 0.9275 → C 0.9263 = D: the prior;
-gal_barzan_mozafari 0.709 (A) vs 0.707 (D) and gal_trec2011_vuurens 0.8127 vs 0.8101: the prior. C and D fit the
+gal_barzan_mozafari A 0.709 → B 0.712 (stopping) → C 0.707 = D (prior);
+gal_trec2011_vuurens A = B 0.8127 → C 0.8101 = D: the prior. C and D fit the
 same model to convergence and agree. ``DawidSkene(n_iter=1000, tol=-inf, prior=1, smoothing=0.01)`` gives the
 pipeline's labels; ``cf.skills(..., ds_prior=0, ds_smoothing=0)`` the classic model's.
 
