@@ -311,12 +311,14 @@ def fit_data(
     """
     job = spec.job
     if job == "skills":
+        gold_in_fit = isinstance(spec, SkillsPipeline) and spec.skills.gold_in_fit and "truth" in frames
+        data = (lm, frames["truth"]) if gold_in_fit else lm  # gold in the fit: the known answers too
         # an upgraded crowd-kit is another fit: its version is part of a Crowd-Kit method's key
         if isinstance(spec, SkillsPipeline) and spec.skills.method.startswith("crowdkit:"):
             from crowdflow.skills.crowdkit_adapter import crowdkit_version
 
-            return lm, {"crowd_kit": crowdkit_version()}
-        return lm, {}
+            return data, {"crowd_kit": crowdkit_version()}
+        return data, {}
     if job in ("ranking", "personal_rankings"):
         return frames["comparisons"], {}
     if job == "personal_models":

@@ -11,6 +11,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 
+from crowdflow.contracts.errors import SpecError
 from crowdflow.labels import deduplicate, encode_labels
 from crowdflow.metrics import review_skills
 from crowdflow.skills import majority_vote, output_metrics, output_tables
@@ -44,6 +45,10 @@ _FIT_KEYS = (
     "crowdkit_version",
     "auto_choice",
     "auto",
+    "gold_in_fit",
+    "gold_folds",
+    "n_gold_in_fit",
+    "accuracy_scoring",
 )
 
 
@@ -64,7 +69,14 @@ def skills_flow(spec: SkillsPipeline, run_id: str | None = None) -> dict[str, An
         ``run_dir``, ``run_id`` and ``metrics`` of the completed run.
     """
     run_id = run_id_for(run_id)
+    if spec.skills.gold_in_fit and spec.truth is None:  # before any step
+        raise SpecError("skills.gold_in_fit uses the known answers: give them as the truth input (task, label)")
     if spec.partitioned_input() is not None:
+        if spec.skills.gold_in_fit:  # before any step
+            raise SpecError(
+                "skills.gold_in_fit runs on labels the flow reads whole; this spec reads them partition by partition "
+                "on Dask (a Parquet folder or URL with runner.kind: dask): drop gold_in_fit or give a file"
+            )
         return _partitioned_skills(spec, run_id)
     clock = Clock()
     opts = spec.skills
@@ -86,7 +98,11 @@ def skills_flow(spec: SkillsPipeline, run_id: str | None = None) -> dict[str, An
     graph = checked.report
     clock.lap("check_graph")
 
-    result, cache = fit_step(spec, fit_skills_task, fit_data(spec, {}, lm), lm, graph, opts, runner=spec.runner)
+    gold = truth.df if truth is not None and opts.gold_in_fit else None  # known answers in the fit (and its key)
+    result, cache = fit_step(
+        spec, fit_skills_task, fit_data(spec, {} if gold is None else {"truth": gold}, lm), lm, graph, opts,
+        runner=spec.runner, truth=gold,
+    )  # fmt: skip
     clock.lap("fit")
 
     meta = result.metadata

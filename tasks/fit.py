@@ -26,6 +26,7 @@ from crowdflow.personal_models import PersonalModelsOptions, PersonalModelsResul
 from crowdflow.personal_rankings import PersonalRankingResult, PersonalRankingsOptions, fit_personal_rankings
 from crowdflow.ranking import ComparisonGraph, RankingOptions, fit_ranking, output_tables
 from crowdflow.skills import SkillsOptions, SkillsResult, fit_skills
+from crowdflow.skills.gold import cross_fit
 from crowdflow.spec import RunnerSpec
 from tasks.progress import fit_progress
 from tasks.results import FIT_RESULTS
@@ -75,8 +76,12 @@ def fit_skills_task(
     options: SkillsOptions,
     fingerprint: str,
     runner: RunnerSpec | None = None,
+    truth: pd.DataFrame | None = None,
 ) -> Fitted[SkillsResult]:
     """Worker skills and consensus labels with the configured method (docs/methods/skills.md).
+
+    With ``options.gold_in_fit`` and ``truth``, the known answers enter the fit and the gold tasks' labels are
+    cross-fitted for scoring (:func:`crowdflow.skills.gold.cross_fit`: ``gold_folds`` extra fits).
 
     Unidentifiable components reach this step only when the identifiability check is ``warn``; their
     workers then get no skill (NaN, weight 0) and their tasks fall back per ``options.fallback``.
@@ -97,15 +102,18 @@ def fit_skills_task(
             )
             n_partitions = runner.partitions or 2 * runner.n_workers
         progress = stack.enter_context(fit_progress("fit-skills-progress", f"skills fit ({o.method})"))
-        result = fit_skills(
-            lm,
-            o,
-            graph_report=graph,
-            executor=executor,
-            n_partitions=n_partitions,
-            scratch_dir=scratch_dir,
-            progress=progress,
-        )
+        kwargs: dict[str, Any] = {
+            "graph_report": graph,
+            "executor": executor,
+            "n_partitions": n_partitions,
+            "scratch_dir": scratch_dir,
+            "progress": progress,
+        }
+        if o.gold_in_fit and truth is not None:
+            result = cross_fit(lm, o, truth, **kwargs)
+            logger.info("%s: gold answers in the fit; accuracy %s", o.method, result.metadata["accuracy_scoring"])
+        else:
+            result = fit_skills(lm, o, **kwargs)
     meta = result.metadata
     if "moments_partitions" in meta and runner is not None:
         logger.info(

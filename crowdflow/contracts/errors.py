@@ -1,5 +1,9 @@
 """Errors the pipeline reports to users, and the one rule that sorts every failure.
 
+Errors a Python caller may meet also derive from the built-in exception the same situation raises elsewhere
+(:class:`MissingColumn` is a ``KeyError``, :class:`BadValue` and :class:`DegenerateInput` are ``ValueError``), so
+code written for pandas or Crowd-Kit keeps catching them.
+
 Each error class carries enough context (file, row, column, component) for a one-line CLI message. Library
 functions raise ``ValueError`` for bad arguments; the pipeline layers turn bad *inputs* into these.
 
@@ -16,7 +20,7 @@ Two functions hold the rule every layer uses (tasks' retry conditions, the CLI's
 from __future__ import annotations
 
 import errno
-from typing import Any
+from typing import Any, cast
 
 
 class CrowdflowError(Exception):
@@ -75,6 +79,31 @@ class InputError(CrowdflowError):
             parts.append("rows " + ", ".join(str(r) for r in self.rows[:5]))
         where = ": ".join([", ".join(parts)]) if parts else ""
         super().__init__(f"{where}: {message}" if where else message)
+
+
+class _BuiltinMessage:
+    """Mixin for an error class that also derives from a built-in: ``str()`` is the plain message.
+
+    ``KeyError.__str__`` quotes its argument (``'missing column'`` in quotes); the library's messages are
+    sentences, so ``str()`` returns the message as given.
+    """
+
+    def __str__(self) -> str:
+        args = cast(BaseException, self).args
+        return str(args[0]) if args else ""
+
+
+class MissingColumn(_BuiltinMessage, InputError, KeyError):
+    """A required column is missing: also a ``KeyError``, what pandas (and a Crowd-Kit user) raise for one.
+
+    Every reader reports a missing column with this class (the rule: :func:`crowdflow.storage.io.read_frame` and
+    the estimators), so a notebook's ``except KeyError`` catches it and the CLI still exits 2.
+    """
+
+
+class BadValue(_BuiltinMessage, InputError, ValueError):
+    """A value the fit cannot use (a worker without a skill, a gold label not among the labels): also a
+    ``ValueError``, what a Crowd-Kit user catches in the same situation. CLI exit 2 like every input error."""
 
 
 class DegenerateInput(CrowdflowError, ValueError):

@@ -19,28 +19,42 @@ Ids and labels keep their dtype (integer tasks stay integers). The order is Crow
 pandas 3): tasks and labels in the order they first appear in the data (weighted majority vote: sorted, as
 Crowd-Kit groups them), ``skills_`` sorted by worker except for :class:`OneCoinDawidSkene` (first appearance).
 
-Where they differ from Crowd-Kit (``tests/test_estimators.py`` runs the same DataFrames through both):
+Same arguments, same numbers: with Crowd-Kit's arguments and defaults, :class:`MajorityVote`, :class:`DawidSkene`
+and :class:`OneCoinDawidSkene` give Crowd-Kit 1.4.2's labels, probabilities and fitted attributes to 1e-6
+(``tests/test_estimators_parity.py``: generated families and the bundled sets; Crowd-Kit's own tests pass with only
+the import changed). The Dawid–Skene estimators run Crowd-Kit's EM schedule (:mod:`crowdflow.skills.classic_em`):
+gold answers ``fit(data, true_labels)`` pinned, ``initial_error`` / ``initial_error_strategy``, ``n_iter`` and
+``tol`` (0 included) with Crowd-Kit's meaning, empty input → empty results, the first tied label in ``probas_``
+column order, every repeated answer counted. A missing column raises
+:class:`~crowdflow.contracts.errors.MissingColumn` (a ``KeyError``), a bad value
+:class:`~crowdflow.contracts.errors.BadValue` (a ``ValueError``); both are ``InputError`` (CLI exit 2).
 
-- **Ties.** Crowd-Kit's label is the first tied label in its ``probas_`` column order (``idxmax``): the tied
-  label seen first in the data (weighted vote: the smallest). ``tie_break="first"`` is that rule, and then
-  :class:`MajorityVote` equals Crowd-Kit's on every task. The default, ``tie_break="random"``, breaks ties like
-  the pipeline's majority vote: a draw among the tied labels from a generator seeded by ``seed``, indexed by
-  (task, label) in sorted order, so the labels are the same on every rerun and under any row order, and a tie
-  does not favour the label that happens to come first. ``"smallest"`` takes the first tied label in sorted
-  order. Only tied tasks are affected; ``probas_`` never is.
-- **Dawid–Skene stopping and smoothing.** ``tol`` bounds the largest change of any estimated probability from
-  one EM iteration to the next (Crowd-Kit: the change of its evidence lower bound per answer, which it may stop
-  on early, even on a decrease), and ``smoothing`` adds a pseudo-count to every count (default 0.01, the
-  pipeline's; Crowd-Kit clips probabilities at 1e-10). Both run the same EM from the same start (majority-vote
-  shares), so with ``smoothing=0`` and a small ``tol`` (and Crowd-Kit run for all ``n_iter``, ``tol=-inf``)
-  labels are equal and probabilities agree to 1e-4 on every test set with 3 or more answers per task. With 2
-  answers per task EM reaches degenerate maxima (posteriors exactly 0 or 1) where the two clip differently and
-  end apart; a confusion row for a true label none of a worker's tasks has is 0/0 (Crowd-Kit fills it, we
-  give 0). ``prior`` (default 0, the classic model) is the pipeline's ``ds_prior``.
-- **Duplicates and missing values.** A repeated (task, worker) pair is refused (``duplicates="error"``, the
-  pipeline's default; ``keep_first``/``keep_last`` keep one answer), a missing id or label is refused, naming
-  the rows: :class:`~crowdflow.contracts.errors.InputError`. Crowd-Kit counts every row.
-- **Not supported**: the gold-label correction and the initial error matrices of Crowd-Kit's ``DawidSkene.fit``.
+crowdflow's additions are keyword options whose defaults leave Crowd-Kit's answers unchanged: ``smoothing`` and
+``prior`` (0), ``tie_break`` (``"first"``; ``"random"`` is the pipeline's seeded draw, ``"smallest"`` sorted order),
+``duplicates`` (``"keep_all"``; ``"error"``, ``"keep_first"``, ``"keep_last"``), gold for one-coin too.
+
+Where ``cf.DawidSkene()`` and ``cf.skills(df, method="ds")`` differ, and why (accuracy on public sets, A → D one
+difference at a time, ``python -m benchmarks.skills_frontdoor_gap``):
+
+=================  ==========================================  ==========================================
+setting            estimator (Crowd-Kit's fit)                 ``cf.skills(method="ds")`` (the pipeline)
+=================  ==========================================  ==========================================
+stopping           bound per answer rises < ``tol`` = 1e-5,    no parameter moves by ``ds_tol`` = 1e-6
+                   also stops on its first decrease            (SQUAREM-accelerated passes, at most 100)
+prior, smoothing   0 and 0 (probabilities clipped at 1e-10)    ``ds_prior`` 1 virtual right answer per
+                                                               worker and class, ``ds_smoothing`` 0.01
+ties               first tied label in column order            seeded draw among tied labels
+repeated answers   every row counts                            refused (``duplicates: error``)
+gold               ``fit(data, true_labels)``, pinned          ``gold_in_fit``, pinned, cross-fitted score
+=================  ==========================================  ==========================================
+
+Measured (accuracy; A: ``DawidSkene()``, B: A run long, ``n_iter=1000, tol=-inf``, C: B with ``prior=1,
+smoothing=0.01``, D: ``cf.skills(method="ds")``): bluebirds A 0.8889 (Crowd-Kit's bound decreases at iteration 2, it
+stops there) → B 0.8981 = C = D: the stopping rule; snow_rte A = B 0.9275 → C 0.9263 = D: the prior;
+gal_barzan_mozafari A 0.709 → B 0.712 (stopping) → C 0.707 = D (prior);
+gal_trec2011_vuurens A = B 0.8127 → C 0.8101 = D: the prior. C and D fit the
+same model to convergence and agree. ``DawidSkene(n_iter=1000, tol=-inf, prior=1, smoothing=0.01)`` gives the
+pipeline's labels; ``cf.skills(..., ds_prior=0, ds_smoothing=0)`` the classic model's.
 
 :class:`RankOneSkills` (the pipeline's ``method: pgd``, rank-one PGD; docs/methods/skills.md) has no Crowd-Kit
 counterpart; it has the same attributes plus ``workers_``, the pipeline's per-worker ``skills`` table.
@@ -55,18 +69,16 @@ from typing import Any, Literal, Self, cast
 import numpy as np
 import pandas as pd
 
-from crowdflow.contracts.errors import InputError
+from crowdflow.contracts.errors import BadValue, InputError, MissingColumn
 from crowdflow.labels import DuplicatePolicy, LabelMatrix
 from crowdflow.skills import (
     SkillsOptions,
     canonical_label_matrix,
-    dawid_skene,
     fit_skills,
-    one_coin_dawid_skene,
     weighted_consensus,
     weighted_vote,
 )
-from crowdflow.skills.dawid_skene import DawidSkeneResult
+from crowdflow.skills.classic_em import ClassicEMResult, classic_em
 from crowdflow.skills.types import TieBreak
 
 log = logging.getLogger(__name__)
@@ -75,6 +87,9 @@ __all__ = ["DawidSkene", "MajorityVote", "OneCoinDawidSkene", "RankOneSkills"]
 
 _SOURCE = "labels DataFrame"
 _COLUMNS = ("task", "worker", "label")
+
+#: An estimator's rule for a repeated (task, worker) pair: count every answer (Crowd-Kit's), refuse, keep one.
+EstimatorDuplicates = Literal["keep_all", "error", "keep_first", "keep_last"]
 
 #: How an estimator breaks a tie: a seeded draw, the first in sorted order, or the first in Crowd-Kit's order.
 EstimatorTieBreak = Literal["random", "smallest", "first"]
@@ -151,20 +166,33 @@ def _text_ids(values: pd.Index) -> np.ndarray:
     return text
 
 
-def _encode(data: pd.DataFrame, duplicates: DuplicatePolicy, class_order: Order = "sorted") -> _Encoded:
-    """Check and encode Crowd-Kit's input: ``task, worker, label`` columns, no missing value, one answer per pair."""
+def _require(data: Any, columns: tuple[str, ...] = _COLUMNS, argument: str = "data") -> pd.DataFrame:
+    """``data`` as a DataFrame with ``columns``; a missing one is a :class:`MissingColumn` (a ``KeyError``)."""
     if not isinstance(data, pd.DataFrame):
-        raise InputError(f"expected a pandas DataFrame with columns task, worker, label, got {type(data).__name__}")
-    missing = [c for c in _COLUMNS if c not in data.columns]
+        raise InputError(f"{argument}: expected a pandas DataFrame with columns {', '.join(columns)}, got "
+                         f"{type(data).__name__}")  # fmt: skip
+    missing = [c for c in columns if c not in data.columns]
     if missing:
-        raise InputError(
-            "missing required column" + ("s " if len(missing) > 1 else " ") + ", ".join(f"'{m}'" for m in missing)
-            + f"; the DataFrame has columns {list(data.columns)} (the estimators read task, worker, label)",
-            path=_SOURCE,
+        raise MissingColumn(
+            "missing required column" + ("s " if len(missing) > 1 else " ")
+            + ", ".join(f"'{m}'" for m in missing) + f"; it has columns {list(data.columns)} (rename yours, e.g. "
+            f"{argument}.rename(columns={{'item_id': '{missing[0]}'}}))",
+            path=argument,
             column=missing[0],
         )  # fmt: skip
-    df = data.loc[:, list(_COLUMNS)].reset_index(drop=True)
+    return data
+
+
+def _encode(
+    data: pd.DataFrame, duplicates: EstimatorDuplicates, class_order: Order = "sorted", *, empty_ok: bool = False
+) -> _Encoded | None:
+    """Check and encode Crowd-Kit's input: ``task, worker, label`` columns, no missing value; ``duplicates``:
+    whether a repeated pair counts twice (``keep_all``, Crowd-Kit's), is refused or kept once. ``None`` for a frame
+    without rows when ``empty_ok`` (Crowd-Kit's estimators then return empty results)."""
+    df = _require(data).loc[:, list(_COLUMNS)].reset_index(drop=True)
     if df.empty:
+        if empty_ok:
+            return None
         raise InputError("no rows in the labels DataFrame", path=_SOURCE)
     for col in _COLUMNS:
         null = df[col].isna().to_numpy(dtype=bool)
@@ -172,10 +200,12 @@ def _encode(data: pd.DataFrame, duplicates: DuplicatePolicy, class_order: Order 
             raise InputError(
                 f"{int(null.sum())} missing values; drop those rows", path=_SOURCE, column=col, rows=_rows(null)
             )
-    if duplicates not in ("error", "keep_first", "keep_last"):
-        raise ValueError(f"unknown duplicates policy {duplicates!r}; use 'error', 'keep_first' or 'keep_last'")
+    if duplicates not in ("keep_all", "error", "keep_first", "keep_last"):
+        raise ValueError(
+            f"unknown duplicates policy {duplicates!r}; use 'keep_all', 'error', 'keep_first' or 'keep_last'"
+        )
     dup = df.duplicated(["task", "worker"], keep=False).to_numpy(dtype=bool)
-    if dup.any():
+    if dup.any() and duplicates != "keep_all":
         if duplicates == "error":
             raise InputError(
                 f"{int(dup.sum())} rows repeat a (task, worker) pair; keep one answer per pair "
@@ -265,12 +295,14 @@ class _Aggregator:
 
 
 def _accuracy(enc: _Encoded, labels: pd.Series) -> pd.Series:
-    """Crowd-Kit's majority-vote skill: the share of a worker's answers equal to the aggregated label (sorted)."""
+    """Crowd-Kit's majority-vote skill: the share of a worker's answers equal to the aggregated label (sorted);
+    an answer repeated with the same label counts once there."""
     agg = np.full(len(enc.tasks), -1, dtype=np.int64)
     agg[_codes(enc.tasks, labels.index)] = _codes(enc.classes, labels.to_numpy())
-    task_codes = _codes(enc.tasks, enc.data["task"])
-    hit = (_codes(enc.classes, enc.data["label"]) == agg[task_codes]).astype(np.float64)
-    workers = _codes(enc.workers, enc.data["worker"])
+    data = enc.data.drop_duplicates()
+    task_codes = _codes(enc.tasks, data["task"])
+    hit = (_codes(enc.classes, data["label"]) == agg[task_codes]).astype(np.float64)
+    workers = _codes(enc.workers, data["worker"])
     num = np.bincount(workers, weights=hit, minlength=len(enc.workers))
     den = np.bincount(workers, minlength=len(enc.workers)).astype(np.float64)
     codes, index = enc.worker_index("sorted")
@@ -291,12 +323,12 @@ class MajorityVote(_Aggregator):
         Weighted vote, a worker without a skill: refuse (``InputError``), drop that worker's answers, or use
         ``default_skill`` (Crowd-Kit's arguments).
     tie_break : {"random", "smallest", "first"}
-        ``random`` (default, the pipeline's rule): a seeded draw among the tied labels; ``smallest``: the first in
-        sorted order; ``first``: Crowd-Kit's rule (the first in ``probas_`` column order).
+        ``first`` (default, Crowd-Kit's rule): the first tied label in ``probas_`` column order; ``random`` (the
+        pipeline's rule): a seeded draw among the tied labels; ``smallest``: the first in sorted order.
     seed : int
         Seed of the random tie-break.
-    duplicates : {"error", "keep_first", "keep_last"}
-        A repeated (task, worker) pair: refused, or one answer kept.
+    duplicates : {"keep_all", "error", "keep_first", "keep_last"}
+        A repeated (task, worker) pair: every answer counted (default, Crowd-Kit's), refused, or one answer kept.
 
     Examples
     --------
@@ -314,9 +346,9 @@ class MajorityVote(_Aggregator):
         default_skill: float | None = None,
         on_missing_skill: Literal["error", "ignore", "value"] = "error",
         *,
-        tie_break: EstimatorTieBreak = "random",
+        tie_break: EstimatorTieBreak = "first",
         seed: int = 0,
-        duplicates: DuplicatePolicy = "error",
+        duplicates: EstimatorDuplicates = "keep_all",
     ) -> None:
         self.default_skill = default_skill
         self.on_missing_skill = on_missing_skill
@@ -330,8 +362,7 @@ class MajorityVote(_Aggregator):
             raise ValueError(f"unknown on_missing_skill {self.on_missing_skill!r}; use 'error', 'ignore' or 'value'")
         if self.on_missing_skill != "value" and self.default_skill is not None:
             raise ValueError("default_skill is used only with on_missing_skill='value'")
-        if not isinstance(data, pd.DataFrame) or "worker" not in data.columns:
-            return data, skills  # _encode names what is wrong
+        data = _require(data)
         weight = data["worker"].map(skills)
         unknown = weight.isna().to_numpy(dtype=bool)
         if not unknown.any():
@@ -345,17 +376,17 @@ class MajorityVote(_Aggregator):
             kept = data[~unknown]
             lost = set(data["task"]) - set(kept["task"])
             if lost:
-                raise InputError(
-                    f"{len(lost)} tasks have no worker with a known skill, e.g. {sorted(map(str, lost))[:5]}",
-                    path=_SOURCE,
+                raise BadValue(
+                    f"skills: {len(lost)} tasks have no worker with a known skill, e.g. {sorted(map(str, lost))[:5]}"
+                    " (on_missing_skill='ignore' dropped all their answers)",
                     column="worker",
                 )
             return kept, skills
         names = [str(w) for w in pd.unique(data.loc[unknown, "worker"])[:5]]
-        raise InputError(
-            f"no skill for {int(unknown.sum())} answers (workers {names}); give every worker a skill or set "
+        raise BadValue(
+            f"skills: no skill for {int(unknown.sum())} answers (workers {names}); give every worker a skill or set "
             "on_missing_skill='ignore' or 'value'",
-            path=_SOURCE,
+            path="data",
             column="worker",
             rows=_rows(unknown),
         )
@@ -373,7 +404,12 @@ class MajorityVote(_Aggregator):
         weights = None
         if skills is not None:
             data, skills = self._kept(data, skills)
-        enc = _encode(data, self.duplicates, order if self.tie_break == "first" else "sorted")
+        enc = _encode(data, self.duplicates, order if self.tie_break == "first" else "sorted", empty_ok=True)
+        if enc is None:  # Crowd-Kit: empty results
+            self.labels_ = pd.Series(dtype=object, name="agg_label")
+            self.probas_ = pd.DataFrame()
+            self.skills_ = pd.Series(dtype=np.float64, name="skill")
+            return self
         if skills is not None:
             weights = enc.workers.map(cast(Any, skills)).to_numpy(dtype=np.float64)
         winner, scores, _ = weighted_vote(enc.lm, weights, _library_tie_break(self.tie_break), self.seed)
@@ -393,33 +429,108 @@ class MajorityVote(_Aggregator):
         return self.fit(data, skills).probas_
 
 
+def _choose(post: np.ndarray, rank: np.ndarray, tie_break: EstimatorTieBreak, seed: int) -> np.ndarray:
+    """Label code per task: the largest posterior; ties (equal to 1e-12) to the first code (``first``), the first in
+    sorted order (``smallest``, ``rank`` = sort position of each code) or a seeded draw (``random``)."""
+    if tie_break == "first":
+        return np.asarray(post.argmax(axis=1), dtype=np.int64)
+    top = np.isclose(post, post.max(axis=1, keepdims=True), rtol=1e-12, atol=1e-12)
+    if tie_break == "smallest":
+        return np.asarray(np.where(top, -rank[None, :], np.iinfo(np.int64).min).argmax(axis=1), dtype=np.int64)
+    _library_tie_break(tie_break)
+    noise = np.random.default_rng(seed).random(post.shape)
+    return np.asarray(np.where(top, noise, -1.0).argmax(axis=1), dtype=np.int64)
+
+
+def _gold_codes(enc: _Encoded, true_labels: pd.Series | None) -> np.ndarray | None:
+    """Label code per task code from ``true_labels`` (a Series indexed by task; tasks not in the data and missing
+    values are ignored, as in Crowd-Kit), ``None`` without gold."""
+    if true_labels is None:
+        return None
+    if not isinstance(true_labels, pd.Series):
+        raise InputError(f"true_labels: expected a pandas Series indexed by task, got {type(true_labels).__name__}")
+    known = true_labels[true_labels.notna()]
+    tasks = _codes(enc.tasks, known.index)
+    labels = _codes(enc.classes, known.to_numpy())
+    bad = (tasks >= 0) & (labels < 0)
+    if bad.any():
+        raise BadValue(
+            f"true_labels: {int(bad.sum())} gold labels are not among the labels of data "
+            f"{enc.classes.tolist()}, e.g. {known.iloc[np.flatnonzero(bad)[:3]].to_dict()}",
+            column="label",
+        )
+    gold = np.full(len(enc.tasks), -1, dtype=np.int64)
+    gold[tasks[tasks >= 0]] = labels[tasks >= 0]
+    return gold
+
+
+def _initial_table(
+    enc: _Encoded, initial_error: pd.DataFrame, strategy: str, pairs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Crowd-Kit's ``initial_error`` (rows (worker, observed label), a column per true label) as a dense W×M×M table,
+    the rows it lists (W×M) and their codes w·M + m in its order; checked as Crowd-Kit checks it (``ValueError``)."""
+    if strategy not in ("assign", "addition"):
+        raise BadValue(f"initial_error_strategy: {strategy!r} is not 'assign' or 'addition'")
+    if not isinstance(initial_error, pd.DataFrame) or list(initial_error.index.names) != ["worker", "label"]:
+        names = getattr(getattr(initial_error, "index", None), "names", None)
+        raise BadValue(f"initial_error: the index must be (worker, label), got {names}")
+    w = _codes(enc.workers, initial_error.index.get_level_values("worker"))
+    m = _codes(enc.classes, initial_error.index.get_level_values("label"))
+    cols = _codes(enc.classes, initial_error.columns)
+    keep, kc = (w >= 0) & (m >= 0), cols >= 0
+    n = len(enc.classes)
+    table = np.zeros((len(enc.workers), n, n))
+    values = initial_error.to_numpy(dtype=np.float64)
+    table[w[keep][:, None], m[keep][:, None], cols[kc][None, :]] = values[keep][:, kc]
+    listed = np.zeros_like(pairs)
+    listed[w[keep], m[keep]] = True
+    if strategy == "assign":
+        absent = pairs & ~listed
+        if absent.any():
+            raise BadValue(
+                "initial_error: All the workers in data should be in initial_error (initial_error_strategy="
+                f"'assign'): {int(absent.any(axis=1).sum())} workers' error rows are missing, e.g. "
+                f"{enc.workers.take(np.flatnonzero(absent.any(axis=1))[:3]).tolist()}"
+            )
+        sums = initial_error.groupby(level="worker", sort=False).sum()
+        if (values <= 1.0).all() and not np.allclose(sums.to_numpy(dtype=np.float64), 1.0):
+            raise BadValue(
+                "initial_error: The sum of each worker's error matrix in initial_error should be 1.0 (probabilities "
+                "of the observed labels given each true label)"
+            )
+    order = pd.unique(w[keep] * n + m[keep])
+    return table, listed, np.asarray(order, dtype=np.int64)
+
+
 class DawidSkene(_Aggregator):
     """Dawid–Skene: one confusion matrix per worker, fitted by EM (Dawid and Skene, JRSS C, 1979).
 
-    P(worker i answers m | true label l) = π_i[l, m], class prior q_l; EM from the majority-vote shares
-    (docs/methods/skills.md §7.2; the EM loop is compiled and its steps extrapolated by SQUAREM, the same fixed
-    point in fewer steps). Fitted: ``labels_``, ``probas_`` (the posteriors),
-    ``priors_`` (q), ``errors_`` (π: rows (worker, observed label), one column per true label), ``skills_``
-    (accuracy Σ_l q_l π_i[l, l], sorted by worker; Crowd-Kit's ``DawidSkene`` has none), ``loss_history_``
-    (observed-data log-likelihood per answer at each E-step of a kept point), ``n_iter_`` (EM steps taken) and
-    ``converged_``.
+    P(worker i answers m | true label l) = π_i[l, m], class prior q_l. With Crowd-Kit's arguments and defaults
+    this is Crowd-Kit 1.4.2's ``DawidSkene`` number for number (its schedule, :mod:`crowdflow.skills.classic_em`):
+    the same start (majority-vote shares), ``n_iter`` iterations at most, each an E-step and an M-step, stopping
+    once the evidence lower bound per answer rises by less than ``tol``; gold answers (``true_labels``) pin
+    their tasks' posteriors; ``initial_error`` enters the first M-step (``"assign"``: replaces it, ``"addition"``:
+    added to the counts). Fitted: ``labels_``, ``probas_`` (posteriors), ``priors_`` (q), ``errors_`` (π: rows
+    (worker, observed label), one column per true label), ``loss_history_`` (the bound per answer at each
+    iteration), ``skills_`` (accuracy Σ_l q_l π_i[l, l], sorted by worker; not in Crowd-Kit's ``DawidSkene``),
+    ``n_iter_`` and ``converged_``. docs/methods/skills.md §7.2; docs/how-to/notebook.md.
 
     Parameters
     ----------
     n_iter : int
-        Most EM steps, each one pass over the answers, extrapolation's steps included (Crowd-Kit's argument).
+        Most EM iterations (0: the majority-vote start and its M-step, as Crowd-Kit).
     tol : float
-        Stop once no estimated probability changes by more than ``tol`` (Crowd-Kit: the change of the evidence
-        lower bound per answer).
+        Stop once the bound per answer rises by less than ``tol`` (0: until it stops rising).
+    initial_error_strategy : {None, "assign", "addition"}
+        How ``initial_error`` of :meth:`fit` enters the first M-step.
     smoothing : float
-        Pseudo-count added to every count (keeps probabilities away from 0 and 1).
+        crowdflow's: pseudo-count added to every confusion count (default 0, Crowd-Kit's model).
     prior : float
-        Extra pseudo-count on each confusion matrix's diagonal (the pipeline's ``ds_prior``, 1 in its default
-        ``method: ds``). Default 0: the classic model, as Crowd-Kit's ``DawidSkene`` (``OneCoinDawidSkene``: 0 only).
-    tie_break : {"random", "smallest", "first"}
-        How a task whose top posteriors tie is decided (``first``: Crowd-Kit's rule).
+        crowdflow's: pseudo-count on each confusion matrix's diagonal (the pipeline's ``ds_prior``; default 0).
+    tie_break : {"first", "random", "smallest"}
+        ``first`` (default, Crowd-Kit's): the first tied label in ``probas_`` column order.
     seed : int
-    duplicates : {"error", "keep_first", "keep_last"}
+    duplicates : {"keep_all", "error", "keep_first", "keep_last"}
 
     Examples
     --------
@@ -430,7 +541,7 @@ class DawidSkene(_Aggregator):
     {1: 0, 2: 1}
     """
 
-    _params = ("n_iter", "tol", "smoothing", "prior", "tie_break", "seed", "duplicates")
+    _params = ("n_iter", "tol", "initial_error_strategy", "smoothing", "prior", "tie_break", "seed", "duplicates")
     _one_coin = False
 
     priors_: pd.Series
@@ -443,92 +554,161 @@ class DawidSkene(_Aggregator):
         self,
         n_iter: int = 100,
         tol: float = 1e-5,
+        initial_error_strategy: Literal["assign", "addition"] | None = None,
         *,
-        smoothing: float = 0.01,
+        smoothing: float = 0.0,
         prior: float = 0.0,
-        tie_break: EstimatorTieBreak = "random",
+        tie_break: EstimatorTieBreak = "first",
         seed: int = 0,
-        duplicates: DuplicatePolicy = "error",
+        duplicates: EstimatorDuplicates = "keep_all",
     ) -> None:
         self.n_iter = n_iter
         self.tol = tol
+        self.initial_error_strategy = initial_error_strategy
         self.smoothing = smoothing
         self.prior = prior
         self.tie_break = tie_break
         self.seed = seed
         self.duplicates = duplicates
 
-    def fit(self, data: pd.DataFrame) -> Self:
+    def _check_params(self) -> None:
+        if not isinstance(self.n_iter, int | np.integer) or self.n_iter < 0:
+            raise ValueError(f"n_iter must be an integer >= 0, got {self.n_iter!r}")
+        if not np.isfinite(self.tol) and self.tol != -np.inf:
+            raise ValueError(f"tol must be a number, got {self.tol!r}")
+        for name in ("smoothing", "prior"):
+            value = getattr(self, name)
+            if not (np.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if self._one_coin and self.prior:
+            raise ValueError("prior is a pseudo-count of the full confusion matrices; OneCoinDawidSkene has none")
+
+    def _empty(self) -> Self:
+        self.labels_ = pd.Series(dtype=np.float64, name="agg_label")
+        self.probas_ = pd.DataFrame()
+        self.priors_ = pd.Series(dtype=np.float64, name="prior")
+        self.errors_ = pd.DataFrame()
+        self.skills_ = pd.Series(dtype=np.float64, name="skill")
+        self.loss_history_ = []
+        self.n_iter_, self.converged_ = 0, True
+        return self
+
+    def fit(
+        self,
+        data: pd.DataFrame,
+        true_labels: pd.Series | None = None,
+        initial_error: pd.DataFrame | None = None,
+    ) -> Self:
         """Fit the model to ``data`` (``task, worker, label``) by EM.
+
+        Parameters
+        ----------
+        data : pandas.DataFrame
+        true_labels : pandas.Series, optional
+            Gold answers indexed by task: those tasks' posteriors are pinned to their answer at every step.
+        initial_error : pandas.DataFrame, optional
+            Error counts (or, with ``"assign"``, probabilities) indexed by (worker, label), a column per true label;
+            used when ``initial_error_strategy`` is set.
 
         Returns
         -------
         DawidSkene
             ``self``, fitted.
         """
-        enc = _encode(data, self.duplicates, "appearance" if self.tie_break == "first" else "sorted")
-        if enc.lm.n_classes < 2:
-            raise InputError(
-                f"Dawid-Skene needs at least 2 label classes, the data have {enc.lm.n_classes}", path=_SOURCE
-            )
-        common: dict[str, Any] = {
-            "tol": self.tol,
-            "max_iter": self.n_iter,
-            "smoothing": self.smoothing,
-            "tie_break": _library_tie_break(self.tie_break),
-            "seed": self.seed,
-        }
-        if self._one_coin:
-            if self.prior:
-                raise ValueError("prior is a pseudo-count of the full confusion matrices; OneCoinDawidSkene has none")
-            res = one_coin_dawid_skene(enc.lm, **common)
-        else:
-            res = dawid_skene(enc.lm, prior=self.prior, **common)
-        cols, labels = enc.class_index("appearance")
-        self.labels_ = _labels(enc, _winner_codes(enc, res.consensus["label"]), "appearance")
-        self.probas_ = _probas(enc, res.posteriors, "appearance")
-        self.priors_ = pd.Series(res.class_prior[cols], index=labels, name="prior")
-        self.errors_ = self._errors(enc, res, cols, labels)
+        self._check_params()
+        enc = _encode(data, self.duplicates, "appearance", empty_ok=True)
+        if enc is None:
+            return self._empty()
+        task = _codes(enc.tasks, enc.data["task"])
+        worker = _codes(enc.workers, enc.data["worker"])
+        label = _codes(enc.classes, enc.data["label"])
+        shape = (len(enc.tasks), len(enc.workers), len(enc.classes))
+        if self._one_coin and len(enc.classes) < 2:
+            raise BadValue(f"data: one-coin Dawid-Skene needs at least 2 labels, the data have {len(enc.classes)}")
+        initial = listed = given_order = None
+        strategy = self.initial_error_strategy if initial_error is not None else None
+        if strategy is not None and not self._one_coin:
+            pairs = np.zeros(shape[1:], dtype=bool)
+            pairs[worker, label] = True
+            initial, listed, given_order = _initial_table(enc, cast(pd.DataFrame, initial_error), strategy, pairs)
+        res = classic_em(
+            task, worker, label, *shape,
+            one_coin=self._one_coin, n_iter=int(self.n_iter), tol=float(self.tol),
+            gold=_gold_codes(enc, true_labels), initial=initial, initial_pairs=listed, strategy=strategy,
+            smoothing=float(self.smoothing), prior=float(self.prior),
+        )  # fmt: skip
+        rows, tasks = enc.task_index("appearance")
+        _, labels = enc.class_index("appearance")  # codes are already in order of appearance
+        winner = _choose(res.post, _rank(enc.classes), self.tie_break, self.seed)
+        self.labels_ = pd.Series(enc.classes.take(winner[rows]), index=tasks, name="agg_label")
+        self.probas_ = pd.DataFrame(res.post[rows], index=tasks, columns=labels)
+        self.priors_ = pd.Series(res.q, index=labels, name="prior")
+        # no iteration after an assigned table: Crowd-Kit's errors_ is that table, in its row order
+        assigned = given_order if strategy == "assign" and not res.loss_history else None
+        self.errors_ = self._errors(enc, res, labels, assigned)
         self.skills_ = self._skills(enc, res)
-        self.loss_history_ = (res.log_likelihood / enc.lm.n_labels).tolist()
-        self.n_iter_ = int(res.iterations)
-        self.converged_ = bool(res.converged)
+        self.loss_history_ = list(res.loss_history)
+        self.n_iter_ = len(res.loss_history)
+        self.converged_ = self.n_iter_ < self.n_iter or (
+            self.n_iter_ >= 2 and res.loss_history[-1] - res.loss_history[-2] < self.tol
+        )
         return self
 
+    def fit_predict(
+        self, data: pd.DataFrame, true_labels: pd.Series | None = None, initial_error: pd.DataFrame | None = None
+    ) -> pd.Series:
+        """Fit (gold and initial errors as in :meth:`fit`) and return ``labels_``."""
+        return self.fit(data, true_labels, initial_error).labels_
+
+    def fit_predict_proba(
+        self, data: pd.DataFrame, true_labels: pd.Series | None = None, initial_error: pd.DataFrame | None = None
+    ) -> pd.DataFrame:
+        """Fit (gold and initial errors as in :meth:`fit`) and return ``probas_``."""
+        return self.fit(data, true_labels, initial_error).probas_
+
     @staticmethod
-    def _errors(enc: _Encoded, res: DawidSkeneResult, cols: np.ndarray, labels: pd.Index) -> pd.DataFrame:
-        """π as Crowd-Kit lays it out: a row per (worker, observed label) pair of the data, in order of appearance."""
-        m = enc.lm.n_classes
-        pairs = pd.unique(_codes(enc.workers, enc.data["worker"]) * m + _codes(enc.classes, enc.data["label"]))
+    def _errors(enc: _Encoded, res: ClassicEMResult, labels: pd.Index, order: np.ndarray | None = None) -> pd.DataFrame:
+        """π as Crowd-Kit lays it out: a row per (worker, observed label) pair of the data in order of appearance
+        (then the pairs only an initial table listed), or in ``order`` (codes w·M + m), a column per true label."""
+        m = len(enc.classes)
+        seen = (
+            order
+            if order is not None
+            else pd.unique(_codes(enc.workers, enc.data["worker"]) * m + _codes(enc.classes, enc.data["label"]))
+        )
+        extra = np.setdiff1d(np.flatnonzero(res.pairs.ravel()), seen)
+        pairs = np.concatenate([np.asarray(seen, dtype=np.int64), extra])
         pw, pm = pairs // m, pairs % m
         index = pd.MultiIndex.from_arrays([enc.workers.take(pw), enc.classes.take(pm)], names=["worker", "label"])
-        values = res.confusion[pw, :, pm][:, cols]  # (pair, true label)
         # Crowd-Kit's columns: text labels keep their string dtype, other labels become an object index
         columns = (
             labels.rename(None)
             if isinstance(labels.dtype, pd.StringDtype)
             else pd.Index(labels, dtype=object).rename(None)
         )
-        return pd.DataFrame(values, index=index, columns=columns)
+        return pd.DataFrame(res.errors[pw, pm], index=index, columns=columns)
 
-    def _skills(self, enc: _Encoded, res: DawidSkeneResult) -> pd.Series:
+    def _skills(self, enc: _Encoded, res: ClassicEMResult) -> pd.Series:
+        m = len(enc.classes)
+        diag = res.errors[:, np.arange(m), np.arange(m)]  # P(answer l | true l), W×M
         codes, index = enc.worker_index("sorted")
-        return pd.Series(res.workers["accuracy"].to_numpy(dtype=np.float64)[codes], index=index, name="skill")
+        return pd.Series((diag @ res.q)[codes], index=index, name="skill")
 
 
 class OneCoinDawidSkene(DawidSkene):
     """One-coin Dawid–Skene: one accuracy p_i per worker, wrong answers uniform over the other labels (EM).
 
-    π_i[l, l] = p_i and π_i[l, m] = (1 − p_i)/(M − 1); the model of the rank-one method
-    (docs/methods/skills.md §7.2; Zhang, Chen, Zhou and Jordan, JMLR 2016). ``skills_`` is p_i, in the order
-    workers first appear in the data (Crowd-Kit's). Same parameters and attributes as :class:`DawidSkene`.
+    π_i[l, l] = p_i and π_i[l, m] = (1 − p_i)/(M − 1) (Zhang, Chen, Zhou and Jordan, JMLR 2016); Crowd-Kit
+    1.4.2's ``OneCoinDawidSkene`` number for number with its arguments. ``skills_`` is p_i, in the order workers
+    first appear in the data (Crowd-Kit's). Same parameters and attributes as :class:`DawidSkene`; ``true_labels``
+    (gold, pinned) is crowdflow's addition, ``initial_error`` does not apply (one accuracy per worker).
     """
 
     _one_coin = True
 
-    def _skills(self, enc: _Encoded, res: DawidSkeneResult) -> pd.Series:
+    def _skills(self, enc: _Encoded, res: ClassicEMResult) -> pd.Series:
         codes, index = enc.worker_index("appearance")
-        return pd.Series(res.workers["accuracy"].to_numpy(dtype=np.float64)[codes], index=index, name="skill")
+        return pd.Series(res.skills[codes], index=index, name="skill")
 
 
 class RankOneSkills(_Aggregator):
@@ -613,6 +793,7 @@ class RankOneSkills(_Aggregator):
             **self.options,
         )
         enc = _encode(data, self.duplicates, "appearance" if self.tie_break == "first" else "sorted")
+        assert enc is not None  # without empty_ok an empty frame raises
         table = fit_skills(enc.lm, opts).skills
         ident = table["identifiable"].to_numpy(dtype=bool)
         if not ident.all():

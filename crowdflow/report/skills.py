@@ -172,7 +172,10 @@ def skills_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) -
         data = data[data["tasks"] > 0]
         metrics = manifest.get("metrics") or {}
         if "accuracy" in metrics:
-            caption += f" Accuracy on {metrics.get('n_gold')} gold tasks: {metrics['accuracy']:.4f}."
+            caption += f" Accuracy on {metrics.get('n_gold')} gold tasks: {metrics['accuracy']:.4f}"
+            scoring = str(metrics.get("accuracy_scoring", ""))
+            # gold in the fit: say that the score is cross-fitted (no gold task scored by a fit that saw it)
+            caption += f" ({scoring})." if scoring.startswith("cross-fitted") else "."
 
         def draw_5(fig: Any, conf: np.ndarray = conf[ok], fb: np.ndarray = fb[ok]) -> None:
             ax = fig.add_subplot()

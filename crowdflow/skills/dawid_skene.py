@@ -106,6 +106,16 @@ def _mv_init(lm: LabelMatrix) -> np.ndarray:
     return cast(np.ndarray, counts / row_sum(counts)[:, None])
 
 
+def _gold(lm: LabelMatrix, gold: np.ndarray | None) -> np.ndarray | None:
+    """``gold`` checked: one label code per task (−1: unknown), codes within the classes."""
+    if gold is None:
+        return None
+    g = np.asarray(gold, dtype=np.int64)
+    if g.shape != (lm.n_tasks,) or (g >= lm.n_classes).any() or (g < -1).any():
+        raise ValueError(f"gold must hold one label code in [-1, {lm.n_classes}) per task ({lm.n_tasks} tasks)")
+    return g
+
+
 def _pick(post: np.ndarray, tie_break: TieBreak, seed: int) -> tuple[np.ndarray, int]:
     top = row_max(post)[:, None]
     is_top = np.isclose(post, top, rtol=1e-12, atol=1e-12)
@@ -524,8 +534,13 @@ class _EMMap:
     arrays are allocated once.
     """
 
-    def __init__(self, lm: LabelMatrix, one_coin: bool, alpha: float, beta: float) -> None:
+    def __init__(
+        self, lm: LabelMatrix, one_coin: bool, alpha: float, beta: float, gold: np.ndarray | None = None
+    ) -> None:
         self.indptr, self.task, self.worker, self.given, self.rows = _label_arrays(lm)
+        known = np.zeros(lm.n_tasks, dtype=bool) if gold is None else np.asarray(gold) >= 0
+        self.gold_tasks = np.flatnonzero(known)
+        self.gold_labels = np.asarray(gold, dtype=np.int64)[known] if gold is not None else np.empty(0, np.int64)
         self.par = EMParameters(lm.n_workers, lm.n_classes, one_coin, alpha, beta, lm.labels_per_worker())
         self.table = np.empty((lm.n_classes, lm.n_workers * lm.n_classes))  # M-step counts, E-step log π
         self.log_q = np.empty(lm.n_classes)
@@ -544,22 +559,34 @@ class _EMMap:
 
     def __call__(self, theta: np.ndarray) -> tuple[np.ndarray, float, float]:
         prior = self.par.tables(theta, self.table, self.log_q)
-        ll = float(_e_step(self.indptr, self.rows, self.table, self.log_q, self.post_t))
+        ll = float(_e_step(self.indptr, self.rows, self.table, self.log_q, self.post_t)) + self.pin()
         out = np.empty_like(theta)
         self.m_step(out)
         return out, ll + prior, ll
 
+    def pin(self) -> float:
+        """Gold tasks' posteriors set to their answer after an E-step; returns Σ_gold log T_{t, gold} (before the pin),
+        which turns the E-step's log-likelihood into that of the answers and the gold labels, log p(Y, z_gold):
+        log T_{t,g} = log p(Y_t, z_t = g) − log p(Y_t)."""
+        if not self.gold_tasks.size:
+            return 0.0
+        hit = self.post_t[self.gold_labels, self.gold_tasks]
+        self.post_t[:, self.gold_tasks] = 0.0
+        self.post_t[self.gold_labels, self.gold_tasks] = 1.0
+        return float(np.log(np.maximum(hit, 1e-300)).sum())
+
     def start(self, post: np.ndarray) -> np.ndarray:
-        """θ₀: the M-step on the posteriors ``post`` (T×M, the majority-vote fractions)."""
+        """θ₀: the M-step on the posteriors ``post`` (T×M, the majority-vote fractions; gold tasks pinned)."""
         theta = np.empty(self.par.n_pi + self.par.m)
         self.post_t[:] = post.T
+        self.pin()
         self.m_step(theta)
         return theta
 
     def posteriors(self, theta: np.ndarray) -> tuple[np.ndarray, float]:
-        """The final E-step at θ: (T×M posteriors, observed-data log-likelihood)."""
+        """The final E-step at θ: (T×M posteriors, gold tasks pinned; log-likelihood of the answers and gold)."""
         self.par.tables(theta, self.table, self.log_q)
-        ll = float(_e_step(self.indptr, self.rows, self.table, self.log_q, self.post_t))
+        ll = float(_e_step(self.indptr, self.rows, self.table, self.log_q, self.post_t)) + self.pin()
         return np.ascontiguousarray(self.post_t.T), ll
 
 
@@ -567,13 +594,22 @@ Acceleration = Literal["squarem", "none"]
 
 
 def _fit_em(
-    lm: LabelMatrix, one_coin: bool, alpha: float, beta: float, tol: float, max_iter: int, acceleration: Acceleration
+    lm: LabelMatrix,
+    one_coin: bool,
+    alpha: float,
+    beta: float,
+    tol: float,
+    max_iter: int,
+    acceleration: Acceleration,
+    gold: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, bool]:
     """EM from the majority-vote fractions: (posteriors T×M, π, q, trace, iterations, converged).
 
     ``"squarem"``: :func:`crowdflow.skills.squarem.squarem` over the fused passes of :class:`_EMMap`, then a
     final E-step at the returned parameters; ``"none"``: the plain compiled loop :func:`_em` (the reference).
     """
+    if gold is not None and (gold >= 0).any() and acceleration == "none":
+        raise ValueError("gold answers in the fit run with acceleration='squarem' (the plain loop is the reference)")
     if acceleration == "none":
         post_t = np.ascontiguousarray(_mv_init(lm).T)
         n_i = lm.labels_per_worker().astype(np.float64)
@@ -581,7 +617,7 @@ def _fit_em(
         return np.ascontiguousarray(post_t.T), pi, q, ll, it, converged
     if acceleration != "squarem":
         raise ValueError(f"unknown acceleration {acceleration!r}; use 'squarem' or 'none'")
-    em = _EMMap(lm, one_coin, alpha, beta)
+    em = _EMMap(lm, one_coin, alpha, beta, gold)
     run = squarem(em, em.start(_mv_init(lm)), tol, max_iter, *em.par.bounds())
     post, ll_end = em.posteriors(run.theta)
     _, q = em.par.split(run.theta)
@@ -605,6 +641,7 @@ def dawid_skene(
     seed: int = 0,
     prior: float = 1.0,
     acceleration: Acceleration = "squarem",
+    gold: np.ndarray | None = None,
 ) -> DawidSkeneResult:
     """Full-confusion Dawid–Skene by EM (docs/methods/skills.md §7.2, §7.3), initialised from majority-vote fractions.
 
@@ -640,6 +677,10 @@ def dawid_skene(
         the prior existed).
     acceleration : {"squarem", "none"}
         ``"none"`` runs plain EM (the reference loop): the same fixed point in more passes.
+    gold : numpy.ndarray, optional
+        Known answers: a label code per task, −1 where unknown. Those tasks' posteriors are pinned to their
+        answer after every E-step (and in the start), so EM maximises the likelihood of the answers and the gold
+        labels together, p(Y, z_gold) (docs/how-to/notebook.md; Crowd-Kit's ``fit(data, true_labels)``).
 
     Returns
     -------
@@ -649,7 +690,7 @@ def dawid_skene(
     """
     _check(lm, tol, max_iter, smoothing, prior)
     post, pi, q, ll, it, converged = _fit_em(
-        lm, False, float(smoothing), float(prior), float(tol), int(max_iter), acceleration
+        lm, False, float(smoothing), float(prior), float(tol), int(max_iter), acceleration, _gold(lm, gold)
     )
     accuracy = np.einsum("l,ill->i", q, pi)
     return _result(lm, post, pi, q, accuracy, np.full(lm.n_workers, np.nan), ll, it, converged, "ds", tie_break, seed)
@@ -663,6 +704,7 @@ def one_coin_dawid_skene(
     tie_break: TieBreak = "random",
     seed: int = 0,
     acceleration: Acceleration = "squarem",
+    gold: np.ndarray | None = None,
 ) -> DawidSkeneResult:
     """One-coin (homogeneous) Dawid–Skene by EM (docs/methods/skills.md §7.2), initialised from majority-vote fractions.
 
@@ -686,6 +728,8 @@ def one_coin_dawid_skene(
     seed : int
     acceleration : {"squarem", "none"}
         As in :func:`dawid_skene`.
+    gold : numpy.ndarray, optional
+        As in :func:`dawid_skene`: gold tasks' posteriors pinned.
 
     Returns
     -------
@@ -694,7 +738,7 @@ def one_coin_dawid_skene(
     _check(lm, tol, max_iter, smoothing)
     m = lm.n_classes
     post, confusion, q, ll, it, converged = _fit_em(
-        lm, True, float(smoothing), 0.0, float(tol), int(max_iter), acceleration
+        lm, True, float(smoothing), 0.0, float(tol), int(max_iter), acceleration, _gold(lm, gold)
     )
     p = confusion[:, 0, 0].copy()
     vote = np.log((m - 1) * p / (1 - p))

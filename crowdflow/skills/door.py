@@ -22,6 +22,7 @@ from crowdflow.labels import deduplicate, encode_labels
 from crowdflow.metrics import SkillsReview, gold_metrics, review_skills
 from crowdflow.skills.fit import SkillsResult, fit_skills
 from crowdflow.skills.majority import majority_vote
+from crowdflow.skills.gold import cross_fit
 from crowdflow.skills.options import SkillsOptions
 from crowdflow.storage.frames import Columns, columns_for, input_errors, read_input, written_tables
 from crowdflow.storage.io import LoadedTable
@@ -92,7 +93,10 @@ def output_metrics(
         "frac_workers_identified": meta.get("frac_workers_identified"),
     }
     if truth is not None:
-        metrics.update(gold_metrics(result.consensus, truth, None if classes is None else list(classes)).as_dict())
+        # gold in the fit: score the cross-fitted labels (crowdflow.skills.gold), never the fit that saw the gold
+        scored = result.gold_scored if result.gold_scored is not None else result.consensus
+        metrics.update(gold_metrics(scored, truth, None if classes is None else list(classes)).as_dict())
+        metrics["accuracy_scoring"] = meta.get("accuracy_scoring", "in-sample: the fit did not see the gold")
         if baseline is not None:
             metrics["baseline"] = "majority vote"
             metrics["baseline_accuracy"] = gold_metrics(baseline, truth).accuracy
@@ -202,6 +206,8 @@ def skills(
     [{'task': 't1', 'label': 'x'}, {'task': 't2', 'label': 'y'}]
     """
     o = SkillsOptions.resolve(options, **overrides)
+    if o.gold_in_fit and truth is None:
+        raise ValueError("gold_in_fit=True uses the known answers: pass them as truth (a DataFrame task, label)")
     modes = check_modes("skills", checks)
     if not o.needs_identifiable_skills:  # the pipeline's rule, from the same property
         modes["identifiability"] = "warn"
@@ -233,7 +239,10 @@ def skills(
         log.warning("%s", text)
     graph.raise_if_blocking(lab.source)
     with input_errors(lab.source):
-        result = fit_skills(lm, o, graph_report=graph.report)
+        if o.gold_in_fit and gold is not None:
+            result = cross_fit(lm, o, gold, graph_report=graph.report)
+        else:
+            result = fit_skills(lm, o, graph_report=graph.report)
     review = review_skills(lab.df, result.consensus, gold)
     tables = written_tables("skills", output_tables(result, graph.report, review))
     baseline = majority_vote(lm, o.tie_break, o.seed).consensus if gold is not None else None

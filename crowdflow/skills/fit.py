@@ -41,7 +41,7 @@ from crowdflow.skills.identifiability import active_workers, component_diagnosti
 from crowdflow.skills.inputs import prepare_labels
 from crowdflow.skills.majority import majority_vote
 from crowdflow.skills.moments import LabelMoments, co_label_matrix, edge_weights, label_moments, prune_spammer_edges
-from crowdflow.skills.options import SkillsOptions
+from crowdflow.skills.options import GOLD_METHODS, GOLD_REFUSAL, SkillsOptions
 from crowdflow.skills.partitions import partitioned_moments
 from crowdflow.skills.rank_one import RankOneFit, fit_active
 from crowdflow.skills.reasons import explain_missing_skills
@@ -83,6 +83,9 @@ class SkillsResult:
     timings : dict
         Wall-clock seconds per step of :func:`fit_skills` (encode, moments, graph, fit, consensus,
         diagnostics); not part of the (deterministic) outputs.
+    gold_scored : pandas.DataFrame, optional
+        With gold answers in the fit (:func:`crowdflow.skills.gold.cross_fit`): the gold tasks' cross-fitted
+        labels (``task, label, fold``), each from the fit without its fold's gold: what the accuracy scores.
     """
 
     skills: pd.DataFrame
@@ -91,6 +94,7 @@ class SkillsResult:
     metadata: dict[str, Any]
     loss_trace: np.ndarray = field(default_factory=lambda: np.empty(0))
     timings: dict[str, float] = field(default_factory=dict)
+    gold_scored: pd.DataFrame | None = None
 
     def metadata_frame(self) -> pd.DataFrame:
         """The metadata as a one-row DataFrame (lists are joined with ``,``)."""
@@ -272,6 +276,7 @@ def fit_skills(
     scratch_dir: str | None = None,
     progress: ProgressFn | None = None,
     identifiability_policy: Policy = "flag",
+    gold: np.ndarray | None = None,
     **overrides: Any,
 ) -> SkillsResult:
     """Estimate worker skills and consensus labels (docs/methods/skills.md §2.8, §3, §7).
@@ -336,6 +341,10 @@ def fit_skills(
         ``ValueError`` listing every failing component (id, reason, size, labels, tasks, worker ids).
         It changes no fitted number, so it is not an option: the pipeline decides blocking in its graph
         check (``checks.identifiability``; docs/methods/skills.md §8.3).
+    gold : numpy.ndarray, optional
+        Known answers in the fit (``ds`` and ``onecoin_ds`` only): a label code per task of the encoded labels,
+        −1 where unknown; those tasks' posteriors are pinned (:func:`~crowdflow.skills.dawid_skene`). The
+        honest score of such a fit is :func:`crowdflow.skills.gold.cross_fit`.
     **overrides
         Fields of :class:`SkillsOptions` that replace those of ``options``
         (``fit_skills(df, method="mv")``), validated the same way.
@@ -425,9 +434,11 @@ def fit_skills(
     if n_parts:
         meta["moments_partitions"] = n_parts
 
+    if gold is not None and o.method not in GOLD_METHODS:
+        raise ValueError(f"gold answers in the fit: {GOLD_REFUSAL[o.method]}")
     if o.method != "pgd":
         witnesses = witness_cycles(structure) if (o.witness and structure is not None) else None
-        return _fit_baseline(lm, o, graph, n_mat, w_all, status, n_i, meta, witnesses, timings)
+        return _fit_baseline(lm, o, graph, n_mat, w_all, status, n_i, meta, witnesses, timings, gold)
 
     lap("graph")
     status, active, lo, hi, ag, drops = active_workers(graph, base, w_all, n_i, m, o.tau)
@@ -505,6 +516,7 @@ def _fit_baseline(
     meta: dict[str, Any],
     witnesses: dict[int, np.ndarray] | None,
     timings: dict[str, float],
+    gold: np.ndarray | None = None,
 ) -> SkillsResult:
     clock = time.perf_counter()
     trace = np.empty(0)
@@ -558,7 +570,13 @@ def _fit_baseline(
     else:
         if o.method == "onecoin_ds":
             ds = one_coin_dawid_skene(
-                lm, tol=o.ds_tol, max_iter=o.ds_max_iter, smoothing=o.ds_smoothing, tie_break=o.tie_break, seed=o.seed
+                lm,
+                tol=o.ds_tol,
+                max_iter=o.ds_max_iter,
+                smoothing=o.ds_smoothing,
+                tie_break=o.tie_break,
+                seed=o.seed,
+                gold=gold,
             )
         else:
             ds = dawid_skene(
@@ -569,6 +587,7 @@ def _fit_baseline(
                 tie_break=o.tie_break,
                 seed=o.seed,
                 prior=o.ds_prior,
+                gold=gold,
             )
         accuracy = ds.workers["accuracy"].to_numpy(dtype=np.float64)
         skill = ds.workers["skill"].to_numpy(dtype=np.float64)

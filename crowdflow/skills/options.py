@@ -31,6 +31,15 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "duplicates": get_args(DuplicatePolicy),
 }
 
+#: methods that can use known answers in the fit (their tasks' posteriors pinned), and why the others cannot
+GOLD_METHODS = ("ds", "onecoin_ds")
+GOLD_REFUSAL = {
+    "pgd": "method pgd (rank-one) fits skills to the agreement rates between pairs of workers, a moment "
+    "equation in which a known answer has no term; known answers could only score it. Use method ds or "
+    "onecoin_ds (the same one-coin model, by EM) to fit with gold",
+    "mv": "method mv (majority vote) fits nothing a known answer could inform; use method ds or onecoin_ds",
+}
+
 #: largest iteration cap: the loss trace keeps one float64 per iteration (10^7 iterations = 80 MB)
 MAX_ITERATIONS = 10_000_000
 
@@ -248,6 +257,18 @@ class SkillsOptions(Options):
         description="Method ebcc: runs from different random starts; the one with the largest evidence lower "
         "bound is kept (the authors keep the best of 40).",
     )
+    gold_in_fit: bool = Field(
+        False,
+        description="Use the known answers (the truth input) in the fit: the gold tasks' labels are fixed to "
+        "their answers (methods ds and onecoin_ds). The reported accuracy is then cross-fitted: each fold of "
+        "gold tasks is scored by a fit that did not see its answers.",
+    )
+    gold_folds: int = Field(
+        5,
+        ge=2,
+        le=50,
+        description="With gold_in_fit: folds of the gold tasks for the cross-fitted accuracy (one extra fit each).",
+    )
     tie_break: TieBreak = Field(
         "random",
         description="How a task whose top labels tie is decided: random draws one of them using the seed, "
@@ -369,6 +390,8 @@ class SkillsOptions(Options):
 
     @model_validator(mode="after")
     def _runnable(self) -> SkillsOptions:
+        if self.gold_in_fit and self.method not in GOLD_METHODS:
+            raise ValueError(f"gold_in_fit: {GOLD_REFUSAL[self.method]}")
         if self.solver == "eg" and self.sign_mode != "bfs":
             raise ValueError("solver 'eg' fits positive skills only: use it with sign_mode 'bfs'")
         if self.solver == "scaled" and self.eta is not None:

@@ -32,7 +32,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from crowdflow.contracts.comparisons import TIE_WORDS, id_text, rename_comparison_aliases, winner_outcomes
-from crowdflow.contracts.errors import InputError
+from crowdflow.contracts.errors import InputError, MissingColumn
 from crowdflow.contracts.tables import TableSchema
 from crowdflow.labels import canonical_label_text
 from crowdflow.storage.listing import list_partitions, local_path
@@ -241,6 +241,14 @@ def _arrow_to_frame(table: pa.Table) -> pd.DataFrame:
     return df
 
 
+def _mapping_hint(path: str) -> tuple[str, str, str]:
+    """How a message names the column mapping: a DataFrame's (the Python API's ``columns=`` argument) or a file's
+    (the spec's ``columns:``). Returns (where it was mapped, what holds the columns, how to map them)."""
+    if path.endswith("DataFrame"):
+        return "by columns=", "DataFrame", "columns={'task': 'your_name', ...}"
+    return "in the spec", "file", "`columns:` in the spec"
+
+
 def _apply_columns(
     df: pd.DataFrame, schema: TableSchema, columns: Mapping[str, str], path: str
 ) -> tuple[pd.DataFrame, dict[str, str]]:
@@ -248,9 +256,9 @@ def _apply_columns(
     df.columns = [str(c).strip() for c in df.columns]
     for canonical, given in columns.items():
         if given not in df.columns:
-            raise InputError(
-                f"column '{given}' (mapped to '{canonical}' in the spec) not found; "
-                f"the file has columns {list(df.columns)}",
+            raise MissingColumn(
+                f"column '{given}' (mapped to '{canonical}' {_mapping_hint(path)[0]}) not found; "
+                f"the {_mapping_hint(path)[1]} has columns {list(df.columns)}",
                 path=path,
                 column=given,
             )
@@ -277,11 +285,12 @@ def _apply_columns(
             renamed[source] = "outcome"
     missing = [c for c in schema.required if c not in df.columns]
     if missing:
-        raise InputError(
+        _where, what, how = _mapping_hint(path)
+        raise MissingColumn(
             f"missing required column{'s' if len(missing) > 1 else ''} "
             + ", ".join(f"'{m}'" for m in missing)
-            + f" for a {schema.name} table; the file has columns {list(df.columns)}"
-            + " (map yours with `columns:` in the spec)",
+            + f" for a {schema.name} table; the {what} has columns {list(df.columns)}"
+            + f" (map yours with {how})",
             path=path,
             column=missing[0],
         )

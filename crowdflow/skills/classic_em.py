@@ -1,0 +1,196 @@
+"""Dawid–Skene and one-coin EM with Crowd-Kit 1.4.2's schedule: the estimators' fit (``crowdflow.DawidSkene``).
+
+The pipeline's :func:`crowdflow.skills.dawid_skene` runs the same model to the same fixed point, faster
+(compiled passes, SQUAREM) and with its own stopping rule. This module is the schedule a Crowd-Kit user's numbers
+depend on, step for step (docs/methods/skills.md §7.2; Dawid and Skene 1979):
+
+1. start: T⁰ = majority-vote shares (gold tasks pinned to their answer), q⁰ = mean_t T⁰, π⁰ = M(T⁰) with the
+   initial error counts (``assign``: π⁰ is the given table; ``addition``: added to the counts);
+2. each of at most ``n_iter`` iterations: E-step T = E(q, π) (gold pinned), q = mean_t T, π = M(T), then the
+   evidence lower bound per answer L = [Σ_rows Σ_l T_tl (log π_i[l, Y] + log q_l) + H(T)]/n; stop when
+   L − L_previous < ``tol`` (the first iteration never stops: L_previous = −∞).
+
+Full M-step: G_i[m, l] = Σ_{answers m of i} T_tl (+ α, + β on m = l: crowdflow's smoothing and diagonal
+prior, both 0 by default), clipped below at 1e-10, each column normalised over the labels m worker i gave
+(the rows that exist for i). One-coin M-step: p_i = mean over i's answers of T_{t, Y} (α: (Σ + α)/(n_i + 2α)),
+π_i[m, l] = p_i if m = l else (1 − p_i)/(M − 1), clipped to [1e-10, 1 − 1e-10]. E-step:
+log₂ T_tl ∝ log₂ max(q_l, 1e-10) + Σ_{i labels t} log₂ π_i[Y_it, l], normalised per task.
+
+All arrays are dense codes: tasks 0..T−1, workers 0..W−1, labels 0..M−1 (the caller's order; ties go to the
+lower code under :func:`numpy.argmax`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+EPS = 1e-10
+
+__all__ = ["ClassicEMResult", "classic_em", "majority_shares"]
+
+
+@dataclass(frozen=True)
+class ClassicEMResult:
+    """The fit: posteriors ``post`` (T×M), class prior ``q`` (M), error tables ``errors`` (W×M×M, [i, observed m,
+    true l]; one-coin: the same layout), ``pairs`` (W×M bool: the rows of the error table, labels m worker i gave
+    or that an initial table listed), ``skills`` (W, one-coin accuracy; NaN for the full model), and the bound
+    per answer at each iteration (``loss_history``)."""
+
+    post: np.ndarray
+    q: np.ndarray
+    errors: np.ndarray
+    pairs: np.ndarray
+    skills: np.ndarray
+    loss_history: list[float]
+
+
+def majority_shares(task: np.ndarray, label: np.ndarray, n_tasks: int, n_classes: int) -> np.ndarray:
+    """Each task's vote shares (T×M), every answer counted once."""
+    counts = np.zeros((n_tasks, n_classes))
+    np.add.at(counts, (task, label), 1.0)
+    return np.asarray(counts / counts.sum(axis=1, keepdims=True), dtype=np.float64)
+
+
+def _pin(post: np.ndarray, gold: np.ndarray) -> np.ndarray:
+    """Gold tasks' rows set to their answer (one-hot); ``gold`` = label code per task, −1 for none."""
+    known = gold >= 0
+    if known.any():
+        post[known] = 0.0
+        post[np.flatnonzero(known), gold[known]] = 1.0
+    return post
+
+
+def _full_m_step(
+    worker: np.ndarray,
+    label: np.ndarray,
+    post_rows: np.ndarray,
+    pairs: np.ndarray,
+    smoothing: float,
+    prior: float,
+    initial: np.ndarray | None,
+    strategy: str | None,
+) -> np.ndarray:
+    n_workers, m = pairs.shape
+    counts = np.zeros((n_workers, m, m))
+    np.add.at(counts, (worker, label), post_rows)
+    if initial is not None and strategy == "assign":
+        counts = initial.copy()
+    else:
+        if initial is not None and strategy == "addition":
+            counts += initial
+        counts += smoothing
+        if prior:
+            counts[:, np.arange(m), np.arange(m)] += prior
+    counts = np.where(pairs[:, :, None], np.maximum(counts, EPS), 0.0)
+    return np.asarray(counts / counts.sum(axis=1, keepdims=True), dtype=np.float64)
+
+
+def _one_coin_m_step(
+    worker: np.ndarray, label: np.ndarray, post_rows: np.ndarray, n_workers: int, m: int, smoothing: float
+) -> tuple[np.ndarray, np.ndarray]:
+    hit = post_rows[np.arange(label.size), label]
+    n_i = np.bincount(worker, minlength=n_workers).astype(np.float64)
+    skills = (np.bincount(worker, weights=hit, minlength=n_workers) + smoothing) / (n_i + 2 * smoothing)
+    errors = np.repeat(((1.0 - skills) / (m - 1))[:, None, None], m, axis=1).repeat(m, axis=2)
+    errors[:, np.arange(m), np.arange(m)] = skills[:, None]
+    return np.clip(errors, EPS, 1.0 - EPS), skills
+
+
+def _e_step(
+    task: np.ndarray, worker: np.ndarray, label: np.ndarray, q: np.ndarray, errors: np.ndarray, n_tasks: int
+) -> np.ndarray:
+    logs = np.zeros((n_tasks, q.size))
+    np.add.at(logs, task, np.log2(errors[worker, label]))
+    logs += np.log2(np.maximum(q, EPS))
+    scaled = np.exp2(logs - logs.max(axis=1, keepdims=True))
+    return np.asarray(scaled / scaled.sum(axis=1, keepdims=True), dtype=np.float64)
+
+
+def _bound(
+    task: np.ndarray, worker: np.ndarray, label: np.ndarray, post: np.ndarray, q: np.ndarray, errors: np.ndarray
+) -> float:
+    """Evidence lower bound (natural log): E_T[log p(Y, z)] + H(T), posteriors clipped at 1e-10 in the entropy."""
+    rows = post[task]
+    joint = float((rows * (np.log(errors[worker, label]) + np.log(np.maximum(q, EPS)))).sum())
+    clipped = np.maximum(post, EPS)
+    return joint - float((clipped * np.log(clipped)).sum())
+
+
+def classic_em(
+    task: np.ndarray,
+    worker: np.ndarray,
+    label: np.ndarray,
+    n_tasks: int,
+    n_workers: int,
+    n_classes: int,
+    *,
+    one_coin: bool = False,
+    n_iter: int = 100,
+    tol: float = 1e-5,
+    gold: np.ndarray | None = None,
+    initial: np.ndarray | None = None,
+    initial_pairs: np.ndarray | None = None,
+    strategy: str | None = None,
+    smoothing: float = 0.0,
+    prior: float = 0.0,
+) -> ClassicEMResult:
+    """Fit Dawid–Skene (or one-coin) by EM with Crowd-Kit's schedule (module docstring).
+
+    Parameters
+    ----------
+    task, worker, label : numpy.ndarray
+        One entry per answer (codes; a repeated pair counts twice, as in Crowd-Kit).
+    n_tasks, n_workers, n_classes : int
+    one_coin : bool
+        One accuracy per worker instead of a confusion matrix.
+    n_iter : int
+        Most iterations (0: the start, T⁰ and the first M-step).
+    tol : float
+        Stop once the bound per answer rises by less than ``tol`` (any float; 0 runs until it stops rising).
+    gold : numpy.ndarray, optional
+        Label code per task, −1 where unknown: those tasks' posteriors are pinned at every step.
+    initial, initial_pairs, strategy
+        Initial error table (W×M×M, [worker, observed, true]; counts, or probabilities with ``"assign"``), the
+        (worker, observed label) rows it lists, and ``"assign"`` or ``"addition"`` (full model only; first M-step).
+    smoothing, prior : float
+        Pseudo-counts α on every count and β on the diagonal (0: Crowd-Kit's model).
+
+    Returns
+    -------
+    ClassicEMResult
+    """
+    m = n_classes
+    pairs = np.zeros((n_workers, m), dtype=bool)
+    pairs[worker, label] = True
+    gold_codes = np.full(n_tasks, -1, dtype=np.int64) if gold is None else np.asarray(gold, dtype=np.int64)
+    post = _pin(majority_shares(task, label, n_tasks, m), gold_codes)
+    q = post.mean(axis=0)
+    skills = np.full(n_workers, np.nan)
+    if one_coin:
+        errors, skills = _one_coin_m_step(worker, label, post[task], n_workers, m, smoothing)
+    else:
+        first_pairs = pairs
+        if initial is not None and strategy is not None:
+            assert initial_pairs is not None
+            first_pairs = initial_pairs if strategy == "assign" else pairs | initial_pairs
+        errors = _full_m_step(worker, label, post[task], first_pairs, smoothing, prior, initial, strategy)
+        pairs = first_pairs
+    history: list[float] = []
+    loss = -np.inf
+    for _ in range(n_iter):
+        post = _pin(_e_step(task, worker, label, q, errors, n_tasks), gold_codes)
+        q = post.mean(axis=0)
+        if one_coin:
+            errors, skills = _one_coin_m_step(worker, label, post[task], n_workers, m, smoothing)
+        else:
+            pairs = np.zeros((n_workers, m), dtype=bool)
+            pairs[worker, label] = True
+            errors = _full_m_step(worker, label, post[task], pairs, smoothing, prior, None, None)
+        new = _bound(task, worker, label, post, q, errors) / task.size
+        history.append(new)
+        if new - loss < tol:
+            break
+        loss = new
+    return ClassicEMResult(post, q, errors, pairs, skills, history)

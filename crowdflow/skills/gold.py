@@ -1,0 +1,118 @@
+"""Known answers in the skills fit, scored honestly by K-fold cross-fitting over the gold tasks.
+
+With ``gold_in_fit`` (methods ``ds`` and ``onecoin_ds``), the run's tables come from one fit that sees every gold
+answer (the gold tasks' posteriors pinned, :func:`crowdflow.skills.dawid_skene`). Its gold tasks are then right by
+construction, so its accuracy on them says nothing. The reported accuracy is cross-fitted instead:
+
+1. the gold tasks present in the labels are split into K folds by a permutation seeded by ``seed``
+   (sizes differ by at most one);
+2. for each fold k, the same method is fitted with the gold of every fold but k (fold k's tasks are unknown to
+   it) and its labels of fold k's tasks are kept;
+3. the accuracy is that of those kept labels against the gold (:func:`crowdflow.metrics.gold_metrics`), so every
+   gold task is scored by a fit that never saw its answer.
+
+K + 1 fits in all. The estimate is that of a fit with (K − 1)/K of the gold, slightly pessimistic for the full fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from crowdflow.labels import LabelMatrix
+from crowdflow.skills.fit import SkillsResult, fit_skills
+from crowdflow.skills.options import SkillsOptions
+
+__all__ = ["SCORING", "cross_fit", "fold_ids", "gold_codes"]
+
+#: how the manifest and the report name the scoring of a run with gold in the fit
+SCORING = "cross-fitted: {k} folds of the gold tasks, each scored by a fit that did not see its gold"
+
+#: fit(lm, options, gold) -> SkillsResult: the fit each fold runs (an argument so tests can watch what it gets)
+FitFn = Callable[[LabelMatrix, SkillsOptions, np.ndarray], SkillsResult]
+
+
+def gold_codes(lm: LabelMatrix, truth: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Known answers as codes of ``lm``: (label code per task, −1 where none or not a fitted class; mask of the tasks
+    that have a gold answer at all). Ids and labels compare as text, as :func:`crowdflow.metrics.gold_metrics` does."""
+    gold = truth[["task", "label"]].dropna().astype({"task": str, "label": str}).drop_duplicates("task")
+    tasks = pd.Index(np.asarray(lm.tasks, dtype=str)).get_indexer(pd.Index(gold["task"]))
+    labels = pd.Index(np.asarray(lm.classes, dtype=str)).get_indexer(pd.Index(gold["label"]))
+    codes = np.full(lm.n_tasks, -1, dtype=np.int64)
+    has = np.zeros(lm.n_tasks, dtype=bool)
+    inside = tasks >= 0
+    codes[tasks[inside]] = labels[inside]
+    has[tasks[inside]] = True
+    return codes, has
+
+
+def fold_ids(has: np.ndarray, k: int, seed: int) -> np.ndarray:
+    """Fold (0..k−1) of each gold task, −1 elsewhere: a seeded permutation dealt round-robin."""
+    folds = np.full(has.size, -1, dtype=np.int64)
+    tasks = np.flatnonzero(has)
+    order = np.random.default_rng(seed).permutation(tasks.size)
+    folds[tasks[order]] = np.arange(tasks.size) % k
+    return folds
+
+
+def _default_fit(**kwargs: Any) -> FitFn:
+    def fit(lm: LabelMatrix, options: SkillsOptions, gold: np.ndarray) -> SkillsResult:
+        return fit_skills(lm, options, gold=gold, **kwargs)
+
+    return fit
+
+
+def cross_fit(
+    lm: LabelMatrix, options: SkillsOptions, truth: pd.DataFrame, fit: FitFn | None = None, **fit_kwargs: Any
+) -> SkillsResult:
+    """The fit with every gold answer, carrying the cross-fitted labels of the gold tasks (module docstring).
+
+    Parameters
+    ----------
+    lm : LabelMatrix
+    options : SkillsOptions
+        ``method`` ``ds`` or ``onecoin_ds``; ``gold_folds`` = K; ``seed`` seeds the folds.
+    truth : pandas.DataFrame
+        ``task, label``.
+    fit : callable, optional
+        ``fit(lm, options, gold)``; default :func:`~crowdflow.skills.fit_skills` with ``fit_kwargs``.
+
+    Returns
+    -------
+    SkillsResult
+        The all-gold fit; ``gold_scored`` holds ``task, label, fold`` of the gold tasks (each label from the fit
+        without its fold's gold) and ``metadata`` records ``gold_in_fit``, ``gold_folds``, ``n_gold_in_fit``,
+        ``accuracy_scoring``.
+    """
+    run = fit if fit is not None else _default_fit(**fit_kwargs)
+    codes, has = gold_codes(lm, truth)
+    k = int(min(options.gold_folds, max(int(has.sum()), 1)))
+    folds = fold_ids(has, k, options.seed)
+    full = run(lm, options, codes)
+    parts = []
+    for f in range(k):
+        held = folds == f
+        if not held.any():
+            continue
+        seen = np.where(held, -1, codes)
+        cons = run(lm, options, seen).consensus
+        parts.append(cons.loc[held, ["task", "label"]].assign(fold=f))
+    scored = (
+        pd.concat(parts, ignore_index=True)
+        if parts
+        else pd.DataFrame({"task": pd.Series(dtype=object), "label": pd.Series(dtype=object), "fold": []})
+    )
+    meta = dict(full.metadata)
+    meta.update(
+        {
+            "gold_in_fit": True,
+            "gold_folds": k,
+            "n_gold_in_fit": int((codes >= 0).sum()),
+            "accuracy_scoring": SCORING.format(k=k),
+        }
+    )
+    return replace(full, metadata=meta, gold_scored=scored)
