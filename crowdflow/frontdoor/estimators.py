@@ -933,7 +933,15 @@ class EBCC(_Aggregator):
         self.labels_ = _labels(enc, _winner_codes(enc, res.consensus["label"]), "appearance")
         self.probas_ = _probas(enc, res.posteriors, "appearance")
         self.priors_ = pd.Series(res.class_prior[cols], index=labels, name="prior")
-        self.errors_ = DawidSkene._errors(enc, cast(DawidSkeneResult, res), cols, labels)
+        # Crowd-Kit's layout: a row per (worker, observed label), a column per true label, P(observed | true),
+        # each worker's answer table mixed over the subtypes
+        conf = res.confusion[:, cols][:, :, cols]  # W × true × observed, classes in order of appearance
+        w = conf.shape[0]
+        self.errors_ = pd.DataFrame(
+            conf.transpose(0, 2, 1).reshape(w * len(cols), len(cols)),
+            index=pd.MultiIndex.from_product([pd.Index(enc.lm.workers), labels], names=["worker", "label"]),
+            columns=labels,
+        )
         codes, index = enc.worker_index("sorted")
         self.skills_ = pd.Series(res.workers["accuracy"].to_numpy(dtype=np.float64)[codes], index=index, name="skill")
         self.loss_history_ = (res.elbo / enc.lm.n_labels).tolist()

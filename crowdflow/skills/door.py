@@ -21,8 +21,8 @@ from crowdflow.graphs import WorkerGraphReport
 from crowdflow.labels import deduplicate, encode_labels
 from crowdflow.metrics import SkillsReview, gold_metrics, review_skills
 from crowdflow.skills.fit import SkillsResult, fit_skills
-from crowdflow.skills.majority import majority_vote
 from crowdflow.skills.gold import cross_fit
+from crowdflow.skills.majority import majority_vote
 from crowdflow.skills.options import SkillsOptions
 from crowdflow.storage.frames import Columns, columns_for, input_errors, read_input, written_tables
 from crowdflow.storage.io import LoadedTable
