@@ -378,7 +378,12 @@ def fit_skills(
         moments, n_pruned = prune_spammer_edges(moments, *o.prune_spammers)
     if moments is not None:
         n_mat = moments.co_labels
-    elif graph_report is not None and o.min_pair_count <= 1 and graph_report.co_labels.shape == (lm.n_workers,) * 2:
+    elif (
+        graph_report is not None
+        and graph_report.co_labels is not None
+        and o.min_pair_count <= 1
+        and graph_report.co_labels.shape == (lm.n_workers,) * 2
+    ):
         n_mat = graph_report.co_labels  # N of these labels, already counted by the caller's graph check
     else:
         n_mat = co_label_matrix(lm, o.min_pair_count)
