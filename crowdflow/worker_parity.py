@@ -207,6 +207,26 @@ def distinct_partners(task_indptr: np.ndarray, workers: np.ndarray, n_workers: i
     return _distinct_partners(np.asarray(task_indptr, dtype=np.int64), w, w_indptr, task_of[order], n_workers)
 
 
+#: Bytes rank-one PGD holds per stored worker pair in the flow today: N, the agreements, C^ and the edge
+#: weights with their CSR indices (docs/scale.md, "what limits each job").
+PGD_BYTES_PER_PAIR = 60
+
+
+def pair_bound(task_sizes: np.ndarray, n_workers: int) -> int:
+    """An upper bound on the stored entries of N, known before any pair is formed: min(Σ_t k_t(k_t − 1), W(W − 1)).
+
+    Each task with k_t distinct workers adds at most k_t(k_t − 1) ordered pairs; there are W(W − 1) in all.
+
+    Parameters
+    ----------
+    task_sizes : numpy.ndarray
+        Distinct workers per task (k_t).
+    n_workers : int
+    """
+    k = np.asarray(task_sizes, dtype=np.int64)
+    return int(min(int(np.dot(k, k - 1)), n_workers * (n_workers - 1)))
+
+
 def worker_graph_parity(lm: LabelMatrix, max_listed: int = 20) -> WorkerGraphReport:
     """:func:`crowdflow.graphs.worker_graph_report` without the W×W co-label matrix (same tables; ``co_labels`` None).
 

@@ -6,9 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crowdflow.graphs import worker_graph_report
+from crowdflow.contracts.errors import DegenerateInput
+from crowdflow.graphs import co_label_counts, worker_graph_report
 from crowdflow.labels import encode_labels
-from crowdflow.worker_parity import ParityForest, worker_graph_parity
+from crowdflow.skills.fit import fit_skills
+from crowdflow.skills.options import SkillsOptions
+from crowdflow.worker_parity import PGD_BYTES_PER_PAIR, ParityForest, pair_bound, worker_graph_parity
 
 
 def _frame(pairs: list[tuple[int, int]], rng: np.random.Generator) -> pd.DataFrame:
@@ -116,3 +119,31 @@ def test_a_three_worker_task_makes_its_component_identifiable() -> None:
         "y": "ok",
         "z": "ok",
     }
+
+
+@pytest.mark.parametrize("df", _family(30))
+def test_pair_bound_bounds_the_stored_pairs(df: pd.DataFrame) -> None:
+    lm = encode_labels(df)
+    k = np.bincount(lm.task_idx, minlength=lm.n_tasks)
+    nnz = co_label_counts(lm).nnz
+    bound = pair_bound(k, lm.n_workers)
+    assert nnz <= bound
+    if k.max() <= 2:  # 2-worker tasks: the bound counts each task's pair once per direction
+        assert bound >= nnz and bound == min(int(2 * (k == 2).sum()), lm.n_workers * (lm.n_workers - 1))
+
+
+def test_pgd_over_the_pair_budget_is_refused_with_the_figure() -> None:
+    rng = np.random.default_rng(5)
+    df = pd.DataFrame(
+        {"task": np.repeat(np.arange(200), 5).astype(str), "worker": rng.integers(0, 40, 1000).astype(str)}
+    ).drop_duplicates()
+    df["label"] = rng.integers(0, 2, len(df)).astype(str)
+    lm = encode_labels(df)
+    k = np.bincount(lm.task_idx)
+    need = pair_bound(k, lm.n_workers) * PGD_BYTES_PER_PAIR
+    with pytest.raises(DegenerateInput, match=f"{need / 1e9:.2f} GB") as err:
+        fit_skills(df, SkillsOptions(method="pgd", pair_memory_budget=need - 1))
+    assert err.value.reason == "pair_memory_budget" and err.value.exit_code == 2
+    assert fit_skills(df, SkillsOptions(method="pgd", pair_memory_budget=need)).skills.shape[0] == lm.n_workers
+    # ds never holds the pairs' statistics for the fit: the budget does not apply
+    assert fit_skills(df, SkillsOptions(method="ds", pair_memory_budget=1)).skills.shape[0] == lm.n_workers
