@@ -580,14 +580,15 @@ class WorkerGraphReport:
         ``isolated``).
     components : pandas.DataFrame
         component, n_workers, n_edges, n_labels, bipartite, colour_sizes, status, workers (first 20 ids).
-    co_labels : scipy.sparse.csr_matrix
-        N (see :func:`co_label_counts`), returned so fits do not rebuild it.
+    co_labels : scipy.sparse.csr_matrix or None
+        N (see :func:`co_label_counts`), returned so fits do not rebuild it; None when the report was
+        built without pairs (:mod:`crowdflow.worker_parity`).
     graph : Components
     """
 
     workers: pd.DataFrame
     components: pd.DataFrame
-    co_labels: sp.csr_matrix
+    co_labels: sp.csr_matrix | None
     graph: Components
 
     @property
@@ -621,7 +622,22 @@ def worker_graph_from_counts(
     labels (docs/scale.md).
     """
     g = graph_structure(n, symmetric=True).graph  # N is symmetric with zero diagonal: no symmetrisation
-    n_partners = np.diff(n.indptr)
+    return worker_graph_from_components(g, np.diff(n.indptr), n_labels, worker_ids, max_listed, co_labels=n)
+
+
+def worker_graph_from_components(
+    g: Components,
+    n_partners: np.ndarray,
+    n_labels: np.ndarray,
+    worker_ids: np.ndarray,
+    max_listed: int = 20,
+    co_labels: sp.csr_matrix | None = None,
+) -> WorkerGraphReport:
+    """The report's tables from the worker graph's components and each worker's number of distinct partners.
+
+    One place for the tables whether the components come from N (:func:`worker_graph_from_counts`) or from
+    the parity union-find over the labels that never forms a pair (:mod:`crowdflow.worker_parity`).
+    """
     comp_status = np.where(g.bipartite, "bipartite_component", "ok").astype(object)
     comp_status[(g.sizes == 1)] = "isolated"
     worker_status = comp_status[g.labels]
@@ -658,7 +674,7 @@ def worker_graph_from_counts(
             "workers": [",".join(w) for w in listed],
         }
     )
-    return WorkerGraphReport(workers=workers, components=comps, co_labels=n, graph=g)
+    return WorkerGraphReport(workers=workers, components=comps, co_labels=co_labels, graph=g)
 
 
 def describe_failures(

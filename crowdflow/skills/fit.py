@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from crowdflow.contracts.errors import DegenerateInput
 from crowdflow.contracts.missing import explain_missing
 from crowdflow.executors import MapFn
 from crowdflow.graphs import Components, GraphStructure, WorkerGraphReport, graph_structure
@@ -46,6 +47,7 @@ from crowdflow.skills.partitions import partitioned_moments
 from crowdflow.skills.rank_one import RankOneFit, fit_active
 from crowdflow.skills.reasons import explain_missing_skills
 from crowdflow.skills.types import Policy
+from crowdflow.worker_parity import PGD_BYTES_PER_PAIR, pair_bound
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +235,26 @@ def diagnostics_table(
     )
 
 
+def _refuse_over_budget(lm: LabelMatrix, o: SkillsOptions) -> None:
+    """Say before fitting what the worker pairs will take; refuse a shape over ``pair_memory_budget`` (exit 2).
+
+    The bound min(Σ_t k_t(k_t − 1), W(W − 1)) stored pairs × :data:`PGD_BYTES_PER_PAIR` comes from the labels
+    per task alone (docs/scale.md, memory laws).
+    """
+    k = np.bincount(lm.task_idx, minlength=lm.n_tasks)
+    pairs = pair_bound(k, lm.n_workers)
+    need = pairs * PGD_BYTES_PER_PAIR
+    log.info("pgd: at most %d worker pairs, %.3g bytes for the pair statistics", pairs, need)
+    if o.pair_memory_budget is not None and need > o.pair_memory_budget:
+        raise DegenerateInput(
+            f"method pgd would hold up to {pairs:,} worker pairs ({need / 1e9:.2f} GB at {PGD_BYTES_PER_PAIR} bytes "
+            f"each: the sum over tasks of k(k-1), at most W(W-1) for {lm.n_workers:,} workers), over "
+            f"pair_memory_budget = {o.pair_memory_budget:,} bytes. Raise skills.pair_memory_budget, or use method "
+            "ds, onecoin_ds or mv (their memory grows with the workers, not with their pairs).",
+            reason="pair_memory_budget",
+        )
+
+
 def _fit_status(converged: bool) -> str:
     return "converged" if converged else "not_converged"
 
@@ -401,6 +423,7 @@ def fit_skills(
             lm, executor, n_partitions, min_pair_count=o.min_pair_count, scratch_dir=scratch_dir
         )
     elif moments is None and needs_moments:
+        _refuse_over_budget(lm, o)
         moments = label_moments(lm, min_pair_count=o.min_pair_count)
     elif moments is not None and (moments.co_labels.shape != (lm.n_workers, lm.n_workers) or moments.n_classes != m):
         raise ValueError(
@@ -412,7 +435,12 @@ def fit_skills(
         moments, n_pruned = prune_spammer_edges(moments, *o.prune_spammers)
     if moments is not None:
         n_mat = moments.co_labels
-    elif graph_report is not None and o.min_pair_count <= 1 and graph_report.co_labels.shape == (lm.n_workers,) * 2:
+    elif (
+        graph_report is not None
+        and graph_report.co_labels is not None
+        and o.min_pair_count <= 1
+        and graph_report.co_labels.shape == (lm.n_workers,) * 2
+    ):
         n_mat = graph_report.co_labels  # N of these labels, already counted by the caller's graph check
     else:
         n_mat = co_label_matrix(lm, o.min_pair_count)

@@ -107,6 +107,7 @@ def test_partitioned_fit_takes_the_same_options(tmp_path) -> None:  # type: igno
         ("dense_eig_max", 0),
         ("dense_eig_max", 10**5),  # a dense 10^5 x 10^5 matrix is 80 GB
         ("spectral_max_nnz", 0),
+        ("pair_memory_budget", 0),
         ("ds_tol", 0.0),
         ("ds_tol", 0.5),
         ("ds_max_iter", 0),

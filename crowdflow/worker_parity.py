@@ -1,0 +1,242 @@
+"""The worker-graph check without the worker pairs: a parity union-find over the labels.
+
+docs/methods/skills.md §3.2, docs/scale.md (memory laws). Workers i, j are adjacent in the worker
+interaction graph iff they labelled a common task. A task with k ≥ 3 distinct workers puts a triangle
+(an odd cycle) in their component, so that component is not bipartite whatever else it holds; only
+tasks with exactly two workers can leave a component bipartite. A union-find whose every node keeps the
+parity of its path to its root (0: same side, 1: other side of a 2-colouring) decides, in one pass over
+the labels grouped by task:
+
+- each task with k ≥ 2 workers joins its workers to its first one with parity 1 (they are adjacent);
+  joining two workers of one set with equal parities closes an odd cycle, and so does any task with
+  k ≥ 3 distinct workers: the set's root is marked ``odd``;
+- at the end, the sets are the connected components, ``odd`` is "not bipartite", a set of one worker is
+  an isolated worker, and the parity to the root is a proper 2-colouring of a bipartite component.
+
+Memory O(workers) for the forest (plus the labels the caller already holds), never O(worker pairs);
+time O(labels · α(workers)). The partitioned path (tasks split over buckets, a worker's tasks in many
+buckets) runs the same union-find in each bucket and merges the buckets' forests in the flow
+(:func:`merge_forests`): O(workers) numbers per bucket.
+
+``n_partners`` (distinct co-labellers of a worker) is the one column that counts pairs; it is computed
+exactly without storing them (:func:`distinct_partners`: a marker array over workers, the same
+Σ_t k_t² work as the pair count, O(workers + labels) memory).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from crowdflow.compiled import compiled_kernel
+from crowdflow.graphs import Components, WorkerGraphReport, labels_by_task, worker_graph_from_components
+from crowdflow.labels import LabelMatrix
+
+
+@compiled_kernel
+def _find(parent: np.ndarray, par: np.ndarray, x: int) -> tuple[int, int]:
+    """Root of ``x`` and the parity of its path to the root, compressing the path."""
+    r = x
+    p = 0
+    while parent[r] != r:
+        p ^= par[r]
+        r = parent[r]
+    y = x
+    py = p
+    while parent[y] != y:
+        nxt = parent[y]
+        pn = py ^ par[y]
+        parent[y] = r
+        par[y] = py
+        y = nxt
+        py = pn
+    return r, p
+
+
+@compiled_kernel
+def _join(parent: np.ndarray, par: np.ndarray, rank: np.ndarray, odd: np.ndarray, a: int, b: int, d: int) -> None:
+    """Record parity(a) XOR parity(b) = d; a contradiction marks the set odd (an odd cycle)."""
+    ra, pa = _find(parent, par, a)
+    rb, pb = _find(parent, par, b)
+    if ra == rb:
+        if (pa ^ pb) != d:
+            odd[ra] = True
+        return
+    link = pa ^ pb ^ d  # parity of the attached root to the new root
+    if rank[ra] < rank[rb]:
+        ra, rb = rb, ra
+    parent[rb] = ra
+    par[rb] = link
+    if rank[ra] == rank[rb]:
+        rank[ra] += 1
+    if odd[rb]:
+        odd[ra] = True
+
+
+@compiled_kernel
+def _parity_forest(
+    task_indptr: np.ndarray, workers: np.ndarray, n_workers: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    parent = np.arange(n_workers)
+    par = np.zeros(n_workers, dtype=np.int64)
+    rank = np.zeros(n_workers, dtype=np.int64)
+    odd = np.zeros(n_workers, dtype=np.bool_)
+    for t in range(task_indptr.size - 1):
+        s = task_indptr[t]
+        e = task_indptr[t + 1]
+        if e - s < 2:
+            continue
+        a = workers[s]
+        distinct = 1
+        for j in range(s + 1, e):
+            b = workers[j]
+            if b == a:
+                continue
+            _join(parent, par, rank, odd, a, b, 1)
+            distinct += 1
+        if distinct >= 3:
+            r, _ = _find(parent, par, a)
+            odd[r] = True
+    return parent, par, rank, odd
+
+
+@compiled_kernel
+def _merge(
+    parent: np.ndarray,
+    par: np.ndarray,
+    rank: np.ndarray,
+    odd: np.ndarray,
+    f_parent: np.ndarray,
+    f_par: np.ndarray,
+    f_odd: np.ndarray,
+) -> None:
+    for x in range(f_parent.size):
+        if f_parent[x] != x:
+            _join(parent, par, rank, odd, x, f_parent[x], f_par[x])
+        if f_odd[x]:
+            r, _ = _find(parent, par, x)
+            odd[r] = True
+
+
+@compiled_kernel
+def _flatten(parent: np.ndarray, par: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    n = parent.size
+    root = np.empty(n, dtype=np.int64)
+    parity = np.empty(n, dtype=np.int64)
+    for x in range(n):
+        r, p = _find(parent, par, x)
+        root[x] = r
+        parity[x] = p
+    return root, parity
+
+
+@compiled_kernel
+def _distinct_partners(
+    task_indptr: np.ndarray, workers: np.ndarray, w_indptr: np.ndarray, w_tasks: np.ndarray, n_workers: int
+) -> np.ndarray:
+    mark = np.full(n_workers, -1, dtype=np.int64)
+    out = np.zeros(n_workers, dtype=np.int64)
+    for i in range(n_workers):
+        c = 0
+        for q in range(w_indptr[i], w_indptr[i + 1]):
+            t = w_tasks[q]
+            for j in range(task_indptr[t], task_indptr[t + 1]):
+                v = workers[j]
+                if v != i and mark[v] != i:
+                    mark[v] = i
+                    c += 1
+        out[i] = c
+    return out
+
+
+class ParityForest:
+    """A parity union-find forest over ``n`` workers (arrays owned by the instance; small: 4 numbers a worker)."""
+
+    def __init__(self, parent: np.ndarray, par: np.ndarray, rank: np.ndarray, odd: np.ndarray) -> None:
+        self.parent, self.par, self.rank, self.odd = parent, par, rank, odd
+
+    @classmethod
+    def from_labels(cls, task_indptr: np.ndarray, workers: np.ndarray, n_workers: int) -> ParityForest:
+        """One pass over labels grouped by task (``task_indptr``, worker code per label, one label a (task, worker))."""
+        if n_workers == 0:
+            z = np.zeros(0, dtype=np.int64)
+            return cls(z, z.copy(), z.copy(), np.zeros(0, dtype=bool))
+        p, q, r, o = _parity_forest(
+            np.ascontiguousarray(task_indptr, dtype=np.int64), np.ascontiguousarray(workers, dtype=np.int64), n_workers
+        )
+        return cls(p, q, r, o)
+
+    def merge(self, other: ParityForest) -> None:
+        """Add another forest over the same workers (e.g. another bucket's tasks): O(workers)."""
+        if other.parent.size != self.parent.size:
+            raise ValueError(f"forests over {self.parent.size} and {other.parent.size} workers")
+        _merge(self.parent, self.par, self.rank, self.odd, other.parent, other.par, other.odd)
+
+    def components(self) -> Components:
+        """The worker graph's :class:`~crowdflow.graphs.Components` (numbered by smallest worker, BFS colouring)."""
+        n = self.parent.size
+        if n == 0:
+            e = np.zeros(0, dtype=np.int64)
+            return Components(labels=e, n_components=0, bipartite=np.zeros(0, bool), colour=e.astype(np.int8), sizes=e)
+        root, parity = _flatten(self.parent, self.par)
+        odd_root = np.zeros(n, dtype=bool)
+        odd_root[root[self.odd]] = True  # odd flags sit on roots, but merged sets may have moved
+        first = np.full(n, n, dtype=np.int64)
+        np.minimum.at(first, root, np.arange(n, dtype=np.int64))
+        roots = np.flatnonzero(first < n)
+        order = roots[np.argsort(first[roots], kind="stable")]  # components by their smallest worker
+        comp_of_root = np.empty(n, dtype=np.int64)
+        comp_of_root[order] = np.arange(order.size)
+        labels = comp_of_root[root]
+        bipartite = ~odd_root[order]
+        # BFS colour: depth parity from the smallest worker, i.e. parity relative to that worker
+        smallest = first[order]
+        colour = (parity ^ parity[smallest][labels]).astype(np.int8)
+        colour[~bipartite[labels]] = 0
+        sizes = np.bincount(labels, minlength=order.size)
+        return Components(labels=labels, n_components=int(order.size), bipartite=bipartite, colour=colour, sizes=sizes)
+
+
+def distinct_partners(task_indptr: np.ndarray, workers: np.ndarray, n_workers: int) -> np.ndarray:
+    """Distinct co-labellers per worker (the row lengths of N) without forming N: O(workers + labels) memory."""
+    w = np.asarray(workers, dtype=np.int64)
+    k = np.diff(task_indptr)
+    task_of = np.repeat(np.arange(k.size, dtype=np.int64), k)
+    order = np.argsort(w, kind="stable")
+    w_indptr = np.zeros(n_workers + 1, dtype=np.int64)
+    np.cumsum(np.bincount(w, minlength=n_workers), out=w_indptr[1:])
+    return _distinct_partners(np.asarray(task_indptr, dtype=np.int64), w, w_indptr, task_of[order], n_workers)
+
+
+#: Bytes rank-one PGD holds per stored worker pair in the flow today: N, the agreements, C^ and the edge
+#: weights with their CSR indices (docs/scale.md, "what limits each job").
+PGD_BYTES_PER_PAIR = 60
+
+
+def pair_bound(task_sizes: np.ndarray, n_workers: int) -> int:
+    """An upper bound on the stored entries of N, known before any pair is formed: min(Σ_t k_t(k_t − 1), W(W − 1)).
+
+    Each task with k_t distinct workers adds at most k_t(k_t − 1) ordered pairs; there are W(W − 1) in all.
+
+    Parameters
+    ----------
+    task_sizes : numpy.ndarray
+        Distinct workers per task (k_t).
+    n_workers : int
+    """
+    k = np.asarray(task_sizes, dtype=np.int64)
+    return int(min(int(np.dot(k, k - 1)), n_workers * (n_workers - 1)))
+
+
+def worker_graph_parity(lm: LabelMatrix, max_listed: int = 20) -> WorkerGraphReport:
+    """:func:`crowdflow.graphs.worker_graph_report` without the W×W co-label matrix (same tables; ``co_labels`` None).
+
+    Parameters
+    ----------
+    lm : LabelMatrix
+    max_listed : int
+        How many worker ids to list per component.
+    """
+    indptr, w, _ = labels_by_task(lm)
+    g = ParityForest.from_labels(indptr, w, lm.n_workers).components()
+    partners = distinct_partners(indptr, w, lm.n_workers)
+    return worker_graph_from_components(g, partners, lm.labels_per_worker(), lm.workers, max_listed)
