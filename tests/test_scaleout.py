@@ -265,7 +265,8 @@ def test_a_dataset_read_by_the_workers_gives_the_inline_run(
         return real(runner)
 
     monkeypatch.setattr(flows.skills, "runner_executor", spy)
-    base = {"name": "rte", "truth": {"path": str(rte_dir / "truth.csv")}}
+    # method named: auto on a Dask-read input fits ds (no held-out comparison in passes), inline it may choose another
+    base = {"name": "rte", "truth": {"path": str(rte_dir / "truth.csv")}, "skills": {"method": "ds"}}
     inline = run_pipeline(
         parse_spec({**base, "labels": {"path": str(tmp_path / "labels")}, "output": {"dir": str(tmp_path / "a")}})
     )

@@ -22,7 +22,9 @@ PY = sys.executable
 
 def _env(tmp: Path) -> dict[str, str]:
     (tmp / "tmp").mkdir(exist_ok=True)
-    return {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp / "tmp")}
+    # the subprocess runs its own embedded API under its own PREFECT_HOME, never the session harness's server
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_")}
+    return {**env, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp / "tmp"), "PREFECT_HOME": str(tmp / "prefect-home")}
 
 
 _HOLD = """

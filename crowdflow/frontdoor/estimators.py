@@ -914,6 +914,7 @@ class EBCC(_Aggregator):
         from crowdflow.skills.ebcc import ebcc
 
         enc = _encode(data, self.duplicates, "appearance" if self.tie_break == "first" else "sorted")
+        assert enc is not None  # without empty_ok an empty frame raises
         if enc.lm.n_classes < 2:
             raise InputError(f"EBCC needs at least 2 label classes, the data have {enc.lm.n_classes}", path=_SOURCE)
         res = ebcc(
@@ -939,7 +940,7 @@ class EBCC(_Aggregator):
         w = conf.shape[0]
         self.errors_ = pd.DataFrame(
             conf.transpose(0, 2, 1).reshape(w * len(cols), len(cols)),
-            index=pd.MultiIndex.from_product([pd.Index(enc.lm.workers), labels], names=["worker", "label"]),
+            index=pd.MultiIndex.from_product([pd.Index(enc.lm.workers), pd.Index(labels)], names=["worker", "label"]),
             columns=labels,
         )
         codes, index = enc.worker_index("sorted")

@@ -42,7 +42,7 @@ from crowdflow.skills.identifiability import active_workers, component_diagnosti
 from crowdflow.skills.inputs import prepare_labels
 from crowdflow.skills.majority import majority_vote
 from crowdflow.skills.moments import LabelMoments, co_label_matrix, edge_weights, label_moments, prune_spammer_edges
-from crowdflow.skills.options import GOLD_METHODS, GOLD_REFUSAL, SkillsOptions
+from crowdflow.skills.options import GOLD_METHODS, SkillsOptions, gold_refusal
 from crowdflow.skills.partitions import partitioned_moments
 from crowdflow.skills.rank_one import RankOneFit, fit_active
 from crowdflow.skills.reasons import explain_missing_skills
@@ -463,7 +463,7 @@ def fit_skills(
         meta["moments_partitions"] = n_parts
 
     if gold is not None and o.method not in GOLD_METHODS:
-        raise ValueError(f"gold answers in the fit: {GOLD_REFUSAL[o.method]}")
+        raise ValueError(f"gold answers in the fit: {gold_refusal(o.method)}")
     if o.method != "pgd":
         witnesses = witness_cycles(structure) if (o.witness and structure is not None) else None
         return _fit_baseline(lm, o, graph, n_mat, w_all, status, n_i, meta, witnesses, timings, gold)

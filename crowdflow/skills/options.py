@@ -38,7 +38,17 @@ GOLD_REFUSAL = {
     "equation in which a known answer has no term; known answers could only score it. Use method ds or "
     "onecoin_ds (the same one-coin model, by EM) to fit with gold",
     "mv": "method mv (majority vote) fits nothing a known answer could inform; use method ds or onecoin_ds",
+    "auto": "method auto chooses its model on held-out labels, without gold; set method ds or onecoin_ds to fit "
+    "with gold",
 }
+
+
+def gold_refusal(method: str) -> str:
+    """Why ``method`` cannot take known answers in its fit (the one message, for the options and the fit)."""
+    return GOLD_REFUSAL.get(
+        method, f"method {method} does not take known answers in its fit; use method ds or onecoin_ds"
+    )
+
 
 #: largest iteration cap: the loss trace keeps one float64 per iteration (10^7 iterations = 80 MB)
 MAX_ITERATIONS = 10_000_000
@@ -398,7 +408,7 @@ class SkillsOptions(Options):
     @model_validator(mode="after")
     def _runnable(self) -> SkillsOptions:
         if self.gold_in_fit and self.method not in GOLD_METHODS:
-            raise ValueError(f"gold_in_fit: {GOLD_REFUSAL[self.method]}")
+            raise ValueError(f"gold_in_fit: {gold_refusal(self.method)}")
         if self.solver == "eg" and self.sign_mode != "bfs":
             raise ValueError("solver 'eg' fits positive skills only: use it with sign_mode 'bfs'")
         if self.solver == "scaled" and self.eta is not None:
