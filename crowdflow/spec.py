@@ -119,9 +119,6 @@ def _storage_options_schema(schema: dict[str, Any]) -> None:
             "env": {"type": "string", "title": "Environment variable", "minLength": 1},
             "secret_block": {"type": "string", "title": "Prefect Secret block", "minLength": 1},
         },
-        "additionalProperties": False,
-        "minProperties": 1,
-        "maxProperties": 1,
     }
     schema.clear()
     schema.update(
@@ -131,7 +128,11 @@ def _storage_options_schema(schema: dict[str, Any]) -> None:
             "description": "Options of the file system of a URL path (s3://, gs://): "
             f"{', '.join(sorted(PUBLIC_STORAGE_OPTIONS))} take a value; any other option (a key, token, "
             "connection string…) is a secret, given as {env: VARIABLE} or {secret_block: name}.",
-            "properties": {k: {"anyOf": scalar} for k in sorted(PUBLIC_STORAGE_OPTIONS)},
+            # public keys by pattern, not as fixed properties: the run form draws an object with fixed properties
+            # inside a source kind as a form the kind's button cannot be matched against (tests/test_ui_form.py)
+            "patternProperties": {
+                "^(" + "|".join(sorted(PUBLIC_STORAGE_OPTIONS)) + ")$": {"anyOf": scalar},
+            },
             "additionalProperties": ref,
         }
     )
