@@ -14,6 +14,9 @@ file's folder (for ``run_spec_file``); a relative ``base_dir`` is taken from the
 directory: for the deployments of ``deployments/prefect.yaml`` the project folder their pull step moves into
 (the Prefect Variable ``crowdflow_project_dir``, read by the worker when the run starts), for ``crowdflow serve``
 the folder it was started in. Paths are normalised (:meth:`crowdflow.spec.PipelineBase.path_of`).
+
+An expected failure (bad input or spec, a missing extra, variable or Secret block, an unreachable scheduler or
+warehouse) ends the flow run ``Failed`` with a one-line state message saying what to fix (:mod:`flows.operator`).
 """
 
 # No ``from __future__ import annotations`` here: a worker loads this file by path (the deployment's
@@ -24,6 +27,7 @@ from typing import Any
 from prefect import flow
 
 from crowdflow.spec import PipelineSpec, load_spec
+from flows.operator import failed_state
 from flows.pipeline import run_spec
 
 
@@ -43,7 +47,10 @@ def run_pipeline(spec: PipelineSpec, run_id: str = "") -> dict[str, Any]:
     dict
         ``run_id``, ``run_dir`` and ``metrics`` of the completed run.
     """
-    return run_spec(spec, run_id or None, in_this_flow=True)
+    try:
+        return run_spec(spec, run_id or None, in_this_flow=True)
+    except Exception as exc:  # an expected failure ends the run Failed with one line; a bug is re-raised
+        return failed_state(exc)  # type: ignore[no-any-return]
 
 
 @flow(name="crowdflow-spec-file", log_prints=True)
@@ -57,8 +64,11 @@ def run_spec_file(spec_path: str, out: str | None = None) -> dict[str, Any]:
     out : str, optional
         Output folder overriding the spec's ``output.dir`` (relative to the working directory).
     """
-    spec = load_spec(spec_path)
-    if out:
-        out_dir = str(Path(out).resolve())
-        spec = spec.model_copy(update={"output": spec.output.model_copy(update={"dir": out_dir})})
-    return run_spec(spec, in_this_flow=True)
+    try:
+        spec = load_spec(spec_path)
+        if out:
+            out_dir = str(Path(out).resolve())
+            spec = spec.model_copy(update={"output": spec.output.model_copy(update={"dir": out_dir})})
+        return run_spec(spec, in_this_flow=True)
+    except Exception as exc:  # as run_pipeline
+        return failed_state(exc)  # type: ignore[no-any-return]

@@ -73,7 +73,8 @@ def connect(address: str, worker_timeout: float) -> Any:
     except (OSError, TimeoutError) as exc:
         raise RunnerError(
             f"runner.address {shown}: no Dask scheduler answered within {worker_timeout:g} s "
-            f"(runner.worker_timeout): {exc}"
+            f"(runner.worker_timeout): {exc}; start the scheduler (dask scheduler) or fix runner.address "
+            "(empty starts a local cluster)"
         ) from None
     left = max(worker_timeout - (time.monotonic() - t0), 0.1)
     try:

@@ -52,9 +52,7 @@ def test_one_scheduled_deployment_per_job_and_specs_in_sync() -> None:
     assert jobs == JOBS
 
 
-PULL_STEP = {
-    "prefect.deployments.steps.set_working_directory": {"directory": "{{ prefect.variables.crowdflow_project_dir }}"}
-}
+PULL_STEP = {"flows.operator.enter_project": {"directory": "{{ prefect.variables.crowdflow_project_dir }}"}}
 
 
 def test_deployments_pull_the_project_folder_from_a_variable() -> None:

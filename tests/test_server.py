@@ -279,11 +279,7 @@ def test_deployments_travel_and_chain_by_events(server: Server, tmp_path: Path) 
             dep = deployments[name]
             # what the worker runs: the project folder named by the Variable, resolved when a run starts
             assert dep.pull_steps == [
-                {
-                    "prefect.deployments.steps.set_working_directory": {
-                        "directory": "{{ prefect.variables.crowdflow_project_dir }}"
-                    }
-                }
+                {"flows.operator.enter_project": {"directory": "{{ prefect.variables.crowdflow_project_dir }}"}}
             ], (name, dep.pull_steps)
             if "spec" in dep.parameters:
                 needed |= set(parse_spec(dep.parameters["spec"], base_dir=None).extras())
@@ -413,3 +409,107 @@ def test_served_deployment_runs_a_custom_spec(server: Server, tmp_path: Path, rt
     acc = consensus.merge(truth, on="task", suffixes=("", "_true")).eval("label == label_true").mean()
     assert acc == pytest.approx(manifest["metrics"]["accuracy"]) and acc > 0.85
     print(f"served run finished after {time.monotonic() - t0:.1f} s")
+
+
+def test_operator_errors_end_failed_with_one_line(server: Server, tmp_path: Path, rte_dir: Path) -> None:
+    """Issue #33 item 6: what an operator gets wrong ends the flow run ``Failed`` (never ``Crashed``) with a one-line
+    state message that names what to fix, in the API (the UI's run page) and in ``prefect flow-run inspect``.
+
+    One deployment per mistake, on a process worker of their own pool: the project folder missing on the worker or
+    not a project (the pull step, before the flow is loaded), and inside the flow an unreachable Dask scheduler, a
+    missing Prefect Secret block and an unreachable warehouse.
+    """
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.workers.process import ProcessWorker
+
+    base = {
+        "name": "ops",
+        "job": "skills",
+        "labels": {"path": str(rte_dir / "labels.csv")},
+        "skills": {"method": "mv", "tie_break": "smallest"},
+        "output": {"dir": str(tmp_path / "out")},
+    }
+    closed = f"127.0.0.1:{_free_port()}"  # nothing listens there
+    cases: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
+        "missing-project": (str(tmp_path / "no-such-project"), base, ("project folder not found", "no-such-project")),
+        "not-a-project": (str(tmp_path), base, ("is not a crowdflow project folder", "flows/deploy.py")),
+        "no-scheduler": (
+            str(ROOT),
+            {**base, "runner": {"kind": "dask", "address": f"tcp://{closed}", "worker_timeout": 2}},
+            ("RunnerError", f"tcp://{closed}"),
+        ),
+        "no-secret": (
+            str(ROOT),
+            {
+                **base,
+                "labels": {
+                    "sql": "select task, worker, label from labels",
+                    "connection": f"postgresql://crowd@{closed}/db",
+                    "password_secret": "no-such-block",
+                },
+            },
+            ("no-such-block", "not found"),
+        ),
+        "no-warehouse": (
+            str(ROOT),
+            {
+                **base,
+                "output": {
+                    "dir": str(tmp_path / "out"),
+                    "warehouse": {"connection": f"postgresql://crowd@{closed}/db", "password_env": "PGPASSWORD_CF"},
+                },
+            },
+            ("cannot reach the database", closed),
+        ),
+    }
+    with _client(server.api) as client:
+        client.create_work_pool(
+            WorkPoolCreate(
+                name="crowdflow-ops", type="process", base_job_template=ProcessWorker.get_default_base_job_template()
+            )
+        )
+        flow_id = client.create_flow_from_name("crowdflow-pipeline")
+        for name, (directory, _, _) in cases.items():
+            client.create_deployment(
+                flow_id=flow_id,
+                name=name,
+                entrypoint="flows/deploy.py:run_pipeline",
+                work_pool_name="crowdflow-ops",
+                pull_steps=[{"flows.operator.enter_project": {"directory": directory}}],
+                enforce_parameter_schema=False,
+            )
+    worker, worker_log = server.start(
+        "worker-ops",
+        [str(PREFECT), "worker", "start", "--pool", "crowdflow-ops", "--name", "ops"],
+        tmp_path,
+        PYTHONPATH=str(ROOT),
+        PGPASSWORD_CF="x",
+        PREFECT_WORKER_QUERY_SECONDS="2",
+        PREFECT_WORKER_PREFETCH_SECONDS="2",
+    )
+    with temporary_settings(updates={PREFECT_API_URL: server.api}):
+        started = {
+            name: run_deployment(f"crowdflow-pipeline/{name}", parameters={"spec": spec}, timeout=0).id
+            for name, (_, spec, _) in cases.items()
+        }
+    with _client(server.api) as client:
+        for name, run_id in started.items():
+            run = _final(client, run_id, RUN_TIMEOUT)
+            if run.infrastructure_pid:
+                server.pids.append(int(str(run.infrastructure_pid).rsplit(":", 1)[-1]))
+            message = run.state.message or ""
+            assert run.state.is_failed(), f"{name}: {run.state!r}\n{worker_log.read_text()[-3000:]}"
+            assert "\n" not in message and all(w in message for w in cases[name][2]), (name, message)
+    inspect = subprocess.run(
+        [str(PREFECT), "flow-run", "inspect", str(started["missing-project"])],
+        env=_env(tmp_path / "inspect-home", server.api),
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT,
+        check=False,
+    )
+    assert inspect.returncode == 0, inspect.stderr[-2000:]
+    assert "FAILED" in inspect.stdout and "project folder not found" in inspect.stdout, inspect.stdout[-2000:]
+    assert worker.poll() is None  # the worker outlived every failed run
