@@ -20,7 +20,7 @@ import logging
 import os
 import stat
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -202,7 +202,7 @@ def _read_parquet(p: Path) -> tuple[pd.DataFrame, str]:
             if not files:
                 raise InputError("no data rows: every Parquet file of this folder is empty", path=str(p))
             dataset = pads.dataset(files, format="parquet")
-            _check_parts(dataset, p)
+            _check_same_columns(((f.path, f.physical_schema.names) for f in dataset.get_fragments()), str(p))
             table = dataset.to_table()
             digest = fingerprint(p)
         else:
@@ -215,20 +215,19 @@ def _read_parquet(p: Path) -> tuple[pd.DataFrame, str]:
     return _arrow_to_frame(table), digest
 
 
-def _check_parts(dataset: pads.FileSystemDataset, folder: Path) -> None:
-    """Every part of a Parquet folder has the same column names (else one would be read as nulls)."""
-    first: tuple[str, list[str]] | None = None
-    for fragment in dataset.get_fragments():
-        names = list(fragment.physical_schema.names)
+def _check_same_columns(parts: Iterable[tuple[str, Sequence[str]]], where: str) -> None:
+    """Every part of a Parquet dataset (local folder or URL) has the same column names, else one part's columns would
+    be read as nulls in the others. ``parts`` are (part name, its column names) in listing order."""
+    first: tuple[str, set[str]] | None = None
+    for name, cols in parts:
         if first is None:
-            first = (fragment.path, names)
-        elif set(names) != set(first[1]):
-            missing = sorted(set(first[1]) - set(names))
-            extra = sorted(set(names) - set(first[1]))
+            first = (name, set(cols))
+        elif set(cols) != first[1]:
+            missing, extra = sorted(first[1] - set(cols)), sorted(set(cols) - first[1])
             raise InputError(
-                f"the parts of this Parquet folder disagree on their columns: {fragment.path} "
-                f"lacks {missing} and adds {extra} compared with {first[0]}; give every part the same columns",
-                path=str(folder),
+                f"the parts of this Parquet dataset disagree on their columns: {name} lacks {missing} and adds "
+                f"{extra} compared with {first[0]}; give every part the same columns",
+                path=where,
             )
 
 
@@ -593,14 +592,7 @@ def _read_remote(
             raise InputError(f"cannot read Parquet: {exc}", path=part.name) from None
         h.update(part.rel.encode())
         h.update(hashlib.sha256(raw).hexdigest().encode())
-    names = [list(t.column_names) for t in pieces]
-    for piece_names, part in zip(names[1:], parts[1:], strict=True):
-        if set(piece_names) != set(names[0]):
-            raise InputError(
-                f"the parts of this Parquet dataset disagree on their columns: {part.name} has {sorted(piece_names)}, "
-                f"{parts[0].name} has {sorted(names[0])}; give every part the same columns",
-                path=url,
-            )
+    _check_same_columns(((part.name, t.column_names) for part, t in zip(parts, pieces, strict=True)), url)
     table = pa.concat_tables(pieces, promote_options="default")
     _check_header(list(table.column_names), url)
     df = _arrow_to_frame(table)
