@@ -14,7 +14,9 @@ Full M-step: G_i[m, l] = Σ_{answers m of i} T_tl (+ α, + β on m = l: crowdflo
 prior, both 0 by default), clipped below at 1e-10, each column normalised over the labels m worker i gave
 (the rows that exist for i). One-coin M-step: p_i = mean over i's answers of T_{t, Y} (α: (Σ + α)/(n_i + 2α)),
 π_i[m, l] = p_i if m = l else (1 − p_i)/(M − 1), clipped to [1e-10, 1 − 1e-10]. E-step:
-log₂ T_tl ∝ log₂ max(q_l, 1e-10) + Σ_{i labels t} log₂ π_i[Y_it, l], normalised per task.
+log T_tl ∝ log max(q_l, 1e-10) + Σ_{i labels t} log π_i[Y_it, l], normalised per task (Crowd-Kit writes it in
+base 2; the normalised T is the same). Every sum over answers is a product with the sparse task × (worker, label)
+incidence matrix (one pass over its non-zeros), and ln π's product serves both the bound and the next E-step.
 
 All arrays are dense codes: tasks 0..T−1, workers 0..W−1, labels 0..M−1 (the caller's order; ties go to the
 lower code under :func:`numpy.argmax`).
@@ -25,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import sparse
 
 EPS = 1e-10
 
@@ -48,8 +51,8 @@ class ClassicEMResult:
 
 def majority_shares(task: np.ndarray, label: np.ndarray, n_tasks: int, n_classes: int) -> np.ndarray:
     """Each task's vote shares (T×M), every answer counted once."""
-    counts = np.zeros((n_tasks, n_classes))
-    np.add.at(counts, (task, label), 1.0)
+    codes = np.asarray(task, dtype=np.int64) * n_classes + label
+    counts = np.bincount(codes, minlength=n_tasks * n_classes).reshape(n_tasks, n_classes).astype(np.float64)
     return np.asarray(counts / counts.sum(axis=1, keepdims=True), dtype=np.float64)
 
 
@@ -62,10 +65,38 @@ def _pin(post: np.ndarray, gold: np.ndarray) -> np.ndarray:
     return post
 
 
+@dataclass(frozen=True)
+class _Answers:
+    """The answers as one sparse incidence matrix ``A`` (T × W·M, ``A[t, i·M + m]`` = how often worker i answered m
+    on task t) and its transpose: every sum over answers of the EM is a product with one of them (the E-step's
+    Σ_{i labels t} log π_i[Y_it, ·] = A · log π, the M-step's counts Σ_{answers m of i} T_t = Aᵀ · T), one pass
+    over the non-zeros each, instead of a scatter per answer."""
+
+    a: sparse.csr_matrix
+    at: sparse.csr_matrix
+    per_task: np.ndarray  # answers per task (Σ_j A[t, j])
+
+    @staticmethod
+    def of(task: np.ndarray, worker: np.ndarray, label: np.ndarray, n_tasks: int, n_workers: int, m: int) -> _Answers:
+        pair = np.asarray(worker, dtype=np.int64) * m + label
+        a = sparse.csr_matrix(
+            (np.ones(task.size), (np.asarray(task, dtype=np.int64), pair)), shape=(n_tasks, n_workers * m)
+        )  # a repeated (task, worker, label) answer is summed: it counts twice, as in Crowd-Kit
+        return _Answers(a, a.T.tocsr(), np.bincount(task, minlength=n_tasks).astype(np.float64))
+
+
+def _log_table(errors: np.ndarray) -> np.ndarray:
+    """ln π as a (W·M) × M table. The rows of pairs no answer uses are 0 (−∞ in ln) and never read: a sparse product
+    visits only the stored answers. An answer whose row is 0 (an assigned table without that row) gives −∞, as
+    Crowd-Kit's join gives a missing value."""
+    w, m, _ = errors.shape
+    with np.errstate(divide="ignore"):
+        return np.log(errors).reshape(w * m, m)
+
+
 def _full_m_step(
-    worker: np.ndarray,
-    label: np.ndarray,
-    post_rows: np.ndarray,
+    ans: _Answers,
+    post: np.ndarray,
     pairs: np.ndarray,
     smoothing: float,
     prior: float,
@@ -73,8 +104,7 @@ def _full_m_step(
     strategy: str | None,
 ) -> np.ndarray:
     n_workers, m = pairs.shape
-    counts = np.zeros((n_workers, m, m))
-    np.add.at(counts, (worker, label), post_rows)
+    counts = np.asarray(ans.at @ post).reshape(n_workers, m, m)
     if initial is not None and strategy == "assign":
         counts = initial.copy()
     else:
@@ -88,9 +118,15 @@ def _full_m_step(
 
 
 def _one_coin_m_step(
-    worker: np.ndarray, label: np.ndarray, post_rows: np.ndarray, n_workers: int, m: int, smoothing: float
+    task: np.ndarray,
+    worker: np.ndarray,
+    label: np.ndarray,
+    post: np.ndarray,
+    n_workers: int,
+    m: int,
+    smoothing: float,
 ) -> tuple[np.ndarray, np.ndarray]:
-    hit = post_rows[np.arange(label.size), label]
+    hit = post[task, label]
     n_i = np.bincount(worker, minlength=n_workers).astype(np.float64)
     skills = (np.bincount(worker, weights=hit, minlength=n_workers) + smoothing) / (n_i + 2 * smoothing)
     errors = np.repeat(((1.0 - skills) / (m - 1))[:, None, None], m, axis=1).repeat(m, axis=2)
@@ -98,22 +134,17 @@ def _one_coin_m_step(
     return np.clip(errors, EPS, 1.0 - EPS), skills
 
 
-def _e_step(
-    task: np.ndarray, worker: np.ndarray, label: np.ndarray, q: np.ndarray, errors: np.ndarray, n_tasks: int
-) -> np.ndarray:
-    logs = np.zeros((n_tasks, q.size))
-    np.add.at(logs, task, np.log2(errors[worker, label]))
-    logs += np.log2(np.maximum(q, EPS))
-    scaled = np.exp2(logs - logs.max(axis=1, keepdims=True))
+def _e_step(evidence: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """T ∝ q · Π π_i[Y_it, ·] per task, from ``evidence`` = A · ln π (T × M), normalised per task."""
+    logs = evidence + np.log(np.maximum(q, EPS))
+    scaled = np.exp(logs - logs.max(axis=1, keepdims=True))
     return np.asarray(scaled / scaled.sum(axis=1, keepdims=True), dtype=np.float64)
 
 
-def _bound(
-    task: np.ndarray, worker: np.ndarray, label: np.ndarray, post: np.ndarray, q: np.ndarray, errors: np.ndarray
-) -> float:
-    """Evidence lower bound (natural log): E_T[log p(Y, z)] + H(T), posteriors clipped at 1e-10 in the entropy."""
-    rows = post[task]
-    joint = float((rows * (np.log(errors[worker, label]) + np.log(np.maximum(q, EPS)))).sum())
+def _bound(ans: _Answers, evidence: np.ndarray, post: np.ndarray, q: np.ndarray) -> float:
+    """Evidence lower bound (natural log): E_T[log p(Y, z)] + H(T), posteriors clipped at 1e-10 in the entropy;
+    ``evidence`` = A · ln π of the same π, so Σ_answers Σ_l T_tl ln π_i[Y, l] = Σ_t Σ_l T_tl evidence_tl."""
+    joint = float((post * evidence).sum()) + float(ans.per_task @ post @ np.log(np.maximum(q, EPS)))
     clipped = np.maximum(post, EPS)
     return joint - float((clipped * np.log(clipped)).sum())
 
@@ -162,6 +193,7 @@ def classic_em(
     ClassicEMResult
     """
     m = n_classes
+    ans = _Answers.of(task, worker, label, n_tasks, n_workers, m)
     pairs = np.zeros((n_workers, m), dtype=bool)
     pairs[worker, label] = True
     gold_codes = np.full(n_tasks, -1, dtype=np.int64) if gold is None else np.asarray(gold, dtype=np.int64)
@@ -169,26 +201,28 @@ def classic_em(
     q = post.mean(axis=0)
     skills = np.full(n_workers, np.nan)
     if one_coin:
-        errors, skills = _one_coin_m_step(worker, label, post[task], n_workers, m, smoothing)
+        errors, skills = _one_coin_m_step(task, worker, label, post, n_workers, m, smoothing)
     else:
         first_pairs = pairs
         if initial is not None and strategy is not None:
             assert initial_pairs is not None
             first_pairs = initial_pairs if strategy == "assign" else pairs | initial_pairs
-        errors = _full_m_step(worker, label, post[task], first_pairs, smoothing, prior, initial, strategy)
+        errors = _full_m_step(ans, post, first_pairs, smoothing, prior, initial, strategy)
         pairs = first_pairs
     history: list[float] = []
     loss = -np.inf
+    evidence = np.asarray(ans.a @ _log_table(errors))
     for _ in range(n_iter):
-        post = _pin(_e_step(task, worker, label, q, errors, n_tasks), gold_codes)
+        post = _pin(_e_step(evidence, q), gold_codes)
         q = post.mean(axis=0)
         if one_coin:
-            errors, skills = _one_coin_m_step(worker, label, post[task], n_workers, m, smoothing)
+            errors, skills = _one_coin_m_step(task, worker, label, post, n_workers, m, smoothing)
         else:
             pairs = np.zeros((n_workers, m), dtype=bool)
             pairs[worker, label] = True
-            errors = _full_m_step(worker, label, post[task], pairs, smoothing, prior, None, None)
-        new = _bound(task, worker, label, post, q, errors) / task.size
+            errors = _full_m_step(ans, post, pairs, smoothing, prior, None, None)
+        evidence = np.asarray(ans.a @ _log_table(errors))  # the bound's and the next E-step's
+        new = _bound(ans, evidence, post, q) / task.size
         history.append(new)
         if new - loss < tol:
             break
