@@ -160,8 +160,12 @@ def _factorize(values: pd.Series, order: Order) -> tuple[np.ndarray, pd.Index]:
 
 def _text_ids(values: pd.Index) -> np.ndarray:
     """Ids for the label matrix: the values as text, or their positions when two values read the same."""
-    text = np.asarray([str(v) for v in values], dtype=object)
-    if len(set(text.tolist())) < text.size:
+    raw = np.asarray(values)
+    if raw.dtype.kind in "iub":  # integers and booleans: numpy writes the same text as str(), without a Python loop
+        text = raw.astype(str).astype(object)
+    else:
+        text = np.asarray([str(v) for v in values], dtype=object)
+    if not pd.Index(text).is_unique:
         text = np.asarray([str(i) for i in range(text.size)], dtype=object)
     return text
 

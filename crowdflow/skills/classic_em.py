@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
+from crowdflow.compiled import compiled_kernel
+
 EPS = 1e-10
 
 __all__ = ["ClassicEMResult", "classic_em", "majority_shares"]
@@ -91,7 +93,8 @@ def _log_table(errors: np.ndarray) -> np.ndarray:
     Crowd-Kit's join gives a missing value."""
     w, m, _ = errors.shape
     with np.errstate(divide="ignore"):
-        return np.log(errors).reshape(w * m, m)
+        table: np.ndarray = np.log(errors).reshape(w * m, m)
+    return table
 
 
 def _full_m_step(
@@ -134,19 +137,48 @@ def _one_coin_m_step(
     return np.clip(errors, EPS, 1.0 - EPS), skills
 
 
+@compiled_kernel
+def _e_step_into(evidence: np.ndarray, log_q: np.ndarray, post: np.ndarray) -> None:
+    """T_t ∝ exp(evidence_t + ln q) per task into ``post``, normalised by the task's largest term first (one pass
+    over the T × M table; IEEE semantics as numpy's: a task whose every term is −∞ gets NaN)."""
+    n_tasks, m = post.shape
+    for t in range(n_tasks):
+        top = evidence[t, 0] + log_q[0]
+        for c in range(1, m):
+            top = max(top, evidence[t, c] + log_q[c])
+        z = 0.0
+        for c in range(m):
+            e = np.exp(evidence[t, c] + log_q[c] - top)
+            post[t, c] = e
+            z += e
+        for c in range(m):
+            post[t, c] /= z
+
+
 def _e_step(evidence: np.ndarray, q: np.ndarray) -> np.ndarray:
     """T ∝ q · Π π_i[Y_it, ·] per task, from ``evidence`` = A · ln π (T × M), normalised per task."""
-    logs = evidence + np.log(np.maximum(q, EPS))
-    scaled = np.exp(logs - logs.max(axis=1, keepdims=True))
-    return np.asarray(scaled / scaled.sum(axis=1, keepdims=True), dtype=np.float64)
+    post = np.empty_like(evidence)
+    _e_step_into(evidence, np.log(np.maximum(q, EPS)), post)
+    return post
+
+
+@compiled_kernel
+def _bound_sum(evidence: np.ndarray, post: np.ndarray, per_task: np.ndarray, log_q: np.ndarray) -> float:
+    """Σ_t Σ_l T_tl (evidence_tl + n_t ln q_l) − Σ_t Σ_l T̃_tl ln T̃_tl with T̃ = max(T, 1e-10), in one pass."""
+    n_tasks, m = post.shape
+    total = 0.0
+    for t in range(n_tasks):
+        for c in range(m):
+            p = post[t, c]
+            clipped = max(p, 1e-10)
+            total += p * (evidence[t, c] + per_task[t] * log_q[c]) - clipped * np.log(clipped)
+    return total
 
 
 def _bound(ans: _Answers, evidence: np.ndarray, post: np.ndarray, q: np.ndarray) -> float:
     """Evidence lower bound (natural log): E_T[log p(Y, z)] + H(T), posteriors clipped at 1e-10 in the entropy;
     ``evidence`` = A · ln π of the same π, so Σ_answers Σ_l T_tl ln π_i[Y, l] = Σ_t Σ_l T_tl evidence_tl."""
-    joint = float((post * evidence).sum()) + float(ans.per_task @ post @ np.log(np.maximum(q, EPS)))
-    clipped = np.maximum(post, EPS)
-    return joint - float((clipped * np.log(clipped)).sum())
+    return float(_bound_sum(evidence, post, ans.per_task, np.log(np.maximum(q, EPS))))
 
 
 def classic_em(
