@@ -131,6 +131,13 @@ def accuracy_section(df: pd.DataFrame, paired: dict[str, tuple[int, int, float]]
     lines += [markdown(t_out, cols), ""]
     if notes:
         lines += ["Crowd-Kit cells left empty: " + "; ".join(notes) + ".", ""]
+    lines += [
+        "Crowd-Kit's tenth classification aggregator, GoldMajorityVote, is not run: it learns worker weights from "
+        "gold labels, the very labels this table scores. No other public classification gold set was found on "
+        "this machine: /work/shared/data's gal_hitspam_mturk has no gold matched to its tasks and zheng_emotion "
+        "is numeric (96 values); Crowd-Kit's own `crowdkit.datasets` download their files, none is cached here.",
+        "",
+    ]
     return lines
 
 
