@@ -13,7 +13,7 @@ priors, uniform or Zipf worker activity, 200–20,000 tasks, 30–10^5 labels. T
 - *confirmation* (seed 7, 40 random configurations): drawn after β was fixed.
 
 Per configuration, on every task (the truth is known everywhere): the default (``fit_skills`` with its
-defaults: DS, ``ds_prior=1``), classic DS (``ds_prior=0``), one-coin DS, PGD-scaled and MV, each a whole
+defaults: ``method: auto`` since issue #35), DS with ``ds_prior=1`` (the default before it), classic DS (``ds_prior=0``), one-coin DS, PGD-scaled and MV, each a whole
 ``fit_skills`` call (``spectral=False``); Crowd-Kit DawidSkene (``fit_predict``, the peer) on the same rows;
 and the *oracle*, the MAP label with the true confusion matrices and class prior (the Bayes rule, a floor
 no method reaches). Summary per family: mean error, mean excess over the oracle, worst and best gap to
@@ -43,6 +43,7 @@ from crowdflow.synth import skills as synth  # noqa: E402
 OUT = Path(__file__).resolve().parent / "results" / "skills_family.md"
 OURS = [
     ("default", {}),
+    ("DS β=1", {"method": "ds"}),
     ("DS β=0", {"method": "ds", "ds_prior": 0.0}),
     ("1-coin DS", {"method": "onecoin_ds"}),
     ("PGD-scaled", {"method": "pgd", "solver": "scaled"}),
@@ -83,6 +84,8 @@ def run(configs: list[synth.CrowdConfig], family: str) -> pd.DataFrame:
                 warnings.simplefilter("ignore")  # EM may stop at its iteration cap (flagged in metadata)
                 res = fit_skills(data.labels, classes=data.classes, spectral=False, **options)
             row[name] = prediction_error(res.consensus, data.truth)
+            if name == "default":
+                row["auto pick"] = res.metadata.get("auto_choice", "")
         ck = _crowdkit_ds(data.labels)
         row["CK DS"] = np.nan if ck is None else prediction_error(ck, data.truth)
         row["oracle"] = oracle_error(data)
@@ -139,9 +142,11 @@ def report(results: dict[str, pd.DataFrame], seconds: float, load: tuple[float, 
         f"Crowd-Kit {ck_version}; load average {load[0]:.1f} at the start, {load[1]:.1f} at the end; "
         f"{seconds:.0f} s.",
         "",
-        "`default` = `fit_skills` with its defaults (Dawid–Skene EM, one virtual correct answer per true class "
-        "and worker, `ds_prior=1`); `DS β=0` = classic Dawid–Skene (`ds_prior=0`); `oracle` = MAP with the "
-        "true parameters (the Bayes rule).",
+        "`default` = `fit_skills` with its defaults: `method: auto` since issue #35 (the candidate among DS β=1, "
+        "DS β=0, 1-coin DS and MV with the best held-out label likelihood, refitted on all labels; its pick is the "
+        "`auto pick` column); `DS β=1` = Dawid–Skene EM with one virtual correct answer per true class and worker "
+        "(`ds_prior=1`, the default before issue #35); `DS β=0` = classic Dawid–Skene (`ds_prior=0`); `oracle` = "
+        "MAP with the true parameters (the Bayes rule).",
         "",
     ]
     for family, df in results.items():
@@ -153,7 +158,7 @@ def report(results: dict[str, pd.DataFrame], seconds: float, load: tuple[float, 
         )
         lines += [f"Largest gaps of the default to CK DS: {cases}.", ""]
     for family, df in results.items():
-        cols = ["crowd", "labels", "oracle", "CK DS", *[n for n, _ in OURS]]
+        cols = ["crowd", "labels", "oracle", "CK DS", *[n for n, _ in OURS], "auto pick"]
         lines += [f"### {family}: every configuration", "", _md(df[cols].set_index("crowd"), "crowd"), ""]
     return "\n".join(lines)
 

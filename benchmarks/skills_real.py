@@ -96,6 +96,7 @@ OURS = [
     ("PGD", {"method": "pgd", "solver": "gd"}),
     ("PGD-scaled", {"method": "pgd", "solver": "scaled"}),
     ("MV", {"method": "mv"}),
+    ("EBCC", {"method": "ebcc"}),
 ]
 MODEL_BASED = ["default", "DS β=1", "DS β=0", "1-coin DS", "PGD", "PGD-scaled"]  # candidates for "at <= CK DS error"
 ABLATION = [
@@ -237,6 +238,11 @@ def run(
             consensus[name] = res.consensus  # type: ignore[attr-defined]
             if name == "default":
                 AUTO_PICKS.append(res.metadata.get("auto_choice", ""))  # type: ignore[attr-defined]
+                auto_rows = res.metadata.get("auto", {}).get("candidates", [])  # type: ignore[attr-defined]
+                row["auto folds"] = "; ".join(
+                    f"{c['candidate']} {c.get('max_iterations', '')}" + ("" if c.get("converged", True) else " (cap)")
+                    for c in auto_rows
+                )
             row[name] = prediction_error(res.consensus, truth)  # type: ignore[attr-defined]
             row[f"{name} s"] = secs
             row[f"{name} ties"] = res.metadata.get("n_ties", np.nan)  # type: ignore[attr-defined]
@@ -349,7 +355,7 @@ def report(
             "`PGD-scaled` = the rank-one PGD of Ma et al. (the default before issue #20).",
             "",
             *accuracy_section(df, PAIRED, [f"{k} ({', '.join(v)})" for k, v in CK_NOTES.items()]),
-            *iterations_section(df, ["default", *CANDIDATE_COLUMNS, "PGD", "PGD-scaled"]),
+            *iterations_section(df, ["default", *CANDIDATE_COLUMNS, "EBCC", "PGD", "PGD-scaled"]),
             *default_section(df),
             "## Prediction error on the gold tasks",
             "",

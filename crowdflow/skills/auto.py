@@ -16,8 +16,10 @@ Score of a held-out label y of worker j on task i, from the candidate fitted on 
     p(y) = Σ_k P(z_i = k | training labels) · P(label = y | z_i = k, worker j's parameters),
 
 averaged in log over every held-out label of every fold (each label with n_t ≥ 2 is held out exactly once);
-reported with its standard error (std / √n) and the paired difference to the chosen candidate with its
-standard error (the scores of two candidates are over the same labels, so their difference is paired).
+reported with its standard error and the paired difference to the chosen candidate with its standard error
+(the scores of two candidates are over the same labels, so their difference is paired). Both standard errors
+are clustered by task (:func:`clustered_std_error`): the held-out labels of one task share its posterior, so
+they are not independent, and the i.i.d. std/√n would understate the error.
 
 Choice: the highest mean score among the candidates whose every fold converged; a candidate that stopped at its
 iteration cap is chosen only when none converged, and when a non-converged candidate scored higher than the
@@ -113,14 +115,38 @@ def _shared_coin(p: float, n_workers: int, m: int) -> np.ndarray:
 
 
 def _majority(lm: LabelMatrix, o: SkillsOptions) -> Predictive:
-    """Majority vote's implied law: task posterior = Laplace-smoothed vote shares, and every worker right with one
-    shared probability (the rate at which labels agree with their task's majority label)."""
+    """Majority vote's own model: every worker right with ONE shared probability p, wrong answers uniform over the
+    other M − 1 classes, a uniform class prior. Its exact posterior is
+
+        P(z_t = k | labels) ∝ ρ^{n_tk},   ρ = p (M − 1) / (1 − p),
+
+    (n_tk: task t's labels of class k), whose most probable class is the majority label whenever p > 1/M: the
+    Bayes decision of this model IS majority vote, so the refit (``method: mv``) is its MAP. p is fitted by EM
+    on the one parameter (start: the rate at which labels agree with their task's majority; M-step p = expected
+    share of labels equal to the truth, with one virtual right and one virtual wrong label), kept in
+    (1/M, 1 − 10⁻¹²) so the decision stays majority vote. Stops when p moves by less than ``ds_tol``.
+    """
     m = lm.n_classes
     counts = lm.task_class_counts().toarray()
-    post = (counts + 1.0) / (counts.sum(axis=1, keepdims=True) + m)
-    agree = float((counts.argmax(axis=1)[lm.task_idx] == lm.class_idx).mean()) if lm.n_labels else 1.0 / m
-    p = min(max((agree * lm.n_labels + 1.0) / (lm.n_labels + 2.0), 1.0 / m), 1.0 - _FLOOR)
-    return Predictive(post, _shared_coin(p, lm.n_workers, m))
+    n = max(lm.n_labels, 1)
+    lo, hi = 1.0 / m + 1e-9, 1.0 - _FLOOR
+    agree = float((counts.argmax(axis=1)[lm.task_idx] == lm.class_idx).mean()) if lm.n_labels else 0.5
+    p = min(max(agree, lo), hi)
+    post = np.full(counts.shape, 1.0 / m)
+    converged, it = False, 0
+    for it in range(1, max(int(o.ds_max_iter), 1) + 1):
+        log_rho = math.log(p * (m - 1) / (1.0 - p))
+        z = counts * log_rho
+        z -= z.max(axis=1, keepdims=True)
+        post = np.exp(z)
+        post /= post.sum(axis=1, keepdims=True)
+        new = min(max((float((post * counts).sum()) + 1.0) / (n + 2.0), lo), hi)
+        done = abs(new - p) < o.ds_tol
+        p = new
+        if done:
+            converged = True
+            break
+    return Predictive(post, _shared_coin(p, lm.n_workers, m), converged, it)
 
 
 def _ebcc(lm: LabelMatrix, o: SkillsOptions) -> Predictive:
@@ -199,6 +225,26 @@ def _subset(lm: LabelMatrix, keep: np.ndarray) -> LabelMatrix:
         task_idx=np.ascontiguousarray(lm.task_idx[keep]),
         class_idx=np.ascontiguousarray(lm.class_idx[keep]),
     )
+
+
+def clustered_std_error(values: np.ndarray, groups: np.ndarray) -> float:
+    """Standard error of ``values.mean()`` when the values are independent between groups but not within one.
+
+    The held-out labels of one task are scored with the same posterior of that task, so their scores are
+    correlated and the i.i.d. formula std/√n understates the error. With n values in groups g,
+
+        SE² = Σ_g (Σ_{i∈g} (v_i − v̄))² / n² · G/(G − 1),
+
+    the cluster-robust (sandwich) variance of a mean with the small-sample factor G/(G − 1) over G groups;
+    with one value per group it is the i.i.d. std(ddof=1)/√n. NaN with fewer than two groups.
+    """
+    n = values.size
+    _, inv = np.unique(groups, return_inverse=True)
+    g = int(inv.max()) + 1 if n else 0
+    if g < 2:
+        return float("nan")
+    sums = np.bincount(inv, weights=values - values.mean(), minlength=g)
+    return float(math.sqrt(float((sums**2).sum()) * g / (g - 1)) / n)
 
 
 def heldout_log_lik(pred: Predictive, task: np.ndarray, worker: np.ndarray, label: np.ndarray) -> np.ndarray:
@@ -296,6 +342,8 @@ def choose(
             converged[name] &= bool(pred.converged)
             iters[name] = max(iters[name], int(pred.iterations))
     n = int(held.sum())
+    held_task = np.empty(n, dtype=np.int64)
+    held_task[slot[held]] = lm.task_idx[held]
     means = {nm: float(v.mean()) for nm, v in per_label.items()}
     pool = [nm for nm in candidates if converged[nm]] or list(candidates)
     choice = max(pool, key=lambda nm: means[nm])
@@ -307,7 +355,10 @@ def choose(
             f"a fold; the converged {choice} is chosen (raise ds_max_iter to compare them converged)"
         )
     elif not converged[choice]:
-        note = f"no candidate converged in every fold; {choice} has the highest score"
+        note = (
+            f"no candidate converged in every fold (each stopped at its iteration cap in a fold); {choice} has the "
+            "highest score (raise ds_max_iter to compare them converged)"
+        )
     rows = []
     for nm, v in per_label.items():
         d = v - per_label[choice]
@@ -315,9 +366,9 @@ def choose(
             {
                 "candidate": nm,
                 "mean_log_lik": means[nm],
-                "std_error": float(v.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan"),
+                "std_error": clustered_std_error(v, held_task),
                 "diff_vs_choice": float(d.mean()),
-                "diff_std_error": float(d.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan"),
+                "diff_std_error": clustered_std_error(d, held_task),
                 "n_heldout": n,
                 "converged": converged[nm],
                 "max_iterations": iters[nm],

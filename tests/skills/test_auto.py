@@ -56,6 +56,27 @@ def test_auto_picks_full_dawid_skene_on_confusion_crowds(m, t, r, w, activity, s
         assert choose(lm, SkillsOptions()).choice in ("ds", "ds_classic")
 
 
+# majority vote's own model: every worker right with ONE shared probability (its implied law in auto.py), here with
+# 10 to 670 labels per worker (its exact posterior; a per-worker fit only adds noise to the one shared accuracy)
+EQUAL = list(
+    itertools.product(
+        [(2, 0.7), (2, 0.62), (3, 0.75)], [(300, 1000, 3), (300, 1000, 5), (60, 500, 5), (15, 2000, 5)], [1, 2]
+    )
+)
+
+
+@pytest.mark.parametrize(("mp", "size", "seed"), EQUAL)
+def test_auto_picks_majority_vote_on_equal_accuracy_crowds(mp, size, seed):
+    from crowdflow.labels import encode_labels
+
+    (m, p), (w, t, r) = mp, size
+    wi, ti = synth.random_assignment(w, t, r, seed=seed)
+    data = synth.one_coin_labels(np.full(w, (p * m - 1) / (m - 1)), wi, ti, m, seed=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        assert choose(encode_labels(data.labels), SkillsOptions()).choice == "mv"
+
+
 def test_folds_hold_out_each_label_once_and_leave_every_task_a_label():
     _, lm = _lm("onecoin", 3, 500, 4, 30, "zipf", 3)
     labels = lm.labels_per_task()
@@ -178,3 +199,20 @@ def test_ebcc_is_a_candidate_when_named() -> None:
     picked = choose(lm, o)
     assert set(picked.scores["candidate"]) == {"ds", "ebcc"}
     assert np.isfinite(picked.scores["mean_log_lik"]).all()
+
+
+def test_clustered_standard_error_counts_a_task_once_not_per_label():
+    """One value per task: the i.i.d. std/√n. A task's value repeated r times (labels that share a posterior):
+    the same standard error as one value per task, where the i.i.d. formula would shrink it by about √r."""
+    from crowdflow.skills.auto import clustered_std_error
+
+    rng = np.random.default_rng(5)
+    for g in (2, 3, 10, 200):
+        v = rng.normal(size=g)
+        iid = v.std(ddof=1) / np.sqrt(g)
+        assert clustered_std_error(v, np.arange(g)) == pytest.approx(iid, rel=1e-12)
+        for r in (2, 5):
+            rep = np.repeat(v, r)
+            assert clustered_std_error(rep, np.repeat(np.arange(g), r)) == pytest.approx(iid, rel=1e-12)
+            assert rep.std(ddof=1) / np.sqrt(rep.size) < 0.8 * iid  # what the i.i.d. formula would have said
+    assert np.isnan(clustered_std_error(np.ones(4), np.zeros(4)))
