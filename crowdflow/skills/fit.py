@@ -302,13 +302,14 @@ def _refuse_over_budget(lm: LabelMatrix, o: SkillsOptions) -> None:
     k = np.bincount(lm.task_idx, minlength=lm.n_tasks)
     pairs = pair_bound(k, lm.n_workers)
     need = pairs * PGD_BYTES_PER_PAIR
-    log.info("pgd: at most %d worker pairs, %.3g bytes for the pair statistics", pairs, need)
+    log.info("pgd: at most %d worker pairs, %.3g bytes at peak for the pair statistics and the fit", pairs, need)
     if o.pair_memory_budget is not None and need > o.pair_memory_budget:
         raise DegenerateInput(
             f"method pgd would hold up to {pairs:,} worker pairs ({need / 1e9:.2f} GB at {PGD_BYTES_PER_PAIR} bytes "
-            f"each: the sum over tasks of k(k-1), at most W(W-1) for {lm.n_workers:,} workers), over "
-            f"pair_memory_budget = {o.pair_memory_budget:,} bytes. Raise skills.pair_memory_budget, or use method "
-            "ds, onecoin_ds or mv (their memory grows with the workers, not with their pairs).",
+            f"each at its peak, 16 of them stored: the sum over tasks of k(k-1), at most W(W-1) for "
+            f"{lm.n_workers:,} workers), over pair_memory_budget = {o.pair_memory_budget:,} bytes. Raise "
+            "skills.pair_memory_budget, or use method ds, onecoin_ds or mv (they form no worker pair: their memory "
+            "grows with the workers, not with their pairs).",
             reason="pair_memory_budget",
         )
 

@@ -25,10 +25,13 @@ from crowdflow.skills.types import Weighting
 #: P = N + K·Agree packs both counts of a worker pair in one exact int64 (K = 2³², N and Agree < K)
 _PACK_K = np.int64(1) << np.int64(32)
 
-#: Peak bytes rank-one PGD takes per stored worker pair in the flow, measured (benchmarks/skills_memory.py):
-#: the stored moments (N int32 + C^ float64 on shared int32 indices: 16 bytes, :class:`LabelMoments`) plus the fit's
-#: working arrays (edge weights, w∘C^, the solver's and the diagnostics' temporaries); docs/scale.md, memory laws.
-PGD_BYTES_PER_PAIR = 60
+#: Peak bytes rank-one PGD takes per stored worker pair in the flow: the stored moments (N int32 + C^ float64 on
+#: shared int32 indices: 16 bytes, :class:`LabelMoments`) plus the fit's working arrays (edge weights, the active
+#: subgraph, w∘C^, the diagnostics' temporaries). Measured by benchmarks/skills_memory.py as the pgd fit's peak
+#: over the pair-free mv fit's, per stored pair: 22–52 bytes from 10^3 to 2·10^5 workers at 10^6 labels
+#: (benchmarks/results/skills_memory.md); 56 is that worst case rounded up (60 before: float64 N, agreements, C^
+#: and weights, each with its own indices, and growing buffers). docs/scale.md, memory laws.
+PGD_BYTES_PER_PAIR = 56
 
 
 class LabelMoments:
