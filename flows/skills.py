@@ -155,8 +155,9 @@ def _partitioned_skills(spec: SkillsPipeline, run_id: str) -> dict[str, Any]:
     """The skills job on a Parquet dataset read by the Dask workers: the flow holds statistics, never the labels.
 
     Passes (docs/scale.md): list the files; read + validate + split by task on the workers; encode the buckets
-    and sum the W×W statistics; the worker-graph check on them; the fit (its passes on the workers) writing the
-    consensus as Parquet parts; the export moves the parts into the run folder with the other tables.
+    and merge their per-worker statistics (W×W pair counts for pgd only); the worker-graph check on them; the fit
+    (its passes on the workers) writing the consensus as Parquet parts; the export moves the parts into the run
+    folder with the other tables.
     """
     clock = Clock()
     opts = spec.skills
@@ -181,7 +182,7 @@ def _partitioned_skills(spec: SkillsPipeline, run_id: str) -> dict[str, Any]:
             opts.classes,
         )
         clock.lap("ingest_validate")
-        enc = encode_on_workers(split, executor, opts.duplicates)
+        enc = encode_on_workers(split, executor, opts)
         checked = check_graph("skills", spec.check_modes(), lm=enc.report, source=split.dataset.source)
         clock.lap("check_graph")
         fit = fit_on_workers(

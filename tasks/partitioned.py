@@ -1,8 +1,8 @@
 """Tasks of a partitioned run: the input is read, validated and reduced by the Dask workers, file by file.
 
 The flow lists the dataset (:func:`crowdflow.storage.datasets.list_partitions`) and holds only what the library's passes
-return (distinct ids, validation reports, W×W statistics); each pass is one Prefect task, so the run page shows
-the passes and their timings (docs/scale.md).
+return (distinct ids, validation reports, per-worker statistics; W×W pair counts for pgd only); each pass is one
+Prefect task, so the run page shows the passes and their timings (docs/scale.md).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from crowdflow.personal_models.partitioned import fit_personal_models_partitione
 from crowdflow.ranking import RankingOptions
 from crowdflow.ranking.partitioned import PartitionedRankingResult, fit_ranking_partitioned
 from crowdflow.skills import SkillsOptions
+from crowdflow.skills.fit import needs_pairs
 from crowdflow.skills.partitioned import (
     EncodedBuckets,
     PartitionedSkills,
@@ -134,15 +135,20 @@ def split_on_workers(
 
 
 @task(name="encode-buckets", cache_policy=NONE)
-def encode_on_workers(split: SplitLabels, executor: MapFn, duplicates: str) -> EncodedBuckets:
-    """Pass 2 on the workers: codes written once per bucket, the W×W statistics summed in the flow."""
-    enc = encode_buckets(split.buckets, executor, split.workers, split.classes, duplicates, split.files)
+def encode_on_workers(split: SplitLabels, executor: MapFn, options: SkillsOptions) -> EncodedBuckets:
+    """Pass 2 on the workers: codes written once per bucket; the flow merges their per-worker sums (parity forests,
+    strengths), or for pgd sums their worker-pair counts (docs/scale.md, memory laws)."""
+    pairs = needs_pairs(options)
+    enc = encode_buckets(
+        split.buckets, executor, split.workers, split.classes, options.duplicates, split.files, pairs=pairs
+    )
     get_run_logger().info(
-        "encoded %d labels of %d tasks in %d buckets (%d duplicates dropped)",
+        "encoded %d labels of %d tasks in %d buckets (%d duplicates dropped; %s)",
         enc.n_labels,
         enc.n_tasks,
         len(enc.buckets),
         enc.n_dropped,
+        "worker pairs summed for " + options.method if pairs else "no worker pair formed",
     )
     return enc
 

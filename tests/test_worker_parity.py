@@ -1,4 +1,5 @@
-"""The pair-free worker-graph check (parity union-find) equals the pair-graph check on a family of label sets."""
+"""The pair-free worker-graph check (parity union-find, ``worker_graph_report``) equals the pair-graph check
+(``worker_graph_report_pairs``) on a family of label sets."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import pandas as pd
 import pytest
 
 from crowdflow.contracts.errors import DegenerateInput
-from crowdflow.graphs import co_label_counts, worker_graph_report
+from crowdflow.graphs import ParityForest, co_label_counts, pair_bound, worker_graph_report_pairs
+from crowdflow.graphs import worker_graph_report as worker_graph_parity
 from crowdflow.labels import encode_labels
 from crowdflow.skills.fit import fit_skills
+from crowdflow.skills.moments import PGD_BYTES_PER_PAIR
 from crowdflow.skills.options import SkillsOptions
-from crowdflow.worker_parity import PGD_BYTES_PER_PAIR, ParityForest, pair_bound, worker_graph_parity
 
 
 def _frame(pairs: list[tuple[int, int]], rng: np.random.Generator) -> pd.DataFrame:
@@ -66,7 +68,7 @@ def _family(n: int) -> list[pd.DataFrame]:
 @pytest.mark.parametrize("df", _family(90))
 def test_parity_report_equals_pair_graph_report(df: pd.DataFrame) -> None:
     lm = encode_labels(df)
-    ref = worker_graph_report(lm)
+    ref = worker_graph_report_pairs(lm)
     new = worker_graph_parity(lm)
     pd.testing.assert_frame_equal(new.workers, ref.workers)
     pd.testing.assert_frame_equal(new.components, ref.components)
@@ -85,7 +87,7 @@ def test_family_covers_every_status() -> None:
 def test_forests_of_task_buckets_merge_to_the_whole(df: pd.DataFrame) -> None:
     """Tasks split over buckets (a worker in many): the merged forests give the whole's components."""
     lm = encode_labels(df)
-    whole = worker_graph_report(lm).graph
+    whole = worker_graph_report_pairs(lm).graph
     rng = np.random.default_rng(len(df))
     bucket = rng.integers(0, 4, lm.n_tasks)
     merged: ParityForest | None = None

@@ -213,6 +213,7 @@ def _components_plot(comps: pd.DataFrame, skills: pd.DataFrame | None) -> Plot:
         if skills is not None and "n_partners" in skills
         else np.array([], dtype=float)
     )
+    partners = partners[np.isfinite(partners)]  # missing in a partitioned run without pairs (docs/scale.md)
     spectral = ""
     if "lambda_min_signless_unit" in c and c["lambda_min_signless_unit"].notna().any():
         lam = float(pd.to_numeric(c["lambda_min_signless_unit"], errors="coerce").iloc[0])

@@ -32,7 +32,7 @@ import scipy.sparse as sp
 from crowdflow.contracts.errors import InputError
 from crowdflow.contracts.missing import with_reasons
 from crowdflow.contracts.tables import OUTPUTS
-from crowdflow.graphs import pair_counts
+from crowdflow.graphs import ParityForest, pair_counts, worker_strength
 from crowdflow.labels import DuplicatePolicy, LabelMatrix, factorize_ids, task_major_order
 from crowdflow.metrics import ReviewPart, review_part
 from crowdflow.skills.consensus import weighted_consensus
@@ -169,18 +169,24 @@ class BucketStats:
         The bucket's folder (its codes are read by every later pass).
     n_tasks, n_labels, n_dropped : int
         Tasks, labels kept, and duplicate (task, worker) rows dropped by the policy.
-    packed : scipy.sparse.csr_matrix
-        P = N + 2³²·Agree (W×W int64) of the bucket.
+    packed : scipy.sparse.csr_matrix or None
+        P = N + 2³²·Agree (W×W int64) of the bucket; None when the run forms no pair (``pairs=False``).
     labels_per_worker : numpy.ndarray
         n_i (int64, length W).
+    forest : ParityForest or None
+        The parity union-find of the bucket's tasks (O(W); ``pairs=False``), merged over buckets in the flow.
+    strength : numpy.ndarray or None
+        Σ_{t∋i} (k_t − 1) over the bucket's tasks (``pairs=False``): the row sums of N, summed over buckets.
     """
 
     path: str
     n_tasks: int
     n_labels: int
     n_dropped: int
-    packed: sp.csr_matrix
+    packed: sp.csr_matrix | None
     labels_per_worker: np.ndarray
+    forest: ParityForest | None = None
+    strength: np.ndarray | None = None
 
 
 def _duplicates(
@@ -211,7 +217,12 @@ def _duplicates(
 
 
 def encode_bucket(
-    folder: str, workers: np.ndarray, classes: np.ndarray, duplicates: DuplicatePolicy, file_names: list[str]
+    folder: str,
+    workers: np.ndarray,
+    classes: np.ndarray,
+    duplicates: DuplicatePolicy,
+    file_names: list[str],
+    pairs: bool = True,
 ) -> BucketStats:
     """Encode one bucket with the global dictionaries, write its codes, return its sums (pass 2).
 
@@ -229,6 +240,9 @@ def encode_bucket(
     duplicates : {"error", "keep_last", "keep_first"}
     file_names : list of str
         Input file names by partition index (for the duplicate message).
+    pairs : bool
+        True: return the bucket's packed co-label counts (O(pairs of the bucket), for PGD); False: its parity
+        forest and worker strengths instead (O(W), never a pair; docs/scale.md, memory laws).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -264,15 +278,20 @@ def encode_bucket(
     pq.write_table(pa.table({"task": pa.array(tasks, pa.string())}), Path(folder) / _TASKS)
     indptr = np.zeros(tasks.size + 1, dtype=np.int64)
     np.cumsum(np.bincount(task_idx, minlength=tasks.size), out=indptr[1:])
+    n_i = np.bincount(worker_idx, minlength=n_workers).astype(np.int64)
+    if not pairs:
+        return BucketStats(
+            str(folder),
+            int(tasks.size),
+            int(task_idx.size),
+            dropped,
+            None,
+            n_i,
+            forest=ParityForest.from_labels(indptr, worker_idx, n_workers),
+            strength=worker_strength(indptr, worker_idx, n_workers),
+        )
     n_b, ag_b = pair_counts(indptr, worker_idx, class_idx, n_workers, int(classes.size))
-    return BucketStats(
-        path=str(folder),
-        n_tasks=int(tasks.size),
-        n_labels=int(task_idx.size),
-        n_dropped=dropped,
-        packed=pack_counts(n_b, ag_b),
-        labels_per_worker=np.bincount(worker_idx, minlength=n_workers).astype(np.int64),
-    )
+    return BucketStats(str(folder), int(tasks.size), int(task_idx.size), dropped, pack_counts(n_b, ag_b), n_i)
 
 
 def load_bucket(folder: str, n_workers: int, classes: np.ndarray) -> LabelMatrix:

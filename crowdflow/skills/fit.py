@@ -30,7 +30,17 @@ import scipy.sparse as sp
 from crowdflow.contracts.errors import DegenerateInput
 from crowdflow.contracts.missing import explain_missing
 from crowdflow.executors import MapFn
-from crowdflow.graphs import Components, GraphStructure, WorkerGraphReport, graph_structure
+from crowdflow.graphs import (
+    Components,
+    GraphStructure,
+    ParityForest,
+    WorkerGraphReport,
+    distinct_partners,
+    graph_structure,
+    labels_by_task,
+    pair_bound,
+    worker_strength,
+)
 from crowdflow.labels import LabelMatrix
 from crowdflow.progress import ProgressFn
 from crowdflow.skills.auto import CANDIDATES, choose
@@ -38,16 +48,27 @@ from crowdflow.skills.consensus import vote_weights, weighted_consensus
 from crowdflow.skills.crowdkit_adapter import fit_crowdkit, is_crowdkit
 from crowdflow.skills.dawid_skene import dawid_skene, one_coin_dawid_skene
 from crowdflow.skills.ebcc import ebcc, ebcc_metadata
-from crowdflow.skills.identifiability import active_workers, component_diagnostics, witness_cycles
+from crowdflow.skills.identifiability import (
+    active_workers,
+    component_diagnostics,
+    component_diagnostics_pairless,
+    witness_cycles,
+)
 from crowdflow.skills.inputs import prepare_labels
 from crowdflow.skills.majority import majority_vote
-from crowdflow.skills.moments import LabelMoments, co_label_matrix, edge_weights, label_moments, prune_spammer_edges
+from crowdflow.skills.moments import (
+    PGD_BYTES_PER_PAIR,
+    LabelMoments,
+    co_label_matrix,
+    edge_weights,
+    label_moments,
+    prune_spammer_edges,
+)
 from crowdflow.skills.options import GOLD_METHODS, SkillsOptions, gold_refusal
 from crowdflow.skills.partitions import partitioned_moments
 from crowdflow.skills.rank_one import RankOneFit, fit_active
 from crowdflow.skills.reasons import explain_missing_skills
 from crowdflow.skills.types import Policy
-from crowdflow.worker_parity import PGD_BYTES_PER_PAIR, pair_bound
 
 log = logging.getLogger(__name__)
 
@@ -150,14 +171,17 @@ def worker_table(
     accuracy: np.ndarray,
     vote_weight: np.ndarray,
     n_labels: np.ndarray,
-    n_mat: sp.csr_matrix,
+    row_stats: tuple[np.ndarray, np.ndarray],
     graph: Components,
     status: np.ndarray,
     identifiable: np.ndarray,
     box: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> pd.DataFrame:
     """The ``skills`` table (:class:`SkillsResult`): one row per worker; ``box`` = (lower, upper, fit_component) of
-    a rank-one fit (NaN, NaN, −1 for the other methods)."""
+    a rank-one fit (NaN, NaN, −1 for the other methods); ``row_stats`` = (n_partners, strength), the row lengths
+    and row sums of N (:func:`pair_row_stats` from N, or :func:`pairless_row_stats` without it; n_partners NaN
+    where unknown)."""
+    partners, strength = row_stats
     w = int(workers.size)
     lower, upper, fit_comp = box if box is not None else (np.full(w, np.nan), np.full(w, np.nan), np.full(w, -1))
     return pd.DataFrame(
@@ -167,16 +191,42 @@ def worker_table(
             "accuracy": accuracy,
             "vote_weight": vote_weight.astype(np.float64),
             "n_labels": n_labels.astype(np.int64),
-            "n_partners": np.diff(n_mat.indptr).astype(np.int64),
+            "n_partners": partners.astype(np.int64) if np.all(np.isfinite(partners)) else partners,
             "component": graph.labels.astype(np.int64),
             "status": status.astype(str),
             "identifiable": identifiable,
-            "strength": np.asarray(n_mat.sum(axis=1)).ravel().astype(np.float64),
+            "strength": np.asarray(strength, dtype=np.float64),
             "lower": lower,
             "upper": upper,
             "fit_component": np.asarray(fit_comp, dtype=np.int64),
         }
     )
+
+
+def pair_row_stats(n_mat: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:
+    """(n_partners, strength) of the skills table from N: its row lengths and row sums."""
+    return np.diff(n_mat.indptr).astype(np.int64), np.asarray(n_mat.sum(axis=1)).ravel().astype(np.float64)
+
+
+def pairless_graph(
+    lm: LabelMatrix, report: WorkerGraphReport | None
+) -> tuple[Components, tuple[np.ndarray, np.ndarray]]:
+    """The worker graph and (n_partners, strength) of ``lm`` without a worker pair (docs/scale.md, memory laws).
+
+    The components of the caller's pre-fit report when it is about these labels, else one parity union-find pass
+    (:class:`~crowdflow.graphs.ParityForest`); ``n_partners`` by a marker pass (exact, O(workers) scratch),
+    ``strength`` = Σ_{t∋i} (k_t − 1) (:func:`~crowdflow.graphs.worker_strength`). Equal to the pair path's.
+    """
+    indptr, w, _ = labels_by_task(lm)
+    if report is not None and report.graph.labels.size == lm.n_workers:
+        graph = report.graph
+        partners = report.workers["n_partners"].to_numpy()
+        if not np.all(np.isfinite(partners)):
+            partners = distinct_partners(indptr, w, lm.n_workers)
+    else:
+        graph = ParityForest.from_labels(indptr, w, lm.n_workers).components()
+        partners = distinct_partners(indptr, w, lm.n_workers)
+    return graph, (np.asarray(partners), worker_strength(indptr, w, lm.n_workers))
 
 
 def fit_rank_one_options(
@@ -209,16 +259,24 @@ def fit_rank_one_options(
 
 def diagnostics_table(
     lm: LabelMatrix | None,
-    n_mat: sp.csr_matrix,
-    w_all: sp.csr_matrix,
+    n_mat: sp.csr_matrix | None,
+    w_all: sp.csr_matrix | None,
     graph: Components,
     skill: np.ndarray,
     status: np.ndarray,
     o: SkillsOptions,
     witnesses: dict[int, np.ndarray] | None,
     per_component: tuple[np.ndarray, np.ndarray] | None = None,
+    row_stats: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> pd.DataFrame:
-    """:func:`component_diagnostics` with the settings of ``o``."""
+    """:func:`component_diagnostics` with the settings of ``o``; without N (``n_mat`` None) the pair-free table
+    (:func:`component_diagnostics_pairless` from ``row_stats``)."""
+    if n_mat is None or w_all is None:
+        if row_stats is None:
+            raise ValueError("the diagnostics need N or the workers' row statistics")
+        return component_diagnostics_pairless(
+            lm, graph, *row_stats, skill, status.astype(str), per_component=per_component
+        )
     return component_diagnostics(
         lm,
         n_mat,
@@ -244,15 +302,35 @@ def _refuse_over_budget(lm: LabelMatrix, o: SkillsOptions) -> None:
     k = np.bincount(lm.task_idx, minlength=lm.n_tasks)
     pairs = pair_bound(k, lm.n_workers)
     need = pairs * PGD_BYTES_PER_PAIR
-    log.info("pgd: at most %d worker pairs, %.3g bytes for the pair statistics", pairs, need)
+    log.info("pgd: at most %d worker pairs, %.3g bytes at peak for the pair statistics and the fit", pairs, need)
     if o.pair_memory_budget is not None and need > o.pair_memory_budget:
         raise DegenerateInput(
             f"method pgd would hold up to {pairs:,} worker pairs ({need / 1e9:.2f} GB at {PGD_BYTES_PER_PAIR} bytes "
-            f"each: the sum over tasks of k(k-1), at most W(W-1) for {lm.n_workers:,} workers), over "
-            f"pair_memory_budget = {o.pair_memory_budget:,} bytes. Raise skills.pair_memory_budget, or use method "
-            "ds, onecoin_ds or mv (their memory grows with the workers, not with their pairs).",
+            f"each at its peak, 16 of them stored: the sum over tasks of k(k-1), at most W(W-1) for "
+            f"{lm.n_workers:,} workers), over pair_memory_budget = {o.pair_memory_budget:,} bytes. Raise "
+            "skills.pair_memory_budget, or use method ds, onecoin_ds or mv (they form no worker pair: their memory "
+            "grows with the workers, not with their pairs).",
             reason="pair_memory_budget",
         )
+
+
+def needs_pairs(o: SkillsOptions) -> bool:
+    """Whether a fit with options ``o`` forms worker pairs (docs/scale.md, memory laws): rank-one PGD (its moments),
+    and any method asked for a pair statistic: ``spectral`` diagnostics, ``min_pair_count`` > 1, ``prune_spammers``.
+    Every other fit, ``auto`` included (its candidates are never pgd), is pair-free."""
+    return o.method == "pgd" or o.spectral_diagnostics or o.min_pair_count > 1 or o.prune_spammers is not None
+
+
+def _base_component_status(graph: Components) -> np.ndarray:
+    base = np.where(graph.bipartite, "bipartite_component", "ok").astype(object)
+    base[graph.sizes == 1] = "isolated"
+    return base
+
+
+def _base_status(graph: Components) -> np.ndarray:
+    """Worker status from the graph alone: ok, isolated or bipartite_component."""
+    status: np.ndarray = _base_component_status(graph)[graph.labels].copy()
+    return status
 
 
 def _fit_status(converged: bool) -> str:
@@ -416,9 +494,18 @@ def fit_skills(
             identifiability_policy,
         )
     n_parts = 0
-    # mv and the Dawid-Skene methods fit no moments: they need N alone (worker table, diagnostics)
+    if gold is not None and o.method not in GOLD_METHODS:
+        raise ValueError(f"gold answers in the fit: {gold_refusal(o.method)}")
+    n_i = lm.labels_per_worker()
+    if moments is None and not needs_pairs(o):
+        # mv, the Dawid-Skene methods, EBCC and Crowd-Kit fit no pair statistic: the graph, n_partners and strength
+        # without forming a worker pair (docs/scale.md, memory laws); no executor is needed for that
+        graph, row_stats = pairless_graph(lm, graph_report)
+        lap("graph")
+        meta = fit_metadata(o, lm.classes, lm.n_workers, lm.n_tasks, lm.n_labels, dropped, 0, identifiability_policy)
+        return _fit_baseline(lm, o, graph, None, None, _base_status(graph), n_i, meta, None, timings, gold, row_stats)
     needs_moments = o.method == "pgd" or o.prune_spammers is not None
-    if executor is not None:
+    if executor is not None and needs_moments:
         moments, n_parts = partitioned_moments(
             lm, executor, n_partitions, min_pair_count=o.min_pair_count, scratch_dir=scratch_dir
         )
@@ -452,21 +539,18 @@ def fit_skills(
         structure = graph_structure(n_mat, symmetric=True)
         graph = structure.graph
     w_all = edge_weights(n_mat, o.weighting)
-    n_i = lm.labels_per_worker()
 
-    base = np.where(graph.bipartite, "bipartite_component", "ok").astype(object)
-    base[graph.sizes == 1] = "isolated"
+    base = _base_component_status(graph)
     status = base[graph.labels].copy()
 
     meta = fit_metadata(o, lm.classes, lm.n_workers, lm.n_tasks, lm.n_labels, dropped, n_pruned, identifiability_policy)
     if n_parts:
         meta["moments_partitions"] = n_parts
 
-    if gold is not None and o.method not in GOLD_METHODS:
-        raise ValueError(f"gold answers in the fit: {gold_refusal(o.method)}")
     if o.method != "pgd":
         witnesses = witness_cycles(structure) if (o.witness and structure is not None) else None
-        return _fit_baseline(lm, o, graph, n_mat, w_all, status, n_i, meta, witnesses, timings, gold)
+        rows = pair_row_stats(n_mat)
+        return _fit_baseline(lm, o, graph, n_mat, w_all, status, n_i, meta, witnesses, timings, gold, rows)
 
     lap("graph")
     status, active, lo, hi, ag, drops = active_workers(graph, base, w_all, n_i, m, o.tau)
@@ -499,7 +583,10 @@ def fit_skills(
     cons = weighted_consensus(lm, v, identified=active, fallback=o.fallback, tie_break=o.tie_break, seed=o.seed)
     lap("consensus")
     accuracy = ((m - 1) * skills + 1) / m
-    table = worker_table(lm.workers, skills, accuracy, v, n_i, n_mat, graph, status, active, (lo, hi, fit_comp))
+    rows = pair_row_stats(n_mat)
+    table = worker_table(lm.workers, skills, accuracy, v, n_i, rows, graph, status, active, (lo, hi, fit_comp))
+    if o.witness and structure is None:  # N is symmetric with a zero diagonal: one BFS, no symmetrised copy
+        structure = graph_structure(n_mat, symmetric=True)
     witnesses = witness_cycles(structure) if (o.witness and structure is not None) else None
     diag = diagnostics_table(lm, n_mat, w_all, graph, skills, status, o, witnesses)
     lap("diagnostics")
@@ -537,14 +624,15 @@ def _fit_baseline(
     lm: LabelMatrix,
     o: SkillsOptions,
     graph: Components,
-    n_mat: sp.csr_matrix,
-    w_all: sp.csr_matrix,
+    n_mat: sp.csr_matrix | None,
+    w_all: sp.csr_matrix | None,
     status: np.ndarray,
     n_i: np.ndarray,
     meta: dict[str, Any],
     witnesses: dict[int, np.ndarray] | None,
     timings: dict[str, float],
-    gold: np.ndarray | None = None,
+    gold: np.ndarray | None,
+    row_stats: tuple[np.ndarray, np.ndarray],
 ) -> SkillsResult:
     clock = time.perf_counter()
     trace = np.empty(0)
@@ -636,7 +724,7 @@ def _fit_baseline(
             }
         )
     ok = status == "ok"
-    table = worker_table(lm.workers, skill, accuracy, weight, n_i, n_mat, graph, status, ok)
+    table = worker_table(lm.workers, skill, accuracy, weight, n_i, row_stats, graph, status, ok)
     keep = ["task", "label", "confidence", "n_labels", "fallback"]
     cons = cons[[*keep, *(["missing_reason"] if "missing_reason" in cons.columns else [])]].reset_index(drop=True)
     if is_crowdkit(o.method):
@@ -647,7 +735,7 @@ def _fit_baseline(
     now = time.perf_counter()
     timings["fit"] = now - clock
     clock = now
-    diag = diagnostics_table(lm, n_mat, w_all, graph, skill, status, o, witnesses)
+    diag = diagnostics_table(lm, n_mat, w_all, graph, skill, status, o, witnesses, row_stats=row_stats)
     timings["diagnostics"] = time.perf_counter() - clock
     meta.update(
         {
@@ -660,7 +748,7 @@ def _fit_baseline(
             ),
         }
     )
-    explain_missing_skills(table, diag, o.method)
+    explain_missing_skills(table, diag, o.method, pairs=n_mat is not None)
     return SkillsResult(
         skills=table, consensus=cons, diagnostics=diag, metadata=meta, loss_trace=trace, timings=timings
     )

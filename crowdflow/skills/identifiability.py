@@ -18,7 +18,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from crowdflow._typing import SparseMatrix
-from crowdflow.graphs import Components, GraphStructure, components, graph_structure, without_diagonal
+from crowdflow.graphs import Components, GraphStructure, graph_structure, restrict_to, without_diagonal
 from crowdflow.labels import LabelMatrix
 from crowdflow.skills.consensus import skill_box
 from crowdflow.skills.spectra import signless_lambda_min, top_eigenvalue
@@ -213,12 +213,12 @@ def component_diagnostics(
         Labels and tasks per component (:func:`labels_and_tasks_per_component`) summed elsewhere (over the
         partitions of a partitioned run); then ``lm`` may be None.
     """
-    n_mat = sp.csr_matrix(co_labels, dtype=np.float64)
+    n_mat = sp.csr_matrix(co_labels)  # counts as stored (int32 from the moments): no float64 copy of N
     w_mat = sp.csr_matrix(weights, dtype=np.float64)
     g_lab = graph.labels
     nc = graph.n_components
     deg = np.diff(n_mat.indptr)
-    rowsum = np.asarray(n_mat.sum(axis=1)).ravel()
+    rowsum = np.asarray(n_mat.sum(axis=1, dtype=np.float64)).ravel()
     n_edges = np.bincount(g_lab, weights=deg, minlength=nc) / 2
     if per_component is None:
         if lm is None:
@@ -230,9 +230,10 @@ def component_diagnostics(
     np.maximum.at(d_max, g_lab, deg)
     norm_inf = np.zeros(nc)
     np.maximum.at(norm_inf, g_lab, rowsum)
-    rows = np.repeat(np.arange(n_mat.shape[0]), deg)
+    rows = np.repeat(np.arange(n_mat.shape[0], dtype=np.int32), deg)
     upper = rows < n_mat.indices
-    n_min, n_med, n_max = _group_stats(g_lab[rows[upper]], n_mat.data[upper], nc)
+    rows = rows[upper]
+    n_min, n_med, n_max = _group_stats(g_lab[rows], n_mat.data[upper].astype(np.float64), nc)
     del rows, upper
 
     comp_status = np.where(graph.bipartite, "bipartite_component", "ok").astype(object)
@@ -270,7 +271,7 @@ def component_diagnostics(
             pw = w_mat if whole else w_mat[order][:, order]
             for c in bip2:  # type: ignore[assignment]  # numpy ints, indices like c above; ||N||_2 still needs a solve; λ_min = 0
                 s, e = starts[c], starts[c + 1]
-                norm2[c] = top_eigenvalue(pn[s:e, s:e], dense_max)
+                norm2[c] = top_eigenvalue(sp.csr_matrix(pn[s:e, s:e], dtype=np.float64), dense_max)
             for c in todo:  # type: ignore[assignment]  # numpy ints, indices like c above
                 s, e = starts[c], starts[c + 1]
                 sub_n = pn if whole else pn[s:e, s:e]
@@ -278,7 +279,7 @@ def component_diagnostics(
                 unit = sp.csr_matrix((np.ones(sub_n.nnz), sub_n.indices, sub_n.indptr), shape=sub_n.shape)
                 lam_u[c], method[c] = signless_lambda_min(unit, dense_max)
                 lam_w[c], _ = signless_lambda_min(sub_w, dense_max)
-                norm2[c] = top_eigenvalue(sub_n, dense_max)
+                norm2[c] = top_eigenvalue(sp.csr_matrix(sub_n, dtype=np.float64), dense_max)
     else:
         lam_u[:] = np.nan
         lam_w[:] = np.nan
@@ -334,6 +335,89 @@ def component_diagnostics(
     )
 
 
+def component_diagnostics_pairless(
+    lm: LabelMatrix | None,
+    graph: Components,
+    n_partners: np.ndarray,
+    strength: np.ndarray,
+    skills: np.ndarray | None = None,
+    worker_status: np.ndarray | None = None,
+    *,
+    per_component: tuple[np.ndarray, np.ndarray] | None = None,
+) -> pd.DataFrame:
+    """:func:`component_diagnostics` without N: the columns that are row statistics of N, the rest missing.
+
+    docs/scale.md (memory laws). From each worker's distinct partners (the row length of N) and strength (its row
+    sum): ``n_edges`` = Σ n_partners / 2, ``d_max``, ``D_sum`` = 2·n_edges, ``norm_N_inf`` = max strength, exactly
+    as from N; ``n_partners`` NaN (a partitioned run) leaves the first three NaN. The per-pair statistics
+    (``N_min``, ``N_median``, ``N_max``), the odd-cycle witness (a BFS over the pairs) and the spectra are NaN,
+    ``eig_method`` = ``"none"``; :func:`crowdflow.skills.reasons.explain_missing_skills` gives their reason.
+    Same columns and dtypes as :func:`component_diagnostics` but those, which are float here.
+    """
+    g_lab = graph.labels
+    nc = graph.n_components
+    partners = np.asarray(n_partners, dtype=np.float64)
+    known = bool(np.all(np.isfinite(partners)))
+    if per_component is None:
+        if lm is None:
+            raise ValueError("component_diagnostics_pairless needs the labels or their per_component counts")
+        n_lab, n_tasks = labels_and_tasks_per_component(lm, g_lab, nc)
+    else:
+        n_lab, n_tasks = per_component
+    nan = np.full(nc, np.nan)
+    if known:
+        n_edges: np.ndarray = (np.bincount(g_lab, weights=partners, minlength=nc) / 2).astype(np.int64)
+        d_max: np.ndarray = np.zeros(nc, dtype=np.int64)
+        np.maximum.at(d_max, g_lab, partners.astype(np.int64))
+        d_sum: np.ndarray = 2 * n_edges
+    else:
+        n_edges, d_max, d_sum = nan.copy(), nan.copy(), nan.copy()
+    norm_inf = np.zeros(nc)
+    np.maximum.at(norm_inf, g_lab, np.asarray(strength, dtype=np.float64))
+    comp_status = np.where(graph.bipartite, "bipartite_component", "ok").astype(object)
+    comp_status[graph.sizes == 1] = "isolated"
+    if worker_status is None:
+        n_ok = np.where(comp_status == "ok", graph.sizes, 0)
+    else:
+        n_ok = np.bincount(g_lab, weights=(np.asarray(worker_status) == "ok"), minlength=nc)
+    kappa, big_k = nan.copy(), nan.copy()
+    if skills is not None:
+        s_abs = np.abs(np.asarray(skills, dtype=np.float64))
+        fin = np.isfinite(s_abs)
+        if fin.any():
+            kappa = _group_quantile(g_lab[fin], s_abs[fin], nc, 0.05)
+            big_k = _group_quantile(g_lab[fin], s_abs[fin], nc, 0.95)
+    return pd.DataFrame(
+        {
+            "component": np.arange(nc, dtype=np.int64),
+            "status": comp_status.astype(str),
+            "n_workers": graph.sizes.astype(np.int64),
+            "n_ok_workers": np.asarray(n_ok).astype(np.int64),
+            "n_edges": n_edges,
+            "n_tasks": n_tasks.astype(np.int64),
+            "n_labels": n_lab.astype(np.int64),
+            "bipartite": graph.bipartite.astype(bool),
+            "odd_cycle_witness_len": nan.copy(),
+            "d_max": d_max,
+            "D_sum": d_sum,
+            "N_min": nan.copy(),
+            "N_median": nan.copy(),
+            "N_max": nan.copy(),
+            "norm_N_inf": norm_inf,
+            "norm_N_2": nan.copy(),
+            "lambda_min_signless_unit": nan.copy(),
+            "lambda_min_signless_weighted": nan.copy(),
+            "eig_method": np.array(["none"] * nc, dtype=object).astype(str),
+            "kappa": kappa,
+            "K": big_k,
+            "mu_hat": nan.copy(),
+            "lip_hat": nan.copy(),
+            "cond_hat": nan.copy(),
+            "error_bound_hat": nan.copy(),
+        }
+    )
+
+
 def active_workers(
     graph: Components, base: np.ndarray, w_all: sp.csr_matrix, n_i: np.ndarray, m: int, tau: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Components, list[tuple[Components, np.ndarray]]]:
@@ -349,10 +433,10 @@ def active_workers(
     drops: list[tuple[Components, np.ndarray]] = []  # (graph of the pass, workers lost in it)
     if np.any((base[graph.labels] == "ok") & too_few):
         while True:
-            keep = sp.diags(active.astype(np.float64))
-            sub = sp.csr_matrix(keep @ w_all @ keep)
-            sub.eliminate_zeros()
-            ag = components(sub)
+            # D w D with D = diag(active), by one mask over the stored entries (no W×W product): symmetric, zero
+            # diagonal, sorted, so its components need no symmetrisation
+            (sub,) = restrict_to(active, w_all, renumber=False)
+            ag = graph_structure(sub, symmetric=True).graph
             still = active & ~ag.bipartite[ag.labels]
             if np.array_equal(still, active):
                 break

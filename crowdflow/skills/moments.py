@@ -15,8 +15,6 @@ and the packing P = N + 2³²·Agree in which streamed and partitioned counts ar
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import scipy.sparse as sp
 
@@ -27,18 +25,29 @@ from crowdflow.skills.types import Weighting
 #: P = N + K·Agree packs both counts of a worker pair in one exact int64 (K = 2³², N and Agree < K)
 _PACK_K = np.int64(1) << np.int64(32)
 
+#: Peak bytes rank-one PGD takes per stored worker pair in the flow: the stored moments (N int32 + C^ float64 on
+#: shared int32 indices: 16 bytes, :class:`LabelMoments`) plus the fit's working arrays (edge weights, the active
+#: subgraph, w∘C^, the diagnostics' temporaries). Measured by benchmarks/skills_memory.py as the pgd fit's peak
+#: over the pair-free mv fit's, per stored pair: 22–52 bytes from 10^3 to 2·10^5 workers at 10^6 labels
+#: (benchmarks/results/skills_memory.md); 56 is that worst case rounded up (60 before: float64 N, agreements, C^
+#: and weights, each with its own indices, and growing buffers). docs/scale.md, memory laws.
+PGD_BYTES_PER_PAIR = 56
 
-@dataclass(frozen=True)
+
 class LabelMoments:
     """Sparse pairwise statistics of a label matrix (docs/methods/skills.md §1.4, §2.1).
 
-    All three matrices are symmetric W×W CSR with zero diagonal and *identical* canonical sparsity
-    pattern (the nonzeros of N), so their ``data`` arrays are aligned entry by entry.
+    The matrices are symmetric W×W CSR with zero diagonal and *identical* canonical sparsity pattern (the
+    nonzeros of N), so their ``data`` arrays are aligned entry by entry. Stored: N with int32 counts and int32
+    column indices, and C^ (float64) on the same index arrays: **16 bytes per stored entry** (plus the row
+    pointer, 8 bytes a worker). The agreements are not stored: :attr:`agreements` derives them exactly from N and
+    C^ when asked (Agree = round(N·((M − 1) C^ + 1)/M), exact for counts far below 2⁵⁰), unless given.
 
     Attributes
     ----------
     co_labels : scipy.sparse.csr_matrix
-        N_ij = number of tasks labelled by both i and j (float64).
+        N_ij = number of tasks labelled by both i and j (int32 counts from :func:`label_moments`; any numeric
+        dtype accepted).
     agreements : scipy.sparse.csr_matrix
         Number of those tasks on which i and j gave the same label (may hold explicit zeros).
     c_hat : scipy.sparse.csr_matrix
@@ -47,10 +56,36 @@ class LabelMoments:
         M.
     """
 
-    co_labels: sp.csr_matrix
-    agreements: sp.csr_matrix
-    c_hat: sp.csr_matrix
-    n_classes: int
+    __slots__ = ("_agreements", "c_hat", "co_labels", "n_classes")
+
+    def __init__(
+        self, co_labels: sp.csr_matrix, agreements: sp.csr_matrix | None, c_hat: sp.csr_matrix, n_classes: int
+    ) -> None:
+        self.co_labels = co_labels
+        self._agreements = agreements
+        self.c_hat = c_hat
+        self.n_classes = n_classes
+
+    @property
+    def agreements(self) -> sp.csr_matrix:
+        """Agree on the pattern of N (float64): the stored one if given, else derived from N and C^."""
+        if self._agreements is not None:
+            return self._agreements
+        m = self.n_classes
+        n = self.co_labels
+        data = np.rint(n.data.astype(np.float64) * (((m - 1) * self.c_hat.data + 1.0) / m))
+        return sp.csr_matrix((data, n.indices, n.indptr), shape=n.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: N's and C^'s data, their shared index arrays (and stored agreements, if any)."""
+        n, c = self.co_labels, self.c_hat
+        out = n.data.nbytes + n.indices.nbytes + n.indptr.nbytes + c.data.nbytes
+        if not np.shares_memory(c.indices, n.indices):
+            out += c.indices.nbytes + c.indptr.nbytes
+        if self._agreements is not None:
+            out += self._agreements.data.nbytes
+        return int(out)
 
 
 def moments_from_counts(
@@ -73,20 +108,29 @@ def moments_from_counts(
     if m < 2:
         raise ValueError("label moments need at least 2 classes")
     n = sp.csr_matrix(co_labels)
-    nd = n.data.astype(np.float64)
-    ag = np.asarray(agreements, dtype=np.float64)
+    counts = n.data if n.data.dtype == np.int32 or n.data.max(initial=0) >= 2**31 else n.data.astype(np.int32)
+    ag = np.asarray(agreements)
     indices, indptr = n.indices, n.indptr
     if min_pair_count > 1:
-        keep, indptr = _frequent_pairs(nd, indptr, min_pair_count)
-        nd, ag, indices = nd[keep], ag[keep], indices[keep]
-    c = (m * (ag / nd) - 1.0) / (m - 1.0)
+        keep, indptr = _frequent_pairs(counts, indptr, min_pair_count)
+        counts, ag, indices = counts[keep], ag[keep], indices[keep]
+    # C^ = (M·(Agree/N) − 1)/(M − 1), the same operations in place: one float64 array, no temporaries
+    c = counts.astype(np.float64)
+    np.divide(ag, c, out=c)
+    del ag
+    c *= m
+    c -= 1.0
+    c /= m - 1.0
 
     def mk(data: np.ndarray) -> sp.csr_matrix:
         out = sp.csr_matrix((data, indices, indptr), shape=n.shape)
         out.has_sorted_indices = n.has_sorted_indices
         return out
 
-    return LabelMoments(co_labels=mk(nd), agreements=mk(ag), c_hat=mk(c), n_classes=m)
+    co = mk(counts)
+    c_hat = sp.csr_matrix((c, co.indices, co.indptr), shape=n.shape)  # the same index arrays as N
+    c_hat.has_sorted_indices = co.has_sorted_indices
+    return LabelMoments(co_labels=co, agreements=None, c_hat=c_hat, n_classes=m)
 
 
 def _frequent_pairs(nd: np.ndarray, indptr: np.ndarray, min_pair_count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -196,7 +240,9 @@ def edge_weights(co_labels: sp.csr_matrix, weighting: Weighting = "count") -> sp
         data = n.data.astype(np.float64) ** 2
     else:
         raise ValueError(f"unknown weighting {weighting!r}; use 'count', 'binary' or 'square'")
-    return sp.csr_matrix((data, n.indices.copy(), n.indptr.copy()), shape=n.shape)
+    out = sp.csr_matrix((data, n.indices, n.indptr), shape=n.shape)  # N's index arrays, shared (read-only use)
+    out.has_sorted_indices = n.has_sorted_indices
+    return out
 
 
 def pack_counts(co_labels: sp.csr_matrix, agreements: np.ndarray) -> sp.csr_matrix:

@@ -178,9 +178,9 @@ class SkillsOptions(Options):
     pair_memory_budget: int | None = Field(
         8_000_000_000,
         ge=1,
-        description="pgd only: the worker pairs it must hold (about 60 bytes each, bounded before fitting by the "
-        "sum over tasks of k(k-1)) may take at most this many bytes, or the run is refused with the figure; "
-        "empty means no limit.",
+        description="pgd only: the worker pairs it must hold (16 bytes each stored, about 56 at its peak, bounded "
+        "before fitting by the sum over tasks of k(k-1)) may take at most this many bytes, or the run is refused "
+        "with the figure; empty means no limit.",
     )
     ds_tol: float = Field(
         1e-6,

@@ -1,11 +1,13 @@
-"""Skills from labels that no single process holds: the flow keeps W×W statistics, the workers keep the labels.
+"""Skills from labels that no single process holds: the flow keeps per-worker statistics, the workers the labels.
 
 The labels are split into task buckets (:func:`crowdflow.skills.buckets.split_labels`, one pass over the input
 files) and every later step is a pass over the buckets through an executor (``executor(fn, items)``, e.g. a
 Dask client's map), returning sums over tasks (docs/scale.md, docs/methods/skills.md §4.3):
 
-1. :func:`encode_buckets` — the codes of every bucket written once; the packed co-label counts, labels per worker
-   and task counts summed: N, agreements and C^ (W×W) and the worker-graph report, for the pre-fit check;
+1. :func:`encode_buckets` — the codes of every bucket written once; labels per worker, task counts and the
+   worker-graph report (for the pre-fit check) summed over the buckets: without pairs (every method but ``pgd``) from
+   each bucket's parity union-find forest and worker strengths (O(W) a bucket), for ``pgd`` from the packed co-label
+   counts (N, agreements and C^, W×W sparse);
 2. :func:`fit_buckets` — the fit on those statistics, by method:
 
    * ``pgd``: the rank-one fit of docs/methods/skills.md §2.8 in the flow (it needs only N and C^), then one
@@ -15,7 +17,8 @@ Dask client's map), returning sums over tasks (docs/scale.md, docs/methods/skill
      parameters; the same stopping rule as the in-memory EM, then a final E-step pass writing the consensus;
    * ``mv``: one majority-vote pass (agreements per worker summed for the accuracy).
 
-Memory in the flow: O(W² density + W·M²) — the statistics, never O(labels) or O(tasks). Bytes moved per pass:
+Memory in the flow: O(W·M²) without pairs, O(nnz(N) + W·M²) for ``pgd`` — never O(labels) or O(tasks)
+(docs/scale.md, memory laws). Bytes moved per pass:
 the parameters out, the sums back. The results equal an in-memory :func:`~crowdflow.skills.fit_skills` on the
 same labels: the counts and the graph exactly, PGD and majority vote exactly (the same statistics and the same
 per-task votes), Dawid–Skene to floating-point summation order (the M-step sums are added bucket by bucket).
@@ -42,7 +45,14 @@ import scipy.sparse as sp
 from crowdflow.contracts.errors import InputError
 from crowdflow.contracts.tables import INPUTS
 from crowdflow.executors import MapFn, fold, inline_executor
-from crowdflow.graphs import WorkerGraphReport, graph_structure, worker_graph_from_counts
+from crowdflow.graphs import (
+    Components,
+    ParityForest,
+    WorkerGraphReport,
+    graph_structure,
+    worker_graph_from_counts,
+    worker_graph_from_forest,
+)
 from crowdflow.labels import natural_sort
 from crowdflow.metrics import ReviewPart, SkillsReview, merge_review_parts
 from crowdflow.progress import ProgressFn
@@ -65,6 +75,8 @@ from crowdflow.skills.fit import (
     diagnostics_table,
     fit_metadata,
     fit_rank_one_options,
+    needs_pairs,
+    pair_row_stats,
     worker_table,
 )
 from crowdflow.skills.identifiability import active_workers, witness_cycles
@@ -123,12 +135,23 @@ def dictionaries(summaries: list[SplitSummary], classes: list[str] | None) -> tu
     return workers, declared
 
 
-def _add_bucket(
-    acc: tuple[sp.csr_matrix, list[BucketStats]], s: BucketStats
-) -> tuple[sp.csr_matrix, list[BucketStats]]:
-    total, kept = acc
-    kept.append(replace(s, packed=sp.csr_matrix(np.zeros((1, 1), dtype=np.int64))))
-    return total + s.packed, kept
+_Acc = tuple[sp.csr_matrix | None, ParityForest | None, np.ndarray | None, list[BucketStats]]
+
+
+def _add_bucket(acc: _Acc, s: BucketStats) -> _Acc:
+    """Fold one bucket's sums into the flow's and drop its large parts (the flow never holds every bucket's)."""
+    packed, forest, strength, kept = acc
+    kept.append(replace(s, packed=None, forest=None, strength=None))
+    if s.packed is not None:
+        packed = s.packed if packed is None else packed + s.packed
+    if s.forest is not None:
+        if forest is None:
+            forest = s.forest
+        else:
+            forest.merge(s.forest)
+    if s.strength is not None:
+        strength = s.strength if strength is None else strength + s.strength
+    return packed, forest, strength, kept
 
 
 @dataclass(frozen=True)
@@ -141,23 +164,26 @@ class EncodedBuckets:
         Bucket folders (each holds its codes).
     workers, classes : numpy.ndarray
         The run's sorted worker ids and classes.
-    packed : scipy.sparse.csr_matrix
-        Σ P = N + 2³²·Agree (W×W int64).
+    packed : scipy.sparse.csr_matrix or None
+        Σ P = N + 2³²·Agree (W×W int64) when the run forms pairs (``pairs=True``: method pgd), else None.
     labels_per_worker : numpy.ndarray
     n_tasks, n_labels, n_dropped : int
     report : WorkerGraphReport
         The worker interaction graph of all the labels (for the pre-fit check).
+    strength : numpy.ndarray or None
+        Σ_{t∋i} (k_t − 1) per worker over all buckets (the row sums of N) when the run forms no pair.
     """
 
     buckets: list[str]
     workers: np.ndarray
     classes: np.ndarray
-    packed: sp.csr_matrix
+    packed: sp.csr_matrix | None
     labels_per_worker: np.ndarray
     n_tasks: int
     n_labels: int
     n_dropped: int
     report: WorkerGraphReport
+    strength: np.ndarray | None = None
 
 
 def encode_buckets(
@@ -167,21 +193,35 @@ def encode_buckets(
     classes: np.ndarray,
     duplicates: Any,
     file_names: list[str],
+    pairs: bool = False,
 ) -> EncodedBuckets:
-    """Encode every bucket once (:func:`~crowdflow.skills.buckets.encode_bucket`) and sum their statistics."""
+    """Encode every bucket once (:func:`~crowdflow.skills.buckets.encode_bucket`) and sum their statistics.
+
+    ``pairs`` False (every method but ``pgd``, and the pre-fit check alone): each bucket returns its parity forest
+    and worker strengths, merged here in O(W) per bucket; the report's ``n_partners`` is then missing (not a sum
+    over buckets). ``pairs`` True: each bucket's packed co-label counts are summed (O(nnz(N)) in the flow).
+    """
     run = functools.partial(
-        encode_bucket, workers=workers, classes=classes, duplicates=duplicates, file_names=file_names
+        encode_bucket, workers=workers, classes=classes, duplicates=duplicates, file_names=file_names, pairs=pairs
     )
-    w = int(workers.size)
-    empty = sp.csr_matrix((np.zeros(0, dtype=np.int64), np.zeros(0, np.int32), np.zeros(w + 1, np.int32)), shape=(w, w))
-    # each bucket's W×W counts are added as they arrive and dropped (the flow holds the sum, never every bucket's):
-    # integer sums, so the order of arrival changes nothing
-    packed, stats = fold(executor, run, buckets, _add_bucket, (empty, []))
+    # each bucket's statistics are folded in as they arrive and dropped: integer sums and a union-find merge, so the
+    # order of arrival changes nothing
+    start: _Acc = (None, None, None, [])
+    packed, forest, strength, stats = fold(executor, run, buckets, _add_bucket, start)
     stats.sort(key=lambda s: s.path)
-    n_i = np.sum([s.labels_per_worker for s in stats], axis=0)
-    packed.sum_duplicates()
-    packed.sort_indices()
-    report = worker_graph_from_counts(co_labels_from_packed(packed), n_i, workers)
+    w = int(workers.size)
+    n_i = np.sum([s.labels_per_worker for s in stats], axis=0) if stats else np.zeros(w, dtype=np.int64)
+    if pairs:
+        if packed is None:
+            empty = np.zeros(0, dtype=np.int64)
+            packed = sp.csr_matrix((empty, empty.astype(np.int32), np.zeros(w + 1, np.int32)), shape=(w, w))
+        packed.sum_duplicates()
+        packed.sort_indices()
+        report = worker_graph_from_counts(co_labels_from_packed(packed), n_i, workers)
+    else:
+        if forest is None:
+            forest = ParityForest.from_labels(np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64), w)
+        report = worker_graph_from_forest(forest, n_i, workers)
     enc = EncodedBuckets(
         buckets=[s.path for s in stats],
         workers=workers,
@@ -192,14 +232,16 @@ def encode_buckets(
         n_labels=sum(s.n_labels for s in stats),
         n_dropped=sum(s.n_dropped for s in stats),
         report=report,
+        strength=None if pairs else (strength if strength is not None else np.zeros(w)),
     )
     log.info(
-        "encoded %d buckets: %d labels, %d tasks, %d workers, %d classes",
+        "encoded %d buckets: %d labels, %d tasks, %d workers, %d classes (%s)",
         len(stats),
         enc.n_labels,
         enc.n_tasks,
         workers.size,
         classes.size,
+        "worker pairs summed" if pairs else "no worker pair formed",
     )
     return enc
 
@@ -327,14 +369,29 @@ def fit_buckets(
         o = SkillsOptions.resolve(o, method="ds")
         log.info("method auto on a partitioned input: fitting ds (no held-out comparison in passes over buckets)")
     m, w = int(enc.classes.size), int(enc.workers.size)
-    moments: LabelMoments = moments_from_packed(enc.packed, m, o.min_pair_count)
+    if enc.packed is None and needs_pairs(o):
+        raise ValueError(
+            f"method {o.method} with these options needs the worker pairs: encode the buckets with pairs=True"
+        )
     n_pruned = 0
-    if o.prune_spammers is not None:
-        moments, n_pruned = prune_spammer_edges(moments, *o.prune_spammers)
-    n_mat = moments.co_labels
-    structure = graph_structure(n_mat, symmetric=True)
-    graph = structure.graph
-    w_all = edge_weights(n_mat, o.weighting)
+    moments: LabelMoments | None = None
+    n_mat: sp.csr_matrix | None = None
+    w_all: sp.csr_matrix | None = None
+    witnesses: dict[int, np.ndarray] | None = None
+    if enc.packed is not None:
+        moments = moments_from_packed(enc.packed, m, o.min_pair_count)
+        if o.prune_spammers is not None:
+            moments, n_pruned = prune_spammer_edges(moments, *o.prune_spammers)
+        n_mat = moments.co_labels
+        structure = graph_structure(n_mat, symmetric=True)
+        graph: Components = structure.graph
+        w_all = edge_weights(n_mat, o.weighting)
+        row_stats = pair_row_stats(n_mat)
+        witnesses = witness_cycles(structure) if o.witness else None
+    else:  # no pair: the graph of the merged bucket forests, the summed strengths (docs/scale.md, memory laws)
+        graph = enc.report.graph
+        partners = enc.report.workers["n_partners"].to_numpy(dtype=np.float64)
+        row_stats = (partners, enc.strength if enc.strength is not None else np.zeros(w))
     n_i = enc.labels_per_worker
     base = np.where(graph.bipartite, "bipartite_component", "ok").astype(object)
     base[graph.sizes == 1] = "isolated"
@@ -349,6 +406,7 @@ def fit_buckets(
         meta["auto"] = {"choice": "ds", "note": "partitioned input: ds without a held-out comparison", "candidates": []}
     trace = np.empty(0)
     if o.method == "pgd":
+        assert moments is not None and w_all is not None  # needs_pairs
         status, active, lo, hi, ag, _ = active_workers(graph, base, w_all, n_i, m, o.tau)
         skill, fit_comp, fit = fit_rank_one_options(active, ag, w_all, moments.c_hat, lo, hi, o, progress)
         box = (lo, hi, fit_comp)
@@ -443,9 +501,8 @@ def fit_buckets(
                 "fit_status": "converged" if converged else "not_converged",
             }
         )
-    table_ = worker_table(enc.workers, skill, accuracy, weight, n_i, n_mat, graph, status, ok, box)
-    witnesses = witness_cycles(structure) if o.witness else None
-    diag = diagnostics_table(None, n_mat, w_all, graph, skill, status, o, witnesses, sums["per_component"])
+    table_ = worker_table(enc.workers, skill, accuracy, weight, n_i, row_stats, graph, status, ok, box)
+    diag = diagnostics_table(None, n_mat, w_all, graph, skill, status, o, witnesses, sums["per_component"], row_stats)
     meta.update(
         {
             "n_ties": sums["n_ties"],
@@ -457,7 +514,7 @@ def fit_buckets(
             ),
         }
     )
-    explain_missing_skills(table_, diag, o.method)
+    explain_missing_skills(table_, diag, o.method, pairs=n_mat is not None)
     empty = pd.DataFrame({c: [] for c in ("task", "label", "confidence", "n_labels", "fallback")})
     result = SkillsResult(skills=table_, consensus=empty, diagnostics=diag, metadata=meta, loss_trace=trace)
     reviews = [_worker_ids(r, enc.workers) for r in sums["reviews"]]
@@ -527,5 +584,5 @@ def fit_skills_partitioned(
         summaries = [r[0] for r in run(split, parts)]
         workers, classes = dictionaries(summaries, o.classes)
         buckets = sorted(str(p) for p in Path(tmp).glob("bucket-*"))
-        enc = encode_buckets(buckets, run, workers, classes, o.duplicates, [p.name for p in parts])
+        enc = encode_buckets(buckets, run, workers, classes, o.duplicates, [p.name for p in parts], needs_pairs(o))
         return fit_buckets(enc, run, o, str(out), truth=truth)

@@ -23,7 +23,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from crowdflow._typing import SparseMatrix
-from crowdflow.graphs import Components
+from crowdflow.compiled import compiled_kernel
+from crowdflow.graphs import Components, restrict_to
 from crowdflow.progress import IterationProgress, ProgressFn
 from crowdflow.skills.consensus import resolve_signs
 from crowdflow.skills.spectra import top_eigenvalue
@@ -180,7 +181,7 @@ def fit_rank_one(
         and np.array_equal(c.indptr, w.indptr)
         and np.array_equal(c.indices, w.indices)
     ):
-        c_on_w = c.data.copy()
+        c_on_w = c.data  # read only (``eg`` clips into a new array)
     else:
         w = sp.csr_matrix(w, copy=True)
         w.sum_duplicates()
@@ -285,8 +286,7 @@ def fit_rank_one(
                 break
         else:
             k = max_iter
-    rows = np.repeat(np.arange(nw), np.diff(w.indptr))
-    final = 0.25 * float(np.sum(w.data * (c_on_w - x[rows] * x[w.indices]) ** 2))
+    final = _residual_loss(w.indptr, w.indices, w.data, c_on_w, x)
     trace = trace[: k + 1].copy()
     trace[k] = final
     tracker.done()
@@ -307,6 +307,35 @@ def fit_rank_one(
         solver=solver,
         last_step=last_step,
         n_fallback_steps=n_fallback,
+    )
+
+
+@compiled_kernel
+def _residual_sums(
+    indptr: np.ndarray, indices: np.ndarray, w: np.ndarray, c: np.ndarray, x: np.ndarray, out: np.ndarray
+) -> None:
+    for i in range(indptr.size - 1):
+        acc = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            r = c[p] - x[i] * x[indices[p]]
+            acc += w[p] * r * r
+        out[i] = acc
+
+
+def _residual_loss(indptr: np.ndarray, indices: np.ndarray, w: np.ndarray, c: np.ndarray, x: np.ndarray) -> float:
+    """1/4 Σ_ij w_ij (C^_ij − x_i x_j)² over the stored entries, from the residuals (no cancellation): row sums in a
+    compiled pass (O(W) scratch, no per-entry temporary), then a pairwise sum over the rows."""
+    rows = np.empty(indptr.size - 1, dtype=np.float64)
+    _residual_sums(indptr, indices, w, c, np.asarray(x, dtype=np.float64), rows)
+    return 0.25 * float(np.sum(rows))
+
+
+def _same_pattern(a: sp.csr_matrix, b: sp.csr_matrix) -> bool:
+    return bool(
+        a.shape == b.shape
+        and a.nnz == b.nnz
+        and (np.shares_memory(a.indices, b.indices) or np.array_equal(a.indices, b.indices))
+        and np.array_equal(a.indptr, b.indptr)
     )
 
 
@@ -338,6 +367,8 @@ def fit_active(
         return skills, fit_comp, None
     if idx.size == n_workers:
         w_sub, c_sub = w_all, c_hat
+    elif _same_pattern(w_all, c_hat):
+        w_sub, c_sub = restrict_to(active, w_all, c_hat)
     else:
         w_sub = w_all[idx][:, idx]
         c_sub = c_hat[idx][:, idx]

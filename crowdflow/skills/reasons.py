@@ -16,15 +16,33 @@ _STATUS_REASON = {
 }
 _SPECTRAL = ("norm_N_2", "lambda_min_signless_unit", "lambda_min_signless_weighted")
 _PGD_DIAGNOSTICS = ("kappa", "K", "mu_hat", "lip_hat", "cond_hat", "error_bound_hat")
+#: what a pair-free fit leaves out (docs/scale.md, memory laws): statistics of individual worker pairs
+_PER_PAIR = ("N_min", "N_median", "N_max", "odd_cycle_witness_len")
+_PAIRS_WHY = (
+    "a statistic of individual worker pairs (the co-label matrix N), built for method pgd or when spectral, "
+    "min_pair_count or prune_spammers ask for it, never by this pair-free fit (docs/scale.md, memory laws)"
+)
+#: what a partitioned fit without pairs cannot sum over its task buckets
+_PARTNERS = ("n_partners", "n_edges", "d_max", "D_sum")
+_PARTNERS_WHY = (
+    "distinct co-labellers are not a sum over task buckets, and this partitioned fit forms no worker pair "
+    "(docs/scale.md, memory laws)"
+)
 
 
-def explain_missing_skills(table: pd.DataFrame, diag: pd.DataFrame | None, method: str) -> None:
+def explain_missing_skills(table: pd.DataFrame, diag: pd.DataFrame | None, method: str, pairs: bool = True) -> None:
     """Give every undefined number of the skills and components tables its reason (crowdflow/contracts/missing.py).
 
     A worker whose status is not ``ok`` has no rank-one skill under pgd (docs/methods/skills.md §3.3); the
     feasibility box ``lower``/``upper`` (§2.3) and the convergence diagnostics of a component (§3.4) are
-    computed by pgd only; a component that is not ``ok`` has no diagnostics.
+    computed by pgd only; a component that is not ``ok`` has no diagnostics. ``pairs`` False: the fit formed no
+    worker pair, so the per-pair statistics (and, partitioned, the distinct co-labellers) are missing.
     """
+    if not pairs:
+        explain_missing(table, ["n_partners"], _PARTNERS_WHY)
+        if diag is not None:
+            explain_missing(diag, _PER_PAIR, _PAIRS_WHY)
+            explain_missing(diag, _PARTNERS, _PARTNERS_WHY)
     status = table["status"].to_numpy(dtype=object)
     for st, why in _STATUS_REASON.items():
         explain_missing(table, [c for c in table.columns if c not in ("lower", "upper")], why, where=status == st)

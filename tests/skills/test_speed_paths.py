@@ -11,6 +11,7 @@ import pytest
 import scipy.sparse as sp
 
 import crowdflow.graphs as graphs
+import crowdflow.graphs.pairs as graph_pairs
 from crowdflow.labels import factorize_ids, natural_order
 from crowdflow.skills import fit_skills, label_moments, prepare_labels
 from crowdflow.skills.moments import co_label_matrix
@@ -31,12 +32,13 @@ def _tasks(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
 
 @pytest.mark.parametrize("dense", [True, False])
 def test_pair_counts_equal_the_sparse_product(dense: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(graphs, "_DENSE_PAIRS_MAX", 1 << 24 if dense else 0)
+    monkeypatch.setattr(graph_pairs, "_DENSE_PAIRS_MAX", 1 << 24 if dense else 0)
     for seed in range(40):
         indptr, worker, cls, w, m = _tasks(seed)
         ref, ref_agree = graphs.pair_counts_reference(indptr, worker, cls, w, m)
         got, agree = graphs.pair_counts(indptr, worker, cls, w, m)
-        assert got.dtype == ref.dtype and got.has_sorted_indices
+        # 12 bytes a stored entry: int32 counts, agreements and column indices (the reference counts in int64)
+        assert got.dtype == agree.dtype == got.indices.dtype == np.int32 and got.has_sorted_indices
         np.testing.assert_array_equal(got.indptr, ref.indptr)
         np.testing.assert_array_equal(got.indices, ref.indices)
         np.testing.assert_array_equal(got.data, ref.data)

@@ -1,4 +1,4 @@
-"""The worker-graph check without the worker pairs: a parity union-find over the labels.
+"""The worker graph without the worker pairs: a parity union-find over the labels.
 
 docs/methods/skills.md §3.2, docs/scale.md (memory laws). Workers i, j are adjacent in the worker
 interaction graph iff they labelled a common task. A task with k ≥ 3 distinct workers puts a triangle
@@ -16,7 +16,7 @@ the labels grouped by task:
 Memory O(workers) for the forest (plus the labels the caller already holds), never O(worker pairs);
 time O(labels · α(workers)). The partitioned path (tasks split over buckets, a worker's tasks in many
 buckets) runs the same union-find in each bucket and merges the buckets' forests in the flow
-(:func:`merge_forests`): O(workers) numbers per bucket.
+(:meth:`ParityForest.merge`): O(workers) numbers per bucket.
 
 ``n_partners`` (distinct co-labellers of a worker) is the one column that counts pairs; it is computed
 exactly without storing them (:func:`distinct_partners`: a marker array over workers, the same
@@ -28,8 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from crowdflow.compiled import compiled_kernel
-from crowdflow.graphs import Components, WorkerGraphReport, labels_by_task, worker_graph_from_components
-from crowdflow.labels import LabelMatrix
+from crowdflow.graphs.structure import Components
 
 
 @compiled_kernel
@@ -172,7 +171,8 @@ class ParityForest:
         _merge(self.parent, self.par, self.rank, self.odd, other.parent, other.par, other.odd)
 
     def components(self) -> Components:
-        """The worker graph's :class:`~crowdflow.graphs.Components` (numbered by smallest worker, BFS colouring)."""
+        """The worker graph's :class:`~crowdflow.graphs.structure.Components` (numbered by smallest worker,
+        BFS colouring)."""
         n = self.parent.size
         if n == 0:
             e = np.zeros(0, dtype=np.int64)
@@ -207,36 +207,12 @@ def distinct_partners(task_indptr: np.ndarray, workers: np.ndarray, n_workers: i
     return _distinct_partners(np.asarray(task_indptr, dtype=np.int64), w, w_indptr, task_of[order], n_workers)
 
 
-#: Bytes rank-one PGD holds per stored worker pair in the flow today: N, the agreements, C^ and the edge
-#: weights with their CSR indices (docs/scale.md, "what limits each job").
-PGD_BYTES_PER_PAIR = 60
+def worker_strength(task_indptr: np.ndarray, workers: np.ndarray, n_workers: int) -> np.ndarray:
+    """Σ_j N_ij = Σ_{t ∋ i} (k_t − 1) per worker (the row sums of N, the skills table's ``strength``) without N.
 
-
-def pair_bound(task_sizes: np.ndarray, n_workers: int) -> int:
-    """An upper bound on the stored entries of N, known before any pair is formed: min(Σ_t k_t(k_t − 1), W(W − 1)).
-
-    Each task with k_t distinct workers adds at most k_t(k_t − 1) ordered pairs; there are W(W − 1) in all.
-
-    Parameters
-    ----------
-    task_sizes : numpy.ndarray
-        Distinct workers per task (k_t).
-    n_workers : int
+    One label per (task, worker): each of worker i's tasks adds its k_t − 1 co-labellers. Exact (float64 of an
+    integer count), O(labels); a sum over tasks, so the sum over task buckets is the statistic of all the labels.
     """
-    k = np.asarray(task_sizes, dtype=np.int64)
-    return int(min(int(np.dot(k, k - 1)), n_workers * (n_workers - 1)))
-
-
-def worker_graph_parity(lm: LabelMatrix, max_listed: int = 20) -> WorkerGraphReport:
-    """:func:`crowdflow.graphs.worker_graph_report` without the W×W co-label matrix (same tables; ``co_labels`` None).
-
-    Parameters
-    ----------
-    lm : LabelMatrix
-    max_listed : int
-        How many worker ids to list per component.
-    """
-    indptr, w, _ = labels_by_task(lm)
-    g = ParityForest.from_labels(indptr, w, lm.n_workers).components()
-    partners = distinct_partners(indptr, w, lm.n_workers)
-    return worker_graph_from_components(g, partners, lm.labels_per_worker(), lm.workers, max_listed)
+    k: np.ndarray = np.diff(np.asarray(task_indptr, dtype=np.int64))
+    per_label = np.repeat(k - 1, k).astype(np.float64)
+    return np.bincount(np.asarray(workers, dtype=np.int64), weights=per_label, minlength=n_workers)

@@ -1,0 +1,336 @@
+"""Worker pairs of labels grouped by task: co-label counts N = B Bᵀ and agreements (compiled, exact integers).
+
+docs/methods/skills.md §1.4, §2.1. Only rank-one PGD (and the optional pair statistics: spectral diagnostics,
+``min_pair_count``, ``prune_spammers``) needs them; every other path of the skills job is pair-free
+(:mod:`crowdflow.graphs.parity`, docs/scale.md "Memory laws").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from crowdflow.compiled import compiled_kernel
+from crowdflow.labels import LabelMatrix, task_major_order
+
+
+def labels_by_task(lm: LabelMatrix) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Labels grouped by task: row pointer over tasks (length T + 1), worker and class code per label.
+
+    Entries are in (task, worker) order; no sort when ``lm`` is already in that order.
+    """
+    order, _ = task_major_order(lm.task_idx, lm.worker_idx, lm.n_workers)
+    t = lm.task_idx[order]
+    indptr = np.zeros(lm.n_tasks + 1, dtype=np.int64)
+    np.cumsum(np.bincount(t, minlength=lm.n_tasks), out=indptr[1:])
+    return indptr, lm.worker_idx[order], lm.class_idx[order]
+
+
+def _symmetric_sorted(m: sp.csr_matrix) -> sp.csr_matrix:
+    """Canonical (sorted-index) CSR of a *symmetric* CSR matrix by one counting-sort transposition.
+
+    The CSC arrays of a symmetric matrix are its CSR arrays with sorted indices; ``csr_tocsc`` is
+    O(nnz + n), cheaper than sorting every row.
+    """
+    c = m.tocsc()
+    out = sp.csr_matrix((c.data, c.indices, c.indptr), shape=m.shape)
+    out.has_sorted_indices = True
+    return out
+
+
+def pair_counts(
+    task_indptr: np.ndarray,
+    worker_idx: np.ndarray,
+    class_idx: np.ndarray | None,
+    n_workers: int,
+    n_classes: int,
+) -> tuple[sp.csr_matrix, np.ndarray]:
+    """Co-label counts N and agreement counts of labels grouped by task, in one compiled pass.
+
+    docs/methods/skills.md §2.1. Every pair (i, j) of labellers of every task adds 1 to N_ij and
+    1{Y_it = Y_jt} to Agree_ij: the Σ_t k_t² work of N = B Bᵀ, exact integers. Two compiled kernels:
+    with few workers (W² ≤ 2^24 and W² ≤ 8 × the number of pairs) the tasks are streamed in order
+    into a dense upper-triangular W×W count (int32, at most 64 MB, the size of N itself there), read
+    out row by row; otherwise each row is accumulated over the worker's tasks with a marker
+    (Gustavson's product B Bᵀ without forming B, O(W) scratch; a counting pass first sizes the outputs exactly).
+    Rows come out with sorted indices; indices, N and Agree are int32 (12 bytes a stored entry).
+    Equal to the sparse product P = Xᵀ Z of :func:`pair_counts_reference` (N = P mod K,
+    Agree = P div K); the dense kernel is ~8x faster than it at 10^6 labels and 2,000 workers (the
+    row kernel is as fast, bound by the same random reads).
+
+    Parameters
+    ----------
+    task_indptr : numpy.ndarray
+        Length T + 1: the labels of task t are entries ``task_indptr[t]:task_indptr[t+1]`` of
+        ``worker_idx`` / ``class_idx`` (one label per (task, worker)).
+    worker_idx, class_idx : numpy.ndarray
+        Worker and class code per label, grouped by task; ``class_idx=None`` counts N only (the
+        agreements returned are then zeros).
+    n_workers, n_classes : int
+
+    Returns
+    -------
+    (scipy.sparse.csr_matrix, numpy.ndarray)
+        N as int32 W×W CSR (int32 indices, int64 row pointer) with zero diagonal and sorted indices, and the
+        agreement count (int32) of every stored entry of N (aligned with ``N.data``).
+    """
+    w = int(n_workers)
+    worker = np.asarray(worker_idx)
+    agree = class_idx is not None
+    cls = np.asarray(class_idx) if class_idx is not None else np.zeros(1, dtype=np.int64)
+    tptr = np.asarray(task_indptr, dtype=np.int64)
+    k = np.diff(tptr)
+    n_pairs = float(np.dot(k, k - 1)) / 2 if k.size else 0.0
+    if w * w <= _DENSE_PAIRS_MAX and w * w <= 8 * n_pairs:
+        indptr, indices, n_data, a_data = _pair_count_dense(tptr, worker, cls, w, agree)
+    else:
+        indptr, indices, n_data, a_data = _pair_count_rows(tptr, worker, cls, w, agree)
+    if indptr[-1] >= 2**31 - 1:
+        indices = indices.astype(np.int64)
+    n_mat = sp.csr_matrix((n_data, indices, indptr), shape=(w, w))
+    n_mat.has_sorted_indices = True
+    return n_mat, a_data
+
+
+#: Largest W² for which :func:`pair_counts` accumulates in a dense W×W table (int32: 64 MB).
+_DENSE_PAIRS_MAX = 1 << 24
+
+
+@compiled_kernel
+def _pair_count_dense(
+    task_indptr: np.ndarray, worker: np.ndarray, cls: np.ndarray, n_workers: int, agree: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_pair_count_rows` through a dense upper-triangular W×W count, tasks streamed in order."""
+    w = n_workers
+    acc = np.zeros(w * w, dtype=np.int32)
+    acc_a = np.zeros(w * w if agree else 1, dtype=np.int32)
+    for t in range(task_indptr.size - 1):
+        s, e = task_indptr[t], task_indptr[t + 1]
+        for p in range(s, e):
+            wp = worker[p]
+            for q in range(p + 1, e):
+                wq = worker[q]
+                cell = wp * w + wq if wp < wq else wq * w + wp
+                acc[cell] += 1
+                if agree and cls[p] == cls[q]:
+                    acc_a[cell] += 1
+    tile = 64  # mirror the upper triangle tile by tile (cache-friendly), then read rows in order
+    for bi in range(0, w, tile):
+        for bj in range(bi, w, tile):
+            for i in range(bi, min(bi + tile, w)):
+                for j in range(max(bj, i + 1), min(bj + tile, w)):
+                    acc[j * w + i] = acc[i * w + j]
+                    if agree:
+                        acc_a[j * w + i] = acc_a[i * w + j]
+    indptr = np.zeros(w + 1, dtype=np.int64)
+    for i in range(w):
+        cnt = 0
+        for j in range(i * w, (i + 1) * w):
+            if acc[j] != 0:
+                cnt += 1
+        indptr[i + 1] = indptr[i] + cnt - (1 if acc[i * w + i] != 0 else 0)
+    nnz = indptr[w]
+    indices = np.empty(nnz, dtype=np.int32)
+    n_out = np.empty(nnz, dtype=np.int32)
+    a_out = np.zeros(nnz, dtype=np.int32)
+    for i in range(w):
+        k = indptr[i]
+        base = i * w
+        for j in range(w):
+            v = acc[base + j]
+            if v != 0 and j != i:
+                indices[k] = j
+                n_out[k] = v
+                if agree:
+                    a_out[k] = acc_a[base + j]
+                k += 1
+    return indptr, indices, n_out, a_out
+
+
+@compiled_kernel
+def _pair_count_rows(
+    task_indptr: np.ndarray, worker: np.ndarray, cls: np.ndarray, n_workers: int, agree: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of N (and Agree) with sorted indices: CSR arrays indptr (int64), indices, N, Agree (int32).
+
+    Two passes over each worker's tasks with an O(W) marker: the first counts the row lengths (the distinct
+    partners), so the outputs are allocated once at their exact size (12 bytes a stored entry, never a
+    growing buffer or a trimming copy); the second fills them.
+    """
+    n_tasks = task_indptr.size - 1
+    n_lab = worker.size
+    # the labels of each worker (positions in the task-grouped arrays) by a counting sort, and their task
+    w_ptr = np.zeros(n_workers + 1, dtype=np.int64)
+    for q in range(n_lab):
+        w_ptr[worker[q] + 1] += 1
+    for i in range(n_workers):
+        w_ptr[i + 1] += w_ptr[i]
+    fill = w_ptr[:-1].copy()
+    w_lab = np.empty(n_lab, dtype=np.int64)
+    task_of = np.empty(n_lab, dtype=np.int64)
+    for t in range(n_tasks):
+        for q in range(task_indptr[t], task_indptr[t + 1]):
+            task_of[q] = t
+            i = worker[q]
+            w_lab[fill[i]] = q
+            fill[i] += 1
+    mark = np.full(n_workers, -1, dtype=np.int64)
+    indptr = np.zeros(n_workers + 1, dtype=np.int64)
+    for i in range(n_workers):  # pass 1: row lengths
+        nt = 0
+        for p in range(w_ptr[i], w_ptr[i + 1]):
+            t = task_of[w_lab[p]]
+            for q in range(task_indptr[t], task_indptr[t + 1]):
+                j = worker[q]
+                if j != i and mark[j] != i:
+                    mark[j] = i
+                    nt += 1
+        indptr[i + 1] = indptr[i] + nt
+    nnz = indptr[n_workers]
+    indices = np.empty(nnz, dtype=np.int32)
+    n_out = np.empty(nnz, dtype=np.int32)
+    a_out = np.zeros(nnz if agree else 0, dtype=np.int32)
+    mark[:] = -1
+    acc_n = np.zeros(n_workers, dtype=np.int64)
+    acc_a = np.zeros(n_workers, dtype=np.int64)
+    touched = np.empty(n_workers, dtype=np.int64)
+    for i in range(n_workers):  # pass 2: the counts
+        nt = 0
+        for p in range(w_ptr[i], w_ptr[i + 1]):
+            q0 = w_lab[p]
+            t = task_of[q0]
+            ci = cls[q0] if agree else 0
+            for q in range(task_indptr[t], task_indptr[t + 1]):
+                j = worker[q]
+                if j == i:
+                    continue
+                if mark[j] != i:
+                    mark[j] = i
+                    acc_n[j] = 0
+                    acc_a[j] = 0
+                    touched[nt] = j
+                    nt += 1
+                acc_n[j] += 1
+                if agree and cls[q] == ci:
+                    acc_a[j] += 1
+        start = indptr[i]
+        if nt * 16 >= n_workers:  # dense row: a scan of the marker is cheaper than a sort
+            k = start
+            for j in range(n_workers):
+                if mark[j] == i:
+                    indices[k] = j
+                    k += 1
+        else:
+            srt = np.sort(touched[:nt])
+            for k in range(nt):
+                indices[start + k] = srt[k]
+        for k in range(start, start + nt):
+            j = indices[k]
+            n_out[k] = acc_n[j]
+            if agree:
+                a_out[k] = acc_a[j]
+    if not agree:
+        a_out = np.zeros(nnz, dtype=np.int32)
+    return indptr, indices, n_out, a_out
+
+
+def pair_counts_reference(
+    task_indptr: np.ndarray, worker_idx: np.ndarray, class_idx: np.ndarray, n_workers: int, n_classes: int
+) -> tuple[sp.csr_matrix, np.ndarray]:
+    """:func:`pair_counts` from one scipy sparse product (the reference the compiled kernel is tested against).
+
+    docs/methods/skills.md §2.1. With X the (T·M)×W 0/1 matrix X[t·M + l, i] = 1{Y_it = l} and Z
+    the (T·M)×W matrix Z[t·M + l, j] = 1 + K·1{Y_jt = l} (one entry for every class l of every label
+    of j), the integer product P = Xᵀ Z has, for i ≠ j,
+
+        P_ij = Σ_t 1{i, j both label t} (1 + K·1{Y_it = Y_jt}) = N_ij + K·Agree_ij,
+
+    so N = P mod K and Agree = P div K for any K > max N_ij (K = T + 1). The product touches each
+    co-labelling pair of each task once, the same work Σ_t k_t² as N = B Bᵀ alone, and returns N and
+    the agreements on one shared sparsity pattern. Exact integer arithmetic (int64). Never a dense W×W.
+
+    Parameters
+    ----------
+    task_indptr : numpy.ndarray
+        Length T + 1: the labels of task t are entries ``task_indptr[t]:task_indptr[t+1]`` of
+        ``worker_idx`` / ``class_idx`` (one label per (task, worker)).
+    worker_idx, class_idx : numpy.ndarray
+        Worker and class code per label, grouped by task.
+    n_workers, n_classes : int
+
+    Returns
+    -------
+    (scipy.sparse.csr_matrix, numpy.ndarray)
+        N as int64 W×W CSR with zero diagonal and sorted indices, and the agreement count of every
+        stored entry of N (aligned with ``N.data``).
+    """
+    m = int(n_classes)
+    n_tasks = task_indptr.size - 1
+    k = np.diff(task_indptr)
+    big = np.int64(n_tasks + 1)
+    idx_t = np.int32 if max(int(worker_idx.size) * m, n_workers, n_tasks * m) < 2**31 - 1 else np.int64
+    # Z: row t·M + l holds every labeller of task t (labels of a task are contiguous)
+    row_len = np.repeat(k, m)
+    z_indptr = np.zeros(n_tasks * m + 1, dtype=np.int64)
+    np.cumsum(row_len, out=z_indptr[1:])
+    nz = int(z_indptr[-1])
+    rows = np.repeat(np.arange(n_tasks * m, dtype=np.int64), row_len)
+    src = np.arange(nz, dtype=np.int64) - z_indptr[rows] + task_indptr[rows // m]
+    del row_len
+    same = class_idx[src] == (rows % m)
+    del rows
+    z_ind = worker_idx[src].astype(idx_t)
+    del src
+    z = sp.csr_matrix((1 + big * same.astype(np.int64), z_ind, z_indptr.astype(idx_t)), shape=(n_tasks * m, n_workers))
+    # X = the entries of Z with Y_jt = l (one per label), same row structure
+    label_row = np.repeat(np.arange(n_tasks, dtype=np.int64), k) * m + class_idx
+    x_indptr = np.zeros(n_tasks * m + 1, dtype=np.int64)
+    np.cumsum(np.bincount(label_row, minlength=n_tasks * m), out=x_indptr[1:])
+    del label_row
+    x = sp.csr_matrix(
+        (np.ones(worker_idx.size, dtype=np.int64), z_ind[same], x_indptr.astype(idx_t)),
+        shape=(n_tasks * m, n_workers),
+    )
+    del same, z_ind
+    xt = sp.csr_matrix(x.T)  # W × T·M, counting-sort transposition
+    del x
+    prod = sp.csr_matrix(xt @ z)
+    del xt, z
+    prod = _symmetric_sorted(prod)
+    rows_p = np.repeat(np.arange(n_workers), np.diff(prod.indptr))
+    off = prod.indices != rows_p
+    indptr = np.zeros(n_workers + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows_p[off], minlength=n_workers), out=indptr[1:])
+    del rows_p
+    data = prod.data[off]
+    indices = prod.indices[off]
+    del prod, off
+    n_mat = sp.csr_matrix((data % big, indices, indptr), shape=(n_workers, n_workers))
+    n_mat.has_sorted_indices = True
+    return n_mat, data // big
+
+
+def co_label_counts(lm: LabelMatrix) -> sp.csr_matrix:
+    """N = B Bᵀ with zero diagonal: N_ij = number of tasks labelled by both workers i and j.
+
+    docs/methods/skills.md §1.4/§2.1. :func:`pair_counts` without the agreements on the labels grouped
+    by task; float64 CSR with sorted indices.
+    """
+    indptr, w, _ = labels_by_task(lm)
+    n, _ = pair_counts(indptr, w, None, lm.n_workers, lm.n_classes)
+    return sp.csr_matrix((n.data.astype(np.float64), n.indices, n.indptr), shape=n.shape)
+
+
+def pair_bound(task_sizes: np.ndarray, n_workers: int) -> int:
+    """An upper bound on the stored entries of N, known before any pair is formed: min(Σ_t k_t(k_t − 1), W(W − 1)).
+
+    Each task with k_t distinct workers adds at most k_t(k_t − 1) ordered pairs; there are W(W − 1) in all.
+
+    Parameters
+    ----------
+    task_sizes : numpy.ndarray
+        Distinct workers per task (k_t).
+    n_workers : int
+    """
+    k = np.asarray(task_sizes, dtype=np.int64)
+    return int(min(int(np.dot(k, k - 1)), n_workers * (n_workers - 1)))
