@@ -232,6 +232,10 @@ class PlantedSpec:
         Flipping annotators (see above).
     n_annotators : int, optional
         Default ``max(10, m // 40)``; activity ∝ rank^−0.7.
+    outlier_gap : float
+        Row outliers are drawn only among rows whose true gap is at least this many noise levels,
+        ``|d_k| ≥ outlier_gap·σ`` (0: every row; crowdflow issue #35's ±1 instance: flips among
+        far-apart pairs).
     """
 
     n: int = 100
@@ -245,6 +249,7 @@ class PlantedSpec:
     flipper_frac: float = 0.0
     flip_prob: float = 0.8
     n_annotators: int | None = None
+    outlier_gap: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -332,7 +337,7 @@ def planted_instance(spec: PlantedSpec, seed: int) -> PlantedInstance:
         flipper[rng.choice(n_ann, max(1, round(spec.flipper_frac * n_ann)), replace=False)] = True
     flips = flipper[ann] & (rng.random(m) < spec.flip_prob)
     planted = np.zeros(m, dtype=bool)
-    free = np.flatnonzero(~flips)
+    free = np.flatnonzero(~flips & (np.abs(d) >= spec.outlier_gap * sig))
     planted[rng.choice(free, min(round(spec.frac * m), free.size), replace=False)] = True
     toward = np.where(d == 0, rng.choice([-1.0, 1.0], m), np.sign(d))
     if not spec.outcome.startswith("pm1"):
@@ -386,3 +391,28 @@ def issue_instance(seed: int) -> PlantedComparisons:
     truth = np.zeros(m, dtype=bool)
     truth[rows] = True
     return PlantedComparisons(ComparisonGraph.from_arrays(i, j, y, n=n), truth, theta=theta)
+
+
+def oracle_pvalues(inst: PlantedInstance) -> np.ndarray:
+    """Per-row p-values under the true scores and the true clean law of the draw (the oracle's evidence).
+
+    Graded outcomes: ``2Φ̄(|y − d|/σ_eff)`` (Student-t5: the t5 tail of the standardised residual);
+    ±1 outcomes: ``Σ_{y: P(y) ≤ P(y_obs)} P(y)`` under the generating law (BTL: logit link at ``d/σ``;
+    Thurstone with ties: probit link at ``d/σ`` with tie threshold ¼), as
+    :func:`crowdflow.ranking.laws.law_pvalues`. The oracle flags the Benjamini–Hochberg set of these at the
+    rule's ``fdr_q`` with the rule's floor (:func:`crowdflow.ranking.laws.bh_reject`).
+    """
+    from scipy.stats import t as student_t
+
+    from crowdflow.ranking.laws import law_pvalues
+
+    g, spec = inst.graph, inst.spec
+    d = inst.theta[g.i] - inst.theta[g.j]
+    if spec.outcome == "pm1_btl":
+        return law_pvalues(np.sign(g.y), d / spec.sigma, 0.0, "logit")
+    if spec.outcome == "pm1_thurstone":
+        return law_pvalues(np.sign(g.y), d / spec.sigma, 0.25, "probit")
+    z = np.abs(g.y - d) / inst.sigma_eff
+    if spec.outcome == "graded_t5":
+        return np.asarray(2.0 * student_t.sf(z * np.sqrt(5.0 / 3.0), 5))
+    return np.asarray(2.0 * ndtr(-z))
