@@ -533,7 +533,9 @@ def families_main(reps: int, max_rows: int) -> None:
         f"{len(df)} draws, m from {int(df['m'].min())} to {int(df['m'].max())} rows; "
         f"{time.perf_counter() - t0:.0f} s on {platform.machine()} Python {platform.python_version()}, "
         f"load {load:.1f} at the end (2 shared cores).\n\n"
-        "READING\n\n" + issue + "\n\n## Per family, worst case first\n\n"
+        "## Reading (written by hand from the tables below after the run)\n\n"
+        + issue
+        + "\n\n## Per family, worst case first\n\n"
         "The rule is the job's default (`fit_ranking`, LBI stopped by the adaptive rule, whose outlier law is "
         "read from the outcomes: Gaussian residuals for graded outcomes, Bradley–Terry for ±1, Rao–Kupper for "
         "±1 with ties). The **oracle** knows the true scores and the generating law and applies the same cut: "

@@ -26,12 +26,12 @@ oracle of the benchmark applies the same cut (:func:`bh_reject`) to the p-values
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.optimize import minimize_scalar
 from scipy.sparse.linalg import cg, spsolve
 from scipy.special import expit, log_expit, log_ndtr, ndtr
 
@@ -56,6 +56,10 @@ Link = Literal["logit", "probit"]
 
 #: Ridge on the scores, per unit of mean row weight (keeps separable data finite; negligible otherwise).
 RIDGE = 1e-2
+#: Fisher-scoring steps per M-step of :func:`contaminated_fit`.
+M_STEPS = 1
+#: Range of the tie threshold τ.
+TAU_MIN, TAU_MAX = 1e-6, 10.0
 #: Pseudo-rows of the overall reversal share in each annotator's share (:func:`contaminated_fit`).
 ANNOTATOR_PRIOR_ROWS = 10.0
 #: Fisher-scoring refits solve by sparse LU up to this many items, by Jacobi-preconditioned CG above.
@@ -72,25 +76,18 @@ def outcome_law(y: np.ndarray) -> OutcomeLaw:
 
 
 def _cdf(x: np.ndarray, link: Link) -> np.ndarray:
-    return expit(x) if link == "logit" else ndtr(x)
+    return np.asarray(expit(x) if link == "logit" else ndtr(x))
 
 
 def _logcdf(x: np.ndarray, link: Link) -> np.ndarray:
     return log_expit(x) if link == "logit" else log_ndtr(x)
 
 
-def _pdf(x: np.ndarray, link: Link) -> np.ndarray:
-    if link == "logit":
-        e = expit(x)
-        return e * (1.0 - e)
-    return np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
-
-
 def law_probabilities(delta: np.ndarray, tau: float, link: Link) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(P(y = +a), P(y = 0), P(y = −a))`` of the symmetric cumulative-link law at ``δ`` (module docstring)."""
     pw = _cdf(delta - tau, link)
     pl = _cdf(-delta - tau, link)
-    pt = np.clip(1.0 - pw - pl, 0.0, 1.0) if tau > 0 else np.zeros_like(pw)
+    pt = np.exp(_log_tie(delta, tau, link)) if tau > 0 else np.zeros_like(pw)
     return pw, pt, pl
 
 
@@ -103,7 +100,7 @@ def law_pvalues(y: np.ndarray, delta: np.ndarray, tau: float, link: Link) -> np.
     obs = np.where(y > 0, 0, np.where(y < 0, 2, 1))
     p_obs = probs[obs, np.arange(y.size)]
     p = np.sum(np.where(probs <= p_obs * (1.0 + 1e-12), probs, 0.0), axis=0)
-    return np.clip(p, 0.0, 1.0)
+    return np.asarray(np.clip(p, 0.0, 1.0))
 
 
 def bh_reject(p: np.ndarray, w: np.ndarray, *, q: float = FDR_Q, p_max: float | None = None) -> np.ndarray:
@@ -198,6 +195,20 @@ def _solve(g: ComparisonGraph, h: np.ndarray, rhs: np.ndarray, rho: float) -> np
     return np.asarray(x)
 
 
+def _tau_step(loglik: Callable[[float], float], tau: float, h: float = 1e-4) -> float:
+    """One safeguarded Newton step on τ ∈ [TAU_MIN, TAU_MAX] (numerical derivatives, halved until ℓ rises)."""
+    tau = min(max(tau, TAU_MIN + h), TAU_MAX - h)
+    f0, fp, fm = loglik(tau), loglik(tau + h), loglik(tau - h)
+    g1, g2 = (fp - fm) / (2.0 * h), (fp - 2.0 * f0 + fm) / (h * h)
+    step = -g1 / g2 if g2 < 0 else math.copysign(0.1, g1)
+    for _ in range(30):
+        new = min(max(tau + step, TAU_MIN), TAU_MAX)
+        if loglik(new) >= f0:
+            return new
+        step *= 0.5
+    return tau
+
+
 def fit_law(
     g: ComparisonGraph,
     wk: np.ndarray,
@@ -209,18 +220,19 @@ def fit_law(
     max_iter: int = 100,
     tol: float = 1e-8,
     wrev: np.ndarray | None = None,
+    ridge: float = RIDGE,
 ) -> LawFit:
     """Penalised ML fit of the law with row weights ``wk`` (Fisher scoring on s, a 1-D search on τ; module docstring).
 
     Maximises ``Σ_k [wk_k ℓ(y_k | δ_k, τ) + wrev_k ℓ(−y_k | δ_k, τ)] − ρ‖s‖²/2`` with ``δ = s_i − s_j``
-    and ``ρ = RIDGE·mean(w)`` (``wk = 0``: a row left out; ``wrev``, default 0: the weight of the row's
+    and ``ρ = ridge·mean(w)`` (``wk = 0``: a row left out; ``wrev``, default 0: the weight of the row's
     reversed outcome, the M-step of :func:`contaminated_fit`). Steps on s are
     Fisher-scoring steps (the expected information is a weighted Laplacian) halved until the objective
-    rises; τ (ties only) is re-maximised on ``[0, 10]`` after every step.
+    rises; τ (ties only) takes one safeguarded Newton step on ``[10⁻⁶, 10]`` after every step.
     """
     z = np.sign(g.y)
     wr = np.zeros(g.m) if wrev is None else np.asarray(wrev, dtype=float)
-    rho = RIDGE * float(np.mean(g.w)) if g.m else RIDGE
+    rho = ridge * float(np.mean(g.w)) if g.m else ridge
     s = np.zeros(g.n) if s0 is None else np.asarray(s0, dtype=float).copy()
     tau = float(tau0) if law == "ties" else 0.0
 
@@ -252,10 +264,7 @@ def fit_law(
             lam *= 0.5
         if law == "ties":
             d_new = g.gradient(s_new)
-            res = minimize_scalar(
-                lambda t: -loglik(d_new, float(t)), bounds=(1e-6, 10.0), method="bounded", options={"xatol": 1e-6}
-            )
-            tau = float(res.x)
+            tau = _tau_step(lambda t: loglik(d_new, t), tau)
             f_new = objective(s_new, tau)
         done = abs(f_new - f) <= tol * max(1.0, abs(f))
         s, f = s_new, f_new
@@ -300,12 +309,13 @@ def contaminated_fit(
     tol: float = 1e-6,
     keep: np.ndarray | None = None,
     start: LawFit | None = None,
+    ridge: float = RIDGE,
 ) -> tuple[LawFit, float, float]:
     """ML fit of the reversal-contaminated law by EM (the robust start of :func:`law_flags`).
 
     ``P(y | δ) = (1 − ε)·P_law(y | δ) + ε·P_law(−y | δ)``: a share ε of the answers is reversed whatever
     the gap (a careless or flipping annotator, a swapped pair). E-step: ``r_k = (1 − ε)P_law(y_k)/P(y_k)``,
-    the posterior that row k was not reversed; M-step: a few Fisher-scoring steps of :func:`fit_law` with
+    the posterior that row k was not reversed; M-step: ``M_STEPS`` Fisher-scoring steps of :func:`fit_law` with
     weights ``w·r`` on the outcomes and ``w·(1 − r)`` on the reversed outcomes, ``ε = Σw(1 − r)/Σw``. A
     plain ML fit flattens the scores under reversals among far-apart pairs (10 % of them shrink the
     scores about threefold), which hides the reversals; the mixture does not.
@@ -317,7 +327,7 @@ def contaminated_fit(
     """
     z = np.sign(g.y)
     w = g.w if keep is None else np.where(keep, g.w, 0.0)
-    fit = start if start is not None else fit_law(g, w, law=law, link=link)
+    fit = start if start is not None else fit_law(g, w, law=law, link=link, ridge=ridge)
     eps = eps0
     W = float(w.sum())
     codes: np.ndarray | None = None
@@ -343,7 +353,17 @@ def contaminated_fit(
         else:  # per annotator, shrunk towards the overall share by prior_rows pseudo-rows
             e_a = (np.bincount(codes, w * (1.0 - r)) + prior_rows * eps) / (w_a + prior_rows)
             eps_row = np.clip(e_a[codes], 1e-6, 1.0 - 1e-6)
-        fit = fit_law(g, w * r, law=law, link=link, s0=fit.s, tau0=max(fit.tau, 0.05), max_iter=3, wrev=w * (1.0 - r))
+        fit = fit_law(
+            g,
+            w * r,
+            law=law,
+            link=link,
+            s0=fit.s,
+            tau0=max(fit.tau, 0.05),
+            max_iter=M_STEPS,
+            wrev=w * (1.0 - r),
+            ridge=ridge,
+        )
     return fit, eps, ll
 
 
