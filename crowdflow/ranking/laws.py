@@ -382,8 +382,10 @@ def law_flags(
     2. a row's p-value is that of its outcome under the clean law at those scores (:func:`law_pvalues`);
        the flags are the Benjamini–Hochberg set at ``q`` among the rows with ``p ≤ 2Φ̄(t_min)``
        (:func:`bh_reject`);
-    3. one trimmed round: the contaminated fit again without the flagged rows (started from the first),
-       and step 2 on its scores.
+
+    No trimmed refit follows: without the flagged rows the EM can settle on its other fixed point (a
+    small ε and compressed scores that absorb the remaining reversals; on 20 items and 1,500 Thurstone rows
+    with 10 % reversals it then flagged nothing).
 
     The p-value of a row depends on its pair and outcome only, so the flags of identical rows agree and
     the rule can be fitted on the rows with their annotators and applied to their merged form
@@ -411,11 +413,7 @@ def law_flags(
     if law == "graded":
         raise ValueError("law_flags needs ±1 outcomes (with or without ties); graded outcomes use the Gaussian rule")
     p_max = float(2.0 * ndtr(-t_min))
-    z = np.sign(g.y)
     fit, eps, _ = contaminated_fit(g, law=law, link=link)
-    flags = bh_reject(law_pvalues(z, g.gradient(fit.s), fit.tau, link), g.w, q=q, p_max=p_max)
-    if flags.any():
-        fit, _, _ = contaminated_fit(g, law=law, link=link, keep=~flags, start=fit)
     tg = g if target is None else target
     p = law_pvalues(np.sign(tg.y), tg.gradient(fit.s), fit.tau, link)
     return LawFlags(bh_reject(p, tg.w, q=q, p_max=p_max), p, law, fit, eps)
