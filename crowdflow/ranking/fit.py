@@ -33,7 +33,7 @@ from crowdflow.ranking.lbi import lbi
 from crowdflow.ranking.least_squares import LaplacianSolver, hodgerank_scores
 from crowdflow.ranking.options import RankingOptions
 from crowdflow.ranking.rows import fitted_and_residual
-from crowdflow.ranking.scale import AdaptiveLambda, adaptive_lambda, huber_concomitant_scale
+from crowdflow.ranking.scale import AdaptiveLambda, adaptive_lambda, huber_concomitant_scale, law_gamma
 from crowdflow.ranking.tables import _ranking_table, _row_columns, assemble_robust_result
 from crowdflow.ranking.trimmed import TrimmedRankingResult, fit_trimmed_tables
 from crowdflow.ranking.types import GraphReport, RankingResult, RobustRankingResult
@@ -240,9 +240,12 @@ def fit_hlasso(
         fit = LassoFit(0.0, np.zeros(gf.m), theta_ls, 0, True, 0.0)
         logger.info("data are exactly consistent with a global ranking: no outliers")
     elif lambda_rule == "adaptive":
-        ad = adaptive_lambda(gf, solver=sol, q=o.fdr_q, t_min=o.t_min)
+        ad = adaptive_lambda(gf, solver=sol, q=o.fdr_q, t_min=o.t_min, rows=g)
         params.update(_adaptive_params(ad, o))
-        if ad.lam < path.lambda_max:
+        if ad.law is not None:  # ±1 outcomes: the law's flags, scores LS without them
+            th_law, gam_law = law_gamma(gf, ad.law.flags, theta_ls)
+            fit = LassoFit(ad.lam, gam_law, th_law, 0, True, 0.0)
+        elif ad.lam < path.lambda_max:
             fit = hlasso(gf, ad.lam, solver=sol, gamma0=nearest(ad.lam), tol=tol, max_iter=max_iter)
         else:  # nothing to flag (HLASSO at λ ≥ λ_max is the least-squares fit)
             fit = LassoFit(path.lambda_max, np.zeros(gf.m), theta_ls, 0, True, 0.0)
@@ -321,7 +324,7 @@ def _warn_unused_budget(o: RankingOptions, rule: str) -> None:
 def _adaptive_params(ad: AdaptiveLambda, o: RankingOptions) -> dict[str, Any]:
     """The run parameters of the adaptive rule (an infinite λ*, nothing to flag, is recorded as None)."""
     fin = math.isfinite(ad.lam)
-    return {
+    out: dict[str, Any] = {
         "sigma": ad.sigma,
         "t": ad.t if fin and math.isfinite(ad.t) else None,
         "adaptive_lambda": ad.lam if fin else None,
@@ -330,6 +333,14 @@ def _adaptive_params(ad: AdaptiveLambda, o: RankingOptions) -> dict[str, Any]:
         "fdr_q": o.fdr_q,
         "t_min": o.t_min,
     }
+    if ad.law is not None:  # the ±1 law's fit (docs/methods/ranking.md §3.4.2)
+        out.update(
+            law_link=ad.law.fit.link,
+            law_tie_threshold=ad.law.fit.tau,
+            law_reversed_share=ad.law.eps,
+            law_flagged=int(ad.law.flags.sum()),
+        )
+    return out
 
 
 def _inv(x: np.ndarray | float) -> np.ndarray:
@@ -389,8 +400,9 @@ def fit_lbi(
         sigma = est.sigma
         params["sigma_source"] = "huber_concomitant"
     lbi_rule = stop_rule
+    ad: AdaptiveLambda | None = None
     if stop_rule == "adaptive":
-        ad = adaptive_lambda(gf, solver=sol, q=o.fdr_q, t_min=o.t_min)
+        ad = adaptive_lambda(gf, solver=sol, q=o.fdr_q, t_min=o.t_min, rows=g)
         t_stop, lbi_rule = ad.t_stop, "time"
         params.update(_adaptive_params(ad, o))
     per_algorithm: dict[str, Any] = {} if algorithm == 3 else {"theta0": o.theta0}
@@ -423,9 +435,11 @@ def fit_lbi(
         sigma=sigma if stop_rule != "adaptive" else params["sigma"],
         t_max=o.t_max,
     )
-    theta_rob = path.theta
+    theta_rob, gamma_fit = path.theta, path.gamma
     if algorithm == 3:
         theta_rob = sol.solve(gf.divergence(gf.y - path.gamma))
+    if ad is not None and ad.law is not None:  # ±1 outcomes: the law's flags, scores LS without them
+        theta_rob, gamma_fit = law_gamma(gf, ad.law.flags, theta_ls)
     logger.info(
         "LBI (algorithm %s, kappa=%g, dt=%.3g): stop rule %r at t=%.4g (iteration %d, fired=%s); "
         "%d of %d fitted rows flagged",
@@ -436,7 +450,7 @@ def fit_lbi(
         path.stop_time,
         path.stop_iter,
         path.stop_fired,
-        int(np.count_nonzero(path.gamma)),
+        int(np.count_nonzero(gamma_fit)),
         gf.m,
     )
     cps = [(i, k * path.dt, path.checkpoint_gammas[:, i]) for i, k in enumerate(path.checkpoint_iters)]
@@ -449,7 +463,7 @@ def fit_lbi(
         sign=sign,
         theta_ls=theta_ls,
         theta_robust=theta_rob,
-        gamma_fit=path.gamma,
+        gamma_fit=gamma_fit,
         entry_time_fit=path.entry_time,
         order_key_fit=path.order_key,
         entry_sign_fit=path.entry_sign,

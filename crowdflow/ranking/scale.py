@@ -11,10 +11,11 @@ at a number of noise levels, ``λ* = t*·σ̂``:
 * graded outcomes, t* (:func:`bh_threshold`): Benjamini–Hochberg at ``q`` on ``p_k = 2Φ̄(|r_k|/σ̂)``,
   floored at ``t_min`` (2.576: at most 1 % of clean rows beyond it); on clean data t* is the Bonferroni
   point ``Φ̄⁻¹(q/2W)`` and nothing is flagged with probability about 1 − q;
-* ±1 outcomes (:func:`upset_gap_cut`): the Gaussian tail says nothing about bounded residuals; an upset
-  curve ``P(upset | gap g) = ε + (1 − ε)/(1 + e^{βg})`` is fitted by maximum likelihood and upsets are
-  flagged from the largest gap down while their mean local false discovery rate stays ≤ q; a
-  contradiction at gap g has ``|r| = a(1 + g)``, so ``λ* = a(1 + g*)``.
+* ±1 outcomes, with or without ties (:mod:`crowdflow.ranking.laws`): the Gaussian tail says nothing
+  about bounded residuals; the rows flagged are those whose outcome is improbable under the
+  Bradley–Terry (Rao–Kupper with ties) law fitted robustly, BH at q on the law's p-values
+  (:func:`adaptive_lambda`). :func:`upset_gap_cut`, the former ±1 rule (an upset curve in the fitted
+  gap), remains for the partitioned fit (:mod:`crowdflow.ranking.partitioned`).
 
 **Huber's concomitant scale** (:func:`huber_concomitant_scale`, option ``lambda_rule: concomitant``):
 minimises ``Σ_k w_k σ H_M((θ_i − θ_j − y_k)/σ) + a(Σw)σ`` over ``(θ, σ)`` (jointly convex) by alternating
@@ -40,6 +41,7 @@ from scipy.special import ndtr, ndtri
 
 from crowdflow.ranking.graph import ComparisonGraph
 from crowdflow.ranking.hlasso import LassoFit, hlasso
+from crowdflow.ranking.laws import LawFlags, OutcomeLaw, law_flags, outcome_law
 from crowdflow.ranking.least_squares import LaplacianSolver, hodgerank_scores, ls_on_rows
 from crowdflow.ranking.options import FDR_Q, HUBER_A, HUBER_M, T_MIN
 
@@ -51,6 +53,7 @@ __all__ = [
     "bh_threshold",
     "huber_concomitant_scale",
     "is_plus_minus_one",
+    "law_gamma",
     "theory_lambda",
     "trimmed_scale",
     "upset_gap_cut",
@@ -473,21 +476,26 @@ class AdaptiveLambda:
     Attributes
     ----------
     lam : float
-        ``λ*`` in outcome units; ``inf`` when nothing is to be flagged (clean ±1 data, σ̂ = 0).
+        ``λ*`` in outcome units; ``inf`` when nothing is to be flagged (σ̂ = 0, or no row improbable under
+        the law).
     sigma : float
         σ̂ of :func:`trimmed_scale`.
     t : float
         ``λ*/σ̂``, the threshold in noise levels.
-    outcome : {'graded', 'plus_minus_one'}
-        Which threshold was used.
+    outcome : {'graded', 'binary', 'ties'}
+        The outcome's law (:func:`crowdflow.ranking.laws.outcome_law`).
     scale : TrimmedScale
+    law : LawFlags or None
+        ±1 outcomes (with or without ties): the law-based flags; the fit flags exactly these rows
+        (:func:`law_gamma`) and λ* only sets where the regularisation path stops.
     """
 
     lam: float
     sigma: float
     t: float
-    outcome: Literal["graded", "plus_minus_one"]
+    outcome: OutcomeLaw
     scale: TrimmedScale
+    law: LawFlags | None = None
 
     @property
     def t_stop(self) -> float:
@@ -495,14 +503,37 @@ class AdaptiveLambda:
         return 1.0 / self.lam if 0 < self.lam < math.inf else 0.0
 
 
+def law_gamma(g: ComparisonGraph, flags: np.ndarray, theta_ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Scores and γ of a fit that flags exactly ``flags``: LS on the other rows, ``γ_k = y_k − (θ_i − θ_j)`` on them.
+
+    The outcome-law rule (±1 outcomes) decides the flags itself; its robust scores are the least-squares
+    fit without them (:func:`~crowdflow.ranking.least_squares.ls_on_rows`, offsets between pieces the
+    kept rows no longer connect from ``theta_ref``).
+    """
+    theta, _ = ls_on_rows(g, ~flags, theta_ref)
+    r = g.y - g.gradient(theta)
+    gamma = np.where(flags, np.where(r == 0, 1e-12, r), 0.0)
+    return theta, gamma
+
+
 def adaptive_lambda(
-    g: ComparisonGraph, *, solver: LaplacianSolver | None = None, q: float = FDR_Q, t_min: float = T_MIN
+    g: ComparisonGraph,
+    *,
+    solver: LaplacianSolver | None = None,
+    q: float = FDR_Q,
+    t_min: float = T_MIN,
+    rows: ComparisonGraph | None = None,
 ) -> AdaptiveLambda:
     """``λ* = t*·σ̂`` of the adaptive rule (``lambda_rule: adaptive``, docs/methods/ranking.md §3.4.2).
 
-    σ̂ from :func:`trimmed_scale`; t* from :func:`bh_threshold` on the residuals of its trimmed fit
-    (graded outcomes) or, when the outcomes are ±a (:func:`is_plus_minus_one`), ``λ* = a(1 + g*)`` with
-    the gap cut g* of :func:`upset_gap_cut` (residuals of the trimmed fit, in units of a).
+    The outcome's law is read from the data (:func:`crowdflow.ranking.laws.outcome_law`):
+
+    * graded: σ̂ from :func:`trimmed_scale`, t* from :func:`bh_threshold` on the residuals of its trimmed
+      fit (Gaussian residuals);
+    * ±a outcomes (``'binary'``: Bradley–Terry) or ±a and ties (``'ties'``: Rao–Kupper): the rows whose
+      outcome is improbable under the law fitted robustly (:func:`crowdflow.ranking.laws.law_flags`, BH at
+      ``q`` on the law's p-values, floored at ``2Φ̄(t_min)``). The fit flags exactly these rows; λ* is the
+      smallest trimmed-LS residual among them (where the regularisation path stops, for its trace).
 
     Parameters
     ----------
@@ -511,23 +542,22 @@ def adaptive_lambda(
     q : float
         Target false discovery rate (option ``fdr_q``).
     t_min : float
-        Floor of t* for graded outcomes (option ``t_min``).
+        Floor of t* (graded) and its p-value ``2Φ̄(t_min)`` (±1 outcomes); option ``t_min``.
+    rows : ComparisonGraph, optional
+        ±1 outcomes: the rows with their annotators when ``g`` has identical rows merged (the law's fit
+        estimates a reversal share per annotator); default ``g``.
 
     Returns
     -------
     AdaptiveLambda
     """
     sc = trimmed_scale(g, solver=solver)
-    if is_plus_minus_one(g.y):
-        a = float(np.abs(g.y).max())
-        delta = g.gradient(sc.theta) / a
-        played = g.y != 0
-        upset = played & (g.y * delta < 0)
-        cut, _, _ = upset_gap_cut(np.abs(delta[played]), upset[played], g.w[played], q=q)
-        # HLASSO flags |r| > λ and a contradiction at gap g has |r| = a(1 + g): flag the gaps ≥ g*
-        lam = a * (1.0 + cut) * (1.0 - 1e-9) if math.isfinite(cut) else math.inf
+    law = outcome_law(g.y)
+    if law != "graded":
+        lf = law_flags(g if rows is None else rows, q=q, t_min=t_min, target=g)
+        lam = float(np.abs(sc.resid[lf.flags]).min()) * (1.0 - 1e-9) if lf.flags.any() else math.inf
         t = lam / sc.sigma if sc.sigma > 0 else math.inf
-        return AdaptiveLambda(float(lam), sc.sigma, float(t), "plus_minus_one", sc)
+        return AdaptiveLambda(lam, sc.sigma, float(t), law, sc, lf)
     if sc.sigma <= 0:
         return AdaptiveLambda(math.inf, 0.0, math.inf, "graded", sc)
     t = bh_threshold(sc.resid / sc.sigma, g.w, q=q, t_min=t_min)

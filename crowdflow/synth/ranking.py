@@ -198,12 +198,12 @@ class PlantedSpec:
       noise level is then ``σ_eff = σ√(13/12)``). A **row outlier of size a** has
       ``γ*_k = −sign(d_k)·a·σ_eff``: a shift against the true order, a noise levels long.
     * ±1: ``pm1_btl`` draws ``y = +1`` with probability ``1/(1 + e^{−d/σ})``; ``pm1_thurstone`` takes the
-      sign of ``d + σε`` and a tie (0) when ``|d + σε| ≤ σ/4``. A row outlier is set against the true
-      order, ``y = −sign(d)``. The least-squares model is misspecified for such data, so an outlier's
-      **size** is measured in the model the method fits: ``|y − δ| / σ_lin`` with δ the least-squares
-      fit of the expected outcomes on the same graph and ``σ_lin`` the rms of the clean residuals
-      about it. A flip between items close in the ranking is small and no rule can tell it from a
-      natural upset.
+      sign of ``d + σε`` and a tie (0) when ``|d + σε| ≤ tie_width·σ`` (default σ/4). A row outlier
+      is set against the true order, ``y = −sign(d)``. The least-squares model is misspecified for
+      such data, so an outlier's **size** is measured in the model the method fits:
+      ``|y − δ| / σ_lin`` with δ the least-squares fit of the expected outcomes on the same graph and
+      ``σ_lin`` the rms of the clean residuals about it. A flip between items close in the ranking is
+      small and no rule can tell it from a natural upset.
     * **Flippers**: a share ``flipper_frac`` of the annotators reverse each answer with probability
       ``flip_prob`` (graded: ``y = −d + ε``, an outlier of size ``2|d|/σ_eff``); their reversed rows
       are outliers.
@@ -232,6 +232,12 @@ class PlantedSpec:
         Flipping annotators (see above).
     n_annotators : int, optional
         Default ``max(10, m // 40)``; activity ∝ rank^−0.7.
+    outlier_gap : float
+        Row outliers are drawn only among rows whose true gap is at least this many noise levels,
+        ``|d_k| ≥ outlier_gap·σ`` (0: every row; crowdflow issue #35's ±1 instance: flips among
+        far-apart pairs).
+    tie_width : float
+        ``pm1_thurstone``: a tie when ``|d + σε| ≤ tie_width·σ`` (0: binary Thurstone outcomes, no ties).
     """
 
     n: int = 100
@@ -245,6 +251,8 @@ class PlantedSpec:
     flipper_frac: float = 0.0
     flip_prob: float = 0.8
     n_annotators: int | None = None
+    outlier_gap: float = 0.0
+    tie_width: float = 0.25
 
 
 @dataclass(frozen=True)
@@ -332,7 +340,7 @@ def planted_instance(spec: PlantedSpec, seed: int) -> PlantedInstance:
         flipper[rng.choice(n_ann, max(1, round(spec.flipper_frac * n_ann)), replace=False)] = True
     flips = flipper[ann] & (rng.random(m) < spec.flip_prob)
     planted = np.zeros(m, dtype=bool)
-    free = np.flatnonzero(~flips)
+    free = np.flatnonzero(~flips & (np.abs(d) >= spec.outlier_gap * sig))
     planted[rng.choice(free, min(round(spec.frac * m), free.size), replace=False)] = True
     toward = np.where(d == 0, rng.choice([-1.0, 1.0], m), np.sign(d))
     if not spec.outcome.startswith("pm1"):
@@ -354,8 +362,9 @@ def planted_instance(spec: PlantedSpec, seed: int) -> PlantedInstance:
             mu, ey2 = np.tanh(d / (2.0 * sig)), np.ones(m)
         else:
             u = d + sig * rng.standard_normal(m)
-            y = np.where(np.abs(u) > 0.25 * sig, np.sign(u), 0.0)
-            p_pos, p_neg = ndtr((d - 0.25 * sig) / sig), ndtr((-d - 0.25 * sig) / sig)
+            tw = float(spec.tie_width)
+            y = np.where(np.abs(u) > tw * sig, np.sign(u), 0.0)
+            p_pos, p_neg = ndtr((d - tw * sig) / sig), ndtr((-d - tw * sig) / sig)
             mu, ey2 = p_pos - p_neg, p_pos + p_neg
         y[flips] = -y[flips]
         y[planted] = -toward[planted]
@@ -386,3 +395,28 @@ def issue_instance(seed: int) -> PlantedComparisons:
     truth = np.zeros(m, dtype=bool)
     truth[rows] = True
     return PlantedComparisons(ComparisonGraph.from_arrays(i, j, y, n=n), truth, theta=theta)
+
+
+def oracle_pvalues(inst: PlantedInstance) -> np.ndarray:
+    """Per-row p-values under the true scores and the true clean law of the draw (the oracle's evidence).
+
+    Graded outcomes: ``2Φ̄(|y − d|/σ_eff)`` (Student-t5: the t5 tail of the standardised residual);
+    ±1 outcomes: ``Σ_{y: P(y) ≤ P(y_obs)} P(y)`` under the generating law (BTL: logit link at ``d/σ``;
+    Thurstone: probit link at ``d/σ`` with tie threshold ``tie_width``), as
+    :func:`crowdflow.ranking.laws.law_pvalues`. The oracle flags the Benjamini–Hochberg set of these at the
+    rule's ``fdr_q`` with the rule's floor (:func:`crowdflow.ranking.laws.bh_reject`).
+    """
+    from scipy.stats import t as student_t
+
+    from crowdflow.ranking.laws import law_pvalues
+
+    g, spec = inst.graph, inst.spec
+    d = inst.theta[g.i] - inst.theta[g.j]
+    if spec.outcome == "pm1_btl":
+        return law_pvalues(np.sign(g.y), d / spec.sigma, 0.0, "logit")
+    if spec.outcome == "pm1_thurstone":
+        return law_pvalues(np.sign(g.y), d / spec.sigma, float(spec.tie_width), "probit")
+    z = np.abs(g.y - d) / inst.sigma_eff
+    if spec.outcome == "graded_t5":
+        return np.asarray(2.0 * student_t.sf(z * np.sqrt(5.0 / 3.0), 5))
+    return np.asarray(2.0 * ndtr(-z))
