@@ -409,15 +409,17 @@ def family_shape(rng: np.random.Generator, max_rows: int) -> dict[str, Any]:
     }
 
 
-def family_draw(spec: PlantedSpec, seed: int) -> dict[str, Any]:
-    """The default rule (fit_ranking, LBI stopped by the adaptive rule) and the oracle on one draw."""
+def family_draw(spec: PlantedSpec, seed: int, binary_rule: str = "law") -> dict[str, Any]:
+    """The adaptive rule (fit_ranking, LBI stopped by it) with ``binary_rule`` for ±1 outcomes (``law``, the rule
+    this table measures; ``upset_gap`` is the job's default, measured in ranking_outliers_families_former.csv) and
+    the oracle on one draw."""
     inst = planted_instance(spec, seed)
     g = inst.graph
     truth = inst.outlier & ~undetectable_rows(g)
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        r = fit_ranking(g, diagnostics=False)
+        r = fit_ranking(g, diagnostics=False, binary_rule=binary_rule)
     sec = time.perf_counter() - t0
     rule = r.outliers.sort_values("row_id")["is_outlier"].to_numpy(bool)
     oracle = bh_reject(oracle_pvalues(inst), g.w)

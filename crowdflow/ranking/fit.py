@@ -240,7 +240,7 @@ def fit_hlasso(
         fit = LassoFit(0.0, np.zeros(gf.m), theta_ls, 0, True, 0.0)
         logger.info("data are exactly consistent with a global ranking: no outliers")
     elif lambda_rule == "adaptive":
-        ad = adaptive_lambda(gf, solver=sol, q=o.fdr_q, t_min=o.t_min, rows=g)
+        ad = adaptive_lambda(gf, solver=sol, q=o.fdr_q, t_min=o.t_min, rows=g, binary_rule=o.binary_rule)
         params.update(_adaptive_params(ad, o))
         if ad.law is not None:  # ±1 outcomes: the law's flags, scores LS without them
             th_law, gam_law = law_gamma(gf, ad.law.flags, theta_ls)
@@ -402,7 +402,7 @@ def fit_lbi(
     lbi_rule = stop_rule
     ad: AdaptiveLambda | None = None
     if stop_rule == "adaptive":
-        ad = adaptive_lambda(gf, solver=sol, q=o.fdr_q, t_min=o.t_min, rows=g)
+        ad = adaptive_lambda(gf, solver=sol, q=o.fdr_q, t_min=o.t_min, rows=g, binary_rule=o.binary_rule)
         t_stop, lbi_rule = ad.t_stop, "time"
         params.update(_adaptive_params(ad, o))
     per_algorithm: dict[str, Any] = {} if algorithm == 3 else {"theta0": o.theta0}

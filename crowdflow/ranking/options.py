@@ -76,6 +76,13 @@ class RankingOptions(Options):
         description="Adaptive rule: the smallest outlier threshold, in estimated noise levels; 2.576 keeps false "
         "alarms below one in a hundred clean comparisons however many outliers there are.",
     )
+    binary_rule: Literal["upset_gap", "law"] = Field(
+        "upset_gap",
+        description="Adaptive rule on win/loss (and tie) outcomes: upset_gap flags upsets between items far apart "
+        "in the fitted ranking; law flags outcomes improbable under a Bradley-Terry (Rao-Kupper with ties) model "
+        "fitted robustly, closer to the oracle on well-connected graphs (20+ comparisons per item) but flagging more "
+        "clean comparisons on sparse or very noisy ones (docs/methods/ranking.md).",
+    )
     budget: float = Field(
         0.05,
         gt=0.0,

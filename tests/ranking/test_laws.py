@@ -189,7 +189,7 @@ def test_fit_flags_the_law_rows(outliers: str) -> None:
         PlantedSpec(n=60, rows_per_item=30, outcome="pm1_btl", sigma=0.2, frac=0.1, outlier_gap=5.0), 0
     )
     g = inst.graph
-    r = fit_ranking(g, outliers=outliers, diagnostics=False)
+    r = fit_ranking(g, outliers=outliers, diagnostics=False, binary_rule="law")
     flags = r.outliers.sort_values("row_id")["is_outlier"].to_numpy(bool)
     np.testing.assert_array_equal(flags, law_flags(g).flags)
     assert r.params["outcome_kind"] == "binary" and r.params["law_link"] == "logit"
