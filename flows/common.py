@@ -19,6 +19,7 @@ from crowdflow.report import REPORT_FILE
 from crowdflow.report.trends import flagged_share
 from crowdflow.spec import JOB_OPTIONS, PipelineBase, check_name
 from crowdflow.storage.fingerprints import fit_key
+from crowdflow.storage.increment_inputs import new_rows_source
 from crowdflow.storage.io import LoadedTable
 from crowdflow.storage.manifest import build_manifest, input_record, new_run_id
 from crowdflow.storage.runs import run_history
@@ -90,7 +91,8 @@ def load_inputs(
             got = ingest_incremental(spec, src, kind, str(session.folder), session.state, session.backfill)
             session.assembled = got
             tables[kind] = got.table
-            checked[kind] = LoadedTable(got.new_rows.reset_index(drop=True), got.table.source, "", "parquet")
+            where = new_rows_source(got.table.source, got.read)
+            checked[kind] = LoadedTable(got.new_rows.reset_index(drop=True), where, "", "parquet")
         else:
             table = ingest(spec, src, kind)
             tables[kind] = table if session is None else session.without_erased(table, kind)

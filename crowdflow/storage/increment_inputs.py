@@ -30,7 +30,7 @@ from crowdflow.storage.listing import Partition, list_partitions
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Assembled", "assemble", "matches_partition"]
+__all__ = ["Assembled", "assemble", "matches_partition", "new_rows_source"]
 
 
 @dataclass(frozen=True)
@@ -163,3 +163,10 @@ def assemble(
     )  # fmt: skip
     loaded_table = LoadedTable(df=table, source=str(src), sha256=outer.hexdigest(), format="parquet")
     return Assembled(loaded_table, new_rows, files, read, reused, dropped, erased)
+
+
+def new_rows_source(folder: str | Path, read: Sequence[str]) -> str:
+    """How messages name the rows read now: the one new file, or the folder and the new files' paths in it."""
+    if len(read) == 1:
+        return str(Path(folder) / read[0])
+    return f"{folder} (new files {', '.join(read[:5])}{', …' if len(read) > 5 else ''}; rows counted across them)"

@@ -61,6 +61,7 @@ __all__ = [
     "commit_state",
     "drop_erased",
     "erase",
+    "forget",
     "read_state",
     "state_dir",
     "state_lock",
@@ -396,3 +397,20 @@ def erase(folder: str | os.PathLike[str], worker: str, timeout: float = 600.0) -
         new_state = commit_state(d, base, files, run_id="forget", erasures=erasures)
     log.info("erased one worker: %d rows from %d stored files", removed, touched)
     return Erasure(digest, removed, touched, new_state.version)
+
+
+def forget(out_dir: str | os.PathLike[str], pipeline: str, worker: str, timeout: float = 600.0) -> Erasure:
+    """Erase ``worker`` from pipeline ``pipeline`` under ``out_dir`` (``crowdflow forget``; :func:`erase`).
+
+    Every later run of the pipeline, incremental or not, leaves the worker's rows out; the store records a salted
+    hash of the id and how many rows went, never the id. Earlier run folders are not changed.
+    """
+    from crowdflow.contracts.names import check_name
+
+    try:
+        check_name(pipeline, "pipeline name")
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    if not str(worker).strip():
+        raise InputError("forget needs a worker id", path=str(out_dir))
+    return erase(state_dir(out_dir, pipeline), str(worker), timeout)
