@@ -24,8 +24,8 @@ from crowdflow.storage.io import LoadedTable
 from crowdflow.storage.manifest import build_manifest, input_record, new_run_id
 from crowdflow.storage.runs import run_history
 from crowdflow.storage.warehouse import redact_url
-from tasks.artifacts import report_artifacts, set_pipeline
 from flows.incremental import IncrementSession
+from tasks.artifacts import report_artifacts, set_pipeline
 from tasks.export import export_run
 from tasks.incremental import ingest_incremental
 from tasks.ingest import ingest

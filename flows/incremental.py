@@ -45,7 +45,9 @@ class IncrementSession:
         df, n = drop_erased(self.state, table.df, kind)
         if not n:
             return table
-        return LoadedTable(df.reset_index(drop=True), table.source, table.sha256, table.format, table.renamed, table.query)
+        return LoadedTable(
+            df.reset_index(drop=True), table.source, table.sha256, table.format, table.renamed, table.query
+        )
 
     def record(self) -> dict[str, Any]:
         """The manifest's ``incremental`` entry: the state the run started from, files read, reused and dropped."""
@@ -58,7 +60,9 @@ class IncrementSession:
     def commit(self, run_id: str) -> None:
         if self.kind is None or self.assembled is None:
             return
-        self.state = commit_state(self.folder, self.state, {**self.state.files, self.kind: self.assembled.files}, run_id)
+        self.state = commit_state(
+            self.folder, self.state, {**self.state.files, self.kind: self.assembled.files}, run_id
+        )
 
 
 @contextlib.contextmanager

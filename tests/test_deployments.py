@@ -260,6 +260,11 @@ def test_sample_data_regenerates_identically(tmp_path: Path) -> None:
     assert names == sorted(p.name for p in tmp_path.glob("*.csv")) and len(names) == 7
     for name in names:
         assert (tmp_path / name).read_bytes() == (shipped / name).read_bytes(), name
+    days = sorted(str(p.relative_to(shipped)) for p in shipped.glob("daily_labels/*/*.parquet"))
+    assert days == sorted(str(p.relative_to(tmp_path)) for p in tmp_path.glob("daily_labels/*/*.parquet"))
+    assert len(days) == 3
+    for name in days:
+        assert (tmp_path / name).read_bytes() == (shipped / name).read_bytes(), name
 
 
 @pytest.mark.flow

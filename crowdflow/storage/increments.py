@@ -289,7 +289,7 @@ def commit_state(
     new = State(
         version=base.version + 1,
         files={k: dict(v) for k, v in files.items()},
-        erasures=list(base.erasures if erasures is None else erasures),
+        erasures=[dict(e) for e in (base.erasures if erasures is None else erasures)],
         salt=base.salt or secrets.token_hex(16),
         run_id=run_id,
         updated_at=datetime.now(UTC).isoformat(timespec="seconds"),

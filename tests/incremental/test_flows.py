@@ -112,7 +112,9 @@ def _sequence(job: str, tmp_path: Path, options: dict[str, Any], seed: int) -> N
 
 @pytest.mark.parametrize("method", ["mv", "pgd", "ds"])
 def test_skills_incremental_equals_full_refit(tmp_path: Path, method: str) -> None:
-    _sequence("skills", tmp_path, {"method": method, "duplicates": "keep_last"}, seed={"mv": 0, "pgd": 1, "ds": 2}[method])
+    _sequence(
+        "skills", tmp_path, {"method": method, "duplicates": "keep_last"}, seed={"mv": 0, "pgd": 1, "ds": 2}[method]
+    )
 
 
 @pytest.mark.parametrize("outliers", ["none", "lbi"])

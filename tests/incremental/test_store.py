@@ -124,7 +124,9 @@ def test_state_format_is_checked(tmp_path: Path) -> None:
     (store / "state.json").write_text(json.dumps({"format": "crowdflow-increments/99"}))
     with pytest.raises(Exception, match="crowdflow-increments/99"):
         read_state(store)
-    (store / "state.json").write_text(json.dumps({"format": FORMAT, "files": {"labels": {"x": {"stats": "gone", "rows": 1}}}}))
+    (store / "state.json").write_text(
+        json.dumps({"format": FORMAT, "files": {"labels": {"x": {"stats": "gone", "rows": 1}}}})
+    )
     with pytest.raises(Exception, match="missing"):
         read_state(store)
 
