@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers and IDEs
         Run,
         SkillsFit,
         assign,
+        forget,
         latest_run,
         rank,
         read_run,
@@ -55,6 +56,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
         for name in (
             "rank",
             "assign",
+            "forget",
             "read_run",
             "latest_run",
             "Run",
@@ -101,6 +103,7 @@ __all__ = [
     "ValidationFailed",
     "__version__",
     "assign",
+    "forget",
     "latest_run",
     "personal_models",
     "personal_rankings",

@@ -57,6 +57,15 @@ def closed_loop(n_tasks: int = 40, n_workers: int = 15) -> tuple[pd.DataFrame, p
     return open_tasks, workers
 
 
+def daily_labels(n_days: int = 3) -> dict[str, pd.DataFrame]:
+    """The RTE labels as daily deliveries: ``day=2026-11-0<k>`` folders, each task's labels on one day (in order)."""
+    labels = pd.read_csv(DATA / "snow_rte" / "labels.csv", dtype=str)
+    tasks = sorted(labels["task"].unique(), key=lambda t: (len(t), t))
+    day_of = {t: k * n_days // len(tasks) for k, t in enumerate(tasks)}
+    day = labels["task"].map(day_of)
+    return {f"day=2026-11-{d + 1:02d}": labels[day == d].reset_index(drop=True) for d in range(n_days)}
+
+
 def write_all(out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     frames: dict[str, pd.DataFrame] = {"comparisons": comparisons(), "candidates": candidates()}
@@ -68,6 +77,11 @@ def write_all(out: Path) -> list[Path]:
     for name, df in frames.items():
         path = out / f"{name}.csv"
         df.to_csv(path, index=False, float_format="%.10g", lineterminator="\n")
+        paths.append(path)
+    for folder, df in daily_labels().items():  # the incremental example's date-partitioned folder
+        path = out / "daily_labels" / folder / "part-0.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        df.to_parquet(path, index=False, compression="zstd")
         paths.append(path)
     return paths
 

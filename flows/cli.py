@@ -354,10 +354,59 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return _validate(_load(args.spec, None))
 
 
+def _with_options(spec: Any, **update: Any) -> Any:
+    """``spec`` with its job's options updated (``incremental``, ``backfill``); a job without them is refused."""
+    from crowdflow.contracts.errors import SpecError
+    from crowdflow.spec import JOB_OPTIONS
+
+    name = JOB_OPTIONS[spec.job]
+    options = getattr(spec, name)
+    if any(k not in type(options).model_fields for k in update):
+        raise SpecError(f"the {spec.job} job has no incremental runs (skills and ranking have); drop --incremental")
+    return spec.model_copy(update={name: type(options).model_validate({**options.model_dump(), **update})})
+
+
+def _load_incremental(args: argparse.Namespace, **update: Any) -> Any:
+    spec = _load(args.spec, args.out)
+    return _with_options(spec, **update) if update else spec
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    update = {"incremental": True} if args.incremental else {}
     if args.dry_run:
-        return _validate(_load(args.spec, args.out))
-    return _run_spec(lambda: _load(args.spec, args.out), args.debug)
+        return _validate(_load_incremental(args, **update))
+    return _run_spec(lambda: _load_incremental(args, **update), args.debug)
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    """``crowdflow backfill SPEC --partitions a,b``: an incremental run that reads those partitions again."""
+    parts = [p.strip() for p in args.partitions.split(",") if p.strip()]
+    if not parts:
+        from crowdflow.contracts.errors import SpecError
+
+        raise SpecError("backfill: --partitions names no partition")
+    return _run_spec(lambda: _load_incremental(args, incremental=True, backfill=parts), args.debug)
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    """``crowdflow forget --worker ID``: erase a worker from a pipeline's stored statistics and every later run."""
+    from crowdflow.contracts.errors import SpecError
+    from crowdflow.storage.increments import forget
+
+    if args.spec:
+        spec = _load(args.spec, args.out)
+        out, pipeline = spec.output_dir(), spec.name
+    elif args.out and args.pipeline:
+        out, pipeline = Path(args.out), args.pipeline
+    else:
+        raise SpecError("forget: give a SPEC, or --out and --pipeline")
+    rec = forget(out, pipeline, args.worker)
+    print(
+        f"erased one worker from pipeline {pipeline}: {rec.rows_removed} stored rows in {rec.files} file(s); "
+        f"recorded as sha256 {rec.worker_sha256[:16]}… (store version {rec.version}); later runs leave the worker "
+        "out; earlier run folders are unchanged"
+    )
+    return 0
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -379,7 +428,25 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument(
         "--dry-run", action="store_true", help="check the spec and its inputs as the run would; write nothing"
     )
+    p.add_argument(
+        "--incremental",
+        action="store_true",
+        help="read only the input files not seen by earlier incremental runs (the job's incremental: true)",
+    )
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("backfill", help="an incremental run that reads chosen partitions again")
+    p.add_argument("spec", help="path to the pipeline spec")
+    p.add_argument("--partitions", required=True, help="comma-separated partitions, e.g. day=2026-11-03,day=2026-11-04")
+    p.add_argument("--out", help="output folder (overrides output.dir of the spec)")
+    p.set_defaults(func=cmd_backfill)
+
+    p = sub.add_parser("forget", help="erase a worker from a pipeline's stored statistics and every later run")
+    p.add_argument("spec", nargs="?", help="path to the pipeline spec (or give --out and --pipeline)")
+    p.add_argument("--worker", required=True, help="the worker (or annotator) id to erase")
+    p.add_argument("--out", help="output folder (overrides output.dir of the spec)")
+    p.add_argument("--pipeline", help="pipeline name (without a spec)")
+    p.set_defaults(func=cmd_forget)
 
     p = sub.add_parser("validate", help="check a spec and its inputs without fitting or writing")
     p.add_argument("spec")

@@ -19,12 +19,15 @@ from crowdflow.report import REPORT_FILE
 from crowdflow.report.trends import flagged_share
 from crowdflow.spec import JOB_OPTIONS, PipelineBase, check_name
 from crowdflow.storage.fingerprints import fit_key
+from crowdflow.storage.increment_inputs import new_rows_source
 from crowdflow.storage.io import LoadedTable
 from crowdflow.storage.manifest import build_manifest, input_record, new_run_id
 from crowdflow.storage.runs import run_history
 from crowdflow.storage.warehouse import redact_url
+from flows.incremental import IncrementSession
 from tasks.artifacts import report_artifacts, set_pipeline
 from tasks.export import export_run
+from tasks.incremental import ingest_incremental
 from tasks.ingest import ingest
 from tasks.report import render_report_task
 from tasks.validate import validate
@@ -71,21 +74,41 @@ def load_inputs(
     spec: PipelineBase,
     prepare: dict[str, Callable[[LoadedTable], LoadedTable]] | None = None,
     allowed: dict[str, dict[str, list[str]]] | None = None,
+    session: IncrementSession | None = None,
 ) -> Inputs:
     """Ingest every declared input, apply an optional per-kind preparation, validate each table.
 
     Validation failures block (raise) unless ``checks.validation`` is ``warn``. The first step of every job
     flow: from here on the run's artifacts carry the pipeline's name (:func:`tasks.artifacts.artifact_key`).
+    With an incremental ``session`` its input is assembled from the increment store plus the new files (only
+    the new files' rows are validated, by the rules about each row); every input drops the rows of erased workers.
     """
     set_pipeline(spec.name)
-    tables = {kind: ingest(spec, src, kind) for kind, src in spec.inputs().items()}
+    tables: dict[str, LoadedTable] = {}
+    checked: dict[str, LoadedTable] = {}
+    for kind, src in spec.inputs().items():
+        if session is not None and session.enabled and kind == session.kind:
+            got = ingest_incremental(spec, src, kind, str(session.folder), session.state, session.backfill)
+            session.assembled = got
+            tables[kind] = got.table
+            where = new_rows_source(got.table.source, got.read)
+            checked[kind] = LoadedTable(got.new_rows.reset_index(drop=True), where, "", "parquet")
+        else:
+            table = ingest(spec, src, kind)
+            tables[kind] = table if session is None else session.without_erased(table, kind)
     for kind, prep in (prepare or {}).items():
         if kind in tables:
             tables[kind] = prep(tables[kind])
     found: dict[str, str] = {}
     any_failed = False
     for kind, table in tables.items():
-        report = validate(table, kind, spec.checks.validation, (allowed or {}).get(kind))
+        if kind in checked:
+            if checked[kind].n_rows == 0:
+                found[f"validation.{kind}"] = "no new rows (every file from the increment store)"
+                continue
+            table = checked[kind]
+        whole = kind not in checked
+        report = validate(table, kind, spec.checks.validation, (allowed or {}).get(kind), whole)
         n_failed = len(report.failures)
         any_failed = any_failed or n_failed > 0
         found[f"validation.{kind}"] = (
@@ -141,6 +164,7 @@ def finish_run(
     clock: Clock,
     extra: dict[str, Any] | None = None,
     datasets: dict[str, list[str]] | None = None,
+    session: IncrementSession | None = None,
 ) -> dict[str, Any]:
     """Build the manifest, render report.html, export all tables and the report atomically, log the run.
 
@@ -172,7 +196,11 @@ def finish_run(
         metrics=metrics,
         timings=dict(clock.timings),
         flow_run_id=str(flow_run.id) if flow_run.id else None,
-        extra={"check_settings": spec.check_settings(), **(extra or {})},
+        extra={
+            "check_settings": spec.check_settings(),
+            **(extra or {}),
+            **({"incremental": session.record()} if session is not None else {}),
+        },
     )
     history = run_history(spec.output_dir() / spec.name) if spec.output.report else []
     outcome = render_report_task(manifest, tables, spec.output.report, history)
@@ -194,6 +222,8 @@ def finish_run(
     run_dir = export_run(
         str(spec.output_dir()), spec.name, run_id, tables, manifest, spec.output.layout, files, datasets
     )
+    if session is not None:  # after the export: a run that fails leaves the store as it was
+        session.commit(run_id)
     if outcome.report is not None:
         report_artifacts(outcome.report, Path(run_dir) / REPORT_FILE, spec.output_dir())
     if wh is not None:

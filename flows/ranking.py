@@ -9,6 +9,7 @@ from prefect import flow
 
 from crowdflow.spec import RankingPipeline
 from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
+from flows.incremental import IncrementSession, increment_session, refuse_erasures_on_workers
 from flows.pipeline import fit_data
 from tasks.artifacts import set_pipeline
 from tasks.check_graph import check_comparisons
@@ -30,8 +31,14 @@ def ranking_flow(spec: RankingPipeline, run_id: str | None = None) -> dict[str, 
     run_id = run_id_for(run_id)
     if spec.partitioned_input() is not None:
         return _partitioned_ranking(spec, run_id)
+    with increment_session(spec) as session:
+        return _ranking_inline(spec, run_id, session)
+
+
+def _ranking_inline(spec: RankingPipeline, run_id: str, session: IncrementSession) -> dict[str, Any]:
+    """The ranking job on comparisons the flow reads whole (assembled from the increment store when incremental)."""
     clock = Clock()
-    inputs = load_inputs(spec)
+    inputs = load_inputs(spec, session=session)
     clock.lap("ingest_validate")
     cmp = inputs["comparisons"]
     # the check encodes the table into the comparison graph the fit takes (once per run); the cache key stays the
@@ -58,6 +65,7 @@ def ranking_flow(spec: RankingPipeline, run_id: str | None = None) -> dict[str, 
         metrics=metrics,
         clock=clock,
         extra={"method": opts.outliers, "fit": fitted["params"], "cache": cache},
+        session=session,
     )
 
 
@@ -69,6 +77,7 @@ def _partitioned_ranking(spec: RankingPipeline, run_id: str) -> dict[str, Any]:
     (θ and σ broadcast, sums and histograms back); a last pass writes each file's flagged rows (``outliers``) or
     every row with its residual (``residuals``, ``outliers: none``) as Parquet parts.
     """
+    refuse_erasures_on_workers(spec)
     clock = Clock()
     opts = spec.ranking
     set_pipeline(spec.name)

@@ -18,6 +18,7 @@ from crowdflow.skills import majority_vote, output_metrics, output_tables
 from crowdflow.spec import SkillsPipeline
 from crowdflow.storage.io import LoadedTable
 from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
+from flows.incremental import IncrementSession, increment_session, refuse_erasures_on_workers
 from flows.pipeline import fit_data
 from tasks.artifacts import set_pipeline
 from tasks.check_graph import check_graph
@@ -78,6 +79,12 @@ def skills_flow(spec: SkillsPipeline, run_id: str | None = None) -> dict[str, An
                 "on Dask (a Parquet folder or URL with runner.kind: dask): drop gold_in_fit or give a file"
             )
         return _partitioned_skills(spec, run_id)
+    with increment_session(spec) as session:
+        return _skills_inline(spec, run_id, session)
+
+
+def _skills_inline(spec: SkillsPipeline, run_id: str, session: IncrementSession) -> dict[str, Any]:
+    """The skills job on labels the flow reads whole (assembled from the increment store when incremental)."""
     clock = Clock()
     opts = spec.skills
     dropped = {"n": 0}
@@ -89,7 +96,7 @@ def skills_flow(spec: SkillsPipeline, run_id: str | None = None) -> dict[str, An
         return replace(table, df=df)
 
     allowed = {"labels": {"label": opts.classes}} if opts.classes else None
-    inputs = load_inputs(spec, prepare={"labels": dedupe}, allowed=allowed)
+    inputs = load_inputs(spec, prepare={"labels": dedupe}, allowed=allowed, session=session)
     clock.lap("ingest_validate")
     labels, truth = inputs["labels"], inputs.get("truth")
 
@@ -132,6 +139,7 @@ def skills_flow(spec: SkillsPipeline, run_id: str | None = None) -> dict[str, An
         metrics=metrics,
         clock=clock,
         extra={"method": opts.method, "fit": fit, "cache": cache, "review": review.record},
+        session=session,
     )
 
 
@@ -159,6 +167,7 @@ def _partitioned_skills(spec: SkillsPipeline, run_id: str) -> dict[str, Any]:
     (its passes on the workers) writing the consensus as Parquet parts; the export moves the parts into the run
     folder with the other tables.
     """
+    refuse_erasures_on_workers(spec)
     clock = Clock()
     opts = spec.skills
     set_pipeline(spec.name)

@@ -18,10 +18,14 @@ def validate(
     kind: str,
     mode: str = "block",
     allowed: dict[str, list[str]] | None = None,
+    whole_table: bool = True,
 ) -> ValidationReport:
-    """Run the ``kind`` suite on ``table``; raise ``ValidationFailed`` if blocking and anything fails."""
+    """Run the ``kind`` suite on ``table``; raise ``ValidationFailed`` if blocking and anything fails.
+
+    ``whole_table=False``: only the rules about each row (the new files of an incremental run).
+    """
     logger = get_run_logger()
-    report = validate_frame(table.df, INPUTS[kind], table.source, allowed)
+    report = validate_frame(table.df, INPUTS[kind], table.source, allowed, whole_table)
     status = "passed" if report.success else ("FAILED" if mode == "block" else "failed (warn only)")
     body = (
         f"# Validation of `{kind}`: {status}\n\n"

@@ -31,6 +31,7 @@ from crowdflow.personal_models.door import PersonalModelsFit, personal_models
 from crowdflow.personal_rankings.door import PersonalRankingsFit, personal_rankings
 from crowdflow.ranking.door import RankingFit, rank
 from crowdflow.skills.door import SkillsFit, skills
+from crowdflow.storage.increments import forget
 from crowdflow.storage.runs import Run, latest_run, read_run
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "Run",
     "SkillsFit",
     "assign",
+    "forget",
     "latest_run",
     "personal_models",
     "personal_rankings",

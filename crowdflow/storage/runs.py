@@ -71,6 +71,15 @@ class Run:
         """The run's metrics (accuracy on gold labels, ties, outliers, … by job)."""
         return dict(self.manifest.get("metrics") or {})
 
+    @property
+    def increments(self) -> dict[str, Any]:
+        """What the pipeline's increment store holds now (``incremental: true`` runs, ``crowdflow forget``):
+        its format, version, files per input kind and erasures (counts, never ids); ``version`` 0 when empty.
+        The state this run started from is ``manifest["incremental"]["state_from"]``."""
+        from crowdflow.storage.increments import STATE_DIR, read_state
+
+        return read_state(self.path.parent / STATE_DIR).record()
+
     def __getitem__(self, name: str) -> pd.DataFrame:
         """``run["consensus"]``: one table; ``KeyError`` naming the tables the run has."""
         try:

@@ -1,0 +1,105 @@
+"""The increment store around one run: read under the lock, the inputs assembled, committed after the export.
+
+Every flow that supports ``incremental: true`` wraps its body in :func:`increment_session`; the session holds the
+store's lock from reading the state to committing the new one (a racing run waits for it), and is handed to
+:func:`flows.common.load_inputs` (which assembles the job's main input from the store) and to
+:func:`flows.common.finish_run` (which records it in the manifest and commits it after the run is exported). A run
+without ``incremental`` still drops the rows of erased workers (``crowdflow forget``) from what it reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from crowdflow.contracts.errors import SpecError
+from crowdflow.spec import JOB_OPTIONS, PipelineBase
+from crowdflow.storage.increment_inputs import Assembled
+from crowdflow.storage.increments import State, commit_state, drop_erased, read_state, state_dir, state_lock
+from crowdflow.storage.io import LoadedTable
+
+#: the input each job folds file by file
+INCREMENTAL_KIND = {"skills": "labels", "ranking": "comparisons"}
+LOCK_TIMEOUT_S = 3600.0
+
+
+@dataclass
+class IncrementSession:
+    """The store a run reads and (when incremental) commits; ``assembled`` is filled by the ingest step."""
+
+    folder: Path
+    state: State
+    kind: str | None = None
+    backfill: list[str] = field(default_factory=list)
+    assembled: Assembled | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.kind is not None
+
+    def without_erased(self, table: LoadedTable, kind: str) -> LoadedTable:
+        """``table`` less the rows of erased workers (a full read; the store's own files are already erased)."""
+        df, n = drop_erased(self.state, table.df, kind)
+        if not n:
+            return table
+        return LoadedTable(
+            df.reset_index(drop=True), table.source, table.sha256, table.format, table.renamed, table.query
+        )
+
+    def record(self) -> dict[str, Any]:
+        """The manifest's ``incremental`` entry: the state the run started from, files read, reused and dropped."""
+        out: dict[str, Any] = {"enabled": self.enabled, "state_from": self.state.record()}
+        if self.assembled is not None and self.kind is not None:
+            out[self.kind] = self.assembled.record()
+            out["backfill"] = list(self.backfill)
+        return out
+
+    def commit(self, run_id: str) -> None:
+        if self.kind is None or self.assembled is None:
+            return
+        self.state = commit_state(
+            self.folder, self.state, {**self.state.files, self.kind: self.assembled.files}, run_id
+        )
+
+
+@contextlib.contextmanager
+def increment_session(spec: PipelineBase) -> Iterator[IncrementSession]:
+    """The run's :class:`IncrementSession`; with ``incremental: true`` the store's lock is held until it ends."""
+    folder = state_dir(spec.output_dir(), spec.name)
+    options = getattr(spec, JOB_OPTIONS[spec.job], None)
+    kind = INCREMENTAL_KIND.get(spec.job)
+    if kind is None or not getattr(options, "incremental", False):
+        yield IncrementSession(folder, read_state(folder))
+        return
+    source = spec.inputs()[kind]
+    if source.is_query or source.is_url:
+        raise SpecError(
+            f"{JOB_OPTIONS[spec.job]}.incremental reads a local Parquet file or folder file by file; the {kind} "
+            "input is a query or a URL: drop incremental or give a local folder"
+        )
+    if spec.partitioned_input() is not None:
+        raise SpecError(
+            f"{JOB_OPTIONS[spec.job]}.incremental does not run on Dask yet (runner.kind: dask over a folder); "
+            "use runner.kind: local"
+        )
+    with state_lock(folder, LOCK_TIMEOUT_S):
+        yield IncrementSession(folder, read_state(folder), kind, list(getattr(options, "backfill", [])))
+
+
+def refuse_erasures_on_workers(spec: PipelineBase) -> None:
+    """A partitioned (Dask) run does not drop erased workers' rows yet: refused while the store records erasures."""
+    options = getattr(spec, JOB_OPTIONS[spec.job], None)
+    if getattr(options, "incremental", False):
+        raise SpecError(
+            f"{JOB_OPTIONS[spec.job]}.incremental does not run on Dask yet (runner.kind: dask over a folder); "
+            "use runner.kind: local"
+        )
+    state = read_state(state_dir(spec.output_dir(), spec.name))
+    if state.erasures:
+        raise SpecError(
+            f"pipeline {spec.name} has {len(state.erasures)} erased worker(s) (crowdflow forget) and a run on Dask "
+            "workers does not drop their rows yet; run it with runner.kind: local"
+        )

@@ -1,0 +1,23 @@
+"""Thin task of an incremental run: assemble an input from the increment store plus the files it has not seen."""
+
+from __future__ import annotations
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NONE
+
+from crowdflow.spec import PipelineBase, SourceSpec
+from crowdflow.storage.increment_inputs import Assembled, assemble
+from crowdflow.storage.increments import State
+
+
+@task(name="ingest-incremental", cache_policy=NONE, task_run_name="ingest-incremental-{kind}")
+def ingest_incremental(
+    spec: PipelineBase, source: SourceSpec, kind: str, folder: str, state: State, refresh: list[str]
+) -> Assembled:
+    """The ``kind`` input from the store in ``folder`` (state ``state``) and the dataset's new files."""
+    got = assemble(folder, state, spec.path_of(source), kind, source.columns, refresh)
+    get_run_logger().info(
+        "incremental %s: read %d files (%d rows), reused %d, dropped %d; %d rows in all (store version %d)",
+        kind, len(got.read), len(got.new_rows), len(got.reused), len(got.dropped), got.table.n_rows, state.version,
+    )  # fmt: skip
+    return got
