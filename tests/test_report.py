@@ -653,3 +653,35 @@ def test_demo_run_publishes_report_artifacts(demo_run: Path) -> None:
     validation = str(by_key["demo-rte-validation-labels"].data)
     assert "_(none)_" not in validation and "## Expectations checked" in validation
     assert "| worker | must not be null/NaN | passed |" in validation
+
+
+def test_ranking_trends_count_annotator_and_item_churn() -> None:
+    """A ranking run's trends: annotators and items who joined or left since the run before, and the flagged share,
+    counted against the sets by hand; every panel has a legend entry."""
+    ranking = pd.DataFrame({"item": ["a", "b", "c", "d"], "score": [1.0, 0.5, -0.5, -1.0], "component": 0})
+    outliers = pd.DataFrame(
+        {"item_a": ["a", "b", "c", "a"], "item_b": ["b", "c", "d", "d"], "outcome": [1.0, 1.0, 1.0, -1.0]}
+    )
+    outliers["is_outlier"] = [False, False, False, True]
+    annotators = pd.DataFrame(
+        {"annotator": ["u1", "u2", "u4"], "n_comparisons": 2, "n_outliers": 0, "outlier_rate": 0.0}
+    )
+    before = {
+        **_manifest("ranking", run_id="20250101T000000Z-00000000", metrics={"flagged_share": 0.1}),
+        "annotators": ["u1", "u2", "u3"],
+        "items": ["a", "b", "c", "e", "f"],
+    }
+    tables = {"ranking": ranking, "outliers": outliers, "annotators": annotators}
+    rep = render_report(_manifest("ranking"), tables, history=[before])
+    fig = rep.figure("fig-run-trends")
+    assert fig.data is not None
+    last = fig.data.iloc[-1]
+    assert (last["annotators_joined"], last["annotators_left"]) == (1, 1)  # u4 joined, u3 left
+    assert (last["items_joined"], last["items_left"]) == (1, 2)  # d joined, e and f left
+    assert last["flagged_share"] == 0.25 and np.isnan(last["workers_joined"])
+    assert "1 annotators joined, 1 left" in (fig.reading or "") and "1 items joined, 2 left" in (fig.reading or "")
+    assert "flagged 10.0% → 25.0%" in (fig.reading or "")
+    labels = " ".join(label for _, label in fig.legend)
+    assert "annotators gone since the run before" in labels and "items new since the run before" in labels
+    base = rep.figure("fig-ranking-baseline")
+    assert base.reading and "1 of 4 rows flagged" in base.reading and "ranking vs baseline" in rep.html

@@ -40,7 +40,7 @@ from crowdflow._version import __version__
 from crowdflow.report.assignment import assignment_figures
 from crowdflow.report.figure import INSTALL_HINT, Action, Plot, ReportFigure, matplotlib_figure, png
 from crowdflow.report.personal import personal_models_figures, personal_rankings_figures
-from crowdflow.report.ranking import ranking_figures
+from crowdflow.report.ranking import ranking_figures, ranking_header
 from crowdflow.report.skills import skills_actions, skills_figures
 from crowdflow.report.trends import explain_timings, trends_plot
 from crowdflow.storage.run_store import read_output_table, run_date_of
@@ -62,7 +62,7 @@ FIGURE_IDS: dict[str, tuple[str, ...]] = {
         "fig-gold-vs-estimated",
         "fig-confusion",
     ),
-    "ranking": ("fig-ranking-intervals", "fig-outlier-path", "fig-annotator-outliers"),
+    "ranking": ("fig-ranking-intervals", "fig-ranking-baseline", "fig-outlier-path", "fig-annotator-outliers"),
     "personal_rankings": ("fig-personal-heatmap", "fig-item-score-spread"),
     "personal_models": ("fig-residual-histogram", "fig-convergence"),
     "assignment": ("fig-worker-load", "fig-task-load"),
@@ -99,6 +99,11 @@ class RunReport:
 
 _ACTIONS: dict[str, Callable[[Mapping[str, pd.DataFrame], Mapping[str, Any]], list[Action]]] = {
     "skills": skills_actions,
+}
+
+# job → extra header entries (label, text): a baseline beside the method's number
+_HEADER: dict[str, Callable[[Mapping[str, pd.DataFrame], Mapping[str, Any]], list[tuple[str, str]]]] = {
+    "ranking": ranking_header,
 }
 
 _BUILDERS: dict[str, Callable[[Mapping[str, pd.DataFrame], Mapping[str, Any]], list[Plot]]] = {
@@ -264,7 +269,9 @@ def planned_outputs(
     return {name: {"path": f"{name}.parquet", "rows": len(df)} for name, df in tables.items()}
 
 
-def _header(manifest: Mapping[str, Any], outputs: Mapping[str, Mapping[str, Any]]) -> str:
+def _header(
+    manifest: Mapping[str, Any], outputs: Mapping[str, Mapping[str, Any]], extra: Sequence[tuple[str, str]] = ()
+) -> str:
     run_id = manifest.get("run_id", "?")
     status = manifest.get("status") or "completed"
     timings = manifest.get("timings") or {}
@@ -290,6 +297,7 @@ def _header(manifest: Mapping[str, Any], outputs: Mapping[str, Mapping[str, Any]
                 f"{acc:.4f} vs {base:.4f} ({_e(metrics.get('baseline', 'baseline'))}): {acc - base:+.4f}",
             )
         )
+    items += [(k, _text(v)) for k, v in extra]
     for k, v in metrics.items():
         if isinstance(v, int | float | bool | str) and v is not None:
             items.append((k, _e(_fmt(v))))
@@ -441,7 +449,7 @@ def render_report(
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>crowdflow {_e(manifest.get('pipeline', ''))} · {_e(run_id)}</title>",
         f"<style>{_CSS}</style></head><body><main>",
-        _header(manifest, outputs),
+        _header(manifest, outputs, _HEADER[job](tables, manifest) if job in _HEADER else ()),
         '<nav class="toc">'
         + ('<a href="#actions">What to act on</a>' if actions else "")
         + '<a href="#figures">Figures</a><a href="#outputs">Outputs</a><a href="#inputs">Inputs</a>'
