@@ -40,6 +40,8 @@ RUNS = [
 BASELINE = {
     "skills": ("accuracy vs baseline", "(majority vote)"),
     "ranking": ("ranking vs baseline", "plain least squares"),
+    "personal_rankings": ("personal vs global ranking", "Spearman"),
+    "next_batch": ("vs random picks", "drawn at random"),
 }
 
 _READ_JS = """JSON.stringify({

@@ -37,9 +37,9 @@ import numpy as np
 import pandas as pd
 
 from crowdflow._version import __version__
-from crowdflow.report.assignment import assignment_figures
+from crowdflow.report.assignment import assignment_figures, assignment_header
 from crowdflow.report.figure import INSTALL_HINT, Action, Plot, ReportFigure, matplotlib_figure, png
-from crowdflow.report.personal import personal_models_figures, personal_rankings_figures
+from crowdflow.report.personal import personal_models_figures, personal_rankings_figures, personal_rankings_header
 from crowdflow.report.ranking import ranking_figures, ranking_header
 from crowdflow.report.skills import skills_actions, skills_figures
 from crowdflow.report.trends import explain_timings, trends_plot
@@ -70,6 +70,10 @@ FIGURE_IDS: dict[str, tuple[str, ...]] = {
 }
 # every job's page ends its figures with the pipeline's trends over its earlier runs (crowdflow.report.trends)
 FIGURE_IDS = {job: (*ids, "fig-run-trends") for job, ids in FIGURE_IDS.items()}
+
+
+#: Figures that span the whole row of the grid (several panels side by side).
+WIDE_FIGURES = frozenset({"fig-run-trends"})
 
 
 #: Items of "What to act on" per job, in page order (skills: every id is present, with a sentence saying what is
@@ -104,6 +108,8 @@ _ACTIONS: dict[str, Callable[[Mapping[str, pd.DataFrame], Mapping[str, Any]], li
 # job → extra header entries (label, text): a baseline beside the method's number
 _HEADER: dict[str, Callable[[Mapping[str, pd.DataFrame], Mapping[str, Any]], list[tuple[str, str]]]] = {
     "ranking": ranking_header,
+    "personal_rankings": personal_rankings_header,
+    "next_batch": assignment_header,
 }
 
 _BUILDERS: dict[str, Callable[[Mapping[str, pd.DataFrame], Mapping[str, Any]], list[Plot]]] = {
@@ -138,7 +144,7 @@ nav.toc a{margin-right:14px;color:var(--accent);text-decoration:none}
 .grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(560px,1fr));gap:16px}
 figure{margin:0;background:#fff;border:1px solid var(--line);border-radius:8px;padding:12px}
 figure img{width:100%;height:auto;display:block}
-figure.fact{grid-column:1/-1} figure.fact .sentence{font-size:15px;margin:0 0 6px}
+figure.fact,figure.wide{grid-column:1/-1} figure.fact .sentence{font-size:15px;margin:0 0 6px}
 ul.legend{list-style:none;margin:6px 0 0;padding:0;display:flex;flex-wrap:wrap;gap:4px 14px;font-size:12px}
 ul.legend li{display:flex;align-items:center;gap:5px}
 .swatch{display:inline-block;width:11px;height:11px;border-radius:2px;border:1px solid #0002}
@@ -225,7 +231,8 @@ def _figure_html(f: ReportFigure, has_mpl: bool) -> str:
     uri = f.data_uri()
     fact = uri is None and bool(f.sentence) and not (f.note or "").startswith("figure needs matplotlib")
     # a figure that is a sentence (a chart would be one bar) spans the row: never a half-empty card beside a chart
-    cls = ' class="fact"' if fact else ""
+    # a figure of several panels (the run-over-run trends) spans the row too: half a row squeezes its panels
+    cls = ' class="fact"' if fact else ' class="wide"' if f.id in WIDE_FIGURES else ""
     parts = [f"<figure id={_q(f.id)} data-figure={_q(f.id)}{cls}>"]
     if f.sentence:
         parts.append(f'<p class="sentence">{_text(f.sentence)}</p>')

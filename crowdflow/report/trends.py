@@ -62,9 +62,9 @@ def trend_table(
     runs = [*history, {**manifest, "_current": True}]
     members: dict[str, list[set[str] | None]] = {}
     for key, table, column in CHURN:
-        now = tables.get(table)
+        current = tables.get(table)
         members[key] = [{str(w) for w in m[key]} if m.get(key) is not None else None for m in history] + [
-            {str(w) for w in now[column]} if now is not None and column in now else None
+            {str(w) for w in current[column]} if current is not None and column in current else None
         ]
     rows = []
     for i, m in enumerate(runs):
@@ -81,9 +81,10 @@ def trend_table(
         }
         for key, _, _ in CHURN:
             before, now = (members[key][i - 1] if i else None), members[key][i]
-            both = now is not None and before is not None
-            row[f"{key}_joined"] = float(len(now - before)) if both else float("nan")  # type: ignore[operator]
-            row[f"{key}_left"] = float(len(before - now)) if both else float("nan")  # type: ignore[operator]
+            if now is not None and before is not None:
+                row[f"{key}_joined"], row[f"{key}_left"] = float(len(now - before)), float(len(before - now))
+            else:
+                row[f"{key}_joined"] = row[f"{key}_left"] = float("nan")
         rows.append(row)
     return pd.DataFrame(rows)
 
