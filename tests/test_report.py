@@ -653,3 +653,70 @@ def test_demo_run_publishes_report_artifacts(demo_run: Path) -> None:
     validation = str(by_key["demo-rte-validation-labels"].data)
     assert "_(none)_" not in validation and "## Expectations checked" in validation
     assert "| worker | must not be null/NaN | passed |" in validation
+
+
+def test_ranking_trends_count_annotator_and_item_churn() -> None:
+    """A ranking run's trends: annotators and items who joined or left since the run before, and the flagged share,
+    counted against the sets by hand; every panel has a legend entry."""
+    ranking = pd.DataFrame({"item": ["a", "b", "c", "d"], "score": [1.0, 0.5, -0.5, -1.0], "component": 0})
+    outliers = pd.DataFrame(
+        {"item_a": ["a", "b", "c", "a"], "item_b": ["b", "c", "d", "d"], "outcome": [1.0, 1.0, 1.0, -1.0]}
+    )
+    outliers["is_outlier"] = [False, False, False, True]
+    annotators = pd.DataFrame(
+        {"annotator": ["u1", "u2", "u4"], "n_comparisons": 2, "n_outliers": 0, "outlier_rate": 0.0}
+    )
+    before = {
+        **_manifest("ranking", run_id="20250101T000000Z-00000000", metrics={"flagged_share": 0.1}),
+        "annotators": ["u1", "u2", "u3"],
+        "items": ["a", "b", "c", "e", "f"],
+    }
+    tables = {"ranking": ranking, "outliers": outliers, "annotators": annotators}
+    rep = render_report(_manifest("ranking"), tables, history=[before])
+    fig = rep.figure("fig-run-trends")
+    assert fig.data is not None
+    last = fig.data.iloc[-1]
+    assert (last["annotators_joined"], last["annotators_left"]) == (1, 1)  # u4 joined, u3 left
+    assert (last["items_joined"], last["items_left"]) == (1, 2)  # d joined, e and f left
+    assert last["flagged_share"] == 0.25 and np.isnan(last["workers_joined"])
+    assert "1 annotators joined, 1 left" in (fig.reading or "") and "1 items joined, 2 left" in (fig.reading or "")
+    assert "flagged 10.0% → 25.0%" in (fig.reading or "")
+    labels = " ".join(label for _, label in fig.legend)
+    assert "annotators gone since the run before" in labels and "items new since the run before" in labels
+    base = rep.figure("fig-ranking-baseline")
+    assert base.reading and "1 of 4 rows flagged" in base.reading and "ranking vs baseline" in rep.html
+
+
+def test_personal_and_next_batch_baselines_by_hand() -> None:
+    """Personal rankings beside the global mean-score ranking (Spearman ρ and the best item, counted by hand), and a
+    next batch's picks beside as many random candidates (n × mean candidate score)."""
+    from scipy.stats import spearmanr
+
+    from crowdflow.report.assignment import assignment_header
+    from crowdflow.report.personal import personal_vs_global
+
+    rng = np.random.default_rng(7)
+    for users, items, missing in [(3, 4, 0.0), (12, 9, 0.2), (30, 25, 0.4)]:
+        rows = [
+            (f"u{u}", f"i{i}", float(rng.normal()))
+            for u in range(users)
+            for i in range(items)
+            if i < 2 or rng.random() > missing
+        ]
+        pr = pd.DataFrame(rows, columns=["user", "item", "score"])
+        got = personal_vs_global(pr)
+        assert got is not None
+        X = pr.pivot_table(index="user", columns="item", values="score")
+        glob = X.mean(axis=0)
+        rhos = [spearmanr(X.loc[u].dropna(), glob[X.loc[u].dropna().index]).statistic for u in X.index]
+        assert got[0] == pytest.approx(float(np.nanmean(rhos)), abs=1e-12)
+        assert got[1] == pytest.approx(float((X.idxmax(axis=1) != glob.idxmax()).mean()))
+        assert got[2] == users
+    same = pd.DataFrame({"user": ["a", "a", "b", "b"], "item": ["x", "y", "x", "y"], "score": [1.0, 0.0, 2.0, 1.0]})
+    assert personal_vs_global(same) == (1.0, 0.0, 2)
+
+    cand = pd.DataFrame({"task": ["t1", "t1", "t2", "t2"], "worker": ["w1", "w2", "w1", "w2"], "score": [4.0, 1, 2, 1]})
+    asg = cand.iloc[[0, 2]]
+    ((label, text),) = assignment_header({"candidates": cand, "assignment": asg}, {"metrics": {"objective": 6.0}})
+    assert label == "objective vs random picks" and "total score 6 of the 2 picks vs 4 expected" in text
+    assert "(1.50×)" in text

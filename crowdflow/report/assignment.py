@@ -11,6 +11,28 @@ import pandas as pd
 from crowdflow.report.figure import BLUE, ORANGE, RED, Plot, style
 
 
+def assignment_header(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The header's "objective vs random picks" entry when the run wrote its candidates (next_batch): the baseline
+    is the expected total score of as many candidates drawn uniformly at random (caps ignored)."""
+    cand, asg = t.get("candidates"), t.get("assignment")
+    metrics = manifest.get("metrics") or {}
+    if cand is None or cand.empty or asg is None or "score" not in asg or "score" not in cand:
+        return []
+    n = len(asg)
+    got = float(pd.to_numeric(asg["score"], errors="coerce").sum())
+    rand = n * float(pd.to_numeric(cand["score"], errors="coerce").mean())
+    name = "objective" if "objective" in metrics else "total score"
+    return [
+        (
+            f"{name} vs random picks",
+            f"total score {got:.4g} of the {n} picks vs {rand:.4g} expected from {n} candidates drawn at random "
+            f"({got / rand:.2f}×)"
+            if rand > 0
+            else f"total score {got:.4g} vs {rand:.4g} at random",
+        )
+    ]
+
+
 def assignment_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) -> list[Plot]:
     out: list[Plot] = []
     wl, tl = t.get("worker_load"), t.get("task_load")

@@ -37,10 +37,10 @@ import numpy as np
 import pandas as pd
 
 from crowdflow._version import __version__
-from crowdflow.report.assignment import assignment_figures
+from crowdflow.report.assignment import assignment_figures, assignment_header
 from crowdflow.report.figure import INSTALL_HINT, Action, Plot, ReportFigure, matplotlib_figure, png
-from crowdflow.report.personal import personal_models_figures, personal_rankings_figures
-from crowdflow.report.ranking import ranking_figures
+from crowdflow.report.personal import personal_models_figures, personal_rankings_figures, personal_rankings_header
+from crowdflow.report.ranking import ranking_figures, ranking_header
 from crowdflow.report.skills import skills_actions, skills_figures
 from crowdflow.report.trends import explain_timings, trends_plot
 from crowdflow.storage.run_store import read_output_table, run_date_of
@@ -62,7 +62,7 @@ FIGURE_IDS: dict[str, tuple[str, ...]] = {
         "fig-gold-vs-estimated",
         "fig-confusion",
     ),
-    "ranking": ("fig-ranking-intervals", "fig-outlier-path", "fig-annotator-outliers"),
+    "ranking": ("fig-ranking-intervals", "fig-ranking-baseline", "fig-outlier-path", "fig-annotator-outliers"),
     "personal_rankings": ("fig-personal-heatmap", "fig-item-score-spread"),
     "personal_models": ("fig-residual-histogram", "fig-convergence"),
     "assignment": ("fig-worker-load", "fig-task-load"),
@@ -70,6 +70,10 @@ FIGURE_IDS: dict[str, tuple[str, ...]] = {
 }
 # every job's page ends its figures with the pipeline's trends over its earlier runs (crowdflow.report.trends)
 FIGURE_IDS = {job: (*ids, "fig-run-trends") for job, ids in FIGURE_IDS.items()}
+
+
+#: Figures that span the whole row of the grid (several panels side by side).
+WIDE_FIGURES = frozenset({"fig-run-trends"})
 
 
 #: Items of "What to act on" per job, in page order (skills: every id is present, with a sentence saying what is
@@ -99,6 +103,13 @@ class RunReport:
 
 _ACTIONS: dict[str, Callable[[Mapping[str, pd.DataFrame], Mapping[str, Any]], list[Action]]] = {
     "skills": skills_actions,
+}
+
+# job → extra header entries (label, text): a baseline beside the method's number
+_HEADER: dict[str, Callable[[Mapping[str, pd.DataFrame], Mapping[str, Any]], list[tuple[str, str]]]] = {
+    "ranking": ranking_header,
+    "personal_rankings": personal_rankings_header,
+    "next_batch": assignment_header,
 }
 
 _BUILDERS: dict[str, Callable[[Mapping[str, pd.DataFrame], Mapping[str, Any]], list[Plot]]] = {
@@ -133,7 +144,7 @@ nav.toc a{margin-right:14px;color:var(--accent);text-decoration:none}
 .grid{display:grid;grid-template-columns:repeat(auto-fit,minmax(560px,1fr));gap:16px}
 figure{margin:0;background:#fff;border:1px solid var(--line);border-radius:8px;padding:12px}
 figure img{width:100%;height:auto;display:block}
-figure.fact{grid-column:1/-1} figure.fact .sentence{font-size:15px;margin:0 0 6px}
+figure.fact,figure.wide{grid-column:1/-1} figure.fact .sentence{font-size:15px;margin:0 0 6px}
 ul.legend{list-style:none;margin:6px 0 0;padding:0;display:flex;flex-wrap:wrap;gap:4px 14px;font-size:12px}
 ul.legend li{display:flex;align-items:center;gap:5px}
 .swatch{display:inline-block;width:11px;height:11px;border-radius:2px;border:1px solid #0002}
@@ -220,7 +231,8 @@ def _figure_html(f: ReportFigure, has_mpl: bool) -> str:
     uri = f.data_uri()
     fact = uri is None and bool(f.sentence) and not (f.note or "").startswith("figure needs matplotlib")
     # a figure that is a sentence (a chart would be one bar) spans the row: never a half-empty card beside a chart
-    cls = ' class="fact"' if fact else ""
+    # a figure of several panels (the run-over-run trends) spans the row too: half a row squeezes its panels
+    cls = ' class="fact"' if fact else ' class="wide"' if f.id in WIDE_FIGURES else ""
     parts = [f"<figure id={_q(f.id)} data-figure={_q(f.id)}{cls}>"]
     if f.sentence:
         parts.append(f'<p class="sentence">{_text(f.sentence)}</p>')
@@ -264,7 +276,9 @@ def planned_outputs(
     return {name: {"path": f"{name}.parquet", "rows": len(df)} for name, df in tables.items()}
 
 
-def _header(manifest: Mapping[str, Any], outputs: Mapping[str, Mapping[str, Any]]) -> str:
+def _header(
+    manifest: Mapping[str, Any], outputs: Mapping[str, Mapping[str, Any]], extra: Sequence[tuple[str, str]] = ()
+) -> str:
     run_id = manifest.get("run_id", "?")
     status = manifest.get("status") or "completed"
     timings = manifest.get("timings") or {}
@@ -290,6 +304,7 @@ def _header(manifest: Mapping[str, Any], outputs: Mapping[str, Mapping[str, Any]
                 f"{acc:.4f} vs {base:.4f} ({_e(metrics.get('baseline', 'baseline'))}): {acc - base:+.4f}",
             )
         )
+    items += [(k, _text(v)) for k, v in extra]
     for k, v in metrics.items():
         if isinstance(v, int | float | bool | str) and v is not None:
             items.append((k, _e(_fmt(v))))
@@ -441,7 +456,7 @@ def render_report(
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>crowdflow {_e(manifest.get('pipeline', ''))} · {_e(run_id)}</title>",
         f"<style>{_CSS}</style></head><body><main>",
-        _header(manifest, outputs),
+        _header(manifest, outputs, _HEADER[job](tables, manifest) if job in _HEADER else ()),
         '<nav class="toc">'
         + ('<a href="#actions">What to act on</a>' if actions else "")
         + '<a href="#figures">Figures</a><a href="#outputs">Outputs</a><a href="#inputs">Inputs</a>'

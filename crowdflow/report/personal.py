@@ -15,6 +15,44 @@ import pandas as pd
 from crowdflow.report.figure import BLUE, ORANGE, RED, Plot, style
 
 
+def personal_vs_global(pr: pd.DataFrame) -> tuple[float, float, int] | None:
+    """The personal rankings beside one global ranking (each item's mean personal score): the baseline.
+
+    Returns the mean over users of Spearman's ρ between the user's scores and the global scores (items the user
+    has a score for), the share of users whose best item is not the global best, and the number of users; None
+    with fewer than two items.
+    """
+    X = pr.pivot_table(index="user", columns="item", values="score", aggfunc="mean")
+    if X.shape[1] < 2:
+        return None
+    glob = X.mean(axis=0)
+    R = X.rank(axis=1)
+    g = pd.DataFrame(np.broadcast_to(glob.to_numpy(), X.shape), index=X.index, columns=X.columns)
+    g = g.where(X.notna()).rank(axis=1)  # the global scores ranked among each user's own items
+    rc = R.sub(R.mean(axis=1), axis=0)
+    gc = g.sub(g.mean(axis=1), axis=0)
+    den = ((rc**2).sum(axis=1) * (gc**2).sum(axis=1)) ** 0.5
+    rho = (rc * gc).sum(axis=1) / den.where(den > 0)
+    best = X.idxmax(axis=1)
+    return float(rho.mean()), float((best != glob.idxmax()).mean()), int(X.shape[0])
+
+
+def personal_rankings_header(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The header's "personal vs global ranking" entry (the global mean-score ranking is the baseline)."""
+    pr = t.get("personal_rankings")
+    cmp = personal_vs_global(pr) if pr is not None and not pr.empty else None
+    if cmp is None:
+        return []
+    rho, differ, n = cmp
+    return [
+        (
+            "personal vs global ranking",
+            f"mean Spearman ρ {rho:.3f} between each user's ranking and the global one (mean score); "
+            f"{differ:.0%} of {n} users have another best item",
+        )
+    ]
+
+
 def personal_rankings_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) -> list[Plot]:
     pr = t.get("personal_rankings")
     out: list[Plot] = []

@@ -8,8 +8,80 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from crowdflow.ranking.baseline import BaselineComparison, compare_with_least_squares
 from crowdflow.ranking.intervals import score_intervals
 from crowdflow.report.figure import BLUE, GREY, ORANGE, RED, Plot, style
+
+BASELINE = "plain least squares (HodgeRank, no outlier rule)"
+
+
+def ranking_baseline(t: Mapping[str, pd.DataFrame]) -> BaselineComparison | None:
+    """The run's ranking beside plain least squares on every row it read (one sparse solve; None: no rows)."""
+    ranking = t.get("ranking")
+    rows = t.get("outliers")
+    rows = rows if rows is not None else t.get("residuals")
+    if ranking is None or rows is None:
+        return None
+    return compare_with_least_squares(ranking, rows)
+
+
+def baseline_line(cmp: BaselineComparison) -> str:
+    """One line: Kendall τ, the top-k overlap and the rows flagged, against the least-squares baseline."""
+    return (
+        f"Kendall τ {cmp.tau:.3f} vs {BASELINE}; top-{cmp.k} overlap {cmp.top_overlap}/{cmp.k}; "
+        f"{cmp.n_flagged} of {cmp.n_rows} rows flagged ({cmp.n_flagged / max(cmp.n_rows, 1):.1%})"
+    )
+
+
+def ranking_header(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The header's "ranking vs baseline" entry (empty when the run has no comparison rows)."""
+    cmp = ranking_baseline(t)
+    return [("ranking vs baseline", baseline_line(cmp))] if cmp is not None else []
+
+
+def _baseline_plot(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) -> Plot:
+    fid, title = "fig-ranking-baseline", "Robust ranking vs plain least squares"
+    cmp = ranking_baseline(t)
+    if cmp is None:
+        return Plot(fid, title, "No comparison rows in this run to fit the baseline on.", note="nothing to plot")
+    line = baseline_line(cmp)
+    method = str((manifest.get("fit") or {}).get("method") or manifest.get("method") or "this run's fit")
+    moved = cmp.table.assign(shift=(cmp.table["rank"] - cmp.table["ls_rank"]).abs())
+    moved = moved.sort_values(["shift", "rank"], ascending=[False, True], kind="stable")
+    top = moved.iloc[0]
+    caption = (
+        f"Each dot is an item of component {cmp.component} ({len(cmp.table)} items): its score in this run "
+        f"({method}, x) against its score from {BASELINE} on all {cmp.n_rows} comparison rows, the flagged ones "
+        "included (y); on the dashed diagonal they agree. The baseline is one sparse Laplacian solve per component. "
+        + (
+            f"Largest rank change: {top['item']} ({int(top['ls_rank'])} → {int(top['rank'])})."
+            if int(top["shift"]) > 0
+            else "No item changes rank."
+        )
+    )
+    data = moved[["item", "score", "ls_score", "rank", "ls_rank"]].head(20).reset_index(drop=True)
+    if cmp.n_flagged == 0 and float(np.max(np.abs(cmp.table["score"] - cmp.table["ls_score"]))) < 1e-9:
+        sentence = (
+            f"This run flagged no comparison: its ranking is the {BASELINE} ranking itself "
+            f"(Kendall τ {cmp.tau:.3f} over {len(cmp.table)} items)."
+        )
+        return Plot(fid, title, caption, None, data, sentence=sentence, reading=line + ".")
+    k_top = set(cmp.table.nlargest(cmp.k, "score")["item"])
+
+    def draw(fig: Any, tab: pd.DataFrame = cmp.table, k_top: set[str] = k_top, k: int = cmp.k) -> None:
+        ax = fig.add_subplot()
+        in_top = tab["item"].isin(k_top).to_numpy()
+        ax.scatter(tab["score"][~in_top], tab["ls_score"][~in_top], s=16, color=BLUE, label="item")
+        ax.scatter(tab["score"][in_top], tab["ls_score"][in_top], s=22, color=ORANGE, label=f"this run's top {k}")
+        lo = float(min(tab["score"].min(), tab["ls_score"].min()))
+        hi = float(max(tab["score"].max(), tab["ls_score"].max()))
+        ax.plot([lo, hi], [lo, hi], color=GREY, ls="--", lw=1, label="agreement (diagonal)")
+        ax.set_xlabel("score, this run")
+        ax.set_ylabel("score, plain least squares")
+        ax.legend(frameon=False, fontsize=8)
+        style(ax)
+
+    return Plot(fid, title, caption, draw, data, size=(6.4, 3.8), reading=line + ".")
 
 
 def ranking_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) -> list[Plot]:
@@ -84,6 +156,8 @@ def ranking_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) 
         width = max(len(str(x)[:24]) for x in iv["item"])
         margins = {"left": min(0.4, 0.05 + 0.011 * width), "bottom": 0.6 / height, "top": 1 - 0.15 / height}
         out.append(Plot(fid, title, caption, draw_6, data, size=(6.4, height), margins=margins))
+
+    out.append(_baseline_plot(t, manifest))
 
     fid, title = "fig-outlier-path", "Outlier regularisation path"
     if outliers is None or outliers.empty or "entry_time" not in outliers:

@@ -2,8 +2,8 @@
 
 The history is the manifests of the pipeline's completed runs (:func:`crowdflow.storage.runs.run_history`: the same
 facts the warehouse's ``runs`` table holds), oldest first, plus the run being reported. Plotted per run: gold
-accuracy beside its baseline (skills: majority vote), the input rows, the flagged share (:func:`flagged_share`) and,
-for skills, the workers who joined or left since the run before.
+accuracy beside its baseline (skills: majority vote), the input rows, the flagged share (:func:`flagged_share`) and
+who joined or left since the run before (skills: workers; ranking: annotators and items).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from crowdflow.report.figure import BLUE, GREY, ORANGE, RED, Plot, style
+from crowdflow.storage.runs import MEMBERS
 
 FLAGGED = {
     "skills": "tasks whose consensus differs from majority vote",
@@ -40,6 +41,10 @@ def flagged_share(job: str, tables: Mapping[str, pd.DataFrame], metrics: Mapping
     return None
 
 
+# (who, output table, column): the churn panels, one per kind of member a job's runs have (the history's keys)
+CHURN = MEMBERS
+
+
 def _rows(manifest: Mapping[str, Any]) -> int | None:
     rows = [r.get("rows") for r in manifest.get("inputs") or [] if isinstance(r.get("rows"), int)]
     return int(sum(rows)) if rows else None
@@ -52,31 +57,35 @@ def _num(v: Any) -> float:
 def trend_table(
     history: Sequence[Mapping[str, Any]], manifest: Mapping[str, Any], tables: Mapping[str, pd.DataFrame]
 ) -> pd.DataFrame:
-    """One row per run (the earlier runs, then this one): run id, accuracy, baseline, rows, flagged share, churn."""
+    """One row per run (the earlier runs, then this one): run id, accuracy, baseline, rows, flagged share, and the
+    churn (``<who>_joined``, ``<who>_left`` against the run before) of workers, annotators and items."""
     runs = [*history, {**manifest, "_current": True}]
-    workers: list[set[str] | None] = [
-        {str(w) for w in m["workers"]} if m.get("workers") is not None else None for m in history
-    ]
-    skills = tables.get("skills")
-    workers.append({str(w) for w in skills["worker"]} if skills is not None and "worker" in skills else None)
+    members: dict[str, list[set[str] | None]] = {}
+    for key, table, column in CHURN:
+        current = tables.get(table)
+        members[key] = [{str(w) for w in m[key]} if m.get(key) is not None else None for m in history] + [
+            {str(w) for w in current[column]} if current is not None and column in current else None
+        ]
     rows = []
     for i, m in enumerate(runs):
         metrics = m.get("metrics") or {}
         share = metrics.get("flagged_share")
         if m.get("_current") and share is None:
             share = flagged_share(str(m.get("job", "")), tables, metrics)
-        before, now = (workers[i - 1] if i else None), workers[i]
-        rows.append(
-            {
-                "run_id": str(m.get("run_id", "?")),
-                "accuracy": _num(metrics.get("accuracy")),
-                "baseline_accuracy": _num(metrics.get("baseline_accuracy")),
-                "input_rows": _num(_rows(m)),
-                "flagged_share": _num(share),
-                "workers_joined": float(len(now - before)) if now is not None and before is not None else float("nan"),
-                "workers_left": float(len(before - now)) if now is not None and before is not None else float("nan"),
-            }
-        )
+        row = {
+            "run_id": str(m.get("run_id", "?")),
+            "accuracy": _num(metrics.get("accuracy")),
+            "baseline_accuracy": _num(metrics.get("baseline_accuracy")),
+            "input_rows": _num(_rows(m)),
+            "flagged_share": _num(share),
+        }
+        for key, _, _ in CHURN:
+            before, now = (members[key][i - 1] if i else None), members[key][i]
+            if now is not None and before is not None:
+                row[f"{key}_joined"], row[f"{key}_left"] = float(len(now - before)), float(len(before - now))
+            else:
+                row[f"{key}_joined"] = row[f"{key}_left"] = float("nan")
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
@@ -91,7 +100,8 @@ def trends_plot(
         return Plot(
             fid,
             title,
-            "Accuracy, input rows, flagged share and worker churn per run, from the pipeline's completed runs.",
+            "Accuracy, input rows, flagged share and churn (workers, annotators, items) per run, from the "
+            "pipeline's completed runs.",
             sentence="This is the first completed run of this pipeline in its output folder: the trends start "
             "with the next run.",
             data=data,
@@ -101,7 +111,7 @@ def trends_plot(
         ("accuracy", ["accuracy", "baseline_accuracy"], "gold accuracy"),
         ("input_rows", ["input_rows"], "input rows"),
         ("flagged_share", ["flagged_share"], "flagged share"),
-        ("churn", ["workers_joined", "workers_left"], "workers"),
+        *((f"churn-{who}", [f"{who}_joined", f"{who}_left"], who) for who, _, _ in CHURN),
     ]
     panels = [p for p in panels if data[p[1]].notna().any().any()]
     names = {
@@ -109,16 +119,16 @@ def trends_plot(
         "baseline_accuracy": str((manifest.get("metrics") or {}).get("baseline") or "baseline"),
         "input_rows": "input rows",
         "flagged_share": FLAGGED.get(job, "flagged share"),
-        "workers_joined": "workers new since the run before",
-        "workers_left": "workers gone since the run before",
+        **{f"{who}_joined": f"{who} new since the run before" for who, _, _ in CHURN},
+        **{f"{who}_left": f"{who} gone since the run before" for who, _, _ in CHURN},
     }
     colours = {
         "accuracy": BLUE,
         "baseline_accuracy": GREY,
         "input_rows": BLUE,
         "flagged_share": ORANGE,
-        "workers_joined": BLUE,
-        "workers_left": RED,
+        **{f"{who}_joined": BLUE for who, _, _ in CHURN},
+        **{f"{who}_left": RED for who, _, _ in CHURN},
     }
     last, prev = data.iloc[-1], data.iloc[-2]
     parts = []
@@ -128,13 +138,14 @@ def trends_plot(
         parts.append(f"input rows {prev['input_rows']:.0f} → {last['input_rows']:.0f}")
     if not math.isnan(last["flagged_share"]) and not math.isnan(prev["flagged_share"]):
         parts.append(f"flagged {prev['flagged_share']:.1%} → {last['flagged_share']:.1%}")
-    if not math.isnan(last["workers_joined"]):
-        parts.append(f"{last['workers_joined']:.0f} workers joined, {last['workers_left']:.0f} left")
+    for who, _, _ in CHURN:
+        if not math.isnan(last[f"{who}_joined"]):
+            parts.append(f"{last[f'{who}_joined']:.0f} {who} joined, {last[f'{who}_left']:.0f} left")
     reading = ("Since the run before: " + "; ".join(parts) + ".") if parts else "No quantity was recorded twice."
     caption = (
         f"The last {len(data)} completed runs of this pipeline, oldest left, this run right. Gold accuracy beside "
         f"its baseline ({names['baseline_accuracy']}), input rows, the flagged share ({names['flagged_share']}) "
-        "and, for skills, the workers who joined or left since the run before."
+        "and who joined or left since the run before (skills: workers; ranking: annotators and items)."
     )
 
     def draw(fig: Any, data: pd.DataFrame = data) -> None:

@@ -153,11 +153,16 @@ def latest_run(out_dir: str | os.PathLike[str], pipeline: str) -> Run:
     return read_run(_latest_run_dir(Path(out_dir) / pipeline))
 
 
+# (history key, output table, column): who took part in a run, for the report's churn (joined / left since before)
+MEMBERS = (("workers", "skills", "worker"), ("annotators", "annotators", "annotator"), ("items", "ranking", "item"))
+
+
 def run_history(pipeline_dir: str | os.PathLike[str], limit: int = 30) -> list[dict[str, Any]]:
     """The manifests of the newest completed runs under ``<out>/<pipeline>``, oldest first (the report's trends).
 
-    Each record is the run's manifest plus ``workers``: the worker ids of its ``skills`` table when it has one
-    (read as one column), so the report can count the workers who joined or left between runs. Folders that are
+    Each record is the run's manifest plus who took part (each read as one column, see ``MEMBERS``): ``workers``
+    (the ``skills`` table's workers), ``annotators`` and ``items`` (a ranking run's ``annotators`` and ``ranking``
+    tables), so the report can count who joined or left between runs. Folders that are
     staging folders, unreadable or not completed are skipped; a missing folder is an empty history.
     """
     p = Path(pipeline_dir)
@@ -171,14 +176,15 @@ def run_history(pipeline_dir: str | os.PathLike[str], limit: int = 30) -> list[d
             continue
         if not isinstance(manifest, dict) or manifest.get("status") != "completed":
             continue
-        skills = (manifest.get("outputs") or {}).get("skills") or {}
-        if skills:  # the worker column only, from the file or parts the run format names (table_parts)
-            with contextlib.suppress(OSError, ValueError, KeyError, pa.ArrowException, InputError):
-                manifest["workers"] = [
-                    w
-                    for part in table_parts(run, "skills", skills)
-                    for w in pq.read_table(part, columns=["worker"]).column(0).to_pylist()
-                ]
+        for key, table, column in MEMBERS:  # one column only, from the file or parts the run format names
+            info = (manifest.get("outputs") or {}).get(table) or {}
+            if info:
+                with contextlib.suppress(OSError, ValueError, KeyError, pa.ArrowException, InputError):
+                    manifest[key] = [
+                        w
+                        for part in table_parts(run, table, info)
+                        for w in pq.read_table(part, columns=[column]).column(0).to_pylist()
+                    ]
         out.append(manifest)
         if len(out) >= limit:
             break
