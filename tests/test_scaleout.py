@@ -286,8 +286,9 @@ def test_a_dataset_read_by_the_workers_gives_the_inline_run(
     a["consensus"] = a["consensus"].sort_values("task").reset_index(drop=True)
     # the Dask run forms no worker pair (ds): distinct co-labellers are not a sum over its buckets, so they are
     # missing there with their reason (docs/scale.md, memory laws); every other number is the inline run's
-    missing = {"skills": ["n_partners"], "components": ["n_edges", "d_max", "D_sum"]}
-    for name, cols in missing.items():
+    from crowdflow.skills.reasons import PARTITIONED_MISSING
+
+    for name, cols in ((n, list(c)) for n, c in PARTITIONED_MISSING.items()):
         assert b[name][cols].isna().all().all() and a[name][cols].notna().all().all()
         assert b[name]["missing_reason"].str.contains(f"{','.join(cols)}: distinct co-labellers").all()
         a[name], b[name] = (t.drop(columns=[*cols, "missing_reason"]) for t in (a[name], b[name]))

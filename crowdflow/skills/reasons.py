@@ -28,6 +28,9 @@ _PARTNERS_WHY = (
     "distinct co-labellers are not a sum over task buckets, and this partitioned fit forms no worker pair "
     "(docs/scale.md, memory laws)"
 )
+#: table → the columns a partitioned fit without pairs leaves missing (with :data:`_PARTNERS_WHY` as their reason),
+#: where an inline fit of the same labels has them: what a comparison of the two runs leaves out
+PARTITIONED_MISSING: dict[str, tuple[str, ...]] = {"skills": ("n_partners",), "components": _PARTNERS[1:]}
 
 
 def explain_missing_skills(table: pd.DataFrame, diag: pd.DataFrame | None, method: str, pairs: bool = True) -> None:
