@@ -475,8 +475,8 @@ def _diagnostics(pb: _Problem, theta: np.ndarray, solver: LaplacianSolver) -> pd
         explain_missing(
             t,
             tri_cols,
-            f"triangles not enumerated: more than {MAX_TRIANGLE_CANDIDATES:,} candidate triples, the partitioned "
-            "fit's cap that keeps the flow's memory bounded (docs/methods/ranking.md §2.4)",
+            f"triangles not enumerated, more than {MAX_TRIANGLE_CANDIDATES:,} candidate triples (the partitioned "
+            "fit's cap that keeps the flow's memory bounded, docs/methods/ranking.md §2.4)",
         )
     elif not hd.curl_split:
         explain_missing(t, tri_cols[3:], "curl/harmonic split skipped (more triangles than max_triangles)")

@@ -9,6 +9,7 @@ rule, one partition), for both outlier modes. The worst difference over the fami
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ def _shape(seed: int) -> tuple[list[pd.DataFrame], dict[str, Any]]:
     k = int(rng.integers(1, 7))
     cuts = np.sort(rng.choice(np.arange(m + 1), k - 1)) if k > 1 else np.array([], dtype=int)  # repeats: empty files
     bounds = np.r_[0, cuts, m]
-    parts = [df.iloc[lo:hi].reset_index(drop=True) for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)]
+    parts = [df.iloc[lo:hi].reset_index(drop=True) for lo, hi in itertools.pairwise(bounds)]
     return parts, {"n": n, "m": m, "kind": kind, "pieces": pieces, "files": k}
 
 
@@ -183,3 +184,17 @@ def test_hold_keeps_values_where_the_executor_can_and_recomputes_otherwise() -> 
 
 def _inverse(x: int) -> float:
     return 1 / x
+
+
+def test_skipped_triangle_diagnostics_say_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the partitioned fit's triangle cap the triangle columns are missing with the cap as their reason."""
+    import crowdflow.ranking.partitioned as part
+
+    parts, _ = _shape(0)
+    monkeypatch.setattr(part, "MAX_TRIANGLE_CANDIDATES", 0)
+    res = fit_ranking_partitioned(parts, _read, InlineMemory(), outliers="none", allow_disconnected=True)
+    d = res.diagnostics
+    assert d["n_triangles"].isna().all()
+    assert (
+        d["missing_reason"].str.contains("triangles not enumerated, more than 0 candidate triples", regex=False).all()
+    )
