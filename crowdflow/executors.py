@@ -7,14 +7,35 @@ Dask client's map (``tasks.runners.DaskMap``); :func:`inline_executor` runs the 
 A pass whose per-item results are large next to their combination (a file's per-pair sums, a bucket's W×W counts)
 uses :func:`fold`: with an executor that has a ``fold`` method the results are combined as they complete and
 released, so the calling process holds the running total and a few results, never all of them.
+
+A job that makes many passes over the same data (a robust ranking's trimming passes, an EM) encodes each item once
+with :func:`hold` and runs every later pass on what is held: ``executor(on_held(fn), handles)`` or
+:func:`fold` with ``on_held(fn)``. An executor with a ``hold`` method keeps the encoded items where they were
+computed (the pipeline's Dask executor: persisted futures in the workers' memory, so each pass runs on the worker
+that holds its item and reads RAM, not files); :class:`InlineMemory` keeps them in this process. Any other executor
+(:func:`inline_executor`, a plain map) gets :class:`Recompute` handles that encode the item again on every pass, so
+a single-process run over data larger than memory still holds one item at a time. :func:`release` frees them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-__all__ = ["MapFn", "fold", "inline_executor"]
+__all__ = [
+    "InlineMemory",
+    "MapFn",
+    "Recompute",
+    "fold",
+    "hold",
+    "holds",
+    "inline_executor",
+    "on_held",
+    "release",
+    "slots",
+]
 
 #: ``executor(fn, items) -> [fn(x) for x in items]`` (in order), e.g. a Dask client's map + gather.
 MapFn = Callable[[Callable[[Any], Any], list[Any]], list[Any]]
@@ -53,3 +74,76 @@ def fold(
     for result in results:
         acc = combine(acc, result)
     return acc
+
+
+@dataclass(frozen=True)
+class Recompute:
+    """A handle of an executor that holds nothing: ``fn(item)`` is computed again each time a pass needs it."""
+
+    fn: Callable[[Any], Any]
+    item: Any
+
+
+def _apply_held(fn: Callable[[Any], Any], handle: Any) -> Any:
+    return fn(handle.fn(handle.item) if isinstance(handle, Recompute) else handle)
+
+
+def on_held(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``fn`` applied to a held item: the value itself (held in memory) or a :class:`Recompute` handle's value."""
+    return partial(_apply_held, fn)
+
+
+def holds(executor: MapFn) -> bool:
+    """Whether ``executor`` keeps what :func:`hold` computes (otherwise each pass recomputes it)."""
+    return getattr(executor, "hold", None) is not None
+
+
+def slots(executor: MapFn) -> int:
+    """How many items the executor runs at once (its ``n_workers``; 1 when it does not say)."""
+    return max(int(getattr(executor, "n_workers", 1) or 1), 1)
+
+
+def hold(executor: MapFn, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+    """``fn(item)`` for every item, kept by the executor across passes; the handles to pass to later passes.
+
+    With an executor that has a ``hold(fn, items)`` method the results stay where they were computed (a Dask
+    executor: persisted futures on the workers; :class:`InlineMemory`: values in this process). Otherwise each
+    handle is a :class:`Recompute` and every pass computes ``fn(item)`` again (nothing is held).
+    """
+    own = getattr(executor, "hold", None)
+    if own is not None:
+        return list(own(fn, items))
+    return [Recompute(fn, x) for x in items]
+
+
+def release(executor: MapFn, handles: list[Any]) -> None:
+    """Free what :func:`hold` keeps (a no-op for executors that hold nothing or free on garbage collection)."""
+    own = getattr(executor, "release", None)
+    if own is not None:
+        own(handles)
+    handles.clear()
+
+
+class InlineMemory:
+    """:func:`inline_executor` that also holds: :func:`hold` keeps the encoded items in this process's memory."""
+
+    n_workers = 1
+
+    def __call__(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+        return [fn(x) for x in items]
+
+    def hold(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+        return [fn(x) for x in items]
+
+    def fold(
+        self,
+        fn: Callable[[Any], Any],
+        items: list[Any],
+        combine: Callable[[Any, Any], Any],
+        acc: Any,
+        *,
+        ordered: bool = False,
+    ) -> Any:
+        for x in items:
+            acc = combine(acc, fn(x))
+        return acc

@@ -91,10 +91,40 @@ def connect(address: str, worker_timeout: float) -> Any:
 
 
 class DaskMap:
-    """``map(fn, items)`` on a Dask client (results in input order), and ``fold`` taking them as they complete."""
+    """``map(fn, items)`` on a Dask client (results in input order), ``fold`` taking them as they complete, and
+    ``hold`` keeping encoded items in the workers' memory across passes (persisted futures;
+    :func:`crowdflow.executors.hold`)."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
+
+    @property
+    def n_workers(self) -> int:
+        """The cluster's worker threads now (at least 1)."""
+        info = self.client.scheduler_info().get("workers", {})
+        return max(sum(int(w.get("nthreads", 1)) for w in info.values()), 1)
+
+    def hold(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+        """``fn(item)`` on the workers, kept there: the futures, each pass's task then runs where its item lives.
+
+        An error of any item is raised here (the first in item order), after every item has finished.
+        """
+        from distributed import wait
+
+        futures = self.client.map(fn, items, pure=False)
+        wait(futures)
+        for f in futures:
+            if f.status == "error":
+                try:
+                    f.result()  # raises the item's exception
+                finally:
+                    self.release(futures)
+        return list(futures)
+
+    def release(self, handles: list[Any]) -> None:
+        """Free the held items on the workers."""
+        for f in handles:
+            f.release()
 
     def __call__(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
         return list(self.client.gather(self.client.map(fn, items, pure=False)))

@@ -6,7 +6,11 @@ work runs through a generic executor ``executor(fn, items) -> results in order``
 ``map`` + ``gather``, or :func:`inline_executor`). Every function sent to the executor is a module-level
 function bound with :func:`functools.partial`, so it pickles to worker processes.
 
-**Passes.** Every pass reads each partition once and returns a compact summary:
+**Passes.** The scan reads each partition; then each partition is read once more and encoded (item codes, the
+oriented outcome and the weight, rows grouped by pair: :mod:`crowdflow.ranking.held`) into blocks that the executor
+holds across the passes (:func:`crowdflow.executors.hold`: persisted futures in the Dask workers' memory); every
+edge-sum and histogram pass is one compiled loop over the held rows, and the final write pass reads the partitions
+again. Each pass returns a compact summary:
 
 1. *scan*: the distinct item ids, the row count and the distinct ``|y|`` (at most 3). The flow sorts the
    union of the ids with :func:`~crowdflow.labels.natural_order`, the order
@@ -76,16 +80,30 @@ import numpy as np
 import pandas as pd
 from scipy.special import ndtr, ndtri
 
-from crowdflow.contracts.comparisons import canonical_comparisons
-from crowdflow.contracts.errors import DegenerateInput, InputError
+from crowdflow.contracts.comparisons import ComparisonTableError
+from crowdflow.contracts.errors import DegenerateInput
 from crowdflow.contracts.missing import explain_missing
-from crowdflow.executors import MapFn, fold, inline_executor
+from crowdflow.executors import InlineMemory, MapFn, fold, hold, holds, inline_executor, on_held, release, slots
 from crowdflow.labels import natural_order
 from crowdflow.ranking.graph import ComparisonGraph
 from crowdflow.ranking.hodge import hodge_decomposition
 from crowdflow.ranking.hodge_kernels import laplacian_bridges
 from crowdflow.ranking.least_squares import LaplacianSolver, center_per_component, hodgerank_scores
 from crowdflow.ranking.options import RankingOptions
+from crowdflow.ranking.passes import (
+    SKETCH_BINS,
+    EdgeSums,
+    _bin_lower,
+    _Ctx,
+    _encode_part,
+    _held_edges,
+    _held_sketch,
+    _KeptSums,
+    _Rule,
+    _scan_part,
+    _write_part,
+    _Written,
+)
 from crowdflow.ranking.scale import (
     LTS_KEEP,
     LTS_MAX_LEVERAGE,
@@ -108,243 +126,19 @@ __all__ = [
     "inline_executor",
 ]
 
-#: Histogram grid of |r|/scale: bins per decade and the covered range (under/overflow bins at both ends).
-SKETCH_PER_DECADE, SKETCH_LO, SKETCH_DECADES = 1000, 1e-6, 12
-SKETCH_BINS = SKETCH_PER_DECADE * SKETCH_DECADES + 2
-#: Trimming steps per start and concentration steps of the least-trimmed-squares start.
-TRIM_MAX_ITER = 50
-LTS_MAX_STEPS = 20
+#: The partitioned fit's cap on the triangle enumeration of its diagnostics (candidate triples): past it the
+#: triangle columns are missing with their reason, so the flow's memory stays ~0.3 GB above the edge sums (at 10^6
+#: comparisons of 1,000 Zipf-popular items the default cap, 5·10^7, let the enumeration add 2 GB and 10 s).
+MAX_TRIANGLE_CANDIDATES = 5_000_000
 
 
 def _identity(part: pd.DataFrame) -> pd.DataFrame:
     return part  # the reader of fit_trimmed's single in-memory partition
 
 
-# ---------------------------------------------------------------------------------------------------
-# Worker side: module-level pass functions (bound by functools.partial, pickled to the workers)
-# ---------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EdgeSums:
-    """Per-pair sums of (a subset of) the rows, pairs ``u < v`` keyed ``u·n + v`` (sorted, distinct).
-
-    ``count`` rows, ``w = Σw``, ``wy = Σw·y°``, ``wy2 = Σw·y°²`` with the outcome oriented along the pair,
-    ``ymin/ymax`` of y°, ``wpos/wneg`` the weight with ``y° > 0`` / ``y° < 0`` and ``ties`` the rows with
-    ``y = 0``.
-    """
-
-    key: np.ndarray
-    count: np.ndarray
-    w: np.ndarray
-    wy: np.ndarray
-    wy2: np.ndarray
-    ymin: np.ndarray
-    ymax: np.ndarray
-    wpos: np.ndarray
-    wneg: np.ndarray
-    ties: np.ndarray
-
-    @staticmethod
-    def combine(parts: Sequence[EdgeSums]) -> EdgeSums:
-        """Sum the partitions' sums pair by pair (min/max for ``ymin/ymax``)."""
-        key = np.concatenate([p.key for p in parts]) if parts else np.zeros(0, np.int64)
-        uk, inv = np.unique(key, return_inverse=True)
-        ne = uk.size
-
-        def add(name: str) -> np.ndarray:
-            return np.bincount(inv, weights=np.concatenate([getattr(p, name) for p in parts]), minlength=ne)
-
-        ymin = np.full(ne, np.inf)
-        ymax = np.full(ne, -np.inf)
-        if ne:
-            np.minimum.at(ymin, inv, np.concatenate([p.ymin for p in parts]))
-            np.maximum.at(ymax, inv, np.concatenate([p.ymax for p in parts]))
-        cnt = add("count").round().astype(np.int64) if ne else np.zeros(0, np.int64)
-        ties = add("ties").round().astype(np.int64) if ne else np.zeros(0, np.int64)
-        return EdgeSums(uk, cnt, add("w"), add("wy"), add("wy2"), ymin, ymax, add("wpos"), add("wneg"), ties)
-
-
-@dataclass(frozen=True)
-class _Ctx:
-    """What every task gets: the item dictionary (natural order)."""
-
-    items: np.ndarray
-
-    @property
-    def n(self) -> int:
-        return int(self.items.size)
-
-
-@dataclass(frozen=True)
-class _Rule:
-    """Which rows a pass keeps, from the broadcast θ: ``kind='abs'`` keeps ``|r| ≤ cut``; ``kind='upset'``
-    drops the rows that contradict θ at ``|d| ≥ cut`` (ties never)."""
-
-    theta: np.ndarray
-    cut: float
-    kind: Literal["abs", "upset"] = "abs"
-
-    def keep(self, u: np.ndarray, v: np.ndarray, yo: np.ndarray) -> np.ndarray:
-        d = self.theta[u] - self.theta[v]
-        if self.kind == "abs":
-            return np.asarray(np.abs(yo - d) <= self.cut)
-        return np.asarray(~((yo * d < 0) & (np.abs(d) >= self.cut)))
-
-
-@dataclass(frozen=True)
-class _Rows:
-    """One encoded partition: pairs ``u < v``, orientation signs, oriented outcomes and weights."""
-
-    df: pd.DataFrame
-    u: np.ndarray
-    v: np.ndarray
-    sign: np.ndarray
-    yo: np.ndarray
-    w: np.ndarray
-
-
-def _read_rows(read: Callable[[Any], pd.DataFrame], ctx: _Ctx, part: Any) -> _Rows:
-    """Read, canonicalise and encode one partition with the global dictionary."""
-    df = canonical_comparisons(read(part))
-    index = pd.Index(ctx.items)
-    i = index.get_indexer(df["item_a"].to_numpy(dtype=object))
-    j = index.get_indexer(df["item_b"].to_numpy(dtype=object))
-    if (i < 0).any() or (j < 0).any():
-        raise InputError("holds an item id the first pass did not see: the file changed during the run", path=str(part))
-    i = i.astype(np.int64)
-    j = j.astype(np.int64)
-    sign = np.where(i < j, 1.0, -1.0)
-    y = df["outcome"].to_numpy(dtype=np.float64)
-    return _Rows(df, np.minimum(i, j), np.maximum(i, j), sign, sign * y, df["weight"].to_numpy(dtype=np.float64))
-
-
-def _scan_part(read: Callable[[Any], pd.DataFrame], part: Any) -> tuple[np.ndarray, int, np.ndarray]:
-    """Pass 1: distinct item ids, row count and up to three distinct ``|y|``."""
-    df = canonical_comparisons(read(part))
-    ids = pd.unique(pd.concat([df["item_a"], df["item_b"]], ignore_index=True).to_numpy(dtype=object))
-    levels = np.unique(np.abs(df["outcome"].to_numpy(dtype=np.float64)))[:3]
-    return np.asarray(ids, dtype=object), len(df), levels
-
-
-def _sums(rows: _Rows, n: int, mask: np.ndarray | None) -> EdgeSums:
-    u, v, yo, w = rows.u, rows.v, rows.yo, rows.w
-    if mask is not None:
-        u, v, yo, w = u[mask], v[mask], yo[mask], w[mask]
-    uk, inv = np.unique(u * np.int64(n) + v, return_inverse=True)
-    ne = uk.size
-
-    def add(x: np.ndarray) -> np.ndarray:
-        return np.bincount(inv, weights=x, minlength=ne)
-
-    ymin = np.full(ne, np.inf)
-    ymax = np.full(ne, -np.inf)
-    np.minimum.at(ymin, inv, yo)
-    np.maximum.at(ymax, inv, yo)
-    cnt = np.bincount(inv, minlength=ne).astype(np.int64)
-    ties = np.bincount(inv, weights=(yo == 0).astype(np.float64), minlength=ne).round().astype(np.int64)
-    return EdgeSums(
-        uk, cnt, add(w), add(w * yo), add(w * yo * yo), ymin, ymax, add(w * (yo > 0)), add(w * (yo < 0)), ties
-    )
-
-
-@dataclass(frozen=True)
-class _KeptSums:
-    sums: EdgeSums
-    n_changed: int
-    capped: float
-
-
-def _edges_part(
-    read: Callable[[Any], pd.DataFrame], ctx: _Ctx, rule: _Rule | None, prev: _Rule | None, part: Any
-) -> _KeptSums:
-    """Pass 2 and the trimming passes: edge sums of the rows ``rule`` keeps (all without a rule), the rows
-    whose kept status differs under ``prev`` and ``Σ w min(r², cut²)``."""
-    rows = _read_rows(read, ctx, part)
-    if rule is None:
-        return _KeptSums(_sums(rows, ctx.n, None), 0, math.nan)
-    keep = rule.keep(rows.u, rows.v, rows.yo)
-    changed = int(np.count_nonzero(keep != prev.keep(rows.u, rows.v, rows.yo))) if prev is not None else -1
-    r = rows.yo - (rule.theta[rows.u] - rule.theta[rows.v])
-    capped = float(np.sum(rows.w * np.minimum(r * r, rule.cut * rule.cut)))
-    return _KeptSums(_sums(rows, ctx.n, keep), changed, capped)
-
-
-def _bin_index(x: np.ndarray) -> np.ndarray:
-    """Histogram bin of ``x ≥ 0`` on the log grid: 0 below ``SKETCH_LO``, the last bin at or above the top."""
-    with np.errstate(divide="ignore"):
-        b = np.floor(np.log10(np.maximum(x, 1e-300) / SKETCH_LO) * SKETCH_PER_DECADE) + 1
-    return np.asarray(np.clip(b, 0, SKETCH_BINS - 1), dtype=np.int64)
-
-
-def _bin_lower(b: int | np.ndarray) -> np.ndarray:
-    return np.asarray(SKETCH_LO * 10.0 ** ((np.asarray(b, dtype=float) - 1) / SKETCH_PER_DECADE))
-
-
-def _sketch_part(
-    read: Callable[[Any], pd.DataFrame], ctx: _Ctx, theta: np.ndarray, scale: float, part: Any
-) -> tuple[np.ndarray, np.ndarray]:
-    """Histogram pass: the non-empty bins of ``|r|/scale`` and their weights."""
-    rows = _read_rows(read, ctx, part)
-    z = np.abs(rows.yo - (theta[rows.u] - theta[rows.v])) / scale
-    h = np.bincount(_bin_index(z), weights=rows.w, minlength=SKETCH_BINS)
-    nz = np.flatnonzero(h)
-    return nz.astype(np.int32), h[nz]
-
-
-@dataclass(frozen=True)
-class _Written:
-    path: str | None
-    n_rows: int
-    n_written: int
-    out_count: np.ndarray
-    out_weight: np.ndarray
-    annotators: pd.DataFrame
-
-
-def _write_part(
-    read: Callable[[Any], pd.DataFrame],
-    ctx: _Ctx,
-    theta: np.ndarray,
-    component: np.ndarray,
-    n_components: int,
-    rule: _Rule | None,
-    out_dir: str | None,
-    write_all: bool,
-    job: tuple[int, Any],
-) -> _Written:
-    """Final pass: residuals against the reported scores and flags; writes ``part-<k>.parquet``."""
-    k, part = job
-    rows = _read_rows(read, ctx, part)
-    df = rows.df
-    flag = ~rule.keep(rows.u, rows.v, rows.yo) if rule is not None else np.zeros(len(df), dtype=bool)
-    rc = component[rows.u]
-    out_count = np.bincount(rc, weights=flag, minlength=n_components).round().astype(np.int64)
-    out_weight = np.bincount(rc, weights=rows.w * flag, minlength=n_components)
-    ann = pd.DataFrame({"annotator": df["annotator"].to_numpy(dtype=object), "o": flag.astype(np.int64)})
-    ann = ann[ann["annotator"].notna()].groupby("annotator", sort=True)["o"].agg(["size", "sum"]).reset_index()
-    path, n_written = None, 0
-    if out_dir is not None:
-        fitted = rows.sign * (theta[rows.u] - theta[rows.v])
-        y = df["outcome"].to_numpy(dtype=np.float64)
-        table = pd.DataFrame(
-            {
-                "part": np.full(len(df), k, dtype=np.int64),
-                "row_id": df["row_id"].to_numpy(dtype=np.int64),
-                "annotator": _str(df["annotator"].to_numpy(dtype=object)),
-                "item_a": _str(df["item_a"].to_numpy(dtype=object)),
-                "item_b": _str(df["item_b"].to_numpy(dtype=object)),
-                "outcome": y,
-                "weight": rows.w,
-                "fitted": fitted,
-                "residual": y - fitted,
-                "is_outlier": flag,
-            }
-        )[slice(None) if write_all else flag].reset_index(drop=True)
-        path = os.path.join(out_dir, f"part-{k:05d}.parquet")
-        table.to_parquet(path, index=False)
-        n_written = len(table)
-    return _Written(path, len(df), n_written, out_count, out_weight, ann)
+#: Trimming steps per start and concentration steps of the least-trimmed-squares start.
+TRIM_MAX_ITER = 50
+LTS_MAX_STEPS = 20
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -352,26 +146,33 @@ def _write_part(
 # ---------------------------------------------------------------------------------------------------
 
 
+def _blocks(parts: list[Any], executor: MapFn) -> list[list[Any]]:
+    """The partitions in consecutive blocks, one held item each: 2 per worker slot of an executor that holds (so
+    the workers share the reading and each pass is a few tasks), one per partition otherwise (each pass then
+    encodes one partition at a time again, holding nothing)."""
+    k = min(len(parts), 2 * slots(executor)) if holds(executor) else len(parts)
+    return [[parts[i] for i in idx] for idx in np.array_split(np.arange(len(parts)), k) if idx.size]
+
+
 @dataclass
 class _Passes:
-    """The partitions, their reader and executor, and a pass counter."""
+    """The held blocks (:func:`crowdflow.executors.hold`), the executor and a pass counter."""
 
-    parts: list[Any]
-    read: Callable[[Any], pd.DataFrame]
+    handles: list[Any]
     executor: MapFn
     ctx: _Ctx
     count: int = 0
 
     def edges(self, rule: _Rule | None = None, prev: _Rule | None = None) -> _KeptSums:
         self.count += 1
-        # folded in file order as results complete: the flow holds running sums, not every file's (2.7 GB at 10^8)
-        fn = partial(_edges_part, self.read, self.ctx, rule, prev)
-        out = fold(self.executor, fn, self.parts, _add_kept, None, ordered=True)
+        # folded in block order as results complete: the flow holds running sums, not every block's
+        fn = on_held(partial(_held_edges, rule, prev))
+        out = fold(self.executor, fn, self.handles, _add_kept, None, ordered=True)
         return _KeptSums(out.sums, out.n_changed if prev is not None else -1, out.capped)
 
     def histogram(self, theta: np.ndarray, scale: float) -> np.ndarray:
         self.count += 1
-        res = self.executor(partial(_sketch_part, self.read, self.ctx, theta, scale), self.parts)
+        res = self.executor(on_held(partial(_held_sketch, theta, scale)), self.handles)
         h = np.zeros(SKETCH_BINS)
         for idx, wt in res:
             np.add.at(h, idx.astype(np.int64), wt)
@@ -641,7 +442,9 @@ def _diagnostics(pb: _Problem, theta: np.ndarray, solver: LaplacianSolver) -> pd
     g, s = pb.g, pb.sums
     C = g.n_components
     undet_e = laplacian_bridges(g.L, g.n_edges) & (s.ymin == s.ymax)
-    hd = hodge_decomposition(g, theta, solver=solver, undetectable=undet_e)
+    hd = hodge_decomposition(
+        g, theta, solver=solver, undetectable=undet_e, max_triangle_candidates=MAX_TRIANGLE_CANDIDATES
+    )
     t = hd.table.drop(columns=["missing_reason"])
     ecomp = g.component[pb.u]
     n_rows = np.bincount(ecomp, weights=s.count, minlength=C).round().astype(np.int64)
@@ -669,7 +472,12 @@ def _diagnostics(pb: _Problem, theta: np.ndarray, solver: LaplacianSolver) -> pd
     explain_missing(t, shares, "every outcome in the component is 0 (all ties), so no share of it", where=ynorm == 0)
     tri_cols = ["n_triangles", "n_cyclic_triangles", "tsr", "curl_share", "harmonic_share", "harmonic_dim"]
     if hd.n_triangles < 0:
-        explain_missing(t, tri_cols, "triangles not enumerated (more candidates than max_triangle_candidates)")
+        explain_missing(
+            t,
+            tri_cols,
+            f"triangles not enumerated, more than {MAX_TRIANGLE_CANDIDATES:,} candidate triples (the partitioned "
+            "fit's cap that keeps the flow's memory bounded, docs/methods/ranking.md §2.4)",
+        )
     elif not hd.curl_split:
         explain_missing(t, tri_cols[3:], "curl/harmonic split skipped (more triangles than max_triangles)")
     explain_missing(t, ["tsr"], "no triangle whose three pairs all have a non-tied mean outcome")
@@ -705,7 +513,8 @@ def _dictionary(
     universe = np.asarray(pd.unique(np.concatenate(ids)), dtype=object)
     levels = np.unique(np.concatenate([r[2] for r in scan]))
     nonzero = levels[levels > 0]
-    return universe[natural_order(universe)], int(sum(r[1] for r in scan)), nonzero.size == 1, float(levels.max())
+    top = float(levels.max()) if levels.size else 0.0
+    return universe[natural_order(universe)], int(sum(r[1] for r in scan)), nonzero.size == 1, top
 
 
 def fit_ranking_partitioned(
@@ -763,7 +572,12 @@ def fit_ranking_partitioned(
     if robust and o.outliers != "none":
         logger.info("outliers=%r needs every row in one process: the partitioned fit runs the trimmed rule", o.outliers)
     item_ids, n_rows, pm1, a = _dictionary(parts, read, executor, items)
-    ps = _Passes(parts, read, executor, _Ctx(item_ids), count=1)
+    if n_rows == 0:
+        raise ComparisonTableError("comparisons table is empty: nothing to rank (every partition has zero rows)")
+    ctx = _Ctx(item_ids)
+    blocks = _blocks(parts, executor)
+    # each partition read and encoded once, held by the executor across the passes (workers' memory on Dask)
+    ps = _Passes(hold(executor, partial(_encode_part, read, ctx), blocks), executor, ctx, count=1)
     base = ps.edges().sums
     u, v = _uv(item_ids, base)
     g = _edge_graph(item_ids, base)
@@ -791,6 +605,8 @@ def fit_ranking_partitioned(
         "n_edges": g.n_edges,
         "n_components": g.n_components,
         "n_partitions": len(parts),
+        "n_blocks": len(blocks),
+        "held_rows": "memory" if holds(executor) else "recomputed",
     }
     theta_rob = theta_deb = theta_ls
     flags = _Flags(None, math.inf, math.inf, "graded")
@@ -819,6 +635,7 @@ def fit_ranking_partitioned(
             t_min=o.t_min,
             debias=o.debias,
         )
+    release(executor, ps.handles)  # the held rows are no longer needed: the last pass reads the partitions
     score = theta_deb if (robust and o.debias) else theta_rob
     files: list[str] = []
     written: list[int] = []
@@ -890,7 +707,7 @@ def fit_trimmed(
     return fit_ranking_partitioned(
         [comparisons],
         _identity,
-        inline_executor,
+        InlineMemory(),
         options,
         out_dir,
         items=items,

@@ -1,0 +1,244 @@
+"""Comparison rows encoded once and held in memory across the passes of a partitioned ranking fit.
+
+A block (one or more partitions) is read and encoded once (:func:`encode_block`) into :class:`HeldRows`: the rows
+grouped by their pair ``u < v`` (a stable counting sort, so a pair's rows keep their input order), with per pair
+``u, v`` (int32) and the offsets of its rows, and per row only the oriented outcome ``y° = s·y`` (int8 when every
+value is a small integer, float32 when that is exact, float64 otherwise) and the weight (none stored when every
+weight is 1). That is 1–16 bytes a row instead of a file read, a canonicalisation and an id lookup per pass.
+
+Every pass is one compiled loop over the held rows (:func:`held_sums`, :func:`held_histogram`), the keep rule, the
+changed count and the capped residual sum fused with the per-pair sums. Per pair the sums run over its rows in
+input order, as ``numpy.bincount`` does on the rows, so a block's sums equal the row-wise sums of
+:mod:`crowdflow.ranking.partitioned` up to the order in which different blocks are added.
+
+Bytes read per pass: ``b_y + b_w`` per row plus 16 per pair (docs/scale.md, the bandwidth limit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from crowdflow.compiled import compiled_kernel
+from crowdflow.ranking.pairs import pair_table
+
+__all__ = ["HeldRows", "encode_block", "held_histogram", "held_sums"]
+
+#: Histogram grid of |r|/scale (the same as :mod:`crowdflow.ranking.partitioned`'s): bins per decade, lower end,
+#: decades; under/overflow bins at both ends.
+SKETCH_PER_DECADE, SKETCH_LO, SKETCH_DECADES = 1000, 1e-6, 12
+SKETCH_BINS = SKETCH_PER_DECADE * SKETCH_DECADES + 2
+
+
+@dataclass(frozen=True)
+class HeldRows:
+    """One block's rows grouped by pair (see the module docstring).
+
+    Attributes
+    ----------
+    pu, pv : numpy.ndarray
+        (|E_b|,) int32 pair endpoints ``u < v``, sorted by ``(u, v)``.
+    ptr : numpy.ndarray
+        (|E_b| + 1,) int64 offsets: the rows of pair ``e`` are ``ptr[e]:ptr[e+1]``.
+    yo : numpy.ndarray
+        (m,) oriented outcomes (int8, float32 or float64, whichever holds them exactly).
+    w : numpy.ndarray
+        (m,) float64 weights, or (0,) when every weight is 1.
+    n : int
+        Items of the dictionary (pairs are keyed ``u·n + v``).
+    """
+
+    pu: np.ndarray
+    pv: np.ndarray
+    ptr: np.ndarray
+    yo: np.ndarray
+    w: np.ndarray
+    n: int
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.yo.size)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held (what one pass reads)."""
+        return int(self.pu.nbytes + self.pv.nbytes + self.ptr.nbytes + self.yo.nbytes + self.w.nbytes)
+
+    def keys(self) -> np.ndarray:
+        return self.pu.astype(np.int64) * np.int64(self.n) + self.pv.astype(np.int64)
+
+
+def _compact_outcome(yo: np.ndarray) -> np.ndarray:
+    """``yo`` in the narrowest of int8, float32, float64 that holds every value exactly."""
+    if yo.size and np.all(np.abs(yo) <= 127) and np.array_equal(np.round(yo), yo):
+        return yo.astype(np.int8)
+    y32 = yo.astype(np.float32)
+    if np.array_equal(y32.astype(np.float64), yo):
+        return y32
+    return np.ascontiguousarray(yo, dtype=np.float64)
+
+
+@compiled_kernel
+def _counting_order(edge: np.ndarray, n_edges: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stable counting sort of the rows by pair index: (offsets, row order)."""
+    m = edge.size
+    ptr = np.zeros(n_edges + 1, dtype=np.int64)
+    for k in range(m):
+        ptr[edge[k] + 1] += 1
+    for e in range(n_edges):
+        ptr[e + 1] += ptr[e]
+    fill = ptr[:-1].copy()
+    order = np.empty(m, dtype=np.int64)
+    for k in range(m):
+        e = edge[k]
+        order[fill[e]] = k
+        fill[e] += 1
+    return ptr, order
+
+
+def encode_block(u: np.ndarray, v: np.ndarray, yo: np.ndarray, w: np.ndarray, n: int) -> HeldRows:
+    """Group rows (pairs ``u < v`` as int64, oriented outcomes, weights; input order) by pair, stably."""
+    m = int(u.size)
+    edge, eu, ev, _ = pair_table(u, v, np.ones(m), n)
+    ptr, order = _counting_order(edge, int(eu.size))
+    y = _compact_outcome(yo[order])
+    unit = bool(np.all(w == 1.0))
+    wh = np.zeros(0, dtype=np.float64) if unit else np.ascontiguousarray(w[order], dtype=np.float64)
+    return HeldRows(eu.astype(np.int32), ev.astype(np.int32), ptr, y, wh, n)
+
+
+@compiled_kernel
+def _keep(r: float, d: float, yv: float, cut: float, kind: int) -> bool:
+    if kind == 0:
+        return abs(r) <= cut
+    return not ((yv * d < 0.0) and (abs(d) >= cut))
+
+
+@compiled_kernel
+def _sums_kernel(
+    pu: np.ndarray,
+    pv: np.ndarray,
+    ptr: np.ndarray,
+    yo: np.ndarray,
+    w: np.ndarray,
+    theta: np.ndarray,
+    cut: float,
+    kind: int,
+    ptheta: np.ndarray,
+    pcut: float,
+    pkind: int,
+    mode: int,
+) -> tuple[np.ndarray, np.ndarray, int, float]:
+    """Per pair (count, ties) and (w, wy, wy2, ymin, ymax, wpos, wneg) of the kept rows; changed rows; capped sum.
+
+    ``mode`` 0: every row; 1: the rows ``(theta, cut, kind)`` keeps; 2: also count the rows whose kept status
+    differs under ``(ptheta, pcut, pkind)``.
+    """
+    ne = pu.size
+    unit = w.size == 0
+    cnt = np.zeros((ne, 2), dtype=np.int64)
+    acc = np.zeros((ne, 7), dtype=np.float64)
+    changed = 0
+    capped = 0.0
+    cut2 = cut * cut
+    for e in range(ne):
+        lo, hi = ptr[e], ptr[e + 1]
+        d = 0.0
+        pd_ = 0.0
+        if mode > 0:
+            d = theta[pu[e]] - theta[pv[e]]
+        if mode > 1:
+            pd_ = ptheta[pu[e]] - ptheta[pv[e]]
+        c = 0
+        ties = 0
+        sw = 0.0
+        swy = 0.0
+        swy2 = 0.0
+        ymin = np.inf
+        ymax = -np.inf
+        wpos = 0.0
+        wneg = 0.0
+        for k in range(lo, hi):
+            yv = float(yo[k])
+            wv = 1.0 if unit else w[k]
+            if mode > 0:
+                r = yv - d
+                capped += wv * min(r * r, cut2)
+                kept = _keep(r, d, yv, cut, kind)
+                if mode > 1 and kept != _keep(yv - pd_, pd_, yv, pcut, pkind):
+                    changed += 1
+                if not kept:
+                    continue
+            c += 1
+            sw += wv
+            swy += wv * yv
+            swy2 += wv * yv * yv
+            if yv < ymin:
+                ymin = yv
+            if yv > ymax:
+                ymax = yv
+            if yv > 0.0:
+                wpos += wv
+            elif yv < 0.0:
+                wneg += wv
+            else:
+                ties += 1
+        cnt[e, 0] = c
+        cnt[e, 1] = ties
+        acc[e, 0] = sw
+        acc[e, 1] = swy
+        acc[e, 2] = swy2
+        acc[e, 3] = ymin
+        acc[e, 4] = ymax
+        acc[e, 5] = wpos
+        acc[e, 6] = wneg
+    return cnt, acc, changed, capped
+
+
+def held_sums(
+    rows: HeldRows,
+    rule: tuple[np.ndarray, float, int] | None,
+    prev: tuple[np.ndarray, float, int] | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, float]:
+    """The kept rows' per-pair sums of one block: ``(keys, counts (|E|, 2), sums (|E|, 7), changed, capped)``.
+
+    ``rule``/``prev`` are ``(θ, cut, kind)`` with kind 0 (keep ``|r| ≤ cut``) or 1 (drop upsets at ``|d| ≥ cut``);
+    pairs without a kept row are left out. ``changed`` is -1 without ``prev``; ``capped`` NaN without ``rule``.
+    """
+    empty = np.zeros(0)
+    mode = 0 if rule is None else (1 if prev is None else 2)
+    theta, cut, kind = rule if rule is not None else (empty, 0.0, 0)
+    ptheta, pcut, pkind = prev if prev is not None else (empty, 0.0, 0)
+    cnt, acc, changed, capped = _sums_kernel(
+        rows.pu, rows.pv, rows.ptr, rows.yo, rows.w, theta, float(cut), int(kind), ptheta, float(pcut), int(pkind), mode
+    )
+    keys = rows.keys()
+    if mode > 0:
+        live = cnt[:, 0] > 0
+        keys, cnt, acc = keys[live], cnt[live], acc[live]
+    return keys, cnt, acc, (changed if mode == 2 else -1), (capped if mode > 0 else float("nan"))
+
+
+@compiled_kernel
+def _hist_kernel(
+    pu: np.ndarray, pv: np.ndarray, ptr: np.ndarray, yo: np.ndarray, w: np.ndarray, theta: np.ndarray, scale: float
+) -> np.ndarray:
+    nb = SKETCH_BINS
+    h = np.zeros(nb, dtype=np.float64)
+    unit = w.size == 0
+    for e in range(pu.size):
+        d = theta[pu[e]] - theta[pv[e]]
+        for k in range(ptr[e], ptr[e + 1]):
+            z = abs(float(yo[k]) - d) / scale
+            b = np.floor(np.log10(max(z, 1e-300) / SKETCH_LO) * SKETCH_PER_DECADE) + 1.0
+            i = int(min(max(b, 0.0), nb - 1.0))
+            h[i] += 1.0 if unit else w[k]
+    return h
+
+
+def held_histogram(rows: HeldRows, theta: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """The non-empty bins of ``|r|/scale`` on the log grid and their weights (one block)."""
+    h = _hist_kernel(rows.pu, rows.pv, rows.ptr, rows.yo, rows.w, theta, float(scale))
+    nz = np.flatnonzero(h)
+    return nz.astype(np.int32), h[nz]

@@ -1,0 +1,284 @@
+"""Worker side of the partitioned ranking fit (:mod:`crowdflow.ranking.partitioned`): module-level pass functions.
+
+Every function here is bound with :func:`functools.partial` and pickled to the workers. A partition is read and
+encoded once per block (:func:`_encode_part`, held across passes by the executor, :func:`crowdflow.executors.hold`);
+the edge-sum and histogram passes run on the held rows (:mod:`crowdflow.ranking.held`); the scan and the final
+write pass read the partitions themselves (ids and row outputs need the strings).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from crowdflow.contracts.comparisons import canonical_comparisons
+from crowdflow.contracts.errors import InputError
+from crowdflow.ranking.held import (
+    SKETCH_BINS,
+    SKETCH_DECADES,
+    SKETCH_LO,
+    SKETCH_PER_DECADE,
+    HeldRows,
+    encode_block,
+    held_histogram,
+    held_sums,
+)
+from crowdflow.ranking.types import _str
+
+__all__ = ["SKETCH_BINS", "SKETCH_DECADES", "EdgeSums"]
+
+
+def _identity(part: pd.DataFrame) -> pd.DataFrame:
+    return part  # the reader of fit_trimmed's single in-memory partition
+
+
+@dataclass(frozen=True)
+class EdgeSums:
+    """Per-pair sums of (a subset of) the rows, pairs ``u < v`` keyed ``u·n + v`` (sorted, distinct).
+
+    ``count`` rows, ``w = Σw``, ``wy = Σw·y°``, ``wy2 = Σw·y°²`` with the outcome oriented along the pair,
+    ``ymin/ymax`` of y°, ``wpos/wneg`` the weight with ``y° > 0`` / ``y° < 0`` and ``ties`` the rows with
+    ``y = 0``.
+    """
+
+    key: np.ndarray
+    count: np.ndarray
+    w: np.ndarray
+    wy: np.ndarray
+    wy2: np.ndarray
+    ymin: np.ndarray
+    ymax: np.ndarray
+    wpos: np.ndarray
+    wneg: np.ndarray
+    ties: np.ndarray
+
+    @staticmethod
+    def combine(parts: Sequence[EdgeSums]) -> EdgeSums:
+        """Sum the partitions' sums pair by pair (min/max for ``ymin/ymax``)."""
+        key = np.concatenate([p.key for p in parts]) if parts else np.zeros(0, np.int64)
+        uk, inv = np.unique(key, return_inverse=True)
+        ne = uk.size
+
+        def add(name: str) -> np.ndarray:
+            return np.bincount(inv, weights=np.concatenate([getattr(p, name) for p in parts]), minlength=ne)
+
+        ymin = np.full(ne, np.inf)
+        ymax = np.full(ne, -np.inf)
+        if ne:
+            np.minimum.at(ymin, inv, np.concatenate([p.ymin for p in parts]))
+            np.maximum.at(ymax, inv, np.concatenate([p.ymax for p in parts]))
+        cnt = add("count").round().astype(np.int64) if ne else np.zeros(0, np.int64)
+        ties = add("ties").round().astype(np.int64) if ne else np.zeros(0, np.int64)
+        return EdgeSums(uk, cnt, add("w"), add("wy"), add("wy2"), ymin, ymax, add("wpos"), add("wneg"), ties)
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    """What every task gets: the item dictionary (natural order)."""
+
+    items: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return int(self.items.size)
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """Which rows a pass keeps, from the broadcast θ: ``kind='abs'`` keeps ``|r| ≤ cut``; ``kind='upset'``
+    drops the rows that contradict θ at ``|d| ≥ cut`` (ties never)."""
+
+    theta: np.ndarray
+    cut: float
+    kind: Literal["abs", "upset"] = "abs"
+
+    def spec(self) -> tuple[np.ndarray, float, int]:
+        """``(θ, cut, kind)`` for the compiled passes (:func:`crowdflow.ranking.held.held_sums`)."""
+        return np.ascontiguousarray(self.theta, dtype=np.float64), float(self.cut), 0 if self.kind == "abs" else 1
+
+    def keep(self, u: np.ndarray, v: np.ndarray, yo: np.ndarray) -> np.ndarray:
+        d = self.theta[u] - self.theta[v]
+        if self.kind == "abs":
+            return np.asarray(np.abs(yo - d) <= self.cut)
+        return np.asarray(~((yo * d < 0) & (np.abs(d) >= self.cut)))
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """One encoded partition: pairs ``u < v``, orientation signs, oriented outcomes and weights."""
+
+    df: pd.DataFrame
+    u: np.ndarray
+    v: np.ndarray
+    sign: np.ndarray
+    yo: np.ndarray
+    w: np.ndarray
+
+
+def _canonical(raw: pd.DataFrame) -> pd.DataFrame:
+    """:func:`~crowdflow.contracts.comparisons.canonical_comparisons` of one partition; an empty partition (a 0-byte
+    file, docs/scale.md) is zero rows, not an error: the whole table's emptiness is checked by the flow."""
+    if len(raw) == 0:
+        return pd.DataFrame(
+            {
+                "row_id": np.zeros(0, np.int64),
+                "annotator": pd.Series([], dtype=object),
+                "item_a": pd.Series([], dtype=object),
+                "item_b": pd.Series([], dtype=object),
+                "outcome": np.zeros(0),
+                "weight": np.zeros(0),
+            }
+        )
+    return canonical_comparisons(raw)
+
+
+def _read_rows(read: Callable[[Any], pd.DataFrame], ctx: _Ctx, part: Any) -> _Rows:
+    """Read, canonicalise and encode one partition with the global dictionary."""
+    df = _canonical(read(part))
+    index = pd.Index(ctx.items)
+    i = index.get_indexer(df["item_a"].to_numpy(dtype=object))
+    j = index.get_indexer(df["item_b"].to_numpy(dtype=object))
+    if (i < 0).any() or (j < 0).any():
+        raise InputError("holds an item id the first pass did not see: the file changed during the run", path=str(part))
+    i = i.astype(np.int64)
+    j = j.astype(np.int64)
+    sign = np.where(i < j, 1.0, -1.0)
+    y = df["outcome"].to_numpy(dtype=np.float64)
+    return _Rows(df, np.minimum(i, j), np.maximum(i, j), sign, sign * y, df["weight"].to_numpy(dtype=np.float64))
+
+
+def _scan_part(read: Callable[[Any], pd.DataFrame], part: Any) -> tuple[np.ndarray, int, np.ndarray]:
+    """Pass 1: distinct item ids, row count and up to three distinct ``|y|``."""
+    df = _canonical(read(part))
+    ids = pd.unique(pd.concat([df["item_a"], df["item_b"]], ignore_index=True).to_numpy(dtype=object))
+    levels = np.unique(np.abs(df["outcome"].to_numpy(dtype=np.float64)))[:3]
+    return np.asarray(ids, dtype=object), len(df), levels
+
+
+def _sums(rows: _Rows, n: int, mask: np.ndarray | None) -> EdgeSums:
+    u, v, yo, w = rows.u, rows.v, rows.yo, rows.w
+    if mask is not None:
+        u, v, yo, w = u[mask], v[mask], yo[mask], w[mask]
+    uk, inv = np.unique(u * np.int64(n) + v, return_inverse=True)
+    ne = uk.size
+
+    def add(x: np.ndarray) -> np.ndarray:
+        return np.bincount(inv, weights=x, minlength=ne)
+
+    ymin = np.full(ne, np.inf)
+    ymax = np.full(ne, -np.inf)
+    np.minimum.at(ymin, inv, yo)
+    np.maximum.at(ymax, inv, yo)
+    cnt = np.bincount(inv, minlength=ne).astype(np.int64)
+    ties = np.bincount(inv, weights=(yo == 0).astype(np.float64), minlength=ne).round().astype(np.int64)
+    return EdgeSums(
+        uk, cnt, add(w), add(w * yo), add(w * yo * yo), ymin, ymax, add(w * (yo > 0)), add(w * (yo < 0)), ties
+    )
+
+
+@dataclass(frozen=True)
+class _KeptSums:
+    sums: EdgeSums
+    n_changed: int
+    capped: float
+
+
+def _bin_index(x: np.ndarray) -> np.ndarray:
+    """Histogram bin of ``x ≥ 0`` on the log grid: 0 below ``SKETCH_LO``, the last bin at or above the top."""
+    with np.errstate(divide="ignore"):
+        b = np.floor(np.log10(np.maximum(x, 1e-300) / SKETCH_LO) * SKETCH_PER_DECADE) + 1
+    return np.asarray(np.clip(b, 0, SKETCH_BINS - 1), dtype=np.int64)
+
+
+def _bin_lower(b: int | np.ndarray) -> np.ndarray:
+    return np.asarray(SKETCH_LO * 10.0 ** ((np.asarray(b, dtype=float) - 1) / SKETCH_PER_DECADE))
+
+
+def _encode_part(read: Callable[[Any], pd.DataFrame], ctx: _Ctx, parts: list[Any]) -> HeldRows:
+    """Read a block's partitions once and encode them (:func:`~crowdflow.ranking.held.encode_block`): what a
+    worker holds across the passes."""
+    us, vs, ys, ws = [], [], [], []
+    for part in parts:
+        rows = _read_rows(read, ctx, part)
+        us.append(rows.u)
+        vs.append(rows.v)
+        ys.append(rows.yo)
+        ws.append(rows.w)
+        del rows
+    return encode_block(np.concatenate(us), np.concatenate(vs), np.concatenate(ys), np.concatenate(ws), ctx.n)
+
+
+def _held_edges(rule: _Rule | None, prev: _Rule | None, rows: HeldRows) -> _KeptSums:
+    """Edge sums of the held rows ``rule`` keeps (all without a rule), the rows whose kept status differs under
+    ``prev`` and ``Σ w min(r², cut²)``: one fused compiled loop (:func:`~crowdflow.ranking.held.held_sums`)."""
+    keys, cnt, acc, changed, capped = held_sums(
+        rows, rule.spec() if rule is not None else None, prev.spec() if prev is not None else None
+    )
+    a = np.ascontiguousarray(acc.T)
+    sums = EdgeSums(keys, cnt[:, 0].copy(), a[0], a[1], a[2], a[3], a[4], a[5], a[6], cnt[:, 1].copy())
+    return _KeptSums(sums, changed, capped)
+
+
+def _held_sketch(theta: np.ndarray, scale: float, rows: HeldRows) -> tuple[np.ndarray, np.ndarray]:
+    """Histogram pass over the held rows: the non-empty bins of ``|r|/scale`` and their weights."""
+    return held_histogram(rows, np.ascontiguousarray(theta, dtype=np.float64), scale)
+
+
+@dataclass(frozen=True)
+class _Written:
+    path: str | None
+    n_rows: int
+    n_written: int
+    out_count: np.ndarray
+    out_weight: np.ndarray
+    annotators: pd.DataFrame
+
+
+def _write_part(
+    read: Callable[[Any], pd.DataFrame],
+    ctx: _Ctx,
+    theta: np.ndarray,
+    component: np.ndarray,
+    n_components: int,
+    rule: _Rule | None,
+    out_dir: str | None,
+    write_all: bool,
+    job: tuple[int, Any],
+) -> _Written:
+    """Final pass: residuals against the reported scores and flags; writes ``part-<k>.parquet``."""
+    k, part = job
+    rows = _read_rows(read, ctx, part)
+    df = rows.df
+    flag = ~rule.keep(rows.u, rows.v, rows.yo) if rule is not None else np.zeros(len(df), dtype=bool)
+    rc = component[rows.u]
+    out_count = np.bincount(rc, weights=flag, minlength=n_components).round().astype(np.int64)
+    out_weight = np.bincount(rc, weights=rows.w * flag, minlength=n_components)
+    ann = pd.DataFrame({"annotator": df["annotator"].to_numpy(dtype=object), "o": flag.astype(np.int64)})
+    ann = ann[ann["annotator"].notna()].groupby("annotator", sort=True)["o"].agg(["size", "sum"]).reset_index()
+    path, n_written = None, 0
+    if out_dir is not None:
+        fitted = rows.sign * (theta[rows.u] - theta[rows.v])
+        y = df["outcome"].to_numpy(dtype=np.float64)
+        table = pd.DataFrame(
+            {
+                "part": np.full(len(df), k, dtype=np.int64),
+                "row_id": df["row_id"].to_numpy(dtype=np.int64),
+                "annotator": _str(df["annotator"].to_numpy(dtype=object)),
+                "item_a": _str(df["item_a"].to_numpy(dtype=object)),
+                "item_b": _str(df["item_b"].to_numpy(dtype=object)),
+                "outcome": y,
+                "weight": rows.w,
+                "fitted": fitted,
+                "residual": y - fitted,
+                "is_outlier": flag,
+            }
+        )[slice(None) if write_all else flag].reset_index(drop=True)
+        path = os.path.join(out_dir, f"part-{k:05d}.parquet")
+        table.to_parquet(path, index=False)
+        n_written = len(table)
+    return _Written(path, len(df), n_written, out_count, out_weight, ann)

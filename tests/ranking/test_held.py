@@ -1,0 +1,200 @@
+"""Partitioned ranking from held rows (issue #36): encoded once, passes from memory, equal to the in-memory fits.
+
+A generated family of folder shapes (files, sizes, empty files, ties, ±1 outcomes, weights, disconnected pieces,
+numeric ids) is fitted three ways: rows held in this process (:class:`InlineMemory`), rows held by Dask workers
+(persisted futures, :class:`tasks.runners.DaskMap`) and nothing held (:func:`inline_executor`, every pass encodes
+again); each is compared with the in-memory fit, ``fit_hodgerank`` (least squares) and ``fit_trimmed`` (the trimmed
+rule, one partition), for both outlier modes. The worst difference over the family is printed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from crowdflow.executors import InlineMemory, Recompute, fold, hold, inline_executor, on_held, release
+from crowdflow.ranking import fit_hodgerank
+from crowdflow.ranking.held import encode_block, held_histogram, held_sums
+from crowdflow.ranking.partitioned import fit_ranking_partitioned, fit_trimmed
+
+N_SHAPES = 12
+
+
+def _shape(seed: int) -> tuple[list[pd.DataFrame], dict[str, Any]]:
+    """One folder: 1–6 files of skewed sizes (some empty), items 4–120, mixed outcome kinds, optional weights."""
+    rng = np.random.default_rng(1000 + seed)
+    n = int(rng.integers(4, 120))
+    m = int(rng.integers(30, 3000))
+    pieces = 2 if seed % 5 == 4 else 1
+    kind = ["graded", "ties", "pm1"][seed % 3]
+    theta = rng.standard_normal(n) * 1.5
+    group = np.arange(n) % pieces
+    pop = rng.zipf(1.6, n).astype(float)  # skewed popularity
+    a = rng.choice(n, m, p=pop / pop.sum())
+    b = np.array([rng.choice(np.flatnonzero((group == group[x]) & (np.arange(n) != x))) for x in a])
+    y = theta[a] - theta[b] + 0.5 * rng.standard_normal(m)
+    bad = rng.random(m) < 0.06  # planted outliers
+    y[bad] = -np.sign(theta[a] - theta[b])[bad] * (np.abs(y[bad]) + 3.0)
+    if kind == "ties":
+        y = np.round(y)
+    elif kind == "pm1":
+        y = np.where(y >= 0, 1.0, -1.0)
+    ids = (lambda k: str(5000 - 3 * k)) if seed % 2 else (lambda k: f"it{k:x}")
+    df = pd.DataFrame(
+        {
+            "annotator": [f"a{x}" for x in rng.integers(0, 15, m)],
+            "item_a": [ids(x) for x in a],
+            "item_b": [ids(x) for x in b],
+            "outcome": y,
+        }
+    )
+    if seed % 4 == 1:
+        df["weight"] = rng.choice([0.5, 1.0, 2.5], m)
+    k = int(rng.integers(1, 7))
+    cuts = np.sort(rng.choice(np.arange(m + 1), k - 1)) if k > 1 else np.array([], dtype=int)  # repeats: empty files
+    bounds = np.r_[0, cuts, m]
+    parts = [df.iloc[lo:hi].reset_index(drop=True) for lo, hi in itertools.pairwise(bounds)]
+    return parts, {"n": n, "m": m, "kind": kind, "pieces": pieces, "files": k}
+
+
+def _read(part: pd.DataFrame) -> pd.DataFrame:
+    return part
+
+
+def _flag_rows(res: Any, parts: list[pd.DataFrame]) -> np.ndarray:
+    offset = np.r_[0, np.cumsum([len(p) for p in parts])]
+    flag = np.zeros(int(offset[-1]), dtype=bool)
+    for f in res.row_files:
+        rows = pd.read_parquet(f)
+        flag[offset[rows["part"].to_numpy()] + rows["row_id"].to_numpy()] = rows["is_outlier"].to_numpy()
+    return flag
+
+
+def _dask_executor() -> Any:
+    distributed = pytest.importorskip("distributed")
+    from tasks.runners import DaskMap
+
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0")
+    return cluster, distributed.Client(cluster), DaskMap
+
+
+def test_held_fit_equals_in_memory_fits_on_a_family_of_folders(tmp_path: Path) -> None:
+    cluster, client, dask_map = _dask_executor()
+    worst = {"ls": 0.0, "trimmed": 0.0}
+    disconnected = 0
+    with cluster, client:
+        executors = {"memory": InlineMemory(), "dask": dask_map(client), "recompute": inline_executor}
+        for seed in range(N_SHAPES):
+            parts, info = _shape(seed)
+            df = pd.concat(parts, ignore_index=True)
+            ref_ls = fit_hodgerank(df, allow_disconnected=True)
+            ref_tr = fit_trimmed(df, allow_disconnected=True, write_rows="all", out_dir=str(tmp_path / f"m{seed}"))
+            flags_ref = _flag_rows(ref_tr, [df])
+            for name, ex in executors.items():
+                ls = fit_ranking_partitioned(parts, _read, ex, outliers="none", allow_disconnected=True)
+                assert ls.ranking["item"].tolist() == ref_ls.ranking["item"].tolist(), (seed, name)
+                np.testing.assert_array_equal(ls.ranking["rank"], ref_ls.ranking["rank"])
+                np.testing.assert_array_equal(ls.ranking["n_comparisons"], ref_ls.ranking["n_comparisons"])
+                d = float(np.max(np.abs(ls.ranking["score"].to_numpy() - ref_ls.ranking["score"].to_numpy())))
+                worst["ls"] = max(worst["ls"], d)
+                assert d <= 1e-9, (seed, name, info)
+                assert ls.graph.n_components == ref_ls.graph.n_components
+                disconnected += ls.graph.n_components > 1
+                assert ls.passes == 2 and ls.params["held_rows"] == ("recomputed" if name == "recompute" else "memory")
+                out = str(tmp_path / f"{name}{seed}")
+                tr = fit_ranking_partitioned(parts, _read, ex, None, out, outliers="trimmed", allow_disconnected=True)
+                np.testing.assert_array_equal(_flag_rows(tr, parts), flags_ref, err_msg=f"{seed} {name} {info}")
+                assert tr.n_outliers == ref_tr.n_outliers
+                assert tr.sigma == pytest.approx(ref_tr.sigma, rel=1e-10, abs=1e-12)
+                d = float(np.max(np.abs(tr.ranking["score"].to_numpy() - ref_tr.ranking["score"].to_numpy())))
+                worst["trimmed"] = max(worst["trimmed"], d)
+                assert d <= 1e-9, (seed, name, info)
+                assert tr.params["trim_iterations"] == ref_tr.params["trim_iterations"]
+    assert disconnected > 0  # the family has disconnected folders
+    print(f"worst |Δscore| over {N_SHAPES} folders × 3 executors: {worst}")
+
+
+def test_held_rows_are_compact_and_their_sums_are_the_row_sums() -> None:
+    rng = np.random.default_rng(3)
+    n, m = 30, 5000
+    i, j = rng.integers(0, n, m), rng.integers(0, n, m)
+    keep = i != j
+    u, v = np.minimum(i, j)[keep], np.maximum(i, j)[keep]
+    yo = rng.integers(-2, 3, u.size).astype(float)
+    w = np.ones(u.size)
+    held = encode_block(u, v, yo, w, n)
+    assert held.yo.dtype == np.int8 and held.w.size == 0 and held.pu.dtype == np.int32
+    assert held.nbytes < u.size * 2 + 16 * n * n
+    keys, cnt, acc, changed, capped = held_sums(held, None, None)
+    ref_keys, inv = np.unique(u * n + v, return_inverse=True)
+    np.testing.assert_array_equal(keys, ref_keys)
+    np.testing.assert_array_equal(cnt[:, 0], np.bincount(inv))
+    np.testing.assert_array_equal(acc[:, 1], np.bincount(inv, weights=yo))
+    np.testing.assert_array_equal(cnt[:, 1], np.bincount(inv, weights=yo == 0).astype(int))
+    assert changed == -1 and np.isnan(capped)
+    theta = rng.standard_normal(n)
+    r = yo - (theta[u] - theta[v])
+    kept_keys, kcnt, _, changed, capped = held_sums(held, (theta, 1.0, 0), (theta * 0.5, 1.0, 0))
+    np.testing.assert_array_equal(kcnt[:, 0], np.bincount(inv[np.abs(r) <= 1.0], minlength=ref_keys.size)[
+        np.isin(ref_keys, kept_keys)
+    ])  # fmt: skip
+    r_prev = yo - 0.5 * (theta[u] - theta[v])
+    assert changed == int(np.count_nonzero((np.abs(r) <= 1.0) != (np.abs(r_prev) <= 1.0)))
+    assert capped == pytest.approx(float(np.sum(np.minimum(r * r, 1.0))), rel=1e-12)
+    idx, wt = held_histogram(held, theta, 0.5)
+    assert wt.sum() == pytest.approx(u.size) and idx.dtype == np.int32
+    graded = encode_block(u, v, rng.standard_normal(u.size), rng.uniform(0.5, 2, u.size), n)
+    assert graded.yo.dtype == np.float64 and graded.w.size == u.size
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+def _plus_one(x: int) -> int:
+    return x + 1
+
+
+def test_hold_keeps_values_where_the_executor_can_and_recomputes_otherwise() -> None:
+    mem = InlineMemory()
+    held = hold(mem, _square, [1, 2, 3])
+    assert held == [1, 4, 9]
+    assert mem(on_held(_plus_one), held) == [2, 5, 10]
+    assert fold(mem, on_held(_plus_one), held, lambda a, r: a + r, 0) == 17
+    lazy = hold(inline_executor, _square, [1, 2, 3])
+    assert all(isinstance(h, Recompute) for h in lazy)
+    assert inline_executor(on_held(_plus_one), lazy) == [2, 5, 10]
+    release(inline_executor, lazy)
+    assert lazy == []
+    cluster, client, dask_map = _dask_executor()
+    with cluster, client:
+        ex = dask_map(client)
+        futures = hold(ex, _square, [1, 2, 3])
+        assert ex(on_held(_plus_one), futures) == [2, 5, 10]
+        assert fold(ex, on_held(_plus_one), futures, lambda a, r: [*a, r], [], ordered=True) == [2, 5, 10]
+        release(ex, futures)
+        with pytest.raises(ZeroDivisionError):
+            hold(ex, _inverse, [1, 0])
+
+
+def _inverse(x: int) -> float:
+    return 1 / x
+
+
+def test_skipped_triangle_diagnostics_say_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the partitioned fit's triangle cap the triangle columns are missing with the cap as their reason."""
+    import crowdflow.ranking.partitioned as part
+
+    parts, _ = _shape(0)
+    monkeypatch.setattr(part, "MAX_TRIANGLE_CANDIDATES", 0)
+    res = fit_ranking_partitioned(parts, _read, InlineMemory(), outliers="none", allow_disconnected=True)
+    d = res.diagnostics
+    assert d["n_triangles"].isna().all()
+    assert (
+        d["missing_reason"].str.contains("triangles not enumerated, more than 0 candidate triples", regex=False).all()
+    )
