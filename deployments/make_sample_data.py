@@ -66,6 +66,12 @@ def daily_labels(n_days: int = 3) -> dict[str, pd.DataFrame]:
     return {f"day=2026-11-{d + 1:02d}": labels[day == d].reset_index(drop=True) for d in range(n_days)}
 
 
+def daily_comparisons(frame: pd.DataFrame, n_days: int = 3) -> dict[str, pd.DataFrame]:
+    """The sample comparisons as daily deliveries: ``day=2026-11-0<k>`` folders, rows in order, a third a day."""
+    day = (pd.RangeIndex(len(frame)) * n_days) // len(frame)
+    return {f"day=2026-11-{d + 1:02d}": frame[day == d].reset_index(drop=True) for d in range(n_days)}
+
+
 def write_all(out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     frames: dict[str, pd.DataFrame] = {"comparisons": comparisons(), "candidates": candidates()}
@@ -78,11 +84,13 @@ def write_all(out: Path) -> list[Path]:
         path = out / f"{name}.csv"
         df.to_csv(path, index=False, float_format="%.10g", lineterminator="\n")
         paths.append(path)
-    for folder, df in daily_labels().items():  # the incremental example's date-partitioned folder
-        path = out / "daily_labels" / folder / "part-0.parquet"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        df.to_parquet(path, index=False, compression="zstd")
-        paths.append(path)
+    daily = {"daily_labels": daily_labels(), "daily_comparisons": daily_comparisons(frames["comparisons"])}
+    for name, days in daily.items():  # the incremental examples' date-partitioned folders
+        for folder, df in days.items():
+            path = out / name / folder / "part-0.parquet"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            df.to_parquet(path, index=False, compression="zstd")
+            paths.append(path)
     return paths
 
 
