@@ -17,6 +17,29 @@ import time
 import urllib.request
 from pathlib import Path
 
+#: What the report tests read from a rendered report page (tests/test_report.py, tests/test_report_pages.py): its
+#: text, every figure (size, images loaded, legend entries with their colours, reading, sentence, tables, body),
+#: the figure grid's width, the action cards, the timings table and the run header.
+READ_REPORT_JS = """JSON.stringify({
+  text: document.body.innerText,
+  figures: [...document.querySelectorAll('figure')].map(f => {
+    const r = f.getBoundingClientRect();
+    return {id: f.id, fact: f.classList.contains('fact'), w: r.width, h: r.height,
+      imgs: [...f.querySelectorAll('img')].map(i => i.complete && i.naturalWidth > 0),
+      legend: [...f.querySelectorAll('ul.legend li')].map(li => [li.innerText.trim(),
+        getComputedStyle(li.querySelector('.swatch')).backgroundColor]),
+      reading: f.querySelector('p.reading')?.innerText.trim() || '',
+      sentence: f.querySelector('.sentence')?.innerText.trim() || '',
+      tables: f.querySelectorAll('table').length,
+      body: [...f.children].filter(c => c.tagName !== 'FIGCAPTION').map(c => c.innerText.trim()).join(' ')};
+  }),
+  grid: document.querySelector('#figures .grid').getBoundingClientRect().width,
+  cards: [...document.querySelectorAll('.act')].map(a => ({id: a.id,
+    body: [...a.children].filter(c => c.tagName !== 'H3').map(c => c.innerText.trim()).join(' ')})),
+  timings: document.getElementById('timings-table')?.innerText || '',
+  header: document.getElementById('run-header').innerText,
+})"""
+
 
 def browser() -> str | None:
     for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):

@@ -523,25 +523,7 @@ def test_demo_report_renders_in_headless_chromium(demo_run: Path, tmp_path: Path
     assert _non_blank(actions) > 0.02 and _non_blank(confusion) > 0.05 and _non_blank(full) > 0.02
 
 
-_READ_JS = """JSON.stringify({
-  text: document.body.innerText,
-  figures: [...document.querySelectorAll('figure')].map(f => {
-    const r = f.getBoundingClientRect();
-    return {id: f.id, fact: f.classList.contains('fact'), w: r.width, h: r.height,
-      imgs: [...f.querySelectorAll('img')].map(i => i.complete && i.naturalWidth > 0),
-      legend: [...f.querySelectorAll('ul.legend li')].map(li => [li.innerText.trim(),
-        getComputedStyle(li.querySelector('.swatch')).backgroundColor]),
-      reading: f.querySelector('p.reading')?.innerText.trim() || '',
-      sentence: f.querySelector('.sentence')?.innerText.trim() || '',
-      tables: f.querySelectorAll('table').length,
-      body: [...f.children].filter(c => c.tagName !== 'FIGCAPTION').map(c => c.innerText.trim()).join(' ')};
-  }),
-  grid: document.querySelector('#figures .grid').getBoundingClientRect().width,
-  cards: [...document.querySelectorAll('.act')].map(a => ({id: a.id,
-    body: [...a.children].filter(c => c.tagName !== 'H3').map(c => c.innerText.trim()).join(' ')})),
-  timings: document.getElementById('timings-table')?.innerText || '',
-  header: document.getElementById('run-header').innerText,
-})"""
+_READ_JS = _BROWSER.READ_REPORT_JS
 
 
 @pytest.mark.flow

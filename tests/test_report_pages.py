@@ -44,24 +44,6 @@ BASELINE = {
     "next_batch": ("vs random picks", "drawn at random"),
 }
 
-_READ_JS = """JSON.stringify({
-  text: document.body.innerText,
-  figures: [...document.querySelectorAll('figure')].map(f => {
-    const r = f.getBoundingClientRect();
-    return {id: f.id, fact: f.classList.contains('fact'), w: r.width, h: r.height,
-      imgs: [...f.querySelectorAll('img')].map(i => i.complete && i.naturalWidth > 0),
-      legend: [...f.querySelectorAll('ul.legend li')].map(li => [li.innerText.trim(),
-        getComputedStyle(li.querySelector('.swatch')).backgroundColor]),
-      reading: f.querySelector('p.reading')?.innerText.trim() || '',
-      sentence: f.querySelector('.sentence')?.innerText.trim() || '',
-      body: [...f.children].filter(c => c.tagName !== 'FIGCAPTION').map(c => c.innerText.trim()).join(' ')};
-  }),
-  grid: document.querySelector('#figures .grid').getBoundingClientRect().width,
-  cards: [...document.querySelectorAll('.act')].map(a => ({id: a.id,
-    body: [...a.children].filter(c => c.tagName !== 'H3').map(c => c.innerText.trim()).join(' ')})),
-  header: document.getElementById('run-header').innerText,
-})"""
-
 
 def _browser_module():  # type: ignore[no-untyped-def]
     spec = importlib.util.spec_from_file_location("crowdflow_test_browser", ROOT / "tests" / "_browser.py")
@@ -113,7 +95,7 @@ def test_every_jobs_report_reads_as_text_with_legends_and_baselines(prefect_harn
             chrome.events.clear()
             chrome.call("Page.navigate", url=page.resolve().as_uri())
             chrome.wait_for("Page.loadEventFired")
-            read[job] = json.loads(chrome.evaluate(_READ_JS))  # type: ignore[arg-type]
+            read[job] = json.loads(chrome.evaluate(module.READ_REPORT_JS))  # type: ignore[arg-type]
             shot = chrome.screenshot(ARTIFACTS / f"report-{job}.png")
             assert shot[:8] == PNG_MAGIC and len(shot) > 50_000, job
     finally:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 def form_schema(schema: dict[str, Any]) -> None:
@@ -46,6 +46,26 @@ def form_schema(schema: dict[str, Any]) -> None:
             del prop["default"]
         for key, value in rest[0].items():
             prop.setdefault(key, value)
+
+
+def incremental_field() -> Any:
+    """The ``incremental`` option of the jobs whose runs can reuse earlier input files (skills, ranking): one
+    definition, so the spec, the CLI flag and the UI form say the same for each."""
+    return Field(
+        False,
+        description="Keep what each input file contributes in the run store (keyed by the file's content hash) and, "
+        "on the next run, read only the files not seen before; the result equals a full run's (docs/how-to/"
+        "incremental.md). Needs a local Parquet file or folder as the input.",
+    )
+
+
+def backfill_field() -> Any:
+    """The ``backfill`` option that goes with :func:`incremental_field`."""
+    return Field(
+        default_factory=list,
+        description="With incremental: partitions (a folder such as day=2026-11-03, or a file's path in the "
+        "dataset) to read again even when their content is unchanged.",
+    )
 
 
 class Options(BaseModel):

@@ -15,7 +15,7 @@ from typing import Literal, Self
 
 from pydantic import Field, model_validator
 
-from crowdflow.contracts.options import Options
+from crowdflow.contracts.options import Options, backfill_field, incremental_field
 
 __all__ = [
     "FDR_Q",
@@ -236,17 +236,8 @@ class RankingOptions(Options):
         le=1e-3,
         description="Accuracy at which the HLASSO solver stops at each threshold, relative to the largest outcome.",
     )
-    incremental: bool = Field(
-        False,
-        description="Keep what each input file contributes in the run store (keyed by the file's content hash) and, "
-        "on the next run, read only the files not seen before; the result equals a full run's (docs/how-to/"
-        "incremental.md). Needs a local Parquet file or folder as the input.",
-    )
-    backfill: list[str] = Field(
-        default_factory=list,
-        description="With incremental: partitions (a folder such as day=2026-11-03, or a file's path in the "
-        "dataset) to read again even when their content is unchanged.",
-    )
+    incremental: bool = incremental_field()
+    backfill: list[str] = backfill_field()
 
     @model_validator(mode="after")
     def _runnable(self) -> Self:

@@ -169,6 +169,21 @@ def labels_and_tasks_per_component(
     return n_lab, n_tasks
 
 
+def _per_component_counts(
+    lm: LabelMatrix | None,
+    per_component: tuple[np.ndarray, np.ndarray] | None,
+    worker_component: np.ndarray,
+    n_components: int,
+    caller: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The given per-component (labels, tasks) counts, or :func:`labels_and_tasks_per_component` of ``lm``."""
+    if per_component is not None:
+        return per_component
+    if lm is None:
+        raise ValueError(f"{caller} needs the labels or their per_component counts")
+    return labels_and_tasks_per_component(lm, worker_component, n_components)
+
+
 def component_diagnostics(
     lm: LabelMatrix | None,
     co_labels: sp.csr_matrix,
@@ -220,12 +235,7 @@ def component_diagnostics(
     deg = np.diff(n_mat.indptr)
     rowsum = np.asarray(n_mat.sum(axis=1, dtype=np.float64)).ravel()
     n_edges = np.bincount(g_lab, weights=deg, minlength=nc) / 2
-    if per_component is None:
-        if lm is None:
-            raise ValueError("component_diagnostics needs the labels or their per_component counts")
-        n_lab, n_tasks = labels_and_tasks_per_component(lm, g_lab, nc)
-    else:
-        n_lab, n_tasks = per_component
+    n_lab, n_tasks = _per_component_counts(lm, per_component, g_lab, nc, "component_diagnostics")
     d_max = np.zeros(nc, dtype=np.int64)
     np.maximum.at(d_max, g_lab, deg)
     norm_inf = np.zeros(nc)
@@ -358,12 +368,7 @@ def component_diagnostics_pairless(
     nc = graph.n_components
     partners = np.asarray(n_partners, dtype=np.float64)
     known = bool(np.all(np.isfinite(partners)))
-    if per_component is None:
-        if lm is None:
-            raise ValueError("component_diagnostics_pairless needs the labels or their per_component counts")
-        n_lab, n_tasks = labels_and_tasks_per_component(lm, g_lab, nc)
-    else:
-        n_lab, n_tasks = per_component
+    n_lab, n_tasks = _per_component_counts(lm, per_component, g_lab, nc, "component_diagnostics_pairless")
     nan = np.full(nc, np.nan)
     if known:
         n_edges: np.ndarray = (np.bincount(g_lab, weights=partners, minlength=nc) / 2).astype(np.int64)

@@ -15,7 +15,7 @@ from typing import Annotated, Any, get_args
 import pandas as pd
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from crowdflow.contracts.options import Options
+from crowdflow.contracts.options import Options, backfill_field, incremental_field
 from crowdflow.labels import DuplicatePolicy, canonical_label_text
 from crowdflow.skills.crowdkit_adapter import AGGREGATORS, CROWDKIT_PREFIX, is_crowdkit, missing_extra, validate_params
 from crowdflow.skills.types import AutoCandidate, Fallback, Method, SignMode, Solver, TieBreak, Weighting
@@ -306,17 +306,8 @@ class SkillsOptions(Options):
         description="The full label set: labels outside it fail validation, and every label in it is a "
         "possible answer even if nobody used it.",
     )
-    incremental: bool = Field(
-        False,
-        description="Keep what each input file contributes in the run store (keyed by the file's content hash) and, "
-        "on the next run, read only the files not seen before; the result equals a full run's (docs/how-to/"
-        "incremental.md). Needs a local Parquet file or folder as the input.",
-    )
-    backfill: list[str] = Field(
-        default_factory=list,
-        description="With incremental: partitions (a folder such as day=2026-11-03, or a file's path in the "
-        "dataset) to read again even when their content is unchanged.",
-    )
+    incremental: bool = incremental_field()
+    backfill: list[str] = backfill_field()
 
     @model_validator(mode="before")
     @classmethod
