@@ -64,12 +64,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal, Self, cast
 
 import numpy as np
 import pandas as pd
 
 from crowdflow.contracts.errors import BadValue, InputError, MissingColumn
+from crowdflow.frontdoor.factorize import factorize_appearance, first_seen_order, no_missing
 from crowdflow.labels import DuplicatePolicy, LabelMatrix
 from crowdflow.skills import (
     SkillsOptions,
@@ -109,24 +111,45 @@ def _rows(mask: np.ndarray) -> list[int]:
 class _Encoded:
     """A labels DataFrame as dense codes, with the original values (and dtypes) of every id and label.
 
-    Tasks and workers are coded in sorted order; labels in sorted order, or in order of first appearance when
-    a Crowd-Kit tie-break needs that order (:func:`_encode`).
+    ``ids="sorted"``: tasks and workers are coded in sorted order, labels in sorted order or in order of first
+    appearance when a Crowd-Kit tie-break needs that order, and ``lm`` is the label matrix of the library's methods.
+    ``ids="appearance"`` (the Dawid–Skene estimators): tasks, workers and labels all in order of first appearance,
+    the codes of every row kept in ``codes`` and no label matrix built (:func:`_encode`).
     """
 
-    lm: LabelMatrix
     data: pd.DataFrame  # task, worker, label as given (after the duplicate policy), RangeIndex
     tasks: pd.Index  # position = task code
     workers: pd.Index
     classes: pd.Index
+    codes: tuple[np.ndarray, np.ndarray, np.ndarray]  # task, worker, label code of each row of data
+    appearance: bool  # tasks and workers coded in order of first appearance
+
+    @cached_property
+    def lm(self) -> LabelMatrix:
+        """The canonical label matrix (text ids) of the library's fits."""
+        t_idx, w_idx, c_idx = self.codes
+        lm = LabelMatrix(
+            workers=_text_ids(self.workers),
+            tasks=_text_ids(self.tasks),
+            classes=_text_ids(self.classes),
+            worker_idx=w_idx,
+            task_idx=t_idx,
+            class_idx=c_idx,
+        )
+        return canonical_label_matrix(lm)
 
     def _order(self, index: pd.Index, column: str, order: Order) -> np.ndarray:
         if order == "sorted":
             return np.argsort(_rank(index), kind="stable")
-        return np.asarray(pd.unique(_codes(index, self.data[column])), dtype=np.int64)
+        if self.appearance and column != "label":  # coded in order of first appearance already
+            return np.arange(len(index), dtype=np.int64)
+        return first_seen_order(self.codes[_COLUMNS.index(column)], len(index))
 
     def task_index(self, order: Order) -> tuple[np.ndarray, pd.Index]:
         """Task codes in ``order`` and the matching ``task`` index."""
         codes = self._order(self.tasks, "task", order)
+        if self.appearance and order == "appearance":
+            return codes, self.tasks.rename("task")
         return codes, pd.Index(self.tasks.take(codes), name="task")
 
     def class_index(self, order: Order) -> tuple[np.ndarray, pd.Index]:
@@ -150,12 +173,11 @@ def _rank(index: pd.Index) -> np.ndarray:
 
 def _factorize(values: pd.Series, order: Order) -> tuple[np.ndarray, pd.Index]:
     """Dense codes in sorted value order (text order for values that cannot be compared) or first appearance."""
-    codes, uniques = pd.factorize(values, sort=False)
-    uniques = pd.Index(uniques)
+    codes, uniques = factorize_appearance(values)
     if order == "sorted":
         rank = _rank(uniques)
         codes, uniques = rank[codes], uniques.take(np.argsort(rank))
-    return np.asarray(codes, dtype=np.int64), uniques
+    return codes, uniques
 
 
 def _text_ids(values: pd.Index) -> np.ndarray:
@@ -188,19 +210,25 @@ def _require(data: Any, columns: tuple[str, ...] = _COLUMNS, argument: str = "da
 
 
 def _encode(
-    data: pd.DataFrame, duplicates: EstimatorDuplicates, class_order: Order = "sorted", *, empty_ok: bool = False
+    data: pd.DataFrame,
+    duplicates: EstimatorDuplicates,
+    class_order: Order = "sorted",
+    *,
+    empty_ok: bool = False,
+    ids: Order = "sorted",
 ) -> _Encoded | None:
     """Check and encode Crowd-Kit's input: ``task, worker, label`` columns, no missing value; ``duplicates``:
     whether a repeated pair counts twice (``keep_all``, Crowd-Kit's), is refused or kept once. ``None`` for a frame
-    without rows when ``empty_ok`` (Crowd-Kit's estimators then return empty results)."""
+    without rows when ``empty_ok`` (Crowd-Kit's estimators then return empty results). ``ids``: task and worker
+    codes in sorted order (with the label matrix) or in order of first appearance (see :class:`_Encoded`)."""
     df = _require(data).loc[:, list(_COLUMNS)].reset_index(drop=True)
     if df.empty:
         if empty_ok:
             return None
         raise InputError("no rows in the labels DataFrame", path=_SOURCE)
     for col in _COLUMNS:
-        null = df[col].isna().to_numpy(dtype=bool)
-        if null.any():
+        null = no_missing(df[col])
+        if null is not None:
             raise InputError(
                 f"{int(null.sum())} missing values; drop those rows", path=_SOURCE, column=col, rows=_rows(null)
             )
@@ -208,9 +236,9 @@ def _encode(
         raise ValueError(
             f"unknown duplicates policy {duplicates!r}; use 'keep_all', 'error', 'keep_first' or 'keep_last'"
         )
-    dup = df.duplicated(["task", "worker"], keep=False).to_numpy(dtype=bool)
-    if dup.any() and duplicates != "keep_all":
-        if duplicates == "error":
+    if duplicates != "keep_all":  # keep_all counts every row: nothing to look for
+        dup = df.duplicated(["task", "worker"], keep=False).to_numpy(dtype=bool)
+        if dup.any() and duplicates == "error":
             raise InputError(
                 f"{int(dup.sum())} rows repeat a (task, worker) pair; keep one answer per pair "
                 "(duplicates='keep_first' or 'keep_last')",
@@ -218,20 +246,13 @@ def _encode(
                 column="task,worker",
                 rows=_rows(dup),
             )
-        keep: Literal["first", "last"] = "first" if duplicates == "keep_first" else "last"
-        df = df[~df.duplicated(["task", "worker"], keep=keep)].reset_index(drop=True)
-    t_idx, tasks = _factorize(df["task"], "sorted")
-    w_idx, workers = _factorize(df["worker"], "sorted")
+        if dup.any():
+            keep: Literal["first", "last"] = "first" if duplicates == "keep_first" else "last"
+            df = df[~df.duplicated(["task", "worker"], keep=keep)].reset_index(drop=True)
+    t_idx, tasks = _factorize(df["task"], ids)
+    w_idx, workers = _factorize(df["worker"], ids)
     c_idx, classes = _factorize(df["label"], class_order)
-    lm = LabelMatrix(
-        workers=_text_ids(workers),
-        tasks=_text_ids(tasks),
-        classes=_text_ids(classes),
-        worker_idx=w_idx,
-        task_idx=t_idx,
-        class_idx=c_idx,
-    )
-    return _Encoded(canonical_label_matrix(lm), df, tasks, workers, classes)
+    return _Encoded(df, tasks, workers, classes, (t_idx, w_idx, c_idx), ids == "appearance")
 
 
 def _library_tie_break(tie_break: str) -> TieBreak:
@@ -433,9 +454,12 @@ class MajorityVote(_Aggregator):
         return self.fit(data, skills).probas_
 
 
-def _choose(post: np.ndarray, rank: np.ndarray, tie_break: EstimatorTieBreak, seed: int) -> np.ndarray:
+def _choose(
+    post: np.ndarray, rank: np.ndarray, tie_break: EstimatorTieBreak, seed: int, rows: np.ndarray | None = None
+) -> np.ndarray:
     """Label code per task: the largest posterior; ties (equal to 1e-12) to the first code (``first``), the first in
-    sorted order (``smallest``, ``rank`` = sort position of each code) or a seeded draw (``random``)."""
+    sorted order (``smallest``, ``rank`` = sort position of each code) or a seeded draw (``random``; row ``rows[t]``
+    of the draw is task t's, when given)."""
     if tie_break == "first":
         return np.asarray(post.argmax(axis=1), dtype=np.int64)
     top = np.isclose(post, post.max(axis=1, keepdims=True), rtol=1e-12, atol=1e-12)
@@ -443,6 +467,8 @@ def _choose(post: np.ndarray, rank: np.ndarray, tie_break: EstimatorTieBreak, se
         return np.asarray(np.where(top, -rank[None, :], np.iinfo(np.int64).min).argmax(axis=1), dtype=np.int64)
     _library_tie_break(tie_break)
     noise = np.random.default_rng(seed).random(post.shape)
+    if rows is not None:
+        noise = noise[rows]
     return np.asarray(np.where(top, noise, -1.0).argmax(axis=1), dtype=np.int64)
 
 
@@ -620,12 +646,10 @@ class DawidSkene(_Aggregator):
             ``self``, fitted.
         """
         self._check_params()
-        enc = _encode(data, self.duplicates, "appearance", empty_ok=True)
+        enc = _encode(data, self.duplicates, "appearance", empty_ok=True, ids="appearance")
         if enc is None:
             return self._empty()
-        task = _codes(enc.tasks, enc.data["task"])
-        worker = _codes(enc.workers, enc.data["worker"])
-        label = _codes(enc.classes, enc.data["label"])
+        task, worker, label = enc.codes
         shape = (len(enc.tasks), len(enc.workers), len(enc.classes))
         if self._one_coin and len(enc.classes) < 2:
             raise BadValue(f"data: one-coin Dawid-Skene needs at least 2 labels, the data have {len(enc.classes)}")
@@ -641,11 +665,13 @@ class DawidSkene(_Aggregator):
             gold=_gold_codes(enc, true_labels), initial=initial, initial_pairs=listed, strategy=strategy,
             smoothing=float(self.smoothing), prior=float(self.prior),
         )  # fmt: skip
-        rows, tasks = enc.task_index("appearance")
-        _, labels = enc.class_index("appearance")  # codes are already in order of appearance
-        winner = _choose(res.post, _rank(enc.classes), self.tie_break, self.seed)
-        self.labels_ = pd.Series(enc.classes.take(winner[rows]), index=tasks, name="agg_label")
-        self.probas_ = pd.DataFrame(res.post[rows], index=tasks, columns=labels)
+        # tasks, workers and labels are coded in order of first appearance: Crowd-Kit's row and column order
+        tasks, labels = enc.tasks.rename("task"), enc.classes.rename("label")
+        # the seeded draw is made over tasks in sorted order, as for every estimator
+        sorted_rows = _rank(enc.tasks) if self.tie_break == "random" else None
+        winner = _choose(res.post, _rank(enc.classes), self.tie_break, self.seed, sorted_rows)
+        self.labels_ = pd.Series(enc.classes.take(winner), index=tasks, name="agg_label")
+        self.probas_ = pd.DataFrame(res.post, index=tasks, columns=labels)
         self.priors_ = pd.Series(res.q, index=labels, name="prior")
         # no iteration after an assigned table: Crowd-Kit's errors_ is that table, in its row order
         assigned = given_order if strategy == "assign" and not res.loss_history else None
@@ -675,11 +701,8 @@ class DawidSkene(_Aggregator):
         """π as Crowd-Kit lays it out: a row per (worker, observed label) pair of the data in order of appearance
         (then the pairs only an initial table listed), or in ``order`` (codes w·M + m), a column per true label."""
         m = len(enc.classes)
-        seen = (
-            order
-            if order is not None
-            else pd.unique(_codes(enc.workers, enc.data["worker"]) * m + _codes(enc.classes, enc.data["label"]))
-        )
+        _, worker, label = enc.codes
+        seen = order if order is not None else first_seen_order(worker * m + label, len(enc.workers) * m)
         extra = np.setdiff1d(np.flatnonzero(res.pairs.ravel()), seen)
         pairs = np.concatenate([np.asarray(seen, dtype=np.int64), extra])
         pw, pm = pairs // m, pairs % m

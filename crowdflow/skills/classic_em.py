@@ -27,7 +27,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import sparse
 
 from crowdflow.compiled import compiled_kernel
 
@@ -69,22 +68,149 @@ def _pin(post: np.ndarray, gold: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _Answers:
-    """The answers as one sparse incidence matrix ``A`` (T × W·M, ``A[t, i·M + m]`` = how often worker i answered m
-    on task t) and its transpose: every sum over answers of the EM is a product with one of them (the E-step's
-    Σ_{i labels t} log π_i[Y_it, ·] = A · log π, the M-step's counts Σ_{answers m of i} T_t = Aᵀ · T), one pass
-    over the non-zeros each, instead of a scatter per answer."""
+    """The answers grouped by task: task t's answers are ``col[start[t]:start[t + 1]]`` (in data order), each the row
+    code i·M + m of worker i answering m. Every sum over answers of the EM is one pass over this list: the E-step's
+    Σ_{i labels t} ln π_i[Y_it, ·] reads a row of the ln π table per answer, the M-step's counts
+    Σ_{answers m of i} T_t add task t's posterior into row i·M + m (the incidence products A · ln π and Aᵀ · T)."""
 
-    a: sparse.csr_matrix
-    at: sparse.csr_matrix
-    per_task: np.ndarray  # answers per task (Σ_j A[t, j])
+    start: np.ndarray  # int64, T + 1 offsets
+    col: np.ndarray  # int64, row code w·M + m per answer, grouped by task
+    per_task: np.ndarray  # answers per task, float64
 
     @staticmethod
     def of(task: np.ndarray, worker: np.ndarray, label: np.ndarray, n_tasks: int, n_workers: int, m: int) -> _Answers:
-        pair = np.asarray(worker, dtype=np.int64) * m + label
-        a = sparse.csr_matrix(
-            (np.ones(task.size), (np.asarray(task, dtype=np.int64), pair)), shape=(n_tasks, n_workers * m)
-        )  # a repeated (task, worker, label) answer is summed: it counts twice, as in Crowd-Kit
-        return _Answers(a, a.T.tocsr(), np.bincount(task, minlength=n_tasks).astype(np.float64))
+        t = np.asarray(task, dtype=np.int64)
+        count = np.bincount(t, minlength=n_tasks)
+        start = np.zeros(n_tasks + 1, dtype=np.int64)
+        np.cumsum(count, out=start[1:])
+        col = _group_by_task(t, np.asarray(worker, dtype=np.int64) * m + label, start)
+        return _Answers(start, col, count.astype(np.float64))
+
+
+@compiled_kernel
+def _group_by_task(task: np.ndarray, code: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """``code`` reordered so each task's entries are contiguous (a stable counting sort by ``task``)."""
+    fill = start[:-1].copy()
+    out = np.empty(code.size, dtype=np.int64)
+    for k in range(task.size):
+        t = task[k]
+        out[fill[t]] = code[k]
+        fill[t] += 1
+    return out
+
+
+@compiled_kernel
+def _scatter(start: np.ndarray, col: np.ndarray, post: np.ndarray, counts: np.ndarray) -> None:
+    """counts[i·M + m] = Σ_{answers m of i} T_t (Aᵀ · T), into ``counts`` ((W·M) × M, zeroed here)."""
+    n_tasks, m = post.shape
+    counts[:] = 0.0
+    for t in range(n_tasks):
+        for k in range(start[t], start[t + 1]):
+            r = col[k]
+            for c in range(m):
+                counts[r, c] += post[t, c]
+
+
+@compiled_kernel
+def _evidence(
+    start: np.ndarray, col: np.ndarray, log_table: np.ndarray, log_q: np.ndarray, post: np.ndarray, shifted: np.ndarray
+) -> float:
+    """One pass over the answers, task by task, with ln π of the current parameters (``log_table``, (W·M) × M):
+    the evidence e_t = Σ_{i labels t} ln π_i[Y_it, ·], the bound's cross term Σ_t Σ_l T_tl e_tl of the current
+    posteriors ``post`` (returned), and the next E-step's log-terms a_t = e_t + ln q − max_l (e_tl + ln q_l) into
+    ``shifted`` (``log_q`` = ln max(q, 1e-10); −∞ everywhere gives NaN, as numpy's arithmetic does)."""
+    n_tasks, m = post.shape
+    ev = np.empty(m)
+    cross = 0.0
+    for t in range(n_tasks):
+        lo, hi = start[t], start[t + 1]
+        for c in range(m):
+            ev[c] = 0.0
+        for k in range(lo, hi):
+            r = col[k]
+            for c in range(m):
+                ev[c] += log_table[r, c]
+        top = ev[0] + log_q[0]
+        for c in range(m):
+            cross += post[t, c] * ev[c]
+            top = max(top, ev[c] + log_q[c])
+        for c in range(m):
+            shifted[t, c] = ev[c] + log_q[c] - top
+    return cross
+
+
+@compiled_kernel
+def _normalise_and_count(
+    start: np.ndarray,
+    col: np.ndarray,
+    shifted: np.ndarray,
+    post: np.ndarray,
+    gold: np.ndarray,
+    counts: np.ndarray,
+    sums: np.ndarray,
+) -> float:
+    """The E-step's end and the M-step's sums, task by task: ``post`` holds exp(a_t) on entry and T_t = exp(a_t)/z_t
+    on return (a gold task pinned to its answer); the clipped entropy term Σ_t Σ_l T̃ ln T̃ with T̃ = max(T, 1e-10)
+    is returned (ln T = a − ln z: one logarithm per task); ``counts`` gets Aᵀ · T ((W·M) × M), ``sums[0]`` Σ_t T_t
+    and ``sums[1]`` Σ_t n_t T_t."""
+    n_tasks, m = post.shape
+    floor = 1e-10 * np.log(1e-10)
+    ent = 0.0
+    counts[:] = 0.0
+    sums[:] = 0.0
+    for t in range(n_tasks):
+        lo, hi = start[t], start[t + 1]
+        g = gold[t]
+        if g >= 0:
+            for c in range(m):
+                post[t, c] = 0.0
+            post[t, g] = 1.0
+            ent += (m - 1) * floor
+        else:
+            z = 0.0
+            for c in range(m):
+                z += post[t, c]
+            log_z = np.log(z)
+            for c in range(m):
+                p = post[t, c] / z
+                post[t, c] = p
+                if p > 1e-10:
+                    ent += p * (shifted[t, c] - log_z)
+                else:
+                    ent += floor
+        n = hi - lo
+        for c in range(m):
+            sums[0, c] += post[t, c]
+            sums[1, c] += n * post[t, c]
+        for k in range(lo, hi):
+            r = col[k]
+            for c in range(m):
+                counts[r, c] += post[t, c]
+    return ent
+
+
+def _em_pass(
+    ans: _Answers,
+    log_table: np.ndarray,
+    log_q: np.ndarray,
+    post: np.ndarray,
+    gold: np.ndarray,
+    advance: bool,
+    out: np.ndarray,
+    counts: np.ndarray,
+    sums: np.ndarray,
+) -> tuple[float, float]:
+    """One EM pass with the current parameters (ln π as ``log_table``, ``log_q``) and posteriors ``post``: returns the
+    bound's cross term Σ_t Σ_l T_tl e_tl and, with ``advance``, the next posteriors T' ∝ exp(e + ln q) (normalised by
+    each task's largest term first; gold pinned) into ``out``, their clipped entropy term (returned second), their
+    counts Aᵀ · T' and sums (:func:`_normalise_and_count`). The exponentials are one vectorised numpy call between the
+    two compiled passes over the answers."""
+    cross = _evidence(ans.start, ans.col, log_table, log_q, post, out)
+    if not advance:
+        return cross, 0.0
+    shifted = out.copy()
+    np.exp(shifted, out=out)
+    return cross, _normalise_and_count(ans.start, ans.col, shifted, out, gold, counts, sums)
 
 
 def _log_table(errors: np.ndarray) -> np.ndarray:
@@ -98,16 +224,16 @@ def _log_table(errors: np.ndarray) -> np.ndarray:
 
 
 def _full_m_step(
-    ans: _Answers,
-    post: np.ndarray,
+    counts: np.ndarray,
     pairs: np.ndarray,
     smoothing: float,
     prior: float,
     initial: np.ndarray | None,
     strategy: str | None,
 ) -> np.ndarray:
+    """π from the counts Aᵀ · T ((W·M) × M): smoothed, clipped, each column normalised over the worker's rows."""
     n_workers, m = pairs.shape
-    counts = np.asarray(ans.at @ post).reshape(n_workers, m, m)
+    counts = counts.reshape(n_workers, m, m).copy()
     if initial is not None and strategy == "assign":
         counts = initial.copy()
     else:
@@ -120,65 +246,13 @@ def _full_m_step(
     return np.asarray(counts / counts.sum(axis=1, keepdims=True), dtype=np.float64)
 
 
-def _one_coin_m_step(
-    task: np.ndarray,
-    worker: np.ndarray,
-    label: np.ndarray,
-    post: np.ndarray,
-    n_workers: int,
-    m: int,
-    smoothing: float,
-) -> tuple[np.ndarray, np.ndarray]:
-    hit = post[task, label]
-    n_i = np.bincount(worker, minlength=n_workers).astype(np.float64)
-    skills = (np.bincount(worker, weights=hit, minlength=n_workers) + smoothing) / (n_i + 2 * smoothing)
+def _one_coin_m_step(counts: np.ndarray, n_i: np.ndarray, m: int, smoothing: float) -> tuple[np.ndarray, np.ndarray]:
+    """p_i = (Σ_{answers of i} T_{t, Y} + α)/(n_i + 2α), the diagonal of the counts Aᵀ · T; π_i from p_i."""
+    hit = counts.reshape(n_i.size, m, m)[:, np.arange(m), np.arange(m)].sum(axis=1)
+    skills = (hit + smoothing) / (n_i + 2 * smoothing)
     errors = np.repeat(((1.0 - skills) / (m - 1))[:, None, None], m, axis=1).repeat(m, axis=2)
     errors[:, np.arange(m), np.arange(m)] = skills[:, None]
     return np.clip(errors, EPS, 1.0 - EPS), skills
-
-
-@compiled_kernel
-def _e_step_into(evidence: np.ndarray, log_q: np.ndarray, post: np.ndarray) -> None:
-    """T_t ∝ exp(evidence_t + ln q) per task into ``post``, normalised by the task's largest term first (one pass
-    over the T × M table; IEEE semantics as numpy's: a task whose every term is −∞ gets NaN)."""
-    n_tasks, m = post.shape
-    for t in range(n_tasks):
-        top = evidence[t, 0] + log_q[0]
-        for c in range(1, m):
-            top = max(top, evidence[t, c] + log_q[c])
-        z = 0.0
-        for c in range(m):
-            e = np.exp(evidence[t, c] + log_q[c] - top)
-            post[t, c] = e
-            z += e
-        for c in range(m):
-            post[t, c] /= z
-
-
-def _e_step(evidence: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """T ∝ q · Π π_i[Y_it, ·] per task, from ``evidence`` = A · ln π (T × M), normalised per task."""
-    post = np.empty_like(evidence)
-    _e_step_into(evidence, np.log(np.maximum(q, EPS)), post)
-    return post
-
-
-@compiled_kernel
-def _bound_sum(evidence: np.ndarray, post: np.ndarray, per_task: np.ndarray, log_q: np.ndarray) -> float:
-    """Σ_t Σ_l T_tl (evidence_tl + n_t ln q_l) − Σ_t Σ_l T̃_tl ln T̃_tl with T̃ = max(T, 1e-10), in one pass."""
-    n_tasks, m = post.shape
-    total = 0.0
-    for t in range(n_tasks):
-        for c in range(m):
-            p = post[t, c]
-            clipped = max(p, 1e-10)
-            total += p * (evidence[t, c] + per_task[t] * log_q[c]) - clipped * np.log(clipped)
-    return total
-
-
-def _bound(ans: _Answers, evidence: np.ndarray, post: np.ndarray, q: np.ndarray) -> float:
-    """Evidence lower bound (natural log): E_T[log p(Y, z)] + H(T), posteriors clipped at 1e-10 in the entropy;
-    ``evidence`` = A · ln π of the same π, so Σ_answers Σ_l T_tl ln π_i[Y, l] = Σ_t Σ_l T_tl evidence_tl."""
-    return float(_bound_sum(evidence, post, ans.per_task, np.log(np.maximum(q, EPS))))
 
 
 def classic_em(
@@ -228,35 +302,48 @@ def classic_em(
     ans = _Answers.of(task, worker, label, n_tasks, n_workers, m)
     pairs = np.zeros((n_workers, m), dtype=bool)
     pairs[worker, label] = True
+    n_i = np.bincount(worker, minlength=n_workers).astype(np.float64)
     gold_codes = np.full(n_tasks, -1, dtype=np.int64) if gold is None else np.asarray(gold, dtype=np.int64)
     post = _pin(majority_shares(task, label, n_tasks, m), gold_codes)
     q = post.mean(axis=0)
+    counts = np.empty((n_workers * m, m))
+    _scatter(ans.start, ans.col, post, counts)
     skills = np.full(n_workers, np.nan)
     if one_coin:
-        errors, skills = _one_coin_m_step(task, worker, label, post, n_workers, m, smoothing)
+        errors, skills = _one_coin_m_step(counts, n_i, m, smoothing)
+        data_pairs = pairs
     else:
-        first_pairs = pairs
+        data_pairs, first_pairs = pairs, pairs
         if initial is not None and strategy is not None:
             assert initial_pairs is not None
             first_pairs = initial_pairs if strategy == "assign" else pairs | initial_pairs
-        errors = _full_m_step(ans, post, first_pairs, smoothing, prior, initial, strategy)
+        errors = _full_m_step(counts, first_pairs, smoothing, prior, initial, strategy)
         pairs = first_pairs
     history: list[float] = []
+    if n_iter <= 0:
+        return ClassicEMResult(post, q, errors, pairs, skills, history)
+    # pass 0: the first E-step (from π⁰) and its counts; then pass k gives iteration k's bound and the next E-step
+    nxt, sums = np.empty_like(post), np.zeros((2, m))
+    _, ent = _em_pass(ans, _log_table(errors), _log_q(q), post, gold_codes, True, nxt, counts, sums)
     loss = -np.inf
-    evidence = np.asarray(ans.a @ _log_table(errors))
-    for _ in range(n_iter):
-        post = _pin(_e_step(evidence, q), gold_codes)
-        q = post.mean(axis=0)
+    for it in range(1, n_iter + 1):
+        post, nxt = nxt, post
+        q = sums[0] / n_tasks
+        nsum, ent_now = sums[1].copy(), ent
         if one_coin:
-            errors, skills = _one_coin_m_step(task, worker, label, post, n_workers, m, smoothing)
+            errors, skills = _one_coin_m_step(counts, n_i, m, smoothing)
         else:
-            pairs = np.zeros((n_workers, m), dtype=bool)
-            pairs[worker, label] = True
-            errors = _full_m_step(ans, post, pairs, smoothing, prior, None, None)
-        evidence = np.asarray(ans.a @ _log_table(errors))  # the bound's and the next E-step's
-        new = _bound(ans, evidence, post, q) / task.size
+            errors = _full_m_step(counts, data_pairs, smoothing, prior, None, None)
+            pairs = data_pairs
+        log_q = _log_q(q)
+        cross, ent = _em_pass(ans, _log_table(errors), log_q, post, gold_codes, it < n_iter, nxt, counts, sums)
+        new = (cross + float(nsum @ log_q) - ent_now) / task.size
         history.append(new)
         if new - loss < tol:
             break
         loss = new
     return ClassicEMResult(post, q, errors, pairs, skills, history)
+
+
+def _log_q(q: np.ndarray) -> np.ndarray:
+    return np.asarray(np.log(np.maximum(q, EPS)), dtype=np.float64)
