@@ -4,7 +4,9 @@ Run: ``python -m benchmarks.skills_speed`` (writes ``benchmarks/results/skills_s
 only, ``--configs N`` configurations per size and id kind, ``--reps`` runs per cell, best kept).
 
 Family (seeded, drawn per configuration, not tuned to one shape): ids of one kind (``string``: Arrow-backed
-strings, what crowdflow's readers give; ``object``: Python ``str`` objects; ``int``: int64), 2–5 classes, labels
+strings, what crowdflow's readers give; ``object``: Python ``str`` objects; ``int``: dense int64 (tasks 0..T−1,
+workers an offset range); ``sparse``: int64 ids drawn over 2^40, in no order, labels 1..M; ``categorical``: pandas
+categoricals of the string ids), 2–5 classes, labels
 per task uniform in [2, k_max] with k_max ∈ {4, 10, 20}, 300–3,000 workers whose activity is skewed (Zipf
 weights with exponent 0.8–1.3, a worker drawn per label, repeated (task, worker) pairs dropped), one-coin
 workers with accuracy U[0.35, 0.95] (a few below chance).
@@ -12,8 +14,10 @@ workers with accuracy U[0.35, 0.95] (a few below chance).
 Per configuration, in one process, each call a whole ``fit_skills(df, method=...)`` (encoding, co-label
 counts, graph, fit, consensus, diagnostics; library defaults otherwise) and its Crowd-Kit peer on the same
 rows: ours MV / Crowd-Kit ``MajorityVote``, ours DS and one-coin DS / Crowd-Kit ``DawidSkene``, ours PGD /
-Crowd-Kit ``DawidSkene``. Crowd-Kit gets Python objects for string ids (it fails on Arrow-backed columns
-in pandas 3: ``bool[pyarrow]`` in its accuracy step); the conversion is not timed.
+Crowd-Kit ``DawidSkene``. Crowd-Kit gets Python objects for string and categorical ids (it fails on Arrow-backed
+columns in pandas 3: ``bool[pyarrow]`` in its accuracy step); the conversion is not timed. Issue #36's same-arguments
+row: crowdflow's estimator ``crowdflow.DawidSkene(n_iter=...)`` against Crowd-Kit's with the same arguments, each
+fitted on the frame it is given (ours: the ids as generated).
 
 Cap (stated rule): at 10^7 labels Crowd-Kit ``DawidSkene`` runs ``n_iter=5`` EM iterations (its default is up
 to 100, and ours run to convergence), so its time there is a lower bound of its full time and the ratios
@@ -49,7 +53,7 @@ from benchmarks.timing import best_of  # noqa: E402
 from crowdflow.skills import fit_skills  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "skills_speed.md"
-IDS = ("string", "object", "int")
+IDS = ("string", "object", "int", "sparse", "categorical")
 OURS = ("mv", "ds", "onecoin_ds", "pgd")
 
 
@@ -77,14 +81,20 @@ def make_labels(n_labels: int, ids: str, cfg: dict[str, float], seed: int) -> pd
     right = rng.random(task.size) < acc[worker]
     wrong = (truth[task] + rng.integers(1, m, task.size)) % m
     label = np.where(right, truth[task], wrong)
-    if ids == "int":
+    if ids == "int":  # dense ids: 0..T-1 and an offset range
         return pd.DataFrame({"task": task, "worker": worker + 10_000, "label": label})
+    if ids == "sparse":  # integer ids spread over 2^40 (hashes, database keys), in no order
+        t_ids = rng.choice(2**40, size=k.size, replace=False)
+        w_ids = rng.choice(2**40, size=w, replace=False)
+        return pd.DataFrame({"task": t_ids[task], "worker": w_ids[worker], "label": label + 1})
     t_names = np.array([f"task-{i}" for i in range(k.size)], dtype=object)
     w_names = np.array([f"worker-{i}" for i in range(w)], dtype=object)
     l_names = np.array([f"class-{i}" for i in range(m)], dtype=object)
     cols = {"task": t_names[task], "worker": w_names[worker], "label": l_names[label]}
     if ids == "object":
         return pd.DataFrame({c: pd.Series(v, dtype=object) for c, v in cols.items()})
+    if ids == "categorical":
+        return pd.DataFrame({c: pd.Series(v, dtype="category") for c, v in cols.items()})
     return pd.DataFrame({c: pd.Series(v, dtype="string[pyarrow]") for c, v in cols.items()})
 
 
@@ -131,7 +141,7 @@ def run_config(
     from crowdkit.aggregation import DawidSkene, MajorityVote
 
     df = make_labels(n_labels, ids, cfg, seed)
-    peer = df.astype(object) if ids == "string" else df
+    peer = df.astype(object) if ids in ("string", "categorical") else df
     n_iter = 5 if n_labels >= 5 * 10**6 else 100
     reps = 1 if n_labels >= 5 * 10**6 else reps  # one run of each at 10^7
     row: dict[str, object] = {"labels": len(df), "ids": ids, **cfg}
