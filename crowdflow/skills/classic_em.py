@@ -15,8 +15,15 @@ prior, both 0 by default), clipped below at 1e-10, each column normalised over t
 (the rows that exist for i). One-coin M-step: p_i = mean over i's answers of T_{t, Y} (α: (Σ + α)/(n_i + 2α)),
 π_i[m, l] = p_i if m = l else (1 − p_i)/(M − 1), clipped to [1e-10, 1 − 1e-10]. E-step:
 log T_tl ∝ log max(q_l, 1e-10) + Σ_{i labels t} log π_i[Y_it, l], normalised per task (Crowd-Kit writes it in
-base 2; the normalised T is the same). Every sum over answers is a product with the sparse task × (worker, label)
-incidence matrix (one pass over its non-zeros), and ln π's product serves both the bound and the next E-step.
+base 2; the normalised T is the same).
+
+Passes (issue #36): the answers are grouped by task once (a counting sort), and each iteration is one pass over
+them that reads ln π of the current parameters per answer (the evidence e_t, which serves both the bound of the
+current iteration and the next E-step: the bound's cross term Σ_t T_t · e_t is summed in the same pass), one
+vectorised exponential over the T × M table, and a second pass that normalises each task, adds its clipped entropy
+term (one logarithm per task: ln T = e + ln q − top − ln z) and scatters T_t into the next M-step's counts. The
+bound of iteration k is thus finished in pass k + 1, which also computes iteration k + 1's E-step; the last
+iteration (``n_iter``) skips it. No sparse matrix, no per-iteration allocation beyond the tables.
 
 All arrays are dense codes: tasks 0..T−1, workers 0..W−1, labels 0..M−1 (the caller's order; ties go to the
 lower code under :func:`numpy.argmax`).
@@ -199,16 +206,16 @@ def _em_pass(
     out: np.ndarray,
     counts: np.ndarray,
     sums: np.ndarray,
+    shifted: np.ndarray,
 ) -> tuple[float, float]:
     """One EM pass with the current parameters (ln π as ``log_table``, ``log_q``) and posteriors ``post``: returns the
     bound's cross term Σ_t Σ_l T_tl e_tl and, with ``advance``, the next posteriors T' ∝ exp(e + ln q) (normalised by
     each task's largest term first; gold pinned) into ``out``, their clipped entropy term (returned second), their
     counts Aᵀ · T' and sums (:func:`_normalise_and_count`). The exponentials are one vectorised numpy call between the
-    two compiled passes over the answers."""
-    cross = _evidence(ans.start, ans.col, log_table, log_q, post, out)
+    two compiled passes over the answers (``shifted``: scratch, T × M)."""
+    cross = _evidence(ans.start, ans.col, log_table, log_q, post, shifted)
     if not advance:
         return cross, 0.0
-    shifted = out.copy()
     np.exp(shifted, out=out)
     return cross, _normalise_and_count(ans.start, ans.col, shifted, out, gold, counts, sums)
 
@@ -323,8 +330,8 @@ def classic_em(
     if n_iter <= 0:
         return ClassicEMResult(post, q, errors, pairs, skills, history)
     # pass 0: the first E-step (from π⁰) and its counts; then pass k gives iteration k's bound and the next E-step
-    nxt, sums = np.empty_like(post), np.zeros((2, m))
-    _, ent = _em_pass(ans, _log_table(errors), _log_q(q), post, gold_codes, True, nxt, counts, sums)
+    nxt, shifted, sums = np.empty_like(post), np.empty_like(post), np.zeros((2, m))
+    _, ent = _em_pass(ans, _log_table(errors), _log_q(q), post, gold_codes, True, nxt, counts, sums, shifted)
     loss = -np.inf
     for it in range(1, n_iter + 1):
         post, nxt = nxt, post
@@ -336,7 +343,8 @@ def classic_em(
             errors = _full_m_step(counts, data_pairs, smoothing, prior, None, None)
             pairs = data_pairs
         log_q = _log_q(q)
-        cross, ent = _em_pass(ans, _log_table(errors), log_q, post, gold_codes, it < n_iter, nxt, counts, sums)
+        advance = it < n_iter
+        cross, ent = _em_pass(ans, _log_table(errors), log_q, post, gold_codes, advance, nxt, counts, sums, shifted)
         new = (cross + float(nsum @ log_q) - ent_now) / task.size
         history.append(new)
         if new - loss < tol:
