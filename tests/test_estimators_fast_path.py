@@ -34,6 +34,7 @@ def _columns(seed: int) -> dict[str, pd.Series]:
         "huge": pd.Series(np.where(base % 2 == 0, np.int64(2**62), np.int64(-(2**62))) + base),
         "int32": pd.Series(base.astype(np.int32)),
         "uint16": pd.Series(base.astype(np.uint16)),
+        "uint64_top": pd.Series(base.astype(np.uint64) + np.uint64(2**64 - 1024)),
         "object": pd.Series(words, dtype=object),
         "arrow": pd.Series(words, dtype="string[pyarrow]"),
         "categorical": pd.Series(words, dtype="category"),

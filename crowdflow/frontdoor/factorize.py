@@ -47,7 +47,7 @@ def factorize_appearance(values: pd.Series) -> tuple[np.ndarray, pd.Index]:
         raw = values.to_numpy()
         low, high = int(raw.min()), int(raw.max())
         span = high - low + 1
-        if span <= _SPAN_FACTOR * raw.size + 1024:
+        if span <= _SPAN_FACTOR * raw.size + 1024 and high < 2**63:  # uint64 past int64 goes to pandas
             codes, first = _dense_codes(raw.astype(np.int64, copy=False), low, span)
             return codes, pd.Index(raw[first])
     codes, uniques = pd.factorize(values, sort=False)
