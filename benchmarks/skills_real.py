@@ -3,7 +3,8 @@
 Run: ``python -m benchmarks.skills_real`` (writes ``benchmarks/results/skills_real.md``; the committed run
 uses ``--slow-ck-max-labels 30000``).
 
-For every public gold label set in /work/shared/data with at most 20 classes: prediction error on
+For every public gold label set in /work/shared/data and benchmarks/data (the latter marked "not tuned on")
+with at most 20 classes: prediction error on
 the gold tasks and wall time (median of ``--repeats``, default 3) of
 
 - ours, each a whole ``crowdflow.skills.fit_skills`` call on the DataFrame (validation, encoding,
