@@ -90,21 +90,23 @@ def test_folds_hold_out_each_label_once_and_leave_every_task_a_label():
             assert (held <= -(-labels // k)).all()  # at most ceil(n_t / K) held out per fold
 
 
-def test_score_is_the_predictive_law_of_the_fit_without_the_label():
-    """Brute force on a small crowd: each held-out label's score is log Σ_k post_k π_j[k, y] of a fit that never
-    saw it (changing the held-out labels changes neither the posteriors nor the confusion scoring them)."""
+@pytest.mark.parametrize("name", sorted(CANDIDATES))
+def test_score_is_the_predictive_law_of_the_fit_without_the_label(name):
+    """Brute force on a small crowd, every registered candidate: each held-out label's score is
+    log Σ_k post_k π_j[k, y] of a fit that never saw it (changing the held-out labels changes neither the
+    posteriors nor the confusion scoring them)."""
     _, lm = _lm("confusion", 3, 60, 4, 8, "uniform", 4)
     folds = fold_ids(lm, 4, seed=1)
     out = folds == 0
     o = SkillsOptions()
-    pred = CANDIDATES["ds"].fit(_subset(lm, ~out), o)
+    pred = CANDIDATES[name].fit(_subset(lm, ~out), o)
     rng = np.random.default_rng(0)
     scrambled = lm.class_idx.copy()
     scrambled[out] = rng.integers(0, lm.n_classes, out.sum())
     from crowdflow.labels import LabelMatrix
 
     lm2 = LabelMatrix(lm.workers, lm.tasks, lm.classes, lm.worker_idx, lm.task_idx, scrambled)
-    pred2 = CANDIDATES["ds"].fit(_subset(lm2, ~out), o)
+    pred2 = CANDIDATES[name].fit(_subset(lm2, ~out), o)
     np.testing.assert_array_equal(pred.posteriors, pred2.posteriors)
     np.testing.assert_array_equal(pred.confusion, pred2.confusion)
     got = heldout_log_lik(pred, lm.task_idx[out], lm.worker_idx[out], lm.class_idx[out])
