@@ -75,7 +75,8 @@ def label_sums(labels: pd.DataFrame) -> pd.DataFrame:
     table = pa.table({"task": _text(labels["task"]), "label": _text(labels["label"])})
     out = table.group_by(["task", "label"]).aggregate([([], "count_all")]).rename_columns(["task", "label", "count"])
     out = out.sort_by([("task", "ascending"), ("label", "ascending")])
-    return out.to_pandas().astype({"count": np.int64})
+    result: pd.DataFrame = out.to_pandas().astype({"count": np.int64})
+    return result
 
 
 @dataclass(frozen=True)
@@ -184,16 +185,24 @@ def fold_labels(
         counts = counts.copy()
     d_tasks = delta["task"].combine_chunks()
     touched = pc.unique(d_tasks)
-    at = pc.index_in(touched, value_set=base.tasks)  # hash lookup: null where the task is new
-    fresh = touched.filter(pc.is_null(at))
     tasks = base.tasks
-    if len(fresh):  # the new tasks appended, then everything put back in text order (one sort in Arrow)
+    last = base.tasks[len(base.tasks) - 1].as_py() if len(base.tasks) else None
+    if last is None or pc.min(touched).as_py() > last:
+        # every touched task sorts after the fold's last one (ids that grow, e.g. dated): all are new, appended in
+        # text order, and no lookup in the fold's T ids is needed
+        fresh = touched.take(pc.sort_indices(touched))
         tasks = pa.concat_arrays([base.tasks, fresh])
         counts = np.vstack([counts, np.zeros((len(fresh), classes.size), dtype=np.int64)])
-        order = pc.sort_indices(tasks).to_numpy()
-        if not bool(np.all(order[1:] > order[:-1])):
+        rows = len(base.tasks) + pc.index_in(d_tasks, value_set=fresh).to_numpy(zero_copy_only=False).astype(np.int64)
+    else:
+        at = pc.index_in(touched, value_set=base.tasks)  # hash lookup: null where the task is new
+        fresh = touched.filter(pc.is_null(at))
+        if len(fresh):  # the new tasks appended, then everything put back in text order (one sort in Arrow)
+            tasks = pa.concat_arrays([base.tasks, fresh])
+            counts = np.vstack([counts, np.zeros((len(fresh), classes.size), dtype=np.int64)])
+            order = pc.sort_indices(tasks).to_numpy()
             tasks, counts = tasks.take(pa.array(order)), counts[order]
-    rows = pc.index_in(d_tasks, value_set=tasks).to_numpy(zero_copy_only=False).astype(np.int64)
+        rows = pc.index_in(d_tasks, value_set=tasks).to_numpy(zero_copy_only=False).astype(np.int64)
     cols = pc.index_in(d_labels, value_set=pa.array(classes.tolist(), pa.string()))
     cols = cols.to_numpy(zero_copy_only=False).astype(np.int64)
     np.add.at(counts, (rows, cols), delta["count"].to_numpy())
@@ -261,16 +270,10 @@ def majority_from_folded(
     n_labels = counts.sum(axis=1).astype(np.int64)
     confidence = scores[np.arange(scores.shape[0]), winner] / np.maximum(n_labels, 1)
     labels = pa.array(cls.tolist(), pa.string()).take(pa.array(winner))
-    table = pd.DataFrame(
-        {
-            "task": pd.array(tasks, dtype=pd.ArrowDtype(pa.string())),
-            "label": pd.array(labels, dtype=pd.ArrowDtype(pa.string())),
-            "confidence": confidence.astype(np.float64),
-            "n_labels": n_labels,
-        },
-        copy=False,
-    )
-    return table.astype({"task": "str", "label": "str"}), ties
+    table: pd.DataFrame = pa.table(
+        {"task": tasks, "label": labels, "confidence": pa.array(confidence), "n_labels": pa.array(n_labels)}
+    ).to_pandas()
+    return table, ties
 
 
 def _update(fold: pd.DataFrame, add: Sequence[pd.DataFrame], remove: Sequence[pd.DataFrame]) -> pd.DataFrame:

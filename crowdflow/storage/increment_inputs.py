@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -227,8 +228,8 @@ def new_rows_source(folder: str | Path, read: Sequence[str]) -> str:
 
 @contextlib.contextmanager
 def folded_input(
-    folder: str | Path,
-    source: str | Path,
+    folder: str | os.PathLike[str],
+    source: str | os.PathLike[str],
     kind: str,
     rule: SumsRule,
     columns: Mapping[str, str] | None = None,
@@ -245,7 +246,7 @@ def folded_input(
     """
     with state_lock(folder, timeout):
         state = read_state(folder)
-        got = assemble(folder, state, source, kind, columns, refresh, rule=rule, rows=False)
+        got = assemble(Path(folder), state, Path(source), kind, columns, refresh, rule=rule, rows=False)
         yield got
         assert got.fold is not None
         commit_state(
