@@ -69,17 +69,26 @@ def pair_sums(comparisons: pd.DataFrame) -> pd.DataFrame:
     if len(comparisons) == 0:  # an empty file adds nothing (a full read skips its rows)
         return _combine([])
     g = build_comparison_graph(comparisons)
-    a = g.items[g.i].astype(str)
-    b = g.items[g.j].astype(str)
-    flip = a > b
-    lo = np.where(flip, b, a)
-    hi = np.where(flip, a, b)
+    items = np.asarray(g.items, dtype=object).astype(str)
+    rank = np.empty(items.size, dtype=np.int64)
+    rank[np.argsort(items, kind="stable")] = np.arange(items.size)  # text order of the file's items
+    flip = rank[g.i] > rank[g.j]
+    lo = np.where(flip, g.j, g.i)
+    hi = np.where(flip, g.i, g.j)
     y = np.where(flip, -g.y, g.y)
-    df = pd.DataFrame({"lo": lo.astype(object), "hi": hi.astype(object), "n": np.ones(g.m, dtype=np.int64),
-                       "w": g.w, "s": g.w * y, "q": g.w * y * y})  # fmt: skip
-    out = df.groupby(["lo", "hi"], sort=True).sum().reset_index()
-    out["n"] = out["n"].astype(np.int64)
-    return out[list(PAIR_COLUMNS)]
+    keys, inv = np.unique(lo * np.int64(items.size) + hi, return_inverse=True)  # one code per distinct pair
+    k = keys.size
+    n = np.bincount(inv, minlength=k).astype(np.int64)
+    w = np.bincount(inv, weights=g.w, minlength=k)  # row order: the same bits on every run over this file
+    sw = np.bincount(inv, weights=g.w * y, minlength=k)
+    q = np.bincount(inv, weights=g.w * y * y, minlength=k)
+    lo_u, hi_u = keys // items.size, keys % items.size
+    order = np.lexsort((rank[hi_u], rank[lo_u]))
+    lo_u, hi_u = lo_u[order], hi_u[order]
+    return pd.DataFrame(
+        {"lo": items[lo_u].astype(object), "hi": items[hi_u].astype(object), "n": n[order], "w": w[order],
+         "s": sw[order], "q": q[order]}
+    )  # fmt: skip
 
 
 def is_integral(sums: pd.DataFrame) -> bool:
