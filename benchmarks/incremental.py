@@ -2,7 +2,7 @@
 
 Run: ``python -m benchmarks.incremental --job skills`` (and ``--job ranking``); ``--history``, ``--day``,
 ``--days``; writes ``benchmarks/results/incremental_<job>.md``. Every run is a fresh child process (so its peak RSS
-is its own); wall time is measured inside the child from before its first read to after its output is written
+is its own ``VmHWM``); wall time is measured inside the child from before its first read to after its output is written
 (the imports, ~1-2 s of Python start-up common to all three, are not counted).
 
 Data (date-partitioned Parquet folder, one file a day, each day's tasks or comparisons new that day):
@@ -89,7 +89,9 @@ else:
 wall = time.perf_counter() - t0
 use = resource.getrusage(resource.RUSAGE_SELF)
 cpu = use.ru_utime + use.ru_stime - cpu0
-print(json.dumps({"wall": wall, "cpu": cpu, "rss_gb": use.ru_maxrss / 1e6, **info}))
+# VmHWM: the peak RSS of this process's own memory (ru_maxrss would also count the parent's, copied at the fork)
+hwm = next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM:"))
+print(json.dumps({"wall": wall, "cpu": cpu, "rss_gb": hwm / 1e6, **info}))
 """
 
 
@@ -216,7 +218,7 @@ def write_report(
         f"files of {args.day:,}. Generating the history took {gen:.0f} s; the first folded run over it (which sums "
         f"every file) {seed['wall']:.1f} s, peak RSS {seed['rss_gb']:.2f} GB.",
         "",
-        "Each run is a fresh process (its peak RSS is its own); wall time from before its first read to after its "
+        "Each run is a fresh process (peak RSS is its `VmHWM`); wall time from before its first read to after its "
         f"output ({out_name}) is written, imports excluded. Every day the folded run's output **equals the full "
         "refit's exactly** (`assert_frame_equal(check_exact=True)`; the benchmark stops on a difference).",
         "",
