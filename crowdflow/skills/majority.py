@@ -74,6 +74,17 @@ def weighted_vote(
     cell = lm.task_idx * m + lm.class_idx
     w = None if worker_weights is None else np.asarray(worker_weights, dtype=np.float64)[lm.worker_idx]
     scores = np.bincount(cell, weights=w, minlength=lm.n_tasks * m).astype(np.float64).reshape(lm.n_tasks, m)
+    winner, ties = vote_winners(scores, tie_break, seed)
+    return winner, scores, ties
+
+
+def vote_winners(scores: np.ndarray, tie_break: TieBreak = "random", seed: int = 0) -> tuple[np.ndarray, int]:
+    """The winning class of each row of a T×M score matrix (tasks in sorted-id order) and the number of ties.
+
+    The one tie rule of every vote (module docstring): ``scores`` may come from the rows
+    (:func:`weighted_vote`) or from folded per-task counts (:mod:`crowdflow.skills.increments`); equal scores
+    give equal winners, bit for bit.
+    """
     top = row_max(scores)[:, None]
     is_top = np.abs(scores - top) <= 1e-12 + 1e-12 * np.abs(top)  # = np.isclose(scores, top, 1e-12, 1e-12)
     n_top = row_sum(is_top)
@@ -88,7 +99,7 @@ def weighted_vote(
             winner[tied] = row_argmax(np.where(is_top[tied], noise[tied], -1.0))
     else:
         raise ValueError(f"unknown tie_break {tie_break!r}; use 'smallest' or 'random'")
-    return winner.astype(np.int64), scores, ties
+    return winner.astype(np.int64), ties
 
 
 def majority_vote(lm: LabelMatrix, tie_break: TieBreak = "random", seed: int = 0) -> ConsensusResult:

@@ -12,9 +12,11 @@ partitions to re-read even when their bytes are unchanged (a backfill).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,13 +26,26 @@ import pandas as pd
 from crowdflow.contracts.errors import InputError
 from crowdflow.contracts.tables import INPUTS
 from crowdflow.storage.datasets import read_partition
-from crowdflow.storage.increments import FileEntry, State, drop_erased, stored_rows, write_stats
+from crowdflow.storage.increments import (
+    FileEntry,
+    Fold,
+    State,
+    SumsRule,
+    commit_state,
+    drop_erased,
+    read_state,
+    state_lock,
+    stored_rows,
+    update_fold,
+    write_stats,
+    write_table,
+)
 from crowdflow.storage.io import LoadedTable
 from crowdflow.storage.listing import Partition, list_partitions
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Assembled", "assemble", "matches_partition", "new_rows_source"]
+__all__ = ["Assembled", "assemble", "folded_input", "matches_partition", "new_rows_source"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +64,8 @@ class Assembled:
         Paths (relative to the dataset) read now, taken from the store, and stored files no longer in the dataset.
     erased_rows : int
         Rows of erased workers dropped from the new files.
+    fold : Fold or None
+        With a sums rule: the kind's sums folded over every file (:func:`crowdflow.storage.increments.update_fold`).
     """
 
     table: LoadedTable
@@ -58,6 +75,7 @@ class Assembled:
     reused: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
     erased_rows: int = 0
+    fold: Fold | None = None
 
     def record(self) -> dict[str, Any]:
         """The manifest's account of this input: files read, reused and dropped, rows of erased workers dropped."""
@@ -68,6 +86,18 @@ class Assembled:
             "rows_read": len(self.new_rows),
             "rows": self.table.n_rows,
             "erased_rows_dropped": self.erased_rows,
+            **(
+                {
+                    "fold": {
+                        "rule": self.fold.record["rule"],
+                        "how": self.fold.how,
+                        "files_added": self.fold.added,
+                        "files_removed": self.fold.removed,
+                    }
+                }
+                if self.fold is not None
+                else {}
+            ),
         }
 
 
@@ -92,6 +122,8 @@ def assemble(
     kind: str,
     columns: Mapping[str, str] | None = None,
     refresh: Sequence[str] = (),
+    rule: SumsRule | None = None,
+    rows: bool = True,
 ) -> Assembled:
     """The ``kind`` table of the local Parquet file or folder ``source``, from the store in ``folder`` plus new files.
 
@@ -109,6 +141,12 @@ def assemble(
         The spec's column mapping.
     refresh : sequence of str
         Partitions to re-read even when their content hash is stored (a backfill).
+    rule : SumsRule, optional
+        The kind's per-file sums: each new file's sums are stored beside its rows and folded with the stored ones
+        (``Assembled.fold``).
+    rows : bool
+        False: the stored files' rows are not read (``table`` holds the new rows only); with a ``rule`` the fold is
+        then the run's whole statistic, and the run costs the new files plus one pass over the fold.
 
     Raises
     ------
@@ -139,7 +177,8 @@ def assemble(
         outer.update(sha.encode())
         entry = files.get(sha) or stored.get(sha)
         if entry is not None and (sha in files or not matches_partition(rel, refresh)):
-            df = stored_rows(folder, kind, entry)
+            if rows:
+                frames.append(stored_rows(folder, kind, entry))
             reused.append(rel)
         else:
             loaded = read_partition(part, INPUTS[kind], columns)
@@ -148,12 +187,22 @@ def assemble(
             df, n = drop_erased(state, loaded.df, kind)
             erased += n
             entry = write_stats(folder, kind, sha, df, epoch)
+            if rule is not None:
+                sums = rule.sums(df)
+                name = write_table(folder, kind, f"{sha}-e{epoch}.sums.parquet", sums)
+                entry = FileEntry(sha, entry.stats, entry.rows, (), name, rule.exact(sums))
             new_frames.append(df)
+            frames.append(df)
             read.append(rel)
-        paths = tuple(sorted({*files.get(sha, entry).paths, rel}))
-        files[sha] = FileEntry(sha, entry.stats, entry.rows, paths)
-        frames.append(df)
-    table = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0].reset_index(drop=True)
+        paths = tuple(sorted({*(files[sha].paths if sha in files else ()), rel}))  # where it is now, not was
+        files[sha] = entry.at(paths)
+    fold = update_fold(folder, kind, state, files, rule, epoch) if rule is not None else None
+    if fold is not None:
+        files = fold.files
+    if frames:
+        table = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0].reset_index(drop=True)
+    else:
+        table = _empty_like(folder, kind, next(iter(files.values())))
     new_rows = pd.concat(new_frames, ignore_index=True) if new_frames else table.iloc[:0]
     seen = {p for e in files.values() for p in e.paths}
     dropped = sorted({p for sha, e in stored.items() if sha not in files for p in e.paths} - seen)
@@ -162,7 +211,12 @@ def assemble(
         len(reused), len(dropped),
     )  # fmt: skip
     loaded_table = LoadedTable(df=table, source=str(src), sha256=outer.hexdigest(), format="parquet")
-    return Assembled(loaded_table, new_rows, files, read, reused, dropped, erased)
+    return Assembled(loaded_table, new_rows, files, read, reused, dropped, erased, fold)
+
+
+def _empty_like(folder: str | Path, kind: str, entry: FileEntry) -> pd.DataFrame:
+    """No rows, with the columns of a stored file (a folded run with no new file)."""
+    return stored_rows(folder, kind, entry).iloc[:0]
 
 
 def new_rows_source(folder: str | Path, read: Sequence[str]) -> str:
@@ -170,3 +224,31 @@ def new_rows_source(folder: str | Path, read: Sequence[str]) -> str:
     if len(read) == 1:
         return str(Path(folder) / read[0])
     return f"{folder} (new files {', '.join(read[:5])}{', …' if len(read) > 5 else ''}; rows counted across them)"
+
+
+@contextlib.contextmanager
+def folded_input(
+    folder: str | os.PathLike[str],
+    source: str | os.PathLike[str],
+    kind: str,
+    rule: SumsRule,
+    columns: Mapping[str, str] | None = None,
+    refresh: Sequence[str] = (),
+    run_id: str | None = None,
+    timeout: float = 600.0,
+) -> Iterator[Assembled]:
+    """A run on folded sums: the store's lock held, the new files read and folded, the state committed at the end.
+
+    Yields the :class:`Assembled` input of :func:`assemble` with ``rows=False``: ``fold.table`` is the statistic
+    of every file of ``source``, ``new_rows`` the rows read now. The new state is committed when the body returns
+    (after it wrote its outputs); an exception or a kill leaves the previous state, and the files written for the
+    uncommitted one are garbage that the next commit removes.
+    """
+    with state_lock(folder, timeout):
+        state = read_state(folder)
+        got = assemble(Path(folder), state, Path(source), kind, columns, refresh, rule=rule, rows=False)
+        yield got
+        assert got.fold is not None
+        commit_state(
+            folder, state, {**state.files, kind: got.files}, run_id, folds={**state.folds, kind: got.fold.record}
+        )

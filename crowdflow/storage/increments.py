@@ -8,6 +8,11 @@ contributes comes from this store. Layout (format :data:`FORMAT`)::
                                         (content sha256 → stats file, rows, the paths it was seen at), erasures
         <kind>/<sha256>-e<k>.parquet    one file's canonical rows (mapped, coerced, erased workers removed): the
                                         sufficient statistic of every fit, so any method refits exactly from it
+        <kind>/<sha256>-e<k>.sums.parquet   one file's per-method sums (format 2: per-task class counts of a
+                                        labels file, per-pair sums of a comparisons file; see
+                                        :mod:`crowdflow.storage.increment_folds`)
+        <kind>/fold-<v>.parquet         the sums folded over every file the state holds (format 2), with the
+                                        identity of the files it sums (``folds`` in ``state.json``)
         lock                            held by the one process that updates the store (host, pid, time)
 
 Rules (the promises of a run, applied to the store):
@@ -38,7 +43,7 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -56,8 +61,10 @@ __all__ = [
     "FORMAT",
     "STATE_DIR",
     "FileEntry",
+    "Fold",
     "State",
     "StateBusy",
+    "SumsRule",
     "commit_state",
     "drop_erased",
     "erase",
@@ -66,10 +73,16 @@ __all__ = [
     "state_dir",
     "state_lock",
     "stored_rows",
+    "update_fold",
+    "with_sums",
     "write_stats",
+    "write_table",
 ]
 
-FORMAT = "crowdflow-increments/1"
+FORMAT = "crowdflow-increments/2"
+#: the formats :func:`read_state` reads: a format-1 state (rows only) is read as a format-2 state whose files have
+#: no sums yet; the next folded run derives each file's sums from its stored rows (once) and commits format 2
+READS = ("crowdflow-increments/1", FORMAT)
 STATE_DIR = ".increments"
 STATE_FILE = "state.json"
 LOCK_FILE = "lock"
@@ -90,9 +103,19 @@ class FileEntry:
     stats: str
     rows: int
     paths: tuple[str, ...] = ()
+    sums: str | None = None
+    exact: bool = False
 
     def as_json(self) -> dict[str, Any]:
-        return {"stats": self.stats, "rows": self.rows, "paths": list(self.paths)}
+        out: dict[str, Any] = {"stats": self.stats, "rows": self.rows, "paths": list(self.paths)}
+        if self.sums is not None:
+            out["sums"] = self.sums
+            out["exact"] = self.exact
+        return out
+
+    def at(self, paths: tuple[str, ...]) -> FileEntry:
+        """This entry seen at ``paths``."""
+        return FileEntry(self.sha256, self.stats, self.rows, paths, self.sums, self.exact)
 
 
 @dataclass(frozen=True)
@@ -111,6 +134,9 @@ class State:
         The store's salt of the erasure hashes.
     run_id, updated_at : str or None
         The run (or ``forget``) that made this state, and when.
+    folds : dict
+        Input kind → ``{"file", "digest"}``: the stored fold of that kind's per-file sums and the identity of the
+        files (and sums) it folds (:func:`fold_digest`); a fold whose digest is not the state's is not used.
     """
 
     version: int = 0
@@ -119,6 +145,7 @@ class State:
     salt: str = ""
     run_id: str | None = None
     updated_at: str | None = None
+    folds: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
         """What a manifest records of the state a run started from (no ids, no paths of stats files)."""
@@ -170,16 +197,23 @@ def read_state(folder: str | os.PathLike[str]) -> State:
         raw = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise InputError(f"cannot read the increment state: {exc}", path=str(path)) from None
-    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+    if not isinstance(raw, dict) or raw.get("format") not in READS:
         found = raw.get("format") if isinstance(raw, dict) else None
-        raise InputError(f"increment state of format {found!r}; this crowdflow reads {FORMAT!r}", path=str(path))
+        raise InputError(
+            f"increment state of format {found!r}; this crowdflow reads {' and '.join(map(repr, READS))}",
+            path=str(path),
+        )
     files: dict[str, dict[str, FileEntry]] = {}
     for kind, entries in (raw.get("files") or {}).items():
         files[kind] = {}
         for sha, e in entries.items():
-            if not (d / kind / e["stats"]).is_file():
-                raise InputError(f"the increment state names a stats file that is missing: {e['stats']}", path=str(d))
-            files[kind][sha] = FileEntry(sha, str(e["stats"]), int(e["rows"]), tuple(e.get("paths") or ()))
+            for name in (e["stats"], e.get("sums")):
+                if name is not None and not (d / kind / name).is_file():
+                    raise InputError(f"the increment state names a stats file that is missing: {name}", path=str(d))
+            files[kind][sha] = FileEntry(
+                sha, str(e["stats"]), int(e["rows"]), tuple(e.get("paths") or ()), e.get("sums"), bool(e.get("exact"))
+            )
+    folds = {k: dict(v) for k, v in (raw.get("folds") or {}).items() if (d / k / str(v.get("file"))).is_file()}
     return State(
         version=int(raw.get("version", 0)),
         files=files,
@@ -187,7 +221,16 @@ def read_state(folder: str | os.PathLike[str]) -> State:
         salt=str(raw.get("salt") or ""),
         run_id=raw.get("run_id"),
         updated_at=raw.get("updated_at"),
+        folds=folds,
     )
+
+
+def fold_digest(entries: Mapping[str, FileEntry]) -> str:
+    """The identity of a fold: the content hashes of the files it sums and the sums files it read (sorted)."""
+    h = hashlib.sha256()
+    for sha in sorted(entries):
+        h.update(f"{sha}:{entries[sha].sums}:{max(len(entries[sha].paths), 1)}\n".encode())
+    return h.hexdigest()
 
 
 @contextlib.contextmanager
@@ -260,6 +303,23 @@ def write_stats(folder: str | os.PathLike[str], kind: str, sha256: str, df: pd.D
     return FileEntry(sha256, name, len(df))
 
 
+def write_table(folder: str | os.PathLike[str], kind: str, name: str, df: pd.DataFrame) -> str:
+    """Write a sums or fold table ``<kind>/<name>`` (temp + rename); committed only by :func:`commit_state`."""
+    d = Path(folder) / kind
+    d.mkdir(parents=True, exist_ok=True)
+    tmp = d / f".{name}.{os.getpid()}.tmp"
+    pq.write_table(pa.Table.from_pandas(df.reset_index(drop=True), preserve_index=False), tmp)
+    os.replace(tmp, d / name)
+    _Steps.done(f"table {kind}/{name}")
+    return name
+
+
+def read_table(folder: str | os.PathLike[str], kind: str, name: str) -> pd.DataFrame:
+    """A stored sums or fold table."""
+    out: pd.DataFrame = pq.read_table(Path(folder) / kind / name).to_pandas()
+    return out
+
+
 def stored_rows(folder: str | os.PathLike[str], kind: str, entry: FileEntry) -> pd.DataFrame:
     """The rows a stored file contributes (its stats file), as the reader of the file gave them."""
     out: pd.DataFrame = pq.read_table(Path(folder) / kind / entry.stats).to_pandas()
@@ -272,6 +332,7 @@ def commit_state(
     files: Mapping[str, Mapping[str, FileEntry]],
     run_id: str | None,
     erasures: Sequence[Mapping[str, Any]] | None = None,
+    folds: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> State:
     """Commit a new state (``state.json`` by temp + fsync + rename), then remove stats files no state names.
 
@@ -293,6 +354,7 @@ def commit_state(
         salt=base.salt or secrets.token_hex(16),
         run_id=run_id,
         updated_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        folds={k: dict(v) for k, v in (base.folds if folds is None else folds).items()},
     )
     body = {
         "format": FORMAT,
@@ -302,6 +364,7 @@ def commit_state(
         "salt": new.salt,
         "erasures": new.erasures,
         "files": {k: {sha: e.as_json() for sha, e in v.items()} for k, v in new.files.items()},
+        "folds": new.folds,
     }
     tmp = d / f".{STATE_FILE}.{os.getpid()}.tmp"
     with tmp.open("w") as fh:
@@ -311,6 +374,8 @@ def commit_state(
     os.replace(tmp, d / STATE_FILE)
     _Steps.done("state.json")
     keep = {(k, e.stats) for k, v in new.files.items() for e in v.values()}
+    keep |= {(k, e.sums) for k, v in new.files.items() for e in v.values() if e.sums is not None}
+    keep |= {(k, str(f["file"])) for k, f in new.folds.items()}
     for sub in d.iterdir():
         if sub.is_dir():
             for f in sub.iterdir():
@@ -320,6 +385,107 @@ def commit_state(
     _Steps.done("garbage")
     log.info("committed increment state %d in %s", new.version, d)
     return new
+
+
+@dataclass(frozen=True)
+class SumsRule:
+    """How one input kind's files reduce to sums and how sums fold (kept by the job's package, used here).
+
+    Attributes
+    ----------
+    name : str
+        The statistic (``label_counts``, ``pair_sums``); a stored fold of another statistic is not used.
+    sums : callable
+        One file's canonical rows → its sums table.
+    exact : callable
+        A sums table → whether adding and subtracting it is exact in any order (integers in float64 or int64).
+    update : callable
+        ``(fold, add, remove)`` → the fold plus the ``add`` sums minus the ``remove`` sums (used only when every
+        file involved is exact).
+    refold : callable
+        Sums tables in the files' content-hash order → their fold (the canonical order of a non-exact fold).
+    """
+
+    name: str
+    sums: Callable[[pd.DataFrame], pd.DataFrame]
+    exact: Callable[[pd.DataFrame], bool]
+    update: Callable[[pd.DataFrame, Sequence[pd.DataFrame], Sequence[pd.DataFrame]], pd.DataFrame]
+    refold: Callable[[Sequence[pd.DataFrame]], pd.DataFrame]
+
+
+def with_sums(folder: str | os.PathLike[str], kind: str, entry: FileEntry, rule: SumsRule, epoch: int) -> FileEntry:
+    """``entry`` with its sums file: written from its stored rows when it has none (a format-1 state, an erasure)."""
+    if entry.sums is not None:
+        return entry
+    sums = rule.sums(stored_rows(folder, kind, entry))
+    name = write_table(folder, kind, f"{entry.sha256}-e{epoch}.sums.parquet", sums)
+    return FileEntry(entry.sha256, entry.stats, entry.rows, entry.paths, name, rule.exact(sums))
+
+
+@dataclass(frozen=True)
+class Fold:
+    """A fold made by :func:`update_fold`: the table, its state record, and how it was made."""
+
+    table: pd.DataFrame
+    record: dict[str, Any]
+    files: dict[str, FileEntry]
+    how: str
+    added: int = 0
+    removed: int = 0
+
+
+def update_fold(
+    folder: str | os.PathLike[str],
+    kind: str,
+    base: State,
+    files: Mapping[str, FileEntry],
+    rule: SumsRule,
+    epoch: int,
+) -> Fold:
+    """The fold of ``files`` (the kind's files the new state holds), from the stored fold where it can.
+
+    Every file gets its sums (:func:`with_sums`; only files without them read their stored rows). When the state
+    ``base`` holds a fold of this statistic whose digest is that of its files, and every file it holds and every
+    file removed is exact (a non-integral sum anywhere makes the order matter), the new fold is
+    ``rule.update(stored fold, added sums, removed sums)``: the cost is the new and removed files' sums plus one
+    pass over the fold. Otherwise every file's sums are refolded in content-hash order
+    (``rule.refold``), which never reads rows either. The fold table is written (uncommitted) as
+    ``<kind>/fold-<version>.parquet``.
+    """
+    entries = {sha: with_sums(folder, kind, e, rule, epoch) for sha, e in files.items()}
+    old = base.files.get(kind, {})
+    stored = base.folds.get(kind)
+
+    def ident(sha: str, e: FileEntry) -> tuple[str, str | None, int]:
+        return sha, e.sums, max(len(e.paths), 1)  # a file at k paths is read k times by a full read
+
+    before = {ident(sha, e): e for sha, e in old.items()}
+    after = {ident(sha, e): e for sha, e in entries.items()}
+    add = [after[k] for k in sorted(set(after) - set(before), key=str)]
+    gone = [before[k] for k in sorted(set(before) - set(after), key=str)]
+
+    def tables(es: Sequence[FileEntry]) -> list[pd.DataFrame]:
+        out = []
+        for e in es:
+            t = read_table(folder, kind, str(e.sums))
+            out += [t] * max(len(e.paths), 1)
+        return out
+
+    usable = (
+        stored is not None
+        and stored.get("rule") == rule.name
+        and stored.get("digest") == fold_digest(old)
+        and all(e.exact and e.sums is not None for e in (*entries.values(), *gone))  # exact only if all are
+    )
+    if usable and stored is not None:
+        table = rule.update(read_table(folder, kind, str(stored["file"])), tables(add), tables(gone))
+        how = "updated"
+    else:
+        table = rule.refold(tables([entries[sha] for sha in sorted(entries)]))
+        how = "refolded"
+    name = write_table(folder, kind, f"fold-{base.version + 1}-e{epoch}.parquet", table)
+    record = {"file": name, "digest": fold_digest(entries), "rule": rule.name}
+    return Fold(table, record, entries, how, len(add), len(gone))
 
 
 def person_hash(salt: str, person: object) -> str:
@@ -354,36 +520,56 @@ class Erasure:
     version: int
 
 
-def erase(folder: str | os.PathLike[str], worker: str, timeout: float = 600.0) -> Erasure:
+def erase(
+    folder: str | os.PathLike[str], worker: str, timeout: float = 600.0, rules: Mapping[str, SumsRule] | None = None
+) -> Erasure:
     """Remove every row of ``worker`` from the stored statistics and record the erasure (a salted hash and counts).
 
     The stats files of the files that held the worker are rewritten without its rows (no refit: the next run
-    starts from them); the erasure record makes every later run drop the worker's rows from new files too.
-    Runs written before stay as they are (delete them if they must go: their folders are listed by
-    ``crowdflow.latest_run``). Erasing a worker twice records nothing new.
+    starts from them); only their person column is read to find them. Their sums are re-derived from their own
+    rows and, with the kind's ``rules``, the stored fold is updated at once (the old sums subtracted, the new
+    added: exact for sums of integers; otherwise refolded from the per-file sums, never from other files' rows).
+    Without a rule the kind's fold is dropped and the next run refolds it. The erasure record makes every later run
+    drop the worker's rows from new files too. Runs written before stay as they are (delete them if they must
+    go: their folders are listed by ``crowdflow.latest_run``). Erasing a worker twice records nothing new.
     """
     d = Path(folder)
     with state_lock(d, timeout):
         base = read_state(d)
         salt = base.salt or secrets.token_hex(16)
-        base = State(base.version, base.files, base.erasures, salt, base.run_id, base.updated_at)
+        base = State(base.version, base.files, base.erasures, salt, base.run_id, base.updated_at, base.folds)
         digest = person_hash(salt, str(worker))
         epoch = len(base.erasures) + 1
         removed, touched = 0, 0
         files: dict[str, dict[str, FileEntry]] = {}
+        folds = dict(base.folds)
         for kind, entries in base.files.items():
             column = PERSON_COLUMN.get(kind)
             files[kind] = {}
+            hit_kind = False
             for sha, entry in entries.items():
-                df = stored_rows(d, kind, entry)
-                hit = (df[column].astype(str) == str(worker)).to_numpy() if column in df.columns else None
-                if hit is None or not hit.any():
+                path = d / kind / entry.stats
+                names = pq.read_schema(path).names
+                if column not in names:
                     files[kind][sha] = entry
                     continue
+                persons = pq.read_table(path, columns=[column]).column(0).to_pandas()
+                hit = (persons.astype(str) == str(worker)).to_numpy()
+                if not hit.any():
+                    files[kind][sha] = entry
+                    continue
+                df = stored_rows(d, kind, entry)
                 new = write_stats(d, kind, sha, df.loc[~hit], epoch)
-                files[kind][sha] = FileEntry(sha, new.stats, new.rows, entry.paths)
+                files[kind][sha] = FileEntry(sha, new.stats, new.rows, entry.paths)  # sums re-derived below
                 removed += int(hit.sum())
                 touched += 1
+                hit_kind = True
+            rule = (rules or {}).get(kind)
+            if hit_kind and rule is not None and kind in base.folds:
+                fold = update_fold(d, kind, base, files[kind], rule, epoch)
+                files[kind], folds[kind] = fold.files, fold.record
+            elif hit_kind:
+                folds.pop(kind, None)
         erasures = list(base.erasures)
         if digest not in base.erased_hashes():
             erasures.append(
@@ -394,12 +580,18 @@ def erase(folder: str | os.PathLike[str], worker: str, timeout: float = 600.0) -
                     "at": datetime.now(UTC).isoformat(timespec="seconds"),
                 }
             )
-        new_state = commit_state(d, base, files, run_id="forget", erasures=erasures)
+        new_state = commit_state(d, base, files, run_id="forget", erasures=erasures, folds=folds)
     log.info("erased one worker: %d rows from %d stored files", removed, touched)
     return Erasure(digest, removed, touched, new_state.version)
 
 
-def forget(out_dir: str | os.PathLike[str], pipeline: str, worker: str, timeout: float = 600.0) -> Erasure:
+def forget(
+    out_dir: str | os.PathLike[str],
+    pipeline: str,
+    worker: str,
+    timeout: float = 600.0,
+    rules: Mapping[str, SumsRule] | None = None,
+) -> Erasure:
     """Erase ``worker`` from pipeline ``pipeline`` under ``out_dir`` (``crowdflow forget``; :func:`erase`).
 
     Every later run of the pipeline, incremental or not, leaves the worker's rows out; the store records a salted
@@ -413,4 +605,4 @@ def forget(out_dir: str | os.PathLike[str], pipeline: str, worker: str, timeout:
         raise InputError(str(exc)) from None
     if not str(worker).strip():
         raise InputError("forget needs a worker id", path=str(out_dir))
-    return erase(state_dir(out_dir, pipeline), str(worker), timeout)
+    return erase(state_dir(out_dir, pipeline), str(worker), timeout, rules)
