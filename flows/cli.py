@@ -391,7 +391,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 def cmd_forget(args: argparse.Namespace) -> int:
     """``crowdflow forget --worker ID``: erase a worker from a pipeline's stored statistics and every later run."""
     from crowdflow.contracts.errors import SpecError
-    from crowdflow.increment_rules import forget
+    from crowdflow.frontdoor.increment_rules import forget
 
     if args.spec:
         spec = _load(args.spec, args.out)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from crowdflow.assignment.door import AssignmentFit, assign
 from crowdflow.frontdoor.estimators import DawidSkene, MajorityVote, OneCoinDawidSkene, RankOneSkills
-from crowdflow.increment_rules import forget
+from crowdflow.frontdoor.increment_rules import forget
 from crowdflow.personal_models.door import PersonalModelsFit, personal_models
 from crowdflow.personal_rankings.door import PersonalRankingsFit, personal_rankings
 from crowdflow.ranking.door import RankingFit, rank

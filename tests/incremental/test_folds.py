@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 from crowdflow.contracts.tables import INPUTS
-from crowdflow.increment_rules import RULES
+from crowdflow.frontdoor.increment_rules import RULES
 from crowdflow.labels import encode_labels
 from crowdflow.ranking import fit_ranking
 from crowdflow.ranking.increments import PAIR_SUMS, hodgerank_from_pairs, hodgerank_run, pair_sums
