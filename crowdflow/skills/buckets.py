@@ -421,13 +421,22 @@ def _write_consensus(
         lm.worker_idx, weights=(lm.class_idx == winner[lm.task_idx]).astype(np.float64), minlength=lm.n_workers
     )
     has_ok = np.bincount(lm.task_idx[ok[lm.worker_idx]], minlength=lm.n_tasks) > 0
+    # the review reads only the tasks it can report on: those whose consensus is not a majority label (found here on
+    # the integer codes) and the gold tasks; every count it makes is per task, so its sums are those of all the tasks
+    keep = _changed_tasks(lm, winner)
+    if truth is not None and len(truth):
+        keep |= pd.Index(lm.tasks.astype(str)).isin(truth["task"].dropna().astype(str).to_numpy())
+    rows = keep[lm.task_idx]
     labels = pd.DataFrame(
         {
-            "task": lm.tasks[lm.task_idx],
-            "worker": lm.worker_idx.astype(str),  # global codes; the flow maps them back to ids
-            "label": lm.classes[lm.class_idx],
+            "task": lm.tasks[lm.task_idx[rows]],
+            "worker": lm.worker_idx[rows].astype(str),  # global codes; the flow maps them back to ids
+            "label": lm.classes[lm.class_idx[rows]],
         }
     )
+    if len(frame) != lm.n_tasks:
+        raise AssertionError("a consensus part has one row per task of its bucket, in task order")
+    review = replace(review_part(labels, frame[keep], truth, lm.classes.astype(str).tolist()), n_tasks=lm.n_tasks)
     return ConsensusPart(
         path=out,
         n_tasks=lm.n_tasks,
@@ -437,8 +446,20 @@ def _write_consensus(
         agreements=agree,
         per_component=labels_and_tasks_per_component(lm, component, int(component.max()) + 1 if component.size else 0),
         tasks_with_ok_worker=int(has_ok.sum()),
-        review=review_part(labels, frame, truth, lm.classes.astype(str).tolist()),
+        review=review,
     )
+
+
+def _changed_tasks(lm: LabelMatrix, winner: np.ndarray) -> np.ndarray:
+    """Tasks whose consensus class ``winner`` is not one of their most frequent labels (integer codes; the rule of
+    :func:`crowdflow.metrics.majority_changes`)."""
+    m = max(lm.n_classes, 1)
+    counts = np.bincount(lm.task_idx * m + lm.class_idx, minlength=lm.n_tasks * m).reshape(lm.n_tasks, m)
+    top = counts.max(axis=1) if m else np.zeros(lm.n_tasks, np.int64)
+    ok = (winner >= 0) & (winner < m)
+    got = np.where(ok, counts[np.arange(lm.n_tasks), np.clip(winner, 0, m - 1)], -1)
+    changed: np.ndarray = got < top
+    return changed
 
 
 def ds_consensus(
