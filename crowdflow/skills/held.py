@@ -17,8 +17,8 @@ Every sum runs in the order of the in-memory kernels (``crowdflow.skills.dawid_s
 log-likelihood; so a bucket's G, p and log-likelihood equal the former disk-reading pass bit for bit, and Σ_t T_tl
 (summed here with a compensated sum, there by numpy's pairwise sum) to a few units in the last place.
 
-Bytes read per pass: ``4·(labels + tasks + 1)`` per bucket plus the W·M² tables, which stay in cache for
-W·M² ≲ 10⁶ (docs/scale.md, the bandwidth limit).
+Bytes per pass: ``4·(labels + tasks + 1)`` read per bucket, ``8·M·tasks`` written and read for the class sums,
+plus the W·M² tables, which stay in cache for W·M² ≲ 10⁶ (:func:`pass_bytes`; docs/scale.md, the bandwidth limit).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import numpy as np
 
 from crowdflow.compiled import compiled_kernel
 
-__all__ = ["EMShared", "HeldCodes", "em_sums", "held_codes", "posteriors", "read_codes"]
+__all__ = ["EMShared", "HeldCodes", "em_sums", "held_codes", "pass_bytes", "posteriors", "read_codes"]
 
 #: the running product of the normalisers Z_t ∈ [1, M] is folded into its logarithm past this value (the
 #: in-memory E-step's rule, so the log-likelihood has the same bits)
@@ -115,6 +115,16 @@ def read_codes(path: str, n_workers: int, n_classes: int) -> HeldCodes:
     return held_codes(path, task, worker, label, n_tasks, n_classes, n_workers)
 
 
+def pass_bytes(n_labels: int, n_tasks: int, n_buckets: int, n_classes: int) -> int:
+    """Bytes one EM pass moves: an int32 code a label and an int32 offset a task (+1 a bucket) read, the posteriors
+    (M float64 a task) written and read once for the class sums.
+
+    The W·M² tables (read and added to) are not counted: they stay in cache for W·M² ≲ 10⁶. The bandwidth limit of a
+    pass is this over the measured read bandwidth (docs/scale.md).
+    """
+    return 4 * int(n_labels) + 4 * (int(n_tasks) + int(n_buckets)) + 2 * 8 * int(n_classes) * int(n_tasks)
+
+
 @dataclass(frozen=True)
 class EMShared:
     """What every bucket of one EM pass gets (shared once per pass, not once per bucket).
@@ -181,15 +191,14 @@ def _em_kernel(
     log_q: np.ndarray,
     one_coin: bool,
     counts: np.ndarray,
-    class_sums: np.ndarray,
+    post_t: np.ndarray,
 ) -> float:
-    """The fused pass (module docstring): ``counts`` (W·M·M, or W one-coin) and ``class_sums`` (M) overwritten."""
+    """The fused pass (module docstring): ``counts`` (W·M·M, or W one-coin) overwritten, the posteriors written to
+    ``post_t`` (M × T_b, for the class sums only: numpy's pairwise sum over them gives the in-memory bits)."""
     init = tab.size == 0
     counts[:] = 0.0
     ell = np.empty(m)
     post = np.empty(m)
-    total = np.zeros(m)
-    comp = np.zeros(m)
     shift, prod = 0.0, 1.0
     for t in range(indptr.size - 1):
         lo, hi = indptr[t], indptr[t + 1]
@@ -212,16 +221,8 @@ def _em_kernel(
                 base = r * m
                 for c in range(m):
                     counts[base + c] += post[c]
-        for c in range(m):  # Neumaier's compensated sum of T_tl over the tasks
-            x = post[c]
-            s = total[c] + x
-            if abs(total[c]) >= abs(x):
-                comp[c] += (total[c] - s) + x
-            else:
-                comp[c] += (x - s) + total[c]
-            total[c] = s
-    for c in range(m):
-        class_sums[c] = total[c] + comp[c]
+        for c in range(m):
+            post_t[c, t] = post[c]
     return 0.0 if init else shift + math.log(prod)
 
 
@@ -256,9 +257,9 @@ def em_sums(codes: HeldCodes, shared: EMShared) -> BucketSums:
     """One fused E- and M-step pass over a held bucket (module docstring)."""
     m = codes.n_classes
     counts = np.empty(shared.n_workers if shared.one_coin else shared.n_workers * m * m)
-    class_sums = np.empty(m)
-    ll = _em_kernel(codes.indptr, codes.code, m, shared.tab, shared.log_q, shared.one_coin, counts, class_sums)
-    return BucketSums(counts, class_sums, codes.n_tasks, float(ll))
+    post_t = np.empty((m, codes.n_tasks))
+    ll = _em_kernel(codes.indptr, codes.code, m, shared.tab, shared.log_q, shared.one_coin, counts, post_t)
+    return BucketSums(counts, post_t.sum(axis=1), codes.n_tasks, float(ll))
 
 
 def posteriors(codes: HeldCodes, tab: np.ndarray, log_q: np.ndarray) -> tuple[np.ndarray, float]:

@@ -28,6 +28,9 @@ from crowdflow.skills.held import EMShared, em_sums, held_codes, label_row_major
 METHODS = ("ds", "onecoin_ds", "mv")
 #: probabilities against the in-memory fit (the partitioned sums add bucket by bucket)
 TOL = 1e-10
+#: the EM's stopping tolerance here: at the default 1e-6 two runs whose sums differ in the last bits may stop one
+#: SQUAREM step apart, ~1e-5 from each other (one-coin, seed 10); run to the fixed point, they agree to TOL
+DS_TOL = 1e-12
 
 
 def family_case(seed: int) -> dict[str, Any]:
@@ -90,7 +93,7 @@ def _close_to_memory(part: Any, ref: Any) -> None:
     assert cons["task"].tolist() == ref_cons["task"].astype(str).tolist()
     assert cons["label"].tolist() == ref_cons["label"].astype(str).tolist()
     np.testing.assert_allclose(cons["confidence"], ref_cons["confidence"], rtol=0, atol=TOL)
-    for key in ("iterations", "converged", "n_ties", "n_tasks", "n_labels"):
+    for key in ("converged", "n_ties", "n_tasks", "n_labels"):
         assert part.result.metadata[key] == ref.metadata[key], key
 
 
@@ -107,26 +110,24 @@ def dask_map() -> Iterator[Any]:
 
 
 def _fit(case: dict[str, Any], folder: Path, out: Path, method: str, executor: Any = None) -> Any:
-    opts = SkillsOptions(method=method, tie_break="smallest")
+    opts = SkillsOptions(method=method, tie_break="smallest", ds_tol=DS_TOL)
     return fit_skills_partitioned(folder, opts, out_folder=out, executor=executor, n_buckets=case["n_buckets"])
 
 
-@pytest.mark.parametrize(
-    "seed", [*range(6), *(pytest.param(s, marks=pytest.mark.slow) for s in range(6, 30))]
-)
+@pytest.mark.parametrize("seed", [*range(6), *(pytest.param(s, marks=pytest.mark.slow) for s in range(6, 30))])
 def test_held_in_process_and_recomputed_give_the_same_fit(seed: int, tmp_path: Path) -> None:
     """Every method: recompute fallback ≡ held in this process (bits), both ≈ the in-memory fit (1e-10, labels)."""
     case = family_case(seed)
     write_case(case, tmp_path / "labels")
     for method in METHODS:
-        ref = fit_skills(case["labels"], SkillsOptions(method=method, tie_break="smallest"))
+        ref = fit_skills(case["labels"], SkillsOptions(method=method, tie_break="smallest", ds_tol=DS_TOL))
         again = _fit(case, tmp_path / "labels", tmp_path / f"r-{method}", method)
         held = _fit(case, tmp_path / "labels", tmp_path / f"h-{method}", method, InlineMemory())
         _identical(again, held)
         _close_to_memory(held, ref)
 
 
-_DASK_CASES = [(s, m) for s in range(0, 14) for m in METHODS]
+_DASK_CASES = [(s, m) for s in range(14) for m in METHODS]
 
 
 @pytest.mark.parametrize(
