@@ -14,9 +14,14 @@ is read with its increment over the RSS before the step:
   pair-free parity union-find (``crowdflow.graphs.worker_graph_report``, what the runs call now), or the whole
   in-memory ``fit_skills`` for ``mv``, ``onecoin_ds``, ``ds`` and ``pgd``;
 * ``dask``: the driver ("flow") process of ``fit_skills_partitioned`` on the folder with a ``distributed``
-  LocalCluster of 2 worker processes (1 thread each) started before the reset: the flow never reads the labels;
-  its peak is what it holds (the run's dictionaries, the merged per-worker statistics or, for pgd, the summed pair
-  counts and the fit), the Dask workers' memory is not counted.
+  LocalCluster of 2 worker processes (1 thread each) started before the reset, through the pipeline's executor
+  (``tasks.runners.DaskMap``: the buckets' codes held on the workers, the per-pass arguments shared once, the sums
+  folded as they arrive): the flow never reads the labels; its peak is what it holds (the run's dictionaries, the
+  merged per-worker statistics or, for pgd, the summed pair counts and the fit) plus the in-process scheduler; the
+  Dask workers' memory is not counted.
+
+``--ds-max-iter`` caps the EM (default 100: at ~5 labels a worker and 2·10^5 workers DS does not converge within
+hundreds of iterations; memory does not depend on the count).
 
 The pair bound min(Σ_t k_t(k_t − 1), W(W − 1)) and the stored pairs nnz(N) are listed per W.
 """
@@ -33,7 +38,7 @@ import time
 from pathlib import Path
 
 INLINE = ("check_pairs", "check_parity", "mv", "onecoin_ds", "ds", "pgd")
-DASK = ("mv", "ds", "pgd")
+DASK = ("mv", "onecoin_ds", "ds", "pgd")
 
 
 def _status(key: str) -> int:
@@ -79,14 +84,18 @@ def _prepare(n_labels: int, n_workers: int, folder: Path) -> dict[str, float]:
     }
 
 
-def _cell(folder: Path, runner: str, step: str) -> dict[str, float]:
+def _cell(folder: Path, runner: str, step: str, ds_max_iter: int = 100) -> dict[str, float]:
     import pandas as pd
 
     from crowdflow.graphs import worker_graph_report, worker_graph_report_pairs
     from crowdflow.labels import encode_labels
     from crowdflow.skills import SkillsOptions, fit_skills, fit_skills_partitioned
 
-    opts = SkillsOptions(method=step if step in ("mv", "onecoin_ds", "ds", "pgd") else "mv", pair_memory_budget=None)
+    opts = SkillsOptions(
+        method=step if step in ("mv", "onecoin_ds", "ds", "pgd") else "mv",
+        pair_memory_budget=None,
+        ds_max_iter=ds_max_iter,
+    )
     if runner == "inline":
         df = pd.read_parquet(folder)
         lm = encode_labels(df) if step.startswith("check") else None
@@ -103,6 +112,8 @@ def _cell(folder: Path, runner: str, step: str) -> dict[str, float]:
     else:
         import distributed
 
+        from tasks.runners import DaskMap
+
         with (
             distributed.LocalCluster(
                 n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0", memory_limit="3GB"
@@ -110,10 +121,7 @@ def _cell(folder: Path, runner: str, step: str) -> dict[str, float]:
             distributed.Client(cluster) as client,
             tempfile.TemporaryDirectory(prefix="skills-memory-") as out,
         ):
-
-            def run(fn, items):  # type: ignore[no-untyped-def]
-                return client.gather(client.map(fn, items, pure=False))
-
+            run = DaskMap(client)
             Path("/proc/self/clear_refs").write_text("5")
             before = _status("VmRSS")
             clock = time.perf_counter()
@@ -129,6 +137,7 @@ def main() -> None:
     ap.add_argument("--inline", default=",".join(INLINE))
     ap.add_argument("--dask", default=",".join(DASK))
     ap.add_argument("--out", default="benchmarks/results/skills_memory.md")
+    ap.add_argument("--ds-max-iter", type=int, default=100)
     ap.add_argument("--prepare", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--cell", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -136,7 +145,7 @@ def main() -> None:
         print(json.dumps(_prepare(int(a.prepare[0]), int(a.prepare[1]), Path(a.prepare[2]))))
         return
     if a.cell:
-        print(json.dumps(_cell(Path(a.cell[0]), a.cell[1], a.cell[2])))
+        print(json.dumps(_cell(Path(a.cell[0]), a.cell[1], a.cell[2], a.ds_max_iter)))
         return
 
     def sub(*args: str) -> dict[str, float]:
@@ -156,7 +165,8 @@ def main() -> None:
             shape = sub("--prepare", str(a.labels), str(w), str(folder))
             cells = [("inline", s) for s in a.inline.split(",") if s] + [("dask", s) for s in a.dask.split(",") if s]
             for runner, step in cells:
-                r = {**shape, **sub("--cell", str(folder), runner, step), "runner": runner, "step": step, "W": w}
+                got = sub("--cell", str(folder), runner, step, "--ds-max-iter", str(a.ds_max_iter))
+                r = {**shape, **got, "runner": runner, "step": step, "W": w}
                 rows.append(r)
                 print(
                     f"W={w} {runner} {step}: peak {r['peak'] / 1e9:.3f} GB "
@@ -171,7 +181,8 @@ def write_table(rows: list[dict], a: argparse.Namespace, started: str, load0: fl
     lines = [
         "# Skills: the flow's peak memory as the workers grow at fixed labels (issue #36)",
         "",
-        f"`python -m benchmarks.skills_memory --labels {a.labels} --workers {a.workers}` (started {started}, load "
+        f"`python -m benchmarks.skills_memory --labels {a.labels} --workers {a.workers} --inline '{a.inline}' "
+        f"--dask '{a.dask}' --ds-max-iter {a.ds_max_iter}` (started {started}, load "
         f"{load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; shared 2-core host). Method in the module "
         "docstring. Each cell: a fresh process; *peak* is the process's VmHWM during the step (inline: the labels "
         "frame read before it included; dask: the driver process only), *step +* the peak over the RSS just before "

@@ -33,8 +33,11 @@ __all__ = [
     "holds",
     "inline_executor",
     "on_held",
+    "on_held_with",
     "release",
+    "share",
     "slots",
+    "with_shared",
 ]
 
 #: ``executor(fn, items) -> [fn(x) for x in items]`` (in order), e.g. a Dask client's map + gather.
@@ -91,6 +94,47 @@ def _apply_held(fn: Callable[[Any], Any], handle: Any) -> Any:
 def on_held(fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """``fn`` applied to a held item: the value itself (held in memory) or a :class:`Recompute` handle's value."""
     return partial(_apply_held, fn)
+
+
+def _apply_held_with(fn: Callable[[Any, Any], Any], pair: tuple[Any, Any]) -> Any:
+    handle, shared = pair
+    return fn(handle.fn(handle.item) if isinstance(handle, Recompute) else handle, shared)
+
+
+def on_held_with(fn: Callable[[Any, Any], Any]) -> Callable[[tuple[Any, Any]], Any]:
+    """``fn(held value, shared value)`` on the items of :func:`with_shared` (a held item paired with a value of
+    :func:`share`)."""
+    return partial(_apply_held_with, fn)
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def share(executor: MapFn, value: Any) -> Any:
+    """One value every item of the next passes reads, sent once instead of once per item.
+
+    With an executor that has a ``share`` method, its handle; with one that holds (:func:`holds`), the value held
+    once (a Dask executor: one future on one worker, fetched once by each worker that needs it, so the scheduler
+    keeps its key, not a copy per task); otherwise the value itself. Pair it with the items by
+    :func:`with_shared` and free it by :func:`release`.
+    """
+    own = getattr(executor, "share", None)
+    if own is not None:
+        return own(value)
+    if not holds(executor):
+        return value
+    import warnings
+
+    with warnings.catch_warnings():  # a large value in one task's arguments is the point here, not a mistake
+        warnings.filterwarnings("ignore", message=".*[Ll]arge object.*")
+        warnings.filterwarnings("ignore", message=".*[Ss]ending large graph.*")
+        return hold(executor, _identity, [value])[0]
+
+
+def with_shared(handles: list[Any], shared: Any) -> list[tuple[Any, Any]]:
+    """The items of a pass of :func:`on_held_with`: each held handle with the shared value's handle."""
+    return [(h, shared) for h in handles]
 
 
 def holds(executor: MapFn) -> bool:

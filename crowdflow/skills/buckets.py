@@ -6,12 +6,14 @@ Its passes over the data are the functions here, each sent to a worker with a fi
 1. :func:`split_labels` — one input file: rows go to bucket ``h(task) mod B`` (a fixed hash of the task id),
    so every task lies in exactly one bucket; returns the file's distinct workers and labels;
 2. :func:`encode_bucket` — one bucket: its pieces (in input order) are encoded with the run's global worker
-   and class dictionaries, the duplicate policy applied, the codes written once (``codes.parquet`` and
-   ``tasks.parquet``) and the bucket's sums returned: the packed co-label counts P = N + 2³²·Agree
-   (W×W), labels per worker, tasks and labels;
-3. one or more passes over the codes (:func:`em_pass` per Dawid–Skene iteration, then one consensus pass:
-   :func:`ds_consensus`, :func:`mv_consensus` or :func:`weighted_consensus_pass`), each returning sums over
-   the bucket's tasks and writing its consensus rows as one Parquet part.
+   and class dictionaries, the duplicate policy applied, the task ids written (``tasks.parquet``) and the codes
+   kept for the executor to hold in memory (:class:`~crowdflow.skills.held.HeldCodes`; or, for an executor that
+   holds nothing, written to ``codes.parquet`` and read again by every pass), and the bucket's sums returned:
+   labels per worker, tasks and labels, the parity forest and strengths (or for pgd the packed co-label counts
+   P = N + 2³²·Agree, W×W);
+3. one or more passes over the held codes (:func:`crowdflow.skills.held.em_sums` per Dawid–Skene iteration, then
+   one consensus pass: :func:`ds_consensus`, :func:`mv_consensus` or :func:`weighted_consensus_pass`), each
+   returning sums over the bucket's tasks and writing its consensus rows as one Parquet part.
 
 Every sum is over tasks, so the sum over buckets is the statistic of all the labels: integer counts exactly,
 floating-point sums up to their order of addition (docs/methods/skills.md §4.3).
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +38,8 @@ from crowdflow.graphs import ParityForest, pair_counts, worker_strength
 from crowdflow.labels import DuplicatePolicy, LabelMatrix, factorize_ids, task_major_order
 from crowdflow.metrics import ReviewPart, review_part
 from crowdflow.skills.consensus import weighted_consensus
-from crowdflow.skills.dawid_skene import (
-    _confusion_counts,
-    _e_step,
-    _label_arrays,
-    _mv_init,
-    _one_coin_sums,
-    _pick,
-)
+from crowdflow.skills.dawid_skene import _pick
+from crowdflow.skills.held import HeldCodes, held_codes, label_row_major, posteriors
 from crowdflow.skills.identifiability import labels_and_tasks_per_component
 from crowdflow.skills.majority import majority_vote
 from crowdflow.skills.moments import pack_counts
@@ -187,6 +183,39 @@ class BucketStats:
     labels_per_worker: np.ndarray
     forest: ParityForest | None = None
     strength: np.ndarray | None = None
+    codes: HeldCodes | None = None
+
+
+@dataclass(frozen=True)
+class EncodeArgs:
+    """What every bucket's encode gets (shared once per pass: the W worker ids are the large part).
+
+    ``keep`` True: the codes are returned in :attr:`BucketStats.codes` to be held in memory (nothing written but
+    the task ids); False: they are written to ``codes.parquet`` for every later pass to read.
+    """
+
+    workers: np.ndarray
+    classes: np.ndarray
+    duplicates: DuplicatePolicy
+    file_names: list[str]
+    pairs: bool
+    keep: bool
+
+
+def encode_shared(folder: str, args: EncodeArgs) -> BucketStats:
+    """:func:`encode_bucket` with the shared arguments (the item function of the encode pass)."""
+    return encode_bucket(folder, args.workers, args.classes, args.duplicates, args.file_names, args.pairs, args.keep)
+
+
+def stats_only(stats: BucketStats) -> BucketStats:
+    """The sums of a held encode, without its codes (what goes back to the flow)."""
+    return replace(stats, codes=None)
+
+
+def codes_only(stats: BucketStats) -> HeldCodes:
+    """The codes of a held encode (what stays held for the passes)."""
+    assert stats.codes is not None
+    return stats.codes
 
 
 def _duplicates(
@@ -223,8 +252,9 @@ def encode_bucket(
     duplicates: DuplicatePolicy,
     file_names: list[str],
     pairs: bool = True,
+    keep: bool = False,
 ) -> BucketStats:
-    """Encode one bucket with the global dictionaries, write its codes, return its sums (pass 2).
+    """Encode one bucket with the global dictionaries, write (or keep) its codes, return its sums (pass 2).
 
     Pieces are read in input-file order, so ``keep_first``/``keep_last`` keep the answer an in-memory run
     keeps. Tasks get local codes in :func:`~crowdflow.labels.natural_sort` order; entries are sorted by
@@ -243,6 +273,9 @@ def encode_bucket(
     pairs : bool
         True: return the bucket's packed co-label counts (O(pairs of the bucket), for PGD); False: its parity
         forest and worker strengths instead (O(W), never a pair; docs/scale.md, memory laws).
+    keep : bool
+        True: the codes are returned as :attr:`BucketStats.codes` (:class:`~crowdflow.skills.held.HeldCodes`, to be
+        held in memory by the executor) and not written; False: written to ``codes.parquet``.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -270,11 +303,18 @@ def encode_bucket(
     used = np.bincount(task_idx, minlength=tasks.size) > 0
     if not used.all():  # a task whose rows were all dropped cannot happen (one row per pair is kept)
         raise AssertionError("a task lost every label to the duplicate policy")
-    # int32 on disk (half the bytes every later pass reads); read back as int64
-    codes = pa.table(
-        {"task": task_idx.astype(np.int32), "worker": worker_idx.astype(np.int32), "label": class_idx.astype(np.int32)}
-    )
-    pq.write_table(codes, Path(folder) / _CODES)
+    held = None
+    if keep:
+        held = held_codes(str(folder), task_idx, worker_idx, class_idx, int(tasks.size), int(classes.size), n_workers)
+    else:  # int32 on disk, read back by every pass (crowdflow.skills.held.read_codes)
+        codes = pa.table(
+            {
+                "task": task_idx.astype(np.int32),
+                "worker": worker_idx.astype(np.int32),
+                "label": class_idx.astype(np.int32),
+            }
+        )
+        pq.write_table(codes, Path(folder) / _CODES)
     pq.write_table(pa.table({"task": pa.array(tasks, pa.string())}), Path(folder) / _TASKS)
     indptr = np.zeros(tasks.size + 1, dtype=np.int64)
     np.cumsum(np.bincount(task_idx, minlength=tasks.size), out=indptr[1:])
@@ -289,117 +329,31 @@ def encode_bucket(
             n_i,
             forest=ParityForest.from_labels(indptr, worker_idx, n_workers),
             strength=worker_strength(indptr, worker_idx, n_workers),
+            codes=held,
         )
     n_b, ag_b = pair_counts(indptr, worker_idx, class_idx, n_workers, int(classes.size))
-    return BucketStats(str(folder), int(tasks.size), int(task_idx.size), dropped, pack_counts(n_b, ag_b), n_i)
+    return BucketStats(
+        str(folder), int(tasks.size), int(task_idx.size), dropped, pack_counts(n_b, ag_b), n_i, codes=held
+    )
 
 
-def load_bucket(folder: str, n_workers: int, classes: np.ndarray) -> LabelMatrix:
-    """The bucket's encoded labels as a :class:`LabelMatrix` (global worker and class codes, local task codes).
+def load_bucket(codes: HeldCodes, n_workers: int, classes: np.ndarray) -> LabelMatrix:
+    """The held bucket as a :class:`LabelMatrix` (global worker and class codes, local task codes; the task ids
+    read from the bucket's ``tasks.parquet``).
 
     Its ``workers`` are the global codes (as ids), so any in-memory function of one label matrix runs on it.
     """
     import pyarrow.parquet as pq
 
-    codes = pq.read_table(Path(folder) / _CODES)
-    tasks = pq.read_table(Path(folder) / _TASKS).column("task").to_numpy(zero_copy_only=False)
+    tasks = pq.read_table(Path(codes.path) / _TASKS).column("task").to_numpy(zero_copy_only=False)
     return LabelMatrix(
         workers=np.arange(n_workers).astype(object),
         tasks=np.asarray(tasks, dtype=object),
         classes=classes,
-        worker_idx=codes.column("worker").to_numpy().astype(np.int64),
-        task_idx=codes.column("task").to_numpy().astype(np.int64),
-        class_idx=codes.column("label").to_numpy().astype(np.int64),
+        worker_idx=codes.worker_idx(),
+        task_idx=codes.task_idx(),
+        class_idx=codes.class_idx(),
     )
-
-
-@dataclass(frozen=True)
-class EMSums:
-    """One Dawid–Skene pass over a bucket (:func:`em_pass`).
-
-    Attributes
-    ----------
-    counts : numpy.ndarray
-        Full model: G[l, i·M + m] = Σ T_tl 1{Y_it = m}; one-coin: Σ_{labels of i} T_{t, Y_it} (length W).
-    class_sums : numpy.ndarray
-        Σ_t T_tl (length M).
-    n_tasks : int
-    log_likelihood : float
-        Σ_t log Σ_l exp ℓ_lt of the E-step (0 on the initialising pass).
-    """
-
-    counts: np.ndarray
-    class_sums: np.ndarray
-    n_tasks: int
-    log_likelihood: float
-
-
-def _posteriors(
-    lm: LabelMatrix, log_pi_t: np.ndarray | None, log_q: np.ndarray | None
-) -> tuple[np.ndarray, float, tuple[np.ndarray, ...]]:
-    arrays = _label_arrays(lm)
-    if log_pi_t is None or log_q is None:
-        return np.ascontiguousarray(_mv_init(lm).T), 0.0, arrays
-    post_t = np.empty((lm.n_classes, lm.n_tasks))
-    ll = _e_step(arrays[0], arrays[4], log_pi_t, log_q, post_t)
-    return post_t, float(ll), arrays
-
-
-def em_pass(
-    folder: str,
-    n_workers: int,
-    classes: np.ndarray,
-    one_coin: bool,
-    log_pi_t: np.ndarray | None = None,
-    log_q: np.ndarray | None = None,
-) -> EMSums:
-    """E-step with the broadcast parameters (majority-vote fractions when None), then the M-step's sums.
-
-    ``log_pi_t[l, i·M + m] = log π_i[l, m]`` and ``log q`` are the current parameters; the flow turns the
-    summed :class:`EMSums` into the next ones (docs/methods/skills.md §7.2).
-    """
-    m = int(classes.size)
-    indptr, task, worker, given, rows = _pass_arrays(folder, m)
-    n_tasks = int(indptr.size - 1)
-    if log_pi_t is None or log_q is None:
-        post_t = np.ascontiguousarray(_mv_fractions(task, given, n_tasks, m).T)
-        ll = 0.0
-    else:
-        post_t = np.empty((m, n_tasks))
-        ll = float(_e_step(indptr, rows, log_pi_t, log_q, post_t))
-    if one_coin:
-        counts = np.empty(n_workers)
-        _one_coin_sums(task, worker, given, post_t, counts)
-    else:
-        counts = np.empty((m, n_workers * m))
-        _confusion_counts(task, rows, post_t, counts)
-    return EMSums(counts=counts, class_sums=post_t.sum(axis=1), n_tasks=n_tasks, log_likelihood=ll)
-
-
-def _pass_arrays(folder: str, n_classes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The kernels' arrays of an encoded bucket from its integer codes alone (the task ids are not read).
-
-    The codes are stored in (task, worker) order with every task present (:func:`encode_bucket`), so the
-    labels of local task t are ``indptr[t]:indptr[t + 1]``: the same (indptr, task, worker, given, row) as
-    ``dawid_skene._label_arrays`` on :func:`load_bucket`'s label matrix, without its text columns.
-    """
-    import pyarrow.parquet as pq
-
-    codes = pq.read_table(Path(folder) / _CODES)
-    n_tasks = int(pq.read_metadata(Path(folder) / _TASKS).num_rows)
-    task = codes.column("task").to_numpy().astype(np.int64)
-    worker = codes.column("worker").to_numpy().astype(np.int64)
-    given = codes.column("label").to_numpy().astype(np.int64)
-    indptr = np.zeros(n_tasks + 1, dtype=np.int64)
-    np.cumsum(np.bincount(task, minlength=n_tasks), out=indptr[1:])
-    return indptr, task, worker, given, worker * n_classes + given
-
-
-def _mv_fractions(task: np.ndarray, given: np.ndarray, n_tasks: int, n_classes: int) -> np.ndarray:
-    """Majority-vote fractions per task (T×M): the EM's starting posteriors, as ``dawid_skene._mv_init``."""
-    counts = np.bincount(task * n_classes + given, minlength=n_tasks * n_classes).reshape(n_tasks, n_classes)
-    fractions: np.ndarray = counts / counts.sum(axis=1, keepdims=True)
-    return fractions
 
 
 @dataclass(frozen=True)
@@ -467,13 +421,22 @@ def _write_consensus(
         lm.worker_idx, weights=(lm.class_idx == winner[lm.task_idx]).astype(np.float64), minlength=lm.n_workers
     )
     has_ok = np.bincount(lm.task_idx[ok[lm.worker_idx]], minlength=lm.n_tasks) > 0
+    # the review reads only the tasks it can report on: those whose consensus is not a majority label (found here on
+    # the integer codes) and the gold tasks; every count it makes is per task, so its sums are those of all the tasks
+    keep = _changed_tasks(lm, winner)
+    if truth is not None and len(truth):
+        keep |= pd.Index(lm.tasks.astype(str)).isin(truth["task"].dropna().astype(str).to_numpy())
+    rows = keep[lm.task_idx]
     labels = pd.DataFrame(
         {
-            "task": lm.tasks[lm.task_idx],
-            "worker": lm.worker_idx.astype(str),  # global codes; the flow maps them back to ids
-            "label": lm.classes[lm.class_idx],
+            "task": lm.tasks[lm.task_idx[rows]],
+            "worker": lm.worker_idx[rows].astype(str),  # global codes; the flow maps them back to ids
+            "label": lm.classes[lm.class_idx[rows]],
         }
     )
+    if len(frame) != lm.n_tasks:
+        raise AssertionError("a consensus part has one row per task of its bucket, in task order")
+    review = replace(review_part(labels, frame[keep], truth, lm.classes.astype(str).tolist()), n_tasks=lm.n_tasks)
     return ConsensusPart(
         path=out,
         n_tasks=lm.n_tasks,
@@ -483,12 +446,24 @@ def _write_consensus(
         agreements=agree,
         per_component=labels_and_tasks_per_component(lm, component, int(component.max()) + 1 if component.size else 0),
         tasks_with_ok_worker=int(has_ok.sum()),
-        review=review_part(labels, frame, truth, lm.classes.astype(str).tolist()),
+        review=review,
     )
 
 
+def _changed_tasks(lm: LabelMatrix, winner: np.ndarray) -> np.ndarray:
+    """Tasks whose consensus class ``winner`` is not one of their most frequent labels (integer codes; the rule of
+    :func:`crowdflow.metrics.majority_changes`)."""
+    m = max(lm.n_classes, 1)
+    counts = np.bincount(lm.task_idx * m + lm.class_idx, minlength=lm.n_tasks * m).reshape(lm.n_tasks, m)
+    top = counts.max(axis=1) if m else np.zeros(lm.n_tasks, np.int64)
+    ok = (winner >= 0) & (winner < m)
+    got = np.where(ok, counts[np.arange(lm.n_tasks), np.clip(winner, 0, m - 1)], -1)
+    changed: np.ndarray = got < top
+    return changed
+
+
 def ds_consensus(
-    folder: str,
+    codes: HeldCodes,
     out_folder: str,
     n_workers: int,
     classes: np.ndarray,
@@ -501,9 +476,8 @@ def ds_consensus(
     truth: pd.DataFrame | None = None,
 ) -> ConsensusPart:
     """Final Dawid–Skene E-step of one bucket and its consensus part (label = arg-max posterior)."""
-    lm = load_bucket(folder, n_workers, classes)
-    post_t, ll, _ = _posteriors(lm, log_pi_t, log_q)
-    post = np.ascontiguousarray(post_t.T)
+    lm = load_bucket(codes, n_workers, classes)
+    post, ll = posteriors(codes, label_row_major(log_pi_t), log_q)
     winner, ties = _pick(post, tie_break, seed)
     table = pd.DataFrame(
         {
@@ -515,12 +489,12 @@ def ds_consensus(
         }
     )
     return _write_consensus(
-        lm, table, consensus_part_path(folder, out_folder), winner, ties, 0, ll, component, ok, truth
+        lm, table, consensus_part_path(codes.path, out_folder), winner, ties, 0, ll, component, ok, truth
     )
 
 
 def mv_consensus(
-    folder: str,
+    codes: HeldCodes,
     out_folder: str,
     n_workers: int,
     classes: np.ndarray,
@@ -531,16 +505,16 @@ def mv_consensus(
     truth: pd.DataFrame | None = None,
 ) -> ConsensusPart:
     """Majority vote of one bucket (:func:`~crowdflow.skills.majority_vote`) and its consensus part."""
-    lm = load_bucket(folder, n_workers, classes)
+    lm = load_bucket(codes, n_workers, classes)
     mv = majority_vote(lm, tie_break, seed)
     table = mv.consensus.assign(fallback=False)
     return _write_consensus(
-        lm, table, consensus_part_path(folder, out_folder), mv.winner, mv.n_ties, 0, 0.0, component, ok, truth
+        lm, table, consensus_part_path(codes.path, out_folder), mv.winner, mv.n_ties, 0, 0.0, component, ok, truth
     )
 
 
 def weighted_consensus_pass(
-    folder: str,
+    codes: HeldCodes,
     out_folder: str,
     n_workers: int,
     classes: np.ndarray,
@@ -554,13 +528,13 @@ def weighted_consensus_pass(
     truth: pd.DataFrame | None = None,
 ) -> ConsensusPart:
     """MAP weighted vote of one bucket with the broadcast weights (:func:`~crowdflow.skills.weighted_consensus`)."""
-    lm = load_bucket(folder, n_workers, classes)
+    lm = load_bucket(codes, n_workers, classes)
     cons = weighted_consensus(lm, weights, identified=identified, fallback=fallback, tie_break=tie_break, seed=seed)
     winner = pd.Index(lm.classes).get_indexer(cons.consensus["label"].to_numpy())
     return _write_consensus(
         lm,
         cons.consensus,
-        consensus_part_path(folder, out_folder),
+        consensus_part_path(codes.path, out_folder),
         winner,
         cons.n_ties,
         cons.n_fallback,
@@ -581,16 +555,18 @@ def bucket_tasks(folder: str) -> int:
 __all__ = [
     "BucketStats",
     "ConsensusPart",
-    "EMSums",
+    "EncodeArgs",
     "SplitSummary",
     "bucket_tasks",
+    "codes_only",
     "consensus_part_path",
     "ds_consensus",
-    "em_pass",
     "encode_bucket",
+    "encode_shared",
     "load_bucket",
     "mv_consensus",
     "split_labels",
+    "stats_only",
     "task_buckets",
     "weighted_consensus_pass",
 ]

@@ -44,7 +44,18 @@ import scipy.sparse as sp
 
 from crowdflow.contracts.errors import InputError
 from crowdflow.contracts.tables import INPUTS
-from crowdflow.executors import MapFn, fold, inline_executor
+from crowdflow.executors import (
+    MapFn,
+    fold,
+    hold,
+    holds,
+    inline_executor,
+    on_held,
+    on_held_with,
+    release,
+    share,
+    with_shared,
+)
 from crowdflow.graphs import (
     Components,
     ParityForest,
@@ -59,13 +70,14 @@ from crowdflow.progress import ProgressFn
 from crowdflow.skills.buckets import (
     BucketStats,
     ConsensusPart,
-    EMSums,
+    EncodeArgs,
     SplitSummary,
+    codes_only,
     ds_consensus,
-    em_pass,
-    encode_bucket,
+    encode_shared,
     mv_consensus,
     split_labels,
+    stats_only,
     weighted_consensus_pass,
 )
 from crowdflow.skills.consensus import vote_weights
@@ -79,6 +91,7 @@ from crowdflow.skills.fit import (
     pair_row_stats,
     worker_table,
 )
+from crowdflow.skills.held import BucketSums, EMShared, em_sums, label_row_major, read_codes
 from crowdflow.skills.identifiability import active_workers, witness_cycles
 from crowdflow.skills.moments import (
     LabelMoments,
@@ -135,13 +148,17 @@ def dictionaries(summaries: list[SplitSummary], classes: list[str] | None) -> tu
     return workers, declared
 
 
-_Acc = tuple[sp.csr_matrix | None, ParityForest | None, np.ndarray | None, list[BucketStats]]
+_Acc = tuple[sp.csr_matrix | None, ParityForest | None, np.ndarray | None, list[BucketStats], np.ndarray | None]
 
 
 def _add_bucket(acc: _Acc, s: BucketStats) -> _Acc:
-    """Fold one bucket's sums into the flow's and drop its large parts (the flow never holds every bucket's)."""
-    packed, forest, strength, kept = acc
-    kept.append(replace(s, packed=None, forest=None, strength=None))
+    """Fold one bucket's sums into the flow's and keep only its scalars: the flow holds one running sum of every
+    per-worker array, never one per bucket (docs/scale.md, memory laws)."""
+    packed, forest, strength, kept, n_i = acc
+    n_i = s.labels_per_worker.copy() if n_i is None else n_i + s.labels_per_worker
+    kept.append(
+        replace(s, packed=None, forest=None, strength=None, labels_per_worker=np.zeros(0, np.int64), codes=None)
+    )
     if s.packed is not None:
         packed = s.packed if packed is None else packed + s.packed
     if s.forest is not None:
@@ -151,7 +168,7 @@ def _add_bucket(acc: _Acc, s: BucketStats) -> _Acc:
             forest.merge(s.forest)
     if s.strength is not None:
         strength = s.strength if strength is None else strength + s.strength
-    return packed, forest, strength, kept
+    return packed, forest, strength, kept, n_i
 
 
 @dataclass(frozen=True)
@@ -172,6 +189,11 @@ class EncodedBuckets:
         The worker interaction graph of all the labels (for the pre-fit check).
     strength : numpy.ndarray or None
         Σ_{t∋i} (k_t − 1) per worker over all buckets (the row sums of N) when the run forms no pair.
+    held : list
+        One handle per bucket (in ``buckets`` order) of its codes held by the executor
+        (:func:`crowdflow.executors.hold`; :class:`~crowdflow.skills.held.HeldCodes` in a worker's or this process's
+        memory, or a :class:`~crowdflow.executors.Recompute` that reads the codes file again each pass). Freed by
+        :func:`fit_buckets` when it ends (:func:`release_buckets`).
     """
 
     buckets: list[str]
@@ -184,6 +206,12 @@ class EncodedBuckets:
     n_dropped: int
     report: WorkerGraphReport
     strength: np.ndarray | None = None
+    held: list[Any] = field(default_factory=list)
+
+
+def release_buckets(enc: EncodedBuckets, executor: MapFn) -> None:
+    """Free the held codes of ``enc`` (nothing to do for recomputed handles)."""
+    release(executor, enc.held)
 
 
 def encode_buckets(
@@ -201,16 +229,35 @@ def encode_buckets(
     and worker strengths, merged here in O(W) per bucket; the report's ``n_partners`` is then missing (not a sum
     over buckets). ``pairs`` True: each bucket's packed co-label counts are summed (O(nnz(N)) in the flow).
     """
-    run = functools.partial(
-        encode_bucket, workers=workers, classes=classes, duplicates=duplicates, file_names=file_names, pairs=pairs
+    keep = holds(executor)
+    buckets = sorted(buckets)
+    # the dictionaries go out once (shared), not once per bucket: W worker ids are the large part
+    args = share(
+        executor,
+        EncodeArgs(np.asarray(workers, dtype=object), classes, duplicates, list(file_names), pairs, keep),
     )
     # each bucket's statistics are folded in as they arrive and dropped: integer sums and a union-find merge, so the
     # order of arrival changes nothing
-    start: _Acc = (None, None, None, [])
-    packed, forest, strength, stats = fold(executor, run, buckets, _add_bucket, start)
+    start: _Acc = (None, None, None, [], None)
+    w, m = int(workers.size), int(classes.size)
+    try:
+        if keep:  # encode where the bucket is held, bring back its sums, keep only its codes there
+            full = hold(executor, on_held_with(encode_shared), with_shared(buckets, args))
+            try:
+                packed, forest, strength, stats, n_i = fold(executor, on_held(stats_only), full, _add_bucket, start)
+                held = hold(executor, on_held(codes_only), full)
+            finally:
+                release(executor, full)
+        else:  # the codes are written; every pass reads them again (one bucket in memory at a time)
+            packed, forest, strength, stats, n_i = fold(
+                executor, on_held_with(encode_shared), with_shared(buckets, args), _add_bucket, start
+            )
+            held = hold(executor, functools.partial(read_codes, n_workers=w, n_classes=m), buckets)
+    finally:
+        release(executor, [args])
     stats.sort(key=lambda s: s.path)
-    w = int(workers.size)
-    n_i = np.sum([s.labels_per_worker for s in stats], axis=0) if stats else np.zeros(w, dtype=np.int64)
+    if n_i is None:
+        n_i = np.zeros(w, dtype=np.int64)
     if pairs:
         if packed is None:
             empty = np.zeros(0, dtype=np.int64)
@@ -233,6 +280,7 @@ def encode_buckets(
         n_dropped=sum(s.n_dropped for s in stats),
         report=report,
         strength=None if pairs else (strength if strength is not None else np.zeros(w)),
+        held=held,
     )
     log.info(
         "encoded %d buckets: %d labels, %d tasks, %d workers, %d classes (%s)",
@@ -273,23 +321,100 @@ class PartitionedSkills:
     gold: dict[str, float | int] = field(default_factory=dict)
 
 
-def _sum_parts(parts: list[ConsensusPart], n_workers: int, n_comp: int) -> dict[str, Any]:
+def _add_part(acc: dict[str, Any] | None, p: ConsensusPart) -> dict[str, Any]:
+    """Fold one bucket's consensus sums into the flow's (per-worker arrays summed, never one per bucket kept)."""
+    if acc is None:
+        acc = {
+            "paths": [],
+            "agreements": None,
+            "labels": np.zeros(0, np.int64),
+            "tasks": np.zeros(0, np.int64),
+            "n_ties": 0,
+            "n_fallback": 0,
+            "tasks_with_ok": 0,
+            "reviews": [],
+            "lls": [],
+        }
+    acc["paths"].append(p.path)
+    if acc["agreements"] is None:
+        acc["agreements"] = p.agreements.astype(np.float64, copy=True)
+    else:
+        acc["agreements"] += p.agreements
+    for key, part in zip(("labels", "tasks"), p.per_component, strict=True):
+        if part.size > acc[key].size:
+            acc[key] = np.concatenate([acc[key], np.zeros(part.size - acc[key].size, np.int64)])
+        acc[key][: part.size] += part
+    acc["n_ties"] += p.n_ties
+    acc["n_fallback"] += p.n_fallback
+    acc["tasks_with_ok"] += p.tasks_with_ok_worker
+    acc["reviews"].append(p.review)
+    acc["lls"].append(p.log_likelihood)
+    return acc
+
+
+def _with_kwargs(fn: Callable[..., ConsensusPart], codes: Any, kwargs: dict[str, Any]) -> ConsensusPart:
+    return fn(codes, **kwargs)
+
+
+def _consensus_pass(
+    enc: EncodedBuckets, executor: MapFn, fn: Callable[..., ConsensusPart], kwargs: dict[str, Any], n_comp: int
+) -> dict[str, Any]:
+    """One consensus pass over the held buckets: ``fn(codes, **kwargs)`` per bucket, ``kwargs`` shared once (the
+    per-worker arrays, the gold table, the parameters), the parts folded in bucket order."""
+    shared = share(executor, kwargs)
+    try:
+        acc = fold(
+            executor,
+            on_held_with(functools.partial(_with_kwargs, fn)),
+            with_shared(enc.held, shared),
+            _add_part,
+            None,
+            ordered=True,
+        )
+    finally:
+        release(executor, [shared])
+    if acc is None:
+        raise ValueError("no bucket to pass over: the labels are empty")
     lab = np.zeros(n_comp, dtype=np.int64)
     tasks = np.zeros(n_comp, dtype=np.int64)
-    for p in parts:
-        a, b = p.per_component
-        lab[: a.size] += a
-        tasks[: b.size] += b
+    lab[: min(n_comp, acc["labels"].size)] += acc["labels"][:n_comp]
+    tasks[: min(n_comp, acc["tasks"].size)] += acc["tasks"][:n_comp]
     return {
-        "paths": [p.path for p in parts],
-        "agreements": np.sum([p.agreements for p in parts], axis=0) if parts else np.zeros(n_workers),
+        "paths": acc["paths"],
+        "agreements": acc["agreements"],
         "per_component": (lab, tasks),
-        "n_ties": sum(p.n_ties for p in parts),
-        "n_fallback": sum(p.n_fallback for p in parts),
-        "tasks_with_ok": sum(p.tasks_with_ok_worker for p in parts),
-        "reviews": [p.review for p in parts],
-        "log_likelihood": math.fsum(p.log_likelihood for p in parts),
+        "n_ties": acc["n_ties"],
+        "n_fallback": acc["n_fallback"],
+        "tasks_with_ok": acc["tasks_with_ok"],
+        "reviews": acc["reviews"],
+        "log_likelihood": math.fsum(acc["lls"]),
     }
+
+
+def _add_sums(acc: list[Any] | None, s: BucketSums) -> list[Any]:
+    """Fold one bucket's EM sums in bucket order (``acc += s``: the bits of numpy's sum over the stacked buckets)."""
+    if acc is None:
+        return [s.counts.copy(), s.class_sums.copy(), [s.log_likelihood]]
+    acc[0] += s.counts
+    acc[1] += s.class_sums
+    acc[2].append(s.log_likelihood)
+    return acc
+
+
+def _em_pass(enc: EncodedBuckets, executor: MapFn, shared: EMShared) -> tuple[np.ndarray, np.ndarray, float]:
+    """One fused E/M pass over the held buckets (:func:`crowdflow.skills.held.em_sums`): the summed M-step counts
+    (class-major, ``[l, i·M + m]``; one-coin per worker), Σ_t T_tl and the log-likelihood. The flow holds one
+    running sum (W·M² numbers) and the results that completed ahead of their turn."""
+    handle = share(executor, shared)
+    try:
+        acc = fold(executor, on_held_with(em_sums), with_shared(enc.held, handle), _add_sums, None, ordered=True)
+    finally:
+        release(executor, [handle])
+    m, w = int(enc.classes.size), int(enc.workers.size)
+    if acc is None:
+        acc = [np.zeros(w if shared.one_coin else w * m * m), np.zeros(m), []]
+    counts = acc[0] if shared.one_coin else np.ascontiguousarray(acc[0].reshape(w * m, m).T)
+    return counts, acc[1], math.fsum(acc[2])
 
 
 def _em(
@@ -299,30 +424,24 @@ def _em(
 
     The EM map of the in-memory fit, F(θ) = M-step(Σ over buckets of the E-step's sums at θ), under the same
     SQUAREM accelerator and stopping rule (:func:`crowdflow.skills.squarem.squarem`, docs/methods/skills.md
-    §7.2): one pass over the buckets per EM step, the parameters and the M-step in the flow.
+    §7.2): one fused pass over the held buckets per EM step, the parameters and the M-step in the flow.
     """
     m, w = int(enc.classes.size), int(enc.workers.size)
     alpha, beta = float(o.ds_smoothing), 0.0 if one_coin else float(o.ds_prior)
     par = EMParameters(w, m, one_coin, alpha, beta, enc.labels_per_worker)
-    step = functools.partial(em_pass, n_workers=w, classes=enc.classes, one_coin=one_coin)
-
-    def from_sums(sums: list[EMSums]) -> np.ndarray:
-        counts = np.sum([s.counts for s in sums], axis=0)
-        return par.from_sums(counts, np.sum([s.class_sums for s in sums], axis=0), enc.n_tasks)
-
     table, log_q = np.empty((m, w * m)), np.empty(m)
     passes = 0
 
     def em_step(theta: np.ndarray) -> tuple[np.ndarray, float, float]:
         nonlocal passes
         prior = par.tables(theta, table, log_q)
-        sums: list[EMSums] = executor(functools.partial(step, log_pi_t=table.copy(), log_q=log_q.copy()), enc.buckets)
+        counts, class_sums, ll = _em_pass(enc, executor, EMShared(label_row_major(table), log_q.copy(), one_coin, w))
         passes += 1
-        ll = math.fsum(s.log_likelihood for s in sums)
         log.info("Dawid-Skene EM pass %d: log-likelihood %.6f", passes, ll)
-        return from_sums(sums), ll + prior, ll
+        return par.from_sums(counts, class_sums, enc.n_tasks), ll + prior, ll
 
-    theta0 = from_sums(executor(step, enc.buckets))
+    counts, class_sums, _ = _em_pass(enc, executor, EMShared(np.zeros(0), np.zeros(m), one_coin, w))
+    theta0 = par.from_sums(counts, class_sums, enc.n_tasks)
     run = squarem(em_step, theta0, o.ds_tol, o.ds_max_iter, *par.bounds())
     _, q = par.split(run.theta)
     par.tables(run.theta, table, log_q)
@@ -340,11 +459,15 @@ def fit_buckets(
 ) -> PartitionedSkills:
     """Skills and consensus of encoded buckets (see the module docstring for the passes of each method).
 
+    Every pass runs on the codes ``enc`` holds (:attr:`EncodedBuckets.held`), which are released when the fit ends
+    (also on an error): an :class:`EncodedBuckets` is fitted once.
+
     Parameters
     ----------
     enc : EncodedBuckets
     executor : callable
-        ``executor(fn, items) -> results``; ``fn`` and its arguments are picklable.
+        ``executor(fn, items) -> results``; ``fn`` and its arguments are picklable. The executor that encoded
+        ``enc`` (its held codes live there).
     options : SkillsOptions
     out_folder : str
         Where the consensus parts are written (visible to the workers).
@@ -353,6 +476,22 @@ def fit_buckets(
     progress : callable, optional
         ``progress(fraction)`` during the PGD iterations.
     """
+    try:
+        return _fit_buckets(enc, executor, options, out_folder, truth=truth, progress=progress)
+    finally:
+        release_buckets(enc, executor)
+
+
+def _fit_buckets(
+    enc: EncodedBuckets,
+    executor: MapFn,
+    options: SkillsOptions,
+    out_folder: str,
+    *,
+    truth: pd.DataFrame | None = None,
+    progress: ProgressFn | None = None,
+) -> PartitionedSkills:
+    """:func:`fit_buckets` without the release of the held codes."""
     o = options
     if o.method == "ebcc":
         raise ValueError(
@@ -411,18 +550,17 @@ def fit_buckets(
         skill, fit_comp, fit = fit_rank_one_options(active, ag, w_all, moments.c_hat, lo, hi, o, progress)
         box = (lo, hi, fit_comp)
         weight = vote_weights(skill, m, lo, hi).astype(np.float64)
-        run = functools.partial(
-            weighted_consensus_pass,
-            out_folder=out_folder,
-            weights=weight,
-            identified=active,
-            fallback=o.fallback,
-            tie_break=o.tie_break,
-            seed=o.seed,
-            ok=active,
+        kwargs = {
+            "out_folder": out_folder,
+            "weights": weight,
+            "identified": active,
+            "fallback": o.fallback,
+            "tie_break": o.tie_break,
+            "seed": o.seed,
+            "ok": active,
             **common,
-        )
-        sums = _sum_parts(executor(run, enc.buckets), w, graph.n_components)
+        }
+        sums = _consensus_pass(enc, executor, weighted_consensus_pass, kwargs, graph.n_components)
         accuracy = ((m - 1) * skill + 1) / m
         ok = active
         passes = 1
@@ -441,10 +579,8 @@ def fit_buckets(
             }
         )
     elif o.method == "mv":
-        run = functools.partial(
-            mv_consensus, out_folder=out_folder, tie_break=o.tie_break, seed=o.seed, ok=ok, **common
-        )
-        sums = _sum_parts(executor(run, enc.buckets), w, graph.n_components)
+        kwargs = {"out_folder": out_folder, "tie_break": o.tie_break, "seed": o.seed, "ok": ok, **common}
+        sums = _consensus_pass(enc, executor, mv_consensus, kwargs, graph.n_components)
         accuracy = sums["agreements"] / np.maximum(n_i, 1)
         skill = (m * accuracy - 1.0) / (m - 1.0)
         weight = np.ones(w)
@@ -461,17 +597,16 @@ def fit_buckets(
     else:
         one_coin = o.method == "onecoin_ds"
         pi, q, table, ll, it, converged, passes = _em(enc, executor, o, one_coin)
-        run = functools.partial(
-            ds_consensus,
-            out_folder=out_folder,
-            log_pi_t=table,
-            log_q=np.log(q),
-            tie_break=o.tie_break,
-            seed=o.seed,
-            ok=ok,
+        kwargs = {
+            "out_folder": out_folder,
+            "log_pi_t": table,
+            "log_q": np.log(q),
+            "tie_break": o.tie_break,
+            "seed": o.seed,
+            "ok": ok,
             **common,
-        )
-        sums = _sum_parts(executor(run, enc.buckets), w, graph.n_components)
+        }
+        sums = _consensus_pass(enc, executor, ds_consensus, kwargs, graph.n_components)
         passes += 1
         ll.append(sums["log_likelihood"])
         trace = -np.asarray(ll)

@@ -1,0 +1,275 @@
+"""A bucket's labels held as integer codes in a worker's memory, and the fused Dawid–Skene pass over them.
+
+A partitioned skills fit (:mod:`crowdflow.skills.partitioned`, docs/scale.md) encodes each task bucket once and
+keeps it where it was encoded (:func:`crowdflow.executors.hold`: persisted futures in a Dask worker's memory,
+values in this process with :class:`~crowdflow.executors.InlineMemory`, or read again from the bucket's codes file
+on every pass with any other executor). What is held is :class:`HeldCodes`: per task an ``int32`` offset, per
+label one ``int32`` code ``r = worker · M + class``, about ``4 + 4/k̄`` bytes a label (k̄ labels per task) instead of
+the 9 of separate task, worker and class columns, and nothing per task beyond the offset.
+
+Every EM iteration is one compiled loop per bucket (:func:`em_sums`): for each task the E-step
+ℓ_l = log q_l + Σ_{labels (i, m)} log π_i[l, m], its posterior T_t· (kept in registers, never stored), and at once
+the M-step's sums G_i[l, m] += T_tl (or, one-coin, p_i += T_{t,m}), Σ_t T_tl and the log-likelihood. Only the
+W·M² (or W) sums, M class sums and one float go back to the flow (docs/methods/skills.md §7.2).
+
+Every sum runs in the order of the in-memory kernels (``crowdflow.skills.dawid_skene``): per task the labels in
+(task, worker) order, per cell of G the labels in bucket order, the same normalisation and the same folded
+log-likelihood; so a bucket's G, p and log-likelihood equal the former disk-reading pass bit for bit, and Σ_t T_tl
+(summed here with a compensated sum, there by numpy's pairwise sum) to a few units in the last place.
+
+Bytes per pass: ``4·(labels + tasks + 1)`` read per bucket, ``8·M·tasks`` written and read for the class sums,
+plus the W·M² tables, which stay in cache for W·M² ≲ 10⁶ (:func:`pass_bytes`; docs/scale.md, the bandwidth limit).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from crowdflow.compiled import compiled_kernel
+
+__all__ = ["EMShared", "HeldCodes", "em_sums", "held_codes", "pass_bytes", "posteriors", "read_codes"]
+
+#: the running product of the normalisers Z_t ∈ [1, M] is folded into its logarithm past this value (the
+#: in-memory E-step's rule, so the log-likelihood has the same bits)
+_FOLD = 1e250
+
+_CODES = "codes.parquet"
+
+
+@dataclass(frozen=True)
+class HeldCodes:
+    """One bucket's labels grouped by task, as held across the passes.
+
+    Attributes
+    ----------
+    path : str
+        The bucket's folder (its ``tasks.parquet`` names the local tasks; consensus parts are named after it).
+    indptr : numpy.ndarray
+        (T_b + 1,) int32 offsets (int64 past 2³¹ labels): the labels of local task t are ``indptr[t]:indptr[t+1]``.
+    code : numpy.ndarray
+        (L_b,) int32 ``worker · M + class`` (int64 when W·M ≥ 2³¹), in (task, worker) order.
+    n_classes : int
+        M.
+    """
+
+    path: str
+    indptr: np.ndarray
+    code: np.ndarray
+    n_classes: int
+
+    @property
+    def n_tasks(self) -> int:
+        return int(self.indptr.size - 1)
+
+    @property
+    def n_labels(self) -> int:
+        return int(self.code.size)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held (what one pass reads, besides the W·M² tables)."""
+        return int(self.indptr.nbytes + self.code.nbytes)
+
+    def worker_idx(self) -> np.ndarray:
+        return (self.code // self.n_classes).astype(np.int64)
+
+    def class_idx(self) -> np.ndarray:
+        return (self.code % self.n_classes).astype(np.int64)
+
+    def task_idx(self) -> np.ndarray:
+        return np.repeat(np.arange(self.n_tasks, dtype=np.int64), np.diff(self.indptr))
+
+
+def held_codes(
+    path: str, task_idx: np.ndarray, worker_idx: np.ndarray, class_idx: np.ndarray, n_tasks: int, m: int, n_workers: int
+) -> HeldCodes:
+    """:class:`HeldCodes` of labels already in (task, worker) order with every local task present."""
+    big = n_workers * m >= 2**31
+    code = worker_idx.astype(np.int64) * m + class_idx.astype(np.int64)
+    counts = np.bincount(task_idx, minlength=n_tasks)
+    indptr = np.zeros(n_tasks + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    small = indptr[-1] < 2**31
+    return HeldCodes(
+        path=str(path),
+        indptr=indptr.astype(np.int32) if small else indptr,
+        code=code if big else code.astype(np.int32),
+        n_classes=int(m),
+    )
+
+
+def read_codes(path: str, n_workers: int, n_classes: int) -> HeldCodes:
+    """The codes a disk-writing encode left in ``path`` (``codes.parquet``), as :class:`HeldCodes`: what an
+    executor that holds nothing reads again on every pass (the recompute fallback)."""
+    import pyarrow.parquet as pq
+
+    codes = pq.read_table(Path(path) / _CODES)
+    n_tasks = int(pq.read_metadata(Path(path) / "tasks.parquet").num_rows)
+    task = codes.column("task").to_numpy().astype(np.int64)
+    worker = codes.column("worker").to_numpy()
+    label = codes.column("label").to_numpy()
+    return held_codes(path, task, worker, label, n_tasks, n_classes, n_workers)
+
+
+def pass_bytes(n_labels: int, n_tasks: int, n_buckets: int, n_classes: int) -> int:
+    """Bytes one EM pass moves: an int32 code a label and an int32 offset a task (+1 a bucket) read, the posteriors
+    (M float64 a task) written and read once for the class sums.
+
+    The W·M² tables (read and added to) are not counted: they stay in cache for W·M² ≲ 10⁶. The bandwidth limit of a
+    pass is this over the measured read bandwidth (docs/scale.md).
+    """
+    return 4 * int(n_labels) + 4 * (int(n_tasks) + int(n_buckets)) + 2 * 8 * int(n_classes) * int(n_tasks)
+
+
+@dataclass(frozen=True)
+class EMShared:
+    """What every bucket of one EM pass gets (shared once per pass, not once per bucket).
+
+    ``tab`` is log π laid out label-row-major, ``tab[r·M + l] = log π_i[l, m]`` for ``r = i·M + m`` (one cache line
+    per label), empty on the initialising pass (majority-vote fractions); ``log_q`` the log class prior.
+    """
+
+    tab: np.ndarray
+    log_q: np.ndarray
+    one_coin: bool
+    n_workers: int
+
+
+@compiled_kernel
+def _fold(shift: float, prod: float, top: float, z: float) -> tuple[float, float]:
+    prod *= z
+    if prod > _FOLD:
+        return shift + top + math.log(prod), 1.0
+    return shift + top, prod
+
+
+@compiled_kernel
+def _task_posterior(
+    code: np.ndarray, lo: int, hi: int, m: int, tab: np.ndarray, log_q: np.ndarray, ell: np.ndarray, post: np.ndarray
+) -> tuple[float, float]:
+    """One task's E-step into ``post`` (M); returns (max_l ℓ_l, Z_t) for the folded log-likelihood."""
+    for c in range(m):
+        ell[c] = 0.0
+    for k in range(lo, hi):
+        base = code[k] * m
+        for c in range(m):
+            ell[c] += tab[base + c]
+    for c in range(m):
+        ell[c] = log_q[c] + ell[c]
+    if m == 2:
+        a, b = ell[0], ell[1]
+        top = max(a, b)
+        e = np.exp(-abs(b - a)) if top > -np.inf else np.nan
+        z = 1.0 + e
+        hi_, lo_ = 1.0 / z, e / z
+        post[0] = hi_ if a >= b else lo_
+        post[1] = lo_ if a >= b else hi_
+        return top, z
+    top = ell[0]
+    for c in range(1, m):
+        top = max(top, ell[c])
+    z = 0.0
+    for c in range(m):
+        e = np.exp(ell[c] - top)
+        post[c] = e
+        z += e
+    for c in range(m):
+        post[c] /= z
+    return top, z
+
+
+@compiled_kernel
+def _em_kernel(
+    indptr: np.ndarray,
+    code: np.ndarray,
+    m: int,
+    tab: np.ndarray,
+    log_q: np.ndarray,
+    one_coin: bool,
+    counts: np.ndarray,
+    post_t: np.ndarray,
+) -> float:
+    """The fused pass (module docstring): ``counts`` (W·M·M, or W one-coin) overwritten, the posteriors written to
+    ``post_t`` (M × T_b, for the class sums only: numpy's pairwise sum over them gives the in-memory bits)."""
+    init = tab.size == 0
+    counts[:] = 0.0
+    ell = np.empty(m)
+    post = np.empty(m)
+    shift, prod = 0.0, 1.0
+    for t in range(indptr.size - 1):
+        lo, hi = indptr[t], indptr[t + 1]
+        if init:  # majority-vote fractions, as the in-memory start
+            for c in range(m):
+                post[c] = 0.0
+            for k in range(lo, hi):
+                post[code[k] % m] += 1.0
+            n = float(hi - lo)
+            for c in range(m):
+                post[c] = post[c] / n
+        else:
+            top, z = _task_posterior(code, lo, hi, m, tab, log_q, ell, post)
+            shift, prod = _fold(shift, prod, top, z)
+        for k in range(lo, hi):
+            r = code[k]
+            if one_coin:
+                counts[r // m] += post[r % m]
+            else:
+                base = r * m
+                for c in range(m):
+                    counts[base + c] += post[c]
+        for c in range(m):
+            post_t[c, t] = post[c]
+    return 0.0 if init else shift + math.log(prod)
+
+
+@compiled_kernel
+def _post_kernel(
+    indptr: np.ndarray, code: np.ndarray, m: int, tab: np.ndarray, log_q: np.ndarray, out: np.ndarray
+) -> float:
+    """The E-step alone: posteriors into ``out`` (T_b × M); returns the log-likelihood."""
+    ell = np.empty(m)
+    post = np.empty(m)
+    shift, prod = 0.0, 1.0
+    for t in range(indptr.size - 1):
+        top, z = _task_posterior(code, indptr[t], indptr[t + 1], m, tab, log_q, ell, post)
+        shift, prod = _fold(shift, prod, top, z)
+        for c in range(m):
+            out[t, c] = post[c]
+    return shift + math.log(prod)
+
+
+@dataclass(frozen=True)
+class BucketSums:
+    """One bucket's pass (:func:`em_sums`): ``counts`` label-row-major (``counts[r·M + l]``, r = i·M + m; one-coin:
+    per worker), ``class_sums`` Σ_t T_tl, the bucket's tasks and its log-likelihood (0 on the initialising pass)."""
+
+    counts: np.ndarray
+    class_sums: np.ndarray
+    n_tasks: int
+    log_likelihood: float
+
+
+def em_sums(codes: HeldCodes, shared: EMShared) -> BucketSums:
+    """One fused E- and M-step pass over a held bucket (module docstring)."""
+    m = codes.n_classes
+    counts = np.empty(shared.n_workers if shared.one_coin else shared.n_workers * m * m)
+    post_t = np.empty((m, codes.n_tasks))
+    ll = _em_kernel(codes.indptr, codes.code, m, shared.tab, shared.log_q, shared.one_coin, counts, post_t)
+    return BucketSums(counts, post_t.sum(axis=1), codes.n_tasks, float(ll))
+
+
+def posteriors(codes: HeldCodes, tab: np.ndarray, log_q: np.ndarray) -> tuple[np.ndarray, float]:
+    """The E-step's posteriors (T_b × M) of a held bucket and its log-likelihood (the final, consensus pass)."""
+    out = np.empty((codes.n_tasks, codes.n_classes))
+    ll = _post_kernel(codes.indptr, codes.code, codes.n_classes, tab, log_q, out)
+    return out, float(ll)
+
+
+def label_row_major(log_pi_t: np.ndarray) -> np.ndarray:
+    """``log_pi_t[l, r]`` (class-major, the in-memory kernels' layout) as the flat ``tab[r·M + l]`` of
+    :class:`EMShared`."""
+    return np.ascontiguousarray(log_pi_t.T).ravel()
