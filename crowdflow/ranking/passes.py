@@ -26,6 +26,7 @@ from crowdflow.ranking.held import (
     HeldRows,
     encode_block,
     held_histogram,
+    held_kept,
     held_sums,
 )
 from crowdflow.ranking.types import _str
@@ -210,8 +211,8 @@ def _arrow_part(read: Callable[[Any], pd.DataFrame], part: Any) -> _ArrowPart | 
     if not {"item_a", "item_b", "outcome"} <= set(names) or "winner" in names:
         return None
     table = pq.read_table(part, read_dictionary=list(_ID_COLS))
-    cols = [_dict_column(table.column(c)) for c in _ID_COLS]
-    if cols[0] is None or cols[1] is None:
+    col_a, col_b = (_dict_column(table.column(c)) for c in _ID_COLS)
+    if col_a is None or col_b is None:
         return None
     out = table.column("outcome")
     if not (pa.types.is_floating(out.type) or pa.types.is_integer(out.type)) or out.null_count:
@@ -228,7 +229,7 @@ def _arrow_part(read: Callable[[Any], pd.DataFrame], part: Any) -> _ArrowPart | 
             return None
     else:
         w = np.ones(y.size)
-    (ia, va), (ib, vb) = cols
+    (ia, va), (ib, vb) = col_a, col_b
     # a row comparing an item with itself: the pandas path names it
     if y.size and bool(
         pc.any(pc.equal(pa.array(va, pa.string()).take(ia), pa.array(vb, pa.string()).take(ib))).as_py()
@@ -336,6 +337,24 @@ def _held_edges(rule: _Rule | None, prev: _Rule | None, rows: HeldRows) -> _Kept
     a = np.ascontiguousarray(acc.T)
     sums = EdgeSums(keys, cnt[:, 0].copy(), a[0], a[1], a[2], a[3], a[4], a[5], a[6], cnt[:, 1].copy())
     return _KeptSums(sums, changed, capped)
+
+
+@dataclass(frozen=True)
+class _BlockKept:
+    """A trimming step's result of one block: ``(Σw, Σw·y°, Σw·y°²)`` of the kept rows for each of the block's
+    pairs (in its pair order), the kept rows, the rows whose kept status changed, ``Σ w min(r², cut²)``."""
+
+    acc: np.ndarray
+    n_kept: int
+    n_changed: int
+    capped: float
+
+
+def _held_kept(rule: _Rule, prev: _Rule | None, rows: HeldRows) -> _BlockKept:
+    """Trimming-step pass over the held rows (:func:`~crowdflow.ranking.held.held_kept`): per pair of the block,
+    24 bytes back, no keys."""
+    acc, n_kept, changed, capped = held_kept(rows, rule.spec(), prev.spec() if prev is not None else None)
+    return _BlockKept(acc, n_kept, changed, capped)
 
 
 def _held_sketch(theta: np.ndarray, scale: float, rows: HeldRows) -> tuple[np.ndarray, np.ndarray]:
