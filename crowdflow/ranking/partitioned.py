@@ -71,6 +71,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -86,6 +87,7 @@ from crowdflow.contracts.missing import explain_missing
 from crowdflow.executors import InlineMemory, MapFn, fold, hold, holds, inline_executor, on_held, release, slots
 from crowdflow.labels import natural_order
 from crowdflow.ranking.graph import ComparisonGraph
+from crowdflow.ranking.held import HeldRows
 from crowdflow.ranking.hodge import hodge_decomposition
 from crowdflow.ranking.hodge_kernels import laplacian_bridges
 from crowdflow.ranking.least_squares import LaplacianSolver, center_per_component, hodgerank_scores
@@ -196,21 +198,28 @@ class _Passes:
     count: int = 0
     key: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     where: list[np.ndarray] = field(default_factory=list)
+    held_passes: int = 0
+    held_s: float = 0.0  # wall seconds of the passes over the held rows (the flow's fold included)
 
     def base(self) -> EdgeSums:
         """Every row's edge sums, folded in block order; fixes the global pairs and each block's positions."""
         self.count += 1
+        self.held_passes += 1
+        t0 = time.perf_counter()
         fn = on_held(partial(_held_edges, None, None))
         out, keys = fold(self.executor, fn, self.handles, _add_base, (None, []), ordered=True)
         sums: EdgeSums = out.sums if out is not None else EdgeSums.combine([])
         self.key = sums.key
         self.where = [np.searchsorted(sums.key, k) for k in keys]
+        self.held_s += time.perf_counter() - t0
         return sums
 
     def edges(self, rule: _Rule, prev: _Rule | None = None) -> _Step:
         """A trimming step: the kept rows' sums, each block's per-pair arrays added at its fixed positions in block
         order (the same additions, in the same order, as a fold of keyed sums: the same bits)."""
         self.count += 1
+        self.held_passes += 1
+        t0 = time.perf_counter()
 
         def add(acc: _Dense, r: _BlockKept) -> _Dense:
             acc.acc[:, self.where[acc.block]] += r.acc
@@ -225,15 +234,27 @@ class _Passes:
         w, wy, wy2 = out.acc
         live = w > 0  # weights are > 0: the pairs with a kept row
         kept = _Kept(self.key[live], w[live], wy[live], wy2[live], out.n_kept)
+        self.held_s += time.perf_counter() - t0
         return _Step(kept, out.n_changed if prev is not None else -1, out.capped)
 
     def histogram(self, theta: np.ndarray, scale: float) -> np.ndarray:
         self.count += 1
+        self.held_passes += 1
+        t0 = time.perf_counter()
         res = self.executor(on_held(partial(_held_sketch, theta, scale)), self.handles)
         h = np.zeros(SKETCH_BINS)
         for idx, wt in res:
             np.add.at(h, idx.astype(np.int64), wt)
+        self.held_s += time.perf_counter() - t0
         return h
+
+    def held_bytes(self) -> int:
+        """Bytes the held blocks occupy (what one pass over them reads)."""
+        return int(sum(self.executor(on_held(_nbytes), self.handles)))
+
+
+def _nbytes(rows: HeldRows) -> int:
+    return rows.nbytes
 
 
 def _add_base(
@@ -634,6 +655,7 @@ def fit_ranking_partitioned(
     robust = o.outliers != "none" if robust is None else robust
     if robust and o.outliers != "none":
         logger.info("outliers=%r needs every row in one process: the partitioned fit runs the trimmed rule", o.outliers)
+    t_start = time.perf_counter()
     item_ids, n_rows, pm1, a = _dictionary(parts, read, executor, items)
     if n_rows == 0:
         raise ComparisonTableError("comparisons table is empty: nothing to rank (every partition has zero rows)")
@@ -641,6 +663,7 @@ def fit_ranking_partitioned(
     blocks = _blocks(parts, executor)
     # each partition read and encoded once, held by the executor across the passes (workers' memory on Dask)
     ps = _Passes(hold(executor, partial(_encode_part, read, ctx), blocks), executor, ctx, count=1)
+    t_read = time.perf_counter() - t_start  # the scan and the encode: two reads of every partition
     base = ps.base()
     u, v = _uv(item_ids, base)
     g = _edge_graph(item_ids, base)
@@ -670,6 +693,7 @@ def fit_ranking_partitioned(
         "n_partitions": len(parts),
         "n_blocks": len(blocks),
         "held_rows": "memory" if holds(executor) else "recomputed",
+        "held_bytes": ps.held_bytes(),
     }
     theta_rob = theta_deb = theta_ls
     flags = _Flags(None, math.inf, math.inf, "graded")
@@ -698,6 +722,7 @@ def fit_ranking_partitioned(
             t_min=o.t_min,
             debias=o.debias,
         )
+    t_write = time.perf_counter()
     release(executor, ps.handles)  # the held rows are no longer needed: the last pass reads the partitions
     score = theta_deb if (robust and o.debias) else theta_rob
     files: list[str] = []
@@ -723,7 +748,16 @@ def fit_ranking_partitioned(
             with np.errstate(invalid="ignore", divide="ignore"):
                 diag["outlier_weight_share"] = out_weight / wc
             explain_missing(diag, ["outlier_weight_share"], "no comparison rows in this component")
-    params.update(n_outliers=n_out, outlier_weight=out_w, passes=ps.count)
+    t_end = time.perf_counter()
+    params.update(
+        n_outliers=n_out,
+        outlier_weight=out_w,
+        passes=ps.count,
+        held_passes=ps.held_passes,
+        held_pass_s=round(ps.held_s, 3),
+        read_s=round(t_read + (t_end - t_write), 3),
+        fit_s=round(t_end - t_start, 3),
+    )
     scores = pd.DataFrame(
         {
             "item": _str(item_ids),
