@@ -439,6 +439,11 @@ def one_run(args: argparse.Namespace, runner: str, data: Path, info: dict[str, A
     work.mkdir(parents=True)
     scratch = root / "scratch"
     spec = write_spec(work / "spec.yaml", data, f"scale-{tag}", args, runner, scratch)
+    bandwidth = None
+    if args.job == "ranking":
+        from benchmarks.bandwidth import measure
+
+        bandwidth = measure(gb=0.5, repeats=3)["read_gb_s"]  # at the load the run starts under
     load = os.getloadavg()
     print(f"[{tag}] crowdflow run {work / 'spec.yaml'} (load average {load[0]:.1f}) …", flush=True)
     res = run_cli(work / "spec.yaml", work, root / "prefect-home", args.timeout)
@@ -495,6 +500,7 @@ def one_run(args: argparse.Namespace, runner: str, data: Path, info: dict[str, A
         "host": _host(),
         "load_before": [round(x, 1) for x in load],
         "load_after": [round(x, 1) for x in os.getloadavg()],
+        "bandwidth_gb_s": bandwidth,
         "command": "python -m benchmarks.scale_out " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         "status": "completed" if res["returncode"] == 0 and manifest else "failed",
         "returncode": res["returncode"],
@@ -589,6 +595,29 @@ def _ranking_row(r: dict[str, Any]) -> str:
     )
 
 
+#: The stated read bandwidth of this machine (docs/scale.md: `python -m benchmarks.bandwidth`, one core, quiet host).
+STATED_READ_GB_S = 31.7
+
+
+def _pass_row(r: dict[str, Any]) -> str | None:
+    """One row of the ranking passes-vs-limit table, or None for a run without the held-pass record."""
+    c, f, t = r["config"], r.get("fit") or {}, r.get("timings") or {}
+    if not f.get("held_bytes") or not f.get("held_passes"):
+        return None
+    per = f["held_pass_s"] / f["held_passes"]
+    limit = f["held_bytes"] / (STATED_READ_GB_S * 1e9)
+    bw = r.get("bandwidth_gb_s")
+    limit_now = f["held_bytes"] / (bw * 1e9) if bw else None
+    now = f"{bw:.1f} GB/s: {limit_now:.4f} s, **{per / limit_now:.0f}×**" if limit_now else "–"
+    load = f"{r['load_before'][0]:.1f} → {r['load_after'][0]:.1f}"
+    rest = f["fit_s"] - f["read_s"] - f["held_pass_s"]
+    return (
+        f"| {c['comparisons']:,} | {c['outliers']} | {load} | {r['wall_s']:.1f} | {t.get('ingest_validate', 0):.1f} | "
+        f"{t.get('fit', 0):.1f} | {f['read_s']:.1f} | {f['held_passes']} | {f['held_pass_s']:.1f} | {per:.3f} | "
+        f"{rest:.1f} | {f['held_bytes'] / 1e9:.3f} | {limit:.4f} | **{per / limit:.0f}×** | {now} |"
+    )
+
+
 def render(records: list[dict[str, Any]], notes: str) -> str:
     """The whole markdown file from every recorded run (and the notes kept from the previous file)."""
     skills = sorted(
@@ -655,6 +684,25 @@ def render(records: list[dict[str, Any]], notes: str) -> str:
             "| | | | `python -m benchmarks.scale_out --job ranking --comparisons 1e8 --outliers none` "
             "(or `trimmed`) |"
         )
+    pass_rows = [row for row in (_pass_row(r) for r in ranking) if row is not None]
+    if pass_rows:
+        lines += [
+            "",
+            "Passes from worker memory against the bandwidth limit (issue #36: within 3× of it per pass). *read*: the "
+            "fit's reads of the canonical copies (the scan, the encode into held blocks, the final write pass); "
+            "*held passes*: the edge-sum and histogram passes over the held blocks, each timed in the flow from "
+            "submission to the folded result (Dask round trip and the flow's fold included); *flow rest*: the fit's "
+            "other time (refits of the Laplacian on the kept pairs, diagnostics, scheduling between passes); "
+            f"*limit*: held bytes ÷ read bandwidth, at the stated {STATED_READ_GB_S} GB/s (docs/scale.md, one core, "
+            "quiet host) and at the bandwidth measured just before the run (`benchmarks.bandwidth.measure`, same "
+            "load). *load*: 1-minute load average before → after the run (2 cores, shared).",
+            "",
+            "| comparisons | outliers | load | wall s | ingest + validate s | fit s | read s | held passes | "
+            "held pass s | s / pass | flow rest s | held GB | limit s / pass | × limit | × limit at the measured "
+            "bandwidth |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            *pass_rows,
+        ]
     personal = sorted(
         (r for r in records if _job(r) == "personal_models"),
         key=lambda r: (r["config"]["samples"], r["config"]["runner"] != "dask", r["when"]),

@@ -71,6 +71,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -86,6 +87,7 @@ from crowdflow.contracts.missing import explain_missing
 from crowdflow.executors import InlineMemory, MapFn, fold, hold, holds, inline_executor, on_held, release, slots
 from crowdflow.labels import natural_order
 from crowdflow.ranking.graph import ComparisonGraph
+from crowdflow.ranking.held import HeldRows
 from crowdflow.ranking.hodge import hodge_decomposition
 from crowdflow.ranking.hodge_kernels import laplacian_bridges
 from crowdflow.ranking.least_squares import LaplacianSolver, center_per_component, hodgerank_scores
@@ -94,9 +96,11 @@ from crowdflow.ranking.passes import (
     SKETCH_BINS,
     EdgeSums,
     _bin_lower,
+    _BlockKept,
     _Ctx,
     _encode_part,
     _held_edges,
+    _held_kept,
     _held_sketch,
     _KeptSums,
     _Rule,
@@ -154,35 +158,115 @@ def _blocks(parts: list[Any], executor: MapFn) -> list[list[Any]]:
     return [[parts[i] for i in idx] for idx in np.array_split(np.arange(len(parts)), k) if idx.size]
 
 
+@dataclass(frozen=True)
+class _Kept:
+    """A trimming step's sums on the pairs with a kept row (key order): keys, ``Σw, Σw·y°, Σw·y°²``, kept rows."""
+
+    key: np.ndarray
+    w: np.ndarray
+    wy: np.ndarray
+    wy2: np.ndarray
+    n_rows: int
+
+
+@dataclass(frozen=True)
+class _Step:
+    sums: _Kept
+    n_changed: int
+    capped: float
+
+
+@dataclass
+class _Dense:
+    """Running sums of a trimming step over the global pairs, and the next block to add (blocks come in order)."""
+
+    acc: np.ndarray
+    n_kept: int = 0
+    n_changed: int = 0
+    capped: float = 0.0
+    block: int = 0
+
+
 @dataclass
 class _Passes:
-    """The held blocks (:func:`crowdflow.executors.hold`), the executor and a pass counter."""
+    """The held blocks (:func:`crowdflow.executors.hold`), the executor, a pass counter and, after the first edge
+    pass, the global pair keys and each block's pairs' positions among them."""
 
     handles: list[Any]
     executor: MapFn
     ctx: _Ctx
     count: int = 0
+    key: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    where: list[np.ndarray] = field(default_factory=list)
+    held_passes: int = 0
+    held_s: float = 0.0  # wall seconds of the passes over the held rows (the flow's fold included)
 
-    def edges(self, rule: _Rule | None = None, prev: _Rule | None = None) -> _KeptSums:
+    def base(self) -> EdgeSums:
+        """Every row's edge sums, folded in block order; fixes the global pairs and each block's positions."""
         self.count += 1
-        # folded in block order as results complete: the flow holds running sums, not every block's
-        fn = on_held(partial(_held_edges, rule, prev))
-        out = fold(self.executor, fn, self.handles, _add_kept, None, ordered=True)
-        return _KeptSums(out.sums, out.n_changed if prev is not None else -1, out.capped)
+        self.held_passes += 1
+        t0 = time.perf_counter()
+        fn = on_held(partial(_held_edges, None, None))
+        out, keys = fold(self.executor, fn, self.handles, _add_base, (None, []), ordered=True)
+        sums: EdgeSums = out.sums if out is not None else EdgeSums.combine([])
+        self.key = sums.key
+        self.where = [np.searchsorted(sums.key, k) for k in keys]
+        self.held_s += time.perf_counter() - t0
+        return sums
+
+    def edges(self, rule: _Rule, prev: _Rule | None = None) -> _Step:
+        """A trimming step: the kept rows' sums, each block's per-pair arrays added at its fixed positions in block
+        order (the same additions, in the same order, as a fold of keyed sums: the same bits)."""
+        self.count += 1
+        self.held_passes += 1
+        t0 = time.perf_counter()
+
+        def add(acc: _Dense, r: _BlockKept) -> _Dense:
+            acc.acc[:, self.where[acc.block]] += r.acc
+            acc.n_kept += r.n_kept
+            acc.n_changed += r.n_changed
+            acc.capped += r.capped
+            acc.block += 1
+            return acc
+
+        fn = on_held(partial(_held_kept, rule, prev))
+        out = fold(self.executor, fn, self.handles, add, _Dense(np.zeros((3, self.key.size))), ordered=True)
+        w, wy, wy2 = out.acc
+        live = w > 0  # weights are > 0: the pairs with a kept row
+        kept = _Kept(self.key[live], w[live], wy[live], wy2[live], out.n_kept)
+        self.held_s += time.perf_counter() - t0
+        return _Step(kept, out.n_changed if prev is not None else -1, out.capped)
 
     def histogram(self, theta: np.ndarray, scale: float) -> np.ndarray:
         self.count += 1
+        self.held_passes += 1
+        t0 = time.perf_counter()
         res = self.executor(on_held(partial(_held_sketch, theta, scale)), self.handles)
         h = np.zeros(SKETCH_BINS)
         for idx, wt in res:
             np.add.at(h, idx.astype(np.int64), wt)
+        self.held_s += time.perf_counter() - t0
         return h
 
+    def held_bytes(self) -> int:
+        """Bytes the held blocks occupy (what one pass over them reads)."""
+        return int(sum(self.executor(on_held(_nbytes), self.handles)))
 
-def _add_kept(acc: _KeptSums | None, r: _KeptSums) -> _KeptSums:
-    if acc is None:
-        return r
-    return _KeptSums(EdgeSums.combine([acc.sums, r.sums]), acc.n_changed + r.n_changed, acc.capped + r.capped)
+
+def _nbytes(rows: HeldRows) -> int:
+    return rows.nbytes
+
+
+def _add_base(
+    acc: tuple[_KeptSums | None, list[np.ndarray]], r: _KeptSums
+) -> tuple[_KeptSums | None, list[np.ndarray]]:
+    total, keys = acc
+    keys.append(r.sums.key)
+    if total is None:
+        return r, keys
+    return _KeptSums(
+        EdgeSums.combine([total.sums, r.sums]), total.n_changed + r.n_changed, total.capped + r.capped
+    ), keys
 
 
 @dataclass(frozen=True)
@@ -201,13 +285,13 @@ class _Problem:
         return int(self.items.size)
 
 
-def _edge_graph(items: np.ndarray, s: EdgeSums, mask: np.ndarray | None = None) -> ComparisonGraph:
+def _edge_graph(items: np.ndarray, s: EdgeSums | _Kept, mask: np.ndarray | None = None) -> ComparisonGraph:
     n = items.size
     key, w, wy = (s.key, s.w, s.wy) if mask is None else (s.key[mask], s.w[mask], s.wy[mask])
     return ComparisonGraph.from_arrays(key // n, key % n, wy / w, w, n=n, items=items)
 
 
-def _rss(s: EdgeSums, u: np.ndarray, v: np.ndarray, theta: np.ndarray) -> np.ndarray:
+def _rss(s: EdgeSums | _Kept, u: np.ndarray, v: np.ndarray, theta: np.ndarray) -> np.ndarray:
     """Per pair ``Σ_k w_k r_k² = (Q − A²/W) + W(Ȳ − d)²`` (0 for pairs without rows)."""
     pos = s.w > 0
     wsafe = np.where(pos, s.w, 1.0)
@@ -216,7 +300,7 @@ def _rss(s: EdgeSums, u: np.ndarray, v: np.ndarray, theta: np.ndarray) -> np.nda
     return np.where(pos, within + s.w * (ybar - (theta[u] - theta[v])) ** 2, 0.0)
 
 
-def _refit(pb: _Problem, kept: EdgeSums, theta_ref: np.ndarray) -> tuple[np.ndarray, int]:
+def _refit(pb: _Problem, kept: _Kept, theta_ref: np.ndarray) -> tuple[np.ndarray, int]:
     """LS on the kept rows from their edge sums, ``θ_ref`` supplying offsets the kept rows do not fix, and
     ``p_in = n − c_in`` (as :func:`~crowdflow.ranking.least_squares.ls_on_rows`)."""
     mask = kept.w > 0
@@ -228,7 +312,7 @@ def _refit(pb: _Problem, kept: EdgeSums, theta_ref: np.ndarray) -> tuple[np.ndar
     return center_per_component(theta, pb.g.component, pb.g.n_components), pb.n - gk.n_components
 
 
-def _uv(items: np.ndarray, s: EdgeSums) -> tuple[np.ndarray, np.ndarray]:
+def _uv(items: np.ndarray, s: EdgeSums | _Kept) -> tuple[np.ndarray, np.ndarray]:
     return s.key // items.size, s.key % items.size  # pairs are keyed u·n + v
 
 
@@ -275,7 +359,7 @@ def _trim_iterate(ps: _Passes, pb: _Problem, theta: np.ndarray, sigma: float, st
 
 def _lts_start(ps: _Passes, pb: _Problem, theta: np.ndarray, rms: float) -> tuple[np.ndarray, float] | None:
     """Least-trimmed-squares start: concentration steps keeping the ``LTS_KEEP`` share of the weight."""
-    held: _KeptSums | None = None
+    held: _Step | None = None
     prev: _Rule | None = None
     p_in = pb.n - pb.g.n_components
     for _ in range(LTS_MAX_STEPS):
@@ -571,6 +655,7 @@ def fit_ranking_partitioned(
     robust = o.outliers != "none" if robust is None else robust
     if robust and o.outliers != "none":
         logger.info("outliers=%r needs every row in one process: the partitioned fit runs the trimmed rule", o.outliers)
+    t_start = time.perf_counter()
     item_ids, n_rows, pm1, a = _dictionary(parts, read, executor, items)
     if n_rows == 0:
         raise ComparisonTableError("comparisons table is empty: nothing to rank (every partition has zero rows)")
@@ -578,7 +663,8 @@ def fit_ranking_partitioned(
     blocks = _blocks(parts, executor)
     # each partition read and encoded once, held by the executor across the passes (workers' memory on Dask)
     ps = _Passes(hold(executor, partial(_encode_part, read, ctx), blocks), executor, ctx, count=1)
-    base = ps.edges().sums
+    t_read = time.perf_counter() - t_start  # the scan and the encode: two reads of every partition
+    base = ps.base()
     u, v = _uv(item_ids, base)
     g = _edge_graph(item_ids, base)
     n = item_ids.size
@@ -607,6 +693,7 @@ def fit_ranking_partitioned(
         "n_partitions": len(parts),
         "n_blocks": len(blocks),
         "held_rows": "memory" if holds(executor) else "recomputed",
+        "held_bytes": ps.held_bytes(),
     }
     theta_rob = theta_deb = theta_ls
     flags = _Flags(None, math.inf, math.inf, "graded")
@@ -621,7 +708,7 @@ def fit_ranking_partitioned(
             flags = _Flags(_Rule(fx.theta, t * fx.sigma), t * fx.sigma, t, "graded")
         if flags.rule is not None:
             kept = ps.edges(flags.rule).sums
-            if int(kept.count.sum()) < n_rows:
+            if kept.n_rows < n_rows:
                 theta_deb = _refit(pb, kept, theta_rob)[0]
         params.update(
             sigma=fx.sigma,
@@ -635,6 +722,7 @@ def fit_ranking_partitioned(
             t_min=o.t_min,
             debias=o.debias,
         )
+    t_write = time.perf_counter()
     release(executor, ps.handles)  # the held rows are no longer needed: the last pass reads the partitions
     score = theta_deb if (robust and o.debias) else theta_rob
     files: list[str] = []
@@ -660,7 +748,16 @@ def fit_ranking_partitioned(
             with np.errstate(invalid="ignore", divide="ignore"):
                 diag["outlier_weight_share"] = out_weight / wc
             explain_missing(diag, ["outlier_weight_share"], "no comparison rows in this component")
-    params.update(n_outliers=n_out, outlier_weight=out_w, passes=ps.count)
+    t_end = time.perf_counter()
+    params.update(
+        n_outliers=n_out,
+        outlier_weight=out_w,
+        passes=ps.count,
+        held_passes=ps.held_passes,
+        held_pass_s=round(ps.held_s, 3),
+        read_s=round(t_read + (t_end - t_write), 3),
+        fit_s=round(t_end - t_start, 3),
+    )
     scores = pd.DataFrame(
         {
             "item": _str(item_ids),

@@ -26,6 +26,7 @@ from crowdflow.ranking.held import (
     HeldRows,
     encode_block,
     held_histogram,
+    held_kept,
     held_sums,
 )
 from crowdflow.ranking.types import _str
@@ -152,8 +153,112 @@ def _read_rows(read: Callable[[Any], pd.DataFrame], ctx: _Ctx, part: Any) -> _Ro
     return _Rows(df, np.minimum(i, j), np.maximum(i, j), sign, sign * y, df["weight"].to_numpy(dtype=np.float64))
 
 
+#: The canonical columns a copy must have, with string ids, for the Arrow fast path (:func:`_arrow_part`).
+_ID_COLS = ("item_a", "item_b")
+
+
+@dataclass(frozen=True)
+class _ArrowPart:
+    """One canonical copy read by Arrow: per id column the dictionary indices and values, outcome, weight."""
+
+    table: Any  # pyarrow.Table (every column read, ids dictionary-encoded)
+    idx: tuple[np.ndarray, np.ndarray]  # (m,) int32 dictionary indices of item_a, item_b
+    values: tuple[np.ndarray, np.ndarray]  # the two dictionaries (object arrays of str)
+    y: np.ndarray
+    w: np.ndarray
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.y.size)
+
+
+def _is_copy_reader(read: Callable[[Any], pd.DataFrame]) -> bool:
+    """Whether ``read`` is the pipeline's reader of canonical copies (the Arrow fast path applies)."""
+    from crowdflow.storage.datasets import read_copy
+
+    return read is read_copy
+
+
+def _dict_column(col: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """(indices int32, values) of a dictionary-encoded string column with no nulls, or None."""
+    import pyarrow as pa
+
+    if col.null_count:
+        return None
+    col = col.unify_dictionaries() if col.num_chunks > 1 else col
+    arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    if not pa.types.is_dictionary(arr.type) or not (
+        pa.types.is_string(arr.type.value_type) or pa.types.is_large_string(arr.type.value_type)
+    ):
+        return None
+    return arr.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False), np.asarray(
+        arr.dictionary.to_pylist(), dtype=object
+    )
+
+
+def _arrow_part(read: Callable[[Any], pd.DataFrame], part: Any) -> _ArrowPart | None:
+    """A canonical copy read by Arrow, ids dictionary-encoded (no Python object per row), when ``read`` is the
+    copy reader and the file passes the checks of :func:`~crowdflow.contracts.comparisons.canonical_comparisons`
+    (string ids present and distinct within a row, finite outcomes, finite positive weights); None otherwise (the
+    caller takes the pandas path, which raises the contract's error for a bad file)."""
+    if not _is_copy_reader(read) or not isinstance(part, str):
+        return None
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    names = pq.read_schema(part).names
+    if not {"item_a", "item_b", "outcome"} <= set(names) or "winner" in names:
+        return None
+    table = pq.read_table(part, read_dictionary=list(_ID_COLS))
+    col_a, col_b = (_dict_column(table.column(c)) for c in _ID_COLS)
+    if col_a is None or col_b is None:
+        return None
+    out = table.column("outcome")
+    if not (pa.types.is_floating(out.type) or pa.types.is_integer(out.type)) or out.null_count:
+        return None
+    y = out.to_numpy().astype(np.float64, copy=False)
+    if y.size and not np.isfinite(y).all():
+        return None
+    if "weight" in names:
+        wc = table.column("weight")
+        if not (pa.types.is_floating(wc.type) or pa.types.is_integer(wc.type)) or wc.null_count:
+            return None
+        w = wc.to_numpy().astype(np.float64, copy=False)
+        if w.size and not (np.isfinite(w).all() and (w > 0).all()):
+            return None
+    else:
+        w = np.ones(y.size)
+    (ia, va), (ib, vb) = col_a, col_b
+    # a row comparing an item with itself: the pandas path names it
+    if y.size and bool(
+        pc.any(pc.equal(pa.array(va, pa.string()).take(ia), pa.array(vb, pa.string()).take(ib))).as_py()
+    ):
+        return None
+    return _ArrowPart(table, (ia, ib), (va, vb), y, w)
+
+
+def _arrow_codes(ap: _ArrowPart, ctx: _Ctx, part: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Global item codes (int64) of both id columns of an Arrow-read copy: the dictionaries mapped once."""
+    index = pd.Index(ctx.items)
+    codes = []
+    for idx, values in zip(ap.idx, ap.values, strict=True):
+        look = index.get_indexer(values)
+        if (look < 0).any():
+            raise InputError(
+                "holds an item id the first pass did not see: the file changed during the run", path=str(part)
+            )
+        codes.append(look.astype(np.int64)[idx])
+    return codes[0], codes[1]
+
+
 def _scan_part(read: Callable[[Any], pd.DataFrame], part: Any) -> tuple[np.ndarray, int, np.ndarray]:
     """Pass 1: distinct item ids, row count and up to three distinct ``|y|``."""
+    ap = _arrow_part(read, part)
+    if ap is not None:
+        used = [v[np.bincount(i, minlength=v.size) > 0] for i, v in zip(ap.idx, ap.values, strict=True)]
+        ids = pd.unique(np.concatenate(used)) if used else np.zeros(0, dtype=object)
+        return np.asarray(ids, dtype=object), ap.n_rows, np.unique(np.abs(ap.y))[:3]
     df = _canonical(read(part))
     ids = pd.unique(pd.concat([df["item_a"], df["item_b"]], ignore_index=True).to_numpy(dtype=object))
     levels = np.unique(np.abs(df["outcome"].to_numpy(dtype=np.float64)))[:3]
@@ -204,6 +309,16 @@ def _encode_part(read: Callable[[Any], pd.DataFrame], ctx: _Ctx, parts: list[Any
     worker holds across the passes."""
     us, vs, ys, ws = [], [], [], []
     for part in parts:
+        ap = _arrow_part(read, part)
+        if ap is not None:
+            i, j = _arrow_codes(ap, ctx, part)
+            sign = np.where(i < j, 1.0, -1.0)
+            us.append(np.minimum(i, j))
+            vs.append(np.maximum(i, j))
+            ys.append(sign * ap.y)
+            ws.append(ap.w)
+            del ap, i, j, sign
+            continue
         rows = _read_rows(read, ctx, part)
         us.append(rows.u)
         vs.append(rows.v)
@@ -222,6 +337,24 @@ def _held_edges(rule: _Rule | None, prev: _Rule | None, rows: HeldRows) -> _Kept
     a = np.ascontiguousarray(acc.T)
     sums = EdgeSums(keys, cnt[:, 0].copy(), a[0], a[1], a[2], a[3], a[4], a[5], a[6], cnt[:, 1].copy())
     return _KeptSums(sums, changed, capped)
+
+
+@dataclass(frozen=True)
+class _BlockKept:
+    """A trimming step's result of one block: ``(Σw, Σw·y°, Σw·y°²)`` of the kept rows for each of the block's
+    pairs (in its pair order), the kept rows, the rows whose kept status changed, ``Σ w min(r², cut²)``."""
+
+    acc: np.ndarray
+    n_kept: int
+    n_changed: int
+    capped: float
+
+
+def _held_kept(rule: _Rule, prev: _Rule | None, rows: HeldRows) -> _BlockKept:
+    """Trimming-step pass over the held rows (:func:`~crowdflow.ranking.held.held_kept`): per pair of the block,
+    24 bytes back, no keys."""
+    acc, n_kept, changed, capped = held_kept(rows, rule.spec(), prev.spec() if prev is not None else None)
+    return _BlockKept(acc, n_kept, changed, capped)
 
 
 def _held_sketch(theta: np.ndarray, scale: float, rows: HeldRows) -> tuple[np.ndarray, np.ndarray]:
@@ -252,6 +385,9 @@ def _write_part(
 ) -> _Written:
     """Final pass: residuals against the reported scores and flags; writes ``part-<k>.parquet``."""
     k, part = job
+    ap = _arrow_part(read, part)
+    if ap is not None:
+        return _write_arrow(ap, ctx, theta, component, n_components, rule, out_dir, write_all, k, part)
     rows = _read_rows(read, ctx, part)
     df = rows.df
     flag = ~rule.keep(rows.u, rows.v, rows.yo) if rule is not None else np.zeros(len(df), dtype=bool)
@@ -282,3 +418,80 @@ def _write_part(
         table.to_parquet(path, index=False)
         n_written = len(table)
     return _Written(path, len(df), n_written, out_count, out_weight, ann)
+
+
+def _annotator_counts(ap: _ArrowPart, flag: np.ndarray) -> pd.DataFrame:
+    """Per annotator (sorted, missing ids left out) the rows and the flagged rows of an Arrow-read copy."""
+    import pyarrow.compute as pc
+
+    empty = pd.DataFrame(
+        {"annotator": pd.Series([], dtype=object), "size": np.zeros(0, np.int64), "sum": np.zeros(0, np.int64)}
+    )
+    if "annotator" not in ap.table.column_names:
+        return empty
+    enc = pc.dictionary_encode(ap.table.column("annotator")).combine_chunks()
+    idx = enc.indices.to_numpy(zero_copy_only=False)
+    valid = enc.indices.is_valid().to_numpy(zero_copy_only=False)
+    if not valid.all():
+        idx, flag = idx[valid], flag[valid]
+    idx = idx.astype(np.int64)
+    names = np.asarray(enc.dictionary.cast("string").to_pylist(), dtype=object)
+    size = np.bincount(idx, minlength=names.size)
+    hit = np.bincount(idx, weights=flag, minlength=names.size).round().astype(np.int64)
+    live = np.flatnonzero(size > 0)
+    order = live[np.argsort(names[live].astype(str), kind="stable")]
+    return pd.DataFrame({"annotator": names[order], "size": size[order].astype(np.int64), "sum": hit[order]})
+
+
+def _write_arrow(
+    ap: _ArrowPart,
+    ctx: _Ctx,
+    theta: np.ndarray,
+    component: np.ndarray,
+    n_components: int,
+    rule: _Rule | None,
+    out_dir: str | None,
+    write_all: bool,
+    k: int,
+    part: Any,
+) -> _Written:
+    """:func:`_write_part` on a copy read by Arrow: the same flags, counts and file, strings gathered by code."""
+    from crowdflow.ranking.types import _str_take
+
+    i, j = _arrow_codes(ap, ctx, part)
+    u, v = np.minimum(i, j), np.maximum(i, j)
+    sign = np.where(i < j, 1.0, -1.0)
+    yo = sign * ap.y
+    m = ap.n_rows
+    flag = ~rule.keep(u, v, yo) if rule is not None else np.zeros(m, dtype=bool)
+    rc = component[u]
+    out_count = np.bincount(rc, weights=flag, minlength=n_components).round().astype(np.int64)
+    out_weight = np.bincount(rc, weights=ap.w * flag, minlength=n_components)
+    ann = _annotator_counts(ap, flag)
+    path, n_written = None, 0
+    if out_dir is not None:
+        sel = np.arange(m) if write_all else np.flatnonzero(flag)
+        if "annotator" in ap.table.column_names:
+            annot = _str(ap.table.column("annotator").take(sel).to_numpy(zero_copy_only=False))
+        else:
+            annot = _str(np.full(sel.size, None, dtype=object))
+        fitted = (sign * (theta[u] - theta[v]))[sel]
+        y = ap.y[sel]
+        table = pd.DataFrame(
+            {
+                "part": np.full(sel.size, k, dtype=np.int64),
+                "row_id": sel.astype(np.int64),
+                "annotator": annot,
+                "item_a": _str_take(ap.values[0], ap.idx[0][sel]),
+                "item_b": _str_take(ap.values[1], ap.idx[1][sel]),
+                "outcome": y,
+                "weight": ap.w[sel],
+                "fitted": fitted,
+                "residual": y - fitted,
+                "is_outlier": flag[sel],
+            }
+        )
+        path = os.path.join(out_dir, f"part-{k:05d}.parquet")
+        table.to_parquet(path, index=False)
+        n_written = len(table)
+    return _Written(path, m, n_written, out_count, out_weight, ann)
