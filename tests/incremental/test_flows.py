@@ -110,14 +110,16 @@ def _sequence(job: str, tmp_path: Path, options: dict[str, Any], seed: int) -> N
             assert record["state_from"]["erasures"] == 1
 
 
-@pytest.mark.parametrize("method", ["mv", "pgd", "ds"])
+# pgd and lbi run the same store and flow steps as mv and none (only the fit differs, and the fit is checked against a
+# full refit on the same rows there); they stay in the slow tier to keep the default suite near 10 minutes.
+@pytest.mark.parametrize("method", ["mv", pytest.param("pgd", marks=pytest.mark.slow), "ds"])
 def test_skills_incremental_equals_full_refit(tmp_path: Path, method: str) -> None:
     _sequence(
         "skills", tmp_path, {"method": method, "duplicates": "keep_last"}, seed={"mv": 0, "pgd": 1, "ds": 2}[method]
     )
 
 
-@pytest.mark.parametrize("outliers", ["none", "lbi"])
+@pytest.mark.parametrize("outliers", ["none", pytest.param("lbi", marks=pytest.mark.slow)])
 def test_ranking_incremental_equals_full_refit(tmp_path: Path, outliers: str) -> None:
     _sequence("ranking", tmp_path, {"outliers": outliers}, seed={"none": 3, "lbi": 4}[outliers])
 
