@@ -116,6 +116,23 @@ def _keep(r: float, d: float, yv: float, cut: float, kind: int) -> bool:
 
 
 @compiled_kernel
+def _row_step(
+    yv: float, wv: float, d: float, pd_: float, cut: float, cut2: float, kind: int, pcut: float, pkind: int, mode: int
+) -> tuple[bool, float, int]:
+    """One row of a trimming step: ``(kept, w·min(r², cut²), 1 if its kept status differs under the previous rule)``.
+
+    ``r = y° − (θ_u − θ_v)``; the rule keeps ``|r| ≤ cut`` (kind 0) or drops upsets at ``|d| ≥ cut`` (kind 1);
+    ``mode`` 2 compares with the previous rule ``(pd_, pcut, pkind)``. The one per-row step of every pass below.
+    """
+    r = yv - d
+    kept = _keep(r, d, yv, cut, kind)
+    changed = 0
+    if mode > 1 and kept != _keep(yv - pd_, pd_, yv, pcut, pkind):
+        changed = 1
+    return kept, wv * min(r * r, cut2), changed
+
+
+@compiled_kernel
 def _sums_kernel(
     pu: np.ndarray,
     pv: np.ndarray,
@@ -163,11 +180,9 @@ def _sums_kernel(
             yv = float(yo[k])
             wv = 1.0 if unit else w[k]
             if mode > 0:
-                r = yv - d
-                capped += wv * min(r * r, cut2)
-                kept = _keep(r, d, yv, cut, kind)
-                if mode > 1 and kept != _keep(yv - pd_, pd_, yv, pcut, pkind):
-                    changed += 1
+                kept, cap, ch = _row_step(yv, wv, d, pd_, cut, cut2, kind, pcut, pkind, mode)
+                capped += cap
+                changed += ch
                 if not kept:
                     continue
             c += 1
@@ -255,11 +270,9 @@ def _kept_kernel(
         for k in range(ptr[e], ptr[e + 1]):
             yv = float(yo[k])
             wv = 1.0 if unit else w[k]
-            r = yv - d
-            capped += wv * min(r * r, cut2)
-            kept = _keep(r, d, yv, cut, kind)
-            if mode > 1 and kept != _keep(yv - pd_, pd_, yv, pcut, pkind):
-                changed += 1
+            kept, cap, ch = _row_step(yv, wv, d, pd_, cut, cut2, kind, pcut, pkind, mode)
+            capped += cap
+            changed += ch
             if not kept:
                 continue
             kept_rows += 1
