@@ -1,4 +1,8 @@
-"""``crowdflow run --incremental``, ``crowdflow backfill`` and ``crowdflow forget`` as a user types them."""
+"""``crowdflow run --incremental``, ``crowdflow backfill`` and ``crowdflow forget`` as a user types them.
+
+The commands run in this process (``flows.cli.main``, the console script's entry) except where a process boundary is
+what is tested: a run killed by SIGKILL and two runs racing on one store.
+"""
 
 from __future__ import annotations
 
@@ -43,35 +47,49 @@ def _cli(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "flows.cli", *argv], capture_output=True, text=True, cwd=cwd, env=env)
 
 
-def test_run_backfill_forget(tmp_path: Path) -> None:
+def _main(*argv: str, cwd: Path, monkeypatch: pytest.MonkeyPatch) -> int:
+    from flows.cli import main
+
+    monkeypatch.chdir(cwd)
+    return main(list(argv))
+
+
+def test_run_backfill_forget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     days = labels_family(11)
     for d in range(2):
         write_day(tmp_path / "data", d, days[d])
     (tmp_path / "spec.yaml").write_text(SPEC)
-    assert _cli("run", "spec.yaml", "--incremental", cwd=tmp_path).returncode == 0
+
+    def cli(*argv: str) -> int:
+        return _main(*argv, cwd=tmp_path, monkeypatch=monkeypatch)
+
+    assert cli("run", "spec.yaml", "--incremental") == 0
     write_day(tmp_path / "data", 2, days[2])
-    res = _cli("backfill", "spec.yaml", "--partitions", "day=2026-11-01", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
+    assert cli("backfill", "spec.yaml", "--partitions", "day=2026-11-01") == 0, capsys.readouterr().err
     run = latest_run(tmp_path / "out", "daily")
     rec = run.manifest["incremental"]["labels"]
     assert rec["files_read"] == ["day=2026-11-01/part-0.parquet", "day=2026-11-03/part-0.parquet"]
     assert rec["files_reused"] == ["day=2026-11-02/part-0.parquet"]
     assert run.increments["version"] == 2 and run.increments["files"] == {"labels": 3}
     victim = str(days[2]["worker"].iloc[0])
-    res = _cli("forget", "spec.yaml", "--worker", victim, cwd=tmp_path)
-    assert res.returncode == 0 and "erased one worker" in res.stdout and victim not in res.stdout
-    assert _cli("run", "spec.yaml", "--incremental", cwd=tmp_path).returncode == 0
+    capsys.readouterr()
+    assert cli("forget", "spec.yaml", "--worker", victim) == 0
+    out = capsys.readouterr().out
+    assert "erased one worker" in out and victim not in out
+    assert cli("run", "spec.yaml", "--incremental") == 0
     after = latest_run(tmp_path / "out", "daily")
     assert victim not in set(after["skills"]["worker"])
     assert after.manifest["incremental"]["state_from"]["erasures"] == 1
     # a full (not incremental) run of the pipeline leaves the erased worker out too, with the same tables
-    assert _cli("run", "spec.yaml", cwd=tmp_path).returncode == 0
+    assert cli("run", "spec.yaml") == 0
     full = latest_run(tmp_path / "out", "daily")
     for name in ("skills", "consensus"):
         pd.testing.assert_frame_equal(full[name], after[name], check_exact=True)
-    # usage errors are exit 2 with one line
-    bad = _cli("forget", "--worker", "x", cwd=tmp_path)
-    assert bad.returncode == 2 and "give a SPEC" in bad.stderr
+    # usage errors are exit 2 with one line; the console script itself (a process) once
+    capsys.readouterr()
+    assert cli("forget", "--worker", "x") == 2 and "give a SPEC" in capsys.readouterr().err
     bad = _cli("backfill", "spec.yaml", "--partitions", ",", cwd=tmp_path)
     assert bad.returncode == 2 and "names no partition" in bad.stderr
 
@@ -80,7 +98,7 @@ def _env(**extra: str) -> dict[str, str]:
     return {**_api_env(), **extra}
 
 
-def test_killed_and_racing_runs(tmp_path: Path) -> None:
+def test_killed_and_racing_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run killed before and after its store commit, then two runs at once: the store stays readable, the
     racing runs serialize (one reads the new day, the other starts from its state), and the result is a full
     refit's."""
@@ -94,7 +112,7 @@ def test_killed_and_racing_runs(tmp_path: Path) -> None:
     (tmp_path / "spec.yaml").write_text(SPEC)
     (tmp_path / "full.yaml").write_text(SPEC.replace("name: daily", "name: full"))
     cmd = [sys.executable, "-m", "flows.cli", "run", "spec.yaml", "--incremental"]
-    assert subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True).returncode == 0
+    assert _main("run", "spec.yaml", "--incremental", cwd=tmp_path, monkeypatch=monkeypatch) == 0
     store = state_dir(tmp_path / "out", "daily")
     first = latest_run(tmp_path / "out", "daily")
 
@@ -122,8 +140,7 @@ def test_killed_and_racing_runs(tmp_path: Path) -> None:
         e.stats for e in read_state(store).files["labels"].values()
     }
 
-    full_cmd = [sys.executable, "-m", "flows.cli", "run", "full.yaml"]
-    assert subprocess.run(full_cmd, cwd=tmp_path, env=_env(), capture_output=True).returncode == 0
+    assert _main("run", "full.yaml", cwd=tmp_path, monkeypatch=monkeypatch) == 0
     inc, full = latest_run(tmp_path / "out", "daily"), latest_run(tmp_path / "out", "full")
     for name in ("skills", "consensus"):
         pd.testing.assert_frame_equal(inc[name], full[name], check_exact=True)
