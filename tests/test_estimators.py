@@ -111,17 +111,19 @@ def _settled_errors(data: pd.DataFrame, probas: pd.DataFrame, errors: pd.DataFra
 
 
 # Crowd-Kit's EM runs all 300 iterations (tol=-inf) in pandas: 8-19 s per set here. The default run compares values
-# on one real and one synthetic set per model and the layout on two more; every other set runs with -m slow.
-FAST_CONVERGED = ("snow_wsd", "M3-r3-text")
+# on one set per model, a synthetic one for DawidSkene and a real one for OneCoinDawidSkene, and the layout on two
+# more; every other (model, set) runs with -m slow.
+FAST_CONVERGED = {"DawidSkene": "M3-r3-text", "OneCoinDawidSkene": "snow_wsd"}
 
 
 FAST_LAYOUT = ("M3-r2-text", "M3-r3-int")  # and the layout at the defaults on a 2-per-task set and integer labels
 
 
 def _ds_params() -> list[Any]:
-    fast = FAST_CONVERGED + FAST_LAYOUT
     return [
-        pytest.param(kind, name, marks=[] if name in fast else [pytest.mark.slow])
+        pytest.param(
+            kind, name, marks=[] if name in FAST_LAYOUT or FAST_CONVERGED[kind] == name else [pytest.mark.slow]
+        )
         for kind in ("DawidSkene", "OneCoinDawidSkene")
         for name in DATASETS
     ]
