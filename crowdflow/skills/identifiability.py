@@ -21,7 +21,7 @@ from crowdflow._typing import SparseMatrix
 from crowdflow.graphs import Components, GraphStructure, graph_structure, restrict_to, without_diagonal
 from crowdflow.labels import LabelMatrix
 from crowdflow.skills.consensus import skill_box
-from crowdflow.skills.spectra import signless_lambda_min, top_eigenvalue
+from crowdflow.skills.spectra import DENSE_EIG_MAX, signless_lambda_min, top_eigenvalue
 
 
 def witness_cycles(structure: GraphStructure) -> dict[int, np.ndarray]:
@@ -193,7 +193,7 @@ def component_diagnostics(
     worker_status: np.ndarray | None = None,
     *,
     spectral: bool = True,
-    dense_max: int = 2000,
+    dense_max: int = DENSE_EIG_MAX,
     witness: bool = True,
     delta: float = 0.05,
     spectral_max_nnz: int | None = 2_000_000,
@@ -215,10 +215,11 @@ def component_diagnostics(
     Cost. Everything except the eigenvalues is O(|labels| + |E|) and vectorised. Eigenvalues
     (``spectral=True``), per component: bipartite components get λ_min = 0 exactly (no solve;
     x = ±1 on the two colour classes is a null vector of L_s); otherwise dense LAPACK ``eigvalsh``
-    for components of at most ``dense_max`` workers, else ``eigsh`` on cI − L_s (column
-    ``eig_method``). A component with more than ``spectral_max_nnz`` stored entries of N is
-    skipped (NaN, ``eig_method = "skipped"``): Lanczos needs some hundred mat-vecs there (≈ 0.5 s
-    per eigenvalue at 3.6·10^6 entries); pass ``spectral_max_nnz=None`` to compute them anyway.
+    for components of at most ``dense_max`` workers, else verified LOBPCG with a dense or Lanczos fallback
+    (:func:`crowdflow.skills.spectra.signless_lambda_min`; column ``eig_method``). A component with more
+    than ``spectral_max_nnz`` stored entries of N is skipped (NaN, ``eig_method = "skipped"``): Lanczos needs
+    some hundred mat-vecs there (≈ 0.5 s per eigenvalue at 3.6·10^6 entries); pass ``spectral_max_nnz=None``
+    to compute them anyway.
 
     Parameters
     ----------

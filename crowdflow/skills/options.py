@@ -18,6 +18,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from crowdflow.contracts.options import Options, backfill_field, incremental_field
 from crowdflow.labels import DuplicatePolicy, canonical_label_text
 from crowdflow.skills.crowdkit_adapter import AGGREGATORS, CROWDKIT_PREFIX, is_crowdkit, missing_extra, validate_params
+from crowdflow.skills.spectra import DENSE_EIG_MAX
 from crowdflow.skills.types import AutoCandidate, Fallback, Method, SignMode, Solver, TieBreak, Weighting
 
 #: the choices of each Literal field, for the "unknown <field>" message
@@ -158,11 +159,11 @@ class SkillsOptions(Options):
         "most of their time on them.",
     )
     dense_eig_max: int = Field(
-        2000,
+        DENSE_EIG_MAX,
         ge=1,
         le=5000,
         description="Groups of up to this many workers get their eigenvalues from an exact dense solver, "
-        "larger groups from an iterative one.",
+        "larger groups from an iterative one whose answer is checked (and solved densely when the check fails).",
     )
     witness: bool = Field(
         True,

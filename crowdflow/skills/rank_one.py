@@ -27,11 +27,8 @@ from crowdflow.compiled import compiled_kernel
 from crowdflow.graphs import Components, restrict_to
 from crowdflow.progress import IterationProgress, ProgressFn
 from crowdflow.skills.consensus import resolve_signs
-from crowdflow.skills.spectra import top_eigenvalue
+from crowdflow.skills.spectra import DENSE_EIG_MAX, top_eigenvalue
 from crowdflow.skills.types import SignMode, Solver
-
-#: ‖w‖₂ for the ``eg`` step is computed by dense ``eigvalsh`` up to this many workers, ``eigsh`` above
-_EG_NORM_DENSE_MAX = 2000
 
 
 def rank_one_loss(c_hat: SparseMatrix, weights: SparseMatrix, x: np.ndarray) -> float:
@@ -210,7 +207,7 @@ def fit_rank_one(
         eta_report = float(safe[r > 0].min()) if np.any(r > 0) else 0.0
     elif solver == "eg":
         if eta is None:
-            norm2 = top_eigenvalue(w, _EG_NORM_DENSE_MAX)
+            norm2 = top_eigenvalue(w, DENSE_EIG_MAX)
             step_size = 1.0 / (2.0 * math.sqrt(nw) * norm2 * big_k**2) if norm2 > 0 else 0.0
         else:
             step_size = float(eta)

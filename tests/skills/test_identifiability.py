@@ -158,9 +158,12 @@ def test_at_g4_eigsh_matches_dense():
     sparse, m2 = signless_lambda_min(adj, dense_max=1000)
     assert (m1, m2) == ("eigvalsh", "lobpcg")
     assert abs(dense - sparse) <= 1e-6
-    # the Lanczos fallback (taken when LOBPCG's residual check fails; here: a vertex without edges) agrees too
+    # the fallbacks (taken when LOBPCG's residual check fails; here: a vertex without edges) agree too: dense up to
+    # dense_fallback_max, Lanczos above
     lone = sp.block_diag([adj, sp.csr_matrix((1, 1))]).tocsr()
     fallback, m3 = signless_lambda_min(lone, dense_max=1000)
+    assert m3 == "eigvalsh" and abs(fallback) <= 1e-9
+    fallback, m3 = signless_lambda_min(lone, dense_max=1000, dense_fallback_max=1000)
     assert m3 == "eigsh" and abs(fallback) <= 1e-6
     # weighted, on a smaller graph
     e2 = synth.random_graph_edges(400, 0.03, seed=5)

@@ -72,12 +72,15 @@ def test_sparse_lambda_min_equals_dense(kind: str, n: int) -> None:
         adj = sp.csr_matrix(adj + _sym(np.arange(n - 1), np.arange(1, n), np.ones(n - 1), n))  # no isolated vertex
         ls = signless_laplacian(adj)
     exact = float(scipy.linalg.eigvalsh(ls.toarray(), subset_by_index=[0, 0])[0])
-    lam, method = signless_lambda_min(adj, dense_max=10)
+    lam, method = signless_lambda_min(adj, dense_max=10, dense_fallback_max=10)  # iterative only
     assert method in ("lobpcg", "eigsh")
     scale = float(abs(ls).sum(axis=1).max())
     assert abs(lam - exact) <= 1e-8 * scale + 1e-9 * abs(exact), (kind, n, method, lam, exact)
     # deterministic: the same call gives the same bits
-    assert signless_lambda_min(adj, dense_max=10) == (lam, method)
+    assert signless_lambda_min(adj, dense_max=10, dense_fallback_max=10) == (lam, method)
+    # the default fallback: LOBPCG's verified answer, or the dense one when its check fails
+    lam2, method2 = signless_lambda_min(adj, dense_max=10)
+    assert (lam2, method2) == ((lam, method) if method == "lobpcg" else (exact, "eigvalsh"))
 
 
 def test_lobpcg_is_taken_on_dense_co_label_graphs() -> None:
