@@ -1,6 +1,6 @@
 """Incremental Dawid–Skene EM: warm starts, E-steps on the tasks new rows touch, a per-task bound, full passes.
 
-docs/methods/skills.md §7.6 (issue #38 item 2). The model and the M-step are those of
+docs/methods/skills.md §4.5 (issue #38 item 2). The model and the M-step are those of
 :func:`crowdflow.skills.dawid_skene` (full confusion matrices, smoothing α, diagonal prior β): its fixed point
 θ* = (π*, q*) and the posteriors T*_t = E(θ*)_t are the target. A run leaves a :class:`DSState` behind: θ, the
 posterior T_t of every task, the M-step's sufficient statistics
@@ -53,7 +53,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 import numpy as np
 import pandas as pd
@@ -133,7 +133,11 @@ class CodedHistory:
         n = max(int(c.task.max(initial=-1)) for c in self.chunks) + 1
         mark = np.zeros(max(n, int(np.max(tasks, initial=-1)) + 1), dtype=bool)
         mark[tasks] = True
-        return Codes.concat([Codes(*(a[mark[c.task]] for a in c)) for c in self.chunks])
+        parts = []
+        for c in self.chunks:
+            sel = mark[c.task]
+            parts.append(Codes(c.task[sel], c.worker[sel], c.label[sel]))
+        return Codes.concat(parts)
 
     def extend(self, codes: Codes) -> None:
         if codes.task.size:
@@ -142,7 +146,7 @@ class CodedHistory:
 
 @dataclass(frozen=True)
 class DSState:
-    """What an incremental Dawid–Skene run leaves behind (module docstring; docs/methods/skills.md §7.6).
+    """What an incremental Dawid–Skene run leaves behind (module docstring; docs/methods/skills.md §4.5).
 
     Attributes
     ----------
@@ -179,6 +183,8 @@ class DSState:
     slack: np.ndarray
     smoothing: float = 0.01
     prior: float = 1.0
+    #: id → code dictionaries of ``tasks`` and ``workers`` (built on first use, handed to the next state; not stored)
+    lookup: dict[str, dict[str, int]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def n_tasks(self) -> int:
@@ -216,10 +222,10 @@ class DSState:
 
     def save(self, path: str | Path) -> None:
         """Write the state as one ``.npz`` (ids as unicode arrays; no pickles)."""
-        arrays = {
+        arrays: dict[str, Any] = {
             k: np.asarray(getattr(self, k), dtype=str) if k in ("tasks", "workers", "classes") else getattr(self, k)
             for k in self.__dataclass_fields__
-            if k not in ("smoothing", "prior")
+            if k not in ("smoothing", "prior", "lookup")
         }
         meta = np.array([STATE_FORMAT, repr(self.smoothing), repr(self.prior)], dtype=str)
         with open(path, "wb") as fh:
@@ -278,21 +284,31 @@ class DSUpdate:
     rounds: int
 
 
-def encode_rows(state: DSState, rows: pd.DataFrame) -> tuple[Codes, np.ndarray, np.ndarray]:
+def encode_rows(
+    state: DSState, rows: pd.DataFrame, tables: dict[str, dict[str, int]] | None = None
+) -> tuple[Codes, np.ndarray, np.ndarray]:
     """Code ``rows`` (task, worker, label) as ``state`` codes them; unseen tasks and workers get the next codes in
-    first-appearance order. Returns (codes, new task ids, new worker ids). A label outside the state's classes
-    raises ``ValueError`` naming it."""
+    first-appearance order. Returns (codes, new task ids, new worker ids); ``tables`` receives the id → code
+    dictionaries extended by the new ids (for the next state). A label outside the state's classes raises
+    ``ValueError`` naming it."""
+    tables = {} if tables is None else tables
     out = []
     added = []
     for col, known in (("task", state.tasks), ("worker", state.workers)):
-        vals = rows[col].astype(str).to_numpy(dtype=object)
-        idx = pd.Index(known).get_indexer(vals) if known.size else np.full(vals.size, -1, dtype=np.int64)
-        miss = idx < 0
-        new_codes, new_ids = pd.factorize(vals[miss])
-        idx = np.asarray(idx, dtype=np.int64)
-        idx[miss] = known.size + new_codes
-        out.append(idx)
-        added.append(np.asarray(new_ids, dtype=object))
+        codes, uniq = pd.factorize(rows[col].astype(str).to_numpy(dtype=object))
+        table = state.lookup.get(col)
+        if table is None or len(table) < known.size:
+            table = {str(v): i for i, v in enumerate(known)}
+        at = np.fromiter((table.get(u, -1) for u in uniq), dtype=np.int64, count=uniq.size)
+        at[at >= known.size] = -1  # ids a later state added (a state updated twice): not this state's
+        miss = at < 0
+        at[miss] = known.size + np.arange(int(miss.sum()))
+        new_ids = np.asarray(uniq[miss], dtype=object)
+        table.update(zip(new_ids.tolist(), at[miss].tolist(), strict=True))
+        state.lookup[col] = {}  # handed on: the next state owns the table (rebuilt if this state is used again)
+        out.append(at[codes])
+        added.append(new_ids)
+        tables[col] = table
     lab = pd.Index(state.classes).get_indexer(rows["label"].astype(str).to_numpy(dtype=object))
     if (lab < 0).any():
         bad = rows["label"].astype(str).to_numpy()[lab < 0][0]
@@ -312,14 +328,31 @@ def posterior_bounds(post: np.ndarray, bound: np.ndarray) -> tuple[np.ndarray, n
     (numpy.ndarray, numpy.ndarray)
         The largest probability change per task, and whether its label may flip.
     """
-    b = np.asarray(bound, dtype=np.float64)[:, None]
-    up, down = np.expm1(b), -np.expm1(-b)
-    pq = post * (1.0 - post)
-    change = np.maximum(pq * up / (1.0 + post * up), pq * down / np.maximum(1.0 - post * down, 1e-300))
-    srt = np.sort(post, axis=1)
-    with np.errstate(divide="ignore"):
-        gap = np.log(srt[:, -1]) - np.log(srt[:, -2]) if post.shape[1] > 1 else np.full(post.shape[0], np.inf)
-    return change.max(axis=1, initial=0.0), gap <= bound + TIE_LOGODDS
+    post = np.ascontiguousarray(post, dtype=np.float64)
+    change, flip = np.empty(post.shape[0]), np.empty(post.shape[0], dtype=np.bool_)
+    _bounds(post, np.ascontiguousarray(bound, dtype=np.float64), TIE_LOGODDS, change, flip)
+    return change, flip
+
+
+@compiled_kernel
+def _bounds(post: np.ndarray, bound: np.ndarray, tie: float, change: np.ndarray, flip: np.ndarray) -> None:
+    """:func:`posterior_bounds` task by task (one pass, no T×M temporaries)."""
+    n, m = post.shape
+    for t in range(n):
+        b = bound[t]
+        up, down = np.expm1(b), -np.expm1(-b)
+        top, second, worst = -1.0, -1.0, 0.0
+        for c in range(m):
+            p = post[t, c]
+            if p > top:
+                top, second = p, top
+            elif p > second:
+                second = p
+            if b > 0.0:
+                pq = p * (1.0 - p)
+                worst = max(worst, pq * up / (1.0 + p * up), pq * down / max(1.0 - p * down, 1e-300))
+        change[t] = worst
+        flip[t] = m > 1 and ((second <= 0.0 and top <= 0.0) or np.log(top) - np.log(second) <= b + tie)
 
 
 @compiled_kernel
@@ -417,7 +450,7 @@ def ds_update(
     max_iter: int = 20_000,
     restart: Literal["warm", "majority"] = "majority",
 ) -> DSUpdate:
-    """Add ``rows`` to a Dawid–Skene state by incremental EM (module docstring; docs/methods/skills.md §7.6).
+    """Add ``rows`` to a Dawid–Skene state by incremental EM (module docstring; docs/methods/skills.md §4.5).
 
     Parameters
     ----------
@@ -440,7 +473,7 @@ def ds_update(
     max_rounds : int
         Rounds of partial EM before full passes. 1 (the default): any suspect triggers full passes. More rounds add
         the suspects to the active tasks and rerun the partial EM, warm: cheaper, but a warm fixed point may be
-        another local maximum than the full refit's (measured in docs/methods/skills.md §7.6).
+        another local maximum than the full refit's (measured in docs/methods/skills.md §4.5).
     max_iter : int
         Most EM evaluations per round.
     restart : {"majority", "warm"}
@@ -452,7 +485,8 @@ def ds_update(
     -------
     DSUpdate
     """
-    codes, new_tasks, new_workers = encode_rows(state, rows)
+    tables: dict[str, dict[str, int]] = {}
+    codes, new_tasks, new_workers = encode_rows(state, rows, tables)
     m = state.n_classes
     t_old, w_old = state.n_tasks, state.n_workers
     n_tasks, n_workers = t_old + new_tasks.size, w_old + new_workers.size
@@ -537,6 +571,7 @@ def ds_update(
         class_sums=sums,
         labels_per_task=n_t,
         slack=slack,
+        lookup=tables,
     )
     drift = float(rho.max(initial=0.0) + rho_q)
     consensus, listed = _outputs(new, tol_prob)
@@ -563,7 +598,7 @@ def _majority(codes: Codes, n_new: int, t_old: int, m: int) -> np.ndarray:
     """Majority shares of the new tasks (the start of their posteriors, as in the full fit)."""
     sel = codes.task >= t_old
     c = np.bincount((codes.task[sel] - t_old) * m + codes.label[sel], minlength=n_new * m).reshape(n_new, m)
-    return c / np.maximum(c.sum(axis=1, keepdims=True), 1)
+    return np.asarray(c / np.maximum(c.sum(axis=1, keepdims=True), 1), dtype=np.float64)
 
 
 def _outputs(st: DSState, tol_prob: float) -> tuple[pd.DataFrame, pd.DataFrame]:
