@@ -31,20 +31,22 @@ An update with new rows (:func:`ds_update`):
    max(p(1−p)(e^B − 1)/(1 + p(e^B − 1)), p(1−p)(1 − e^{−B})/(1 − p(1 − e^{−B}))) (the odds of l against the
    rest scale by a factor in [e^{−B}, e^B]), and the label can change only if the top two log-probabilities are
    within B (:func:`posterior_bounds`).
-3. *Suspects.* Untouched tasks whose bound could flip the label or move a probability by more than
-   ``margin · tol_prob`` are suspects. With the stored rows (``history``) a few suspects join A and step 1 runs
-   again (warm, from the current θ); many (more than ``suspect_share`` of the tasks), or ``max_rounds`` rounds,
-   trigger *full passes*: the same EM over every row, warm-started from the current θ, to ``tol`` (the full
-   fit's rule), after which every slack is 0. Without ``history`` nothing more can be computed: the suspects
-   keep their stored posteriors and are listed.
+3. *Suspects.* Untouched tasks whose bound could flip the label (ties included) or move a probability by more
+   than ``margin · tol_prob`` are suspects. By default (``max_rounds=1``) any suspect triggers *full passes*: the
+   same EM over every row (``history``) from the full fit's own start, the M-step of every task's majority shares
+   (``restart="majority"``), to ``tol``; every slack is then 0. With ``max_rounds > 1`` a few suspects (at most
+   ``suspect_share`` of the tasks) join A and step 1 runs again, warm. Without ``history`` nothing more can be
+   computed (mode ``bounded``): the suspects keep their stored posteriors, their bound goes into the slack, and
+   they are listed.
 
-What is exact and what is bounded: after full passes the state is the full fit's fixed point warm-started, and
-equals a converged full refit up to the EM tolerance (same fixed point; a different local maximum is possible
-in principle, as for any two starts — the families check it). After partial rounds the returned θ is the
-fixed point of the partial map, whose pseudo-counts come from untouched posteriors each within its bound of the
-E-step at θ: that the parameters are then within the tolerance of θ* is a first-order argument (an error ε in
-the untouched posteriors moves θ by O(ε) relative, the margin < 1 leaves room for it), not a theorem; the
-families in ``tests/incremental/test_ds_incremental.py`` measure it. Every task whose bound leaves its label
+What is exact and what is bounded: after full passes the state is the full refit (same start, same map, same
+fixed point, to ``tol``). Step 2's bound is a theorem (the triangle inequality and the softmax's monotonicity;
+checked against brute force and against the exact E-step in the tests). A partial day keeps θ at the fixed point
+of the partial map, whose pseudo-counts come from untouched posteriors each within its bound of the E-step at θ:
+that θ is then within the tolerance of the refit's is a first-order argument (an error ε in the held posteriors
+moves θ by O(ε) relative; the margin < 1 leaves room for it), not a theorem, and the touched tasks come from a
+warm start, which on under-determined crowds can end in another local maximum than the refit's majority start;
+``tests/incremental/test_ds_incremental.py`` measures both on families. Every task whose bound leaves its label
 or a probability beyond ``tol_prob`` open is listed by the run (:attr:`DSUpdate.listed`).
 """
 
