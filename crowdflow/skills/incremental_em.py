@@ -506,6 +506,7 @@ def ds_update(
     is_active[t_old:] = True
     is_active[touched_old] = True
     old_rows = history.rows(touched_old) if history is not None and touched_old.size else Codes.empty()
+    _refuse_repeats(old_rows, codes, n_workers, rows)
     theta: np.ndarray | None = None
     passes = rows_read = rounds = 0
     mode: Mode = "partial"
@@ -587,6 +588,22 @@ def ds_update(
         len(listed),
     )
     return DSUpdate(new, consensus, listed, codes, mode, passes, rows_read, drift, converged, rounds)
+
+
+def _refuse_repeats(old: Codes, new: Codes, n_workers: int, rows: pd.DataFrame) -> None:
+    """A (task, worker) pair may appear once over all runs: a repeat in the new rows, or of a stored pair, raises
+    ``ValueError`` naming the first one (the flows de-duplicate before the fit, ``skills.duplicates``)."""
+    key = new.task * max(n_workers, 1) + new.worker
+    _, first = np.unique(key, return_index=True)
+    repeat = np.setdiff1d(np.arange(key.size), first)
+    stored = np.flatnonzero(np.isin(key, old.task * max(n_workers, 1) + old.worker))
+    bad = np.concatenate([repeat, stored])
+    if bad.size:
+        k = int(bad.min())
+        raise ValueError(
+            f"row {k} of the new rows repeats the pair (task={rows['task'].iloc[k]}, worker={rows['worker'].iloc[k]})"
+            f"{' already stored' if k in set(stored.tolist()) else ''}: one label per task and worker"
+        )
 
 
 def _stored(state: DSState, n_tasks: int) -> np.ndarray:

@@ -262,6 +262,11 @@ def test_bad_inputs() -> None:
         ds_update(st, cl.labels.iloc[500:510].assign(task=cl.labels["task"].iloc[0]))
     with pytest.raises(ValueError, match="not one of the state's classes"):
         ds_update(st, pd.DataFrame({"task": ["new"], "worker": ["w"], "label": ["zz"]}))
+    hist = CodedHistory([ds_update(DSState.empty(cl.classes), cl.labels.iloc[:500]).codes])
+    with pytest.raises(ValueError, match=r"row 0 of the new rows repeats .* already stored"):
+        ds_update(st, cl.labels.iloc[:1], hist)
+    with pytest.raises(ValueError, match="row 1 of the new rows repeats"):
+        ds_update(st, pd.concat([cl.labels.iloc[600:601]] * 2), hist)
     with pytest.raises(ValueError, match="2 classes"):
         DSState.empty(["only"])
     assert replace(st, smoothing=0.5).smoothing == 0.5
