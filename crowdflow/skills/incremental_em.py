@@ -79,7 +79,7 @@ STATE_FORMAT = "crowdflow-ds-state/1"
 #: two top log-probabilities closer than this are a tie: the label may differ from another run's
 TIE_LOGODDS = 1e-9
 
-Mode = Literal["partial", "rounds", "full", "bounded"]
+Mode = Literal["first", "partial", "rounds", "full", "bounded"]
 
 __all__ = [
     "STATE_FORMAT",
@@ -265,13 +265,17 @@ class DSUpdate:
     codes : Codes
         The new rows coded as the new state codes them (for the caller's history).
     mode : str
-        ``"partial"`` (touched tasks only), ``"rounds"`` (suspects recomputed too), ``"full"`` (full passes) or
+        ``"first"`` (from an empty state: a full fit), ``"partial"`` (touched tasks only), ``"rounds"`` (suspects
+        recomputed too), ``"full"`` (full passes) or
         ``"bounded"`` (suspects left, no history to recompute them).
     passes : int
         EM evaluations (E+M steps) over all rounds; ``rows_read`` the rows they covered, summed over rounds.
     drift : float
         max_i ρ_i over the old workers plus ρ_q between the start and the end θ.
     converged : bool
+        The last EM run met ``tol`` within ``max_iter``.
+    rounds : int
+        Rounds of EM run (partial rounds and the full passes).
     """
 
     state: DSState
@@ -556,6 +560,8 @@ def ds_update(
         mode = "rounds"
         is_active[suspect] = True
         old_rows = Codes.concat([old_rows, history.rows(suspect)])
+    if t_old == 0:
+        mode = "first"  # every task was touched: EM over all rows from the majority start, the full fit itself
     slack = np.zeros(n_tasks)
     slack[rest] = bound
     g_t = base_t  # the sums of the untouched tasks, plus the new posteriors' of the active ones

@@ -88,7 +88,7 @@ def test_empty_state_is_a_full_fit(config: CrowdConfig) -> None:
     cl = crowd_labels(config)
     up = ds_update(DSState.empty(cl.classes), cl.labels)
     diff, share, unlisted = check(up, refit(cl.labels, cl.classes))
-    assert up.mode == "partial" and up.converged
+    assert up.mode == "first" and up.converged
     assert diff < 1e-6 and unlisted == 0 and share == 0.0
 
 
