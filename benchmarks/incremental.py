@@ -1,7 +1,8 @@
 """Daily folded runs against a full refit and against a run over the day alone (issue #38).
 
 Run: ``python -m benchmarks.incremental --job skills`` (and ``--job ranking``); ``--history``, ``--day``,
-``--days``; writes ``benchmarks/results/incremental_<job>.md``. Every run is a fresh child process (so its peak RSS
+``--days``; writes ``benchmarks/results/incremental_<job>.md``. ``--job ds`` runs :mod:`benchmarks.incremental_ds`
+(Dawid–Skene's incremental EM, library level; its section of ``benchmarks/results/incremental.md``). Every run is a fresh child process (so its peak RSS
 is its own ``VmHWM``); wall time is measured inside the child from before its first read to after its output is written
 (the imports, ~1-2 s of Python start-up common to all three, are not counted).
 
@@ -148,8 +149,15 @@ def child(job: str, mode: str, folder: Path, store: Path, out: Path) -> dict[str
 
 
 def main(argv: list[str] | None = None) -> int:
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--job", default="skills")
+    known, rest = pre.parse_known_args(argv)
+    if known.job == "ds":  # Dawid-Skene's incremental EM: library level, its own options (benchmarks/incremental_ds.py)
+        from benchmarks.incremental_ds import main as ds_main
+
+        return ds_main(rest)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--job", choices=["skills", "ranking"], default="skills")
+    ap.add_argument("--job", choices=["skills", "ranking", "ds"], default="skills")
     ap.add_argument("--history", type=int, default=10_000_000, help="rows before the first day")
     ap.add_argument("--day", type=int, default=1_000_000, help="rows per daily file")
     ap.add_argument("--days", type=int, default=10)
