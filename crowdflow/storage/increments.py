@@ -168,7 +168,8 @@ def state_dir(out_dir: str | os.PathLike[str], pipeline: str) -> Path:
 
 
 class _Steps:
-    """TEST-ONLY: ``CROWDFLOW_TEST_KILL_STATE_AT_STEP=<k>`` SIGKILLs the process after its k-th store step."""
+    """TEST-ONLY: ``CROWDFLOW_TEST_KILL_STATE_AT_STEP=<k>`` SIGKILLs the process after its k-th store step;
+    ``=before-commit`` SIGKILLs it when it starts to commit (a run killed after its export, before its commit)."""
 
     count = 0
 
@@ -176,8 +177,14 @@ class _Steps:
     def done(cls, label: str) -> None:
         cls.count += 1
         kill = os.environ.get(TEST_KILL_ENV)
-        if kill and int(kill) == cls.count:
+        if kill and kill.isdigit() and int(kill) == cls.count:
             log.warning("test hook: killing the state writer after step %d (%s)", cls.count, label)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    @staticmethod
+    def point(label: str) -> None:
+        if os.environ.get(TEST_KILL_ENV) == label:
+            log.warning("test hook: killing the state writer at %s", label)
             os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -340,6 +347,7 @@ def commit_state(
     ``base.version + 1``; a store whose committed version moved meanwhile (a writer that ignored the lock) is
     refused rather than overwritten.
     """
+    _Steps.point("before-commit")
     d = Path(folder)
     current = read_state(d)
     if current.version != base.version:
