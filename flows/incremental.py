@@ -25,6 +25,11 @@ from crowdflow.storage.io import LoadedTable
 #: the input each job folds file by file
 INCREMENTAL_KIND = {"skills": "labels", "ranking": "comparisons"}
 LOCK_TIMEOUT_S = 3600.0
+#: the one refusal of an incremental run that would read the stored rows on Dask workers
+_NOT_ON_DASK = (
+    "{options}.incremental on Dask (runner.kind: dask over a folder) runs only as a folded run, ranking with "
+    "outliers: none; use runner.kind: local for this job or method"
+)
 #: why an incremental run that is not folded reads the stored rows (the manifest's ``incremental.<kind>.fold``)
 ROWS_WHY = (
     "the fit is not a sum over files (an outlier rule or an iterative method): the stored files' rows are read "
@@ -110,10 +115,7 @@ def increment_session(spec: PipelineBase) -> Iterator[IncrementSession]:
         )
     folded = folded_run(spec)
     if spec.partitioned_input() is not None and not folded:
-        raise SpecError(
-            f"{JOB_OPTIONS[spec.job]}.incremental does not run on Dask yet (runner.kind: dask over a folder); "
-            "or, for ranking, outliers: none (a folded run); use runner.kind: local"
-        )
+        raise SpecError(_NOT_ON_DASK.format(options=JOB_OPTIONS[spec.job]))
     rule = RULES[kind] if folded else None
     with state_lock(folder, LOCK_TIMEOUT_S):
         yield IncrementSession(folder, read_state(folder), kind, list(getattr(options, "backfill", [])), rule=rule)
@@ -123,10 +125,7 @@ def refuse_erasures_on_workers(spec: PipelineBase) -> None:
     """A partitioned (Dask) run does not drop erased workers' rows yet: refused while the store records erasures."""
     options = getattr(spec, JOB_OPTIONS[spec.job], None)
     if getattr(options, "incremental", False):
-        raise SpecError(
-            f"{JOB_OPTIONS[spec.job]}.incremental does not run on Dask yet (runner.kind: dask over a folder); "
-            "use runner.kind: local"
-        )
+        raise SpecError(_NOT_ON_DASK.format(options=JOB_OPTIONS[spec.job]))
     state = read_state(state_dir(spec.output_dir(), spec.name))
     if state.erasures:
         raise SpecError(

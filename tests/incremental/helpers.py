@@ -26,30 +26,56 @@ def labels_family(seed: int, n_days: int = 4, n_workers: int = 12, tasks_per_day
     return [lab[day == d].reset_index(drop=True) for d in range(n_days)]
 
 
-def comparisons_family(seed: int, n_days: int = 4, n_items: int = 15, per_day: int = 60) -> list[pd.DataFrame]:
-    """One frame of graded comparisons per day over a connected item set, with a few planted outliers."""
+def comparisons_family(
+    seed: int,
+    n_days: int = 4,
+    n_items: int = 15,
+    per_day: int = 60,
+    outcomes: str = "real",
+    weights: str | None = None,
+    groups: int = 1,
+) -> list[pd.DataFrame]:
+    """One frame of comparisons per day, with a few planted outliers.
+
+    ``outcomes``: ``real`` (graded, 3 decimals), ``sign`` (wins/losses/ties ±1/0) or ``int`` (−3..3); ``weights``:
+    none, ``int`` (1-4) or ``real``; ``groups`` > 1 splits the items into that many groups never compared with each
+    other (a disconnected graph), each connected by a spanning path from the first day.
+    """
     rng = np.random.default_rng(seed)
     theta = rng.normal(size=n_items)
+    group = np.arange(n_items) % groups
+    members = [np.flatnonzero(group == g) for g in range(groups)]
     out = []
     for d in range(n_days):
-        i = rng.integers(0, n_items, per_day)
-        j = (i + 1 + rng.integers(0, n_items - 1, per_day)) % n_items
-        if d == 0:  # a spanning path so the graph is connected from the first day
-            i[: n_items - 1] = np.arange(n_items - 1)
-            j[: n_items - 1] = np.arange(1, n_items)
+        g = rng.integers(0, groups, per_day)
+        i, j = np.empty(per_day, dtype=np.int64), np.empty(per_day, dtype=np.int64)
+        for k, m in enumerate(members):
+            at = np.flatnonzero(g == k)
+            a = rng.integers(0, m.size, at.size)
+            i[at], j[at] = m[a], m[(a + 1 + rng.integers(0, m.size - 1, at.size)) % m.size]
+        if d == 0:  # a spanning path per group so each group is connected from the first day
+            path = [(m[t], m[t + 1]) for m in members for t in range(m.size - 1)]
+            i[: len(path)], j[: len(path)] = np.asarray(path).T
         y = theta[i] - theta[j] + 0.3 * rng.normal(size=per_day)
         flip = rng.random(per_day) < 0.05
         y[flip] = -3 * np.sign(y[flip])
-        out.append(
-            pd.DataFrame(
-                {
-                    "annotator": [f"a{k}" for k in rng.integers(0, 6, per_day)],
-                    "item_a": [f"it{v}" for v in i],
-                    "item_b": [f"it{v}" for v in j],
-                    "outcome": np.round(y, 3),
-                }
-            )
+        frame = pd.DataFrame(
+            {
+                "annotator": [f"a{k}" for k in rng.integers(0, 6, per_day)],
+                "item_a": [f"it{v}" for v in i],
+                "item_b": [f"it{v}" for v in j],
+                "outcome": np.round(y, 3),
+            }
         )
+        if outcomes == "sign":
+            frame["outcome"] = np.sign(np.round(y)).astype(np.int64)
+        elif outcomes == "int":
+            frame["outcome"] = np.clip(np.round(y), -3, 3).astype(np.int64)
+        if weights == "int":
+            frame["weight"] = rng.integers(1, 5, per_day).astype(np.float64)
+        elif weights == "real":
+            frame["weight"] = np.round(rng.uniform(0.2, 2.0, per_day), 4)
+        out.append(frame)
     return out
 
 
