@@ -106,10 +106,10 @@ def _folded_equals_full(integral: bool) -> Compare:
 
 
 FAMILIES = {
-    "sign": dict(outcomes="sign"),
-    "int-weights-disconnected": dict(outcomes="int", weights="int", groups=2),
-    "real": dict(outcomes="real"),
-    "real-weights-disconnected": dict(outcomes="real", weights="real", groups=3),
+    "sign": {"outcomes": "sign"},
+    "int-weights-disconnected": {"outcomes": "int", "weights": "int", "groups": 2},
+    "real": {"outcomes": "real"},
+    "real-weights-disconnected": {"outcomes": "real", "weights": "real", "groups": 3},
 }
 
 
