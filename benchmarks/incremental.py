@@ -440,7 +440,9 @@ def write_flow_report(
         "",
         f"Daily / day alone over the {len(measured)} measured days: wall median {np.median(ra):.2f} (worst "
         f"{max(ra):.2f}), flow median {np.median(rf):.2f} (worst {max(rf):.2f}); issue #38's target ≤ 3. Median "
-        "step times of the daily run (s): " + ", ".join(f"{k} {v:.2f}" for k, v in steps.items()) + "." The full refit holds every row and writes every row's residual, so its time and peak RSS grow "
+        "step times of the daily run (s): "
+        + ", ".join(f"{k} {v:.2f}" for k, v in steps.items())
+        + ". The full refit holds every row and writes every row's residual, so its time and peak RSS grow "
         "with the history; the daily run's stay those of one day.",
         "",
     ]
