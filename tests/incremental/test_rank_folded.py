@@ -19,21 +19,16 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from crowdflow.contracts.errors import SpecError
-from crowdflow.ranking.folded import ROW_QUANTILES
 from crowdflow.storage.increments import read_state, state_dir
-from tests.incremental.helpers import comparisons_family, write_day
+from tests.incremental.helpers import FAMILIES, assert_folded_tables, comparisons_family, write_day
 from tests.incremental.test_flows import Compare, _run, _sequence, _spec
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 ROOT = Path(__file__).resolve().parents[2]
-EXACT = ["component", "n_items", "n_rows", "n_edges", "cycle_dim", "n_triangles",
-         "n_cyclic_triangles", "tsr", "harmonic_dim", "n_undetectable"]  # fmt: skip
-SHARES = ["total_inconsistency", "bicycle_share", "curl_share", "harmonic_share"]
 
 
 @contextlib.contextmanager
@@ -50,52 +45,9 @@ def _stored_rows_unreadable() -> Iterator[None]:
         yield
 
 
-def _per_pair(residuals: pd.DataFrame) -> pd.DataFrame:
-    """A full run's per-row residuals summed per pair (lo < hi in text order, outcomes oriented lo → hi)."""
-    a, b = residuals["item_a"].astype(str), residuals["item_b"].astype(str)
-    flip = (a > b).to_numpy()
-    sign = np.where(flip, -1.0, 1.0)
-    w, y = residuals["weight"].to_numpy(dtype=float), residuals["outcome"].to_numpy(dtype=float) * sign
-    frame = pd.DataFrame(
-        {"lo": np.where(flip, b, a), "hi": np.where(flip, a, b), "n": 1, "w": w, "s": w * y, "q": w * y * y,
-         "rss": w * residuals["residual"].to_numpy(dtype=float) ** 2,
-         "fitted": residuals["fitted"].to_numpy(dtype=float) * sign}
-    )  # fmt: skip
-    sums = frame.groupby(["lo", "hi"], sort=True)[["n", "w", "s", "q", "rss"]].sum()
-    return sums.join(frame.groupby(["lo", "hi"])["fitted"].first()).reset_index()
-
-
-def _close(got: np.ndarray, want: np.ndarray, rel: float, what: str) -> None:
-    scale = max(1.0, float(np.nanmax(np.abs(want), initial=0.0)))
-    assert np.array_equal(np.isnan(got), np.isnan(want)), what
-    assert float(np.nanmax(np.abs(got - want), initial=0.0)) <= rel * scale, what
-
-
 def _folded_equals_full(integral: bool) -> Compare:
     def compare(inc: Any, full: Any, what: str) -> None:
-        assert sorted(inc.tables) == ["components", "pair_residuals", "ranking"], what
-        assert sorted(full.tables) == ["components", "ranking", "residuals"], what
-        got, want = inc.tables["ranking"], full.tables["ranking"]
-        if integral:
-            pd.testing.assert_frame_equal(got, want, check_exact=True, obj=f"ranking {what}")
-        else:
-            pd.testing.assert_frame_equal(got.drop(columns="score"), want.drop(columns="score"), obj=what)
-            _close(got["score"].to_numpy(), want["score"].to_numpy(), 1e-12, f"scores {what}")
-        cg, cw = inc.tables["components"], full.tables["components"]
-        assert list(cg.columns) == list(cw.columns), what
-        pd.testing.assert_frame_equal(cg[EXACT], cw[EXACT], check_exact=True, obj=f"components {what}")
-        for col in SHARES:  # fractions of Σ w·y²: another summation order
-            _close(cg[col].to_numpy(dtype=float), cw[col].to_numpy(dtype=float), 1e-12, f"{col} {what}")
-        for col in ("weight", "fiedler_value"):  # functions of the Laplacian: exact when the weights are integers
-            _close(cg[col].to_numpy(), cw[col].to_numpy(), 0.0 if integral else 1e-12, f"{col} {what}")
-        assert cg[list(ROW_QUANTILES)].isna().all().all() and cg["missing_reason"].str.contains("pair_residuals").all()
-        pairs, ref = inc.tables["pair_residuals"], _per_pair(full.tables["residuals"])
-        assert pairs[["lo", "hi"]].astype(str).values.tolist() == ref[["lo", "hi"]].values.tolist(), what
-        assert (pairs["n"].to_numpy() == ref["n"].to_numpy()).all(), what
-        for col in ("w", "s", "q"):
-            _close(pairs[col].to_numpy(), ref[col].to_numpy(), 0.0 if integral else 1e-12, f"{col} {what}")
-        _close(pairs["fitted"].to_numpy(), ref["fitted"].to_numpy(), 1e-12, f"fitted {what}")
-        _close(pairs["rss"].to_numpy(), ref["rss"].to_numpy(), 1e-9, f"rss {what}")
+        assert_folded_tables(inc.tables, full.tables, integral, what)
         rec = inc.manifest["incremental"]["comparisons"]
         first = what == "after start"
         assert rec["stored_rows_read"] == 0 and (first or rec["rows_read"] < rec["rows"]), what
@@ -103,14 +55,6 @@ def _folded_equals_full(integral: bool) -> Compare:
         assert inc.manifest["fit"]["folded"] and inc.manifest["inputs"][0]["rows"] == rec["rows"]
 
     return compare
-
-
-FAMILIES = {
-    "sign": {"outcomes": "sign"},
-    "int-weights-disconnected": {"outcomes": "int", "weights": "int", "groups": 2},
-    "real": {"outcomes": "real"},
-    "real-weights-disconnected": {"outcomes": "real", "weights": "real", "groups": 3},
-}
 
 
 @pytest.mark.parametrize(
