@@ -66,7 +66,8 @@ class Assembled:
     erased_rows : int
         Rows of erased workers dropped from the new files.
     stored_rows_read : int
-        Rows read back from the store's per-file row copies (0 for a folded run: ``rows=False``).
+        Rows read back from the store's per-file row copies by the assembly (0 for a folded run: ``rows=False``);
+        the manifest adds those a fold read to sum a format-1 store's files (``Fold.rows_read``).
     rows_total : int or None
         Rows of every file of the dataset now (the stored files' counts plus the new rows); ``None``: ``table``
         holds every row.
@@ -93,7 +94,7 @@ class Assembled:
             "files_dropped": self.dropped,
             "rows_read": len(self.new_rows),
             "rows": self.table.n_rows if self.rows_total is None else self.rows_total,
-            "stored_rows_read": self.stored_rows_read,
+            "stored_rows_read": self.stored_rows_read + (self.fold.rows_read if self.fold is not None else 0),
             "erased_rows_dropped": self.erased_rows,
             **(
                 {

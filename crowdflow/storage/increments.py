@@ -432,7 +432,10 @@ def with_sums(folder: str | os.PathLike[str], kind: str, entry: FileEntry, rule:
 
 @dataclass(frozen=True)
 class Fold:
-    """A fold made by :func:`update_fold`: the table, its state record, and how it was made."""
+    """A fold made by :func:`update_fold`: the table, its state record, and how it was made.
+
+    ``rows_read``: stored rows read to sum files that had no sums yet (a format-1 store, once; else 0).
+    """
 
     table: pd.DataFrame
     record: dict[str, Any]
@@ -440,6 +443,7 @@ class Fold:
     how: str
     added: int = 0
     removed: int = 0
+    rows_read: int = 0
 
 
 def update_fold(
@@ -460,6 +464,7 @@ def update_fold(
     (``rule.refold``), which never reads rows either. The fold table is written (uncommitted) as
     ``<kind>/fold-<version>.parquet``.
     """
+    rows_read = sum(e.rows for e in files.values() if e.sums is None)  # files without sums: a format-1 store
     entries = {sha: with_sums(folder, kind, e, rule, epoch) for sha, e in files.items()}
     old = base.files.get(kind, {})
     stored = base.folds.get(kind)
@@ -493,7 +498,7 @@ def update_fold(
         how = "refolded"
     name = write_table(folder, kind, f"fold-{base.version + 1}-e{epoch}.parquet", table)
     record = {"file": name, "digest": fold_digest(entries), "rule": rule.name}
-    return Fold(table, record, entries, how, len(add), len(gone))
+    return Fold(table, record, entries, how, len(add), len(gone), rows_read)
 
 
 def person_hash(salt: str, person: object) -> str:

@@ -194,6 +194,7 @@ def test_a_format_1_store_is_migrated(tmp_path: Path) -> None:
     write_day(folder, 3, days[3])
     run = majority_run(store, folder)
     assert run.input["files_read"] == ["day=2026-11-04/part-0.parquet"] and run.input["fold"]["how"] == "refolded"
+    assert run.input["stored_rows_read"] == sum(len(days[d]) for d in range(3))  # summed once from their rows
     pd.testing.assert_frame_equal(run.consensus, _mv_full(folder, "random", 0), check_exact=True)
     assert json.loads((store / "state.json").read_text())["format"] == "crowdflow-increments/2"
 
