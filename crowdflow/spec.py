@@ -513,8 +513,8 @@ JOB_INPUTS_ALL = (
 OUTPUT_TABLES = frozenset(
     {
         "consensus", "skills", "components", "gold_workers", "gold_confusion", "ranking", "outliers", "annotators",
-        "path", "residuals", "personal_rankings", "user_factors", "item_factors", "excluded", "fit", "personal_models",
-        "convergence", "assignment", "worker_load", "task_load", "candidates",
+        "path", "residuals", "pair_residuals", "personal_rankings", "user_factors", "item_factors", "excluded", "fit",
+        "personal_models", "convergence", "assignment", "worker_load", "task_load", "candidates",
     }
 )  # fmt: skip
 

@@ -88,7 +88,9 @@ def load_inputs(
     checked: dict[str, LoadedTable] = {}
     for kind, src in spec.inputs().items():
         if session is not None and session.enabled and kind == session.kind:
-            got = ingest_incremental(spec, src, kind, str(session.folder), session.state, session.backfill)
+            got = ingest_incremental(
+                spec, src, kind, str(session.folder), session.state, session.backfill, session.rule
+            )
             session.assembled = got
             tables[kind] = got.table
             where = new_rows_source(got.table.source, got.read)

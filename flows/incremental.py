@@ -16,25 +16,40 @@ from pathlib import Path
 from typing import Any
 
 from crowdflow.contracts.errors import SpecError
+from crowdflow.frontdoor.increment_rules import RULES
 from crowdflow.spec import JOB_OPTIONS, PipelineBase
 from crowdflow.storage.increment_inputs import Assembled
-from crowdflow.storage.increments import State, commit_state, drop_erased, read_state, state_dir, state_lock
+from crowdflow.storage.increments import State, SumsRule, commit_state, drop_erased, read_state, state_dir, state_lock
 from crowdflow.storage.io import LoadedTable
 
 #: the input each job folds file by file
 INCREMENTAL_KIND = {"skills": "labels", "ranking": "comparisons"}
 LOCK_TIMEOUT_S = 3600.0
+#: the one refusal of an incremental run that would read the stored rows on Dask workers
+_NOT_ON_DASK = (
+    "{options}.incremental on Dask (runner.kind: dask over a folder) runs only as a folded run, ranking with "
+    "outliers: none; use runner.kind: local for this job or method"
+)
+#: why an incremental run that is not folded reads the stored rows (the manifest's ``incremental.<kind>.fold``)
+ROWS_WHY = (
+    "the fit is not a sum over files (an outlier rule or an iterative method): the stored files' rows are read "
+    "and refitted with the new ones, so every table equals a full run's"
+)
 
 
 @dataclass
 class IncrementSession:
-    """The store a run reads and (when incremental) commits; ``assembled`` is filled by the ingest step."""
+    """The store a run reads and (when incremental) commits; ``assembled`` is filled by the ingest step.
+
+    ``rule``: a folded run (the kind's per-file sums and their fold; the stored files' rows are never read).
+    """
 
     folder: Path
     state: State
     kind: str | None = None
     backfill: list[str] = field(default_factory=list)
     assembled: Assembled | None = None
+    rule: SumsRule | None = None
 
     @property
     def enabled(self) -> bool:
@@ -55,19 +70,37 @@ class IncrementSession:
         if self.assembled is not None and self.kind is not None:
             out[self.kind] = self.assembled.record()
             out["backfill"] = list(self.backfill)
+            if self.assembled.fold is None:  # the row path: every stored file's rows read, every method exact
+                out[self.kind]["fold"] = {"how": "rows", "why": ROWS_WHY}
         return out
 
     def commit(self, run_id: str) -> None:
         if self.kind is None or self.assembled is None:
             return
+        fold = self.assembled.fold
+        folds = None if fold is None else {**self.state.folds, self.kind: fold.record}
         self.state = commit_state(
-            self.folder, self.state, {**self.state.files, self.kind: self.assembled.files}, run_id
+            self.folder, self.state, {**self.state.files, self.kind: self.assembled.files}, run_id, folds=folds
         )
+
+
+def folded_run(spec: PipelineBase) -> bool:
+    """The run folds per-file sums (never reads the stored rows): ``ranking.incremental`` with ``outliers: none``.
+
+    Every other incremental run (skills; a ranking outlier rule, whose flags depend on every row's residual) takes
+    the row path: the stored files' rows plus the new ones, refitted exactly.
+    """
+    opts = getattr(spec, "ranking", None) if spec.job == "ranking" else None
+    return bool(opts is not None and opts.incremental and opts.outliers == "none")
 
 
 @contextlib.contextmanager
 def increment_session(spec: PipelineBase) -> Iterator[IncrementSession]:
-    """The run's :class:`IncrementSession`; with ``incremental: true`` the store's lock is held until it ends."""
+    """The run's :class:`IncrementSession`; with ``incremental: true`` the store's lock is held until it ends.
+
+    A folded run (:func:`folded_run`) may run with ``runner.kind: dask``: it reads only the new files, in the flow
+    process; the row path on Dask is refused.
+    """
     folder = state_dir(spec.output_dir(), spec.name)
     options = getattr(spec, JOB_OPTIONS[spec.job], None)
     kind = INCREMENTAL_KIND.get(spec.job)
@@ -80,23 +113,19 @@ def increment_session(spec: PipelineBase) -> Iterator[IncrementSession]:
             f"{JOB_OPTIONS[spec.job]}.incremental reads a local Parquet file or folder file by file; the {kind} "
             "input is a query or a URL: drop incremental or give a local folder"
         )
-    if spec.partitioned_input() is not None:
-        raise SpecError(
-            f"{JOB_OPTIONS[spec.job]}.incremental does not run on Dask yet (runner.kind: dask over a folder); "
-            "use runner.kind: local"
-        )
+    folded = folded_run(spec)
+    if spec.partitioned_input() is not None and not folded:
+        raise SpecError(_NOT_ON_DASK.format(options=JOB_OPTIONS[spec.job]))
+    rule = RULES[kind] if folded else None
     with state_lock(folder, LOCK_TIMEOUT_S):
-        yield IncrementSession(folder, read_state(folder), kind, list(getattr(options, "backfill", [])))
+        yield IncrementSession(folder, read_state(folder), kind, list(getattr(options, "backfill", [])), rule=rule)
 
 
 def refuse_erasures_on_workers(spec: PipelineBase) -> None:
     """A partitioned (Dask) run does not drop erased workers' rows yet: refused while the store records erasures."""
     options = getattr(spec, JOB_OPTIONS[spec.job], None)
     if getattr(options, "incremental", False):
-        raise SpecError(
-            f"{JOB_OPTIONS[spec.job]}.incremental does not run on Dask yet (runner.kind: dask over a folder); "
-            "use runner.kind: local"
-        )
+        raise SpecError(_NOT_ON_DASK.format(options=JOB_OPTIONS[spec.job]))
     state = read_state(state_dir(spec.output_dir(), spec.name))
     if state.erasures:
         raise SpecError(

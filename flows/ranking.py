@@ -7,14 +7,16 @@ from typing import Any
 
 from prefect import flow
 
+from crowdflow.ranking.folded import pair_graph
 from crowdflow.spec import RankingPipeline
 from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
-from flows.incremental import IncrementSession, increment_session, refuse_erasures_on_workers
+from flows.incremental import IncrementSession, folded_run, increment_session, refuse_erasures_on_workers
 from flows.pipeline import fit_data
 from tasks.artifacts import set_pipeline
 from tasks.check_graph import check_comparisons
 from tasks.fit import fit_ranking_task
-from tasks.partitioned import copy_on_workers, fit_ranking_on_workers, list_dataset
+from tasks.folded import check_pair_graph, fit_folded_task
+from tasks.partitioned import DatasetInput, copy_on_workers, fit_ranking_on_workers, list_dataset
 from tasks.runners import run_scratch, runner_executor, scratch_folder
 
 
@@ -29,10 +31,56 @@ def ranking_flow(spec: RankingPipeline, run_id: str | None = None) -> dict[str, 
     ``annotators`` (per-annotator outlier rate), ``components`` (Hodge diagnostics) and ``path``.
     """
     run_id = run_id_for(run_id)
-    if spec.partitioned_input() is not None:
+    folded = folded_run(spec)
+    if spec.partitioned_input() is not None and not folded:
         return _partitioned_ranking(spec, run_id)
     with increment_session(spec) as session:
+        if folded:
+            return _ranking_folded(spec, run_id, session)
         return _ranking_inline(spec, run_id, session)
+
+
+def _ranking_folded(spec: RankingPipeline, run_id: str, session: IncrementSession) -> dict[str, Any]:
+    """Least squares on the increment store's fold of per-pair sums: the new files read, never the stored rows.
+
+    Inline and on Dask alike (``runner.kind: dask``), the new files are read, validated and summed in the flow
+    process: a day is one or a few files, and what the fit needs of them is O(pairs); shipping them to workers
+    would add a round trip and leave the fold to gather here anyway. The fold is updated under the store's lock
+    (:func:`flows.incremental.increment_session`), fitted (:func:`crowdflow.ranking.folded.fit_pairs`), the run
+    exported, and the new state committed after the export (docs/how-to/incremental.md).
+    """
+    clock = Clock()
+    inputs = load_inputs(spec, session=session)
+    clock.lap("ingest_validate")
+    got = session.assembled
+    assert got is not None and got.fold is not None
+    pairs = pair_graph(got.fold.table)
+    where = got.table.source
+    checks_run = check_pair_graph("ranking", spec.check_modes(), pairs[0], source=where)
+    clock.lap("check_graph")
+    opts = spec.ranking
+    fit = fit_folded_task(got.fold.table, opts, pairs)
+    clock.lap("fit")
+    tables = fit.tables
+    metrics: dict[str, Any] = {"n_items": len(tables["ranking"]), "n_components": checks_run.report.n_components}
+    record = got.record()
+    dataset = DatasetInput(where, got.table.sha256, int(record["rows"]), len(got.files), format="parquet")
+    checks = {"validation": spec.checks.validation, "item_components": checks_run.report.n_components}
+    return finish_run(
+        spec,
+        run_id,
+        {"comparisons": dataset},
+        tables,
+        checks={**checks, **inputs.validation},
+        metrics=metrics,
+        clock=clock,
+        extra={
+            "method": opts.outliers,
+            "fit": fit.params,
+            "cache": {"enabled": False, "why": "a folded run fits on the increment store's fold every run"},
+        },
+        session=session,
+    )
 
 
 def _ranking_inline(spec: RankingPipeline, run_id: str, session: IncrementSession) -> dict[str, Any]:

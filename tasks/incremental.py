@@ -7,17 +7,28 @@ from prefect.cache_policies import NONE
 
 from crowdflow.spec import PipelineBase, SourceSpec
 from crowdflow.storage.increment_inputs import Assembled, assemble
-from crowdflow.storage.increments import State
+from crowdflow.storage.increments import State, SumsRule
 
 
 @task(name="ingest-incremental", cache_policy=NONE, task_run_name="ingest-incremental-{kind}")
 def ingest_incremental(
-    spec: PipelineBase, source: SourceSpec, kind: str, folder: str, state: State, refresh: list[str]
+    spec: PipelineBase,
+    source: SourceSpec,
+    kind: str,
+    folder: str,
+    state: State,
+    refresh: list[str],
+    rule: SumsRule | None = None,
 ) -> Assembled:
-    """The ``kind`` input from the store in ``folder`` (state ``state``) and the dataset's new files."""
-    got = assemble(folder, state, spec.path_of(source), kind, source.columns, refresh)
+    """The ``kind`` input from the store in ``folder`` (state ``state``) and the dataset's new files.
+
+    With a sums ``rule`` (a folded run) the stored files' rows are not read: ``table`` holds the new rows and
+    ``fold`` the sums of every file.
+    """
+    got = assemble(folder, state, spec.path_of(source), kind, source.columns, refresh, rule=rule, rows=rule is None)
     get_run_logger().info(
-        "incremental %s: read %d files (%d rows), reused %d, dropped %d; %d rows in all (store version %d)",
-        kind, len(got.read), len(got.new_rows), len(got.reused), len(got.dropped), got.table.n_rows, state.version,
+        "incremental %s: read %d files (%d rows), reused %d, dropped %d; %d rows in all (store version %d%s)",
+        kind, len(got.read), len(got.new_rows), len(got.reused), len(got.dropped), got.record()["rows"],
+        state.version, "" if got.fold is None else f"; fold {got.fold.how}",
     )  # fmt: skip
     return got

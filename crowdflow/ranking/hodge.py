@@ -35,7 +35,13 @@ from crowdflow.ranking.least_squares import LaplacianSolver, hodgerank_scores
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["HodgeDecomposition", "enumerate_triangles", "hodge_decomposition", "undetectable_rows"]
+__all__ = [
+    "HodgeDecomposition",
+    "enumerate_triangles",
+    "explain_diagnostics",
+    "hodge_decomposition",
+    "undetectable_rows",
+]
 
 
 def _bridges(g: ComparisonGraph, seed: int = 12345) -> np.ndarray:
@@ -341,6 +347,34 @@ def _fiedler_values(g: ComparisonGraph, dense_max_n: int = 1500) -> np.ndarray:
     return out
 
 
+def explain_diagnostics(
+    table: pd.DataFrame, fiedler: bool, all_ties: np.ndarray, enumerated: bool, curl_split: bool
+) -> pd.DataFrame:
+    """The ``missing_reason`` of every NaN of a per-component diagnostics table (one rule for every fit that writes it).
+
+    ``all_ties``: per component, every outcome is 0 (``Σ w·y² = 0``); ``enumerated``: the triangles were enumerated;
+    ``curl_split``: the curl/harmonic split was computed. Components without rows (``n_rows == 0``) are explained
+    first.
+    """
+    no_rows = table["n_rows"].to_numpy() == 0
+    explain_missing(table, list(table.columns), "no comparison rows in this component", where=no_rows)
+    explain_missing(
+        table,
+        ["fiedler_value"],
+        "Fiedler values not computed (fiedler off)" if not fiedler else "single-item component (no Fiedler value)",
+    )
+    shares = ["total_inconsistency", "bicycle_share", "curl_share", "harmonic_share"]
+    explain_missing(table, shares, "every outcome in the component is 0 (all ties), so no share of it", where=all_ties)
+    tri_cols = ["n_triangles", "n_cyclic_triangles", "tsr", "curl_share", "harmonic_share", "harmonic_dim"]
+    if not enumerated:
+        explain_missing(table, tri_cols, "triangles not enumerated (more candidates than max_triangle_candidates)")
+    elif not curl_split:
+        explain_missing(table, tri_cols[3:], "curl/harmonic split skipped (more triangles than max_triangles)")
+    explain_missing(table, ["tsr"], "no triangle whose three pairs all have a non-tied mean outcome")
+    explain_missing(table, ["harmonic_dim"], "harmonic dimension computed for dense-solver components only")
+    return table
+
+
 def hodge_decomposition(
     g: ComparisonGraph,
     theta: np.ndarray | None = None,
@@ -472,23 +506,7 @@ def hodge_decomposition(
             "n_undetectable": np.bincount(rcomp, weights=undetectable, minlength=C).astype(np.int64),
         }
     )
-    no_rows = n_rows == 0
-    explain_missing(table, list(table.columns), "no comparison rows in this component", where=no_rows)
-    explain_missing(
-        table,
-        ["fiedler_value"],
-        "Fiedler values not computed (fiedler off)" if not fiedler else "single-item component (no Fiedler value)",
-    )
-    shares = ["total_inconsistency", "bicycle_share", "curl_share", "harmonic_share"]
-    all_ties = ynorm == 0
-    explain_missing(table, shares, "every outcome in the component is 0 (all ties), so no share of it", where=all_ties)
-    tri_cols = ["n_triangles", "n_cyclic_triangles", "tsr", "curl_share", "harmonic_share", "harmonic_dim"]
-    if tri is None:
-        explain_missing(table, tri_cols, "triangles not enumerated (more candidates than max_triangle_candidates)")
-    elif not curl_split:
-        explain_missing(table, tri_cols[3:], "curl/harmonic split skipped (more triangles than max_triangles)")
-    explain_missing(table, ["tsr"], "no triangle whose three pairs all have a non-tied mean outcome")
-    explain_missing(table, ["harmonic_dim"], "harmonic dimension computed for dense-solver components only")
+    explain_diagnostics(table, fiedler, ynorm == 0, tri is not None, curl_split)
     return HodgeDecomposition(
         theta=theta,
         gradient=grad,

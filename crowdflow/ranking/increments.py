@@ -16,11 +16,11 @@ The fold over files (:func:`fold_pairs`):
   arrived in or were replaced; against a fit over the rows it agrees to floating rounding (the rows' sums are
   added in another order), ~1e-12 relative.
 
-:func:`hodgerank_from_pairs` fits one row per pair (outcome ``s_e / w_e``, weight ``w_e``): the same normal
-equations as the rows', so the same scores (exactly the same Laplacian; the right-hand side ``w_e·(s_e/w_e)``
-to one rounding of ``s_e``). The per-row ``residuals`` table of a full run is O(rows) by nature; a folded run
-writes the per-pair residual sums instead (``n, w, s, q`` and the pair's residual mean square), which is
-O(pairs) and from which every row's residual is ``y_k − (θ_a − θ_b)`` on demand.
+:func:`hodgerank_from_pairs` (:mod:`crowdflow.ranking.folded`) solves the rows' normal equations from the sums:
+the same Laplacian and the same right-hand side ``Σ_e S_e (e_lo − e_hi)`` (summed from ``S_e`` itself), so with
+integer sums the same scores, bit for bit. The per-row ``residuals`` table of a full run is O(rows) by nature; a
+folded run writes ``pair_residuals`` instead (``n, w, s, q``, the fitted difference and the pair's residual sum of
+squares), which is O(pairs) and from which every row's residual is ``y_k − (θ_lo − θ_hi)`` on demand.
 """
 
 from __future__ import annotations
@@ -35,11 +35,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from crowdflow.labels import natural_order
-from crowdflow.ranking.fit import fit_hodgerank
-from crowdflow.ranking.graph import ComparisonGraph, build_comparison_graph
+from crowdflow.ranking.folded import FoldedFit, fit_pairs
+from crowdflow.ranking.graph import build_comparison_graph
 from crowdflow.ranking.options import RankingOptions
-from crowdflow.ranking.types import RankingResult
 from crowdflow.storage.increment_inputs import folded_input
 from crowdflow.storage.increments import SumsRule
 
@@ -143,44 +141,15 @@ def fold_pairs(
     return FoldedPairs(table, exact)
 
 
-def _graph(folded: pd.DataFrame) -> tuple[ComparisonGraph, np.ndarray]:
-    lo = folded["lo"].astype(str).to_numpy(dtype=object)
-    hi = folded["hi"].astype(str).to_numpy(dtype=object)
-    distinct = np.unique(np.concatenate([lo, hi]).astype(str)).astype(object)
-    items = distinct[natural_order(distinct)].astype(str).astype(object)
-    code = pd.Index(items.astype(str))
-    i, j = code.get_indexer(lo.astype(str)), code.get_indexer(hi.astype(str))
-    w = folded["w"].to_numpy(dtype=np.float64)
-    y = folded["s"].to_numpy(dtype=np.float64) / w
-    n = folded["n"].to_numpy(dtype=np.int64)
-    n_comp = np.bincount(i, weights=n, minlength=items.size) + np.bincount(j, weights=n, minlength=items.size)
-    g = ComparisonGraph.from_arrays(i, j, y, w, n=items.size, items=items)
-    return g, n_comp.astype(np.int64)
+def hodgerank_from_pairs(folded: FoldedPairs | pd.DataFrame, options: RankingOptions | None = None) -> FoldedFit:
+    """HodgeRank least squares on the folded pair sums (``outliers: none``): :func:`crowdflow.ranking.folded.fit_pairs`.
 
-
-def hodgerank_from_pairs(folded: FoldedPairs | pd.DataFrame, options: RankingOptions | None = None) -> RankingResult:
-    """HodgeRank least squares on the folded pair sums (``outliers: none``).
-
-    Returns the :class:`~crowdflow.ranking.types.RankingResult` of the per-pair graph with the ``ranking`` table's
-    ``n_comparisons`` counted in rows (as a fit over the rows counts them) and ``residuals`` replaced by the
-    per-pair residual sums (O(pairs)): ``lo, hi, n, w, s, q, fitted`` (θ_lo − θ_hi) and ``rss``
-    (Σ_k w_k (y_k − fitted)² = q − 2·fitted·s + fitted²·w). The Hodge diagnostics of a fit over the rows count
-    rows (their cyclic and residual norms are over rows), so they are not repeated here: ``diagnostics`` holds
-    the per-component sizes only.
+    The ``ranking`` table is a fit over the rows' table (bit for bit when the sums are integers); ``pair_residuals``
+    (``lo, hi, component, n, w, s, q, fitted, rss``, O(pairs)) replaces the per-row ``residuals``; ``components``
+    holds the Hodge diagnostics restored from the sums (the per-row residual quantiles excepted).
     """
-    o = RankingOptions.resolve(options, diagnostics=False)
     table = folded.table if isinstance(folded, FoldedPairs) else folded
-    g, n_comp = _graph(table)
-    res = fit_hodgerank(g, o)
-    ranking = res.ranking
-    by_item = pd.Series(n_comp, index=g.items.astype(str))
-    ranking = ranking.assign(n_comparisons=by_item.reindex(ranking["item"].astype(str)).to_numpy(dtype=np.int64))
-    score = pd.Series(res.ranking["score"].to_numpy(), index=res.ranking["item"].astype(str))
-    fitted = score.reindex(table["lo"].astype(str)).to_numpy() - score.reindex(table["hi"].astype(str)).to_numpy()
-    w, s, q = (table[c].to_numpy(dtype=np.float64) for c in ("w", "s", "q"))
-    pairs = table.assign(fitted=fitted, rss=np.maximum(q - 2.0 * fitted * s + fitted * fitted * w, 0.0))
-    params = {**res.params, "n_rows": int(table["n"].sum()), "n_pairs": len(table), "folded": True}
-    return RankingResult(ranking=ranking, residuals=pairs, diagnostics=res.diagnostics, graph=res.graph, params=params)
+    return fit_pairs(table, options)
 
 
 def fold_digest(files: Sequence[str]) -> str:
@@ -203,7 +172,7 @@ PAIR_SUMS = SumsRule("pair_sums", pair_sums, is_integral, _update, _combine)
 class FoldedRanking:
     """What :func:`hodgerank_run` computed: the fit on the folded pair sums and the input's account."""
 
-    result: RankingResult
+    result: FoldedFit
     input: dict[str, Any]
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow.parquet as pq
 
 from crowdflow.contracts.errors import InputError
 from crowdflow.contracts.tables import INPUTS
@@ -64,6 +65,12 @@ class Assembled:
         Paths (relative to the dataset) read now, taken from the store, and stored files no longer in the dataset.
     erased_rows : int
         Rows of erased workers dropped from the new files.
+    stored_rows_read : int
+        Rows read back from the store's per-file row copies by the assembly (0 for a folded run: ``rows=False``);
+        the manifest adds those a fold read to sum a format-1 store's files (``Fold.rows_read``).
+    rows_total : int or None
+        Rows of every file of the dataset now (the stored files' counts plus the new rows); ``None``: ``table``
+        holds every row.
     fold : Fold or None
         With a sums rule: the kind's sums folded over every file (:func:`crowdflow.storage.increments.update_fold`).
     """
@@ -76,6 +83,8 @@ class Assembled:
     dropped: list[str] = field(default_factory=list)
     erased_rows: int = 0
     fold: Fold | None = None
+    stored_rows_read: int = 0
+    rows_total: int | None = None
 
     def record(self) -> dict[str, Any]:
         """The manifest's account of this input: files read, reused and dropped, rows of erased workers dropped."""
@@ -84,7 +93,8 @@ class Assembled:
             "files_reused": self.reused,
             "files_dropped": self.dropped,
             "rows_read": len(self.new_rows),
-            "rows": self.table.n_rows,
+            "rows": self.table.n_rows if self.rows_total is None else self.rows_total,
+            "stored_rows_read": self.stored_rows_read + (self.fold.rows_read if self.fold is not None else 0),
             "erased_rows_dropped": self.erased_rows,
             **(
                 {
@@ -169,6 +179,8 @@ def assemble(
     read: list[str] = []
     reused: list[str] = []
     erased = 0
+    from_store = 0
+    total = 0
     outer = hashlib.sha256()
     for part in parts:
         rel = part.rel or Path(part.path).name
@@ -179,7 +191,9 @@ def assemble(
         if entry is not None and (sha in files or not matches_partition(rel, refresh)):
             if rows:
                 frames.append(stored_rows(folder, kind, entry))
+                from_store += entry.rows
             reused.append(rel)
+            total += entry.rows
         else:
             loaded = read_partition(part, INPUTS[kind], columns)
             if loaded.sha256 != sha:
@@ -194,6 +208,7 @@ def assemble(
             new_frames.append(df)
             frames.append(df)
             read.append(rel)
+            total += len(df)
         paths = tuple(sorted({*(files[sha].paths if sha in files else ()), rel}))  # where it is now, not was
         files[sha] = entry.at(paths)
     fold = update_fold(folder, kind, state, files, rule, epoch) if rule is not None else None
@@ -211,12 +226,15 @@ def assemble(
         len(reused), len(dropped),
     )  # fmt: skip
     loaded_table = LoadedTable(df=table, source=str(src), sha256=outer.hexdigest(), format="parquet")
-    return Assembled(loaded_table, new_rows, files, read, reused, dropped, erased, fold)
+    return Assembled(
+        loaded_table, new_rows, files, read, reused, dropped, erased, fold, from_store, None if rows else total
+    )
 
 
 def _empty_like(folder: str | Path, kind: str, entry: FileEntry) -> pd.DataFrame:
-    """No rows, with the columns of a stored file (a folded run with no new file)."""
-    return stored_rows(folder, kind, entry).iloc[:0]
+    """No rows, with the columns of a stored file (a folded run with no new file): its schema only, no row read."""
+    out: pd.DataFrame = pq.read_schema(Path(folder) / kind / entry.stats).empty_table().to_pandas()
+    return out
 
 
 def new_rows_source(folder: str | Path, read: Sequence[str]) -> str:

@@ -168,7 +168,8 @@ def state_dir(out_dir: str | os.PathLike[str], pipeline: str) -> Path:
 
 
 class _Steps:
-    """TEST-ONLY: ``CROWDFLOW_TEST_KILL_STATE_AT_STEP=<k>`` SIGKILLs the process after its k-th store step."""
+    """TEST-ONLY: ``CROWDFLOW_TEST_KILL_STATE_AT_STEP=<k>`` SIGKILLs the process after its k-th store step;
+    ``=before-commit`` SIGKILLs it when it starts to commit (a run killed after its export, before its commit)."""
 
     count = 0
 
@@ -176,8 +177,14 @@ class _Steps:
     def done(cls, label: str) -> None:
         cls.count += 1
         kill = os.environ.get(TEST_KILL_ENV)
-        if kill and int(kill) == cls.count:
+        if kill and kill.isdigit() and int(kill) == cls.count:
             log.warning("test hook: killing the state writer after step %d (%s)", cls.count, label)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    @staticmethod
+    def point(label: str) -> None:
+        if os.environ.get(TEST_KILL_ENV) == label:
+            log.warning("test hook: killing the state writer at %s", label)
             os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -340,6 +347,7 @@ def commit_state(
     ``base.version + 1``; a store whose committed version moved meanwhile (a writer that ignored the lock) is
     refused rather than overwritten.
     """
+    _Steps.point("before-commit")
     d = Path(folder)
     current = read_state(d)
     if current.version != base.version:
@@ -424,7 +432,10 @@ def with_sums(folder: str | os.PathLike[str], kind: str, entry: FileEntry, rule:
 
 @dataclass(frozen=True)
 class Fold:
-    """A fold made by :func:`update_fold`: the table, its state record, and how it was made."""
+    """A fold made by :func:`update_fold`: the table, its state record, and how it was made.
+
+    ``rows_read``: stored rows read to sum files that had no sums yet (a format-1 store, once; else 0).
+    """
 
     table: pd.DataFrame
     record: dict[str, Any]
@@ -432,6 +443,7 @@ class Fold:
     how: str
     added: int = 0
     removed: int = 0
+    rows_read: int = 0
 
 
 def update_fold(
@@ -452,6 +464,7 @@ def update_fold(
     (``rule.refold``), which never reads rows either. The fold table is written (uncommitted) as
     ``<kind>/fold-<version>.parquet``.
     """
+    rows_read = sum(e.rows for e in files.values() if e.sums is None)  # files without sums: a format-1 store
     entries = {sha: with_sums(folder, kind, e, rule, epoch) for sha, e in files.items()}
     old = base.files.get(kind, {})
     stored = base.folds.get(kind)
@@ -485,7 +498,7 @@ def update_fold(
         how = "refolded"
     name = write_table(folder, kind, f"fold-{base.version + 1}-e{epoch}.parquet", table)
     record = {"file": name, "digest": fold_digest(entries), "rule": rule.name}
-    return Fold(table, record, entries, how, len(add), len(gone))
+    return Fold(table, record, entries, how, len(add), len(gone), rows_read)
 
 
 def person_hash(salt: str, person: object) -> str:
