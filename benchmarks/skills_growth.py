@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -97,9 +96,7 @@ def render(records: list[dict[str, Any]], notes: str = "") -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for (labels, method, runner, tag), w_lo, w_hi, d_gb, kb in growth(records):
-        lines.append(
-            f"| {labels:,} | {method} | {runner} | {tag} | {w_lo:,} → {w_hi:,} | {d_gb:+.3f} | {kb:+.2f} |"
-        )
+        lines.append(f"| {labels:,} | {method} | {runner} | {tag} | {w_lo:,} → {w_hi:,} | {d_gb:+.3f} | {kb:+.2f} |")
     lines += [
         "",
         "## Runs",
@@ -125,14 +122,18 @@ def render(records: list[dict[str, Any]], notes: str = "") -> str:
     return "\n".join(lines)
 
 
-def write(new: list[dict[str, Any]], notes: str | None = None) -> None:
+def write(new: list[dict[str, Any]], notes: str | None = None, json_path: Path | None = None) -> None:
+    """Merge ``new`` into the JSON record (``json_path``, default the shared one) and rewrite the page from it."""
+    path = json_path or OUT_JSON
     keys = {_key(r) for r in new}
-    old = json.loads(OUT_JSON.read_text()) if OUT_JSON.is_file() else []
+    old = json.loads(path.read_text()) if path.is_file() else []
     records = [r for r in old if _key(r) not in keys] + new
     slim = [{k: v for k, v in r.items() if k not in ("spec", "timeline")} for r in records]
     for r in slim:
         r["memory"] = {"classes": r["memory"]["classes"]}
-    OUT_JSON.write_text(json.dumps(slim, indent=1) + "\n")
+    path.write_text(json.dumps(slim, indent=1) + "\n")
+    if path != OUT_JSON:  # a side record (a concurrent call): merged into the page by --import-records later
+        return
     if notes is None:
         notes = ""
         if OUT_MD.is_file() and "## Notes\n" in OUT_MD.read_text():
@@ -151,13 +152,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-root", type=Path, default=Path("/tmp/crowdflow-growth"))
     ap.add_argument("--keep-data", action="store_true")
     ap.add_argument("--timeout", type=float, default=900.0)
-    ap.add_argument("--import-records", type=Path, help="add completed skills records of a scale_out JSON (--tag)")
+    ap.add_argument(
+        "--import-records", type=Path, help="add the skills records of a JSON (scale_out's, or a --json of this script)"
+    )
+    ap.add_argument("--json", type=Path, default=None, help="record runs here instead (a second call at the same time)")
     a = ap.parse_args(argv)
     tag = a.tag or _commit()
     if a.import_records:
         got = [r for r in json.loads(a.import_records.read_text()) if r["config"].get("job", "skills") == "skills"]
         for r in got:
-            r["tag"] = tag
+            r["tag"] = r.get("tag") or tag
         write(got)
         return 0
     a.data_root.mkdir(parents=True, exist_ok=True)
@@ -181,9 +185,11 @@ def main(argv: list[str] | None = None) -> int:
                         t0 = time.time()
                         r = one_run(args, runner, data, info, a.data_root)
                         r["tag"] = tag
-                        r["command"] = "python -m benchmarks.skills_growth " + " ".join(argv if argv is not None else sys.argv[1:])
+                        r["command"] = "python -m benchmarks.skills_growth " + " ".join(
+                            argv if argv is not None else sys.argv[1:]
+                        )
                         done.append(r)
-                        write([r])
+                        write([r], json_path=a.json)
                         print(f"  {time.time() - t0:.0f} s; flow peak {_flow_peak(r) / GB:.3f} GB", flush=True)
             finally:
                 if made and not a.keep_data:

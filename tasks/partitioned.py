@@ -27,8 +27,8 @@ from crowdflow.skills import SkillsOptions
 from crowdflow.skills.fit import needs_pairs
 from crowdflow.skills.partitioned import (
     EncodedBuckets,
-    PartitionedSkills,
     IdUnion,
+    PartitionedSkills,
     encode_buckets,
     fit_buckets,
     read_and_split,

@@ -103,4 +103,8 @@ def test_explain_missing_equals_the_per_row_reference(case: tuple[int, int, floa
     a = got[MISSING_REASON].to_numpy(dtype=object)
     b = want[MISSING_REASON].to_numpy(dtype=object)
     assert [None if pd.isna(x) else x for x in a] == [None if pd.isna(x) else x for x in b]
-    assert a.size == 0 or any(isinstance(x, str) and "fourth reason" in x for x in a) or not got[["x", "y"]].isna().any().any()
+    assert (
+        a.size == 0
+        or any(isinstance(x, str) and "fourth reason" in x for x in a)
+        or not got[["x", "y"]].isna().any().any()
+    )

@@ -109,7 +109,8 @@ def _string_column(texts: list[str], codes: np.ndarray) -> pd.api.extensions.Ext
     import pyarrow as pa
 
     taken = pa.array(texts, pa.string()).take(pa.array(codes, mask=codes < 0))
-    return pd.array(taken, dtype="string")
+    out: pd.api.extensions.ExtensionArray = pd.array(taken, dtype="string")
+    return out
 
 
 def unexplained(df: pd.DataFrame) -> dict[str, tuple[int, int, str]]:

@@ -201,7 +201,7 @@ def test_em_parameters_round_trip() -> None:
     assert np.shape(lower) == () and np.shape(upper) == () and lower == 0 and upper == 1
     one = EMParameters(3, 4, True, 0.01, 0.0, np.array([5.0, 2.0, 7.0]))
     lo, hi = one.bounds()  # one-coin: p in [eps, 1 - eps], q in [0, 1]
-    assert np.shape(lo) == (3 + 4,) and (0 < lo[:3]).all() and (hi[:3] < 1).all()
+    assert np.shape(lo) == (3 + 4,) and (lo[:3] > 0).all() and (hi[:3] < 1).all()
     assert (lo[3:] == 0).all() and (hi[3:] == 1).all()
 
 
