@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.scale_out import GB, RESULTS, ROOT, ensure_data, one_run
+from benchmarks.scale_out import GB, RESULTS, ROOT, ensure_data, flow_by_step, one_run
 
 OUT_MD = RESULTS / "skills_growth.md"
 OUT_JSON = RESULTS / "skills_growth.json"
@@ -185,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                         t0 = time.time()
                         r = one_run(args, runner, data, info, a.data_root)
                         r["tag"] = tag
+                        r["flow_by_step"] = flow_by_step(r)  # the flow's largest sampled RSS between step ends
                         r["command"] = "python -m benchmarks.skills_growth " + " ".join(
                             argv if argv is not None else sys.argv[1:]
                         )
