@@ -18,7 +18,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
 from crowdflow.contracts.tables import INPUTS
-from crowdflow.executors import MapFn
+from crowdflow.executors import MapFn, fold
 from crowdflow.personal_models import PersonalModelsOptions, PersonalModelsResult
 from crowdflow.personal_models.partitioned import fit_personal_models_partitioned, scan_agents
 from crowdflow.ranking import RankingOptions
@@ -27,8 +27,8 @@ from crowdflow.skills import SkillsOptions
 from crowdflow.skills.fit import needs_pairs
 from crowdflow.skills.partitioned import (
     EncodedBuckets,
+    IdUnion,
     PartitionedSkills,
-    dictionaries,
     encode_buckets,
     fit_buckets,
     read_and_split,
@@ -107,13 +107,13 @@ def split_on_workers(
     split = functools.partial(
         read_and_split, folder=folder, n_buckets=n_buckets, columns=dict(source.columns) or None, check=check
     )
-    results = executor(split, parts)
-    summaries = [r[0] for r in results]
-    reports: list[ValidationReport] = [r[1] for r in results]
+    # each file's distinct ids are folded into one running union as its result arrives (never one list per file)
+    union, found = fold(executor, split, parts, _add_split, (IdUnion(), {}))
+    reports: list[ValidationReport] = [found[p.index] for p in parts]
     _report_validation(kind, parts, reports, mode)
-    workers, cls = dictionaries(summaries, classes)
-    n_rows = sum(s.n_rows for s in summaries)
-    digests = [s.sha256 for s in summaries]
+    workers, cls = union.finish(classes)
+    n_rows = union.n_rows
+    digests = [union.digests[p.index] for p in parts]
     buckets = sorted(str(p) for p in Path(folder).glob("bucket-*"))
     logger.info(
         "%d rows in %d files → %d task buckets; %d workers, %d classes",
@@ -130,7 +130,7 @@ def split_on_workers(
         files=[p.name for p in parts],
         dataset=DatasetInput(parts[0].dataset, dataset_fingerprint(parts, digests), n_rows, len(parts)),
         reports=reports,
-        n_dropped_null=sum(s.n_dropped_null for s in summaries),
+        n_dropped_null=union.n_dropped_null,
     )
 
 
@@ -212,6 +212,14 @@ def copy_on_workers(
         dataset=DatasetInput(parts[0].dataset, digest, n_rows, len(parts)),
         reports=reports,
     )
+
+
+def _add_split(acc: tuple[IdUnion, dict[int, Any]], result: tuple[Any, Any]) -> tuple[IdUnion, dict[int, Any]]:
+    """Fold one file's split result: its ids into the union, its validation report kept by file index."""
+    union, found = acc
+    union.add(result[0])
+    found[result[0].partition] = result[1]
+    return union, found
 
 
 def _report_validation(kind: str, parts: list[Partition], reports: list[ValidationReport], mode: str) -> None:

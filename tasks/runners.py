@@ -129,6 +129,11 @@ class DaskMap:
     def __call__(self, fn: Callable[[Any], Any], items: list[Any]) -> list[Any]:
         return list(self.client.gather(self.client.map(fn, items, pure=False)))
 
+    def share(self, value: Any) -> Any:
+        """``value`` sent once, straight to one worker (``scatter``; the scheduler keeps its key and location, not
+        a copy in a task's arguments), fetched once by each worker whose tasks read it; free it by :meth:`release`."""
+        return self.client.scatter([value], direct=True, hash=False)[0]
+
     def fold(
         self,
         fn: Callable[[Any], Any],
@@ -139,24 +144,53 @@ class DaskMap:
         ordered: bool = False,
     ) -> Any:
         """``combine(acc, fn(item))`` as the results complete, each released once combined; ``ordered`` combines in
-        the items' order (a completed result waits for those before it), for floating-point sums with fixed bits."""
+        the items' order (a completed result waits for those before it), for floating-point sums with fixed bits.
+
+        At most :meth:`window` items are submitted and not yet combined, so this process holds at most that many
+        results (each a bucket's W·M² sums, say) whatever the number of items: O(tasks in flight), not O(items)
+        (docs/scale.md, memory laws).
+        """
         from distributed import as_completed
 
-        futures = self.client.map(fn, items, pure=False)
-        position = {f.key: k for k, f in enumerate(futures)}
+        todo = iter(enumerate(items))
+        window = self.window()
+        position: dict[Any, int] = {}
+        running = as_completed()
+
+        def submit() -> bool:
+            nxt = next(todo, None)
+            if nxt is None:
+                return False
+            future = self.client.submit(fn, nxt[1], pure=False)
+            position[future.key] = nxt[0]
+            running.add(future)
+            return True
+
+        outstanding = 0
+        while outstanding < window and submit():
+            outstanding += 1
         waiting: dict[int, Any] = {}
         upto = 0
-        for future in as_completed(futures):
+        for future in running:
             result = future.result()
             future.release()
+            k = position.pop(future.key)
             if not ordered:
                 acc = combine(acc, result)
-                continue
-            waiting[position[future.key]] = result
-            while upto in waiting:
-                acc = combine(acc, waiting.pop(upto))
-                upto += 1
+                outstanding -= 1
+            else:
+                waiting[k] = result
+                while upto in waiting:
+                    acc = combine(acc, waiting.pop(upto))
+                    upto += 1
+                    outstanding -= 1
+            while outstanding < window and submit():
+                outstanding += 1
         return acc
+
+    def window(self) -> int:
+        """Items of a :meth:`fold` submitted and not yet combined: two per worker thread, at least 4."""
+        return max(2 * self.n_workers, 4)
 
 
 def runner_executor(runner: Any) -> Any:

@@ -83,14 +83,34 @@ def explain_missing(
         rows &= np.asarray(where, dtype=bool)
     if not rows.any():
         return df
+    # a table holds a few distinct reasons over many rows: each new text is built once per (previous text, pattern of
+    # missing columns) and the rows point at it by code, so no Python string is made per row (a skills table has one
+    # row per worker: docs/scale.md, memory laws)
     names = np.asarray(cols, dtype=object)
-    current = df[MISSING_REASON].to_numpy(dtype=object)
-    for r in np.flatnonzero(rows):
-        clause = ",".join(names[isna[r]]) + ": " + reason
-        prev = current[r]
-        current[r] = clause if not isinstance(prev, str) or not prev else f"{prev}; {clause}"
-    df[MISSING_REASON] = pd.array(current, dtype="string")
+    idx = np.flatnonzero(rows)
+    prev_codes, prev_texts = pd.factorize(df[MISSING_REASON], use_na_sentinel=True)  # null: -1
+    patterns, pattern = np.unique(isna[idx], axis=0, return_inverse=True)
+    key = (np.asarray(prev_codes, dtype=np.int64)[idx] + 1) * len(patterns) + pattern.ravel()
+    keys, which = np.unique(key, return_inverse=True)
+    texts = [str(t) for t in prev_texts]
+    for k in keys.tolist():
+        p, q = divmod(k, len(patterns))
+        clause = ",".join(names[patterns[q]]) + ": " + reason
+        prev = texts[p - 1] if p else ""
+        texts.append(f"{prev}; {clause}" if prev else clause)
+    codes = np.asarray(prev_codes, dtype=np.int64).copy()
+    codes[idx] = len(prev_texts) + which.ravel()
+    df[MISSING_REASON] = _string_column(texts, codes)
     return df
+
+
+def _string_column(texts: list[str], codes: np.ndarray) -> pd.api.extensions.ExtensionArray:
+    """``texts[codes]`` (null where the code is −1) as a pandas ``string`` array, built in Arrow."""
+    import pyarrow as pa
+
+    taken = pa.array(texts, pa.string()).take(pa.array(codes, mask=codes < 0))
+    out: pd.api.extensions.ExtensionArray = pd.array(taken, dtype="string")
+    return out
 
 
 def unexplained(df: pd.DataFrame) -> dict[str, tuple[int, int, str]]:

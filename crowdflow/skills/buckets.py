@@ -66,8 +66,10 @@ class SplitSummary:
         The file's index in the dataset.
     n_rows, n_dropped_null : int
         Rows read, and rows without a task, worker or label (not used, as in an in-memory run).
-    workers, labels : numpy.ndarray
-        Distinct worker ids and label texts of the file.
+    workers, labels : pyarrow.Array
+        Distinct worker ids and label texts of the file (Arrow strings: an offset and the bytes of each id, never
+        a Python object per id, in the message back to the flow and in the flow's running union,
+        :class:`crowdflow.skills.partitioned.IdUnion`).
     sha256 : str
         The file's content hash (set by the reader; empty for a table given in memory).
     """
@@ -75,8 +77,8 @@ class SplitSummary:
     partition: int
     n_rows: int
     n_dropped_null: int
-    workers: np.ndarray
-    labels: np.ndarray
+    workers: Any
+    labels: Any
     sha256: str = ""
 
 
@@ -148,11 +150,13 @@ def _text_array(column: pd.Series) -> Any:
     return arr.cast(pa.string()) if arr.type != pa.string() else arr
 
 
-def _distinct_text(column: Any) -> np.ndarray:
-    """Distinct values of an Arrow text column, as an object array of ``str`` (first-seen order)."""
+def _distinct_text(column: Any) -> Any:
+    """Distinct values of an Arrow text column, as one Arrow ``string`` array (first-seen order)."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    return np.asarray(pc.unique(column).to_numpy(zero_copy_only=False), dtype=object)
+    found = pc.unique(column)
+    return found.combine_chunks() if isinstance(found, pa.ChunkedArray) else found
 
 
 @dataclass(frozen=True)

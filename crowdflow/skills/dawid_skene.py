@@ -475,15 +475,19 @@ class EMParameters:
         self.w, self.m, self.one_coin, self.alpha, self.beta = n_workers, n_classes, one_coin, alpha, beta
         self.n_i = np.asarray(n_i, dtype=np.float64)
         self.n_pi = n_workers if one_coin else n_workers * n_classes * n_classes
-        self._pi = np.empty((n_workers, n_classes, n_classes))
+        # the one-coin confusion built from p (scratch of :meth:`tables`; the full model's θ is π itself)
+        self._pi = np.empty((n_workers, n_classes, n_classes) if one_coin else (0, n_classes, n_classes))
 
     def split(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(p or π (W×M×M), q) views of a flat θ."""
         head = theta[: self.n_pi]
         return (head if self.one_coin else head.reshape(self.w, self.m, self.m)), theta[self.n_pi :]
 
-    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
-        """The box of θ an extrapolated point must stay in: probabilities in [0, 1], one-coin p in [ε, 1 − ε]."""
+    def bounds(self) -> tuple[float | np.ndarray, float | np.ndarray]:
+        """The box of θ an extrapolated point must stay in: probabilities in [0, 1] (two scalars for the full model,
+        not two more W·M² arrays), one-coin p in [ε, 1 − ε]."""
+        if not self.one_coin:
+            return 0.0, 1.0
         lower, upper = np.zeros(self.n_pi + self.m), np.ones(self.n_pi + self.m)
         if self.one_coin:
             lower[: self.n_pi], upper[: self.n_pi] = _EPS, 1 - _EPS

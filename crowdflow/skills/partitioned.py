@@ -126,13 +126,76 @@ def read_and_split(
     return replace(split_labels(loaded.df, part.index, folder, n_buckets), sha256=loaded.sha256), found
 
 
+def _distinct_union(acc: Any, values: Any) -> Any:
+    """The distinct values of ``acc`` and ``values`` as one Arrow ``string`` array (either may be None)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if values is None:
+        return acc
+    if not isinstance(values, (pa.Array, pa.ChunkedArray)):
+        values = pa.array(np.asarray(values, dtype=object).astype(str), pa.string())
+    both = values if acc is None else pa.chunked_array([acc, values.cast(pa.string())])
+    found = pc.unique(both)
+    return found.combine_chunks() if isinstance(found, pa.ChunkedArray) else found
+
+
+@dataclass
+class IdUnion:
+    """The run's distinct worker ids and labels, folded file by file as the split results arrive.
+
+    The flow keeps one Arrow array of distinct ids (≈ 4 bytes + the id's text a worker), merged with each file's as
+    it completes (:func:`crowdflow.executors.fold`), and the files' scalars: never one id list per file
+    (O(workers × files)) nor a Python ``str`` per id until :meth:`finish` (docs/scale.md, memory laws).
+    """
+
+    workers: Any = None
+    labels: Any = None
+    n_rows: int = 0
+    n_dropped_null: int = 0
+    digests: dict[int, str] = field(default_factory=dict)
+
+    def add(self, s: SplitSummary) -> IdUnion:
+        """Fold one file's summary in (the order of the files does not matter)."""
+        self.workers = _distinct_union(self.workers, s.workers)
+        self.labels = _distinct_union(self.labels, s.labels)
+        self.n_rows += s.n_rows
+        self.n_dropped_null += s.n_dropped_null
+        self.digests[s.partition] = s.sha256
+        return self
+
+    def finish(self, classes: list[str] | None) -> tuple[np.ndarray, np.ndarray]:
+        """The sorted worker ids and classes (:func:`dictionaries`)."""
+        return _sorted_dictionaries(_as_text(self.workers), _as_text(self.labels), classes)
+
+
+def _as_text(values: Any) -> np.ndarray:
+    if values is None:
+        return np.zeros(0, dtype=object)
+    return np.asarray(values.to_numpy(zero_copy_only=False), dtype=object)
+
+
+def _add_split(union: IdUnion, result: tuple[SplitSummary, Any]) -> IdUnion:
+    return union.add(result[0])
+
+
 def dictionaries(summaries: list[SplitSummary], classes: list[str] | None) -> tuple[np.ndarray, np.ndarray]:
     """The run's sorted worker ids and classes from the files' distinct values (as :func:`encode_labels` sorts them).
 
-    Raises :class:`~crowdflow.contracts.errors.InputError` for labels outside a declared label set.
+    Raises :class:`~crowdflow.contracts.errors.InputError` for labels outside a declared label set. (A pass that
+    gets the summaries one at a time folds them into an :class:`IdUnion` instead of keeping them all.)
     """
-    workers = natural_sort(np.unique(np.concatenate([s.workers for s in summaries]).astype(str)))
-    seen = natural_sort(np.unique(np.concatenate([s.labels for s in summaries]).astype(str)))
+    union = IdUnion()
+    for s in summaries:
+        union.add(s)
+    return union.finish(classes)
+
+
+def _sorted_dictionaries(
+    worker_ids: np.ndarray, seen_labels: np.ndarray, classes: list[str] | None
+) -> tuple[np.ndarray, np.ndarray]:
+    workers = natural_sort(np.unique(worker_ids.astype(str)))
+    seen = natural_sort(np.unique(seen_labels.astype(str)))
     if classes is None:
         if seen.size < 2:  # the labels contract's distinct-values rule, on the whole dataset (each file may hold one)
             raise InputError(
@@ -716,8 +779,8 @@ def fit_skills_partitioned(
         split = functools.partial(
             read_and_split, folder=tmp, n_buckets=n_buckets or max(2, len(parts)), columns=columns
         )
-        summaries = [r[0] for r in run(split, parts)]
-        workers, classes = dictionaries(summaries, o.classes)
+        union = fold(run, split, parts, _add_split, IdUnion())
+        workers, classes = union.finish(o.classes)
         buckets = sorted(str(p) for p in Path(tmp).glob("bucket-*"))
         enc = encode_buckets(buckets, run, workers, classes, o.duplicates, [p.name for p in parts], needs_pairs(o))
         return fit_buckets(enc, run, o, str(out), truth=truth)

@@ -197,8 +197,12 @@ def test_em_parameters_round_trip() -> None:
     prior = par.tables(theta, table, log_q)
     pseudo = 0.01 + np.eye(4)[None]
     assert prior == pytest.approx(float((pseudo * np.log(pi)).sum()) + 0.01 * float(np.log(q).sum()), rel=1e-12)
-    lower, upper = par.bounds()
-    assert lower.shape == theta.shape and (lower == 0).all() and (upper == 1).all()
+    lower, upper = par.bounds()  # the full model's box is [0, 1] for every θ: two scalars, no W·M² arrays
+    assert np.shape(lower) == () and np.shape(upper) == () and lower == 0 and upper == 1
+    one = EMParameters(3, 4, True, 0.01, 0.0, np.array([5.0, 2.0, 7.0]))
+    lo, hi = one.bounds()  # one-coin: p in [eps, 1 - eps], q in [0, 1]
+    assert np.shape(lo) == (3 + 4,) and (lo[:3] > 0).all() and (hi[:3] < 1).all()
+    assert (lo[3:] == 0).all() and (hi[3:] == 1).all()
 
 
 def test_fit_skills_reports_the_accelerated_fit() -> None:
