@@ -297,6 +297,36 @@ class LawFlags:
     eps: float
 
 
+@dataclass(frozen=True)
+class ReversalMixture:
+    """The reversal-contaminated fit with its per-row reversal shares (:func:`reversal_mixture`).
+
+    Attributes
+    ----------
+    fit : LawFit
+        The clean component (its ``loglik`` is the clean law's).
+    eps : float
+        ε̂, the overall share of reversed answers.
+    loglik : float
+        Mixture log-likelihood ``Σ w log P(y | δ)``.
+    eps_row : numpy.ndarray
+        (m,) the reversal share of each row's annotator (ε̂ for every row with one shared share).
+    """
+
+    fit: LawFit
+    eps: float
+    loglik: float
+    eps_row: np.ndarray
+
+    def reversal_posterior(self, g: ComparisonGraph) -> np.ndarray:
+        """``1 − r_k``: the posterior probability that row k of ``g`` was reversed (the E-step at the fit)."""
+        z = np.sign(g.y)
+        d = g.gradient(self.fit.s)
+        a_ = np.log1p(-self.eps_row) + _row_loglik(z, d, self.fit.tau, self.fit.link)
+        b_ = np.log(self.eps_row) + _row_loglik(-z, d, self.fit.tau, self.fit.link)
+        return np.asarray(np.exp(b_ - np.logaddexp(a_, b_)))
+
+
 def contaminated_fit(
     g: ComparisonGraph,
     *,
@@ -325,6 +355,37 @@ def contaminated_fit(
     tuple
         The law fit (its ``loglik`` is the clean law's), ε̂ and the mixture log-likelihood ``Σ w log P(y | δ)``.
     """
+    mix = reversal_mixture(
+        g,
+        law=law,
+        link=link,
+        by_annotator=by_annotator,
+        prior_rows=prior_rows,
+        eps0=eps0,
+        max_iter=max_iter,
+        tol=tol,
+        keep=keep,
+        start=start,
+        ridge=ridge,
+    )
+    return mix.fit, mix.eps, mix.loglik
+
+
+def reversal_mixture(
+    g: ComparisonGraph,
+    *,
+    law: OutcomeLaw,
+    link: Link,
+    by_annotator: bool = True,
+    prior_rows: float = ANNOTATOR_PRIOR_ROWS,
+    eps0: float = 0.05,
+    max_iter: int = 100,
+    tol: float = 1e-6,
+    keep: np.ndarray | None = None,
+    start: LawFit | None = None,
+    ridge: float = RIDGE,
+) -> ReversalMixture:
+    """:func:`contaminated_fit` with the per-row reversal shares (the EM is described there)."""
     z = np.sign(g.y)
     w = g.w if keep is None else np.where(keep, g.w, 0.0)
     fit = start if start is not None else fit_law(g, w, law=law, link=link, ridge=ridge)
@@ -364,7 +425,7 @@ def contaminated_fit(
             wrev=w * (1.0 - r),
             ridge=ridge,
         )
-    return fit, eps, ll
+    return ReversalMixture(fit, eps, ll, eps_row)
 
 
 def law_flags(
@@ -417,3 +478,73 @@ def law_flags(
     tg = g if target is None else target
     p = law_pvalues(np.sign(tg.y), tg.gradient(fit.s), fit.tau, link)
     return LawFlags(bh_reject(p, tg.w, q=q, p_max=p_max), p, law, fit, eps)
+
+
+def simulate_law(g: ComparisonGraph, s: np.ndarray, tau: float, link: Link, rng: np.random.Generator) -> np.ndarray:
+    """Outcomes ``±a`` / 0 drawn from the law at scores ``s`` on the rows of ``g`` (``a`` = ``max|y|``)."""
+    pw, pt, _ = law_probabilities(g.gradient(s), tau, link)
+    a = float(np.abs(g.y).max()) if g.m else 1.0
+    u = rng.random(g.m)
+    return np.asarray(np.where(u < pw, a, np.where(u < pw + pt, 0.0, -a)))
+
+
+def reversal_lr(g: ComparisonGraph, *, law: OutcomeLaw, link: Link) -> tuple[float, LawFit, ReversalMixture]:
+    """``T = 2(ℓ_mix − ℓ_0)``: the likelihood ratio of one shared reversal share against none, with both fits."""
+    null = fit_law(g, g.w, law=law, link=link)
+    mix = reversal_mixture(g, law=law, link=link, by_annotator=False, start=null)
+    return 2.0 * (mix.loglik - float(np.sum(g.w * null.loglik))), null, mix
+
+
+def reversal_test(
+    g: ComparisonGraph,
+    *,
+    law: OutcomeLaw,
+    link: Link,
+    alpha: float,
+    seed: int = 0,
+) -> tuple[float, float, LawFit, ReversalMixture]:
+    """Parametric-bootstrap test that reversals are present at all (docs/methods/ranking.md §3.4.2).
+
+    ``T = 2(ℓ_mix − ℓ_0)`` (:func:`reversal_lr`) is compared with its law under the fitted no-reversal model
+    on the same design: ``B = ⌈1/α⌉ − 1`` outcome vectors drawn from the plain fit (same pairs, weights and
+    annotators), each refitted both ways. The Monte Carlo p-value is ``(1 + #{T_b ≥ T})/(B + 1)``; the draws
+    stop at the first ``T_b ≥ T`` (the p-value then exceeds α whatever the rest give, Besag & Clifford 1991),
+    so data without reversals cost about two refits.
+
+    Returns
+    -------
+    tuple
+        ``(p, T, null fit, shared-share mixture)``; ``p ≤ α`` means reversals are present.
+    """
+    t_obs, null, mix = reversal_lr(g, law=law, link=link)
+    B = max(1, math.ceil(1.0 / alpha) - 1)
+    if not t_obs > 0:
+        return 1.0, t_obs, null, mix
+    rng = np.random.default_rng(seed)
+    from dataclasses import replace
+
+    for b in range(B):
+        gb = replace(g, y=simulate_law(g, null.s, null.tau, link, rng))
+        if outcome_law(gb.y) != law:
+            continue
+        t_b, _, _ = reversal_lr(gb, law=law, link=link)
+        if t_b >= t_obs:
+            return (2.0 + b) / (B + 1.0), t_obs, null, mix
+    return 1.0 / (B + 1.0), t_obs, null, mix
+
+
+def bayes_fdr_flags(post: np.ndarray, w: np.ndarray, *, q: float) -> np.ndarray:
+    """The largest set of rows, by posterior reversal probability, whose mean posterior of no reversal is ≤ q.
+
+    Rows sorted by ``post`` descending; the set is the longest prefix with ``Σ w(1 − post)/Σ w ≤ q`` (the
+    Bayesian false discovery rate of Müller, Parmigiani & Rice 2006 / Efron's local fdr averaged).
+    """
+    if post.size == 0:
+        return np.zeros(0, dtype=bool)
+    o = np.argsort(-post, kind="stable")
+    fdr = np.cumsum(w[o] * (1.0 - post[o])) / np.cumsum(w[o])
+    ok = np.flatnonzero(fdr <= q)
+    out = np.zeros(post.size, dtype=bool)
+    if ok.size:
+        out[o[: ok[-1] + 1]] = True
+    return out
