@@ -70,6 +70,8 @@ M_STEPS = 1
 TAU_MIN, TAU_MAX = 1e-6, 10.0
 #: Pseudo-rows of the overall reversal share in each annotator's share (:func:`contaminated_fit`).
 ANNOTATOR_PRIOR_ROWS = 10.0
+#: Level of the test that reversals are present at all (:func:`reversal_test`, step 0 of :func:`law_flags`).
+PRESENCE_ALPHA = 0.05
 #: Fisher-scoring refits solve by sparse LU up to this many items, by Jacobi-preconditioned CG above.
 SPSOLVE_MAX_N = 2000
 
@@ -443,8 +445,14 @@ def law_flags(
     t_min: float = T_MIN,
     link: Link = "logit",
     target: ComparisonGraph | None = None,
+    presence_alpha: float | None = PRESENCE_ALPHA,
 ) -> LawFlags:
     """Rows whose outcome is improbable under the comparison law fitted robustly to the data (module docstring).
+
+    0. Reversals present at all? The scale-calibrated parametric-bootstrap test of one shared reversal share
+       against none (:func:`reversal_test`, level ``presence_alpha``); when it does not reject, nothing is
+       flagged. On sparse clean graphs the mixture is not identified and fits the ML fit's inflated scores'
+       excess noise (8 rows an item: 6–9 % of clean rows flagged without this step).
 
     1. Scores from the reversal-contaminated fit (:func:`contaminated_fit`), with one reversal share per
        annotator when the BIC prefers it to one shared share, else the shared share
@@ -473,6 +481,8 @@ def law_flags(
         ``'logit'``: Bradley–Terry (binary) or Rao–Kupper (ties), the default; ``'probit'``: Thurstone.
     target : ComparisonGraph, optional
         The graph (same items, e.g. identical rows merged) whose rows are flagged; default ``g``.
+    presence_alpha : float or None
+        Level of the presence test (step 0); ``None`` skips it.
 
     Returns
     -------
@@ -483,8 +493,13 @@ def law_flags(
     if law == "graded":
         raise ValueError("law_flags needs ±1 outcomes (with or without ties); graded outcomes use the Gaussian rule")
     p_max = float(2.0 * ndtr(-t_min))
-    fit, eps, _ = annotator_gated_fit(g, law=law, link=link)
     tg = g if target is None else target
+    if presence_alpha is not None:
+        p_mix, _, null, _ = reversal_test(g, law=law, link=link, alpha=presence_alpha)
+        if p_mix > presence_alpha:  # no evidence of reversals: flag nothing, keep the plain fit
+            p = law_pvalues(np.sign(tg.y), tg.gradient(null.s), null.tau, link)
+            return LawFlags(np.zeros(tg.m, dtype=bool), p, law, null, 0.0)
+    fit, eps, _ = annotator_gated_fit(g, law=law, link=link)
     p = law_pvalues(np.sign(tg.y), tg.gradient(fit.s), fit.tau, link)
     return LawFlags(bh_reject(p, tg.w, q=q, p_max=p_max), p, law, fit, eps)
 
@@ -507,7 +522,7 @@ def reversal_lr(g: ComparisonGraph, *, law: OutcomeLaw, link: Link) -> tuple[flo
 def null_scale(
     g: ComparisonGraph, null: LawFit, *, law: OutcomeLaw, link: Link, rng: np.random.Generator, rounds: int = 3
 ) -> float:
-    """The factor ``c`` by which the plain fit's scores are inflated: data simulated at ``c·ŝ`` refit to the spread of ŝ.
+    """The factor ``c`` by which the plain fit inflates the scores: data simulated at ``c·ŝ`` refit to sd(ŝ).
 
     Maximum likelihood on a few rows per item spreads the scores (by 2.4× on a band design of 1,000 items
     with 8 rows an item and σ = 1), so data simulated from ``ŝ`` are more decided than the data were;
@@ -542,7 +557,9 @@ def reversal_test(
     annotators; scores shrunk by :func:`null_scale` when ``calibrate_scale``), each refitted both ways. The
     Monte Carlo p-value is ``(1 + #{T_b ≥ T})/(B + 1)``; the draws stop at the first ``T_b ≥ T`` (the
     p-value then exceeds α whatever the rest give, Besag & Clifford 1991), so data without reversals
-    usually cost a few refits.
+    usually cost a few refits. No early rejection: on sparse clean graphs the first few
+    ``T_b`` can all sit well below T with a small spread while a later one passes it (a rule "reject when
+    T > mean + 6 sd of 4 draws" flagged rows on 2 of 3 such draws).
 
     Returns
     -------
