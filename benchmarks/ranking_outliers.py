@@ -502,7 +502,7 @@ def issue35_section(draws: int = 5) -> str:
     d = pd.DataFrame(recs)
     t = pd.DataFrame(
         {
-            "method": ["rule (default)", "oracle"],
+            "method": ["rule (binary_rule: law)", "oracle"],
             "recall": [d["recall_rule"].mean(), d["recall_oracle"].mean()],
             "recall_worst_draw": [d["recall_rule"].min(), d["recall_oracle"].min()],
             "precision": [d["precision_rule"].mean(), d["precision_oracle"].mean()],
@@ -530,7 +530,7 @@ def families_main(reps: int, max_rows: int) -> None:
         f"**{k}**: " + " | ".join(", ".join(f"{a}={b}" for a, b in c.items()) for c in v) for k, v in FAMILIES.items()
     )
     text = (
-        "# The default outlier rule against the oracle, per family (benchmarks/ranking_outliers.py --families)\n\n"
+        "# The outcome-law outlier rule against the oracle, per family (benchmarks/ranking_outliers.py --families)\n\n"
         f"`python -m benchmarks.ranking_outliers --families --reps {reps} --max-rows {max_rows}`; "
         f"{len(df)} draws, m from {int(df['m'].min())} to {int(df['m'].max())} rows; "
         f"{time.perf_counter() - t0:.0f} s on {platform.machine()} Python {platform.python_version()}, "
@@ -538,9 +538,10 @@ def families_main(reps: int, max_rows: int) -> None:
         "## Reading (written by hand from the tables below after the run)\n\n"
         + issue
         + "\n\n## Per family, worst case first\n\n"
-        "The rule is the job's default (`fit_ranking`, LBI stopped by the adaptive rule, whose outlier law is "
-        "read from the outcomes: Gaussian residuals for graded outcomes, Bradley–Terry for ±1, Rao–Kupper for "
-        "±1 with ties). The **oracle** knows the true scores and the generating law and applies the same cut: "
+        "The rule is `fit_ranking` with `binary_rule: law` (LBI stopped by the adaptive rule, whose outlier law "
+        "is read from the outcomes: Gaussian residuals for graded outcomes, the job's default; for ±1 outcomes "
+        "the Bradley–Terry law, Rao–Kupper with ties, opt-in: a scale-calibrated bootstrap test that reversals "
+        "are present, a BIC gate on per-annotator reversal shares, BH on the law's p-values). The **oracle** knows the true scores and the generating law and applies the same cut: "
         "Benjamini–Hochberg at q = 0.1 on the true law's p-values, restricted to p ≤ 2Φ̄(2.576) = 0.01 "
         "(`crowdflow.synth.ranking.oracle_pvalues`, `crowdflow.ranking.laws.bh_reject`). Recall is over the "
         "planted outliers a method can check (rows on bridges left out), precision over the flagged rows; "

@@ -80,8 +80,9 @@ class RankingOptions(Options):
         "upset_gap",
         description="Adaptive rule on win/loss (and tie) outcomes: upset_gap flags upsets between items far apart "
         "in the fitted ranking; law flags outcomes improbable under a Bradley-Terry (Rao-Kupper with ties) model "
-        "fitted robustly, closer to the oracle on well-connected graphs (20+ comparisons per item) but flagging more "
-        "clean comparisons on sparse or very noisy ones (docs/methods/ranking.md).",
+        "fitted robustly once a bootstrap test finds reversals, closer to the oracle on well-connected graphs (20+ "
+        "comparisons per item) but missing most outliers on sparse ones and about 30x slower "
+        "(docs/methods/ranking.md).",
     )
     budget: float = Field(
         0.05,

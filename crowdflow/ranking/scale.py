@@ -550,10 +550,11 @@ def adaptive_lambda(
     binary_rule : {'upset_gap', 'law'}
         ±1 outcomes (option ``binary_rule``): ``'upset_gap'`` (the default) flags upsets from the largest fitted
         gap down while their mean local false discovery rate stays ≤ q (:func:`upset_gap_cut`); ``'law'`` the
-        rows improbable under the Bradley–Terry / Rao–Kupper law (above). The law rule is closer to the oracle
-        on well-connected graphs (≥ 20 rows per item) and on the issue's far-apart flips, but on sparse or very
-        noisy ±1 graphs its precision is lower and one clean draw of the benchmark had 3.4 % of rows flagged
-        (benchmarks/results/ranking_outliers.md), so it is not the default.
+        rows improbable under the Bradley–Terry / Rao–Kupper law (above), after a test that reversals are present.
+        The law rule is closer to the oracle on well-connected graphs (≥ 20 rows per item) and flags nothing on
+        the benchmark's clean draws, but its recall on sparse ±1 graphs is far below the oracle's and one
+        Thurstone-with-ties draw had 17.8 % of rows flagged (benchmarks/results/ranking_outliers.md), so it is
+        not the default.
 
     Returns
     -------

@@ -128,13 +128,21 @@ def test_contaminated_fit_estimates_the_reversal_share() -> None:
 
 #: Small draws of every ±1 family of the generator: binary BTL and binary Thurstone with flips among
 #: far-apart pairs (the issue's reproducer) or anywhere, Thurstone with ties, annotator flippers.
+#: The first cell runs in the default suite; the others (10–17 s each with the presence test's bootstrap) are slow.
 FAMILY = [
     PlantedSpec(n=150, rows_per_item=30, outcome="pm1_btl", sigma=0.2, frac=0.1, outlier_gap=5.0),
-    PlantedSpec(n=150, rows_per_item=30, outcome="pm1_btl", sigma=0.3, frac=0.05),
-    PlantedSpec(n=150, rows_per_item=30, outcome="pm1_thurstone", tie_width=0.0, sigma=0.3, frac=0.1, outlier_gap=5.0),
-    PlantedSpec(n=100, rows_per_item=30, outcome="pm1_thurstone", sigma=0.3, frac=0.1, outlier_gap=5.0),
-    PlantedSpec(n=100, rows_per_item=30, outcome="pm1_thurstone", sigma=0.3, frac=0.0, flipper_frac=0.1),
-    PlantedSpec(n=150, rows_per_item=30, outcome="pm1_btl", sigma=0.1, frac=0.0, flipper_frac=0.1),
+    *(
+        pytest.param(s, marks=pytest.mark.slow)
+        for s in (
+            PlantedSpec(n=150, rows_per_item=30, outcome="pm1_btl", sigma=0.3, frac=0.05),
+            PlantedSpec(
+                n=150, rows_per_item=30, outcome="pm1_thurstone", tie_width=0.0, sigma=0.3, frac=0.1, outlier_gap=5.0
+            ),
+            PlantedSpec(n=100, rows_per_item=30, outcome="pm1_thurstone", sigma=0.3, frac=0.1, outlier_gap=5.0),
+            PlantedSpec(n=100, rows_per_item=30, outcome="pm1_thurstone", sigma=0.3, frac=0.0, flipper_frac=0.1),
+            PlantedSpec(n=150, rows_per_item=30, outcome="pm1_btl", sigma=0.1, frac=0.0, flipper_frac=0.1),
+        )
+    ),
 ]
 
 
