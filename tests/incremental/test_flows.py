@@ -133,9 +133,9 @@ def _sequence(
     return runs
 
 
-# pgd and lbi run the same store and flow steps as mv and none (only the fit differs, and the fit is checked against a
-# full refit on the same rows there); they stay in the slow tier to keep the default suite near 10 minutes.
-@pytest.mark.parametrize("method", ["mv", pytest.param("pgd", marks=pytest.mark.slow), "ds"])
+# pgd and ds run the same store and flow steps as mv (only the fit differs, and the fit is checked against a full
+# refit on the same rows there); they stay in the slow tier to keep the default suite near 10 minutes.
+@pytest.mark.parametrize("method", ["mv", *(pytest.param(m, marks=pytest.mark.slow) for m in ("pgd", "ds"))])
 def test_skills_incremental_equals_full_refit(tmp_path: Path, method: str) -> None:
     _sequence(
         "skills", tmp_path, {"method": method, "duplicates": "keep_last"}, seed={"mv": 0, "pgd": 1, "ds": 2}[method]
