@@ -44,7 +44,9 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
+from collections.abc import Mapping  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
@@ -290,6 +292,12 @@ def _logged_row(line: str) -> dict[str, object] | None:
     return {"size": round(math.log10(float(row["labels"]))), **row}
 
 
+def _passes(r: Mapping[Any, Any], key: str) -> str:
+    """`` (n)`` for a method that ran (its EM passes), nothing for one left out by ``--methods``."""
+    n = r.get(key, float("nan"))
+    return f" ({int(n)})" if pd.notna(n) else ""
+
+
 def render(table: pd.DataFrame, command: str) -> str:
     """The results page: the ratios over the family, then every configuration."""
     lines = [
@@ -320,8 +328,8 @@ def render(table: pd.DataFrame, command: str) -> str:
         b_ratio = f"{r['before_ds'] / r['ck_ds']:.3f}" if pd.notna(r.get("before_ds", float("nan"))) else "—"
         lines.append(
             f"| {r['labels']:,} | {r['ids']} | {r['classes']} | {r['k_max']} | {r['workers']:,} | {r['zipf']:.2f} | "
-            f"{r['mv']:.3f} | {r['ck_mv']:.3f} | {r['ds']:.3f} ({int(r['ds_iter'])}) | "
-            f"{r['onecoin_ds']:.3f} ({int(r['onecoin_ds_iter'])}) | {r['pgd']:.3f} | "
+            f"{r['mv']:.3f} | {r['ck_mv']:.3f} | {r['ds']:.3f}{_passes(r, 'ds_iter')} | "
+            f"{r['onecoin_ds']:.3f}{_passes(r, 'onecoin_ds_iter')} | {r['pgd']:.3f} | "
             f"{r['ck_ds']:.2f} ({int(r['ck_ds_ran'])} / {int(r['ck_ds_iter'])}) | {r['ds_est']:.3f} | {before} | "
             f"{r['ds'] / r['ck_ds']:.3f} | {r['ds_est'] / r['ck_ds']:.3f} | {r['onecoin_ds'] / r['ck_ds']:.3f} | "
             f"{b_ratio} | "
