@@ -46,7 +46,6 @@ __all__ = [
     "annotator_gated_fit",
     "bayes_fdr_flags",
     "bh_reject",
-    "contaminated_fit",
     "fit_law",
     "law_flags",
     "law_probabilities",
@@ -64,11 +63,11 @@ Link = Literal["logit", "probit"]
 
 #: Ridge on the scores, per unit of mean row weight (keeps separable data finite; negligible otherwise).
 RIDGE = 1e-2
-#: Fisher-scoring steps per M-step of :func:`contaminated_fit`.
+#: Fisher-scoring steps per M-step of :func:`reversal_mixture`.
 M_STEPS = 1
 #: Range of the tie threshold τ.
 TAU_MIN, TAU_MAX = 1e-6, 10.0
-#: Pseudo-rows of the overall reversal share in each annotator's share (:func:`contaminated_fit`).
+#: Pseudo-rows of the overall reversal share in each annotator's share (:func:`reversal_mixture`).
 ANNOTATOR_PRIOR_ROWS = 10.0
 #: Level of the test that reversals are present at all (:func:`reversal_test`, step 0 of :func:`law_flags`).
 PRESENCE_ALPHA = 0.05
@@ -236,7 +235,7 @@ def fit_law(
 
     Maximises ``Σ_k [wk_k ℓ(y_k | δ_k, τ) + wrev_k ℓ(−y_k | δ_k, τ)] − ρ‖s‖²/2`` with ``δ = s_i − s_j``
     and ``ρ = ridge·mean(w)`` (``wk = 0``: a row left out; ``wrev``, default 0: the weight of the row's
-    reversed outcome, the M-step of :func:`contaminated_fit`). Steps on s are
+    reversed outcome, the M-step of :func:`reversal_mixture`). Steps on s are
     Fisher-scoring steps (the expected information is a weighted Laplacian) halved until the objective
     rises; τ (ties only) takes one safeguarded Newton step on ``[10⁻⁶, 10]`` after every step.
     """
@@ -337,50 +336,6 @@ class ReversalMixture:
         return np.asarray(np.exp(b_ - np.logaddexp(a_, b_)))
 
 
-def contaminated_fit(
-    g: ComparisonGraph,
-    *,
-    law: OutcomeLaw,
-    link: Link,
-    by_annotator: bool = True,
-    prior_rows: float = ANNOTATOR_PRIOR_ROWS,
-    eps0: float = 0.05,
-    max_iter: int = 100,
-    tol: float = 1e-6,
-    keep: np.ndarray | None = None,
-    start: LawFit | None = None,
-    ridge: float = RIDGE,
-) -> tuple[LawFit, float, float]:
-    """ML fit of the reversal-contaminated law by EM (the robust start of :func:`law_flags`).
-
-    ``P(y | δ) = (1 − ε)·P_law(y | δ) + ε·P_law(−y | δ)``: a share ε of the answers is reversed whatever
-    the gap (a careless or flipping annotator, a swapped pair). E-step: ``r_k = (1 − ε)P_law(y_k)/P(y_k)``,
-    the posterior that row k was not reversed; M-step: ``M_STEPS`` Fisher-scoring steps of :func:`fit_law` with
-    weights ``w·r`` on the outcomes and ``w·(1 − r)`` on the reversed outcomes, ``ε = Σw(1 − r)/Σw``. A
-    plain ML fit flattens the scores under reversals among far-apart pairs (10 % of them shrink the
-    scores about threefold), which hides the reversals; the mixture does not.
-
-    Returns
-    -------
-    tuple
-        The law fit (its ``loglik`` is the clean law's), ε̂ and the mixture log-likelihood ``Σ w log P(y | δ)``.
-    """
-    mix = reversal_mixture(
-        g,
-        law=law,
-        link=link,
-        by_annotator=by_annotator,
-        prior_rows=prior_rows,
-        eps0=eps0,
-        max_iter=max_iter,
-        tol=tol,
-        keep=keep,
-        start=start,
-        ridge=ridge,
-    )
-    return mix.fit, mix.eps, mix.loglik
-
-
 def reversal_mixture(
     g: ComparisonGraph,
     *,
@@ -395,7 +350,18 @@ def reversal_mixture(
     start: LawFit | None = None,
     ridge: float = RIDGE,
 ) -> ReversalMixture:
-    """:func:`contaminated_fit` with the per-row reversal shares (the EM is described there)."""
+    """ML fit of the reversal-contaminated law by EM (the robust start of :func:`law_flags`).
+
+    ``P(y | δ) = (1 − ε)·P_law(y | δ) + ε·P_law(−y | δ)``: a share ε of the answers is reversed whatever
+    the gap (a careless or flipping annotator, a swapped pair). E-step: ``r_k = (1 − ε)P_law(y_k)/P(y_k)``,
+    the posterior that row k was not reversed; M-step: ``M_STEPS`` Fisher-scoring steps of :func:`fit_law` with
+    weights ``w·r`` on the outcomes and ``w·(1 − r)`` on the reversed outcomes, ``ε = Σw(1 − r)/Σw``. A
+    plain ML fit flattens the scores under reversals among far-apart pairs (10 % of them shrink the
+    scores about threefold), which hides the reversals; the mixture does not.
+
+    Returns the clean component's fit, ε̂, the mixture log-likelihood ``Σ w log P(y | δ)`` and each row's
+    reversal share (:class:`ReversalMixture`).
+    """
     z = np.sign(g.y)
     w = g.w if keep is None else np.where(keep, g.w, 0.0)
     fit = start if start is not None else fit_law(g, w, law=law, link=link, ridge=ridge)
@@ -454,7 +420,7 @@ def law_flags(
        flagged. On sparse clean graphs the mixture is not identified and fits the ML fit's inflated scores'
        excess noise (8 rows an item: 6–9 % of clean rows flagged without this step).
 
-    1. Scores from the reversal-contaminated fit (:func:`contaminated_fit`), with one reversal share per
+    1. Scores from the reversal-contaminated fit (:func:`reversal_mixture`), with one reversal share per
        annotator when the BIC prefers it to one shared share, else the shared share
        (:func:`annotator_gated_fit`);
     2. a row's p-value is that of its outcome under the clean law at those scores (:func:`law_pvalues`);
@@ -603,7 +569,7 @@ def annotator_gated_fit(g: ComparisonGraph, *, law: OutcomeLaw, link: Link) -> t
     """The reversal mixture with per-annotator shares only where the data call for them (a BIC gate).
 
     Fits the mixture with one shared share ``ε`` (log-likelihood ``ℓ_1``) and with a share per annotator
-    shrunk towards it (``ℓ_A``, :func:`contaminated_fit`); keeps the per-annotator fit when
+    shrunk towards it (``ℓ_A``, :func:`reversal_mixture`); keeps the per-annotator fit when
     ``2(ℓ_A − ℓ_1) > (A − 1)·log W`` (``A`` annotators, ``W = Σw``), the Bayesian information criterion
     counting one parameter per extra share. Without the gate the per-annotator shares over-fit weak data:
     on a clean band design of 1,000 items an annotator whose few rows hold two natural upsets gets a large

@@ -75,17 +75,22 @@ def signless_lambda_min(
     if n == 0:
         return 0.0, "eigvalsh"
     if n <= dense_max:
-        return float(scipy.linalg.eigvalsh(ls.toarray(), subset_by_index=[0, 0])[0]), "eigvalsh"
+        return _dense_min(ls), "eigvalsh"
     lam = _lobpcg_min(ls)
     if lam is not None:
         return lam, "lobpcg"
     if n <= dense_fallback_max:
-        return float(scipy.linalg.eigvalsh(ls.toarray(), subset_by_index=[0, 0])[0]), "eigvalsh"
+        return _dense_min(ls), "eigvalsh"
     c = 2.0 * float(ls.diagonal().max())
     shifted = sp.csr_matrix(sp.identity(n, format="csr") * c - ls)
     v0 = np.random.default_rng(0).standard_normal(n)
     top = eigsh(shifted, k=1, which="LA", v0=v0, tol=1e-12, maxiter=100 * n, return_eigenvectors=False)[0]
     return float(c - top), "eigsh"
+
+
+def _dense_min(ls: sp.csr_matrix) -> float:
+    """λ_min by dense LAPACK (smallest eigenvalue only)."""
+    return float(scipy.linalg.eigvalsh(ls.toarray(), subset_by_index=[0, 0])[0])
 
 
 def _lobpcg_min(ls: sp.csr_matrix, block: int = 1, maxiter: int = 400) -> float | None:

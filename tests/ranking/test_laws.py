@@ -21,12 +21,12 @@ from crowdflow.ranking.laws import (
     RIDGE,
     _row_loglik,
     bh_reject,
-    contaminated_fit,
     fit_law,
     law_flags,
     law_probabilities,
     law_pvalues,
     outcome_law,
+    reversal_mixture,
 )
 from crowdflow.ranking.scale import bh_threshold
 from crowdflow.synth.ranking import PlantedSpec, oracle_pvalues, planted_instance
@@ -110,19 +110,19 @@ def test_fit_law_is_the_penalised_mle(law: Any, link: Any) -> None:
     assert ours <= ref.fun * (1 + 1e-6) + 1e-9, (ours, ref.fun)
 
 
-def test_contaminated_fit_estimates_the_reversal_share() -> None:
+def test_reversal_mixture_estimates_the_reversal_share() -> None:
     """Clean BTL data: ε̂ ≤ 0.03; 10 % of the rows reversed at random: ε̂ within 0.03 of 0.10 + the natural upsets' excess."""
     for seed in range(2):
         inst = planted_instance(PlantedSpec(n=100, rows_per_item=40, outcome="pm1_btl", sigma=0.3, frac=0.0), seed)
         g = inst.graph
-        _, eps, _ = contaminated_fit(g, law="binary", link="logit", by_annotator=False)
+        eps = reversal_mixture(g, law="binary", link="logit", by_annotator=False).eps
         assert eps <= 0.03, (seed, eps)
         rng = np.random.default_rng(seed)
         y = g.y.copy()
         rev = rng.random(g.m) < 0.1
         y[rev] = -y[rev]
         g2 = ComparisonGraph.from_arrays(g.i, g.j, y, n=g.n)
-        _, eps2, _ = contaminated_fit(g2, law="binary", link="logit", by_annotator=False)
+        eps2 = reversal_mixture(g2, law="binary", link="logit", by_annotator=False).eps
         assert abs(eps2 - 0.10) <= 0.03, (seed, eps2)
 
 

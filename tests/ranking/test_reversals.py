@@ -21,10 +21,10 @@ from crowdflow.ranking.laws import (
     annotator_gated_fit,
     bayes_fdr_flags,
     bh_reject,
-    contaminated_fit,
     law_flags,
     law_probabilities,
     law_pvalues,
+    reversal_mixture,
     reversal_test,
     simulate_law,
 )
@@ -39,7 +39,7 @@ def test_gate_keeps_shared_share_on_noisy_flipper_data_and_stops_false_flags() -
     )
     inst = planted_instance(spec, 50400)
     g = inst.graph
-    fit_a, _, _ = contaminated_fit(g, law="binary", link="logit", by_annotator=True)
+    fit_a = reversal_mixture(g, law="binary", link="logit", by_annotator=True).fit
     p_a = law_pvalues(np.sign(g.y), g.gradient(fit_a.s), fit_a.tau, "logit")
     assert bh_reject(p_a, g.w)[~inst.outlier].mean() > 0.01
     _, _, per_annotator = annotator_gated_fit(g, law="binary", link="logit")
