@@ -8,6 +8,7 @@ from typing import Any
 from prefect import flow
 
 from crowdflow.ranking.folded import pair_graph
+from crowdflow.ranking.passes import keep_local
 from crowdflow.spec import RankingPipeline
 from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
 from flows.incremental import IncrementSession, folded_run, increment_session, refuse_erasures_on_workers
@@ -136,12 +137,18 @@ def _partitioned_ranking(spec: RankingPipeline, run_id: str) -> dict[str, Any]:
     ):
         parts = list_dataset(spec, spec.comparisons, "comparisons")
         copied = copy_on_workers(
-            parts, "comparisons", spec.comparisons, executor, str(Path(scratch) / "copies"), spec.checks.validation
+            parts,
+            "comparisons",
+            spec.comparisons,
+            executor,
+            str(Path(scratch) / "copies"),
+            spec.checks.validation,
+            keep=keep_local,
         )
         clock.lap("ingest_validate")
         connectivity = spec.checks.connectivity_for("ranking")
         fit = fit_ranking_on_workers(
-            copied.copies, executor, opts, str(Path(scratch) / "rows"), allow_disconnected=connectivity == "warn"
+            copied, executor, opts, str(Path(scratch) / "rows"), allow_disconnected=connectivity == "warn"
         )
         clock.lap("fit")
         rows = "residuals" if opts.outliers == "none" else "outliers"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
 from crowdflow.contracts.tables import INPUTS
-from crowdflow.executors import MapFn, fold
+from crowdflow.executors import MapFn, fold, hold, holds, on_held, release
 from crowdflow.personal_models import PersonalModelsOptions, PersonalModelsResult
 from crowdflow.personal_models.partitioned import fit_personal_models_partitioned, scan_agents
 from crowdflow.ranking import RankingOptions
@@ -34,7 +35,14 @@ from crowdflow.skills.partitioned import (
     read_and_split,
 )
 from crowdflow.spec import PipelineBase, SourceSpec
-from crowdflow.storage.datasets import Partition, dataset_fingerprint, list_partitions, read_check_copy, read_copy
+from crowdflow.storage.datasets import (
+    CopiedPartition,
+    Partition,
+    dataset_fingerprint,
+    list_partitions,
+    read_check_copy,
+    read_copy,
+)
 from schemas.validation import ValidationReport, combined_message, require_all_valid, validate_loaded
 from tasks.artifacts import markdown
 from tasks.progress import fit_progress
@@ -180,37 +188,75 @@ def fit_on_workers(
 
 @dataclass(frozen=True)
 class CopiedInput:
-    """An input the workers read, validated and copied in canonical columns (for jobs that read it again)."""
+    """An input the workers read, validated and copied in canonical columns (for jobs that read it again).
+
+    ``kept`` (with ``keep`` and an executor that holds): handles of each file's record held where it was read,
+    with the rows the job keeps in memory (``CopiedPartition.kept``), and ``summaries`` what ``keep`` returned of
+    them; the job's fit takes and releases the handles.
+    """
 
     copies: list[str]
     dataset: DatasetInput
     reports: list[ValidationReport]
+    kept: list[Any] | None = None
+    summaries: list[Any] | None = None
 
 
 @task(name="read-validate-copy", cache_policy=NONE, task_run_name="read-validate-copy-{kind}")
 def copy_on_workers(
-    parts: list[Partition], kind: str, source: SourceSpec, executor: MapFn, folder: str, mode: str
+    parts: list[Partition],
+    kind: str,
+    source: SourceSpec,
+    executor: MapFn,
+    folder: str,
+    mode: str,
+    keep: Callable[[Any], tuple[Any, Any]] | None = None,
 ) -> CopiedInput:
     """Pass 1 on the workers: each file read, its contract and Great Expectations suite run, a canonical copy written.
 
+    With ``keep`` and an executor that holds (Dask), the same read also keeps what ``keep`` takes of the canonical
+    rows in the worker's memory (``read_check_copy(encode=keep)``), so the fit need not read the copies again.
     Failures are merged into one message naming each file and its rows; ``checks.validation: block`` stops the run
     here, before any fit.
     """
     logger = get_run_logger()
     check = functools.partial(validate_loaded, kind=kind)
+    held = keep is not None and holds(executor)
     copy = functools.partial(
-        read_check_copy, schema=INPUTS[kind], folder=folder, columns=dict(source.columns) or None, check=check
+        read_check_copy,
+        schema=INPUTS[kind],
+        folder=folder,
+        columns=dict(source.columns) or None,
+        check=check,
+        encode=keep if held else None,
     )
-    done = executor(copy, parts)
+    handles: list[Any] | None = None
+    if held:
+        handles = hold(executor, copy, parts)
+        done: list[CopiedPartition] = executor(on_held(CopiedPartition.light), handles)
+    else:
+        done = executor(copy, parts)
     reports: list[ValidationReport] = [c.found for c in done]
-    _report_validation(kind, parts, reports, mode)
+    try:
+        _report_validation(kind, parts, reports, mode)
+    except BaseException:
+        if handles is not None:
+            release(executor, handles)
+        raise
     n_rows = sum(c.n_rows for c in done)
-    logger.info("%d rows in %d files validated and copied in canonical columns", n_rows, len(parts))
+    logger.info(
+        "%d rows in %d files validated and copied in canonical columns%s",
+        n_rows,
+        len(parts),
+        "; their rows kept in the workers' memory for the fit" if held else "",
+    )
     digest = dataset_fingerprint(parts, [c.sha256 for c in done])
     return CopiedInput(
         copies=[c.path for c in done],
         dataset=DatasetInput(parts[0].dataset, digest, n_rows, len(parts)),
         reports=reports,
+        kept=handles,
+        summaries=[c.summary for c in done] if held else None,
     )
 
 
@@ -237,11 +283,13 @@ def _report_validation(kind: str, parts: list[Partition], reports: list[Validati
 
 @task(name="fit-ranking-partitioned", cache_policy=NONE)
 def fit_ranking_on_workers(
-    copies: list[str], executor: MapFn, options: RankingOptions, out_dir: str, allow_disconnected: bool
+    copied: CopiedInput, executor: MapFn, options: RankingOptions, out_dir: str, allow_disconnected: bool
 ) -> PartitionedRankingResult:
-    """HodgeRank (and the trimmed outlier rule) in passes over the copies; row outputs written by the workers."""
+    """HodgeRank (and the trimmed outlier rule) in passes over the held rows (or the copies); row outputs written by
+    the workers."""
     o = options.model_copy(update={"allow_disconnected": allow_disconnected and options.allow_disconnected})
-    fit = fit_ranking_partitioned(copies, read_copy, executor, o, out_dir)
+    copies = copied.copies
+    fit = fit_ranking_partitioned(copies, read_copy, executor, o, out_dir, held=copied.kept, scans=copied.summaries)
     get_run_logger().info(
         "%s on %d items from %d comparisons in %d files: %d passes, %d outliers",
         options.outliers,

@@ -95,6 +95,7 @@ from crowdflow.ranking.options import RankingOptions
 from crowdflow.ranking.passes import (
     SKETCH_BINS,
     EdgeSums,
+    Scan,
     _bin_lower,
     _BlockKept,
     _Ctx,
@@ -584,10 +585,22 @@ def _annotators(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 def _dictionary(
-    parts: list[Any], read: Callable[[Any], pd.DataFrame], executor: MapFn, items: Sequence[Any] | None
+    parts: list[Any],
+    read: Callable[[Any], pd.DataFrame],
+    executor: MapFn,
+    items: Sequence[Any] | None,
+    scans: Sequence[Scan | None] | None = None,
 ) -> tuple[np.ndarray, int, bool, float]:
-    """Scan pass: the item dictionary (natural order), the row count, whether the outcomes are ±a, and a."""
-    scan = executor(partial(_scan_part, read), parts)
+    """Scan pass: the item dictionary (natural order), the row count, whether the outcomes are ±a, and a.
+
+    ``scans`` (one per partition, None where unknown) are scans the first read already made: only the partitions
+    without one are read here.
+    """
+    known = list(scans) if scans is not None else [None] * len(parts)
+    todo = [k for k, sc in enumerate(known) if sc is None]
+    for k, sc in zip(todo, executor(partial(_scan_part, read), [parts[k] for k in todo]) if todo else [], strict=True):
+        known[k] = sc
+    scan = [sc for sc in known if sc is not None]
     ids = [r[0] for r in scan]
     if items is not None:
         extra = pd.Series(list(items), dtype=object)
@@ -611,6 +624,8 @@ def fit_ranking_partitioned(
     items: Sequence[Any] | None = None,
     robust: bool | None = None,
     write_rows: Literal["outliers", "all"] | None = None,
+    held: Sequence[Any] | None = None,
+    scans: Sequence[Scan | None] | None = None,
     **overrides: Any,
 ) -> PartitionedRankingResult:
     """HodgeRank and the trimmed outlier rule over partitions, by passes (module docstring for the math).
@@ -636,6 +651,13 @@ def fit_ranking_partitioned(
         Run the trimmed outlier rule (default: ``options.outliers != 'none'``).
     write_rows : {'outliers', 'all'}, optional
         Rows written per partition (default: the outliers for a robust fit, every row otherwise).
+    held : sequence, optional
+        Handles (one per partition, in order) of what the executor holds from the pipeline's first read of each
+        file (:func:`crowdflow.executors.hold` of ``read_check_copy(encode=keep_local)``: values with ``.path``, the
+        copy, and ``.kept``, its :class:`~crowdflow.ranking.passes.LocalRows` or None). The blocks are then built
+        from memory instead of a second read of the copies; the handles are released once the blocks are held.
+    scans : sequence, optional
+        The first read's scans (one per partition, None where it made none): the scan pass reads only the others.
     **overrides
         Fields of :class:`RankingOptions`.
 
@@ -656,14 +678,19 @@ def fit_ranking_partitioned(
     if robust and o.outliers != "none":
         logger.info("outliers=%r needs every row in one process: the partitioned fit runs the trimmed rule", o.outliers)
     t_start = time.perf_counter()
-    item_ids, n_rows, pm1, a = _dictionary(parts, read, executor, items)
+    item_ids, n_rows, pm1, a = _dictionary(parts, read, executor, items, scans)
     if n_rows == 0:
         raise ComparisonTableError("comparisons table is empty: nothing to rank (every partition has zero rows)")
     ctx = _Ctx(item_ids)
-    blocks = _blocks(parts, executor)
-    # each partition read and encoded once, held by the executor across the passes (workers' memory on Dask)
+    if held is not None and (len(held) != len(parts) or not holds(executor)):
+        raise ValueError(f"held: {len(held)} handles for {len(parts)} partitions, executor holds: {holds(executor)}")
+    blocks = _blocks(parts if held is None else list(held), executor)
+    # each partition read and encoded once, held by the executor across the passes (workers' memory on Dask);
+    # with `held`, the blocks are built from the rows the first read kept (no read of the copies here)
     ps = _Passes(hold(executor, partial(_encode_part, read, ctx), blocks), executor, ctx, count=1)
-    t_read = time.perf_counter() - t_start  # the scan and the encode: two reads of every partition
+    if held is not None:
+        release(executor, list(held))
+    t_read = time.perf_counter() - t_start  # the scan and the encode: two reads of every partition (none with held)
     base = ps.base()
     u, v = _uv(item_ids, base)
     g = _edge_graph(item_ids, base)

@@ -24,6 +24,7 @@ from crowdflow.ranking.held import (
     SKETCH_LO,
     SKETCH_PER_DECADE,
     HeldRows,
+    _compact_outcome,
     encode_block,
     held_histogram,
     held_kept,
@@ -31,7 +32,7 @@ from crowdflow.ranking.held import (
 )
 from crowdflow.ranking.types import _str
 
-__all__ = ["SKETCH_BINS", "SKETCH_DECADES", "EdgeSums"]
+__all__ = ["SKETCH_BINS", "SKETCH_DECADES", "EdgeSums", "LocalRows", "Scan", "keep_local"]
 
 
 def _identity(part: pd.DataFrame) -> pd.DataFrame:
@@ -198,20 +199,36 @@ def _dict_column(col: Any) -> tuple[np.ndarray, np.ndarray] | None:
 
 def _arrow_part(read: Callable[[Any], pd.DataFrame], part: Any) -> _ArrowPart | None:
     """A canonical copy read by Arrow, ids dictionary-encoded (no Python object per row), when ``read`` is the
-    copy reader and the file passes the checks of :func:`~crowdflow.contracts.comparisons.canonical_comparisons`
-    (string ids present and distinct within a row, finite outcomes, finite positive weights); None otherwise (the
-    caller takes the pandas path, which raises the contract's error for a bad file)."""
+    copy reader and the file passes the checks of :func:`_arrow_table`; None otherwise (the caller takes the pandas
+    path, which raises the contract's error for a bad file)."""
     if not _is_copy_reader(read) or not isinstance(part, str):
         return None
-    import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     names = pq.read_schema(part).names
     if not {"item_a", "item_b", "outcome"} <= set(names) or "winner" in names:
         return None
-    table = pq.read_table(part, read_dictionary=list(_ID_COLS))
-    col_a, col_b = (_dict_column(table.column(c)) for c in _ID_COLS)
+    return _arrow_table(pq.read_table(part, read_dictionary=list(_ID_COLS)))
+
+
+def _arrow_table(table: Any) -> _ArrowPart | None:
+    """A canonical table's rows without a Python object per row: the ids as dictionary indices (plain string id
+    columns are dictionary-encoded here), outcome and weight as float64; None unless the table has string ids
+    present and distinct within a row, finite outcomes and finite positive weights (the checks of
+    :func:`~crowdflow.contracts.comparisons.canonical_comparisons` that the pandas path would raise on)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = table.column_names
+    if not {"item_a", "item_b", "outcome"} <= set(names) or "winner" in names:
+        return None
+    cols = []
+    for c in _ID_COLS:
+        col = table.column(c)
+        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+            col = pc.dictionary_encode(col)
+        cols.append(_dict_column(col))
+    col_a, col_b = cols
     if col_a is None or col_b is None:
         return None
     out = table.column("outcome")
@@ -238,7 +255,7 @@ def _arrow_part(read: Callable[[Any], pd.DataFrame], part: Any) -> _ArrowPart | 
     return _ArrowPart(table, (ia, ib), (va, vb), y, w)
 
 
-def _arrow_codes(ap: _ArrowPart, ctx: _Ctx, part: Any) -> tuple[np.ndarray, np.ndarray]:
+def _arrow_codes(ap: _ArrowPart | LocalRows, ctx: _Ctx, part: Any) -> tuple[np.ndarray, np.ndarray]:
     """Global item codes (int64) of both id columns of an Arrow-read copy: the dictionaries mapped once."""
     index = pd.Index(ctx.items)
     codes = []
@@ -252,17 +269,68 @@ def _arrow_codes(ap: _ArrowPart, ctx: _Ctx, part: Any) -> tuple[np.ndarray, np.n
     return codes[0], codes[1]
 
 
-def _scan_part(read: Callable[[Any], pd.DataFrame], part: Any) -> tuple[np.ndarray, int, np.ndarray]:
+#: What the scan of one partition returns: its distinct item ids, its row count, up to three distinct ``|y|``.
+Scan = tuple[np.ndarray, int, np.ndarray]
+
+
+def _scan_rows(rows: _ArrowPart | LocalRows) -> Scan:
+    """Distinct item ids, row count and up to three distinct ``|y|`` of rows held as dictionary indices."""
+    used = [v[np.bincount(i, minlength=v.size) > 0] for i, v in zip(rows.idx, rows.values, strict=True)]
+    ids = pd.unique(np.concatenate(used)) if used else np.zeros(0, dtype=object)
+    return np.asarray(ids, dtype=object), int(rows.y.size), np.unique(np.abs(rows.y))[:3]
+
+
+def _scan_part(read: Callable[[Any], pd.DataFrame], part: Any) -> Scan:
     """Pass 1: distinct item ids, row count and up to three distinct ``|y|``."""
     ap = _arrow_part(read, part)
     if ap is not None:
-        used = [v[np.bincount(i, minlength=v.size) > 0] for i, v in zip(ap.idx, ap.values, strict=True)]
-        ids = pd.unique(np.concatenate(used)) if used else np.zeros(0, dtype=object)
-        return np.asarray(ids, dtype=object), ap.n_rows, np.unique(np.abs(ap.y))[:3]
+        return _scan_rows(ap)
     df = _canonical(read(part))
     ids = pd.unique(pd.concat([df["item_a"], df["item_b"]], ignore_index=True).to_numpy(dtype=object))
     levels = np.unique(np.abs(df["outcome"].to_numpy(dtype=np.float64)))[:3]
     return np.asarray(ids, dtype=object), len(df), levels
+
+
+@dataclass(frozen=True)
+class LocalRows:
+    """One file's comparisons kept where the file was first read (the fused read, issue #36 part 3).
+
+    The two id columns as indices into the file's own dictionaries (``values``: object arrays of str), the outcome
+    in the narrowest dtype that holds it exactly and the weights ((0,) when every weight is 1): ``9 + 8·[weights]``
+    to ``16 + 8·[weights]`` bytes a row. :func:`_encode_part` maps them to the global dictionary when it builds a
+    block, exactly as it maps a copy read by Arrow, so a block built from these equals one built by reading the
+    copies (same rows, same order, same values).
+    """
+
+    idx: tuple[np.ndarray, np.ndarray]
+    values: tuple[np.ndarray, np.ndarray]
+    y: np.ndarray
+    w: np.ndarray
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.y.size)
+
+    def weights(self) -> np.ndarray:
+        return self.w if self.w.size == self.y.size else np.ones(self.y.size)
+
+
+def keep_local(table: Any) -> tuple[LocalRows | None, Scan | None]:
+    """What the first read of a file keeps for the fit (``read_check_copy(encode=...)``): its rows as
+    :class:`LocalRows` and their scan, or ``(None, None)`` when the table does not take the Arrow path (then the
+    fit scans and encodes the file's copy as before).
+
+    Parameters
+    ----------
+    table : pyarrow.Table
+        The file's canonical columns, as written to its copy.
+    """
+    ap = _arrow_table(table)
+    if ap is None:
+        return None, None
+    w = np.zeros(0) if bool(np.all(ap.w == 1.0)) else np.ascontiguousarray(ap.w, dtype=np.float64)
+    kept = LocalRows(ap.idx, ap.values, _compact_outcome(ap.y), w)
+    return kept, _scan_rows(kept)
 
 
 def _sums(rows: _Rows, n: int, mask: np.ndarray | None) -> EdgeSums:
@@ -306,20 +374,26 @@ def _bin_lower(b: int | np.ndarray) -> np.ndarray:
 
 def _encode_part(read: Callable[[Any], pd.DataFrame], ctx: _Ctx, parts: list[Any]) -> HeldRows:
     """Read a block's partitions once and encode them (:func:`~crowdflow.ranking.held.encode_block`): what a
-    worker holds across the passes."""
+    worker holds across the passes.
+
+    A partition may also be a value the first read kept (an object with ``.path``, the copy, and ``.kept``, its
+    :class:`LocalRows` or None): its rows are then taken from memory, the copy read only when nothing was kept.
+    """
     us, vs, ys, ws = [], [], [], []
     for part in parts:
-        ap = _arrow_part(read, part)
+        kept = getattr(part, "kept", None)
+        where = getattr(part, "path", part)
+        ap = kept if kept is not None else _arrow_part(read, where)
         if ap is not None:
-            i, j = _arrow_codes(ap, ctx, part)
+            i, j = _arrow_codes(ap, ctx, where)
             sign = np.where(i < j, 1.0, -1.0)
             us.append(np.minimum(i, j))
             vs.append(np.maximum(i, j))
             ys.append(sign * ap.y)
-            ws.append(ap.w)
+            ws.append(ap.weights() if isinstance(ap, LocalRows) else ap.w)
             del ap, i, j, sign
             continue
-        rows = _read_rows(read, ctx, part)
+        rows = _read_rows(read, ctx, where)
         us.append(rows.u)
         vs.append(rows.v)
         ys.append(rows.yo)

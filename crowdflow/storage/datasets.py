@@ -15,6 +15,7 @@ file system's own configuration, never from the spec (docs/scale.md).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from collections.abc import Callable, Mapping
@@ -115,6 +116,9 @@ class CopiedPartition:
         The source file's content hash.
     found : object
         What the injected check returned (a validation report), or None.
+    kept, summary : object
+        What the injected ``encode`` returned for the canonical table (the rows a job keeps in memory for its
+        passes, and a small summary of them), or None.
     """
 
     path: str
@@ -122,6 +126,12 @@ class CopiedPartition:
     n_rows: int
     sha256: str
     found: Any = None
+    kept: Any = None
+    summary: Any = None
+
+    def light(self) -> CopiedPartition:
+        """The same record without ``kept`` (what the flow gathers while the workers hold the rows)."""
+        return dataclasses.replace(self, kept=None)
 
 
 def read_check_copy(
@@ -130,11 +140,14 @@ def read_check_copy(
     folder: str,
     columns: Mapping[str, str] | None = None,
     check: Callable[[LoadedTable], Any] | None = None,
+    encode: Callable[[Any], tuple[Any, Any]] | None = None,
 ) -> CopiedPartition:
     """Read one file (:func:`read_partition`), run ``check`` on it, write its canonical columns to ``folder``.
 
     The first pass of a job that reads its input several times (a robust ranking): the contract's coercion and the
-    validation run once, where the file is read; every later pass reads the compact copy.
+    validation run once, where the file is read; later passes read the compact copy, or, with ``encode``, what
+    ``encode(table)`` (the canonical pyarrow table just written) kept of the rows: ``(kept, summary)`` go into
+    the result, which an executor that holds (:func:`crowdflow.executors.hold`) keeps where the file was read.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -143,8 +156,10 @@ def read_check_copy(
     found = check(loaded) if check is not None else None
     out = Path(folder) / f"part-{part.index:06d}.parquet"
     out.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pandas(loaded.df, preserve_index=False), out)
-    return CopiedPartition(str(out), part.index, len(loaded.df), loaded.sha256, found)
+    table = pa.Table.from_pandas(loaded.df, preserve_index=False)
+    pq.write_table(table, out)
+    kept, summary = encode(table) if encode is not None else (None, None)
+    return CopiedPartition(str(out), part.index, len(loaded.df), loaded.sha256, found, kept, summary)
 
 
 def read_copy(path: str) -> pd.DataFrame:

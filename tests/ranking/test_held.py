@@ -10,6 +10,7 @@ rule, one partition), for both outlier modes. The worst difference over the fami
 from __future__ import annotations
 
 import itertools
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -236,3 +237,74 @@ def test_copy_reader_fast_path_gives_the_pandas_path_results(tmp_path: Path) -> 
     assert _arrow_part(read_copy, str(f)) is None
     with pytest.raises(ValueError, match="item"):
         fit_ranking_partitioned([str(f)], read_copy, InlineMemory(), None, None)
+
+
+def test_rows_kept_by_the_first_read_give_the_fit_of_a_second_read(tmp_path: Path) -> None:
+    """The pipeline's fused read (issue #36 part 3): each file is read once, validated, copied, and its rows kept in
+    memory (``read_check_copy(encode=keep_local)`` held by the executor); the fit then builds its blocks from what was
+    kept and skips the scan. On the family of folders (both outlier modes, in this process and on Dask workers) and
+    a folder with numeric ids (Dask on the first folder only, for time), every table must equal the fit that reads the copies again."""
+    from crowdflow.contracts.tables import INPUTS
+    from crowdflow.ranking.passes import LocalRows, keep_local
+    from crowdflow.storage.datasets import CopiedPartition, list_partitions, read_check_copy, read_copy
+
+    def folder(parts: list[pd.DataFrame], name: str) -> list[Any]:
+        src = tmp_path / name / "src"
+        src.mkdir(parents=True)
+        for k, p in enumerate(parts):
+            p.to_parquet(src / f"part-{k:03d}.parquet", index=False)
+        return list_partitions(str(src), None)
+
+    numeric = pd.DataFrame(  # numeric ids: the contract makes them strings, the kept path applies
+        {
+            "annotator": ["a", "b", "c", "a"],
+            "item_a": [1, 2, 3, 3],
+            "item_b": [2, 3, 1, 2],
+            "outcome": [1.0, -2, 0.5, 1],
+        }
+    )
+    cases = [_shape(seed)[0] for seed in range(1, N_SHAPES, 4)] + [[numeric.iloc[:2], numeric.iloc[2:]]]
+    cluster, client, dask_map = _dask_executor()
+    kept_somewhere = fallback = 0
+    with cluster, client:
+        for c, parts in enumerate(cases):
+            listed = folder(parts, f"c{c}")
+            for name, ex in (("memory", InlineMemory()), ("dask", dask_map(client)))[: 2 if c == 0 else 1]:
+                copy = partial(read_check_copy, schema=INPUTS["comparisons"], folder=str(tmp_path / f"copies{c}{name}"))
+                handles = hold(ex, partial(copy, encode=keep_local), listed)
+                light = ex(on_held(CopiedPartition.light), handles)
+                kept = ex(on_held(_kept_rows), handles)
+                kept_somewhere += sum(isinstance(k, LocalRows) for k in kept)
+                fallback += sum(k is None for k in kept)
+                assert all(cp.kept is None for cp in light)
+                copies = [cp.path for cp in light]
+                scans = [cp.summary for cp in light]
+                for outliers in ("none", "trimmed"):
+                    out_a, out_b = (str(tmp_path / f"{x}{c}{name}{outliers}") for x in "ab")
+                    again = fit_ranking_partitioned(copies, read_copy, ex, None, out_a, outliers=outliers,
+                                                    allow_disconnected=True)  # fmt: skip
+                    if outliers == "trimmed":  # the held handles are released by the fit that takes them
+                        handles = hold(ex, partial(copy, encode=keep_local), listed)
+                    fused = fit_ranking_partitioned(copies, read_copy, ex, None, out_b, outliers=outliers,
+                                                    allow_disconnected=True, held=handles, scans=scans)  # fmt: skip
+                    pd.testing.assert_frame_equal(again.ranking, fused.ranking, check_exact=True)
+                    pd.testing.assert_frame_equal(again.diagnostics, fused.diagnostics, check_exact=True)
+                    assert again.n_outliers == fused.n_outliers and again.passes == fused.passes, (c, name)
+                    for fa, fb in zip(again.row_files, fused.row_files, strict=True):
+                        pd.testing.assert_frame_equal(pd.read_parquet(fa), pd.read_parquet(fb), check_exact=True)
+    assert kept_somewhere > 0 and fallback == 0
+    # a file the Arrow checks refuse (a self comparison) keeps nothing: the fit reads its copy and names the error
+    bad = pd.DataFrame({"annotator": ["a", "b"], "item_a": ["x", "y"], "item_b": ["y", "y"], "outcome": [1.0, 2.0]})
+    listed = folder([bad], "bad")
+    copy = partial(
+        read_check_copy, schema=INPUTS["comparisons"], folder=str(tmp_path / "copies-bad"), encode=keep_local
+    )
+    ex = InlineMemory()
+    handles = hold(ex, copy, listed)
+    assert handles[0].kept is None and handles[0].summary is None
+    with pytest.raises(ValueError, match="item"):
+        fit_ranking_partitioned([handles[0].path], read_copy, ex, None, None, held=handles, scans=[None])
+
+
+def _kept_rows(cp: Any) -> Any:
+    return cp.kept
