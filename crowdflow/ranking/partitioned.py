@@ -10,7 +10,9 @@ function bound with :func:`functools.partial`, so it pickles to worker processes
 oriented outcome and the weight, rows grouped by pair: :mod:`crowdflow.ranking.held`) into blocks that the executor
 holds across the passes (:func:`crowdflow.executors.hold`: persisted futures in the Dask workers' memory); every
 edge-sum and histogram pass is one compiled loop over the held rows, and the final write pass reads the partitions
-again. Each pass returns a compact summary:
+again. The pipeline skips the first two reads (``held=`` and ``scans=``): its validate-and-copy pass keeps each
+file's rows in the worker's memory (:func:`~crowdflow.ranking.passes.keep_local`) and scans them there, and the
+blocks are built from what it kept. Each pass returns a compact summary:
 
 1. *scan*: the distinct item ids, the row count and the distinct ``|y|`` (at most 3). The flow sorts the
    union of the ids with :func:`~crowdflow.labels.natural_order`, the order
