@@ -147,11 +147,17 @@ def _partitioned_ranking(spec: RankingPipeline, run_id: str) -> dict[str, Any]:
         )
         clock.lap("ingest_validate")
         connectivity = spec.checks.connectivity_for("ranking")
+        rows = "residuals" if opts.outliers == "none" else "outliers"
         fit = fit_ranking_on_workers(
-            copied, executor, opts, str(Path(scratch) / "rows"), allow_disconnected=connectivity == "warn"
+            copied,
+            executor,
+            opts,
+            str(Path(scratch) / "rows"),
+            allow_disconnected=connectivity == "warn",
+            table=rows,
+            part_run_id=run_id if spec.output.layout == "hive" else None,
         )
         clock.lap("fit")
-        rows = "residuals" if opts.outliers == "none" else "outliers"
         tables = {"ranking": fit.ranking, "components": fit.diagnostics}
         metrics: dict[str, Any] = {"n_items": len(fit.ranking), "n_components": fit.graph.n_components}
         if opts.outliers != "none":

@@ -18,7 +18,7 @@ import pandas as pd
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
-from crowdflow.contracts.tables import INPUTS
+from crowdflow.contracts.tables import INPUTS, OUTPUTS
 from crowdflow.executors import MapFn, fold, hold, holds, on_held, release
 from crowdflow.personal_models import PersonalModelsOptions, PersonalModelsResult
 from crowdflow.personal_models.partitioned import fit_personal_models_partitioned, scan_agents
@@ -43,6 +43,7 @@ from crowdflow.storage.datasets import (
     read_check_copy,
     read_copy,
 )
+from crowdflow.storage.run_store import write_final_part
 from schemas.validation import ValidationReport, combined_message, require_all_valid, validate_loaded
 from tasks.artifacts import markdown
 from tasks.progress import fit_progress
@@ -283,13 +284,23 @@ def _report_validation(kind: str, parts: list[Partition], reports: list[Validati
 
 @task(name="fit-ranking-partitioned", cache_policy=NONE)
 def fit_ranking_on_workers(
-    copied: CopiedInput, executor: MapFn, options: RankingOptions, out_dir: str, allow_disconnected: bool
+    copied: CopiedInput,
+    executor: MapFn,
+    options: RankingOptions,
+    out_dir: str,
+    allow_disconnected: bool,
+    table: str,
+    part_run_id: str | None,
 ) -> PartitionedRankingResult:
-    """HodgeRank (and the trimmed outlier rule) in passes over the held rows (or the copies); row outputs written by
-    the workers."""
+    """HodgeRank (and the trimmed outlier rule) in passes over the held rows (or the copies); the row table
+    (``table``: residuals or outliers) written by the workers in its final form for the run (``part_run_id``: the
+    run id for the hive layout, None for flat), which the export then moves (:func:`write_final_part`)."""
     o = options.model_copy(update={"allow_disconnected": allow_disconnected and options.allow_disconnected})
     copies = copied.copies
-    fit = fit_ranking_partitioned(copies, read_copy, executor, o, out_dir, held=copied.kept, scans=copied.summaries)
+    write = functools.partial(write_final_part, name=table, schema=OUTPUTS["ranking"].get(table), run_id=part_run_id)
+    fit = fit_ranking_partitioned(
+        copies, read_copy, executor, o, out_dir, held=copied.kept, scans=copied.summaries, write_part=write
+    )
     get_run_logger().info(
         "%s on %d items from %d comparisons in %d files: %d passes, %d outliers",
         options.outliers,

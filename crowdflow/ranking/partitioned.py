@@ -110,6 +110,7 @@ from crowdflow.ranking.passes import (
     _scan_part,
     _write_part,
     _Written,
+    to_parquet,
 )
 from crowdflow.ranking.scale import (
     LTS_KEEP,
@@ -628,6 +629,7 @@ def fit_ranking_partitioned(
     write_rows: Literal["outliers", "all"] | None = None,
     held: Sequence[Any] | None = None,
     scans: Sequence[Scan | None] | None = None,
+    write_part: Callable[[pd.DataFrame, str], Any] = to_parquet,
     **overrides: Any,
 ) -> PartitionedRankingResult:
     """HodgeRank and the trimmed outlier rule over partitions, by passes (module docstring for the math).
@@ -660,6 +662,10 @@ def fit_ranking_partitioned(
         from memory instead of a second read of the copies; the handles are released once the blocks are held.
     scans : sequence, optional
         The first read's scans (one per partition, None where it made none): the scan pass reads only the others.
+    write_part : callable
+        ``write_part(rows, path)`` writes one partition's row file on the worker (picklable; default
+        :func:`~crowdflow.ranking.passes.to_parquet`; the pipeline passes its writer of final parts, which the export
+        then moves instead of rewriting).
     **overrides
         Fields of :class:`RankingOptions`.
 
@@ -763,7 +769,9 @@ def fit_ranking_partitioned(
             os.makedirs(out_dir, exist_ok=True)
         write_all = (write_rows or ("outliers" if robust else "all")) == "all"
         ps.count += 1
-        fn = partial(_write_part, read, ps.ctx, score, g.component, g.n_components, flags.rule, out_dir, write_all)
+        fn = partial(
+            _write_part, read, ps.ctx, score, g.component, g.n_components, flags.rule, out_dir, write_all, write_part
+        )
         res: list[_Written] = executor(fn, list(enumerate(parts)))
         files = [r.path for r in res if r.path is not None]
         written = [r.n_written for r in res]

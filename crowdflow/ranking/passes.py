@@ -32,11 +32,16 @@ from crowdflow.ranking.held import (
 )
 from crowdflow.ranking.types import _str
 
-__all__ = ["SKETCH_BINS", "SKETCH_DECADES", "EdgeSums", "LocalRows", "Scan", "keep_local"]
+__all__ = ["SKETCH_BINS", "SKETCH_DECADES", "EdgeSums", "LocalRows", "Scan", "keep_local", "to_parquet"]
 
 
 def _identity(part: pd.DataFrame) -> pd.DataFrame:
     return part  # the reader of fit_trimmed's single in-memory partition
+
+
+def to_parquet(rows: pd.DataFrame, path: str) -> None:
+    """The default writer of the final pass's row files: the frame as it is."""
+    rows.to_parquet(path, index=False)
 
 
 @dataclass(frozen=True)
@@ -455,13 +460,15 @@ def _write_part(
     rule: _Rule | None,
     out_dir: str | None,
     write_all: bool,
+    write: Callable[[pd.DataFrame, str], Any],
     job: tuple[int, Any],
 ) -> _Written:
-    """Final pass: residuals against the reported scores and flags; writes ``part-<k>.parquet``."""
+    """Final pass: residuals against the reported scores and flags; ``write(rows, path)`` writes
+    ``part-<k>.parquet`` (:func:`to_parquet`, or the pipeline's writer of final parts)."""
     k, part = job
     ap = _arrow_part(read, part)
     if ap is not None:
-        return _write_arrow(ap, ctx, theta, component, n_components, rule, out_dir, write_all, k, part)
+        return _write_arrow(ap, ctx, theta, component, n_components, rule, out_dir, write_all, write, k, part)
     rows = _read_rows(read, ctx, part)
     df = rows.df
     flag = ~rule.keep(rows.u, rows.v, rows.yo) if rule is not None else np.zeros(len(df), dtype=bool)
@@ -489,7 +496,7 @@ def _write_part(
             }
         )[slice(None) if write_all else flag].reset_index(drop=True)
         path = os.path.join(out_dir, f"part-{k:05d}.parquet")
-        table.to_parquet(path, index=False)
+        write(table, path)
         n_written = len(table)
     return _Written(path, len(df), n_written, out_count, out_weight, ann)
 
@@ -526,6 +533,7 @@ def _write_arrow(
     rule: _Rule | None,
     out_dir: str | None,
     write_all: bool,
+    write: Callable[[pd.DataFrame, str], Any],
     k: int,
     part: Any,
 ) -> _Written:
@@ -566,6 +574,6 @@ def _write_arrow(
             }
         )
         path = os.path.join(out_dir, f"part-{k:05d}.parquet")
-        table.to_parquet(path, index=False)
+        write(table, path)
         n_written = len(table)
     return _Written(path, m, n_written, out_count, out_weight, ann)

@@ -192,6 +192,51 @@ def written_frame(df: pd.DataFrame, schema: pa.Schema | None = None) -> pd.DataF
     return out
 
 
+#: Parquet key-value metadata of a part written in its final form by :func:`write_final_part`.
+FINAL_PART_KEY = b"crowdflow.final_part"
+
+
+def final_part(df: pd.DataFrame, name: str, schema: pa.Schema | None, run_id: str | None) -> pa.Table:
+    """One part of a table the workers write, as the run stores it: **the one rule for such parts**.
+
+    :func:`crowdflow.contracts.missing.with_reasons` (a NaN must be explained; a float table gets its
+    ``missing_reason`` column), the table's schema when it has one, and, for the hive layout (``run_id`` given),
+    the run id column.
+    """
+    return _to_arrow(with_reasons({name: df})[name], schema, run_id)
+
+
+def write_final_part(df: pd.DataFrame, path: str, name: str, schema: pa.Schema | None, run_id: str | None) -> int:
+    """Write a worker's part of table ``name`` in its final form (:func:`final_part`), marked as such, so that
+    :func:`write_run` moves it into the run instead of reading and rewriting it; returns its rows.
+
+    The mark (Parquet metadata ``crowdflow.final_part``) names the table and the run id the part was made for; a
+    part whose mark does not match what the export expects is rewritten as any other part.
+    """
+    table = final_part(df, name, schema, run_id)
+    mark = json.dumps({"table": name, "run_id": run_id}).encode()
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), FINAL_PART_KEY: mark})
+    pq.write_table(table, path)
+    return int(table.num_rows)
+
+
+def _final_rows(src: str, name: str, run_id: str | None) -> int | None:
+    """The rows of a part :func:`write_final_part` made for this table and run, or None (the part is rewritten)."""
+    meta = pq.read_metadata(src)
+    mark = (meta.metadata or {}).get(FINAL_PART_KEY)
+    if mark is None or json.loads(mark) != {"table": name, "run_id": run_id}:
+        return None
+    return int(meta.num_rows)
+
+
+def _place(src: str, target: Path) -> None:
+    """Move a finished part into the staging folder (a rename; a copy and delete across file systems)."""
+    try:
+        os.replace(src, target)
+    except OSError:
+        shutil.move(src, target)
+
+
 def write_parquet(df: pd.DataFrame, path: Path, schema: pa.Schema | None = None) -> int:
     """Write one table atomically (temp name + rename); returns its row count."""
     table = _to_arrow(df, schema)
@@ -263,8 +308,9 @@ def write_run(
         Hive partition date (default: :func:`run_date_of` the run id).
     datasets : mapping of name → list of paths, optional
         Tables already written as Parquet parts by the workers of a partitioned run: each part, one at a time,
-        goes through :func:`crowdflow.contracts.missing.with_reasons` and the table's schema into the run folder as
-        ``<name>/part-<k>.parquet`` (flat layout only), so no process ever holds the whole table.
+        goes through :func:`final_part` (the missing-value rule and the table's schema) into the run folder as
+        ``<name>/part-<k>.parquet`` (a hive part's folder with the hive layout), so no process ever holds the whole
+        table; a part the worker already wrote by :func:`write_final_part` for this table and run is moved as is.
 
     Returns
     -------
@@ -341,15 +387,22 @@ def write_run(
                 folder, suffix = _pending(parts[name]), ".pending"
             folder.mkdir(parents=True)
             rows = 0
-            for k, src in enumerate(files):  # one part in memory at a time, through the same missing-value rule
-                piece = with_reasons({name: pq.read_table(src).to_pandas()})[name]
+            part_run = None if layout == "flat" else run_id
+            for k, src in enumerate(files):  # one part in memory at a time, through the same rule (final_part)
                 target = folder / f"part-{k:05d}.parquet{suffix}"
-                if layout == "flat":
-                    rows += write_parquet(piece, target, (schemas or {}).get(name))
-                else:
-                    table = _to_arrow(piece, (schemas or {}).get(name), run_id)
-                    pq.write_table(table, target)
-                    rows += table.num_rows
+                done = _final_rows(src, name, part_run)
+                if done is not None:  # written in its final form by the worker: moved, not read
+                    _place(src, target)
+                    rows += done
+                    continue
+                piece = pq.read_table(src)
+                if FINAL_PART_KEY in (piece.schema.metadata or {}) and RUN_ID_COLUMN in piece.column_names:
+                    piece = piece.drop_columns([RUN_ID_COLUMN])  # made for another run: its id is not this run's
+                table = final_part(piece.to_pandas(), name, (schemas or {}).get(name), part_run)
+                tmp = target.with_name(target.name + ".tmp")
+                pq.write_table(table, tmp)
+                os.replace(tmp, target)
+                rows += table.num_rows
                 os.unlink(src)
             if layout == "flat":
                 outputs[name] = {"path": f"{name}/", "rows": rows, "parts": len(files)}
