@@ -410,17 +410,13 @@ def _write_consensus(
     ok: np.ndarray,
     truth: pd.DataFrame | None,
 ) -> ConsensusPart:
-    import pyarrow.parquet as pq
-
-    from crowdflow.storage.run_store import written_frame
+    from crowdflow.storage.run_store import write_final_part
 
     cols = ["task", "label", "confidence", "n_labels", "fallback"]
     frame = with_reasons({"consensus": table[cols].reset_index(drop=True)})["consensus"]
-    schema = OUTPUTS["skills"]["consensus"]
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    import pyarrow as pa
-
-    pq.write_table(pa.Table.from_pandas(written_frame(frame, schema), schema=schema, preserve_index=False), out)
+    # the run's rule for worker parts (missing reasons, schema), marked: a flat run's export moves the file
+    write_final_part(frame, out, "consensus", OUTPUTS["skills"]["consensus"], None)
     agree = np.bincount(
         lm.worker_idx, weights=(lm.class_idx == winner[lm.task_idx]).astype(np.float64), minlength=lm.n_workers
     )
