@@ -44,11 +44,14 @@ DENSE_OPERATOR_MAX = 2000
 
 @compiled_kernel
 def _fill_dense(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, diag: np.ndarray, out: np.ndarray) -> None:
-    """out += diag(diag) + the stored entries (duplicates added)."""
-    n = indptr.size - 1
-    for i in range(n):
+    """out += diag(diag) + A + Aᵀ for A the strict upper triangle in CSR arrays (``data`` empty: every entry 1)."""
+    unit = data.size == 0
+    for i in range(indptr.size - 1):
         for p in range(indptr[i], indptr[i + 1]):
-            out[i, indices[p]] += data[p]
+            j = indices[p]
+            a = 1.0 if unit else data[p]
+            out[i, j] += a
+            out[j, i] += a
         out[i, i] += diag[i]
 
 
@@ -62,30 +65,39 @@ def _apply(
     x: np.ndarray,
     y: np.ndarray,
 ) -> None:
-    """y = (diag(diag) + A) x: A from its CSR arrays (unsigned indices: no wrap-around test in the inner loop; an
-    empty ``data`` means every stored entry is 1), or y = dense · x when a dense copy (diag included) is given."""
+    """y = (diag(diag) + A + Aᵀ) x for A the strict upper triangle of a symmetric matrix in CSR arrays (each stored
+    pair read once, for both of its entries; unsigned indices: no wrap-around test in the inner loop; an empty
+    ``data`` means every stored entry is 1), or y = dense · x when a dense copy (all of it) is given."""
     n = x.size
     if dense.shape[0] == n and n > 0:
         np.dot(dense, x, y)
         return
     unit = data.size == 0
     for i in range(n):
-        acc = 0.0
+        y[i] = 0.0
+    for i in range(n):
+        xi = x[i]
+        acc = diag[i] * xi
         if unit:
             for p in range(indptr[i], indptr[i + 1]):
-                acc += x[indices[p]]
+                j = indices[p]
+                acc += x[j]
+                y[j] += xi
         else:
             for p in range(indptr[i], indptr[i + 1]):
-                acc += data[p] * x[indices[p]]
-        y[i] = diag[i] * x[i] + acc
+                j = indices[p]
+                a = data[p]
+                acc += a * x[j]
+                y[j] += a * xi
+        y[i] += acc
 
 
 @dataclass(frozen=True)
 class _Operator:
-    """diag(diag) + A for a symmetric A without stored diagonal, applied by :func:`_apply` from its CSR arrays
-    (``data`` empty when every entry is 1), or through ``dense`` (diag included; 0 × 0 when not used) when A fills
-    at least a quarter of its entries and n ≤ :data:`DENSE_OPERATOR_MAX`. ``norm1`` = max_i (|diag_i| + Σ_j |a_ij|)
-    bounds its 2-norm."""
+    """diag(diag) + A for a symmetric A without stored diagonal, applied by :func:`_apply` from the CSR arrays of its
+    strict upper triangle (``data`` empty when every entry is 1, float32 when that is exact), or through ``dense``
+    (diag included; 0 × 0 when not used) when A fills at least a quarter of its entries and n ≤
+    :data:`DENSE_OPERATOR_MAX`. ``norm1`` = max_i (|diag_i| + Σ_j |a_ij|) bounds its 2-norm."""
 
     indptr: np.ndarray
     indices: np.ndarray
@@ -107,23 +119,30 @@ class _Operator:
             if not signless:
                 np.add.at(diag, rows[on_diag], np.asarray(m.data[on_diag], dtype=np.float64))
             m = without_diagonal(m)
-        del rows, on_diag
+            rows = np.repeat(np.arange(n, dtype=m.indices.dtype), np.diff(m.indptr))
+        del on_diag
         data = np.asarray(m.data, dtype=np.float64)
         sums = np.asarray(m.sum(axis=1, dtype=np.float64)).ravel()
         abs_sums = sums if data.min(initial=0.0) >= 0 else np.asarray(abs(m).sum(axis=1, dtype=np.float64)).ravel()
         if signless:
             diag = sums
         norm1 = float(np.max(np.abs(diag) + abs_sums)) if n else 0.0
-        dense = np.zeros((0, 0))
-        if 0 < n <= DENSE_OPERATOR_MAX and 4 * m.nnz >= n * n:
-            dense = np.zeros((n, n))
-            _fill_dense(m.indptr, m.indices, data, diag, dense)
-        unsigned = np.uint32 if m.indices.dtype == np.int32 else np.uint64
+        # the strict upper triangle: A is symmetric, so each pair is stored (and read) once
+        up = m.indices > rows
+        indptr = np.zeros(n + 1, dtype=np.uint64)
+        np.cumsum(np.bincount(rows[up], minlength=n), out=indptr[1:])
+        indices = m.indices[up].view(np.uint32 if m.indices.dtype == np.int32 else np.uint64)
+        data = data[up]
+        del rows, up
         if np.all(data == 1.0):
             data = np.zeros(0)
         elif np.all(data.astype(np.float32) == data):  # co-label counts: 4 bytes an entry, the same products
             data = data.astype(np.float32)
-        return cls(m.indptr.astype(np.uint64), m.indices.view(unsigned), data, diag, dense, norm1)
+        dense = np.zeros((0, 0))
+        if 0 < n <= DENSE_OPERATOR_MAX and 4 * m.nnz >= n * n:
+            dense = np.zeros((n, n))
+            _fill_dense(indptr, indices, data, diag, dense)
+        return cls(indptr, indices, data, diag, dense, norm1)
 
     def __matmul__(self, x: np.ndarray) -> np.ndarray:
         y = np.empty(self.diag.size)
