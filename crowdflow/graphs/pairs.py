@@ -83,7 +83,7 @@ def pair_counts(
     tptr = np.asarray(task_indptr, dtype=np.int64)
     k = np.diff(tptr)
     n_pairs = float(np.dot(k, k - 1)) / 2 if k.size else 0.0
-    if w * w <= _DENSE_PAIRS_MAX and w * w <= 8 * n_pairs:
+    if w * w <= _DENSE_PAIRS_MAX and w * w <= _DENSE_CELLS_PER_PAIR * n_pairs:
         acc = np.zeros(w * (w - 1) // 2, dtype=np.int64 if agree else np.int32)
         indptr, indices, n_data, a_data = _pair_count_dense(tptr, worker, cls, w, acc, agree)
         del acc
@@ -98,6 +98,9 @@ def pair_counts(
 
 #: Largest W² for which :func:`pair_counts` accumulates in a dense table of the pairs (int64 N + 2³²·Agree: 64 MB).
 _DENSE_PAIRS_MAX = 1 << 24
+#: ... and for which W² ≤ this many times the pairs of labels (a table much larger than the pairs it counts is slower
+#: to read out than the row kernel).
+_DENSE_CELLS_PER_PAIR = 8
 
 
 @compiled_kernel
