@@ -16,8 +16,6 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from crowdflow.compiled import compiled_kernel
-
 log = logging.getLogger(__name__)
 
 DuplicatePolicy = Literal["error", "keep_last", "keep_first"]
@@ -286,50 +284,13 @@ def encode_labels(labels: pd.DataFrame, classes: list[str] | None = None) -> Lab
 def task_major_order(task_idx: np.ndarray, worker_idx: np.ndarray, n_workers: int) -> tuple[np.ndarray, np.ndarray]:
     """Stable order of the entries by (task, worker) and the sorted keys task·W + worker.
 
-    Returns the identity without sorting when the entries are already in that order. Codes in a range of at most
-    4 × entries + 1024 (dense codes: always) are ordered by two stable counting sorts, worker then task
-    (:func:`_counting_order`, O(entries + range), 4-8× faster than a comparison sort of 10^6 keys in no order);
-    others by a stable ``argsort`` of the keys. Both give the one stable order of the keys.
+    Returns the identity without sorting when the entries are already in that order.
     """
-    task = np.asarray(task_idx, dtype=np.int64)
-    worker = np.asarray(worker_idx, dtype=np.int64)
-    w = max(int(n_workers), 1)
-    key = task * w + worker
+    key = np.asarray(task_idx, dtype=np.int64) * max(int(n_workers), 1) + np.asarray(worker_idx, dtype=np.int64)
     if key.size < 2 or bool(np.all(key[1:] >= key[:-1])):
         return np.arange(key.size), key
-    span = 4 * key.size + 1024
-    t_max, w_max = int(task.max()), int(worker.max())
-    if int(task.min()) >= 0 and int(worker.min()) >= 0 and w_max < w and t_max < span and w_max < span:
-        order = _counting_order(task, worker, t_max + 1, w_max + 1)
-    else:
-        order = np.argsort(key, kind="stable")
+    order = np.argsort(key, kind="stable")
     return order, key[order]
-
-
-@compiled_kernel
-def _counting_order(task: np.ndarray, worker: np.ndarray, n_task_codes: int, n_worker_codes: int) -> np.ndarray:
-    """Stable order by (task, worker) of non-negative codes: a stable counting sort by worker, then by task (LSD)."""
-    n = task.size
-    count = np.zeros(max(n_task_codes, n_worker_codes) + 1, dtype=np.int64)
-    for i in range(n):
-        count[worker[i] + 1] += 1
-    for c in range(n_worker_codes):
-        count[c + 1] += count[c]
-    by_worker = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        by_worker[count[worker[i]]] = i
-        count[worker[i]] += 1
-    count[:] = 0
-    for i in range(n):
-        count[task[i] + 1] += 1
-    for c in range(n_task_codes):
-        count[c + 1] += count[c]
-    out = np.empty(n, dtype=np.int64)
-    for q in range(n):
-        i = by_worker[q]
-        out[count[task[i]]] = i
-        count[task[i]] += 1
-    return out
 
 
 def encode_canonical(

@@ -1,7 +1,8 @@
 """Issue #36's compiled kernels of the PGD path against brute force, over a family of small shapes.
 
 Pair counts (both kernels, with and without the agreements) against a Python loop over every pair of labels of
-every task; the (task, worker) order against a stable argsort; the signless-Laplacian operator of the spectral
+every task; the (task, worker) order they are grouped by against a stable argsort (its already-sorted shortcut and
+duplicate keys); the signless-Laplacian operator of the spectral
 diagnostics against scipy's L_s; the fused mat-vec of the ``scaled`` solver against scipy's ``csr_matvec``, bit for
 bit. Shapes: 1-40 workers, 2-6 classes, one class only (every pair agrees), Zipf-skewed activity, tasks with one or
 two labellers only, isolated workers, empty tasks.
