@@ -77,10 +77,13 @@ def explain_missing(
         df[MISSING_REASON] = pd.Series(pd.NA, index=df.index, dtype="string")
     if not cols or df.empty:
         return df
+    mask = None if where is None else np.asarray(where, dtype=bool)
+    if mask is not None and not mask.any():  # no row to explain: skip the per-column NaN scan
+        return df
     isna = np.column_stack([pd.isna(df[c]).to_numpy() for c in cols])
     rows = isna.any(axis=1)
-    if where is not None:
-        rows &= np.asarray(where, dtype=bool)
+    if mask is not None:
+        rows &= mask
     if not rows.any():
         return df
     # a table holds a few distinct reasons over many rows: each new text is built once per (previous text, pattern of

@@ -21,7 +21,7 @@ from crowdflow._typing import SparseMatrix
 from crowdflow.graphs import Components, GraphStructure, graph_structure, restrict_to, without_diagonal
 from crowdflow.labels import LabelMatrix
 from crowdflow.skills.consensus import skill_box
-from crowdflow.skills.spectra import DENSE_EIG_MAX, signless_lambda_min, top_eigenvalue
+from crowdflow.skills.spectra import DENSE_EIG_MAX, signless_lambda_min, signless_min_pair, top_eigenvalue
 
 
 def witness_cycles(structure: GraphStructure) -> dict[int, np.ndarray]:
@@ -288,8 +288,8 @@ def component_diagnostics(
                 sub_n = pn if whole else pn[s:e, s:e]
                 sub_w = pw if whole else pw[s:e, s:e]
                 unit = sp.csr_matrix((np.ones(sub_n.nnz), sub_n.indices, sub_n.indptr), shape=sub_n.shape)
-                lam_u[c], method[c] = signless_lambda_min(unit, dense_max)
-                lam_w[c], _ = signless_lambda_min(sub_w, dense_max)
+                lam_u[c], method[c], vec = signless_min_pair(unit, dense_max)
+                lam_w[c], _, _ = signless_min_pair(sub_w, dense_max, start=vec)
                 norm2[c] = top_eigenvalue(sp.csr_matrix(sub_n, dtype=np.float64), dense_max)
     else:
         lam_u[:] = np.nan

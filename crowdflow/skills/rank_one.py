@@ -222,17 +222,23 @@ def fit_rank_one(
     k = 0
     tracker = IterationProgress(progress, max_iter, tol)
 
-    # small dense-ish problems: dense mat-vecs (no sparse dispatch overhead; ≤ 8 MB per matrix)
-    if solver == "scaled" and nw <= 1000 and w.nnz >= 0.05 * nw * nw:
-        wc_op: Any = wc.toarray()
-        w_op: Any = w.toarray()
-    else:
-        wc_op, w_op = wc, w
+    # small dense-ish problems: dense mat-vecs (no sparse dispatch overhead; ≤ 8 MB per matrix); otherwise both
+    # products in one compiled pass over the stored entries (:func:`_two_products`: the sums of scipy's CSR mat-vec
+    # in the same order, so the same bits, reading the column indices once)
+    dense = solver == "scaled" and nw <= 1000 and w.nnz >= 0.05 * nw * nw
+    wc_op: Any = wc.toarray() if dense else None
+    w_op: Any = w.toarray() if dense else None
+    ptr = w.indptr.astype(np.uint64)
+    idx = w.indices.view(np.uint32 if w.indices.dtype == np.int32 else np.uint64)
 
     def evaluate(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
         x2 = x * x
-        a = wc_op @ x
-        b = w_op @ x2
+        if dense:
+            a = wc_op @ x
+            b = w_op @ x2
+        else:
+            a, b = np.empty(nw), np.empty(nw)
+            _two_products(ptr, idx, wc.data, w.data, x, x2, a, b)
         return a, b, c0 - 0.5 * float(x @ a) + 0.25 * float(x2 @ b)
 
     if r_max <= 0:  # no edges: nothing to fit
@@ -305,6 +311,30 @@ def fit_rank_one(
         last_step=last_step,
         n_fallback_steps=n_fallback,
     )
+
+
+@compiled_kernel
+def _two_products(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    wc: np.ndarray,
+    w: np.ndarray,
+    x: np.ndarray,
+    x2: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+) -> None:
+    """a = (w∘C^) x and b = w (x∘x) on one CSR pattern in one pass: each row summed from 0 in stored order, as
+    scipy's ``csr_matvec`` sums it (unsigned indices: no wrap-around test in the loop)."""
+    for i in range(a.size):
+        sa = 0.0
+        sb = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            sa += wc[p] * x[j]
+            sb += w[p] * x2[j]
+        a[i] = sa
+        b[i] = sb
 
 
 @compiled_kernel
