@@ -22,7 +22,13 @@ b. **CLI, embedded API**: ``crowdflow run spec.yaml`` as a subprocess with ``PRE
 c. **CLI, running server**: the same command with ``PREFECT_API_URL`` pointing at a ``prefect server start``
    that the benchmark starts (own ``PREFECT_HOME``) and stops by its process id.
 
-Medians of the repeats; the cost of a mode is its median wall time minus its peer's. Step times are the medians
+Medians of the repeats; the cost of a mode is its median wall time minus its peer's. Its cost *net of the Prefect
+and Great Expectations imports* (issue #36) also subtracts the import pair: ``python -c 'import <the library
+call's imports>, prefect.flows, great_expectations'`` minus ``python -c 'import <the library call's imports>'``,
+both measured inside each cell, interleaved with its repeats (one repeat: library process, import pair, one run
+of each mode), so the load of the cell's window is in every term. What a run imports beyond those (Prefect's flow
+and task engines, FastAPI for the flow parameters, matplotlib for the report figures, crowdflow's pipeline
+modules) is not subtracted: it counts as overhead. Step times are the medians
 of the manifest's ``timings`` (ingest + validate, graph check, fit, report); *outside the steps* = wall time
 minus those (imports, API start and stop, Prefect task runs and artifacts, export). The cold-start table times
 ``crowdflow --help``, ``crowdflow validate`` and ``crowdflow run`` on the bundled RTE spec.
@@ -304,7 +310,13 @@ class Server:
 
 
 def measure(
-    jobs: list[str], sizes: list[int], repeats: dict[int, int], modes: list[str], code: Path, work: Path
+    jobs: list[str],
+    sizes: list[int],
+    repeats: dict[int, int],
+    modes: list[str],
+    code: Path,
+    work: Path,
+    cold: bool = True,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     exe = sys.executable
     cli = [exe, "-m", "flows.cli"]
@@ -350,30 +362,43 @@ def measure(
                     res = json.loads(out.split("RESULT ", 1)[1])
                     row["library"] = statistics.median(res["library"])
                     row["a"] = {"wall": statistics.median(res["walls"]), "steps": _median_steps(res["steps"])}
-                if {"b", "c"} & set(modes):
-                    call = LIBRARY_CALL[job].format(path=str(data))
-                    row["library_process"] = statistics.median(
-                        _run([exe, "-c", call], _env(code, home_b), cwd=code)[0] for _ in range(reps)
-                    )
                 spec = write_spec(spec_dict(job, data, work / "out-cli", f"{job}-1e{exp}"), work / f"{job}-{exp}.yaml")
-                for mode in ("b", "c"):
-                    if mode not in modes:
-                        continue
-                    env = _env(code, home_b) if mode == "b" else _env(code, work / "home-c", server and server.url)
-                    walls, steps = [], []
+                cli_modes = [m for m in ("b", "c") if m in modes]
+                if cli_modes:
+                    # one repeat = the library process, the import pair, then one run of each mode: every quantity
+                    # of a cell's net figure is measured in the same window (the load moves between cells)
+                    call = LIBRARY_CALL[job].format(path=str(data))
+                    envs = {
+                        "b": _env(code, home_b),
+                        "c": _env(code, work / "home-c", server.url if server is not None else None),
+                    }
+                    lib, peer, both = [], [], []
+                    walls: dict[str, list[float]] = {m: [] for m in cli_modes}
+                    steps: dict[str, list[dict[str, float]]] = {m: [] for m in cli_modes}
                     for _ in range(reps):
-                        walls.append(_run([*cli, "run", str(spec)], env, cwd=code)[0])
-                        steps.append(_steps(newest_manifest(work / "out-cli", f"{job}-1e{exp}")))
-                    row[mode] = {"wall": statistics.median(walls), "steps": _median_steps(steps)}
+                        lib.append(_run([exe, "-c", call], _env(code, home_b), cwd=code)[0])
+                        pair = _import_pair(code, home_b)
+                        peer.append(pair[0])
+                        both.append(pair[1])
+                        for mode in cli_modes:
+                            walls[mode].append(_run([*cli, "run", str(spec)], envs[mode], cwd=code)[0])
+                            steps[mode].append(_steps(newest_manifest(work / "out-cli", f"{job}-1e{exp}")))
+                    row["library_process"] = statistics.median(lib)
+                    row["imports"] = statistics.median(both) - statistics.median(peer)
+                    for mode in cli_modes:
+                        row[mode] = {"wall": statistics.median(walls[mode]), "steps": _median_steps(steps[mode])}
                 row["load"].append(_load())
                 for mode in ("a", "b", "c"):
                     if mode in row:
-                        peer = row["library"] if mode == "a" else row["library_process"]
-                        row[mode]["beyond"] = row[mode]["wall"] - peer
+                        peer_s = row["library"] if mode == "a" else row["library_process"]
+                        row[mode]["beyond"] = row[mode]["wall"] - peer_s
                         row[mode]["outside"] = row[mode]["wall"] - sum(row[mode]["steps"].values())
+                        if mode != "a" and "imports" in row:
+                            row[mode]["net"] = row[mode]["beyond"] - row["imports"]
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-        extra["cold"] = cold_start(code, home_b, 3)
+        if cold:
+            extra["cold"] = cold_start(code, home_b, 3)
     finally:
         if server is not None:
             server.stop()
@@ -400,18 +425,27 @@ def cold_start(code: Path, home: Path, repeats: int) -> list[dict[str, Any]]:
     return rows
 
 
+PEER_IMPORTS = "import pandas, pyarrow.parquet, crowdflow.skills, crowdflow.ranking"
+
+
+def _import_pair(code: Path, home: Path) -> tuple[float, float]:
+    """Wall seconds of ``python -c 'import <peer's>'`` and of the same plus ``prefect.flows, great_expectations``."""
+    exe, env = sys.executable, _env(code, home)
+    return (
+        _run([exe, "-c", PEER_IMPORTS], env, cwd=code)[0],
+        _run([exe, "-c", PEER_IMPORTS + ", prefect.flows, great_expectations"], env, cwd=code)[0],
+    )
+
+
 def orchestration_imports(code: Path, home: Path, repeats: int) -> float:
     """Seconds a fresh process spends importing Prefect's flow engine and Great Expectations on top of what the
     library call's own process imports (pandas, crowdflow's jobs): median of ``python -c 'import <peer's>, prefect.flows,
     great_expectations'`` minus the median of ``python -c 'import <peer's>'``, measured in the same run. Issue #36
     counts a served run's overhead net of this (a fresh process pays it once, whatever the pipeline does)."""
-    exe, env = sys.executable, _env(code, home)
-    peer = "import pandas, pyarrow.parquet, crowdflow.skills, crowdflow.ranking"
-    both = [[exe, "-c", peer], [exe, "-c", peer + ", prefect.flows, great_expectations"]]
     times: list[list[float]] = [[], []]
     for _ in range(repeats):  # interleaved, so a change of load falls on both
-        for i, cmd in enumerate(both):
-            times[i].append(_run(cmd, env, cwd=code)[0])
+        for i, t in enumerate(_import_pair(code, home)):
+            times[i].append(t)
     net = statistics.median(times[1]) - statistics.median(times[0])
     print(f"Prefect + Great Expectations imports in a fresh process: {net:.2f} s", flush=True)
     return net
@@ -450,7 +484,8 @@ def _key(r: dict[str, Any]) -> tuple[str, int]:
     return (r["job"], r["rows"])
 
 
-def render(data: dict[str, Any], before: dict[str, Any] | None) -> str:
+def render(data: dict[str, Any], before: dict[str, Any] | None, notes: str | None = None) -> str:
+    """The results page; ``notes`` (a hand-written reading, markdown) replaces the default notes of issue #19."""
     rows, extra = data["rows"], data["extra"]
     prior = {_key(r): r for r in (before or {}).get("rows", [])}
     lines = [
@@ -494,9 +529,18 @@ def render(data: dict[str, Any], before: dict[str, Any] | None) -> str:
         if before:
             wb = _worst(before["rows"], mode)
             line += f" {_f(wb[mode]['beyond']) if wb else '–'} ({wb['job']} {wb['rows']:,}) |" if wb else " – |"
-        if imports is None or mode == "a":  # mode a runs in a process that has imported everything already
+        cells = [r for r in rows if mode in r and "net" in r[mode]]
+        if mode == "a" or (imports is None and not cells):  # mode a's process has imported everything already
             line += " – | – |"
+        elif cells:  # the import pair measured inside each cell: the worst net cell
+            wn = max(cells, key=lambda r: r[mode]["net"])
+            net = wn[mode]["net"]
+            line += (
+                f" **{net:.2f}** ({wn['job']} {wn['rows']:,}) | "
+                f"{'–' if target is None else ('**yes**' if net <= target else '**no**')} |"
+            )
         else:
+            assert imports is not None
             net = w[mode]["beyond"] - imports
             line += f" {net:.2f} | {'–' if target is None else ('**yes**' if net <= target else '**no**')} |"
         lines.append(line)
@@ -506,7 +550,13 @@ def render(data: dict[str, Any], before: dict[str, Any] | None) -> str:
             f"Prefect's flow engine and Great Expectations cost **{imports:.2f} s** to import in a fresh process beyond "
             "the library call's own imports (pandas, pyarrow, crowdflow's jobs; median of 5 interleaved pairs, "
             "this run): modes b and c pay it once per process, whatever the pipeline does (issue #36 counts the "
-            "served run net of it).",
+            "served run net of it)."
+            + (
+                " Each cell's *net* subtracts the same import pair measured inside that cell, interleaved with its "
+                "repeats (column *imports s*), so that a change of load between cells does not enter it."
+                if any("imports" in r for r in rows)
+                else ""
+            ),
         ]
     lines += [
         "",
@@ -514,9 +564,16 @@ def render(data: dict[str, Any], before: dict[str, Any] | None) -> str:
         "",
         "| job | rows | data | repeats | load | library s (in process / process) | mode | wall s | **beyond s** |"
         + (" before: beyond s |" if before else "")
-        + " ingest + validate s | graph check s | fit s | report s | outside the steps s |",
-        "|---|---|---|---|---|---|---|---|---|" + ("---|" if before else "") + "---|---|---|---|---|",
+        + " ingest + validate s | graph check s | fit s | report s | outside the steps s |"
+        + (" imports s | **net s** |" if any("imports" in r for r in rows) else "")
+        + (" before: net s |" if any("imports" in r for r in rows) and before else ""),
+        "|---|---|---|---|---|---|---|---|---|"
+        + ("---|" if before else "")
+        + "---|---|---|---|---|"
+        + ("---|---|" if any("imports" in r for r in rows) else "")
+        + ("---|" if any("imports" in r for r in rows) and before else ""),
     ]
+    with_net = any("imports" in r for r in rows)
     for r in rows:
         for mode in MODES:
             if mode not in r:
@@ -531,13 +588,16 @@ def render(data: dict[str, Any], before: dict[str, Any] | None) -> str:
                 + " "
                 + " | ".join(_f(st.get(k)) for k in STEPS)
                 + f" | {m['outside']:.2f} |"
+                + (f" {_f(r.get('imports'))} | **{_f(m.get('net'))}** |" if with_net else "")
+                + (f" {_f(b.get('net')) if b else '–'} |" if with_net and before else "")
             )
-    lines += NOTES.splitlines()
-    lines += ["", "## Cold start (one subprocess per call, wall time, medians of 3)", ""]
-    lines += [
-        "| command | median s | load |" + (" before s |" if before else ""),
-        "|---|---|---|" + ("---|" if before else ""),
-    ]
+    lines += (notes if notes is not None else NOTES).splitlines()
+    if extra.get("cold"):
+        lines += ["", "## Cold start (one subprocess per call, wall time, medians of 3)", ""]
+        lines += [
+            "| command | median s | load |" + (" before s |" if before else ""),
+            "|---|---|---|" + ("---|" if before else ""),
+        ]
     prior_cold = {c["command"]: c for c in (before or {}).get("extra", {}).get("cold", [])}
     for c in extra.get("cold", []):
         b = prior_cold.get(c["command"])
@@ -569,6 +629,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--before", type=Path, help="a --json of an earlier measurement, shown as 'before'")
     ap.add_argument("--from-json", type=Path, help="render a --json of an earlier measurement instead of measuring")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--no-cold", action="store_true", help="skip the cold-start table")
+    ap.add_argument("--notes", type=Path, help="a hand-written reading (markdown) in place of issue #19's notes")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     for name in ("job", "data", "warm", "outdir"):
         ap.add_argument(f"--{name}", help=argparse.SUPPRESS)
@@ -576,9 +638,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child_in_process(args)
         return 0
+    notes = args.notes.read_text() if args.notes else None
     if args.from_json:
         before = json.loads(args.before.read_text()) if args.before else None
-        args.out.write_text(render(json.loads(args.from_json.read_text()), before))
+        args.out.write_text(render(json.loads(args.from_json.read_text()), before, notes))
         return 0
     code = args.code.resolve()
     t0 = time.perf_counter()
@@ -586,7 +649,7 @@ def main(argv: list[str] | None = None) -> int:
     repeats = {e: args.repeats or (3 if e <= 4 else 2) for e in args.sizes}
     with tempfile.TemporaryDirectory(prefix="crowdflow-overhead-") as tmp:
         imports = orchestration_imports(code, Path(tmp), 5)
-        rows, extra = measure(args.jobs, args.sizes, repeats, args.modes, code, Path(tmp))
+        rows, extra = measure(args.jobs, args.sizes, repeats, args.modes, code, Path(tmp), cold=not args.no_cold)
     data = {
         "host": _host(),
         "code": str(code) if code != ROOT else "this checkout",
@@ -600,7 +663,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(data, indent=1))
     before = json.loads(args.before.read_text()) if args.before else None
-    text = render(data, before)
+    text = render(data, before, notes)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)

@@ -24,6 +24,7 @@ from crowdflow.storage.io import LoadedTable
 from crowdflow.storage.manifest import build_manifest, input_record, new_run_id
 from crowdflow.storage.runs import run_history
 from crowdflow.storage.warehouse import redact_url
+from flows.heartbeat import start_beating
 from flows.incremental import IncrementSession
 from tasks.artifacts import report_artifacts, set_pipeline
 from tasks.export import export_run
@@ -53,7 +54,12 @@ class Clock:
 
 
 def run_id_for(run_id: str | None) -> str:
-    """The given run id (validated: one safe folder name, else ``SpecError``) or a new one."""
+    """The given run id (validated: one safe folder name, else ``SpecError``) or a new one.
+
+    Every job flow calls it first: it also starts the flow run's heartbeats when :func:`flows.pipeline.run_spec`
+    started the run (:mod:`flows.heartbeat`; otherwise Prefect's own heartbeat thread runs).
+    """
+    start_beating()
     if run_id is None:
         return new_run_id(str(flow_run.id or "") or None)
     try:

@@ -72,7 +72,13 @@ def run_spec(spec: PipelineBase, run_id: str | None = None, *, in_this_flow: boo
             raise SpecError(str(exc)) from None
     module, name = JOB_FLOWS[spec.job]
     job_flow = getattr(importlib.import_module(module), name)
-    summary: dict[str, Any] = (job_flow.fn if in_this_flow else job_flow)(spec, run_id)
+    if in_this_flow:
+        summary: dict[str, Any] = job_flow.fn(spec, run_id)
+        return summary
+    from flows.heartbeat import own_heartbeats
+
+    with own_heartbeats():  # the flow run's heartbeats stop with its work, not up to 1 s later (flows.heartbeat)
+        summary = job_flow(spec, run_id)
     return summary
 
 

@@ -29,7 +29,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from ortools.graph.python import min_cost_flow
 
 from crowdflow.assignment.flow_backend import _FlowNetwork
 from crowdflow.compiled import compiled_kernel
@@ -152,6 +151,10 @@ def solve_ortools(
     docstring). Returns ``x`` and stats holding ``duals = (a, b, λ)`` in the units of ``u`` (the last
     ones tried, so the caller's certificate decides) and ``float_potentials``.
     """
+    # imported here, not with the module: every pipeline spec imports the assignment package (its options), and
+    # OR-Tools' import (0.05-0.15 s) is only paid by a run that solves a flow
+    from ortools.graph.python import min_cost_flow
+
     pos = u > 0
     umax = float(u[pos].max())
     bits = cost_bits(net.V)
