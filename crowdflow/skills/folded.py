@@ -26,8 +26,8 @@ columns made from it (``n_edges``, ``d_max``, ``D_sum``): NaN with a reason, as 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -39,13 +39,14 @@ from crowdflow.graphs.workers import worker_graph_from_components
 from crowdflow.labels import natural_order
 from crowdflow.skills.fit import SkillsResult, _base_status, fit_metadata, worker_table
 from crowdflow.skills.identifiability import component_diagnostics_pairless
-from crowdflow.skills.increments import FoldedLabels, majority_from_folded
+from crowdflow.skills.increments import LABEL_COUNTS, FoldedLabels, majority_from_folded
 from crowdflow.skills.options import SkillsOptions
 from crowdflow.skills.reasons import explain_missing_skills
-from crowdflow.storage.increment_inputs import Assembled
-from crowdflow.storage.increments import State, read_table, stored_rows_of, write_table
+from crowdflow.storage.increment_inputs import Assembled, folded_input
+from crowdflow.storage.increments import State, read_state, read_table, stored_rows_of, write_table
 
-__all__ = ["FoldedRun", "FoldedSkills", "WorkerFold", "fold_in_store", "folded_skills", "update_workers"]
+__all__ = ["FoldedRun", "FoldedSkills", "WorkerFold", "fold_in_store", "folded_skills", "folded_skills_run",
+           "update_workers"]
 
 #: the columns of the stored per-task table (label fold order)
 TASK_COLUMNS = ("task", "winner", "k", "rep")
@@ -342,7 +343,8 @@ class FoldedRun:
 
     ``records``: the two tables' entries of the next state's ``folds`` (written, committed with the run);
     ``account``: the manifest's ``fold.workers`` (how, why, tasks re-read, stored rows read and scanned);
-    ``gold_rows``: the rows of the gold tasks (``task, worker, label``) when gold tasks were asked for.
+    ``gold_rows``: the rows of the gold tasks (``task, worker, label``) when gold tasks were asked for;
+    ``input``: the manifest's account of the labels input (:func:`folded_skills_run` only).
     """
 
     fit: FoldedSkills
@@ -350,6 +352,7 @@ class FoldedRun:
     account: dict[str, Any]
     stored_rows_read: int
     gold_rows: pd.DataFrame | None = None
+    input: dict[str, Any] = field(default_factory=dict)
 
 
 def fold_in_store(
@@ -448,3 +451,35 @@ def _read_shas(assembled: Assembled) -> list[str]:
     """Content hashes of the files read now."""
     now = set(assembled.read)
     return [sha for sha, e in assembled.files.items() if set(e.paths) & now]
+
+
+def folded_skills_run(
+    store: str | os.PathLike[str],
+    source: str | os.PathLike[str],
+    options: SkillsOptions | None = None,
+    *,
+    columns: Mapping[str, str] | None = None,
+    refresh: Sequence[str] = (),
+    run_id: str | None = None,
+    **overrides: Any,
+) -> FoldedRun:
+    """A folded majority-vote skills fit over every file of ``source`` without the pipeline (the flow's fit step).
+
+    Holds the store's lock, reads and sums the files the store has not seen
+    (:func:`crowdflow.storage.increment_inputs.folded_input`), votes and updates the worker fold
+    (:func:`fold_in_store`), then commits the state with both folds. ``run.fit.result`` holds the tables of a full
+    ``method: mv`` fit (``output_tables(run.fit.result, run.fit.report)``), ``run.input`` the files' account.
+    """
+    if options is None:  # majority vote is the one folded method: the default here
+        overrides = {"method": "mv", **overrides}
+    o = SkillsOptions.resolve(options, **overrides)
+    if o.method != "mv":
+        raise ValueError(f"a folded skills run is majority vote (method mv), not {o.method}")
+    more: dict[str, dict[str, Any]] = {}
+    with folded_input(store, source, "labels", LABEL_COUNTS, columns, refresh, run_id, more_folds=more) as got:
+        run = fold_in_store(store, read_state(store), got, o)
+        more.update(run.records)
+    record = got.record()
+    record["fold"]["workers"] = run.account
+    record["stored_rows_read"] += run.stored_rows_read
+    return replace(run, input=record)
