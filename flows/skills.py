@@ -121,6 +121,7 @@ def _skills_folded(spec: SkillsPipeline, run_id: str, session: IncrementSession)
         review = SkillsReview({}, {"n_changed_vs_majority": 0},
                               {"n_changed_vs_majority": 0, "n_tasks": n_tasks, "changed_vs_majority": []})  # fmt: skip
     else:  # the gold tables from the rows of the gold tasks (stored ones re-read: counted in stored_rows_read)
+        assert run.gold_rows is not None  # asked for with the gold tasks
         review = review_skills(run.gold_rows, cons, truth.df)
     metrics.update(review.metrics)
     comps = checked.report.components

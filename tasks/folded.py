@@ -11,8 +11,8 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
 from crowdflow.checks import CheckMode, GraphChecks, graph_checks
-from crowdflow.contracts.errors import InputError
 from crowdflow.comparison_graphs import comparison_graph_report_from_codes
+from crowdflow.contracts.errors import InputError
 from crowdflow.ranking import ComparisonGraph
 from crowdflow.ranking.folded import FoldedFit, fit_pairs
 from crowdflow.ranking.options import RankingOptions

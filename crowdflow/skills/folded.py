@@ -45,8 +45,15 @@ from crowdflow.skills.reasons import explain_missing_skills
 from crowdflow.storage.increment_inputs import Assembled, folded_input
 from crowdflow.storage.increments import State, read_state, read_table, stored_rows_of, write_table
 
-__all__ = ["FoldedRun", "FoldedSkills", "WorkerFold", "fold_in_store", "folded_skills", "folded_skills_run",
-           "update_workers"]
+__all__ = [
+    "FoldedRun",
+    "FoldedSkills",
+    "WorkerFold",
+    "fold_in_store",
+    "folded_skills",
+    "folded_skills_run",
+    "update_workers",
+]
 
 #: the columns of the stored per-task table (label fold order)
 TASK_COLUMNS = ("task", "winner", "k", "rep")
@@ -83,7 +90,9 @@ class WorkerFold:
         z = np.zeros(0, dtype=np.int64)
         tasks = pd.DataFrame({"task": pd.Series([], dtype=object), "winner": pd.Series([], dtype=object),
                               "k": z.copy(), "rep": pd.Series([], dtype=object)})  # fmt: skip
-        return cls(np.zeros(0, dtype=object), z, z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), z.astype(bool), tasks)
+        return cls(
+            np.zeros(0, dtype=object), z, z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), z.astype(bool), tasks
+        )
 
     def worker_frame(self) -> pd.DataFrame:
         """The per-worker arrays as one table (the increment store's ``mv-workers`` file)."""
@@ -127,7 +136,8 @@ def winners_in_fold_order(consensus: pd.DataFrame, folded: FoldedLabels) -> np.n
     at = pd.Index(consensus["task"].astype(str).to_numpy(dtype=object)).get_indexer(
         np.asarray(folded.tasks.to_pylist(), dtype=object)
     )
-    return consensus["label"].astype(str).to_numpy(dtype=object)[at]
+    out: np.ndarray = consensus["label"].astype(str).to_numpy(dtype=object)[at]
+    return out
 
 
 def update_workers(
@@ -171,7 +181,7 @@ def update_workers(
         _no_duplicates(rows)
         base = WorkerFold.empty()
         fold = _apply(base, fold_tasks, winners, k_after, rows, None, None)
-        return WorkerUpdate(fold, "rebuilt", int(len(set(old["task"]))), len(old), why_rebuild)
+        return WorkerUpdate(fold, "rebuilt", len(set(old["task"])), len(old), why_rebuild)
     prev_tasks = prev.tasks["task"].astype(str).to_numpy(dtype=object)
     at = pd.Index(prev_tasks).get_indexer(fold_tasks)  # -1: a new task
     old_winner = np.where(at >= 0, prev.tasks["winner"].to_numpy(dtype=object)[np.maximum(at, 0)], None)
@@ -302,7 +312,7 @@ def folded_skills(
     n_tasks = np.bincount(task_comp, minlength=g.n_components).astype(np.int64)
     n_lab = np.bincount(g.labels, weights=n_i, minlength=g.n_components).astype(np.int64)
     diag = component_diagnostics_pairless(None, g, partners, strength, skill, status, per_component=(n_lab, n_tasks))
-    n_total, n_t = int(n_i.sum()), int(len(fold.tasks))
+    n_total, n_t = int(n_i.sum()), len(fold.tasks)
     meta = fit_metadata(o, classes, w, n_t, n_total, 0, 0, "flag")
     meta.update(
         {
@@ -441,7 +451,8 @@ def fold_in_store(
         for key, frame in ((WORKERS_KEY, upd.fold.worker_frame()), (TASKS_KEY, upd.fold.tasks))
     }  # fmt: skip
     account = {"how": upd.how, "tasks_reread": upd.tasks_reread, "stored_rows_read": rows_read,
-               "stored_files_scanned": scanned["files"], "stored_rows_scanned": scanned["rows"], **upd.extra}  # fmt: skip
+               "stored_files_scanned": scanned["files"], "stored_rows_scanned": scanned["rows"],
+               **upd.extra}  # fmt: skip
     if upd.why:
         account["why"] = upd.why
     return FoldedRun(fit, records, account, rows_read, gold_rows)

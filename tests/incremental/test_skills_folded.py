@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -93,7 +92,7 @@ def test_folded_skills_equal_a_full_mv_fit_after_every_edit(
     days = restyle_ids(labels_family(seed, n_days=7, tasks_per_day=25), style, seed)
     options: dict[str, Any] = {"tie_break": tie_break, "seed": seed}
     if classes:  # a declared label set with a class nobody uses
-        options["classes"] = sorted({str(v) for d in days for v in d["label"]}) + ["never"]
+        options["classes"] = [*sorted({str(v) for d in days for v in d["label"]}), "never"]
     folder, store = tmp_path / "data", tmp_path / "store"
     for d in range(3):
         write_day(folder, d, days[d])
