@@ -363,7 +363,7 @@ def _ranking_equal(inc: Any, full: Any) -> None:
 
 
 def _skills_equal(inc: Any, full: Any) -> None:
-    """Every table of the folded mv run against the full mv run's (docs/methods/skills.md §7.6): bit for bit but the
+    """Every table of the folded mv run against the full mv run's (docs/methods/skills.md §4.4): bit for bit but the
     distinct-co-labeller columns (NaN with a reason in the folded run)."""
     from crowdflow.skills.reasons import PARTITIONED_MISSING
 
@@ -412,7 +412,7 @@ FLOW_JOBS = {
         _skills_equal,
         "every table of the daily run (`consensus`, `skills`, `components`) **equals the full refit's bit for bit** "
         "but the distinct-co-labeller columns (`n_partners`; `n_edges`, `d_max`, `D_sum`), NaN with a reason "
-        "(docs/methods/skills.md §7.6; the benchmark stops on a difference)",
+        "(docs/methods/skills.md §4.4; the benchmark stops on a difference)",
         "one file read, and of the stored rows only those of the old tasks the day touched (column *stored rows read*)",
     ),
 }

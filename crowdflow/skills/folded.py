@@ -2,7 +2,7 @@
 
 A folded skills run (issue #38) keeps, beside the per-task class counts of :mod:`crowdflow.skills.increments`, a
 **worker fold** (:class:`WorkerFold`) that makes every table of a full majority-vote run except one column exact
-without reading the history's rows (docs/methods/skills.md §7.6):
+without reading the history's rows (docs/methods/skills.md §4.4):
 
 - per worker: ``n_labels`` (a sum over files), ``agree`` = Σ_t 1{the worker's label on t = the vote of t}, and
   ``strength`` = Σ_{t ∋ i} (k_t − 1) (integers), and the worker graph's parity union-find forest
@@ -26,24 +26,28 @@ columns made from it (``n_edges``, ``d_max``, ``D_sum``): NaN with a reason, as 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from crowdflow.graphs import Components, ParityForest, WorkerGraphReport
 from crowdflow.graphs.workers import worker_graph_from_components
 from crowdflow.labels import natural_order
 from crowdflow.skills.fit import SkillsResult, _base_status, fit_metadata, worker_table
 from crowdflow.skills.identifiability import component_diagnostics_pairless
-from crowdflow.skills.increments import LABEL_COUNTS, FoldedLabels, majority_from_folded
+from crowdflow.skills.increments import LABEL_COUNTS, FoldedLabels, text_ids, vote_folded
 from crowdflow.skills.options import SkillsOptions
 from crowdflow.skills.reasons import explain_missing_skills
 from crowdflow.storage.increment_inputs import Assembled, folded_input
-from crowdflow.storage.increments import State, read_state, read_table, stored_rows_of, write_table
+from crowdflow.storage.increments import State, read_state, stored_rows_of, write_table
 
 __all__ = [
     "FoldedRun",
@@ -54,9 +58,6 @@ __all__ = [
     "folded_skills_run",
     "update_workers",
 ]
-
-#: the columns of the stored per-task table (label fold order)
-TASK_COLUMNS = ("task", "winner", "k", "rep")
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,9 @@ class WorkerFold:
         (W,) int64 sums.
     parent, par, rank : numpy.ndarray
         (W,) int64 parity union-find forest over the worker codes; ``odd`` (W,) bool.
-    tasks : pandas.DataFrame
-        ``task, winner, k, rep`` per task of the label fold, in its (text) order.
+    tasks : pyarrow.Table
+        ``task, winner, k, rep`` per task of the label fold, in its (text) order (``rep``: the code of one of its
+        workers); kept in Arrow (a fold of 10^6 tasks is never turned into Python strings).
     """
 
     workers: np.ndarray
@@ -83,16 +85,15 @@ class WorkerFold:
     par: np.ndarray
     rank: np.ndarray
     odd: np.ndarray
-    tasks: pd.DataFrame
+    tasks: pa.Table
 
     @classmethod
     def empty(cls) -> WorkerFold:
         z = np.zeros(0, dtype=np.int64)
-        tasks = pd.DataFrame({"task": pd.Series([], dtype=object), "winner": pd.Series([], dtype=object),
-                              "k": z.copy(), "rep": pd.Series([], dtype=object)})  # fmt: skip
-        return cls(
-            np.zeros(0, dtype=object), z, z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), z.astype(bool), tasks
-        )
+        e = pa.array([], pa.string())
+        tasks = pa.table({"task": e, "winner": e, "k": pa.array([], pa.int64()), "rep": pa.array([], pa.int64())})
+        w = np.zeros(0, dtype=object)
+        return cls(w, z, z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), z.astype(bool), tasks)
 
     def worker_frame(self) -> pd.DataFrame:
         """The per-worker arrays as one table (the increment store's ``mv-workers`` file)."""
@@ -102,14 +103,16 @@ class WorkerFold:
         )  # fmt: skip
 
     @classmethod
-    def from_frames(cls, workers: pd.DataFrame, tasks: pd.DataFrame) -> WorkerFold:
-        def col(name: str, dtype: Any = np.int64) -> np.ndarray:
-            return workers[name].to_numpy(dtype=dtype)
+    def from_tables(cls, workers: pa.Table, tasks: pa.Table) -> WorkerFold:
+        def col(name: str) -> np.ndarray:
+            return np.asarray(workers[name].to_numpy())
 
-        return cls(
-            workers["worker"].astype(str).to_numpy(dtype=object), col("n_labels"), col("agree"), col("strength"),
-            col("parent"), col("par"), col("rank"), col("odd", bool), tasks.reset_index(drop=True),
-        )  # fmt: skip
+        ids = np.asarray(workers["worker"].cast(pa.string()).to_pylist(), dtype=object)
+        text = {c: tasks[c].combine_chunks().cast(pa.string()) for c in ("task", "winner")}
+        table = pa.table({"task": text["task"], "winner": text["winner"], "k": tasks["k"].cast(pa.int64()),
+                          "rep": tasks["rep"].cast(pa.int64())})  # fmt: skip
+        return cls(ids, col("n_labels"), col("agree"), col("strength"), col("parent"), col("par"), col("rank"),
+                   col("odd").astype(bool), table)  # fmt: skip
 
     def forest(self) -> ParityForest:
         return ParityForest(self.parent.copy(), self.par.copy(), self.rank.copy(), self.odd.copy())
@@ -127,25 +130,32 @@ class WorkerUpdate:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _text(values: Any) -> np.ndarray:
-    return np.asarray(pd.Series(values).astype(str).to_numpy(dtype=object), dtype=object)
+Rows = dict[str, pa.Array]
 
 
-def winners_in_fold_order(consensus: pd.DataFrame, folded: FoldedLabels) -> np.ndarray:
-    """The vote of every task of ``folded`` in the fold's (text) order, from the consensus table (any order)."""
-    at = pd.Index(consensus["task"].astype(str).to_numpy(dtype=object)).get_indexer(
-        np.asarray(folded.tasks.to_pylist(), dtype=object)
-    )
-    out: np.ndarray = consensus["label"].astype(str).to_numpy(dtype=object)[at]
-    return out
+def _rows(frame: pd.DataFrame) -> Rows:
+    """``task, worker, label`` of a rows table as Arrow text (ids compared as text, as the encoder does)."""
+    if len(frame) == 0:
+        return {c: pa.array([], pa.string()) for c in ("task", "worker", "label")}
+    return {c: text_ids(frame[c]) for c in ("task", "worker", "label")}
+
+
+def _concat(*parts: Rows) -> Rows:
+    return {c: pa.concat_arrays([p[c] for p in parts]) for c in ("task", "worker", "label")}
+
+
+def _positions(values: pa.Array, within: pa.Array) -> np.ndarray:
+    """Position of each of ``values`` in ``within`` (an Arrow hash lookup), −1 where absent."""
+    out: np.ndarray = pc.index_in(values, value_set=within).fill_null(-1).to_numpy(zero_copy_only=False)
+    return out.astype(np.int64)
 
 
 def update_workers(
     prev: WorkerFold | None,
     folded: FoldedLabels,
-    winners: np.ndarray,
+    winners: pa.Array,
     new_rows: pd.DataFrame,
-    read_stored: Callable[[Sequence[str] | None], pd.DataFrame],
+    read_stored: Callable[[pa.Array | None], pd.DataFrame],
     why_rebuild: str = "",
 ) -> WorkerUpdate:
     """The worker fold after a run (module docstring).
@@ -156,10 +166,10 @@ def update_workers(
         The stored fold when it is valid for an update (files only added since, same options); None: rebuild.
     folded : FoldedLabels
         The label fold after the run (every file).
-    winners : numpy.ndarray
-        The vote of each task of ``folded``, in its order (:func:`winners_in_fold_order`).
+    winners : pyarrow.Array
+        The vote of each task of ``folded``, in its order (:func:`crowdflow.skills.increments.vote_folded`).
     new_rows : pandas.DataFrame
-        ``task, worker, label`` (text) of the files read now (erased workers dropped).
+        ``task, worker, label`` of the files read now (erased workers dropped).
     read_stored : callable
         ``read_stored(tasks)`` → ``task, worker, label`` of the stored (reused) files' rows of those tasks;
         ``None``: every stored row (a rebuild).
@@ -172,108 +182,120 @@ def update_workers(
         A (task, worker) pair answers twice across the files (a folded run counts every row; a full run would
         apply ``duplicates``), naming the pair.
     """
-    fold_tasks = np.asarray(folded.tasks.to_pylist(), dtype=object)
+    tasks = folded.tasks
+    n_t = len(tasks)
     k_after = folded.counts.sum(axis=1).astype(np.int64)
-    new = _as_text(new_rows)
+    new = _rows(new_rows)
     if prev is None:
-        old = _as_text(read_stored(None))
-        rows = pd.concat([old, new], ignore_index=True)
-        _no_duplicates(rows)
-        base = WorkerFold.empty()
-        fold = _apply(base, fold_tasks, winners, k_after, rows, None, None)
-        return WorkerUpdate(fold, "rebuilt", len(set(old["task"])), len(old), why_rebuild)
-    prev_tasks = prev.tasks["task"].astype(str).to_numpy(dtype=object)
-    at = pd.Index(prev_tasks).get_indexer(fold_tasks)  # -1: a new task
-    old_winner = np.where(at >= 0, prev.tasks["winner"].to_numpy(dtype=object)[np.maximum(at, 0)], None)
-    touched = pd.Index(pd.unique(new["task"].to_numpy(dtype=object)))
+        old = _rows(read_stored(None))
+        none = np.full(n_t, -1, dtype=np.int64)
+        fold = _apply(WorkerFold.empty(), tasks, winners, k_after, _concat(old, new), 0, none, none, np.ones(n_t, bool))
+        return WorkerUpdate(fold, "rebuilt", len(pc.unique(old["task"])), len(old["task"]), why_rebuild)
+    prev_tasks = prev.tasks["task"].combine_chunks()
+    at = _aligned(tasks, prev_tasks)  # -1: a new task
     is_old = at >= 0
-    hit = is_old & (touched.get_indexer(fold_tasks) >= 0)
-    moved = is_old & (old_winner != winners)
-    reread = fold_tasks[hit | moved]
-    old = _as_text(read_stored(list(reread))) if reread.size else new.iloc[:0]
-    _no_duplicates(pd.concat([old, new], ignore_index=True))
-    k_before = np.where(at >= 0, prev.tasks["k"].to_numpy(dtype=np.int64)[np.maximum(at, 0)], 0)
-    fold = _apply(prev, fold_tasks, winners, k_after, pd.concat([old, new], ignore_index=True), old, (at, k_before))
+    hit = is_old & np.asarray(pc.is_in(tasks, value_set=pc.unique(new["task"])).to_numpy(zero_copy_only=False))
+    old_winner = prev.tasks["winner"].combine_chunks().take(pa.array(np.maximum(at, 0)))
+    moved = is_old & ~np.asarray(pc.equal(old_winner, winners).to_numpy(zero_copy_only=False), dtype=bool)
+    reread = tasks.filter(pa.array(hit | moved))
+    old = _rows(read_stored(reread)) if len(reread) else _rows(new_rows.iloc[:0])
+    k_prev = prev.tasks["k"].to_numpy()
+    k_before = np.where(is_old, k_prev[np.maximum(at, 0)] if k_prev.size else 0, 0)
+    rows = _concat(old, new)
+    fold = _apply(prev, tasks, winners, k_after, rows, len(old["task"]), at, k_before, ~is_old | hit | moved)
     extra = {"tasks_touched": int(hit.sum()), "tasks_vote_moved_untouched": int((moved & ~hit).sum())}
-    return WorkerUpdate(fold, "updated", int(reread.size), len(old), "", extra)
+    return WorkerUpdate(fold, "updated", len(reread), len(old["task"]), "", extra)
 
 
-def _as_text(rows: pd.DataFrame) -> pd.DataFrame:
-    return pd.DataFrame({c: _text(rows[c]) if len(rows) else np.zeros(0, dtype=object)
-                         for c in ("task", "worker", "label")})  # fmt: skip
+def _aligned(tasks: pa.Array, prev_tasks: pa.Array) -> np.ndarray:
+    """Position of each fold task among the previous fold's tasks (−1: new). Both are in text order; when every new
+    task sorts after the old ones (ids that grow, e.g. dated) the old tasks are the fold's first ones, found by one
+    buffer comparison instead of a hash lookup."""
+    n = len(prev_tasks)
+    if n <= len(tasks) and tasks.slice(0, n).equals(prev_tasks):
+        return np.concatenate([np.arange(n, dtype=np.int64), np.full(len(tasks) - n, -1, dtype=np.int64)])
+    return _positions(tasks, prev_tasks)
 
 
-def _no_duplicates(rows: pd.DataFrame) -> None:
-    dup = rows.duplicated(["task", "worker"], keep=False)
-    if dup.any():
-        first = rows.loc[dup].iloc[0]
-        raise ValueError(
-            f"worker {first['worker']!r} answers task {first['task']!r} more than once across the files "
-            f"({int(dup.sum())} rows in repeated (task, worker) pairs): a folded majority-vote run counts every row, "
-            "so it needs one answer per (task, worker); drop skills.incremental to apply skills.duplicates"
-        )
+def _duplicate_error(rows: Rows, k: int) -> ValueError:
+    task, worker = rows["task"][k].as_py(), rows["worker"][k].as_py()
+    return ValueError(
+        f"worker {worker!r} answers task {task!r} more than once across the files: a folded majority-vote run counts "
+        "every row, so it needs one answer per (task, worker); drop skills.incremental to apply skills.duplicates"
+    )
 
 
 def _apply(
     prev: WorkerFold,
-    fold_tasks: np.ndarray,
-    winners: np.ndarray,
+    tasks: pa.Array,
+    winners: pa.Array,
     k_after: np.ndarray,
-    rows: pd.DataFrame,
-    old: pd.DataFrame | None,
-    before: tuple[np.ndarray, np.ndarray] | None,
+    rows: Rows,
+    n_old: int,
+    at: np.ndarray,
+    k_before: np.ndarray,
+    need: np.ndarray,
 ) -> WorkerFold:
-    """``prev`` with the stored rows ``old`` of the re-read tasks taken out (old vote, old k) and ``rows`` (those
-    tasks' rows and every new row) put in (new vote, new k)."""
+    """``prev`` with the stored rows of the re-read tasks (the first ``n_old`` of ``rows``) taken out (old vote,
+    old k) and every row put in (new vote, new k).
+
+    ``at``: each fold task's position in ``prev.tasks`` (−1: new); ``need``: the tasks ``rows`` covers (the re-read
+    and the new ones), so a row's task is looked up among those only. Raises ``ValueError`` on a repeated
+    (task, worker) pair.
+    """
     workers = prev.workers
-    incoming = pd.unique(rows["worker"].to_numpy(dtype=object))
-    extra = pd.Index(incoming).difference(pd.Index(workers)).to_numpy(dtype=object) if len(incoming) else incoming
-    if extra.size:
-        union = np.concatenate([workers, extra]).astype(object)
+    incoming = set(pc.unique(rows["worker"]).to_pylist()) - set(workers.tolist())
+    if incoming:
+        union = np.concatenate([workers, np.asarray(sorted(incoming), dtype=object)]).astype(object)
         union = union[natural_order(union)]
     else:
         union = workers
     n_w = union.size
-    pos = pd.Index(union).get_indexer(workers)
+    ids = pa.array(union.tolist(), pa.string())
+    pos = _positions(pa.array(workers.tolist(), pa.string()), ids) if workers.size else np.zeros(0, np.int64)
     n_labels, agree, strength = (np.zeros(n_w, dtype=np.int64) for _ in range(3))
     parent, par, rank = np.arange(n_w, dtype=np.int64), np.zeros(n_w, dtype=np.int64), np.zeros(n_w, dtype=np.int64)
     odd = np.zeros(n_w, dtype=bool)
     n_labels[pos], agree[pos], strength[pos] = prev.n_labels, prev.agree, prev.strength
     parent[pos], par[pos], rank[pos], odd[pos] = pos[prev.parent], prev.par, prev.rank, prev.odd
-    code = pd.Index(union)
-    t_index = pd.Index(fold_tasks)
-    if old is not None and before is not None and len(old):
-        at, k_before = before
-        t = t_index.get_indexer(old["task"].to_numpy(dtype=object))
-        w = code.get_indexer(old["worker"].to_numpy(dtype=object))
-        prev_winner = prev.tasks["winner"].to_numpy(dtype=object)[at[t]]
-        np.subtract.at(agree, w, (old["label"].to_numpy(dtype=object) == prev_winner).astype(np.int64))
-        np.subtract.at(strength, w, k_before[t] - 1)
-        n_labels -= np.bincount(w, minlength=n_w)
-    t = t_index.get_indexer(rows["task"].to_numpy(dtype=object))
-    w = code.get_indexer(rows["worker"].to_numpy(dtype=object))
-    if (t < 0).any():
+    idx = np.flatnonzero(need)
+    sub = tasks if idx.size == len(tasks) else tasks.take(pa.array(idx))
+    found = _positions(rows["task"], sub)
+    if (found < 0).any():
         raise ValueError("rows of a task the label fold does not hold (the fold and the rows are out of step)")
-    np.add.at(agree, w, (rows["label"].to_numpy(dtype=object) == winners[t]).astype(np.int64))
-    np.add.at(strength, w, k_after[t] - 1)
+    t = idx[found]
+    w = _positions(rows["worker"], ids)
+    order = np.lexsort((w, t))
+    ts, ws = t[order], w[order]
+    same_pair = (ts[1:] == ts[:-1]) & (ws[1:] == ws[:-1])
+    if same_pair.any():
+        raise _duplicate_error(rows, int(order[1:][same_pair][0]))
+    if n_old:  # the re-read tasks' stored rows leave with their old vote and count
+        t_o, w_o = t[:n_old], w[:n_old]
+        prev_winner = prev.tasks["winner"].combine_chunks().take(pa.array(at[t_o]))
+        same = pc.equal(rows["label"].slice(0, n_old), prev_winner).to_numpy(zero_copy_only=False)
+        np.subtract.at(agree, w_o, np.asarray(same, dtype=np.int64))
+        np.subtract.at(strength, w_o, k_before[t_o] - 1)
+        n_labels -= np.bincount(w_o, minlength=n_w)
+    same = pc.equal(rows["label"], winners.take(pa.array(t))).to_numpy(zero_copy_only=False)
+    agree += np.bincount(w, weights=np.asarray(same, dtype=np.float64), minlength=n_w).astype(np.int64)
+    strength += np.bincount(w, weights=(k_after[t] - 1).astype(np.float64), minlength=n_w).astype(np.int64)
     n_labels += np.bincount(w, minlength=n_w)
     forest = ParityForest(parent, par, rank, odd)
-    if len(rows):
-        order = np.lexsort((w, t))
-        ts, ws = t[order], w[order]
+    if t.size:
         starts = np.flatnonzero(np.r_[True, ts[1:] != ts[:-1]])
-        indptr = np.r_[starts, ts.size].astype(np.int64)
-        forest.merge(ParityForest.from_labels(indptr, ws, n_w))
-    # the per-task table in the fold's order: new tasks take one of their workers as the component's witness
-    rep = np.empty(fold_tasks.size, dtype=object)
-    prev_at = pd.Index(prev.tasks["task"].astype(str).to_numpy(dtype=object)).get_indexer(fold_tasks)
-    have = prev_at >= 0
-    rep[have] = prev.tasks["rep"].to_numpy(dtype=object)[prev_at[have]]
-    if len(rows):
-        rep[t] = rows["worker"].to_numpy(dtype=object)
-    tasks = pd.DataFrame({"task": fold_tasks.astype(str), "winner": winners.astype(str), "k": k_after,
-                          "rep": rep.astype(str)})  # fmt: skip
-    return WorkerFold(union, n_labels, agree, strength, forest.parent, forest.par, forest.rank, forest.odd, tasks)
+        forest.merge(ParityForest.from_labels(np.r_[starts, ts.size].astype(np.int64), ws, n_w))
+    # per task of the fold, one of its workers (its component), as a code into the worker order; new tasks take one
+    # from their rows
+    rep = np.full(len(tasks), -1, dtype=np.int64)
+    have = at >= 0
+    if have.any():
+        rep[have] = pos[prev.tasks["rep"].to_numpy()[at[have]]]
+    rep[t] = w
+    if (rep < 0).any():
+        raise ValueError("a task of the label fold has no worker (the fold and the worker fold are out of step)")
+    table = pa.table({"task": tasks, "winner": winners, "k": pa.array(k_after), "rep": pa.array(rep)})
+    return WorkerFold(union, n_labels, agree, strength, forest.parent, forest.par, forest.rank, forest.odd, table)
 
 
 @dataclass(frozen=True)
@@ -307,7 +329,7 @@ def folded_skills(
     partners = np.full(w, np.nan)
     strength = fold.strength.astype(np.float64)
     table = worker_table(fold.workers, skill, accuracy, np.ones(w), n_i, (partners, strength), g, status, ok)
-    rep = pd.Index(fold.workers).get_indexer(fold.tasks["rep"].to_numpy(dtype=object))
+    rep = fold.tasks["rep"].to_numpy()
     task_comp = g.labels[rep]
     n_tasks = np.bincount(task_comp, minlength=g.n_components).astype(np.int64)
     n_lab = np.bincount(g.labels, weights=n_i, minlength=g.n_components).astype(np.int64)
@@ -336,15 +358,10 @@ def folded_skills(
     return FoldedSkills(result, report)
 
 
-def store_tasks(table: pa.Table | pd.DataFrame) -> pd.DataFrame:
-    """The stored per-task table as the fold reads it back (text columns, int64 ``k``)."""
-    df = table.to_pandas() if isinstance(table, pa.Table) else table
-    return pd.DataFrame({"task": _text(df["task"]), "winner": _text(df["winner"]), "k": df["k"].to_numpy(np.int64),
-                         "rep": _text(df["rep"])})  # fmt: skip
-
-
 #: the increment store's keys (folders) of the worker fold's two tables, beside the label fold
 WORKERS_KEY, TASKS_KEY = "mv-workers", "mv-tasks"
+#: the layout of those tables (a stored worker fold of another layout is rebuilt)
+FOLD_FORMAT = "crowdflow-mv-workers/1"
 
 
 @dataclass(frozen=True)
@@ -389,9 +406,10 @@ def fold_in_store(
     fold = assembled.fold
     assert fold is not None
     kind = "labels"
+    clock = _Clock()
     folded = FoldedLabels.from_frame(fold.table)
-    consensus, ties = majority_from_folded(folded, o.classes, o.tie_break, o.seed)
-    winners = winners_in_fold_order(consensus, folded)
+    consensus, ties, winners = vote_folded(folded, o.classes, o.tie_break, o.seed)
+    clock.lap("vote")
     twice = sorted(p for e in assembled.files.values() if len(e.paths) > 1 for p in e.paths)
     if twice:
         raise ValueError(f"the same file is at several paths of the dataset ({', '.join(twice[:4])}): a folded "
@@ -401,7 +419,7 @@ def fold_in_store(
     stored = [e for sha, e in assembled.files.items() if sha in old_files and not (set(e.paths) & read_now)]
     scanned = {"files": 0, "rows": 0}
 
-    def read_stored(tasks: Sequence[str] | None) -> pd.DataFrame:
+    def read_stored(tasks: pa.Array | None) -> pd.DataFrame:
         got = stored_rows_of(folder, kind, stored, "task", tasks, ("task", "worker", "label"))
         scanned["files"] += got.files_scanned
         scanned["rows"] += got.rows_scanned
@@ -415,47 +433,67 @@ def fold_in_store(
         why = "no stored worker fold (the first folded run, or a store written before it)"
     elif rec_w.get("digest") != labels_rec.get("digest") or rec_t.get("digest") != labels_rec.get("digest"):
         why = "the stored worker fold is not of the files the state holds (an erasure since it was made)"
+    elif rec_w.get("format") != FOLD_FORMAT or rec_t.get("format") != FOLD_FORMAT:
+        why = "the stored worker fold has another layout"
     elif rec_w.get("options") != opts_key:
         why = "the vote options (tie_break, seed, classes) changed"
     elif fold.removed or assembled.dropped or any(sha in old_files for sha in _read_shas(assembled)):
         why = "files were removed, changed or re-read (a backfill) since the last run"
     prev = None
     if not why and rec_w is not None and rec_t is not None:
-        prev = WorkerFold.from_frames(
-            read_table(folder, WORKERS_KEY, str(rec_w["file"])), store_tasks(read_table(folder, TASKS_KEY,
-                                                                                         str(rec_t["file"])))
-        )  # fmt: skip
+        d = Path(folder)
+        prev = WorkerFold.from_tables(
+            pq.read_table(d / WORKERS_KEY / str(rec_w["file"])), pq.read_table(d / TASKS_KEY / str(rec_t["file"]))
+        )
+    clock.lap("read_worker_fold")
     try:
         upd = update_workers(prev, folded, winners, assembled.new_rows, read_stored, why)
     except ValueError as exc:
         raise ValueError(f"{exc} (files read now: {', '.join(assembled.read[:5]) or 'none'})") from None
+    clock.lap("update")
     classes = (
         np.asarray([str(c) for c in o.classes], dtype=object)
         if o.classes
         else folded.classes[natural_order(folded.classes)].astype(str).astype(object)
     )
     fit = folded_skills(consensus, ties, upd.fold, classes, o)
+    clock.lap("tables")
     gold_rows = None
     rows_read = upd.rows_read
     if gold_tasks is not None:
-        have = set(np.asarray(folded.tasks.to_pylist(), dtype=object)) & {str(t) for t in gold_tasks}
-        old = _as_text(read_stored(sorted(have))) if have else _as_text(assembled.new_rows.iloc[:0])
-        new = _as_text(assembled.new_rows)
-        gold_rows = pd.concat([old, new[new["task"].isin(have)]], ignore_index=True)
+        asked = pa.array([str(t) for t in gold_tasks], pa.string())
+        have = asked.filter(pc.is_in(asked, value_set=folded.tasks))
+        old = read_stored(have) if len(have) else assembled.new_rows.iloc[:0]
+        new = assembled.new_rows
+        new = new[np.asarray(pc.is_in(text_ids(new["task"]), value_set=have).to_numpy(zero_copy_only=False))]
+        cols = ["task", "worker", "label"]
+        gold_rows = pd.concat([old[cols].astype(str), new[cols].astype(str)], ignore_index=True)
         rows_read += len(old)
     version = state.version + 1
     epoch = len(state.erasures)
     records = {
         key: {"file": write_table(folder, key, f"{key}-{version}-e{epoch}.parquet", frame),
-              "digest": fold.record["digest"], "options": opts_key}
+              "digest": fold.record["digest"], "options": opts_key, "format": FOLD_FORMAT}
         for key, frame in ((WORKERS_KEY, upd.fold.worker_frame()), (TASKS_KEY, upd.fold.tasks))
     }  # fmt: skip
+    clock.lap("write_worker_fold")
     account = {"how": upd.how, "tasks_reread": upd.tasks_reread, "stored_rows_read": rows_read,
                "stored_files_scanned": scanned["files"], "stored_rows_scanned": scanned["rows"],
-               **upd.extra}  # fmt: skip
+               **upd.extra, "seconds": clock.timings}  # fmt: skip
     if upd.why:
         account["why"] = upd.why
     return FoldedRun(fit, records, account, rows_read, gold_rows)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def lap(self, step: str) -> None:
+        now = time.perf_counter()
+        self.timings[step] = round(now - self._t, 3)
+        self._t = now
 
 
 def _read_shas(assembled: Assembled) -> list[str]:

@@ -312,12 +312,13 @@ def write_stats(folder: str | os.PathLike[str], kind: str, sha256: str, df: pd.D
     return FileEntry(sha256, name, len(df))
 
 
-def write_table(folder: str | os.PathLike[str], kind: str, name: str, df: pd.DataFrame) -> str:
+def write_table(folder: str | os.PathLike[str], kind: str, name: str, df: pd.DataFrame | pa.Table) -> str:
     """Write a sums or fold table ``<kind>/<name>`` (temp + rename); committed only by :func:`commit_state`."""
     d = Path(folder) / kind
     d.mkdir(parents=True, exist_ok=True)
     tmp = d / f".{name}.{os.getpid()}.tmp"
-    pq.write_table(pa.Table.from_pandas(df.reset_index(drop=True), preserve_index=False), tmp)
+    table = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df.reset_index(drop=True), preserve_index=False)
+    pq.write_table(table, tmp)
     os.replace(tmp, d / name)
     _Steps.done(f"table {kind}/{name}")
     return name
@@ -637,7 +638,7 @@ def stored_rows_of(
     kind: str,
     entries: Sequence[FileEntry],
     column: str,
-    values: Sequence[str] | None,
+    values: Sequence[str] | pa.Array | None,
     columns: Sequence[str],
 ) -> StoredRows:
     """The stored rows of ``entries`` whose ``column`` (as text) is one of ``values`` (``None``: every row).
@@ -646,7 +647,10 @@ def stored_rows_of(
     of a labels file list its tasks); the others have ``columns`` read and filtered. Rows come back in file order.
     """
     d = Path(folder) / kind
-    wanted = None if values is None else pa.array([str(v) for v in values], pa.string())
+    if values is None or isinstance(values, pa.Array):
+        wanted = values
+    else:
+        wanted = pa.array([str(v) for v in values], pa.string())
     frames: list[pd.DataFrame] = []
     scanned = rows = 0
     for e in entries:

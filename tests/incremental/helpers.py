@@ -189,7 +189,7 @@ def reasons_by_column(text: object) -> dict[str, set[str]]:
 def assert_folded_skills_tables(
     got_tables: Mapping[str, pd.DataFrame], want_tables: Mapping[str, pd.DataFrame], what: str
 ) -> None:
-    """A folded majority-vote run's tables against a full ``method: mv`` run's (docs/methods/skills.md §7.6): every
+    """A folded majority-vote run's tables against a full ``method: mv`` run's (docs/methods/skills.md §4.4): every
     table and column equal bit for bit, except the distinct-co-labeller columns (``n_partners``; ``n_edges``,
     ``d_max``, ``D_sum``), which are NaN with their reason; the other reasons are the full run's."""
     from crowdflow.skills.reasons import PARTITIONED_MISSING

@@ -139,7 +139,7 @@ _WORKER_FOLD = {"start": "rebuilt", "add": "updated", "replace": "rebuilt", "reo
 
 
 def _folded_mv_equals_full(inc: Any, full: Any, what: str) -> None:
-    """A folded mv run (skills.incremental + method mv) against a full mv run: docs/methods/skills.md §7.6."""
+    """A folded mv run (skills.incremental + method mv) against a full mv run: docs/methods/skills.md §4.4."""
     assert_folded_skills_tables(inc.tables, full.tables, what)
     rec = inc.manifest["incremental"]["labels"]
     workers = rec["fold"]["workers"]
