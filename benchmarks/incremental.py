@@ -407,8 +407,9 @@ FLOW_JOBS = {
         _SKILLS_SPEC,
         "## Folded majority-vote skills runs through the pipeline (`crowdflow run`, `skills.incremental: true`, "
         "`method: mv`)",
-        f"one-coin binary labels ({N_WORKERS:,} workers, {PER_TASK} labels a task, string ids); each day 95 % of "
-        f"its labels on new tasks and {LATE_SHARE:.0%} one more label on a task of the day before",
+        f"one-coin binary labels ({N_WORKERS:,} workers, {PER_TASK} labels a task, string ids; each day "
+        f"{1 - LATE_SHARE:.0%} of its labels on new tasks, {LATE_SHARE:.0%} one more label on a task of the day "
+        "before)",
         _skills_equal,
         "every table of the daily run (`consensus`, `skills`, `components`) **equals the full refit's bit for bit** "
         "but the distinct-co-labeller columns (`n_partners`; `n_edges`, `d_max`, `D_sum`), NaN with a reason "
