@@ -21,6 +21,7 @@ from crowdflow.spec import JOB_OPTIONS, PipelineBase
 from crowdflow.storage.increment_inputs import Assembled
 from crowdflow.storage.increments import State, SumsRule, commit_state, drop_erased, read_state, state_dir, state_lock
 from crowdflow.storage.io import LoadedTable
+from tasks.partitioned import DatasetInput
 
 #: the input each job folds file by file
 INCREMENTAL_KIND = {"skills": "labels", "ranking": "comparisons"}
@@ -79,6 +80,14 @@ class IncrementSession:
                 out[self.kind]["fold"].update(self.fold_detail)
                 out[self.kind]["stored_rows_read"] += int(self.fold_detail["workers"].get("stored_rows_read", 0))
         return out
+
+    def folded_dataset(self) -> DatasetInput:
+        """The manifest's input record of a folded run's main input: the whole dataset (every file, all rows), as a
+        full read would record it, though only the new files were read."""
+        got = self.assembled
+        assert got is not None
+        rows = int(got.record()["rows"])
+        return DatasetInput(got.table.source, got.table.sha256, rows, len(got.files), format="parquet")
 
     def commit(self, run_id: str) -> None:
         if self.kind is None or self.assembled is None:

@@ -25,7 +25,7 @@ from tasks.check_graph import check_graph
 from tasks.fit import fit_skills_task
 from tasks.folded import fit_skills_folded_task
 from tasks.ingest import ingest
-from tasks.partitioned import DatasetInput, encode_on_workers, fit_on_workers, list_dataset, split_on_workers
+from tasks.partitioned import encode_on_workers, fit_on_workers, list_dataset, split_on_workers
 from tasks.runners import run_scratch, runner_executor, scratch_folder
 from tasks.validate import validate
 
@@ -133,12 +133,10 @@ def _skills_folded(spec: SkillsPipeline, run_id: str, session: IncrementSession)
     }
     tables = output_tables(result, checked.report, review)
     fit = {k: v for k, v in result.metadata.items() if k in _FIT_KEYS or k == "folded"}
-    record = got.record()
-    dataset = DatasetInput(got.table.source, got.table.sha256, int(record["rows"]), len(got.files), format="parquet")
     return finish_run(
         spec,
         run_id,
-        {"labels": dataset, **({"truth": truth} if truth is not None else {})},
+        {"labels": session.folded_dataset(), **({"truth": truth} if truth is not None else {})},
         tables,
         checks={**checks, **inputs.validation},
         metrics=metrics,
