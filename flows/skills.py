@@ -12,7 +12,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 
 from crowdflow.contracts.errors import SpecError
-from crowdflow.labels import deduplicate, encode_labels
+from crowdflow.labels import answered, deduplicate, encode_labels
 from crowdflow.metrics import SkillsReview, review_skills
 from crowdflow.skills import majority_vote, output_metrics, output_tables
 from crowdflow.spec import SkillsPipeline
@@ -168,7 +168,7 @@ def _skills_inline(spec: SkillsPipeline, run_id: str, session: IncrementSession)
     clock.lap("ingest_validate")
     labels, truth = inputs["labels"], inputs.get("truth")
 
-    lm = encode_labels(labels.df.dropna(subset=["task", "worker", "label"]), opts.classes)
+    lm = encode_labels(answered(labels.df), opts.classes)
     checked = check_graph("skills", spec.check_modes(), lm=lm, source=labels.source)
     graph = checked.report
     clock.lap("check_graph")

@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 
 from crowdflow.graphs import Components, ParityForest, WorkerGraphReport
 from crowdflow.graphs.workers import worker_graph_from_components
-from crowdflow.labels import natural_order
+from crowdflow.labels import answered, natural_order
 from crowdflow.skills.fit import SkillsResult, _base_status, fit_metadata, worker_table
 from crowdflow.skills.identifiability import component_diagnostics_pairless
 from crowdflow.skills.increments import LABEL_COUNTS, FoldedLabels, text_ids, vote_folded
@@ -135,6 +135,7 @@ Rows = dict[str, pa.Array]
 
 def _rows(frame: pd.DataFrame) -> Rows:
     """``task, worker, label`` of a rows table as Arrow text (ids compared as text, as the encoder does)."""
+    frame = answered(frame)
     if len(frame) == 0:
         return {c: pa.array([], pa.string()) for c in ("task", "worker", "label")}
     return {c: text_ids(frame[c]) for c in ("task", "worker", "label")}

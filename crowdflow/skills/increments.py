@@ -35,7 +35,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from crowdflow.labels import natural_order
+from crowdflow.labels import answered, natural_order
 from crowdflow.skills.majority import vote_winners
 from crowdflow.skills.types import TieBreak
 from crowdflow.storage.increment_inputs import folded_input
@@ -74,6 +74,7 @@ def label_sums(labels: pd.DataFrame) -> pd.DataFrame:
 
     Sorted by ``(task, label)`` as text (code-point order); ``count`` is int64. An empty file gives an empty table.
     """
+    labels = answered(labels)
     table = pa.table({"task": text_ids(labels["task"]), "label": text_ids(labels["label"])})
     out = table.group_by(["task", "label"]).aggregate([([], "count_all")]).rename_columns(["task", "label", "count"])
     out = out.sort_by([("task", "ascending"), ("label", "ascending")])

@@ -187,7 +187,9 @@ def test_failed_run_leaves_the_store_as_it_was(tmp_path: Path) -> None:
     bad["task"] = bad["task"].astype(object)
     bad.loc[1, "task"] = None
     write_day(folder, 1, bad)
-    with pytest.raises(Exception):  # noqa: B017 - the validation error's class is the validator's
+    from crowdflow.contracts.errors import ValidationFailed
+
+    with pytest.raises(ValidationFailed, match="day=2026-11-02"):  # before any sum: the file, row and column named
         _run(_spec("skills", folder, out, "inc", {"method": "mv", "incremental": True}))
     assert (state_dir(out, "inc") / "state.json").read_text() == before
     assert json.loads(before)["version"] == 1

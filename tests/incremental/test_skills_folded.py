@@ -180,3 +180,38 @@ def test_ties_draw_by_position_so_a_new_task_can_move_an_old_vote(tmp_path: Path
                                     f"step {k}")  # fmt: skip
         moved += run.input["fold"]["workers"]["tasks_vote_moved_untouched"]
     assert moved > 0  # the case happened (seed 3) and was handled
+
+
+def test_a_backfill_and_new_options_rebuild_the_worker_fold(tmp_path: Path) -> None:
+    """A partition re-read (a backfill) would add its rows twice to the worker fold, and other vote options move
+    every vote: both rebuild it from the stored rows (and say why); the tables stay a full fit's."""
+    days = labels_family(6)
+    folder, store = tmp_path / "data", tmp_path / "store"
+    for d in range(3):
+        write_day(folder, d, days[d])
+    folded_skills_run(store, folder)
+    for kw, why in (({"refresh": ["day=2026-11-02"]}, "re-read"), ({"tie_break": "smallest"}, "vote options")):
+        run = folded_skills_run(store, folder, **kw)  # type: ignore[arg-type]
+        acc = run.input["fold"]["workers"]
+        assert acc["how"] == "rebuilt" and why in acc["why"], acc
+        options = {"tie_break": kw.get("tie_break", "random")}
+        want = _full_tables(_full(folder, set()), options)
+        assert_folded_skills_tables(written_tables("skills", output_tables(run.fit.result, run.fit.report)), want, why)
+    run = folded_skills_run(store, folder, tie_break="smallest")
+    assert run.input["fold"]["workers"]["how"] == "updated" and run.input["stored_rows_read"] == 0
+
+
+def test_rows_without_a_label_are_left_out_as_a_full_fit_leaves_them(tmp_path: Path) -> None:
+    """A row with no task, worker or label (what ``checks.validation: warn`` lets through) counts in no sum of a
+    folded run, as a full fit leaves it out (``crowdflow.labels.answered``, the one rule)."""
+    days = labels_family(8)
+    folder, store = tmp_path / "data", tmp_path / "store"
+    write_day(folder, 0, days[0])
+    folded_skills_run(store, folder)
+    bad = days[1].astype({"label": object, "worker": object})
+    bad.loc[0, "label"], bad.loc[3, "worker"] = None, None
+    write_day(folder, 1, bad)
+    run = folded_skills_run(store, folder)
+    assert run.input["fold"]["workers"]["how"] == "updated"
+    want = _full_tables(_full(folder, set()).dropna(subset=["task", "worker", "label"]), {})
+    assert_folded_skills_tables(written_tables("skills", output_tables(run.fit.result, run.fit.report)), want, "nulls")
