@@ -58,6 +58,9 @@ def _env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_API_URL": str(PREFECT_API_URL.value()), **extra}
 
 
+# ~40 s at load 8-12 (a CLI process and four flow runs): the slow tier, to keep the default run's additions near 10 s;
+# the store's own kill points are in the default tier (tests/incremental/test_folds.py)
+@pytest.mark.slow
 def test_run_killed_after_export_before_commit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
