@@ -21,9 +21,12 @@ Three runs per day, over the same folder:
   table;
 - **day alone**: the same as the full refit on a folder holding only the new day's file.
 
-``--job ranking-flow`` measures the pipeline instead (:func:`flow_main`): daily ``crowdflow run SPEC`` commands with
-``ranking.incremental: true`` (a folded run) against ``crowdflow run`` of a full refit and of the day alone, each
-a fresh CLI process; its section of ``benchmarks/results/incremental.md`` is rewritten in place.
+``--job ranking-flow`` and ``--job skills-flow`` measure the pipeline instead (:func:`flow_main`, one code for both
+jobs: :data:`FLOW_JOBS`): daily ``crowdflow run SPEC`` commands with ``<job>.incremental: true`` (a folded run:
+ranking ``outliers: none``, skills ``method: mv``) against ``crowdflow run`` of a full refit and of the day alone,
+each a fresh CLI process; each job's section of ``benchmarks/results/incremental.md`` is rewritten in place. The
+skills-flow days are realistic: 95 % of a day's labels are on new tasks, 5 % are one more label on a task of the day
+before (so the folded run re-reads those tasks' stored rows: :mod:`crowdflow.skills.folded`).
 
 Every day the folded output is compared with the full refit's: skills exactly (``assert_frame_equal``,
 ``check_exact=True``); ranking exactly as well (the outcomes are integers, so the fold is exact). The benchmark
@@ -40,11 +43,14 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
+import re  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -111,6 +117,42 @@ def day_labels(day: int, rows: int, skills: np.ndarray) -> pd.DataFrame:
     return lab
 
 
+#: skills-flow: share of a day's labels that are one more label on a task of the day before
+LATE_SHARE = 0.05
+
+
+def day_labels_late(day: int, rows: int, skills: np.ndarray) -> pd.DataFrame:
+    """``rows`` labels: 95 % on new tasks (:func:`day_labels`), 5 % one more label each on distinct tasks of the day
+    before, by a worker who has not labelled that task (its label uniform on the two classes)."""
+    from crowdflow.synth.skills import random_assignment
+
+    late = int(rows * LATE_SHARE) if day > 0 else 0
+    fresh = day_labels(day, rows - late, skills)
+    if not late:
+        return fresh
+    rng = np.random.default_rng(10_000 + day)
+    prev_tasks = (rows - (int(rows * LATE_SHARE) if day - 1 > 0 else 0)) // PER_TASK  # the day before's new tasks
+    w_prev, t_prev = random_assignment(N_WORKERS, prev_tasks, PER_TASK, seed=day - 1)
+    on = np.sort(rng.choice(prev_tasks, size=min(late, prev_tasks), replace=False))
+    workers = np.full((prev_tasks, PER_TASK), -1, dtype=np.int64)
+    order = np.argsort(t_prev, kind="stable")
+    workers[t_prev[order], np.tile(np.arange(PER_TASK), prev_tasks)] = w_prev[order]
+    w = rng.integers(0, N_WORKERS, on.size)
+    for _ in range(PER_TASK + 1):  # move past the task's own workers (5 of 2,000)
+        clash = (workers[on] == w[:, None]).any(axis=1)
+        if not clash.any():
+            break
+        w[clash] = (w[clash] + 1) % N_WORKERS
+    extra = pd.DataFrame(
+        {
+            "task": [f"d{day - 1:04d}-t{k:07d}" for k in on],
+            "worker": [f"w{k:04d}" for k in w],
+            "label": rng.integers(0, 2, on.size).astype(str),
+        }
+    )
+    return pd.concat([fresh, extra[fresh.columns]], ignore_index=True)
+
+
 def day_comparisons(day: int, rows: int, theta: np.ndarray) -> pd.DataFrame:
     """``rows`` winner-form comparisons (``item_a``, ``item_b``, ``winner``) drawn on ``day``."""
     rng = np.random.default_rng(1000 + day)
@@ -161,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return ds_main(rest)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--job", choices=["skills", "ranking", "ranking-flow", "ds"], default="skills")
+    ap.add_argument("--job", choices=["skills", "ranking", *FLOW_JOBS, "ds"], default="skills")
     ap.add_argument("--history", type=int, default=10_000_000, help="rows before the first day")
     ap.add_argument("--day", type=int, default=1_000_000, help="rows per daily file")
     ap.add_argument("--days", type=int, default=10)
@@ -170,11 +212,11 @@ def main(argv: list[str] | None = None) -> int:
         "--measure",
         type=int,
         default=None,
-        help="ranking-flow: measure the full refit and the day "
+        help="ranking-flow, skills-flow: measure the full refit and the day "
         "alone on the first N days only (the daily run is measured every day)",
     )
     args = ap.parse_args(argv)
-    if args.job == "ranking-flow":
+    if args.job in FLOW_JOBS:
         return flow_main(args)
     out_md = Path(args.out or ROOT / "benchmarks" / "results" / f"incremental_{args.job}.md")
     from crowdflow.synth.skills import beta_skills
@@ -279,8 +321,7 @@ def write_report(
     print(f"wrote {path}")
 
 
-FLOW_SECTION = "## Folded ranking runs through the pipeline (`crowdflow run`, `ranking.incremental: true`)"
-_FLOW_SPEC = """name: {name}
+_RANKING_SPEC = """name: {name}
 job: ranking
 comparisons:
   path: {data}
@@ -295,6 +336,100 @@ output:
 cache:
   enabled: false
 """
+_SKILLS_SPEC = """name: {name}
+job: skills
+labels:
+  path: {data}
+skills:
+  method: mv
+  incremental: {incremental}
+checks:
+  identifiability: warn
+  isolated_workers: warn
+output:
+  dir: {out}
+  report: false
+cache:
+  enabled: false
+"""
+
+
+def _ranking_equal(inc: Any, full: Any) -> None:
+    a, b = inc.tables["ranking"], full.tables["ranking"]
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    ca, cb = inc.tables["components"], full.tables["components"]
+    same = ["component", "n_items", "n_rows", "n_edges", "weight", "cycle_dim", "n_undetectable"]
+    pd.testing.assert_frame_equal(ca[same], cb[same], check_exact=True)
+
+
+def _skills_equal(inc: Any, full: Any) -> None:
+    """Every table of the folded mv run against the full mv run's (docs/methods/skills.md §4.4): bit for bit but the
+    distinct-co-labeller columns (NaN with a reason in the folded run)."""
+    from crowdflow.skills.reasons import PARTITIONED_MISSING
+
+    assert sorted(inc.tables) == sorted(full.tables)
+    for name, want in full.tables.items():
+        got = inc.tables[name]
+        same = [c for c in want.columns if c not in PARTITIONED_MISSING.get(name, ()) and c != "missing_reason"]
+        pd.testing.assert_frame_equal(got[same], want[same], check_exact=True, obj=name)
+        assert got[list(PARTITIONED_MISSING.get(name, ()))].isna().all().all(), name
+
+
+@dataclass(frozen=True)
+class FlowJob:
+    """One job of the flow-level benchmark: its spec, its days, its equality check and its section's words."""
+
+    job: str
+    kind: str
+    spec: str
+    section: str
+    data: str
+    equal: Callable[[Any, Any], None]
+    equal_words: str
+    reads_words: str
+
+
+FLOW_JOBS = {
+    "ranking-flow": FlowJob(
+        "ranking",
+        "comparisons",
+        _RANKING_SPEC,
+        "## Folded ranking runs through the pipeline (`crowdflow run`, `ranking.incremental: true`)",
+        f"winner-form comparisons (±1 outcomes, {N_ITEMS:,} items, {N_ANNOTATORS} annotators)",
+        _ranking_equal,
+        "the daily run's `ranking` table **equals the full refit's bit for bit** and its `components` integer "
+        "columns too (the benchmark stops on a difference)",
+        "the manifest shows `stored_rows_read: 0` and one file read",
+    ),
+    "skills-flow": FlowJob(
+        "skills",
+        "labels",
+        _SKILLS_SPEC,
+        "## Folded majority-vote skills runs through the pipeline (`crowdflow run`, `skills.incremental: true`, "
+        "`method: mv`)",
+        f"one-coin binary labels ({N_WORKERS:,} workers, {PER_TASK} labels a task, string ids; each day "
+        f"{1 - LATE_SHARE:.0%} of its labels on new tasks, {LATE_SHARE:.0%} one more label on a task of the day "
+        "before)",
+        _skills_equal,
+        "every table of the daily run (`consensus`, `skills`, `components`) **equals the full refit's bit for bit** "
+        "but the distinct-co-labeller columns (`n_partners`; `n_edges`, `d_max`, `D_sum`), NaN with a reason "
+        "(docs/methods/skills.md §4.4; the benchmark stops on a difference)",
+        "one file read, and of the stored rows only those of the old tasks the day touched (column *stored rows read*)",
+    ),
+}
+
+
+def replace_section(path: Path, heading: str, lines: list[str]) -> None:
+    """Rewrite the ``## `` section of ``path`` that starts with ``heading`` (appended when absent); keep the rest."""
+    text = path.read_text() if path.exists() else ""
+    parts = re.split(r"(?m)^(?=## )", text)
+    body = "\n".join(lines).rstrip("\n") + "\n\n"
+    hit = [k for k, part in enumerate(parts) if part.startswith(heading)]
+    if hit:
+        parts[hit[0]] = body
+    else:
+        parts.append(("\n" if parts and parts[-1] and not parts[-1].endswith("\n\n") else "") + body)
+    path.write_text("".join(parts).rstrip("\n") + "\n")
 
 
 #: the CLI, writing its own peak RSS (VmHWM, kB) to argv[1] at exit
@@ -334,11 +469,25 @@ def cli_run(spec: Path, env: dict[str, str]) -> dict[str, Any]:
 
 
 def flow_main(args: argparse.Namespace) -> int:
-    """Daily ``crowdflow run`` of a folded incremental ranking pipeline vs a full refit vs the day alone."""
+    """Daily ``crowdflow run`` of a folded incremental pipeline (ranking or skills) vs a full refit vs the day alone."""
     from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
 
-    theta = np.random.default_rng(0).normal(size=N_ITEMS)
+    fj = FLOW_JOBS[args.job]
+    if fj.job == "skills":
+        from crowdflow.synth.skills import beta_skills
+
+        skills = beta_skills(4.0, 1.5, N_WORKERS, seed=0)
+
+        def make(day: int) -> pd.DataFrame:
+            return day_labels_late(day, args.day, skills)
+
+    else:
+        theta = np.random.default_rng(0).normal(size=N_ITEMS)
+
+        def make(day: int) -> pd.DataFrame:
+            return day_comparisons(day, args.day, theta)
+
     work = Path(tempfile.mkdtemp(prefix="crowdflow-bench-flow-"))
     measure = args.days if args.measure is None else args.measure
     rows: list[dict[str, Any]] = []
@@ -348,12 +497,12 @@ def flow_main(args: argparse.Namespace) -> int:
         n_hist = max(1, args.history // args.day)
         t0 = time.perf_counter()
         for d in range(n_hist):
-            write_day(data, d, day_comparisons(d, args.day, theta))
+            write_day(data, d, make(d))
         gen = time.perf_counter() - t0
         specs = {}
         for name, folder, inc in (("daily", data, "true"), ("full", data, "false"), ("alone", alone, "false")):
             specs[name] = work / f"{name}.yaml"
-            specs[name].write_text(_FLOW_SPEC.format(name=name, data=folder, incremental=inc, out=out))
+            specs[name].write_text(fj.spec.format(name=name, data=folder, incremental=inc, out=out))
         with prefect_test_harness(server_startup_timeout=180):
             env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_API_URL": str(PREFECT_API_URL.value())}
 
@@ -364,7 +513,7 @@ def flow_main(args: argparse.Namespace) -> int:
             print(f"first folded run over the history: {seed['wall']:.1f} s", flush=True)
             for k in range(args.days):
                 day = n_hist + k
-                df = day_comparisons(day, args.day, theta)
+                df = make(day)
                 write_day(data, day, df)
                 if alone.exists():
                     shutil.rmtree(alone)
@@ -374,72 +523,82 @@ def flow_main(args: argparse.Namespace) -> int:
                 rec: dict[str, Any] = {"day": k + 1, "rows": (n_hist + k + 1) * args.day, "inc": inc}
                 if k < measure:
                     rec["full"], rec["alone"] = run("full"), run("alone")
-                    a, b = inc["run"].tables["ranking"], rec["full"]["run"].tables["ranking"]
-                    pd.testing.assert_frame_equal(a, b, check_exact=True)
-                    ca, cb = inc["run"].tables["components"], rec["full"]["run"].tables["components"]
-                    same = ["component", "n_items", "n_rows", "n_edges", "weight", "cycle_dim", "n_undetectable"]
-                    pd.testing.assert_frame_equal(ca[same], cb[same], check_exact=True)
+                    fj.equal(inc["run"], rec["full"]["run"])
                     rec["equal"] = True
-                m = inc["run"].manifest["incremental"]["comparisons"]
-                assert m["stored_rows_read"] == 0 and len(m["files_read"]) == 1
-                rec["how"] = m["fold"]["how"]
+                m = inc["run"].manifest["incremental"][fj.kind]
+                assert len(m["files_read"]) == 1
+                assert fj.job == "skills" or m["stored_rows_read"] == 0
+                rec["how"] = m["fold"]["how"] + (f"/{m['fold']['workers']['how']}" if fj.job == "skills" else "")
+                rec["stored_rows_read"] = m["stored_rows_read"]
+                if fj.job == "skills":
+                    rec["scanned"] = m["fold"]["workers"]["stored_rows_scanned"]
                 rows.append(rec)
-                line = f"day {k + 1}: daily {inc['wall']:.1f} s (flow {inc['flow']:.1f} s, {rec['how']})"
+                line = (
+                    f"day {k + 1}: daily {inc['wall']:.1f} s (flow {inc['flow']:.1f} s, {rec['how']}, stored rows "
+                    f"read {rec['stored_rows_read']:,})"
+                )
                 if "full" in rec:
                     line += (f", full {rec['full']['wall']:.1f} s (flow {rec['full']['flow']:.1f}), alone "
-                             f"{rec['alone']['wall']:.1f} s (flow {rec['alone']['flow']:.1f}); ranking equal")  # fmt: skip
+                             f"{rec['alone']['wall']:.1f} s (flow {rec['alone']['flow']:.1f}); outputs equal")  # fmt: skip
                 print(line + f"; load {loads[-1]:.1f}", flush=True)
-        write_flow_report(args, rows, gen, seed, loads, ROOT / "benchmarks" / "results" / "incremental.md")
+        write_flow_report(args, fj, rows, gen, seed, loads, ROOT / "benchmarks" / "results" / "incremental.md")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
 def write_flow_report(
-    args: argparse.Namespace, rows: list[dict[str, Any]], gen: float, seed: dict[str, Any], loads: list[float],
-    path: Path,
+    args: argparse.Namespace, fj: FlowJob, rows: list[dict[str, Any]], gen: float, seed: dict[str, Any],
+    loads: list[float], path: Path,
 ) -> None:  # fmt: skip
-    """Rewrite the flow section of ``incremental.md`` (everything else in the file is kept)."""
-    cmd = (f"python -m benchmarks.incremental --job ranking-flow --history {args.history} --day {args.day} "
+    """Rewrite the job's flow section of ``incremental.md`` (everything else in the file is kept)."""
+    cmd = (f"python -m benchmarks.incremental --job {args.job} --history {args.history} --day {args.day} "
            f"--days {args.days}" + (f" --measure {args.measure}" if args.measure is not None else ""))  # fmt: skip
+    what = (
+        "`outliers: none`: a folded run, which reads and validates only the new file and fits on the stored "
+        "fold of per-pair sums"
+        if fj.job == "ranking"
+        else "`method: mv`: a folded run, which reads and "
+        "validates only the new file, votes on the stored per-task class counts and updates the worker fold from "
+        "the new rows and the stored rows of the old tasks the day touched"
+    )
     lines = [
-        FLOW_SECTION,
+        fj.section,
         "",
         f"`{cmd}` on {platform.machine()}, {os.cpu_count()} cores (shared with other agents' jobs), "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average (1 min) at the start of each day "
-        f"{min(loads):.1f}-{max(loads):.1f}. History: {args.history:,} winner-form comparisons (±1 outcomes, "
-        f"{N_ITEMS:,} items, {N_ANNOTATORS} annotators) in daily files of {args.day:,}; then {args.days} daily files "
-        f"of {args.day:,}. Generating the history took {gen:.0f} s; the first incremental run over it (which reads, "
-        f"validates and sums every file) {seed['wall']:.1f} s (flow {seed['flow']:.1f} s).",
+        f"{min(loads):.1f}-{max(loads):.1f}. History: {args.history:,} {fj.data} in daily files of {args.day:,}; "
+        f"then {args.days} daily files of {args.day:,}. Generating the history took {gen:.0f} s; the first "
+        f"incremental run over it (which reads, validates and sums every file) {seed['wall']:.1f} s (flow "
+        f"{seed['flow']:.1f} s, peak RSS {seed['rss_gb']:.2f} GB).",
         "",
-        "Three runs a day, each `crowdflow run SPEC` in a fresh process against one temporary Prefect API: the "
-        "**daily** pipeline (`ranking.incremental: true`, `outliers: none`: a folded run, which reads and validates "
-        "only the new file and fits on the stored fold of per-pair sums), a **full** refit of the same folder "
+        f"Three runs a day, each `crowdflow run SPEC` in a fresh process against one temporary Prefect API: the "
+        f"**daily** pipeline (`{fj.job}.incremental: true`, {what}), a **full** refit of the same folder "
         "(`incremental: false`) and a run over the **day alone** (a folder holding only the new file). All three "
         "with `report: false` and `cache.enabled: false`. *wall* is the command's wall time (Python start-up, "
         "imports and the Prefect client included, ~5-8 s on this host); *flow* is the sum of the manifest's step "
-        "timings (ingest + validate, graph check, fit, report; the export is in the wall time only). Peak RSS is the command process's own `VmHWM`. On every measured "
-        "day the daily run's `ranking` table **equals the full refit's bit for bit** and its `components` integer "
-        "columns too (the benchmark stops on a difference); the manifest shows `stored_rows_read: 0` and one file "
-        "read.",
+        "timings (ingest + validate, graph check, fit, report; the export is in the wall time only). Peak RSS is "
+        f"the command process's own `VmHWM`. On every measured day {fj.equal_words}; the manifest shows "
+        f"{fj.reads_words}.",
         "",
         "| day | rows in all | daily wall / flow (s) | full wall / flow (s) | alone wall / flow (s) | daily / alone "
-        "(wall, flow) | daily / full (wall, flow) | peak RSS daily / full / alone (GB) | fold |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "(wall, flow) | daily / full (wall, flow) | peak RSS daily / full / alone (GB) | fold | stored rows read |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for r in rows:
         i = r["inc"]
+        reads = f"{r['stored_rows_read']:,}" + (f" (of {r['scanned']:,} scanned)" if "scanned" in r else "")
         if "full" in r:
             f, a = r["full"], r["alone"]
             lines.append(
                 f"| {r['day']} | {r['rows']:,} | {i['wall']:.1f} / {i['flow']:.1f} | {f['wall']:.1f} / "
                 f"{f['flow']:.1f} | {a['wall']:.1f} / {a['flow']:.1f} | {i['wall'] / a['wall']:.2f}, "
                 f"{i['flow'] / a['flow']:.2f} | {i['wall'] / f['wall']:.2f}, {i['flow'] / f['flow']:.2f} | "
-                f"{i['rss_gb']:.2f} / {f['rss_gb']:.2f} / {a['rss_gb']:.2f} | {r['how']} |"
+                f"{i['rss_gb']:.2f} / {f['rss_gb']:.2f} / {a['rss_gb']:.2f} | {r['how']} | {reads} |"
             )
         else:
             lines.append(f"| {r['day']} | {r['rows']:,} | {i['wall']:.1f} / {i['flow']:.1f} | not measured | not "
-                         f"measured | | | {i['rss_gb']:.2f} / - / - | {r['how']} |")  # fmt: skip
+                         f"measured | | | {i['rss_gb']:.2f} / - / - | {r['how']} | {reads} |")  # fmt: skip
     measured = [r for r in rows if "full" in r]
     ra = [r["inc"]["wall"] / r["alone"]["wall"] for r in measured]
     rf = [r["inc"]["flow"] / r["alone"]["flow"] for r in measured]
@@ -450,13 +609,10 @@ def write_flow_report(
         f"{max(ra):.2f}), flow median {np.median(rf):.2f} (worst {max(rf):.2f}); issue #38's target ≤ 3. Median "
         "step times of the daily run (s): "
         + ", ".join(f"{k} {v:.2f}" for k, v in steps.items())
-        + ". The full refit holds every row and writes every row's residual, so its time and peak RSS grow "
-        "with the history; the daily run's stay those of one day.",
+        + ". The full refit holds every row, so its time and peak RSS grow with the history.",
         "",
     ]
-    text = path.read_text() if path.exists() else ""
-    head = text.split(FLOW_SECTION)[0].rstrip("\n")
-    path.write_text((head + "\n\n" if head else "") + "\n".join(lines))
+    replace_section(path, fj.section, lines)
     print(f"wrote {path}")
 
 

@@ -249,6 +249,18 @@ def _class_codes(labels: pd.DataFrame, classes: list[str] | None) -> tuple[np.nd
     return pos.astype(np.int64)[codes], cls
 
 
+#: the columns a label row needs to count (a row missing one is left out of every fit)
+ANSWER_COLUMNS = ("task", "worker", "label")
+
+
+def answered(labels: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a labels table that name a task, a worker and a label: what every skills fit encodes (a row with
+    a missing one fails validation; with ``checks.validation: warn`` it is left out, by this rule, everywhere)."""
+    cols = [c for c in ANSWER_COLUMNS if c in labels.columns]
+    out: pd.DataFrame = labels.dropna(subset=cols) if len(labels) else labels
+    return out
+
+
 def encode_labels(labels: pd.DataFrame, classes: list[str] | None = None) -> LabelMatrix:
     """Encode a de-duplicated long label table.
 

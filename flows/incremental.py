@@ -21,6 +21,7 @@ from crowdflow.spec import JOB_OPTIONS, PipelineBase
 from crowdflow.storage.increment_inputs import Assembled
 from crowdflow.storage.increments import State, SumsRule, commit_state, drop_erased, read_state, state_dir, state_lock
 from crowdflow.storage.io import LoadedTable
+from tasks.partitioned import DatasetInput
 
 #: the input each job folds file by file
 INCREMENTAL_KIND = {"skills": "labels", "ranking": "comparisons"}
@@ -28,7 +29,7 @@ LOCK_TIMEOUT_S = 3600.0
 #: the one refusal of an incremental run that would read the stored rows on Dask workers
 _NOT_ON_DASK = (
     "{options}.incremental on Dask (runner.kind: dask over a folder) runs only as a folded run, ranking with "
-    "outliers: none; use runner.kind: local for this job or method"
+    "outliers: none or skills with method: mv; use runner.kind: local for this job or method"
 )
 #: why an incremental run that is not folded reads the stored rows (the manifest's ``incremental.<kind>.fold``)
 ROWS_WHY = (
@@ -50,6 +51,9 @@ class IncrementSession:
     backfill: list[str] = field(default_factory=list)
     assembled: Assembled | None = None
     rule: SumsRule | None = None
+    #: a folded run's further stored tables (the next state's ``folds`` entries) and their manifest account
+    more_folds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    fold_detail: dict[str, Any] = field(default_factory=dict)
 
     @property
     def enabled(self) -> bool:
@@ -72,26 +76,44 @@ class IncrementSession:
             out["backfill"] = list(self.backfill)
             if self.assembled.fold is None:  # the row path: every stored file's rows read, every method exact
                 out[self.kind]["fold"] = {"how": "rows", "why": ROWS_WHY}
+            elif self.fold_detail:  # a folded run that read some stored rows (skills mv: the worker fold)
+                out[self.kind]["fold"].update(self.fold_detail)
+                out[self.kind]["stored_rows_read"] += int(self.fold_detail["workers"].get("stored_rows_read", 0))
         return out
+
+    def folded_dataset(self) -> DatasetInput:
+        """The manifest's input record of a folded run's main input: the whole dataset (every file, all rows), as a
+        full read would record it, though only the new files were read."""
+        got = self.assembled
+        assert got is not None
+        rows = int(got.record()["rows"])
+        return DatasetInput(got.table.source, got.table.sha256, rows, len(got.files), format="parquet")
 
     def commit(self, run_id: str) -> None:
         if self.kind is None or self.assembled is None:
             return
         fold = self.assembled.fold
-        folds = None if fold is None else {**self.state.folds, self.kind: fold.record}
+        folds = None if fold is None else {**self.state.folds, self.kind: fold.record, **self.more_folds}
         self.state = commit_state(
             self.folder, self.state, {**self.state.files, self.kind: self.assembled.files}, run_id, folds=folds
         )
 
 
-def folded_run(spec: PipelineBase) -> bool:
-    """The run folds per-file sums (never reads the stored rows): ``ranking.incremental`` with ``outliers: none``.
+#: per job, the options under which an incremental run is folded (its fit is a function of per-file sums)
+FOLDED = {"ranking": ("outliers", "none"), "skills": ("method", "mv")}
 
-    Every other incremental run (skills; a ranking outlier rule, whose flags depend on every row's residual) takes
-    the row path: the stored files' rows plus the new ones, refitted exactly.
+
+def folded_run(spec: PipelineBase) -> bool:
+    """The run folds per-file sums: ``ranking.incremental`` with ``outliers: none`` (it never reads the stored
+    rows) and ``skills.incremental`` with ``method: mv`` (it reads only the stored rows of the tasks whose
+    contribution moves: :mod:`crowdflow.skills.folded`).
+
+    Every other incremental run (a skills method other than majority vote, a ranking outlier rule: fits that are
+    not sums over files) takes the row path: the stored files' rows plus the new ones, refitted exactly.
     """
-    opts = getattr(spec, "ranking", None) if spec.job == "ranking" else None
-    return bool(opts is not None and opts.incremental and opts.outliers == "none")
+    rule = FOLDED.get(spec.job)
+    opts = getattr(spec, JOB_OPTIONS[spec.job], None) if rule is not None else None
+    return bool(rule is not None and opts is not None and opts.incremental and getattr(opts, rule[0]) == rule[1])
 
 
 @contextlib.contextmanager

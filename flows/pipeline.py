@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 
 from crowdflow.contracts.errors import SpecError
-from crowdflow.labels import LabelMatrix
+from crowdflow.labels import LabelMatrix, answered
 from crowdflow.spec import NextBatchPipeline, PipelineBase, SkillsPipeline, check_name
 
 # job → the module and name of its flow (imported when a run needs it: validate stays free of Prefect)
@@ -211,7 +211,7 @@ def prepare(spec: PipelineBase, *, validate: bool = True) -> Prepared:
             else f"{kind} {t.source}: {report.n_rows} rows, {report.n_expectations} expectations passed"
         )
     if isinstance(spec, SkillsPipeline) and worker_graph is None:
-        out.lm = encode_labels(out.frames["labels"].dropna(subset=["task", "worker", "label"]), spec.skills.classes)
+        out.lm = encode_labels(answered(out.frames["labels"]), spec.skills.classes)
     if isinstance(spec, NextBatchPipeline):
         out.skills_run = read_skills_run(spec.skills_run_path(), spec.max_skills_run_age_hours)
         out.lines.append(f"skills run {out.skills_run['run_dir']}: completed")

@@ -17,7 +17,7 @@ from tasks.artifacts import set_pipeline
 from tasks.check_graph import check_comparisons
 from tasks.fit import fit_ranking_task
 from tasks.folded import check_pair_graph, fit_folded_task
-from tasks.partitioned import DatasetInput, copy_on_workers, fit_ranking_on_workers, list_dataset
+from tasks.partitioned import copy_on_workers, fit_ranking_on_workers, list_dataset
 from tasks.runners import run_scratch, runner_executor, scratch_folder
 
 
@@ -64,13 +64,11 @@ def _ranking_folded(spec: RankingPipeline, run_id: str, session: IncrementSessio
     clock.lap("fit")
     tables = fit.tables
     metrics: dict[str, Any] = {"n_items": len(tables["ranking"]), "n_components": checks_run.report.n_components}
-    record = got.record()
-    dataset = DatasetInput(where, got.table.sha256, int(record["rows"]), len(got.files), format="parquet")
     checks = {"validation": spec.checks.validation, "item_components": checks_run.report.n_components}
     return finish_run(
         spec,
         run_id,
-        {"comparisons": dataset},
+        {"comparisons": session.folded_dataset()},
         tables,
         checks={**checks, **inputs.validation},
         metrics=metrics,

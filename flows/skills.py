@@ -12,17 +12,18 @@ from typing import Any
 from prefect import flow, get_run_logger
 
 from crowdflow.contracts.errors import SpecError
-from crowdflow.labels import deduplicate, encode_labels
-from crowdflow.metrics import review_skills
+from crowdflow.labels import answered, deduplicate, encode_labels
+from crowdflow.metrics import SkillsReview, review_skills
 from crowdflow.skills import majority_vote, output_metrics, output_tables
 from crowdflow.spec import SkillsPipeline
 from crowdflow.storage.io import LoadedTable
 from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
-from flows.incremental import IncrementSession, increment_session, refuse_erasures_on_workers
+from flows.incremental import IncrementSession, folded_run, increment_session, refuse_erasures_on_workers
 from flows.pipeline import fit_data
 from tasks.artifacts import set_pipeline
 from tasks.check_graph import check_graph
 from tasks.fit import fit_skills_task
+from tasks.folded import fit_skills_folded_task
 from tasks.ingest import ingest
 from tasks.partitioned import encode_on_workers, fit_on_workers, list_dataset, split_on_workers
 from tasks.runners import run_scratch, runner_executor, scratch_folder
@@ -72,7 +73,8 @@ def skills_flow(spec: SkillsPipeline, run_id: str | None = None) -> dict[str, An
     run_id = run_id_for(run_id)
     if spec.skills.gold_in_fit and spec.truth is None:  # before any step
         raise SpecError("skills.gold_in_fit uses the known answers: give them as the truth input (task, label)")
-    if spec.partitioned_input() is not None:
+    folded = folded_run(spec)
+    if spec.partitioned_input() is not None and not folded:
         if spec.skills.gold_in_fit:  # before any step
             raise SpecError(
                 "skills.gold_in_fit runs on labels the flow reads whole; this spec reads them partition by partition "
@@ -80,7 +82,73 @@ def skills_flow(spec: SkillsPipeline, run_id: str | None = None) -> dict[str, An
             )
         return _partitioned_skills(spec, run_id)
     with increment_session(spec) as session:
+        if folded:
+            return _skills_folded(spec, run_id, session)
         return _skills_inline(spec, run_id, session)
+
+
+def _skills_folded(spec: SkillsPipeline, run_id: str, session: IncrementSession) -> dict[str, Any]:
+    """Majority vote on the increment store's label fold and worker fold: the new files read, and of the stored
+    rows only those of the old tasks whose contribution moves (:mod:`crowdflow.skills.folded`).
+
+    Inline and on Dask alike (``runner.kind: dask``), the new files are read, validated and summed in the flow
+    process: a day is one or a few files, and what the vote needs of them is its per-task counts; the few stored
+    rows re-read are filtered by task from the files whose sums list those tasks. The state (label fold, worker
+    fold) is committed after the export, inside the store's lock (docs/how-to/incremental.md).
+    """
+    clock = Clock()
+    opts = spec.skills
+    allowed = {"labels": {"label": opts.classes}} if opts.classes else None
+    inputs = load_inputs(spec, allowed=allowed, session=session)
+    clock.lap("ingest_validate")
+    got = session.assembled
+    assert got is not None and got.fold is not None
+    truth = inputs.get("truth")
+    gold = None if truth is None else truth.df["task"].dropna().astype(str).unique().tolist()
+    run = fit_skills_folded_task(str(session.folder), session.state, got, opts, gold)
+    clock.lap("fit")
+    result = run.fit.result
+    checked = check_graph("skills", spec.check_modes(), lm=run.fit.report, source=got.table.source)
+    clock.lap("check_graph")
+    session.more_folds, session.fold_detail = run.records, {"workers": run.account}
+    classes = result.metadata["classes"]
+    cons = result.consensus
+    metrics = output_metrics(result, None if truth is None else truth.df, 0, classes, None if truth is None else cons)
+    if truth is not None:
+        _log_gold(metrics, classes, truth.source)
+    if truth is None:  # majority vote changes no task against majority vote (what review_skills finds in O(rows))
+        n_tasks = len(cons)
+        review = SkillsReview({}, {"n_changed_vs_majority": 0},
+                              {"n_changed_vs_majority": 0, "n_tasks": n_tasks, "changed_vs_majority": []})  # fmt: skip
+    else:  # the gold tables from the rows of the gold tasks (stored ones re-read: counted in stored_rows_read)
+        assert run.gold_rows is not None  # asked for with the gold tasks
+        review = review_skills(run.gold_rows, cons, truth.df)
+    metrics.update(review.metrics)
+    comps = checked.report.components
+    checks = {
+        "validation": "passed" if spec.checks.validation == "block" else "warn",
+        "worker_components": len(comps),
+        "bipartite_components": int((comps["status"] == "bipartite_component").sum()),
+        "isolated_workers": int((comps["status"] == "isolated").sum()),
+    }
+    tables = output_tables(result, checked.report, review)
+    fit = {k: v for k, v in result.metadata.items() if k in _FIT_KEYS or k == "folded"}
+    return finish_run(
+        spec,
+        run_id,
+        {"labels": session.folded_dataset(), **({"truth": truth} if truth is not None else {})},
+        tables,
+        checks={**checks, **inputs.validation},
+        metrics=metrics,
+        clock=clock,
+        extra={
+            "method": opts.method,
+            "fit": fit,
+            "cache": {"enabled": False, "why": "a folded run votes on the increment store's fold every run"},
+            "review": review.record,
+        },
+        session=session,
+    )
 
 
 def _skills_inline(spec: SkillsPipeline, run_id: str, session: IncrementSession) -> dict[str, Any]:
@@ -100,7 +168,7 @@ def _skills_inline(spec: SkillsPipeline, run_id: str, session: IncrementSession)
     clock.lap("ingest_validate")
     labels, truth = inputs["labels"], inputs.get("truth")
 
-    lm = encode_labels(labels.df.dropna(subset=["task", "worker", "label"]), opts.classes)
+    lm = encode_labels(answered(labels.df), opts.classes)
     checked = check_graph("skills", spec.check_modes(), lm=lm, source=labels.source)
     graph = checked.report
     clock.lap("check_graph")

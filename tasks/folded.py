@@ -1,4 +1,5 @@
-"""Thin tasks of a folded ranking run (``ranking.incremental`` with ``outliers: none``): check and fit the fold."""
+"""Thin tasks of folded runs: ranking (``outliers: none``: check and fit the pair fold) and skills (``method: mv``:
+the vote and the worker fold)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,14 @@ from prefect.cache_policies import NONE
 
 from crowdflow.checks import CheckMode, GraphChecks, graph_checks
 from crowdflow.comparison_graphs import comparison_graph_report_from_codes
+from crowdflow.contracts.errors import InputError
 from crowdflow.ranking import ComparisonGraph
 from crowdflow.ranking.folded import FoldedFit, fit_pairs
 from crowdflow.ranking.options import RankingOptions
+from crowdflow.skills.folded import FoldedRun, fold_in_store
+from crowdflow.skills.options import SkillsOptions
+from crowdflow.storage.increment_inputs import Assembled
+from crowdflow.storage.increments import State
 from tasks.check_graph import _publish_and_decide
 
 
@@ -44,3 +50,22 @@ def fit_folded_task(
         fit.params["n_pairs"], fit.params["n_rows"],
     )  # fmt: skip
     return fit
+
+
+@task(name="fit-skills-folded", cache_policy=NONE)
+def fit_skills_folded_task(
+    folder: str, state: State, assembled: Assembled, options: SkillsOptions, gold_tasks: list[str] | None = None
+) -> FoldedRun:
+    """Majority vote on the folded label counts and the worker fold (:func:`crowdflow.skills.folded.fold_in_store`);
+    a repeated (task, worker) pair across the files is an input error naming it."""
+    try:
+        run = fold_in_store(folder, state, assembled, options, gold_tasks)
+    except ValueError as exc:
+        raise InputError(str(exc), path=assembled.table.source) from None
+    a = run.account
+    get_run_logger().info(
+        "majority vote on the fold: %d tasks, %d workers; worker fold %s, %d old tasks re-read (%d stored rows read, "
+        "%d scanned in %d files)", len(run.fit.result.consensus), len(run.fit.result.skills), a["how"],
+        a["tasks_reread"], a["stored_rows_read"], a["stored_rows_scanned"], a["stored_files_scanned"],
+    )  # fmt: skip
+    return run

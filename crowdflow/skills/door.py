@@ -18,7 +18,7 @@ import pandas as pd
 
 from crowdflow.checks import Checks, GraphChecks, check_modes, check_worker_graph
 from crowdflow.graphs import WorkerGraphReport
-from crowdflow.labels import deduplicate, encode_labels
+from crowdflow.labels import answered, deduplicate, encode_labels
 from crowdflow.metrics import SkillsReview, gold_metrics, review_skills
 from crowdflow.skills.fit import SkillsResult, fit_skills
 from crowdflow.skills.gold import cross_fit
@@ -233,7 +233,7 @@ def skills(
     if truth is not None:
         gold = read_input(truth, "truth", columns_for("truth", columns, "labels"), validation=modes["validation"]).df
     with input_errors(lab.source):
-        lm = encode_labels(lab.df.dropna(subset=["task", "worker", "label"]), o.classes)
+        lm = encode_labels(answered(lab.df), o.classes)
     graph = check_worker_graph(lm, modes["identifiability"], modes["isolated_workers"])
     for text in graph.warnings:
         log.warning("%s", text)

@@ -35,7 +35,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from crowdflow.labels import natural_order
+from crowdflow.labels import answered, natural_order
 from crowdflow.skills.majority import vote_winners
 from crowdflow.skills.types import TieBreak
 from crowdflow.storage.increment_inputs import folded_input
@@ -51,13 +51,15 @@ __all__ = [
     "label_sums",
     "majority_from_folded",
     "majority_run",
+    "text_ids",
+    "vote_folded",
 ]
 
 #: the columns of one file's stored label sums
 SUMS_COLUMNS = ("task", "label", "count")
 
 
-def _text(column: pd.Series) -> pa.Array:
+def text_ids(column: pd.Series) -> pa.Array:
     """Ids as the label encoder compares them, as text (``1`` and ``"1"`` are one id), without Python objects."""
     arr = pa.array(column) if not isinstance(column.dtype, pd.ArrowDtype) else column.array._pa_array
     if isinstance(arr, pa.ChunkedArray):
@@ -72,7 +74,8 @@ def label_sums(labels: pd.DataFrame) -> pd.DataFrame:
 
     Sorted by ``(task, label)`` as text (code-point order); ``count`` is int64. An empty file gives an empty table.
     """
-    table = pa.table({"task": _text(labels["task"]), "label": _text(labels["label"])})
+    labels = answered(labels)
+    table = pa.table({"task": text_ids(labels["task"]), "label": text_ids(labels["label"])})
     out = table.group_by(["task", "label"]).aggregate([([], "count_all")]).rename_columns(["task", "label", "count"])
     out = out.sort_by([("task", "ascending"), ("label", "ascending")])
     result: pd.DataFrame = out.to_pandas().astype({"count": np.int64})
@@ -115,7 +118,7 @@ class FoldedLabels:
         cols = [c for c in df.columns if str(c).startswith("n:")]
         classes = np.asarray([str(c)[2:] for c in cols], dtype=object)
         counts = df[cols].to_numpy(dtype=np.int64) if cols else np.zeros((len(df), 0), dtype=np.int64)
-        return cls(_text(df["task"]), classes, counts)
+        return cls(text_ids(df["task"]), classes, counts)
 
     @classmethod
     def empty(cls) -> FoldedLabels:
@@ -127,8 +130,8 @@ def _delta(add: Sequence[pd.DataFrame], remove: Sequence[pd.DataFrame]) -> pa.Ta
     parts = [
         pa.table(
             {
-                "task": _text(s["task"]),
-                "label": _text(s["label"]),
+                "task": text_ids(s["task"]),
+                "label": text_ids(s["label"]),
                 "count": pa.array(sign * s["count"].to_numpy(dtype=np.int64)),
             }
         )
@@ -186,14 +189,18 @@ def fold_labels(
     d_tasks = delta["task"].combine_chunks()
     touched = pc.unique(d_tasks)
     tasks = base.tasks
-    last = base.tasks[len(base.tasks) - 1].as_py() if len(base.tasks) else None
-    if last is None or pc.min(touched).as_py() > last:
-        # every touched task sorts after the fold's last one (ids that grow, e.g. dated): all are new, appended in
-        # text order, and no lookup in the fold's T ids is needed
-        fresh = touched.take(pc.sort_indices(touched))
+    found = _in_sorted_fold(base.tasks, touched)
+    if found is not None:
+        # every touched task is in the fold or sorts after its last one (ids that grow, e.g. dated, with some old
+        # tasks labelled again): the new ones are appended in text order, the old ones found by probing the fold
+        # against the few touched ids (no hash table over the fold's T ids, no sort of them)
+        inner, at, fresh = found
+        fresh = fresh.take(pc.sort_indices(fresh))
         tasks = pa.concat_arrays([base.tasks, fresh])
         counts = np.vstack([counts, np.zeros((len(fresh), classes.size), dtype=np.int64)])
-        rows = len(base.tasks) + pc.index_in(d_tasks, value_set=fresh).to_numpy(zero_copy_only=False).astype(np.int64)
+        keys = pa.concat_arrays([inner, fresh])
+        where = np.concatenate([at, len(base.tasks) + np.arange(len(fresh), dtype=np.int64)])
+        rows = where[pc.index_in(d_tasks, value_set=keys).to_numpy(zero_copy_only=False).astype(np.int64)]
     else:
         at = pc.index_in(touched, value_set=base.tasks)  # hash lookup: null where the task is new
         fresh = touched.filter(pc.is_null(at))
@@ -215,6 +222,24 @@ def fold_labels(
     if not keep_cols.all():
         counts, classes = counts[:, keep_cols], classes[keep_cols]
     return FoldedLabels(tasks, classes, counts), touched
+
+
+def _in_sorted_fold(tasks: pa.Array, touched: pa.Array) -> tuple[pa.Array, np.ndarray, pa.Array] | None:
+    """Split ``touched`` ids into those the (text-sorted) fold ``tasks`` holds, with their positions, and those
+    that sort after its last id; None when a new id would sort among the fold's (then the fold is re-sorted)."""
+    if len(tasks) == 0:
+        return touched.slice(0, 0), np.zeros(0, dtype=np.int64), touched
+    above = pc.greater(touched, tasks[len(tasks) - 1])
+    inner, fresh = touched.filter(pc.invert(above)), touched.filter(above)
+    if len(inner) == 0:
+        return inner, np.zeros(0, dtype=np.int64), fresh
+    hit = pc.index_in(tasks, value_set=inner).fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    at = np.full(len(inner), -1, dtype=np.int64)
+    on = np.flatnonzero(hit >= 0)
+    at[hit[on]] = on
+    if (at < 0).any():
+        return None
+    return inner, at, fresh
 
 
 def folded_from_table(labels: pd.DataFrame) -> FoldedLabels:
@@ -240,7 +265,16 @@ def _natural_task_order(tasks: pa.Array) -> np.ndarray | None:
 def majority_from_folded(
     folded: FoldedLabels, classes: Sequence[str] | None = None, tie_break: TieBreak = "random", seed: int = 0
 ) -> tuple[pd.DataFrame, int]:
-    """The majority-vote consensus of the folded counts: ``task, label, confidence, n_labels`` and the tie count.
+    """The majority-vote consensus of the folded counts (:func:`vote_folded` without the fold-order votes)."""
+    table, ties, _ = vote_folded(folded, classes, tie_break, seed)
+    return table, ties
+
+
+def vote_folded(
+    folded: FoldedLabels, classes: Sequence[str] | None = None, tie_break: TieBreak = "random", seed: int = 0
+) -> tuple[pd.DataFrame, int, pa.Array]:
+    """The majority-vote consensus of the folded counts: ``task, label, confidence, n_labels``, the tie count, and
+    each task's vote in the fold's (text) order (what :mod:`crowdflow.skills.folded` keeps per task).
 
     Tasks and classes are put in the label encoder's order (:func:`crowdflow.labels.natural_sort` of the ids; the
     declared ``classes`` when given), the scores are the counts as float64 (what a full read's ``bincount`` gives),
@@ -273,7 +307,11 @@ def majority_from_folded(
     table: pd.DataFrame = pa.table(
         {"task": tasks, "label": labels, "confidence": pa.array(confidence), "n_labels": pa.array(n_labels)}
     ).to_pandas()
-    return table, ties
+    if order is not None:  # back to the fold's order
+        back = np.empty_like(order)
+        back[order] = np.arange(order.size)
+        labels = labels.take(pa.array(back))
+    return table, ties, labels
 
 
 def _update(fold: pd.DataFrame, add: Sequence[pd.DataFrame], remove: Sequence[pd.DataFrame]) -> pd.DataFrame:

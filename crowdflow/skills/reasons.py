@@ -25,8 +25,8 @@ _PAIRS_WHY = (
 #: what a partitioned fit without pairs cannot sum over its task buckets
 _PARTNERS = ("n_partners", "n_edges", "d_max", "D_sum")
 _PARTNERS_WHY = (
-    "distinct co-labellers are not a sum over task buckets, and this partitioned fit forms no worker pair "
-    "(docs/scale.md, memory laws)"
+    "distinct co-labellers are not a sum over task buckets or input files, and this fit (partitioned on Dask, or "
+    "folded from per-file sums) forms no worker pair (docs/scale.md, memory laws)"
 )
 #: table → the columns a partitioned fit without pairs leaves missing (with :data:`_PARTNERS_WHY` as their reason),
 #: where an inline fit of the same labels has them: what a comparison of the two runs leaves out

@@ -254,19 +254,20 @@ def folded_input(
     refresh: Sequence[str] = (),
     run_id: str | None = None,
     timeout: float = 600.0,
+    more_folds: dict[str, dict[str, Any]] | None = None,
 ) -> Iterator[Assembled]:
     """A run on folded sums: the store's lock held, the new files read and folded, the state committed at the end.
 
     Yields the :class:`Assembled` input of :func:`assemble` with ``rows=False``: ``fold.table`` is the statistic
     of every file of ``source``, ``new_rows`` the rows read now. The new state is committed when the body returns
     (after it wrote its outputs); an exception or a kill leaves the previous state, and the files written for the
-    uncommitted one are garbage that the next commit removes.
+    uncommitted one are garbage that the next commit removes. ``more_folds``: a dict the body may fill with
+    further stored tables of the run (state ``folds`` entries, e.g. the skills worker fold), committed with it.
     """
     with state_lock(folder, timeout):
         state = read_state(folder)
         got = assemble(Path(folder), state, Path(source), kind, columns, refresh, rule=rule, rows=False)
         yield got
         assert got.fold is not None
-        commit_state(
-            folder, state, {**state.files, kind: got.files}, run_id, folds={**state.folds, kind: got.fold.record}
-        )
+        folds = {**state.folds, kind: got.fold.record, **(more_folds or {})}
+        commit_state(folder, state, {**state.files, kind: got.files}, run_id, folds=folds)

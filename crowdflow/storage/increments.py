@@ -51,6 +51,7 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from crowdflow.contracts.errors import CrowdflowError, InputError
@@ -73,6 +74,7 @@ __all__ = [
     "state_dir",
     "state_lock",
     "stored_rows",
+    "stored_rows_of",
     "update_fold",
     "with_sums",
     "write_stats",
@@ -310,12 +312,13 @@ def write_stats(folder: str | os.PathLike[str], kind: str, sha256: str, df: pd.D
     return FileEntry(sha256, name, len(df))
 
 
-def write_table(folder: str | os.PathLike[str], kind: str, name: str, df: pd.DataFrame) -> str:
+def write_table(folder: str | os.PathLike[str], kind: str, name: str, df: pd.DataFrame | pa.Table) -> str:
     """Write a sums or fold table ``<kind>/<name>`` (temp + rename); committed only by :func:`commit_state`."""
     d = Path(folder) / kind
     d.mkdir(parents=True, exist_ok=True)
     tmp = d / f".{name}.{os.getpid()}.tmp"
-    pq.write_table(pa.Table.from_pandas(df.reset_index(drop=True), preserve_index=False), tmp)
+    table = df if isinstance(df, pa.Table) else pa.Table.from_pandas(df.reset_index(drop=True), preserve_index=False)
+    pq.write_table(table, tmp)
     os.replace(tmp, d / name)
     _Steps.done(f"table {kind}/{name}")
     return name
@@ -619,3 +622,50 @@ def forget(
     if not str(worker).strip():
         raise InputError("forget needs a worker id", path=str(out_dir))
     return erase(state_dir(out_dir, pipeline), str(worker), timeout, rules)
+
+
+@dataclass(frozen=True)
+class StoredRows:
+    """Stored rows read back by :func:`stored_rows_of`: the rows, and the files and rows scanned to find them."""
+
+    rows: pd.DataFrame
+    files_scanned: int
+    rows_scanned: int
+
+
+def stored_rows_of(
+    folder: str | os.PathLike[str],
+    kind: str,
+    entries: Sequence[FileEntry],
+    column: str,
+    values: Sequence[str] | pa.Array | None,
+    columns: Sequence[str],
+) -> StoredRows:
+    """The stored rows of ``entries`` whose ``column`` (as text) is one of ``values`` (``None``: every row).
+
+    A file whose sums file names none of ``values`` in its ``column`` is skipped without opening its rows (the sums
+    of a labels file list its tasks); the others have ``columns`` read and filtered. Rows come back in file order.
+    """
+    d = Path(folder) / kind
+    if values is None or isinstance(values, pa.Array):
+        wanted = values
+    else:
+        wanted = pa.array([str(v) for v in values], pa.string())
+    frames: list[pd.DataFrame] = []
+    scanned = rows = 0
+    for e in entries:
+        if wanted is not None:
+            if len(wanted) == 0:
+                break
+            if e.sums is not None:
+                listed = pq.read_table(d / e.sums, columns=[column]).column(0).cast(pa.string())
+                if not pc.any(pc.is_in(listed, value_set=wanted)).as_py():
+                    continue
+        table = pq.read_table(d / e.stats, columns=list(columns))
+        scanned += 1
+        rows += table.num_rows
+        if wanted is not None:
+            table = table.filter(pc.is_in(table[column].cast(pa.string()), value_set=wanted))
+        frames.append(table.to_pandas())
+    out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({c: [] for c in columns})
+    return StoredRows(out, scanned, rows)

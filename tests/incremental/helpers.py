@@ -155,3 +155,59 @@ def assert_folded_tables(
         close(pairs[col].to_numpy(), ref[col].to_numpy(), 0.0 if integral else 1e-12, f"{col} {what}")
     close(pairs["fitted"].to_numpy(), ref["fitted"].to_numpy(), 1e-12, f"fitted {what}")
     close(pairs["rss"].to_numpy(), ref["rss"].to_numpy(), 1e-9, f"rss {what}")
+
+
+def restyle_ids(days: list[pd.DataFrame], style: str, seed: int = 0) -> list[pd.DataFrame]:
+    """The days with other ids: ``text`` (as generated: task ids grow day by day), ``int`` (task and worker ids as
+    integers) or ``shuffled`` (task ids random text, so a new day's tasks sort among the old ones)."""
+    if style == "text":
+        return days
+    tasks = pd.unique(pd.concat([d["task"] for d in days]).astype(str))
+    workers = pd.unique(pd.concat([d["worker"] for d in days]).astype(str))
+    rng = np.random.default_rng(seed)
+    if style == "int":
+        t_map = {t: int(k) * 7 + 3 for k, t in enumerate(tasks)}
+        w_map: dict[str, object] = {w: int(k) + 10 for k, w in enumerate(workers)}
+    else:
+        t_map = {t: f"q{v:08x}" for t, v in zip(tasks, rng.choice(16**8, tasks.size, replace=False), strict=True)}
+        w_map = {w: w for w in workers}
+    return [d.assign(task=d["task"].astype(str).map(t_map), worker=d["worker"].astype(str).map(w_map)) for d in days]
+
+
+def reasons_by_column(text: object) -> dict[str, set[str]]:
+    """A ``missing_reason`` cell as column → reasons (the writer's ``cols: reason; cols: reason`` form)."""
+    out: dict[str, set[str]] = {}
+    if not isinstance(text, str):
+        return out
+    for clause in text.split("; "):
+        cols, why = clause.split(": ", 1)
+        for c in cols.split(","):
+            out.setdefault(c, set()).add(why)
+    return out
+
+
+def assert_folded_skills_tables(
+    got_tables: Mapping[str, pd.DataFrame], want_tables: Mapping[str, pd.DataFrame], what: str
+) -> None:
+    """A folded majority-vote run's tables against a full ``method: mv`` run's (docs/methods/skills.md §4.4): every
+    table and column equal bit for bit, except the distinct-co-labeller columns (``n_partners``; ``n_edges``,
+    ``d_max``, ``D_sum``), which are NaN with their reason; the other reasons are the full run's."""
+    from crowdflow.skills.reasons import PARTITIONED_MISSING
+
+    assert sorted(got_tables) == sorted(want_tables), what
+    for name, want in want_tables.items():
+        got = got_tables[name]
+        assert list(got.columns) == list(want.columns), f"{name} {what}"
+        skip = set(PARTITIONED_MISSING.get(name, ()))
+        same = [c for c in want.columns if c not in skip and c != "missing_reason"]
+        pd.testing.assert_frame_equal(got[same], want[same], check_exact=True, obj=f"{name} {what}")
+        for c in skip:
+            assert got[c].isna().all(), f"{name}.{c} {what}"
+        if "missing_reason" in want.columns:
+            for g, w in zip(got["missing_reason"], want["missing_reason"], strict=True):
+                # the column missing_reason itself is named where it was empty when a status reason was added
+                # (the full run's non-ok workers): in a folded run it already holds the co-labeller reason
+                rg = {k: v for k, v in reasons_by_column(g).items() if k not in skip | {"missing_reason"}}
+                rw = {k: v for k, v in reasons_by_column(w).items() if k not in skip | {"missing_reason"}}
+                assert rg == rw, f"{name} missing_reason {what}: {g!r} vs {w!r}"
+                assert all("co-labellers" in " ".join(reasons_by_column(g)[c]) for c in skip), what

@@ -72,6 +72,7 @@ def test_run_backfill_forget(
     rec = run.manifest["incremental"]["labels"]
     assert rec["files_read"] == ["day=2026-11-01/part-0.parquet", "day=2026-11-03/part-0.parquet"]
     assert rec["files_reused"] == ["day=2026-11-02/part-0.parquet"]
+    assert rec["fold"]["how"] == "rows"  # pgd is not a sum over files: the row path (majority vote alone is folded)
     assert run.increments["version"] == 2 and run.increments["files"] == {"labels": 3}
     victim = str(days[2]["worker"].iloc[0])
     capsys.readouterr()

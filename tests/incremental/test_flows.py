@@ -20,7 +20,7 @@ import pytest
 from crowdflow.spec import parse_spec
 from crowdflow.storage.increments import read_state, state_dir, stored_rows
 from crowdflow.storage.runs import read_run
-from tests.incremental.helpers import comparisons_family, labels_family, write_day
+from tests.incremental.helpers import assert_folded_skills_tables, comparisons_family, labels_family, write_day
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 
@@ -133,13 +133,40 @@ def _sequence(
     return runs
 
 
-# pgd and ds run the same store and flow steps as mv (only the fit differs, and the fit is checked against a full
-# refit on the same rows there); they stay in the slow tier to keep the default suite near 10 minutes.
-@pytest.mark.parametrize("method", ["mv", *(pytest.param(m, marks=pytest.mark.slow) for m in ("pgd", "ds"))])
+#: how a folded mv run's worker fold is made after each step of :func:`_sequence` (files only added: updated)
+_WORKER_FOLD = {"start": "rebuilt", "add": "updated", "replace": "rebuilt", "reorder": "updated",
+                "erase": "rebuilt", "add-after-erase": "updated", "delete": "rebuilt"}  # fmt: skip
+
+
+def _folded_mv_equals_full(inc: Any, full: Any, what: str) -> None:
+    """A folded mv run (skills.incremental + method mv) against a full mv run: docs/methods/skills.md §4.4."""
+    assert_folded_skills_tables(inc.tables, full.tables, what)
+    rec = inc.manifest["incremental"]["labels"]
+    workers = rec["fold"]["workers"]
+    assert workers["how"] == _WORKER_FOLD[what.removeprefix("after ")], what
+    assert rec["stored_rows_read"] == workers["stored_rows_read"], what
+    if what == "after reorder":  # renamed files: nothing new, nothing re-read
+        assert workers["stored_rows_read"] == 0 and rec["rows_read"] == 0, what
+    assert inc.manifest["fit"]["folded"] and inc.manifest["cache"]["enabled"] is False
+
+
+def test_folded_mv_flow_equals_full_refit(tmp_path: Path) -> None:
+    """skills.incremental + method mv runs folded (crowdflow/skills/folded.py); a whole-file read of a stored file's
+    rows fails the run (only the filtered reads of the worker fold are allowed, and counted in the manifest)."""
+    from tests.incremental.test_rank_folded import _stored_rows_unreadable
+
+    _sequence("skills", tmp_path, {"method": "mv"}, 0, None, _folded_mv_equals_full, _stored_rows_unreadable)
+
+
+# pgd and ds take the row path (their fits are not sums over files; fold.how rows): the same store and flow steps
+# for both, so they stay in the slow tier to keep the default suite near 10 minutes.
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["pgd", "ds"])
 def test_skills_incremental_equals_full_refit(tmp_path: Path, method: str) -> None:
-    _sequence(
-        "skills", tmp_path, {"method": method, "duplicates": "keep_last"}, seed={"mv": 0, "pgd": 1, "ds": 2}[method]
+    runs = _sequence(
+        "skills", tmp_path, {"method": method, "duplicates": "keep_last"}, seed={"pgd": 1, "ds": 2}[method]
     )
+    assert all(r.manifest["incremental"]["labels"]["fold"]["how"] == "rows" for r in runs)
 
 
 # outliers: none is a folded run (its own tables): tests/incremental/test_rank_folded.py
@@ -160,7 +187,9 @@ def test_failed_run_leaves_the_store_as_it_was(tmp_path: Path) -> None:
     bad["task"] = bad["task"].astype(object)
     bad.loc[1, "task"] = None
     write_day(folder, 1, bad)
-    with pytest.raises(Exception):  # noqa: B017 - the validation error's class is the validator's
+    from crowdflow.contracts.errors import ValidationFailed
+
+    with pytest.raises(ValidationFailed, match="day=2026-11-02"):  # before any sum: the file, row and column named
         _run(_spec("skills", folder, out, "inc", {"method": "mv", "incremental": True}))
     assert (state_dir(out, "inc") / "state.json").read_text() == before
     assert json.loads(before)["version"] == 1

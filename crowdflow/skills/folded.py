@@ -1,0 +1,535 @@
+"""Majority-vote skills tables from folded counts and a per-worker fold (``skills.incremental`` with ``method: mv``).
+
+A folded skills run (issue #38) keeps, beside the per-task class counts of :mod:`crowdflow.skills.increments`, a
+**worker fold** (:class:`WorkerFold`) that makes every table of a full majority-vote run except one column exact
+without reading the history's rows (docs/methods/skills.md §4.4):
+
+- per worker: ``n_labels`` (a sum over files), ``agree`` = Σ_t 1{the worker's label on t = the vote of t}, and
+  ``strength`` = Σ_{t ∋ i} (k_t − 1) (integers), and the worker graph's parity union-find forest
+  (:class:`~crowdflow.graphs.parity.ParityForest`: edges are only ever added while files are only added);
+- per task (in the label fold's text order): its vote, its label count ``k_t`` and one worker (the task's
+  component: every worker of a task is in one component).
+
+A run that only adds files reads the stored rows of the tasks whose contribution moves: the **old tasks the new
+rows touch** (their ``k_t`` and maybe their vote change; their old workers' ``strength`` moves) and the **old tasks
+whose vote moved** without new labels (a random tie-break draws by a task's position among all tasks, so a task
+inserted before a tied one in the natural order can move its draw; ids that grow, e.g. dated, move none). For
+those tasks the old contribution is subtracted (old vote, old ``k_t``) and the new one added; every new row is
+added. Files removed or changed, an erasure, other options, or no stored worker fold: the fold is rebuilt from the
+stored rows of every file (stated in the manifest). Every sum is an integer, so the result equals a full run's
+whatever the order of the files.
+
+What is not a sum: ``n_partners`` (distinct co-labellers; needs the set of worker pairs) and the component
+columns made from it (``n_edges``, ``d_max``, ``D_sum``): NaN with a reason, as the partitioned (Dask) run writes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from crowdflow.graphs import Components, ParityForest, WorkerGraphReport
+from crowdflow.graphs.workers import worker_graph_from_components
+from crowdflow.labels import answered, natural_order
+from crowdflow.skills.fit import SkillsResult, _base_status, fit_metadata, worker_table
+from crowdflow.skills.identifiability import component_diagnostics_pairless
+from crowdflow.skills.increments import LABEL_COUNTS, FoldedLabels, text_ids, vote_folded
+from crowdflow.skills.options import SkillsOptions
+from crowdflow.skills.reasons import explain_missing_skills
+from crowdflow.storage.increment_inputs import Assembled, folded_input
+from crowdflow.storage.increments import State, read_state, stored_rows_of, write_table
+
+__all__ = [
+    "FoldedRun",
+    "FoldedSkills",
+    "WorkerFold",
+    "fold_in_store",
+    "folded_skills",
+    "folded_skills_run",
+    "update_workers",
+]
+
+
+@dataclass(frozen=True)
+class WorkerFold:
+    """The per-worker and per-task statistics of a majority-vote fold (module docstring).
+
+    Attributes
+    ----------
+    workers : numpy.ndarray
+        (W,) worker ids (``str``) in the label encoder's natural order (a full run's worker codes).
+    n_labels, agree, strength : numpy.ndarray
+        (W,) int64 sums.
+    parent, par, rank : numpy.ndarray
+        (W,) int64 parity union-find forest over the worker codes; ``odd`` (W,) bool.
+    tasks : pyarrow.Table
+        ``task, winner, k, rep`` per task of the label fold, in its (text) order (``rep``: the code of one of its
+        workers); kept in Arrow (a fold of 10^6 tasks is never turned into Python strings).
+    """
+
+    workers: np.ndarray
+    n_labels: np.ndarray
+    agree: np.ndarray
+    strength: np.ndarray
+    parent: np.ndarray
+    par: np.ndarray
+    rank: np.ndarray
+    odd: np.ndarray
+    tasks: pa.Table
+
+    @classmethod
+    def empty(cls) -> WorkerFold:
+        z = np.zeros(0, dtype=np.int64)
+        e = pa.array([], pa.string())
+        tasks = pa.table({"task": e, "winner": e, "k": pa.array([], pa.int64()), "rep": pa.array([], pa.int64())})
+        w = np.zeros(0, dtype=object)
+        return cls(w, z, z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), z.astype(bool), tasks)
+
+    def worker_frame(self) -> pd.DataFrame:
+        """The per-worker arrays as one table (the increment store's ``mv-workers`` file)."""
+        return pd.DataFrame(
+            {"worker": self.workers.astype(str), "n_labels": self.n_labels, "agree": self.agree,
+             "strength": self.strength, "parent": self.parent, "par": self.par, "rank": self.rank, "odd": self.odd}
+        )  # fmt: skip
+
+    @classmethod
+    def from_tables(cls, workers: pa.Table, tasks: pa.Table) -> WorkerFold:
+        def col(name: str) -> np.ndarray:
+            return np.asarray(workers[name].to_numpy())
+
+        ids = np.asarray(workers["worker"].cast(pa.string()).to_pylist(), dtype=object)
+        text = {c: tasks[c].combine_chunks().cast(pa.string()) for c in ("task", "winner")}
+        table = pa.table({"task": text["task"], "winner": text["winner"], "k": tasks["k"].cast(pa.int64()),
+                          "rep": tasks["rep"].cast(pa.int64())})  # fmt: skip
+        return cls(ids, col("n_labels"), col("agree"), col("strength"), col("parent"), col("par"), col("rank"),
+                   col("odd").astype(bool), table)  # fmt: skip
+
+    def forest(self) -> ParityForest:
+        return ParityForest(self.parent.copy(), self.par.copy(), self.rank.copy(), self.odd.copy())
+
+
+@dataclass(frozen=True)
+class WorkerUpdate:
+    """What :func:`update_workers` did: the new fold and the account of the stored rows it read."""
+
+    fold: WorkerFold
+    how: str
+    tasks_reread: int = 0
+    rows_read: int = 0
+    why: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+Rows = dict[str, pa.Array]
+
+
+def _rows(frame: pd.DataFrame) -> Rows:
+    """``task, worker, label`` of a rows table as Arrow text (ids compared as text, as the encoder does)."""
+    frame = answered(frame)
+    if len(frame) == 0:
+        return {c: pa.array([], pa.string()) for c in ("task", "worker", "label")}
+    return {c: text_ids(frame[c]) for c in ("task", "worker", "label")}
+
+
+def _concat(*parts: Rows) -> Rows:
+    return {c: pa.concat_arrays([p[c] for p in parts]) for c in ("task", "worker", "label")}
+
+
+def _positions(values: pa.Array, within: pa.Array) -> np.ndarray:
+    """Position of each of ``values`` in ``within`` (an Arrow hash lookup), −1 where absent."""
+    out: np.ndarray = pc.index_in(values, value_set=within).fill_null(-1).to_numpy(zero_copy_only=False)
+    return out.astype(np.int64)
+
+
+def update_workers(
+    prev: WorkerFold | None,
+    folded: FoldedLabels,
+    winners: pa.Array,
+    new_rows: pd.DataFrame,
+    read_stored: Callable[[pa.Array | None], pd.DataFrame],
+    why_rebuild: str = "",
+) -> WorkerUpdate:
+    """The worker fold after a run (module docstring).
+
+    Parameters
+    ----------
+    prev : WorkerFold or None
+        The stored fold when it is valid for an update (files only added since, same options); None: rebuild.
+    folded : FoldedLabels
+        The label fold after the run (every file).
+    winners : pyarrow.Array
+        The vote of each task of ``folded``, in its order (:func:`crowdflow.skills.increments.vote_folded`).
+    new_rows : pandas.DataFrame
+        ``task, worker, label`` of the files read now (erased workers dropped).
+    read_stored : callable
+        ``read_stored(tasks)`` → ``task, worker, label`` of the stored (reused) files' rows of those tasks;
+        ``None``: every stored row (a rebuild).
+    why_rebuild : str
+        Why ``prev`` is None (for the manifest).
+
+    Raises
+    ------
+    ValueError
+        A (task, worker) pair answers twice across the files (a folded run counts every row; a full run would
+        apply ``duplicates``), naming the pair.
+    """
+    tasks = folded.tasks
+    n_t = len(tasks)
+    k_after = folded.counts.sum(axis=1).astype(np.int64)
+    new = _rows(new_rows)
+    if prev is None:
+        old = _rows(read_stored(None))
+        none = np.full(n_t, -1, dtype=np.int64)
+        fold = _apply(WorkerFold.empty(), tasks, winners, k_after, _concat(old, new), 0, none, none, np.ones(n_t, bool))
+        return WorkerUpdate(fold, "rebuilt", len(pc.unique(old["task"])), len(old["task"]), why_rebuild)
+    prev_tasks = prev.tasks["task"].combine_chunks()
+    at = _aligned(tasks, prev_tasks)  # -1: a new task
+    is_old = at >= 0
+    hit = is_old & np.asarray(pc.is_in(tasks, value_set=pc.unique(new["task"])).to_numpy(zero_copy_only=False))
+    old_winner = prev.tasks["winner"].combine_chunks().take(pa.array(np.maximum(at, 0)))
+    moved = is_old & ~np.asarray(pc.equal(old_winner, winners).to_numpy(zero_copy_only=False), dtype=bool)
+    reread = tasks.filter(pa.array(hit | moved))
+    old = _rows(read_stored(reread)) if len(reread) else _rows(new_rows.iloc[:0])
+    k_prev = prev.tasks["k"].to_numpy()
+    k_before = np.where(is_old, k_prev[np.maximum(at, 0)] if k_prev.size else 0, 0)
+    rows = _concat(old, new)
+    fold = _apply(prev, tasks, winners, k_after, rows, len(old["task"]), at, k_before, ~is_old | hit | moved)
+    extra = {"tasks_touched": int(hit.sum()), "tasks_vote_moved_untouched": int((moved & ~hit).sum())}
+    return WorkerUpdate(fold, "updated", len(reread), len(old["task"]), "", extra)
+
+
+def _aligned(tasks: pa.Array, prev_tasks: pa.Array) -> np.ndarray:
+    """Position of each fold task among the previous fold's tasks (−1: new). Both are in text order; when every new
+    task sorts after the old ones (ids that grow, e.g. dated) the old tasks are the fold's first ones, found by one
+    buffer comparison instead of a hash lookup."""
+    n = len(prev_tasks)
+    if n <= len(tasks) and tasks.slice(0, n).equals(prev_tasks):
+        return np.concatenate([np.arange(n, dtype=np.int64), np.full(len(tasks) - n, -1, dtype=np.int64)])
+    return _positions(tasks, prev_tasks)
+
+
+def _duplicate_error(rows: Rows, k: int) -> ValueError:
+    task, worker = rows["task"][k].as_py(), rows["worker"][k].as_py()
+    return ValueError(
+        f"worker {worker!r} answers task {task!r} more than once across the files: a folded majority-vote run counts "
+        "every row, so it needs one answer per (task, worker); drop skills.incremental to apply skills.duplicates"
+    )
+
+
+def _apply(
+    prev: WorkerFold,
+    tasks: pa.Array,
+    winners: pa.Array,
+    k_after: np.ndarray,
+    rows: Rows,
+    n_old: int,
+    at: np.ndarray,
+    k_before: np.ndarray,
+    need: np.ndarray,
+) -> WorkerFold:
+    """``prev`` with the stored rows of the re-read tasks (the first ``n_old`` of ``rows``) taken out (old vote,
+    old k) and every row put in (new vote, new k).
+
+    ``at``: each fold task's position in ``prev.tasks`` (−1: new); ``need``: the tasks ``rows`` covers (the re-read
+    and the new ones), so a row's task is looked up among those only. Raises ``ValueError`` on a repeated
+    (task, worker) pair.
+    """
+    workers = prev.workers
+    incoming = set(pc.unique(rows["worker"]).to_pylist()) - set(workers.tolist())
+    if incoming:
+        union = np.concatenate([workers, np.asarray(sorted(incoming), dtype=object)]).astype(object)
+        union = union[natural_order(union)]
+    else:
+        union = workers
+    n_w = union.size
+    ids = pa.array(union.tolist(), pa.string())
+    pos = _positions(pa.array(workers.tolist(), pa.string()), ids) if workers.size else np.zeros(0, np.int64)
+    n_labels, agree, strength = (np.zeros(n_w, dtype=np.int64) for _ in range(3))
+    parent, par, rank = np.arange(n_w, dtype=np.int64), np.zeros(n_w, dtype=np.int64), np.zeros(n_w, dtype=np.int64)
+    odd = np.zeros(n_w, dtype=bool)
+    n_labels[pos], agree[pos], strength[pos] = prev.n_labels, prev.agree, prev.strength
+    parent[pos], par[pos], rank[pos], odd[pos] = pos[prev.parent], prev.par, prev.rank, prev.odd
+    idx = np.flatnonzero(need)
+    sub = tasks if idx.size == len(tasks) else tasks.take(pa.array(idx))
+    found = _positions(rows["task"], sub)
+    if (found < 0).any():
+        raise ValueError("rows of a task the label fold does not hold (the fold and the rows are out of step)")
+    t = idx[found]
+    w = _positions(rows["worker"], ids)
+    order = np.lexsort((w, t))
+    ts, ws = t[order], w[order]
+    same_pair = (ts[1:] == ts[:-1]) & (ws[1:] == ws[:-1])
+    if same_pair.any():
+        raise _duplicate_error(rows, int(order[1:][same_pair][0]))
+    if n_old:  # the re-read tasks' stored rows leave with their old vote and count
+        t_o, w_o = t[:n_old], w[:n_old]
+        prev_winner = prev.tasks["winner"].combine_chunks().take(pa.array(at[t_o]))
+        same = pc.equal(rows["label"].slice(0, n_old), prev_winner).to_numpy(zero_copy_only=False)
+        np.subtract.at(agree, w_o, np.asarray(same, dtype=np.int64))
+        np.subtract.at(strength, w_o, k_before[t_o] - 1)
+        n_labels -= np.bincount(w_o, minlength=n_w)
+    same = pc.equal(rows["label"], winners.take(pa.array(t))).to_numpy(zero_copy_only=False)
+    agree += np.bincount(w, weights=np.asarray(same, dtype=np.float64), minlength=n_w).astype(np.int64)
+    strength += np.bincount(w, weights=(k_after[t] - 1).astype(np.float64), minlength=n_w).astype(np.int64)
+    n_labels += np.bincount(w, minlength=n_w)
+    forest = ParityForest(parent, par, rank, odd)
+    if t.size:
+        starts = np.flatnonzero(np.r_[True, ts[1:] != ts[:-1]])
+        forest.merge(ParityForest.from_labels(np.r_[starts, ts.size].astype(np.int64), ws, n_w))
+    # per task of the fold, one of its workers (its component), as a code into the worker order; new tasks take one
+    # from their rows
+    rep = np.full(len(tasks), -1, dtype=np.int64)
+    have = at >= 0
+    if have.any():
+        rep[have] = pos[prev.tasks["rep"].to_numpy()[at[have]]]
+    rep[t] = w
+    if (rep < 0).any():
+        raise ValueError("a task of the label fold has no worker (the fold and the worker fold are out of step)")
+    table = pa.table({"task": tasks, "winner": winners, "k": pa.array(k_after), "rep": pa.array(rep)})
+    return WorkerFold(union, n_labels, agree, strength, forest.parent, forest.par, forest.rank, forest.odd, table)
+
+
+@dataclass(frozen=True)
+class FoldedSkills:
+    """A folded majority-vote fit: the :class:`SkillsResult` a full ``mv`` fit gives (less ``n_partners``) and the
+    worker-graph report of its labels (pair-free)."""
+
+    result: SkillsResult
+    report: WorkerGraphReport
+
+
+def folded_skills(
+    consensus: pd.DataFrame, n_ties: int, fold: WorkerFold, classes: np.ndarray, options: SkillsOptions
+) -> FoldedSkills:
+    """The tables of a full ``method: mv`` fit from the consensus of the folded counts and the worker fold.
+
+    ``consensus``: :func:`crowdflow.skills.increments.majority_from_folded`; ``classes``: the fitted label set (the
+    declared ``classes`` or the observed ones, in the encoder's order). Skills, accuracy, strength, components,
+    status and the per-component counts are a full run's, bit for bit (the same float64 operations on the same
+    integers); ``n_partners`` and ``n_edges``/``d_max``/``D_sum`` are NaN with their reason.
+    """
+    o = options
+    g: Components = fold.forest().components()
+    n_i = fold.n_labels
+    w = int(n_i.size)
+    m = int(classes.size)
+    accuracy = fold.agree.astype(np.float64) / np.maximum(n_i, 1)
+    skill = (m * accuracy - 1.0) / (m - 1.0)
+    status = _base_status(g)
+    ok = status == "ok"
+    partners = np.full(w, np.nan)
+    strength = fold.strength.astype(np.float64)
+    table = worker_table(fold.workers, skill, accuracy, np.ones(w), n_i, (partners, strength), g, status, ok)
+    rep = fold.tasks["rep"].to_numpy()
+    task_comp = g.labels[rep]
+    n_tasks = np.bincount(task_comp, minlength=g.n_components).astype(np.int64)
+    n_lab = np.bincount(g.labels, weights=n_i, minlength=g.n_components).astype(np.int64)
+    diag = component_diagnostics_pairless(None, g, partners, strength, skill, status, per_component=(n_lab, n_tasks))
+    n_total, n_t = int(n_i.sum()), len(fold.tasks)
+    meta = fit_metadata(o, classes, w, n_t, n_total, 0, 0, "flag")
+    meta.update(
+        {
+            "iterations": 0,
+            "converged": True,
+            "final_loss": float("nan"),
+            "n_ties": int(n_ties),
+            "fit_status": "closed_form",
+            "eta": float("nan"),
+            "n_fallback_tasks": 0,
+            "frac_workers_identified": float(ok.mean()),
+            "frac_labels_identified": float(n_i[ok].sum() / max(n_total, 1)),
+            "frac_tasks_identified": float(np.count_nonzero(ok[rep]) / max(n_t, 1)),
+            "folded": True,
+        }
+    )
+    explain_missing_skills(table, diag, "mv", pairs=False)
+    cons = consensus.assign(fallback=np.zeros(len(consensus), dtype=bool))
+    result = SkillsResult(skills=table, consensus=cons, diagnostics=diag, metadata=meta)
+    report = worker_graph_from_components(g, partners, n_i, fold.workers)
+    return FoldedSkills(result, report)
+
+
+#: the increment store's keys (folders) of the worker fold's two tables, beside the label fold
+WORKERS_KEY, TASKS_KEY = "mv-workers", "mv-tasks"
+#: the layout of those tables (a stored worker fold of another layout is rebuilt)
+FOLD_FORMAT = "crowdflow-mv-workers/1"
+
+
+@dataclass(frozen=True)
+class FoldedRun:
+    """What :func:`fold_in_store` computed for a run: the fit, the worker fold's account, the state records.
+
+    ``records``: the two tables' entries of the next state's ``folds`` (written, committed with the run);
+    ``account``: the manifest's ``fold.workers`` (how, why, tasks re-read, stored rows read and scanned);
+    ``gold_rows``: the rows of the gold tasks (``task, worker, label``) when gold tasks were asked for;
+    ``input``: the manifest's account of the labels input (:func:`folded_skills_run` only).
+    """
+
+    fit: FoldedSkills
+    records: dict[str, dict[str, Any]]
+    account: dict[str, Any]
+    stored_rows_read: int
+    gold_rows: pd.DataFrame | None = None
+    input: dict[str, Any] = field(default_factory=dict)
+
+
+def fold_in_store(
+    folder: str | os.PathLike[str],
+    state: State,
+    assembled: Assembled,
+    options: SkillsOptions,
+    gold_tasks: Sequence[str] | None = None,
+) -> FoldedRun:
+    """A folded majority-vote run on the increment store: votes from the label fold, the worker fold updated.
+
+    ``assembled`` is the run's labels input (:func:`crowdflow.storage.increment_inputs.assemble` with the label
+    counts rule, ``rows=False``). The stored worker fold is updated when it was made from exactly the files the
+    state held, with the same vote options, and files were only added since; otherwise it is rebuilt from every
+    stored file's rows (``account["why"]`` says why). The new tables are written, uncommitted (the caller commits
+    them with the state, after the export).
+
+    Raises
+    ------
+    ValueError
+        A file at more than one path, or a (task, worker) pair answering twice across the files.
+    """
+    o = options
+    fold = assembled.fold
+    assert fold is not None
+    kind = "labels"
+    clock = _Clock()
+    folded = FoldedLabels.from_frame(fold.table)
+    consensus, ties, winners = vote_folded(folded, o.classes, o.tie_break, o.seed)
+    clock.lap("vote")
+    twice = sorted(p for e in assembled.files.values() if len(e.paths) > 1 for p in e.paths)
+    if twice:
+        raise ValueError(f"the same file is at several paths of the dataset ({', '.join(twice[:4])}): a folded "
+                         "majority-vote run needs one answer per (task, worker); remove the copies")  # fmt: skip
+    old_files = state.files.get(kind, {})
+    read_now = set(assembled.read)
+    stored = [e for sha, e in assembled.files.items() if sha in old_files and not (set(e.paths) & read_now)]
+    scanned = {"files": 0, "rows": 0}
+
+    def read_stored(tasks: pa.Array | None) -> pd.DataFrame:
+        got = stored_rows_of(folder, kind, stored, "task", tasks, ("task", "worker", "label"))
+        scanned["files"] += got.files_scanned
+        scanned["rows"] += got.rows_scanned
+        return got.rows
+
+    opts_key = {"tie_break": o.tie_break, "seed": int(o.seed), "classes": list(o.classes or [])}
+    labels_rec = state.folds.get(kind) or {}
+    rec_w, rec_t = state.folds.get(WORKERS_KEY), state.folds.get(TASKS_KEY)
+    why = ""
+    if rec_w is None or rec_t is None:
+        why = "no stored worker fold (the first folded run, or a store written before it)"
+    elif rec_w.get("digest") != labels_rec.get("digest") or rec_t.get("digest") != labels_rec.get("digest"):
+        why = "the stored worker fold is not of the files the state holds (an erasure since it was made)"
+    elif rec_w.get("format") != FOLD_FORMAT or rec_t.get("format") != FOLD_FORMAT:
+        why = "the stored worker fold has another layout"
+    elif rec_w.get("options") != opts_key:
+        why = "the vote options (tie_break, seed, classes) changed"
+    elif fold.removed or assembled.dropped or any(sha in old_files for sha in _read_shas(assembled)):
+        why = "files were removed, changed or re-read (a backfill) since the last run"
+    prev = None
+    if not why and rec_w is not None and rec_t is not None:
+        d = Path(folder)
+        prev = WorkerFold.from_tables(
+            pq.read_table(d / WORKERS_KEY / str(rec_w["file"])), pq.read_table(d / TASKS_KEY / str(rec_t["file"]))
+        )
+    clock.lap("read_worker_fold")
+    try:
+        upd = update_workers(prev, folded, winners, assembled.new_rows, read_stored, why)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (files read now: {', '.join(assembled.read[:5]) or 'none'})") from None
+    clock.lap("update")
+    classes = (
+        np.asarray([str(c) for c in o.classes], dtype=object)
+        if o.classes
+        else folded.classes[natural_order(folded.classes)].astype(str).astype(object)
+    )
+    fit = folded_skills(consensus, ties, upd.fold, classes, o)
+    clock.lap("tables")
+    gold_rows = None
+    rows_read = upd.rows_read
+    if gold_tasks is not None:
+        asked = pa.array([str(t) for t in gold_tasks], pa.string())
+        have = asked.filter(pc.is_in(asked, value_set=folded.tasks))
+        old = read_stored(have) if len(have) else assembled.new_rows.iloc[:0]
+        new = assembled.new_rows
+        new = new[np.asarray(pc.is_in(text_ids(new["task"]), value_set=have).to_numpy(zero_copy_only=False))]
+        cols = ["task", "worker", "label"]
+        gold_rows = pd.concat([old[cols].astype(str), new[cols].astype(str)], ignore_index=True)
+        rows_read += len(old)
+    version = state.version + 1
+    epoch = len(state.erasures)
+    records = {
+        key: {"file": write_table(folder, key, f"{key}-{version}-e{epoch}.parquet", frame),
+              "digest": fold.record["digest"], "options": opts_key, "format": FOLD_FORMAT}
+        for key, frame in ((WORKERS_KEY, upd.fold.worker_frame()), (TASKS_KEY, upd.fold.tasks))
+    }  # fmt: skip
+    clock.lap("write_worker_fold")
+    account = {"how": upd.how, "tasks_reread": upd.tasks_reread, "stored_rows_read": rows_read,
+               "stored_files_scanned": scanned["files"], "stored_rows_scanned": scanned["rows"],
+               **upd.extra, "seconds": clock.timings}  # fmt: skip
+    if upd.why:
+        account["why"] = upd.why
+    return FoldedRun(fit, records, account, rows_read, gold_rows)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def lap(self, step: str) -> None:
+        now = time.perf_counter()
+        self.timings[step] = round(now - self._t, 3)
+        self._t = now
+
+
+def _read_shas(assembled: Assembled) -> list[str]:
+    """Content hashes of the files read now."""
+    now = set(assembled.read)
+    return [sha for sha, e in assembled.files.items() if set(e.paths) & now]
+
+
+def folded_skills_run(
+    store: str | os.PathLike[str],
+    source: str | os.PathLike[str],
+    options: SkillsOptions | None = None,
+    *,
+    columns: Mapping[str, str] | None = None,
+    refresh: Sequence[str] = (),
+    run_id: str | None = None,
+    **overrides: Any,
+) -> FoldedRun:
+    """A folded majority-vote skills fit over every file of ``source`` without the pipeline (the flow's fit step).
+
+    Holds the store's lock, reads and sums the files the store has not seen
+    (:func:`crowdflow.storage.increment_inputs.folded_input`), votes and updates the worker fold
+    (:func:`fold_in_store`), then commits the state with both folds. ``run.fit.result`` holds the tables of a full
+    ``method: mv`` fit (``output_tables(run.fit.result, run.fit.report)``), ``run.input`` the files' account.
+    """
+    if options is None:  # majority vote is the one folded method: the default here
+        overrides = {"method": "mv", **overrides}
+    o = SkillsOptions.resolve(options, **overrides)
+    if o.method != "mv":
+        raise ValueError(f"a folded skills run is majority vote (method mv), not {o.method}")
+    more: dict[str, dict[str, Any]] = {}
+    with folded_input(store, source, "labels", LABEL_COUNTS, columns, refresh, run_id, more_folds=more) as got:
+        run = fold_in_store(store, read_state(store), got, o)
+        more.update(run.records)
+    record = got.record()
+    record["fold"]["workers"] = run.account
+    record["stored_rows_read"] += run.stored_rows_read
+    return replace(run, input=record)
