@@ -185,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory-limit", default="5GB", help="ranking-flow: per Dask worker of the full refit")
     ap.add_argument("--work", default=None, help="ranking-flow: work folder (a history already there is reused)")
     ap.add_argument("--keep-data", action="store_true", help="ranking-flow: keep --work at the end")
+    ap.add_argument("--start-day", type=int, default=1, help="ranking-flow: resume an interrupted --work run here")
     args = ap.parse_args(argv)
     if args.job == "ranking-flow":
         return flow_main(args)
@@ -339,7 +340,6 @@ def cli_run(spec: Path, env: dict[str, str]) -> dict[str, Any]:
     (:class:`benchmarks.scale_out.TreeSampler`).
     """
     from benchmarks.scale_out import TreeSampler
-    from crowdflow.storage.runs import read_run
 
     hwm = spec.with_suffix(".hwm")
     log = spec.with_suffix(".log")
@@ -360,7 +360,7 @@ def cli_run(spec: Path, env: dict[str, str]) -> dict[str, Any]:
     run_dir = next(
         line.rsplit("→", 1)[1].strip() for line in out.splitlines() if "completed in" in line and "→" in line
     )
-    run = read_run(run_dir)
+    run = _ranking_tables(Path(run_dir))
     timings = run.manifest["timings"]
     rss = int(hwm.read_text()) / 1e6
     tree = max(sampler.tree_peak / 1e9, rss)
@@ -463,6 +463,20 @@ def full_runner(args: argparse.Namespace) -> tuple[str, str]:
     return "inline", f"history {args.history:,} ≤ {INLINE_MAX_ROWS:,} rows: the full refit runs inline"
 
 
+def _ranking_tables(run_dir: Path) -> Any:
+    """A run's manifest and its ``ranking`` and ``components`` tables only (``read_run`` would load every table,
+    the full refit's 10^8 per-row ``residuals`` included: ~10 GB in pandas)."""
+    from types import SimpleNamespace
+
+    from crowdflow.storage.run_store import read_output_table
+
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    layout = str(manifest.get("layout") or "flat")
+    outputs = manifest["outputs"]
+    tables = {n: read_output_table(run_dir, n, outputs[n], layout).to_pandas() for n in ("ranking", "components")}
+    return SimpleNamespace(manifest=manifest, tables=tables)
+
+
 def flow_main(args: argparse.Namespace) -> int:
     """Daily ``crowdflow run`` of a folded incremental ranking pipeline vs a full refit vs the day alone.
 
@@ -513,13 +527,23 @@ def flow_main(args: argparse.Namespace) -> int:
             def run(name: str) -> dict[str, Any]:
                 return cli_run(specs[name], env)
 
-            meta["load_seed"] = os.getloadavg()[0]
-            seed = run("daily")  # the first run over the history: reads and sums every file
-            meta["seed"] = seed
+            seed_file = work / "run" / "seed.json"
+            if args.start_day > 1:  # resumed: the store holds the history and days before start_day already
+                meta.update(json.loads(seed_file.read_text()))
+                seed = meta["seed"]
+            else:
+                meta["load_seed"] = os.getloadavg()[0]
+                seed = run("daily")  # the first run over the history: reads and sums every file
+                meta["seed"] = seed
+                keep = {k: seed[k] for k in ("wall", "flow", "timings", "rss_gb")}
+                seed_file.write_text(json.dumps({"seed": keep, "load_seed": meta["load_seed"]}))
             print(f"first folded run over the history: {seed['wall']:.1f} s (flow {seed['flow']:.1f} s), peak RSS "
                   f"{seed['rss_gb']:.2f} GB; load {meta['load_seed']:.1f}", flush=True)  # fmt: skip
-            ref.check(seed["run"].tables["ranking"])
-            for k in range(args.days):
+            if "run" in seed:
+                ref.check(seed["run"].tables["ranking"])
+            for k in range(args.start_day - 1):  # the days a resumed run's store holds already
+                ref.add(data / f"day={n_hist + k:04d}" / "part-0.parquet")
+            for k in range(args.start_day - 1, args.days):
                 day = n_hist + k
                 df = day_comparisons(day, args.day, theta)
                 write_day(data, day, df)
@@ -582,7 +606,8 @@ def write_flow_report(args: argparse.Namespace, rows: list[dict[str, Any]], meta
            + (f" --full-days {args.full_days}" if args.full_days else "")
            + (f" --full-every {args.full_every}" if args.full_every else "")
            + (f" --full-runner {args.full_runner}" if args.full_runner != "auto" else "")
-           + (" --work DIR" if args.work else ""))  # fmt: skip
+           + (" --work DIR" if args.work else "") + (" --keep-data" if args.keep_data else "")
+           + (f" --start-day {args.start_day}" if args.start_day > 1 else ""))  # fmt: skip
     seed, runner = meta["seed"], meta["runner"]
     loads = [r["load"] for r in rows]
     done = len(rows)
@@ -598,7 +623,14 @@ def write_flow_report(args: argparse.Namespace, rows: list[dict[str, Any]], meta
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average (1 min) at the start of each day "
         f"{min(loads):.1f}-{max(loads):.1f} (column *load*).{status} History: {args.history:,} winner-form "
         f"comparisons (±1 outcomes, {N_ITEMS:,} items, {N_ANNOTATORS} annotators) in daily files of {args.day:,}; "
-        f"{gen}.",
+        f"{gen}."
+        + (
+            f" **Resumed at day {args.start_day}:** the first folded run over the history and days 1-"
+            f"{args.start_day - 1} ran in an earlier invocation of the same command on the same folder and store, "
+            "which was stopped (see below); this invocation measured the days in the table."
+            if args.start_day > 1
+            else ""
+        ),
         "",
         f"**First folded run over the history** (reads, validates and sums every file, one file's rows at a time): "
         f"wall {seed['wall']:.1f} s (flow {seed['flow']:.1f} s: "
