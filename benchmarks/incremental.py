@@ -43,7 +43,6 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
-import re  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -212,9 +211,22 @@ def main(argv: list[str] | None = None) -> int:
         "--measure",
         type=int,
         default=None,
-        help="ranking-flow, skills-flow: measure the full refit and the day "
-        "alone on the first N days only (the daily run is measured every day)",
+        help="flow jobs: the full refit on the first N days only (the daily run and the day alone run every day)",
     )
+    ap.add_argument("--full-days", default=None, help="flow jobs: comma-separated days with a full refit")
+    ap.add_argument(
+        "--full-every", type=int, default=None, help="flow jobs: a full refit on day 1 and every Nth day"
+    )
+    ap.add_argument(
+        "--full-runner",
+        choices=["auto", "inline", "dask"],
+        default="auto",
+        help=f"flow jobs: where the full refit runs (auto: dask beyond {20_000_000:,} rows of history)",
+    )
+    ap.add_argument("--memory-limit", default="5GB", help="flow jobs: per Dask worker of the full refit")
+    ap.add_argument("--work", default=None, help="flow jobs: work folder (a history already there is reused)")
+    ap.add_argument("--keep-data", action="store_true", help="flow jobs: keep --work at the end")
+    ap.add_argument("--start-day", type=int, default=1, help="flow jobs: resume an interrupted --work run here")
     args = ap.parse_args(argv)
     if args.job in FLOW_JOBS:
         return flow_main(args)
@@ -321,6 +333,9 @@ def write_report(
     print(f"wrote {path}")
 
 
+#: a full refit inline holds every row (peak RSS 7-10 GB at 10^7 comparisons, this page): beyond this many rows of
+#: history ``--full-runner auto`` runs it on the Dask runner, which reads the files on its workers (docs/scale.md)
+INLINE_MAX_ROWS = 20_000_000
 _RANKING_SPEC = """name: {name}
 job: ranking
 comparisons:
@@ -336,6 +351,14 @@ output:
 cache:
   enabled: false
 """
+_DASK_RUNNER = """runner:
+  kind: dask
+  n_workers: 2
+  memory_limit: {memory_limit}
+  scratch_dir: {scratch}
+"""
+
+
 _SKILLS_SPEC = """name: {name}
 job: skills
 labels:
@@ -387,6 +410,7 @@ class FlowJob:
     equal: Callable[[Any, Any], None]
     equal_words: str
     reads_words: str
+    tables: tuple[str, ...] | None = None  # the tables read back from each run (None: every table)
 
 
 FLOW_JOBS = {
@@ -400,6 +424,7 @@ FLOW_JOBS = {
         "the daily run's `ranking` table **equals the full refit's bit for bit** and its `components` integer "
         "columns too (the benchmark stops on a difference)",
         "the manifest shows `stored_rows_read: 0` and one file read",
+        ("ranking", "components"),
     ),
     "skills-flow": FlowJob(
         "skills",
@@ -419,19 +444,6 @@ FLOW_JOBS = {
 }
 
 
-def replace_section(path: Path, heading: str, lines: list[str]) -> None:
-    """Rewrite the ``## `` section of ``path`` that starts with ``heading`` (appended when absent); keep the rest."""
-    text = path.read_text() if path.exists() else ""
-    parts = re.split(r"(?m)^(?=## )", text)
-    body = "\n".join(lines).rstrip("\n") + "\n\n"
-    hit = [k for k, part in enumerate(parts) if part.startswith(heading)]
-    if hit:
-        parts[hit[0]] = body
-    else:
-        parts.append(("\n" if parts and parts[-1] and not parts[-1].endswith("\n\n") else "") + body)
-    path.write_text("".join(parts).rstrip("\n") + "\n")
-
-
 #: the CLI, writing its own peak RSS (VmHWM, kB) to argv[1] at exit
 _CLI_WITH_HWM = """
 import atexit, runpy, sys
@@ -445,31 +457,164 @@ runpy.run_module("flows.cli", run_name="__main__")
 """
 
 
-def cli_run(spec: Path, env: dict[str, str]) -> dict[str, Any]:
-    """``python -m flows.cli run SPEC`` as a fresh process: its wall time, the manifest's step timings, the run."""
-    from crowdflow.storage.runs import read_run
+def cli_run(spec: Path, env: dict[str, str], tables: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """``python -m flows.cli run SPEC`` as a fresh process: its wall time, the manifest's step timings, the run.
+
+    ``rss_gb`` is the command process's own ``VmHWM``; ``tree_gb`` the largest sum of the RSS of it and its
+    children (the Dask workers of a ``runner.kind: dask`` run) over samples every 0.2 s
+    (:class:`benchmarks.scale_out.TreeSampler`).
+    """
+    from benchmarks.scale_out import TreeSampler
 
     hwm = spec.with_suffix(".hwm")
+    log = spec.with_suffix(".log")
     t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _CLI_WITH_HWM, str(hwm), "run", str(spec)], env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    out, _ = proc.communicate()
+    with log.open("w") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _CLI_WITH_HWM, str(hwm), "run", str(spec)], env=env, stdout=fh,
+            stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        sampler = TreeSampler(proc.pid)
+        while proc.poll() is None:
+            sampler.sample()
+            time.sleep(sampler.interval)
     wall = time.perf_counter() - t0
+    out = log.read_text()
     if proc.returncode != 0:
         raise RuntimeError(f"crowdflow run {spec} failed:\n{out[-3000:]}")
     run_dir = next(
         line.rsplit("→", 1)[1].strip() for line in out.splitlines() if "completed in" in line and "→" in line
     )
-    run = read_run(run_dir)
+    run = _run_tables(Path(run_dir), tables)
     timings = run.manifest["timings"]
     rss = int(hwm.read_text()) / 1e6
-    return {"wall": wall, "flow": float(sum(timings.values())), "timings": timings, "run": run, "rss_gb": rss}
+    tree = max(sampler.tree_peak / 1e9, rss)
+    return {"wall": wall, "flow": float(sum(timings.values())), "timings": timings, "run": run, "rss_gb": rss,
+            "tree_gb": tree, "dir": run_dir}  # fmt: skip
+
+
+class Reference:
+    """An independent reference for each day's ranking: pair sums built by this script, kept in this process.
+
+    It never touches the increment store nor crowdflow's sums code: each file is read with pyarrow, its item ids
+    coded against the sorted ids seen so far (``pyarrow.compute.index_in``), every row oriented from the pair's
+    first item in text order, and ``n``, ``Σy``, ``Σy²`` added into dense item × item arrays with
+    ``numpy.bincount`` (the outcomes are ±1 integers, so the sums are exact in any order). Each day the fold of
+    every file so far is fitted twice: with the library's fold fit (:func:`crowdflow.ranking.folded.fit_pairs`,
+    whose ``ranking`` the daily run must equal bit for bit) and with a dense solve of the normal equations in
+    numpy (``solve`` of ``L + 11ᵀ/K`` for the 1,000 × 1,000 Laplacian ``L`` of a connected graph: the centred
+    least-squares scores; the daily scores, centred, must agree to 1e-9).
+    """
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self.sums = np.zeros((3, 0, 0))  # n, s, q per (lo, hi) code pair
+
+    def add(self, path: Path) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        t = pq.read_table(path, columns=["item_a", "item_b", "outcome"])
+        seen = set(pc.unique(t["item_a"]).to_pylist()) | set(pc.unique(t["item_b"]).to_pylist())
+        if not seen <= set(self.items):  # new ids: re-code the sums so far against the sorted union
+            items = sorted(set(self.items) | seen)
+            pos = np.searchsorted(np.asarray(items, dtype=object), np.asarray(self.items, dtype=object))
+            grown = np.zeros((3, len(items), len(items)))
+            grown[:, pos[:, None], pos[None, :]] = self.sums
+            self.items, self.sums = items, grown
+        k = len(self.items)
+        ids = pa.array(self.items)
+        a = pc.index_in(t["item_a"], value_set=ids).to_numpy()
+        b = pc.index_in(t["item_b"], value_set=ids).to_numpy()
+        y = t["outcome"].to_numpy().astype(np.float64)
+        flip = a > b
+        lo, hi, y = np.where(flip, b, a), np.where(flip, a, b), np.where(flip, -y, y)
+        key = lo.astype(np.int64) * k + hi
+        for row, wts in enumerate((None, y, y * y)):
+            self.sums[row] += np.bincount(key, weights=wts, minlength=k * k).reshape(k, k)
+
+    def fold(self) -> pd.DataFrame:
+        """The pair sums as a fold table (``lo, hi, n, w, s, q``, sorted by ``(lo, hi)``; no weights: w = n)."""
+        lo, hi = np.nonzero(self.sums[0])
+        items = np.asarray(self.items, dtype=object)
+        n = self.sums[0][lo, hi]
+        return pd.DataFrame({"lo": items[lo], "hi": items[hi], "n": n.astype(np.int64), "w": n,
+                             "s": self.sums[1][lo, hi], "q": self.sums[2][lo, hi]})  # fmt: skip
+
+    def check(self, ranking: pd.DataFrame) -> dict[str, Any]:
+        from crowdflow.ranking.folded import fit_pairs
+
+        fold = self.fold()
+        ref = fit_pairs(fold).ranking
+        extra = sorted(set(ranking.columns) - set(ref.columns))  # columns the export adds (none of the fit's)
+        got_cols = ranking[list(ref.columns)].reset_index(drop=True)
+        want = ref.reset_index(drop=True)
+        # the exported table reads back with pandas' string dtype: the ids compared as text, the rest as they are
+        got_cols["item"], want["item"] = (
+            got_cols["item"].astype(str).astype(object),
+            want["item"].astype(str).astype(object),
+        )
+        pd.testing.assert_frame_equal(got_cols, want, check_exact=True)
+        items = np.asarray(self.items, dtype=object)
+        w = self.sums[0] + self.sums[0].T  # pair weights (no weights in these files: one per row)
+        lap = np.diag(w.sum(axis=1)) - w
+        b = self.sums[1].sum(axis=1) - self.sums[1].sum(axis=0)  # Σ over pairs of S_e (e_lo - e_hi)
+        # one component (checked below): L + 11ᵀ/K is invertible and its solution is the centred least squares
+        theta = np.linalg.solve(lap + 1.0 / items.size, b)
+        got = ranking.set_index("item")["score"].reindex(items).to_numpy()
+        assert (ranking["component"] == 0).all()
+        diff = float(np.max(np.abs((got - got.mean()) - theta)))
+        assert diff <= 1e-9, f"daily scores differ from the dense least-squares solve by {diff:.3g}"
+        return {"rows": int(fold["n"].sum()), "pairs": len(fold), "dense_diff": diff, "extra": extra}
+
+
+def full_days(args: argparse.Namespace) -> list[int]:
+    """The days (1-based) with a full refit: ``--full-days``, else ``--full-every``, else ``--measure``, else all."""
+    if args.full_days:
+        return sorted({int(d) for d in args.full_days.split(",")})
+    if args.full_every:
+        return sorted({1, *range(args.full_every, args.days + 1, args.full_every)})
+    return list(range(1, (args.days if args.measure is None else args.measure) + 1))
+
+
+def full_runner(args: argparse.Namespace) -> tuple[str, str]:
+    """Where the full refit runs, and why (printed and written on the page)."""
+    if args.full_runner != "auto":
+        return args.full_runner, f"--full-runner {args.full_runner}"
+    if args.history > INLINE_MAX_ROWS:
+        return "dask", (f"history {args.history:,} > {INLINE_MAX_ROWS:,} rows: an inline full refit holds every row "
+                        "(peak RSS 7-10 GB at 10^7), so it runs on the Dask runner (2 local workers)")  # fmt: skip
+    return "inline", f"history {args.history:,} ≤ {INLINE_MAX_ROWS:,} rows: the full refit runs inline"
+
+
+def _run_tables(run_dir: Path, names: tuple[str, ...] | None) -> Any:
+    """A run's manifest and the tables ``names`` only (every table when None: ``read_run``; a ranking run reads
+    ``ranking`` and ``components`` only, since ``read_run`` would load the full refit's 10^8 per-row
+    ``residuals``: ~10 GB in pandas)."""
+    from types import SimpleNamespace
+
+    from crowdflow.storage.run_store import read_output_table
+    from crowdflow.storage.runs import read_run
+
+    if names is None:
+        return read_run(run_dir)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    layout = str(manifest.get("layout") or "flat")
+    outputs = manifest["outputs"]
+    tables = {n: read_output_table(run_dir, n, outputs[n], layout).to_pandas() for n in names}
+    return SimpleNamespace(manifest=manifest, tables=tables)
 
 
 def flow_main(args: argparse.Namespace) -> int:
-    """Daily ``crowdflow run`` of a folded incremental pipeline (ranking or skills) vs a full refit vs the day alone."""
+    """Daily ``crowdflow run`` of a folded incremental pipeline (ranking or skills) vs a full refit vs the day alone.
+
+    Every day: the daily (folded) run, the day alone and, for ranking, the independent reference check
+    (:class:`Reference`);
+    on the :func:`full_days`: a full refit too (inline or on Dask, :func:`full_runner`), whose ``ranking`` the
+    daily run's must equal bit for bit. The page section is rewritten after every day, so an interrupted run
+    leaves the days it measured.
+    """
     from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
 
@@ -488,43 +633,85 @@ def flow_main(args: argparse.Namespace) -> int:
         def make(day: int) -> pd.DataFrame:
             return day_comparisons(day, args.day, theta)
 
-    work = Path(tempfile.mkdtemp(prefix="crowdflow-bench-flow-"))
-    measure = args.days if args.measure is None else args.measure
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="crowdflow-bench-flow-"))
+    (work / "run").mkdir(parents=True, exist_ok=True)
+    fulls = full_days(args)
+    runner, why = full_runner(args)
+    print(f"full refit on days {fulls}: {runner} ({why})", flush=True)
     rows: list[dict[str, Any]] = []
     loads: list[float] = []
+    ref = Reference() if fj.job == "ranking" else None  # an independent reference of the ranking fold only
+    meta: dict[str, Any] = {"full_days": fulls, "runner": runner, "why": why}
     try:
-        data, alone, out = work / "data", work / "alone", work / "out"
+        data, alone, out = work / "data", work / "run" / "alone", work / "run" / "out"
         n_hist = max(1, args.history // args.day)
         t0 = time.perf_counter()
+        reused = 0
         for d in range(n_hist):
-            write_day(data, d, make(d))
-        gen = time.perf_counter() - t0
+            if (data / f"day={d:04d}" / "part-0.parquet").exists():  # --work with a history written before
+                reused += 1
+            else:
+                write_day(data, d, make(d))
+        meta["gen"], meta["gen_reused"] = time.perf_counter() - t0, reused
+        t0 = time.perf_counter()
+        for d in range(n_hist if ref is not None else 0):
+            ref.add(data / f"day={d:04d}" / "part-0.parquet")
+        meta["ref_history_s"] = time.perf_counter() - t0
+        if ref is not None:
+            print(f"reference sums of the history: {meta['ref_history_s']:.1f} s", flush=True)
         specs = {}
         for name, folder, inc in (("daily", data, "true"), ("full", data, "false"), ("alone", alone, "false")):
-            specs[name] = work / f"{name}.yaml"
-            specs[name].write_text(fj.spec.format(name=name, data=folder, incremental=inc, out=out))
+            specs[name] = work / "run" / f"{name}.yaml"
+            text = fj.spec.format(name=name, data=folder, incremental=inc, out=out)
+            if name == "full" and runner == "dask":
+                text += _DASK_RUNNER.format(memory_limit=args.memory_limit, scratch=work / "run" / "scratch")
+            specs[name].write_text(text)
         with prefect_test_harness(server_startup_timeout=180):
             env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_API_URL": str(PREFECT_API_URL.value())}
 
             def run(name: str) -> dict[str, Any]:
-                return cli_run(specs[name], env)
+                return cli_run(specs[name], env, fj.tables)
 
-            seed = run("daily")  # the first run over the history: reads and sums every file
-            print(f"first folded run over the history: {seed['wall']:.1f} s", flush=True)
-            for k in range(args.days):
+            seed_file = work / "run" / "seed.json"
+            if args.start_day > 1:  # resumed: the store holds the history and days before start_day already
+                meta.update(json.loads(seed_file.read_text()))
+                seed = meta["seed"]
+            else:
+                meta["load_seed"] = os.getloadavg()[0]
+                seed = run("daily")  # the first run over the history: reads and sums every file
+                meta["seed"] = seed
+                keep = {k: seed[k] for k in ("wall", "flow", "timings", "rss_gb")}
+                seed_file.write_text(json.dumps({"seed": keep, "load_seed": meta["load_seed"]}))
+            print(f"first folded run over the history: {seed['wall']:.1f} s (flow {seed['flow']:.1f} s), peak RSS "
+                  f"{seed['rss_gb']:.2f} GB; load {meta['load_seed']:.1f}", flush=True)  # fmt: skip
+            if "run" in seed and ref is not None:
+                ref.check(seed["run"].tables["ranking"])
+            for k in range(args.start_day - 1 if ref is not None else 0):  # days a resumed run's store holds
+                ref.add(data / f"day={n_hist + k:04d}" / "part-0.parquet")
+            for k in range(args.start_day - 1, args.days):
                 day = n_hist + k
                 df = make(day)
                 write_day(data, day, df)
                 if alone.exists():
                     shutil.rmtree(alone)
                 write_day(alone, day, df)
+                del df
                 loads.append(os.getloadavg()[0])
                 inc = run("daily")
-                rec: dict[str, Any] = {"day": k + 1, "rows": (n_hist + k + 1) * args.day, "inc": inc}
-                if k < measure:
-                    rec["full"], rec["alone"] = run("full"), run("alone")
+                rec: dict[str, Any] = {"day": k + 1, "rows": (n_hist + k + 1) * args.day, "inc": inc,
+                                       "load": loads[-1]}  # fmt: skip
+                rec["alone"] = run("alone")
+                if ref is not None:
+                    t0 = time.perf_counter()
+                    ref.add(data / f"day={day:04d}" / "part-0.parquet")
+                    rec["ref"] = ref.check(inc["run"].tables["ranking"])
+                    rec["ref"]["s"] = time.perf_counter() - t0
+                if k + 1 in fulls:
+                    rec["full"] = run("full")
                     fj.equal(inc["run"], rec["full"]["run"])
                     rec["equal"] = True
+                    rec["full"].pop("run")
+                    shutil.rmtree(rec["full"].pop("dir"), ignore_errors=True)  # its residuals: ~3 GB at 10^8
                 m = inc["run"].manifest["incremental"][fj.kind]
                 assert len(m["files_read"]) == 1
                 assert fj.job == "skills" or m["stored_rows_read"] == 0
@@ -532,87 +719,147 @@ def flow_main(args: argparse.Namespace) -> int:
                 rec["stored_rows_read"] = m["stored_rows_read"]
                 if fj.job == "skills":
                     rec["scanned"] = m["fold"]["workers"]["stored_rows_scanned"]
+                for r in (inc, rec["alone"]):
+                    r.pop("run", None)
+                    shutil.rmtree(r.pop("dir"), ignore_errors=True)
                 rows.append(rec)
-                line = (
-                    f"day {k + 1}: daily {inc['wall']:.1f} s (flow {inc['flow']:.1f} s, {rec['how']}, stored rows "
-                    f"read {rec['stored_rows_read']:,})"
-                )
+                line = (f"day {k + 1}: daily {inc['wall']:.1f} s (flow {inc['flow']:.1f} s, {rec['how']}, "
+                        f"{inc['rss_gb']:.2f} GB), alone {rec['alone']['wall']:.1f} s (flow "
+                        f"{rec['alone']['flow']:.1f}); stored rows read {rec['stored_rows_read']:,}"
+                        + (f"; reference equal (dense {rec['ref']['dense_diff']:.1e})" if "ref" in rec else ""))  # fmt: skip
                 if "full" in rec:
-                    line += (f", full {rec['full']['wall']:.1f} s (flow {rec['full']['flow']:.1f}), alone "
-                             f"{rec['alone']['wall']:.1f} s (flow {rec['alone']['flow']:.1f}); outputs equal")  # fmt: skip
+                    line += (f", full ({runner}) {rec['full']['wall']:.1f} s (flow {rec['full']['flow']:.1f}, "
+                             f"tree {rec['full']['tree_gb']:.2f} GB); outputs equal to the full refit")  # fmt: skip
                 print(line + f"; load {loads[-1]:.1f}", flush=True)
-        write_flow_report(args, fj, rows, gen, seed, loads, ROOT / "benchmarks" / "results" / "incremental.md")
+                write_flow_report(args, fj, rows, meta, ROOT / "benchmarks" / "results" / "incremental.md")
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        # what the runs wrote goes always; the history too unless --work --keep-data (only this script's folders)
+        shutil.rmtree(work / "run", ignore_errors=True)
+        if not (args.work and args.keep_data):
+            shutil.rmtree(work / "data", ignore_errors=True)
+            if not args.work:
+                shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
+def _section_key(args: argparse.Namespace) -> str:
+    return f"{args.job} history {args.history} day {args.day}"
+
+
 def write_flow_report(
-    args: argparse.Namespace, fj: FlowJob, rows: list[dict[str, Any]], gen: float, seed: dict[str, Any],
-    loads: list[float], path: Path,
-) -> None:  # fmt: skip
-    """Rewrite the job's flow section of ``incremental.md`` (everything else in the file is kept)."""
+    args: argparse.Namespace, fj: FlowJob, rows: list[dict[str, Any]], meta: dict[str, Any], path: Path
+) -> None:
+    """Rewrite this run's section of ``incremental.md`` between its markers (everything else in the file is kept)."""
     cmd = (f"python -m benchmarks.incremental --job {args.job} --history {args.history} --day {args.day} "
-           f"--days {args.days}" + (f" --measure {args.measure}" if args.measure is not None else ""))  # fmt: skip
-    what = (
-        "`outliers: none`: a folded run, which reads and validates only the new file and fits on the stored "
-        "fold of per-pair sums"
-        if fj.job == "ranking"
-        else "`method: mv`: a folded run, which reads and "
-        "validates only the new file, votes on the stored per-task class counts and updates the worker fold from "
-        "the new rows and the stored rows of the old tasks the day touched"
-    )
+           f"--days {args.days}" + (f" --measure {args.measure}" if args.measure is not None else "")
+           + (f" --full-days {args.full_days}" if args.full_days else "")
+           + (f" --full-every {args.full_every}" if args.full_every else "")
+           + (f" --full-runner {args.full_runner}" if args.full_runner != "auto" else "")
+           + (" --work DIR" if args.work else "") + (" --keep-data" if args.keep_data else "")
+           + (f" --start-day {args.start_day}" if args.start_day > 1 else ""))  # fmt: skip
+    seed, runner = meta["seed"], meta["runner"]
+    loads = [r["load"] for r in rows]
+    done = len(rows)
+    status = "" if done == args.days else f" **Interrupted or in progress: {done} of {args.days} days measured.**"
+    gen = (f"the history files were already in the work folder (written beforehand by the same generator, "
+           f"{meta['gen_reused']} files)" if meta["gen_reused"] else f"generating the history took {meta['gen']:.0f} s")  # fmt: skip
+    fulls = [r for r in rows if "full" in r]
     lines = [
-        fj.section,
+        f"{fj.section} at {args.history:,} rows of history: {args.days} daily increments of {args.day:,}",
         "",
-        f"`{cmd}` on {platform.machine()}, {os.cpu_count()} cores (shared with other agents' jobs), "
+        f"`{cmd}` on {platform.machine()}, {os.cpu_count()} cores, 24 GiB (shared with other agents' jobs), "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average (1 min) at the start of each day "
-        f"{min(loads):.1f}-{max(loads):.1f}. History: {args.history:,} {fj.data} in daily files of {args.day:,}; "
-        f"then {args.days} daily files of {args.day:,}. Generating the history took {gen:.0f} s; the first "
-        f"incremental run over it (which reads, validates and sums every file) {seed['wall']:.1f} s (flow "
-        f"{seed['flow']:.1f} s, peak RSS {seed['rss_gb']:.2f} GB).",
+        f"{min(loads):.1f}-{max(loads):.1f} (column *load*).{status} History: {args.history:,} {fj.data} in daily "
+        f"files of {args.day:,}; {gen}."
+        + (
+            f" **Resumed at day {args.start_day}:** the first folded run over the history and days 1-"
+            f"{args.start_day - 1} ran in an earlier invocation of the same command on the same folder and store, "
+            "which was stopped (see below); this invocation measured the days in the table."
+            if args.start_day > 1
+            else ""
+        ),
         "",
-        f"Three runs a day, each `crowdflow run SPEC` in a fresh process against one temporary Prefect API: the "
-        f"**daily** pipeline (`{fj.job}.incremental: true`, {what}), a **full** refit of the same folder "
-        "(`incremental: false`) and a run over the **day alone** (a folder holding only the new file). All three "
-        "with `report: false` and `cache.enabled: false`. *wall* is the command's wall time (Python start-up, "
-        "imports and the Prefect client included, ~5-8 s on this host); *flow* is the sum of the manifest's step "
-        "timings (ingest + validate, graph check, fit, report; the export is in the wall time only). Peak RSS is "
-        f"the command process's own `VmHWM`. On every measured day {fj.equal_words}; the manifest shows "
-        f"{fj.reads_words}.",
+        f"**First folded run over the history** (reads, validates and sums every file, one file's rows at a time): "
+        f"wall {seed['wall']:.1f} s (flow {seed['flow']:.1f} s: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in seed["timings"].items())
+        + f"), peak RSS {seed['rss_gb']:.2f} GB; load {meta['load_seed']:.1f}.",
         "",
-        "| day | rows in all | daily wall / flow (s) | full wall / flow (s) | alone wall / flow (s) | daily / alone "
-        "(wall, flow) | daily / full (wall, flow) | peak RSS daily / full / alone (GB) | fold | stored rows read |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+        "Runs each day, each `crowdflow run SPEC` in a fresh process against one temporary Prefect API, "
+        f"`report: false`, `cache.enabled: false`: the **daily** pipeline (`{fj.job}.incremental: true`, "
+        + (
+            "`outliers: none`: reads and validates only the new file, fits on the stored fold of per-pair sums"
+            if fj.job == "ranking"
+            else "`method: mv`: reads and validates only the new file, votes on the stored per-task class counts and "
+            "updates the worker fold from the new rows and the stored rows of the old tasks the day touched"
+        )
+        + f") and a run over the **day alone** (a folder holding only the new file) on every day; a **full** refit of the "
+        f"whole folder (`incremental: false`) on days {', '.join(map(str, meta['full_days']))} only, on the "
+        f"{'Dask runner (`runner.kind: dask`, 2 local workers, memory_limit ' + args.memory_limit + ')' if runner == 'dask' else 'inline runner'}"
+        f" ({meta['why']}). *wall*: the command's wall time (Python start-up, imports and the Prefect client "
+        "included); *flow*: the sum of the manifest's step timings. Peak RSS: the command process's own `VmHWM`; "
+        "for the full refit also the largest sampled sum over the process and its children (*tree*: the Dask "
+        "workers).",
+        "",
+        (
+            "**Checks, per day** (the benchmark stops on any failure): on **every** day the daily run's `ranking` "
+            "table equals, bit for bit (`assert_frame_equal(check_exact=True)`), `fit_pairs` on an independent fold "
+            "of the pair sums that this script builds itself (each file read with pyarrow, ids coded with "
+            "`index_in`, sums by `numpy.bincount` into dense item × item arrays: no increment store, no crowdflow "
+            "sums code; *ref*), and its centred scores agree with a dense numpy solve of the normal equations of "
+            "those sums (largest difference in column *dense*). "
+            if fj.job == "ranking"
+            else "**Checks, per day** (the benchmark stops on any failure): "
+        )
+        + f"On the full-refit days (column *full*) {fj.equal_words}; every day the manifest shows {fj.reads_words}.",
+        "",
+        "| day | rows in all | load | daily wall / flow (s) | alone wall / flow (s) | daily / alone (wall, flow) | "
+        "full wall / flow (s) | daily / full (wall) | peak RSS daily / alone (GB) | full RSS flow / tree (GB) | "
+        "checks | dense | stored rows read |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|",
     ]
     for r in rows:
-        i = r["inc"]
-        reads = f"{r['stored_rows_read']:,}" + (f" (of {r['scanned']:,} scanned)" if "scanned" in r else "")
-        if "full" in r:
-            f, a = r["full"], r["alone"]
-            lines.append(
-                f"| {r['day']} | {r['rows']:,} | {i['wall']:.1f} / {i['flow']:.1f} | {f['wall']:.1f} / "
-                f"{f['flow']:.1f} | {a['wall']:.1f} / {a['flow']:.1f} | {i['wall'] / a['wall']:.2f}, "
-                f"{i['flow'] / a['flow']:.2f} | {i['wall'] / f['wall']:.2f}, {i['flow'] / f['flow']:.2f} | "
-                f"{i['rss_gb']:.2f} / {f['rss_gb']:.2f} / {a['rss_gb']:.2f} | {r['how']} | {reads} |"
-            )
-        else:
-            lines.append(f"| {r['day']} | {r['rows']:,} | {i['wall']:.1f} / {i['flow']:.1f} | not measured | not "
-                         f"measured | | | {i['rss_gb']:.2f} / - / - | {r['how']} | {reads} |")  # fmt: skip
-    measured = [r for r in rows if "full" in r]
-    ra = [r["inc"]["wall"] / r["alone"]["wall"] for r in measured]
-    rf = [r["inc"]["flow"] / r["alone"]["flow"] for r in measured]
+        i, a = r["inc"], r["alone"]
+        f = r.get("full")
+        lines.append(
+            f"| {r['day']} | {r['rows']:,} | {r['load']:.1f} | {i['wall']:.1f} / {i['flow']:.1f} | {a['wall']:.1f} / "
+            f"{a['flow']:.1f} | {i['wall'] / a['wall']:.2f}, {i['flow'] / a['flow']:.2f} | "
+            + (f"{f['wall']:.1f} / {f['flow']:.1f} | {i['wall'] / f['wall']:.2f} | " if f else "- | - | ")
+            + f"{i['rss_gb']:.2f} / {a['rss_gb']:.2f} | "
+            + (f"{f['rss_gb']:.2f} / {f['tree_gb']:.2f} | " if f else "- | ")
+            + " + ".join([*(["ref"] if "ref" in r else []), *(["full"] if f else [])] or ["-"])
+            + (f" | {r['ref']['dense_diff']:.1e} | " if "ref" in r else " | - | ")
+            + f"{r['stored_rows_read']:,}"
+            + (f" (of {r['scanned']:,} scanned) |" if "scanned" in r else " |")
+        )
+    ra = [r["inc"]["wall"] / r["alone"]["wall"] for r in rows]
+    rf = [r["inc"]["flow"] / r["alone"]["flow"] for r in rows]
+    worst = int(np.argmax(ra))
     steps = {k: float(np.median([r["inc"]["timings"].get(k, 0.0) for r in rows])) for k in rows[0]["inc"]["timings"]}
     lines += [
         "",
-        f"Daily / day alone over the {len(measured)} measured days: wall median {np.median(ra):.2f} (worst "
-        f"{max(ra):.2f}), flow median {np.median(rf):.2f} (worst {max(rf):.2f}); issue #38's target ≤ 3. Median "
-        "step times of the daily run (s): "
-        + ", ".join(f"{k} {v:.2f}" for k, v in steps.items())
-        + ". The full refit holds every row, so its time and peak RSS grow with the history.",
-        "",
+        f"**Daily / day alone, worst first:** wall worst {max(ra):.2f} (day {rows[worst]['day']}), median "
+        f"{np.median(ra):.2f}; flow worst {max(rf):.2f}, median {np.median(rf):.2f}, over {done} days; issue #38's "
+        f"target ≤ 3. Peak RSS of the daily run: {max(r['inc']['rss_gb'] for r in rows):.2f} GB at most. Median "
+        "step times of the daily run (s): " + ", ".join(f"{k} {v:.2f}" for k, v in steps.items()) + ".",
     ]
-    replace_section(path, fj.section, lines)
+    if fulls:
+        lines.append(
+            f"Full refits ({runner}, {len(fulls)} days): wall {min(r['full']['wall'] for r in fulls):.0f}-"
+            f"{max(r['full']['wall'] for r in fulls):.0f} s, tree peak RSS up to "
+            f"{max(r['full']['tree_gb'] for r in fulls):.2f} GB; daily / full wall "
+            f"{min(r['inc']['wall'] / r['full']['wall'] for r in fulls):.2f}-"
+            f"{max(r['inc']['wall'] / r['full']['wall'] for r in fulls):.2f}."
+        )
+    lines.append("")
+    key = _section_key(args)
+    begin, end = f"<!-- {key}:begin -->", f"<!-- {key}:end -->"
+    block = "\n".join([begin, *lines, end])
+    text = path.read_text() if path.exists() else ""
+    if begin in text and end in text:
+        text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(text)
     print(f"wrote {path}")
 
 

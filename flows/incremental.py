@@ -38,6 +38,13 @@ ROWS_WHY = (
 )
 
 
+#: the input kinds whose folded fit needs nothing of the new files but their sums (ranking: the per-pair sums): their
+#: new files are streamed, each dropped once checked and summed, so a first run over a long history holds one file's
+#: rows. A folded skills run also updates its worker fold from the new rows (:mod:`crowdflow.skills.folded`): not
+#: streamed.
+STREAMED_KINDS = frozenset({"comparisons"})
+
+
 @dataclass
 class IncrementSession:
     """The store a run reads and (when incremental) commits; ``assembled`` is filled by the ingest step.
@@ -58,6 +65,11 @@ class IncrementSession:
     @property
     def enabled(self) -> bool:
         return self.kind is not None
+
+    @property
+    def streams(self) -> bool:
+        """A folded run whose new files are streamed (:data:`STREAMED_KINDS`)."""
+        return self.rule is not None and self.kind in STREAMED_KINDS
 
     def without_erased(self, table: LoadedTable, kind: str) -> LoadedTable:
         """``table`` less the rows of erased workers (a full read; the store's own files are already erased)."""

@@ -24,6 +24,18 @@ def validate(
 
     ``whole_table=False``: only the rules about each row (the new files of an incremental run).
     """
+    return check_table(table, kind, mode, allowed, whole_table)
+
+
+def check_table(
+    table: LoadedTable,
+    kind: str,
+    mode: str = "block",
+    allowed: dict[str, list[str]] | None = None,
+    whole_table: bool = True,
+) -> ValidationReport:
+    """The body of :func:`validate` without a task run of its own: a folded run calls it once per new file from
+    inside its ingest task (a task run per file kept ~40-80 MB per 10^6 rows alive until the flow ended)."""
     logger = get_run_logger()
     report = validate_frame(table.df, INPUTS[kind], table.source, allowed, whole_table)
     status = "passed" if report.success else ("FAILED" if mode == "block" else "failed (warn only)")

@@ -16,7 +16,7 @@ import contextlib
 import hashlib
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,9 @@ class Assembled:
         Paths (relative to the dataset) read now, taken from the store, and stored files no longer in the dataset.
     erased_rows : int
         Rows of erased workers dropped from the new files.
+    rows_read : int or None
+        Rows of the files read now when they were checked file by file and not kept (``assemble(check=...)`` with
+        ``rows=False``: ``new_rows`` is then empty); ``None``: ``new_rows`` holds them.
     stored_rows_read : int
         Rows read back from the store's per-file row copies by the assembly (0 for a folded run: ``rows=False``);
         the manifest adds those a fold read to sum a format-1 store's files (``Fold.rows_read``).
@@ -85,6 +88,12 @@ class Assembled:
     fold: Fold | None = None
     stored_rows_read: int = 0
     rows_total: int | None = None
+    rows_read: int | None = None
+
+    @property
+    def n_new_rows(self) -> int:
+        """Rows of the files read now (held in ``new_rows`` or, streamed, counted)."""
+        return len(self.new_rows) if self.rows_read is None else self.rows_read
 
     def record(self) -> dict[str, Any]:
         """The manifest's account of this input: files read, reused and dropped, rows of erased workers dropped."""
@@ -92,7 +101,7 @@ class Assembled:
             "files_read": self.read,
             "files_reused": self.reused,
             "files_dropped": self.dropped,
-            "rows_read": len(self.new_rows),
+            "rows_read": self.n_new_rows,
             "rows": self.table.n_rows if self.rows_total is None else self.rows_total,
             "stored_rows_read": self.stored_rows_read + (self.fold.rows_read if self.fold is not None else 0),
             "erased_rows_dropped": self.erased_rows,
@@ -134,6 +143,7 @@ def assemble(
     refresh: Sequence[str] = (),
     rule: SumsRule | None = None,
     rows: bool = True,
+    check: Callable[[pd.DataFrame, str], object] | None = None,
 ) -> Assembled:
     """The ``kind`` table of the local Parquet file or folder ``source``, from the store in ``folder`` plus new files.
 
@@ -157,6 +167,12 @@ def assemble(
     rows : bool
         False: the stored files' rows are not read (``table`` holds the new rows only); with a ``rule`` the fold is
         then the run's whole statistic, and the run costs the new files plus one pass over the fold.
+    check : callable, optional
+        Called as ``check(rows, path)`` on each new file's rows (erased workers' rows dropped) before its statistics
+        are stored; an exception stops the assembly (nothing is committed). With ``rows=False`` the new files are
+        then streamed: each file's rows are dropped once checked and summed, so memory is one file's rows plus the
+        sums whatever the number of new files (a first run over a long history); ``new_rows`` is empty and
+        ``rows_read`` counts them.
 
     Raises
     ------
@@ -179,6 +195,8 @@ def assemble(
     read: list[str] = []
     reused: list[str] = []
     erased = 0
+    streamed = check is not None and not rows
+    n_read = 0
     from_store = 0
     total = 0
     outer = hashlib.sha256()
@@ -199,22 +217,30 @@ def assemble(
             if loaded.sha256 != sha:
                 raise InputError("the file changed while it was read; run again", path=part.name)
             df, n = drop_erased(state, loaded.df, kind)
+            del loaded
             erased += n
+            if check is not None:
+                check(df, part.path)
             entry = write_stats(folder, kind, sha, df, epoch)
             if rule is not None:
                 sums = rule.sums(df)
                 name = write_table(folder, kind, f"{sha}-e{epoch}.sums.parquet", sums)
                 entry = FileEntry(sha, entry.stats, entry.rows, (), name, rule.exact(sums))
-            new_frames.append(df)
-            frames.append(df)
+            if not streamed:
+                new_frames.append(df)
+                frames.append(df)
             read.append(rel)
             total += len(df)
+            n_read += len(df)
+            del df
         paths = tuple(sorted({*(files[sha].paths if sha in files else ()), rel}))  # where it is now, not was
         files[sha] = entry.at(paths)
     fold = update_fold(folder, kind, state, files, rule, epoch) if rule is not None else None
     if fold is not None:
         files = fold.files
-    if frames:
+    if streamed and read:
+        table = _empty_like(folder, kind, files[next(iter(files))])
+    elif frames:
         table = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0].reset_index(drop=True)
     else:
         table = _empty_like(folder, kind, next(iter(files.values())))
@@ -222,12 +248,22 @@ def assemble(
     seen = {p for e in files.values() for p in e.paths}
     dropped = sorted({p for sha, e in stored.items() if sha not in files for p in e.paths} - seen)
     log.info(
-        "incremental %s: %d files read (%d rows), %d reused, %d dropped", kind, len(read), len(new_rows),
+        "incremental %s: %d files read (%d rows), %d reused, %d dropped", kind, len(read), n_read,
         len(reused), len(dropped),
     )  # fmt: skip
     loaded_table = LoadedTable(df=table, source=str(src), sha256=outer.hexdigest(), format="parquet")
     return Assembled(
-        loaded_table, new_rows, files, read, reused, dropped, erased, fold, from_store, None if rows else total
+        loaded_table,
+        new_rows,
+        files,
+        read,
+        reused,
+        dropped,
+        erased,
+        fold,
+        from_store,
+        None if rows else total,
+        n_read if streamed else None,
     )
 
 

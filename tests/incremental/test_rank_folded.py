@@ -22,7 +22,7 @@ from unittest import mock
 import pandas as pd
 import pytest
 
-from crowdflow.contracts.errors import SpecError
+from crowdflow.contracts.errors import SpecError, ValidationFailed
 from crowdflow.storage.increments import read_state, state_dir
 from tests.incremental.helpers import FAMILIES, assert_folded_tables, comparisons_family, write_day
 from tests.incremental.test_flows import Compare, _run, _sequence, _spec
@@ -135,3 +135,28 @@ def test_run_killed_after_export_before_commit(tmp_path: Path) -> None:
     full = _run(_spec("ranking", tmp_path / "data", tmp_path / "full", "full", {"outliers": "none"}))
     pd.testing.assert_frame_equal(inc.tables["ranking"], full.tables["ranking"], check_exact=True)
     assert read_state(store).version == 2
+
+
+@pytest.mark.slow  # five seconds of flow runs on a quiet host, ~20 s under load
+def test_folded_run_validates_each_new_file_by_itself(tmp_path: Path) -> None:
+    """A first folded run over three files reads, validates and sums them one at a time: a bad row stops it naming
+    its file and its row in that file, with nothing committed; ``checks.validation: warn`` counts the failures over
+    the files and goes on (the clean multi-file first run equals a full run: test_folded_flow_equals_full_run)."""
+    days = comparisons_family(17, n_days=3, outcomes="sign")
+    folder, out = tmp_path / "data", tmp_path / "out"
+    bad = days[1].copy()
+    bad["annotator"] = bad["annotator"].astype(object)
+    bad.loc[5, "annotator"] = None  # row 6 of the second file: an id must not be missing (the sums do not read it)
+    for d, df in enumerate([days[0], bad, days[2]]):
+        write_day(folder, d, df)
+    spec = _spec("ranking", folder, out, "daily", {"outliers": "none", "incremental": True})
+    with pytest.raises(ValidationFailed, match=r"(?s)day=2026-11-02/part-0\.parquet.*row 6 \(annotator"):
+        _run(spec)
+    assert read_state(state_dir(out, "daily")).version == 0
+    warn = spec.model_copy(update={"checks": spec.checks.model_copy(update={"validation": "warn"})})
+    run = _run(warn)
+    n = sum(len(d) for d in days)
+    said = run.manifest["checks"]["validation.comparisons"]
+    assert said.endswith(f"({n} rows; 3 files validated one by one)") and run.manifest["checks"]["validation"] != (
+        "passed"
+    ), said
