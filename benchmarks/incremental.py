@@ -214,9 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         help="flow jobs: the full refit on the first N days only (the daily run and the day alone run every day)",
     )
     ap.add_argument("--full-days", default=None, help="flow jobs: comma-separated days with a full refit")
-    ap.add_argument(
-        "--full-every", type=int, default=None, help="flow jobs: a full refit on day 1 and every Nth day"
-    )
+    ap.add_argument("--full-every", type=int, default=None, help="flow jobs: a full refit on day 1 and every Nth day")
     ap.add_argument(
         "--full-runner",
         choices=["auto", "inline", "dask"],
