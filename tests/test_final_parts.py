@@ -83,3 +83,20 @@ def test_a_part_marked_for_another_run_is_rewritten(tmp_path: Path) -> None:
     assert os.stat(part).st_ino != inode
     assert set(pq.read_table(part).column("run_id").to_pylist()) == {run_id}  # the run's own id, rewritten
     pd.testing.assert_frame_equal(read_run(written.path).tables["residuals"][["row_id", "residual"]], df)
+
+
+def test_runs_started_in_the_same_second_are_ordered_by_their_commit(tmp_path: Path) -> None:
+    """Run ids have a one-second prefix and a random suffix: the newer of two runs started in the same second is the
+    one committed later (its manifest written last), whatever the suffixes; an earlier second is always older."""
+    import time
+
+    from crowdflow.storage.run_store import latest_run
+    from crowdflow.storage.runs import run_history
+
+    frame = {"ranking": pd.DataFrame({"item": ["a"], "score": [0.0]})}
+    ids = ["20261129T070000Z-ffffffff", "20261129T070001Z-ffffffff", "20261129T070001Z-00000000"]
+    for run_id in ids:  # committed in this order: the last one has the smaller suffix
+        write_run(tmp_path / "out", "pipe", run_id, frame, {"run_id": run_id, "status": "completed"})
+        time.sleep(0.02)
+    assert latest_run(tmp_path / "out" / "pipe").name == ids[-1]
+    assert [m["run_id"] for m in run_history(tmp_path / "out" / "pipe")] == ids

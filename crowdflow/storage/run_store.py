@@ -533,12 +533,26 @@ def _remove_empty_dirs(folder: Path, stop: Path) -> None:
         pass
 
 
+def run_order(run_dir: Path) -> tuple[str, int]:
+    """The sort key of run folders, oldest first: **the one rule for which run is newer**.
+
+    Run ids start with their UTC start second (:func:`crowdflow.storage.manifest.new_run_id`), then a random
+    suffix, so two runs started in the same second would be ordered by chance: within a second (the id's time
+    prefix, before its first ``-``), the run whose manifest was written later (it is written last, at the commit)
+    is the newer.
+    """
+    try:
+        written = (run_dir / "manifest.json").stat().st_mtime_ns
+    except OSError:
+        written = 0
+    return run_dir.name.split("-", 1)[0], written
+
+
 def latest_run(path: str | os.PathLike[str]) -> Path:
     """The newest completed run under a pipeline folder (``<out>/<pipeline>``), or ``path`` itself.
 
-    A run counts when its ``manifest.json`` says ``status: completed``; run ids start with their UTC
-    start time, so the lexicographically last completed run is the newest. Raises :class:`InputError`
-    when there is none.
+    A run counts when its ``manifest.json`` says ``status: completed``; the newest is the last by
+    :func:`run_order` (start second, then commit time). Raises :class:`InputError` when there is none.
     """
     p = Path(path)
     if (p / "manifest.json").is_file():
@@ -546,10 +560,13 @@ def latest_run(path: str | os.PathLike[str]) -> Path:
     else:
         runs = (
             sorted(
-                d
-                for d in p.iterdir()
-                # staging folders (.<run_id>.partial) of unfinished or killed runs are never runs
-                if d.is_dir() and not d.name.startswith(".") and (d / "manifest.json").is_file()
+                (
+                    d
+                    for d in p.iterdir()
+                    # staging folders (.<run_id>.partial) of unfinished or killed runs are never runs
+                    if d.is_dir() and not d.name.startswith(".") and (d / "manifest.json").is_file()
+                ),
+                key=run_order,
             )
             if p.is_dir()
             else []

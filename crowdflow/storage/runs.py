@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from crowdflow.contracts.errors import InputError
 from crowdflow.contracts.names import check_name
 from crowdflow.storage.run_store import latest_run as _latest_run_dir
-from crowdflow.storage.run_store import read_output_table, table_parts
+from crowdflow.storage.run_store import read_output_table, run_order, table_parts
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ def run_history(pipeline_dir: str | os.PathLike[str], limit: int = 30) -> list[d
     if not p.is_dir():
         return []
     out: list[dict[str, Any]] = []
-    for run in sorted(d for d in p.iterdir() if d.is_dir() and not d.name.startswith("."))[::-1]:
+    for run in sorted((d for d in p.iterdir() if d.is_dir() and not d.name.startswith(".")), key=run_order)[::-1]:
         try:
             manifest = json.loads((run / "manifest.json").read_text())
         except (OSError, json.JSONDecodeError):
