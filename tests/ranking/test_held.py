@@ -308,3 +308,39 @@ def test_rows_kept_by_the_first_read_give_the_fit_of_a_second_read(tmp_path: Pat
 
 def _kept_rows(cp: Any) -> Any:
     return cp.kept
+
+
+def test_histogram_bins_by_comparison_are_the_log10_bins_for_every_double() -> None:
+    """The passes bin ``|r|/scale`` by a table slot and one comparison with the bin edges (no ``log10`` per row). The
+    bin must be the definition's (``⌊1000·log10(z/10⁻⁶)⌋ + 1``, clipped) at every edge, one and two doubles either
+    side of it, the ends (0, subnormals, 10⁻⁶, 10⁶, huge, inf) and 2·10⁶ values spread over 16 decades; and a
+    histogram pass must equal the bins counted row by row."""
+    from crowdflow.ranking.held import SKETCH_BINS, _bin_of, _bins_log10_kernel, bin_tables
+
+    edge, _, _ = bin_tables()
+    inner = edge[1:-1]
+    assert inner.size == SKETCH_BINS - 1 and np.all(np.diff(inner) > 0)
+    near = [inner, np.nextafter(inner, 0), np.nextafter(inner, np.inf)]
+    near += [np.nextafter(near[1], 0), np.nextafter(near[2], np.inf)]
+    ends = np.array([0.0, 5e-324, 1e-300, 1e-7, 1e-6, 1.0, 1e6, 1e7, 1e300, np.inf])
+    rng = np.random.default_rng(7)
+    spread = np.abs(rng.standard_normal(2 * 10**6)) * 10.0 ** rng.uniform(-9, 9, 2 * 10**6)
+    z = np.concatenate([*near, ends, spread])
+    got, ref = _bin_of(z), _bins_log10_kernel(z)
+    assert int(np.count_nonzero(got != ref)) == 0
+    assert got.min() == 0 and got.max() == SKETCH_BINS - 1
+    # one block's histogram pass against the row-by-row bins (unit and real weights)
+    n, m = 40, 20_000
+    i, j = rng.integers(0, n, m), rng.integers(0, n, m)
+    keep = i != j
+    u, v = np.minimum(i, j)[keep], np.maximum(i, j)[keep]
+    yo = rng.standard_normal(u.size) * 10.0 ** rng.uniform(-7, 3, u.size)
+    theta = rng.standard_normal(n)
+    for w in (np.ones(u.size), rng.uniform(0.5, 2.0, u.size)):
+        held = encode_block(u, v, yo, w, n)
+        idx, wt = held_histogram(held, theta, 0.37)
+        rows = np.repeat(np.arange(held.pu.size), np.diff(held.ptr))
+        zz = np.abs(held.yo - (theta[held.pu[rows]] - theta[held.pv[rows]])) / 0.37
+        ref_h = np.bincount(_bins_log10_kernel(zz), weights=held.w if held.w.size else None, minlength=SKETCH_BINS)
+        np.testing.assert_array_equal(idx, np.flatnonzero(ref_h))
+        np.testing.assert_allclose(wt, ref_h[idx], rtol=1e-12)
