@@ -344,3 +344,25 @@ def test_histogram_bins_by_comparison_are_the_log10_bins_for_every_double() -> N
         ref_h = np.bincount(_bins_log10_kernel(zz), weights=held.w if held.w.size else None, minlength=SKETCH_BINS)
         np.testing.assert_array_equal(idx, np.flatnonzero(ref_h))
         np.testing.assert_allclose(wt, ref_h[idx], rtol=1e-12)
+
+
+def test_smallest_levels_are_the_sorted_distinct_abs_values() -> None:
+    """The scan's outcome levels (one pass) equal ``np.unique(np.abs(y))[:k]`` on a family: empty, graded, small
+    integers (also as int8), ±1 with signed zeros, rounded values with many repeats; k = 1, 2, 3, 5."""
+    from crowdflow.ranking.held import smallest_levels
+
+    rng = np.random.default_rng(5)
+    for t in range(400):
+        m = int(rng.integers(0, 80))
+        kind = t % 4
+        if kind == 0:
+            y = rng.standard_normal(m)
+        elif kind == 1:
+            y = rng.integers(-3, 4, m).astype(float)
+        elif kind == 2:
+            y = rng.choice([-1.0, 1.0, 0.0, -0.0], m)
+        else:
+            y = np.round(rng.standard_normal(m), 1)
+        for arr in (y, y.astype(np.int8)) if kind == 1 else (y,):
+            for k in (1, 2, 3, 5):
+                np.testing.assert_array_equal(smallest_levels(arr, k), np.unique(np.abs(y))[:k])
