@@ -201,7 +201,7 @@ class _Passes:
     ctx: _Ctx
     count: int = 0
     key: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    where: list[np.ndarray] = field(default_factory=list)
+    where: list[np.ndarray | None] = field(default_factory=list)  # None: the block holds every pair, in key order
     held_passes: int = 0
     held_s: float = 0.0  # wall seconds of the passes over the held rows (the flow's fold included)
 
@@ -214,7 +214,9 @@ class _Passes:
         out, keys = fold(self.executor, fn, self.handles, _add_base, (None, []), ordered=True)
         sums: EdgeSums = out.sums if out is not None else EdgeSums.combine([])
         self.key = sums.key
-        self.where = [np.searchsorted(sums.key, k) for k in keys]
+        # a block that holds every pair (the usual case at scale: a few blocks of many rows) adds its arrays as they
+        # are, without a gather and scatter of every pair (the same additions)
+        self.where = [None if k.size == sums.key.size else np.searchsorted(sums.key, k) for k in keys]
         self.held_s += time.perf_counter() - t0
         return sums
 
@@ -226,7 +228,11 @@ class _Passes:
         t0 = time.perf_counter()
 
         def add(acc: _Dense, r: _BlockKept) -> _Dense:
-            acc.acc[:, self.where[acc.block]] += r.acc
+            at = self.where[acc.block]
+            if at is None:
+                acc.acc += r.acc
+            else:
+                acc.acc[:, at] += r.acc
             acc.n_kept += r.n_kept
             acc.n_changed += r.n_changed
             acc.capped += r.capped
