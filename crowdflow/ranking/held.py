@@ -23,7 +23,7 @@ import numpy as np
 from crowdflow.compiled import compiled_kernel
 from crowdflow.ranking.pairs import pair_table
 
-__all__ = ["HeldRows", "encode_block", "held_histogram", "held_kept", "held_sums", "smallest_levels"]
+__all__ = ["HeldRows", "add_at", "encode_block", "held_histogram", "held_kept", "held_sums", "smallest_levels"]
 
 #: Histogram grid of |r|/scale (the same as :mod:`crowdflow.ranking.partitioned`'s): bins per decade, lower end,
 #: decades; under/overflow bins at both ends.
@@ -494,3 +494,17 @@ def held_histogram(rows: HeldRows, theta: np.ndarray, scale: float) -> tuple[np.
     h = _hist_kernel(rows.pu, rows.pv, rows.ptr, rows.yo, rows.w, theta, float(scale), edge, table, k0)
     nz = np.flatnonzero(h)
     return nz.astype(np.int32), h[nz]
+
+
+@compiled_kernel
+def _add_at_kernel(acc: np.ndarray, at: np.ndarray, r: np.ndarray) -> None:
+    for c in range(acc.shape[0]):
+        for k in range(at.size):
+            acc[c, at[k]] += r[c, k]
+
+
+def add_at(acc: np.ndarray, at: np.ndarray, r: np.ndarray) -> None:
+    """``acc[:, at] += r`` for distinct positions ``at`` (a block's pairs among the global pairs), in one compiled
+    loop: the same additions as numpy's fancy-index add, ~1 ns an element instead of ~10 (a trimming step's fold in
+    the flow: 3 × ~5·10⁵ elements per block per pass at 10⁸ comparisons)."""
+    _add_at_kernel(acc, np.ascontiguousarray(at, dtype=np.int64), np.ascontiguousarray(r, dtype=np.float64))

@@ -89,7 +89,7 @@ from crowdflow.contracts.missing import explain_missing
 from crowdflow.executors import InlineMemory, MapFn, fold, hold, holds, inline_executor, on_held, release, slots
 from crowdflow.labels import natural_order
 from crowdflow.ranking.graph import ComparisonGraph
-from crowdflow.ranking.held import HeldRows
+from crowdflow.ranking.held import HeldRows, add_at
 from crowdflow.ranking.hodge import hodge_decomposition
 from crowdflow.ranking.hodge_kernels import laplacian_bridges
 from crowdflow.ranking.least_squares import LaplacianSolver, center_per_component, hodgerank_scores
@@ -232,7 +232,7 @@ class _Passes:
             if at is None:
                 acc.acc += r.acc
             else:
-                acc.acc[:, at] += r.acc
+                add_at(acc.acc, at, r.acc)
             acc.n_kept += r.n_kept
             acc.n_changed += r.n_changed
             acc.capped += r.capped

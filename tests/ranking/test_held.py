@@ -366,3 +366,19 @@ def test_smallest_levels_are_the_sorted_distinct_abs_values() -> None:
         for arr in (y, y.astype(np.int8)) if kind == 1 else (y,):
             for k in (1, 2, 3, 5):
                 np.testing.assert_array_equal(smallest_levels(arr, k), np.unique(np.abs(y))[:k])
+
+
+def test_add_at_is_numpys_fancy_index_add_bit_for_bit() -> None:
+    """The trimming step's fold adds each block's per-pair sums at the block's global positions with a compiled loop:
+    it must equal ``acc[:, at] += r`` exactly, for blocks holding some, none or all of the pairs."""
+    from crowdflow.ranking.held import add_at
+
+    rng = np.random.default_rng(9)
+    for size, share in ((1, 1.0), (50, 0.3), (1000, 0.97), (1000, 1.0), (10, 0.0)):
+        at = np.sort(rng.choice(size, int(share * size), replace=False))
+        r = rng.standard_normal((3, at.size)) * 10.0 ** rng.uniform(-8, 8, (3, at.size))
+        acc = rng.standard_normal((3, size))
+        ref = acc.copy()
+        ref[:, at] += r
+        add_at(acc, at, r)
+        np.testing.assert_array_equal(acc, ref)
