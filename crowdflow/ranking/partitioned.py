@@ -367,13 +367,16 @@ def _trim_iterate(ps: _Passes, pb: _Problem, theta: np.ndarray, sigma: float, st
     return _Fixed(sigma, theta, J, trimmed, start, TRIM_MAX_ITER, False)
 
 
-def _lts_start(ps: _Passes, pb: _Problem, theta: np.ndarray, rms: float) -> tuple[np.ndarray, float] | None:
-    """Least-trimmed-squares start: concentration steps keeping the ``LTS_KEEP`` share of the weight."""
+def _lts_start(
+    ps: _Passes, pb: _Problem, theta: np.ndarray, rms: float, h0: np.ndarray
+) -> tuple[np.ndarray, float] | None:
+    """Least-trimmed-squares start: concentration steps keeping the ``LTS_KEEP`` share of the weight. ``h0`` is the
+    histogram at the start ``(θ, rms)``, which the σ₀ start already made (one pass fewer, the same histogram)."""
     held: _Step | None = None
     prev: _Rule | None = None
     p_in = pb.n - pb.g.n_components
-    for _ in range(LTS_MAX_STEPS):
-        c = _quantile(ps.histogram(theta, rms), LTS_KEEP) * rms
+    for step in range(LTS_MAX_STEPS):
+        c = _quantile(h0 if step == 0 else ps.histogram(theta, rms), LTS_KEEP) * rms
         rule = _Rule(theta, c)
         st = ps.edges(rule, prev)
         if prev is not None and st.n_changed == 0:
@@ -400,10 +403,11 @@ def _trimmed_scale(ps: _Passes, pb: _Problem, theta_ls: np.ndarray) -> _Fixed:
     if rms <= 1e-12 * max(1.0, ymax) or W - p_full <= 0:
         return _Fixed(0.0, theta_ls, math.inf, 0.0, "ls", 0, True)
     hbar = min(p_full / W, 0.95)
-    s0 = 1.4826 * _quantile(ps.histogram(theta_ls, rms), 0.5) * rms / math.sqrt(1.0 - hbar)
+    h0 = ps.histogram(theta_ls, rms)
+    s0 = 1.4826 * _quantile(h0, 0.5) * rms / math.sqrt(1.0 - hbar)
     best = _trim_iterate(ps, pb, theta_ls, s0 if s0 > 0 else rms, "ls")
     if hbar <= LTS_MAX_LEVERAGE:
-        lts = _lts_start(ps, pb, theta_ls, rms)
+        lts = _lts_start(ps, pb, theta_ls, rms, h0)
         if lts is not None:
             alt = _trim_iterate(ps, pb, lts[0], lts[1], "lts")
             if alt.sigma > 0 and alt.trimmed_weight <= MAX_TRIM * W and alt.J < best.J:
