@@ -271,7 +271,7 @@ def _categorical(col: pd.Series) -> pd.Series:
     import pyarrow.compute as pc
 
     enc = pc.dictionary_encode(pa.array(col, from_pandas=True))
-    out = enc.to_pandas()
+    out: pd.Series = enc.to_pandas()
     out.index = col.index
     return out
 
