@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -95,3 +97,70 @@ def test_edges_weights_positive() -> None:
     rep = validate_frame(df, EDGES, "edges.csv")
     rules = sorted(f.rule for f in rep.failures)
     assert rules == ["must be > 0.0", "source must differ from target"]
+
+
+def test_a_bad_value_deep_in_a_large_file_is_named_by_file_row_and_column(tmp_path: Path) -> None:
+    """The workers' chain (read one Parquet file of a dataset, its contract, its suite: ``read_check_copy`` with
+    ``validate_loaded``) on 100,000-row files, one process, the suite built once and reused file after file: each
+    kind of bad value planted at one random deep row must fail that file alone, naming the file, the column and the
+    1-based row in that file (the suite runs on every row, the id columns handed to GX as categoricals); the clean
+    files before and after pass (a reused suite carries nothing from one file to the next)."""
+    from functools import partial
+
+    from crowdflow.storage.datasets import list_partitions, read_check_copy
+    from schemas.validation import combined_message, validate_loaded
+
+    rng = np.random.default_rng(11)
+    m = 100_000
+    items = np.array([f"i{k:04d}" for k in range(300)], dtype=object)
+
+    def clean() -> pd.DataFrame:
+        a = rng.integers(0, 300, m)
+        b = (a + rng.integers(1, 300, m)) % 300
+        return pd.DataFrame(
+            {
+                "annotator": [f"a{k}" for k in rng.integers(0, 2000, m)],
+                "item_a": items[a],
+                "item_b": items[b],
+                "outcome": rng.standard_normal(m),
+                "weight": rng.uniform(0.5, 2.0, m),
+            }
+        )
+
+    plants = {  # column (as reported), how to spoil a row
+        "item_a,item_b": lambda df, r: df.__setitem__("item_b", df["item_b"].where(df.index != r, df["item_a"][r])),
+        "annotator": lambda df, r: df.__setitem__("annotator", df["annotator"].where(df.index != r, "#N/A")),
+        "item_a": lambda df, r: df.__setitem__("item_a", df["item_a"].where(df.index != r, None)),
+        "outcome": lambda df, r: df.__setitem__("outcome", df["outcome"].where(df.index != r, np.nan)),
+        "weight": lambda df, r: df.__setitem__("weight", df["weight"].where(df.index != r, 0.0)),
+    }
+    src = tmp_path / "src"
+    src.mkdir()
+    clean().to_parquet(src / "part-000.parquet", index=False)
+    planted: dict[str, tuple[str, int]] = {}
+    for k, (column, spoil) in enumerate(plants.items(), start=1):
+        df = clean()
+        r = int(rng.integers(m // 2, m))
+        spoil(df, r)
+        name = f"part-{k:03d}.parquet"
+        df.to_parquet(src / name, index=False)
+        planted[name] = (column, r + 1)
+    clean().to_parquet(src / "part-999.parquet", index=False)
+    parts = list_partitions(str(src), None)
+    copy = partial(read_check_copy, schema=COMPARISONS, folder=str(tmp_path / "copies"), check=partial(
+        validate_loaded, kind="comparisons"))  # fmt: skip
+    reports = [copy(p).found for p in parts]
+    for p, rep in zip(parts, reports, strict=True):
+        assert rep.n_rows == m and rep.n_expectations > 0
+        base = Path(p.name).name
+        if base not in planted:
+            assert rep.success, rep.message()
+            continue
+        column, row = planted[base]
+        assert not rep.success, p.name
+        assert {f.column for f in rep.failures} == {column}, (p.name, rep.message())
+        assert all(f.rows == [row] and f.unexpected_count == 1 for f in rep.failures), rep.message()
+        assert rep.message().startswith(p.name) and base in p.name and f"row {row} " in rep.message()
+    msg = combined_message(reports, "cmp")
+    assert f"{len(planted)} of {len(parts)} files failed" in msg
+    assert all(name in msg for name in planted)

@@ -89,7 +89,7 @@ from crowdflow.contracts.missing import explain_missing
 from crowdflow.executors import InlineMemory, MapFn, fold, hold, holds, inline_executor, on_held, release, slots
 from crowdflow.labels import natural_order
 from crowdflow.ranking.graph import ComparisonGraph
-from crowdflow.ranking.held import HeldRows
+from crowdflow.ranking.held import HeldRows, add_at
 from crowdflow.ranking.hodge import hodge_decomposition
 from crowdflow.ranking.hodge_kernels import laplacian_bridges
 from crowdflow.ranking.least_squares import LaplacianSolver, center_per_component, hodgerank_scores
@@ -201,7 +201,7 @@ class _Passes:
     ctx: _Ctx
     count: int = 0
     key: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    where: list[np.ndarray] = field(default_factory=list)
+    where: list[np.ndarray | None] = field(default_factory=list)  # None: the block holds every pair, in key order
     held_passes: int = 0
     held_s: float = 0.0  # wall seconds of the passes over the held rows (the flow's fold included)
 
@@ -214,7 +214,9 @@ class _Passes:
         out, keys = fold(self.executor, fn, self.handles, _add_base, (None, []), ordered=True)
         sums: EdgeSums = out.sums if out is not None else EdgeSums.combine([])
         self.key = sums.key
-        self.where = [np.searchsorted(sums.key, k) for k in keys]
+        # a block that holds every pair (the usual case at scale: a few blocks of many rows) adds its arrays as they
+        # are, without a gather and scatter of every pair (the same additions)
+        self.where = [None if k.size == sums.key.size else np.searchsorted(sums.key, k) for k in keys]
         self.held_s += time.perf_counter() - t0
         return sums
 
@@ -226,7 +228,11 @@ class _Passes:
         t0 = time.perf_counter()
 
         def add(acc: _Dense, r: _BlockKept) -> _Dense:
-            acc.acc[:, self.where[acc.block]] += r.acc
+            at = self.where[acc.block]
+            if at is None:
+                acc.acc += r.acc
+            else:
+                add_at(acc.acc, at, r.acc)
             acc.n_kept += r.n_kept
             acc.n_changed += r.n_changed
             acc.capped += r.capped
@@ -361,13 +367,16 @@ def _trim_iterate(ps: _Passes, pb: _Problem, theta: np.ndarray, sigma: float, st
     return _Fixed(sigma, theta, J, trimmed, start, TRIM_MAX_ITER, False)
 
 
-def _lts_start(ps: _Passes, pb: _Problem, theta: np.ndarray, rms: float) -> tuple[np.ndarray, float] | None:
-    """Least-trimmed-squares start: concentration steps keeping the ``LTS_KEEP`` share of the weight."""
+def _lts_start(
+    ps: _Passes, pb: _Problem, theta: np.ndarray, rms: float, h0: np.ndarray
+) -> tuple[np.ndarray, float] | None:
+    """Least-trimmed-squares start: concentration steps keeping the ``LTS_KEEP`` share of the weight. ``h0`` is the
+    histogram at the start ``(θ, rms)``, which the σ₀ start already made (one pass fewer, the same histogram)."""
     held: _Step | None = None
     prev: _Rule | None = None
     p_in = pb.n - pb.g.n_components
-    for _ in range(LTS_MAX_STEPS):
-        c = _quantile(ps.histogram(theta, rms), LTS_KEEP) * rms
+    for step in range(LTS_MAX_STEPS):
+        c = _quantile(h0 if step == 0 else ps.histogram(theta, rms), LTS_KEEP) * rms
         rule = _Rule(theta, c)
         st = ps.edges(rule, prev)
         if prev is not None and st.n_changed == 0:
@@ -394,10 +403,11 @@ def _trimmed_scale(ps: _Passes, pb: _Problem, theta_ls: np.ndarray) -> _Fixed:
     if rms <= 1e-12 * max(1.0, ymax) or W - p_full <= 0:
         return _Fixed(0.0, theta_ls, math.inf, 0.0, "ls", 0, True)
     hbar = min(p_full / W, 0.95)
-    s0 = 1.4826 * _quantile(ps.histogram(theta_ls, rms), 0.5) * rms / math.sqrt(1.0 - hbar)
+    h0 = ps.histogram(theta_ls, rms)
+    s0 = 1.4826 * _quantile(h0, 0.5) * rms / math.sqrt(1.0 - hbar)
     best = _trim_iterate(ps, pb, theta_ls, s0 if s0 > 0 else rms, "ls")
     if hbar <= LTS_MAX_LEVERAGE:
-        lts = _lts_start(ps, pb, theta_ls, rms)
+        lts = _lts_start(ps, pb, theta_ls, rms, h0)
         if lts is not None:
             alt = _trim_iterate(ps, pb, lts[0], lts[1], "lts")
             if alt.sigma > 0 and alt.trimmed_weight <= MAX_TRIM * W and alt.J < best.J:

@@ -29,6 +29,7 @@ from crowdflow.ranking.held import (
     held_histogram,
     held_kept,
     held_sums,
+    smallest_levels,
 )
 from crowdflow.ranking.types import _str
 
@@ -252,11 +253,12 @@ def _arrow_table(table: Any) -> _ArrowPart | None:
     else:
         w = np.ones(y.size)
     (ia, va), (ib, vb) = col_a, col_b
-    # a row comparing an item with itself: the pandas path names it
-    if y.size and bool(
-        pc.any(pc.equal(pa.array(va, pa.string()).take(ia), pa.array(vb, pa.string()).take(ib))).as_py()
-    ):
-        return None
+    # a row comparing an item with itself (the pandas path names it): item_b's dictionary mapped into item_a's
+    # (distinct values, so equal strings are equal positions) and the codes compared, no string per row
+    if y.size:
+        b_in_a = pc.index_in(pa.array(vb, pa.string()), value_set=pa.array(va, pa.string())).fill_null(-1)
+        if bool(np.any(b_in_a.to_numpy(zero_copy_only=False)[ib] == ia)):
+            return None
     return _ArrowPart(table, (ia, ib), (va, vb), y, w)
 
 
@@ -282,7 +284,7 @@ def _scan_rows(rows: _ArrowPart | LocalRows) -> Scan:
     """Distinct item ids, row count and up to three distinct ``|y|`` of rows held as dictionary indices."""
     used = [v[np.bincount(i, minlength=v.size) > 0] for i, v in zip(rows.idx, rows.values, strict=True)]
     ids = pd.unique(np.concatenate(used)) if used else np.zeros(0, dtype=object)
-    return np.asarray(ids, dtype=object), int(rows.y.size), np.unique(np.abs(rows.y))[:3]
+    return np.asarray(ids, dtype=object), int(rows.y.size), smallest_levels(rows.y)
 
 
 def _scan_part(read: Callable[[Any], pd.DataFrame], part: Any) -> Scan:
@@ -292,7 +294,7 @@ def _scan_part(read: Callable[[Any], pd.DataFrame], part: Any) -> Scan:
         return _scan_rows(ap)
     df = _canonical(read(part))
     ids = pd.unique(pd.concat([df["item_a"], df["item_b"]], ignore_index=True).to_numpy(dtype=object))
-    levels = np.unique(np.abs(df["outcome"].to_numpy(dtype=np.float64)))[:3]
+    levels = smallest_levels(df["outcome"].to_numpy(dtype=np.float64))
     return np.asarray(ids, dtype=object), len(df), levels
 
 

@@ -157,7 +157,7 @@ def read_check_copy(
     out = Path(folder) / f"part-{part.index:06d}.parquet"
     out.parent.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pandas(loaded.df, preserve_index=False)
-    pq.write_table(table, out)
+    pq.write_table(table, out, write_statistics=False)  # read whole by the later passes: no column statistics
     kept, summary = encode(table) if encode is not None else (None, None)
     return CopiedPartition(str(out), part.index, len(loaded.df), loaded.sha256, found, kept, summary)
 

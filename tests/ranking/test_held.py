@@ -308,3 +308,77 @@ def test_rows_kept_by_the_first_read_give_the_fit_of_a_second_read(tmp_path: Pat
 
 def _kept_rows(cp: Any) -> Any:
     return cp.kept
+
+
+def test_histogram_bins_by_comparison_are_the_log10_bins_for_every_double() -> None:
+    """The passes bin ``|r|/scale`` by a table slot and one comparison with the bin edges (no ``log10`` per row). The
+    bin must be the definition's (``⌊1000·log10(z/10⁻⁶)⌋ + 1``, clipped) at every edge, one and two doubles either
+    side of it, the ends (0, subnormals, 10⁻⁶, 10⁶, huge, inf) and 2·10⁶ values spread over 16 decades; and a
+    histogram pass must equal the bins counted row by row."""
+    from crowdflow.ranking.held import SKETCH_BINS, _bin_of, _bins_log10_kernel, bin_tables
+
+    edge, _, _ = bin_tables()
+    inner = edge[1:-1]
+    assert inner.size == SKETCH_BINS - 1 and np.all(np.diff(inner) > 0)
+    near = [inner, np.nextafter(inner, 0), np.nextafter(inner, np.inf)]
+    near += [np.nextafter(near[1], 0), np.nextafter(near[2], np.inf)]
+    ends = np.array([0.0, 5e-324, 1e-300, 1e-7, 1e-6, 1.0, 1e6, 1e7, 1e300, np.inf])
+    rng = np.random.default_rng(7)
+    spread = np.abs(rng.standard_normal(2 * 10**6)) * 10.0 ** rng.uniform(-9, 9, 2 * 10**6)
+    z = np.concatenate([*near, ends, spread])
+    got, ref = _bin_of(z), _bins_log10_kernel(z)
+    assert int(np.count_nonzero(got != ref)) == 0
+    assert got.min() == 0 and got.max() == SKETCH_BINS - 1
+    # one block's histogram pass against the row-by-row bins (unit and real weights)
+    n, m = 40, 20_000
+    i, j = rng.integers(0, n, m), rng.integers(0, n, m)
+    keep = i != j
+    u, v = np.minimum(i, j)[keep], np.maximum(i, j)[keep]
+    yo = rng.standard_normal(u.size) * 10.0 ** rng.uniform(-7, 3, u.size)
+    theta = rng.standard_normal(n)
+    for w in (np.ones(u.size), rng.uniform(0.5, 2.0, u.size)):
+        held = encode_block(u, v, yo, w, n)
+        idx, wt = held_histogram(held, theta, 0.37)
+        rows = np.repeat(np.arange(held.pu.size), np.diff(held.ptr))
+        zz = np.abs(held.yo - (theta[held.pu[rows]] - theta[held.pv[rows]])) / 0.37
+        ref_h = np.bincount(_bins_log10_kernel(zz), weights=held.w if held.w.size else None, minlength=SKETCH_BINS)
+        np.testing.assert_array_equal(idx, np.flatnonzero(ref_h))
+        np.testing.assert_allclose(wt, ref_h[idx], rtol=1e-12)
+
+
+def test_smallest_levels_are_the_sorted_distinct_abs_values() -> None:
+    """The scan's outcome levels (one pass) equal ``np.unique(np.abs(y))[:k]`` on a family: empty, graded, small
+    integers (also as int8), ±1 with signed zeros, rounded values with many repeats; k = 1, 2, 3, 5."""
+    from crowdflow.ranking.held import smallest_levels
+
+    rng = np.random.default_rng(5)
+    for t in range(400):
+        m = int(rng.integers(0, 80))
+        kind = t % 4
+        if kind == 0:
+            y = rng.standard_normal(m)
+        elif kind == 1:
+            y = rng.integers(-3, 4, m).astype(float)
+        elif kind == 2:
+            y = rng.choice([-1.0, 1.0, 0.0, -0.0], m)
+        else:
+            y = np.round(rng.standard_normal(m), 1)
+        for arr in (y, y.astype(np.int8)) if kind == 1 else (y,):
+            for k in (1, 2, 3, 5):
+                np.testing.assert_array_equal(smallest_levels(arr, k), np.unique(np.abs(y))[:k])
+
+
+def test_add_at_is_numpys_fancy_index_add_bit_for_bit() -> None:
+    """The trimming step's fold adds each block's per-pair sums at the block's global positions with a compiled loop:
+    it must equal ``acc[:, at] += r`` exactly, for blocks holding some, none or all of the pairs."""
+    from crowdflow.ranking.held import add_at
+
+    rng = np.random.default_rng(9)
+    for size, share in ((1, 1.0), (50, 0.3), (1000, 0.97), (1000, 1.0), (10, 0.0)):
+        at = np.sort(rng.choice(size, int(share * size), replace=False))
+        r = rng.standard_normal((3, at.size)) * 10.0 ** rng.uniform(-8, 8, (3, at.size))
+        acc = rng.standard_normal((3, size))
+        ref = acc.copy()
+        ref[:, at] += r
+        add_at(acc, at, r)
+        np.testing.assert_array_equal(acc, ref)
