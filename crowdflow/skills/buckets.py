@@ -32,7 +32,6 @@ import pandas as pd
 import scipy.sparse as sp
 
 from crowdflow.contracts.errors import InputError
-from crowdflow.contracts.missing import with_reasons
 from crowdflow.contracts.tables import OUTPUTS
 from crowdflow.graphs import ParityForest, pair_counts, worker_strength
 from crowdflow.labels import DuplicatePolicy, LabelMatrix, factorize_ids, task_major_order
@@ -413,9 +412,10 @@ def _write_consensus(
     from crowdflow.storage.run_store import write_final_part
 
     cols = ["task", "label", "confidence", "n_labels", "fallback"]
-    frame = with_reasons({"consensus": table[cols].reset_index(drop=True)})["consensus"]
+    frame = table[cols].reset_index(drop=True)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    # the run's rule for worker parts (missing reasons, schema), marked: a flat run's export moves the file
+    # the run's rule for worker parts (missing reasons checked and their column added once there, schema), marked: a
+    # flat run's export moves the file; the review below reads the consensus columns only, not ``missing_reason``
     write_final_part(frame, out, "consensus", OUTPUTS["skills"]["consensus"], None)
     agree = np.bincount(
         lm.worker_idx, weights=(lm.class_idx == winner[lm.task_idx]).astype(np.float64), minlength=lm.n_workers

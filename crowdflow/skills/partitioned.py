@@ -47,9 +47,11 @@ from crowdflow.contracts.tables import INPUTS
 from crowdflow.executors import (
     MapFn,
     fold,
+    held_groups,
     hold,
     holds,
     inline_executor,
+    on_group_with,
     on_held,
     on_held_with,
     release,
@@ -91,7 +93,7 @@ from crowdflow.skills.fit import (
     pair_row_stats,
     worker_table,
 )
-from crowdflow.skills.held import BucketSums, EMShared, em_sums, label_row_major, read_codes
+from crowdflow.skills.held import BucketSums, EMShared, em_sums_group, label_row_major, read_codes
 from crowdflow.skills.identifiability import active_workers, witness_cycles
 from crowdflow.skills.moments import (
     LabelMoments,
@@ -469,8 +471,9 @@ def _em_pass(enc: EncodedBuckets, executor: MapFn, shared: EMShared) -> tuple[np
     (class-major, ``[l, i·M + m]``; one-coin per worker), Σ_t T_tl and the log-likelihood. The flow holds one
     running sum (W·M² numbers) and the results that completed ahead of their turn."""
     handle = share(executor, shared)
-    try:
-        acc = fold(executor, on_held_with(em_sums), with_shared(enc.held, handle), _add_sums, None, ordered=True)
+    items = [([enc.held[i] for i in g], handle) for g in held_groups(executor, enc.held)]
+    try:  # one task per worker holding buckets (em_sums_group), not one per bucket: two round trips a pass on two
+        acc = fold(executor, on_group_with(em_sums_group), items, _add_sums, None, ordered=True)
     finally:
         release(executor, [handle])
     m, w = int(enc.classes.size), int(enc.workers.size)
