@@ -168,11 +168,16 @@ def majority_changes(labels: pd.DataFrame, consensus: pd.DataFrame) -> pd.DataFr
     changed_rows = np.flatnonzero((pt >= 0) & ~in_majority)
     tasks = pt[changed_rows]
     chosen = np.isin(key_task, tasks) & (counts == top[key_task])
+    majority = (
+        pd.DataFrame({"t": key_task[chosen], "label": l_ids[keys[chosen] % n_lab]})
+        .groupby("t")["label"]
+        .agg(lambda s: "|".join(sorted(s)))
+    )
     out = pd.DataFrame(
         {
             "task": pred["task"].to_numpy(dtype=object)[changed_rows],
             "label": pred["label"].to_numpy(dtype=object)[changed_rows],
-            "majority_labels": _joined_labels(key_task[chosen], l_ids[keys[chosen] % n_lab], tasks),
+            "majority_labels": majority.reindex(tasks).to_numpy(dtype=object),
             "majority_share": top[tasks] / total[tasks],
             "n_labels": total[tasks].astype("int64"),
         }
@@ -180,30 +185,6 @@ def majority_changes(labels: pd.DataFrame, consensus: pd.DataFrame) -> pd.DataFr
     return out.sort_values(
         ["majority_share", "n_labels", "task"], ascending=[False, False, True], kind="stable"
     ).reset_index(drop=True)
-
-
-def _joined_labels(task: np.ndarray, label: np.ndarray, asked: np.ndarray) -> np.ndarray:
-    """For each task code of ``asked``, its labels in ``label`` (rows of ``task``) sorted and ``|``-joined.
-
-    One sort of (task, label text) and one join per task with more than one label (a tie among the majority labels,
-    rare): never a Python call per task (a 10^8-label run has ~1.5·10^6 changed tasks).
-    """
-    text = np.asarray(label, dtype=object).astype(str)
-    order = np.lexsort((text, task))
-    task, text = task[order], text[order]
-    first = np.ones(task.size, dtype=bool)
-    first[1:] = task[1:] != task[:-1]
-    starts = np.flatnonzero(first)
-    joined = text[starts].astype(object)
-    sizes = np.diff(np.append(starts, task.size))
-    for j in np.flatnonzero(sizes > 1):
-        joined[j] = "|".join(text[starts[j] : starts[j] + sizes[j]].tolist())
-    out = np.full(np.asarray(asked).size, None, dtype=object)
-    if starts.size:
-        pos = np.minimum(np.searchsorted(task[starts], asked), starts.size - 1)
-        hit = task[starts][pos] == asked
-        out[hit] = joined[pos[hit]]
-    return out
 
 
 @dataclass(frozen=True)
@@ -230,13 +211,6 @@ def review_skills(
     labels: pd.DataFrame, consensus: pd.DataFrame, truth: pd.DataFrame | None = None, examples: int = 10
 ) -> SkillsReview:
     """Gold-measured worker accuracy and confusion matrix (with ``truth``), and the changes against majority vote."""
-    return _review(labels, consensus, truth, examples)[0]
-
-
-def _review(
-    labels: pd.DataFrame, consensus: pd.DataFrame, truth: pd.DataFrame | None, examples: int
-) -> tuple[SkillsReview, pd.DataFrame]:
-    """:func:`review_skills` and the changed tasks it found (:func:`majority_changes`, computed once)."""
     changed = majority_changes(labels, consensus)
     tables = {}
     if truth is not None:
@@ -246,7 +220,7 @@ def _review(
         "n_tasks": int(consensus["task"].nunique()),
         "changed_vs_majority": changed.head(examples).to_dict("records"),
     }
-    return SkillsReview(tables, {"n_changed_vs_majority": len(changed)}, record), changed
+    return SkillsReview(tables, {"n_changed_vs_majority": len(changed)}, record)
 
 
 @dataclass(frozen=True)
@@ -279,7 +253,8 @@ def review_part(
         tasks = set(_as_text(consensus, ["task"])["task"])
         text = _as_text(truth, ["task", "label"]).drop_duplicates("task")
         gold = text[text["task"].isin(tasks)]
-    review, changed = _review(labels, consensus, gold if gold is not None and len(gold) else None, examples)
+    review = review_skills(labels, consensus, gold if gold is not None and len(gold) else None, examples)
+    changed = majority_changes(labels, consensus)
     g = gold_metrics(consensus, gold, classes) if gold is not None and len(gold) else None
     return ReviewPart(
         n_tasks=int(consensus["task"].nunique()),
