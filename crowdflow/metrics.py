@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
+from crowdflow.labels import LabelMatrix
+
 
 @dataclass(frozen=True)
 class GoldMetrics:
@@ -135,11 +137,22 @@ def confusion_matrix(consensus: pd.DataFrame, truth: pd.DataFrame) -> pd.DataFra
     return counts.reindex(grid, fill_value=0).rename("n_tasks").astype("int64").reset_index()
 
 
-def majority_changes(labels: pd.DataFrame, consensus: pd.DataFrame) -> pd.DataFrame:
+def majority_changes(labels: pd.DataFrame, consensus: pd.DataFrame, coded: LabelMatrix | None = None) -> pd.DataFrame:
     """The tasks whose consensus label is not a majority-vote label (what the model changed against the vote).
 
     A task's majority labels are its most frequent labels (all of them when tied), so a tie broken either way
     is no change: majority vote itself changes nothing.
+
+    Parameters
+    ----------
+    labels : pandas.DataFrame
+        task, label (rows with a missing label are not votes).
+    consensus : pandas.DataFrame
+        task, label: one row per task.
+    coded : LabelMatrix, optional
+        The same answered labels as integer codes, when the caller has them (a fit does): the vote counts are
+        then one ``bincount`` of task·M + class instead of a factorisation of the text columns (0.3 s of a
+        10^6-label run); the result is the same table.
 
     Returns
     -------
@@ -147,6 +160,8 @@ def majority_changes(labels: pd.DataFrame, consensus: pd.DataFrame) -> pd.DataFr
         ``task``, ``label`` (the consensus), ``majority_labels`` (``|``-joined), ``majority_share`` (votes of the
         majority label / labels of the task), ``n_labels``; one row per changed task, the clearest majorities first.
     """
+    if coded is not None:
+        return _changes_from_codes(coded, consensus)
     lab = _as_text(labels, ["task", "label"])
     # integer codes, one sort of task·L + label: O(n log n) on integers, no group-by over text (a 10^7-label run spent
     # 55 s in the text version); the text of the few changed tasks is assembled at the end
@@ -187,6 +202,45 @@ def majority_changes(labels: pd.DataFrame, consensus: pd.DataFrame) -> pd.DataFr
     ).reset_index(drop=True)
 
 
+def _changes_from_codes(lm: LabelMatrix, consensus: pd.DataFrame) -> pd.DataFrame:
+    """:func:`majority_changes` from ``lm``'s codes: votes n_tl = #{labels of t with class l}, top_t = max_l n_tl; a
+    task changed when its consensus class c has n_tc < top_t (a class it never got, or no class, included)."""
+    m = max(lm.n_classes, 1)
+    votes = np.bincount(lm.task_idx.astype(np.int64) * m + lm.class_idx, minlength=lm.n_tasks * m).reshape(
+        lm.n_tasks, m
+    )
+    total, top = votes.sum(axis=1), votes.max(axis=1)
+    pred = _as_text(consensus, ["task", "label"])
+    task_text, label_text = pred["task"].to_numpy(dtype=object), pred["label"].to_numpy(dtype=object)
+    pt = pd.Index(lm.tasks.astype(str)).get_indexer(task_text)
+    class_text = lm.classes.astype(str)
+    pl = pd.Index(class_text).get_indexer(label_text)
+    known = pt >= 0
+    got = np.where(known & (pl >= 0), votes[np.maximum(pt, 0), np.maximum(pl, 0)], -1)
+    changed_rows = np.flatnonzero(known & (got < top[np.maximum(pt, 0)]))
+    tasks = pt[changed_rows]
+    # the majority classes of each changed task as one bit pattern; each distinct pattern joined once, classes in
+    # text order (the text version's sorted join)
+    order = np.argsort(class_text, kind="stable")
+    is_top = votes[tasks][:, order] == top[tasks][:, None]
+    bits = is_top @ (1 << np.arange(m, dtype=np.int64)) if tasks.size else np.zeros(0, np.int64)
+    patterns, inverse = np.unique(bits, return_inverse=True)
+    names = class_text[order]
+    joined = np.array(["|".join(names[(p >> np.arange(m)) & 1 == 1]) for p in patterns], dtype=object)
+    out = pd.DataFrame(
+        {
+            "task": task_text[changed_rows],
+            "label": label_text[changed_rows],
+            "majority_labels": joined[inverse.reshape(-1)] if tasks.size else np.empty(0, dtype=object),
+            "majority_share": top[tasks] / total[tasks],
+            "n_labels": total[tasks].astype("int64"),
+        }
+    )
+    return out.sort_values(
+        ["majority_share", "n_labels", "task"], ascending=[False, False, True], kind="stable"
+    ).reset_index(drop=True)
+
+
 @dataclass(frozen=True)
 class SkillsReview:
     """What a skills run adds for the people who act on it (the report's "What to act on", the warehouse).
@@ -208,10 +262,15 @@ class SkillsReview:
 
 
 def review_skills(
-    labels: pd.DataFrame, consensus: pd.DataFrame, truth: pd.DataFrame | None = None, examples: int = 10
+    labels: pd.DataFrame,
+    consensus: pd.DataFrame,
+    truth: pd.DataFrame | None = None,
+    examples: int = 10,
+    coded: LabelMatrix | None = None,
 ) -> SkillsReview:
-    """Gold-measured worker accuracy and confusion matrix (with ``truth``), and the changes against majority vote."""
-    changed = majority_changes(labels, consensus)
+    """Gold-measured worker accuracy and confusion matrix (with ``truth``), and the changes against majority vote
+    (``coded``: the labels' codes, see :func:`majority_changes`)."""
+    changed = majority_changes(labels, consensus, coded)
     tables = {}
     if truth is not None:
         tables = {"gold_workers": gold_by_worker(labels, truth), "gold_confusion": confusion_matrix(consensus, truth)}
@@ -246,23 +305,25 @@ def review_part(
     truth: pd.DataFrame | None,
     classes: Sequence[str],
     examples: int = 10,
+    coded: LabelMatrix | None = None,
 ) -> ReviewPart:
-    """The review of the tasks of ``consensus`` (all of their labels are in ``labels``); ``truth`` may hold others."""
+    """The review of the tasks of ``consensus`` (all of their labels are in ``labels``); ``truth`` may hold others
+    (``coded``: the labels' codes, see :func:`majority_changes`)."""
     gold = None
     if truth is not None:
         tasks = set(_as_text(consensus, ["task"])["task"])
         text = _as_text(truth, ["task", "label"]).drop_duplicates("task")
         gold = text[text["task"].isin(tasks)]
-    review = review_skills(labels, consensus, gold if gold is not None and len(gold) else None, examples)
-    changed = majority_changes(labels, consensus)
-    g = gold_metrics(consensus, gold, classes) if gold is not None and len(gold) else None
+    gold = gold if gold is not None and len(gold) else None
+    changed = majority_changes(labels, consensus, coded)
+    g = gold_metrics(consensus, gold, classes) if gold is not None else None
     return ReviewPart(
         n_tasks=int(consensus["task"].nunique()),
         n_gold=g.n_gold if g else 0,
         n_correct=round(g.accuracy * g.n_gold) if g else 0,
         n_gold_label_unknown=g.n_gold_label_unknown if g else 0,
-        gold_workers=review.tables.get("gold_workers"),
-        gold_confusion=review.tables.get("gold_confusion"),
+        gold_workers=gold_by_worker(labels, gold) if gold is not None else None,
+        gold_confusion=confusion_matrix(consensus, gold) if gold is not None else None,
         n_changed=len(changed),
         changed=changed.head(examples),
     )

@@ -122,3 +122,36 @@ def test_majority_changes_over_a_family(seed: int) -> None:
     want = pd.DataFrame(rows, columns=["task", "label", "majority_labels", "majority_share", "n_labels"])
     want = want.sort_values(["majority_share", "n_labels", "task"], ascending=[False, False, True], kind="stable")
     pd.testing.assert_frame_equal(got, want.reset_index(drop=True), check_dtype=False)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_majority_changes_from_codes_equal_the_text_rule(seed: int) -> None:
+    """The coded path (a fit's LabelMatrix) gives the text path's table on a family: 1-5 classes, ties, int or text
+    ids, unlabelled rows, consensus labels a task never got, classes never voted, tasks without labels."""
+    from crowdflow.labels import answered, encode_labels
+
+    rng = np.random.default_rng(seed)
+    m, n_tasks = int(rng.integers(1, 6)), int(rng.integers(1, 60))
+    k = rng.integers(1, 6, n_tasks)
+    task = np.repeat(np.arange(n_tasks), k)
+    worker = np.concatenate([rng.choice(12, size=kk, replace=False) for kk in k])
+    label = rng.integers(0, m, task.size)
+    ints = seed % 3 == 0
+    frame = pd.DataFrame(
+        {
+            "task": task if ints else [f"t{t}" for t in task],
+            "worker": [f"w{w}" for w in worker],
+            "label": label * 7 if ints else [f"c{7 * c}" for c in label],  # text order is not the natural order
+        }
+    ).astype({"label": object})
+    frame.loc[rng.random(len(frame)) < 0.1, "label"] = None  # unlabelled rows are not votes
+    classes = 7 * np.arange(m + 1) if ints else np.array([f"c{7 * c}" for c in range(m + 1)])  # one nobody chose
+    lm = encode_labels(answered(frame), [str(c) for c in classes])
+    pick = rng.integers(0, m + 1, lm.n_tasks)
+    consensus = pd.DataFrame({"task": lm.tasks, "label": classes[pick]})
+    extra = pd.DataFrame({"task": ["nowhere"], "label": [classes[0]]})  # a task without labels: never a change
+    consensus = pd.concat([consensus, extra], ignore_index=True)
+    want = majority_changes(answered(frame), consensus)
+    got = majority_changes(frame, consensus, coded=lm)
+    pd.testing.assert_frame_equal(got, want)
+    assert review_skills(frame, consensus, coded=lm).record == review_skills(answered(frame), consensus).record

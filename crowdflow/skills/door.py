@@ -243,7 +243,7 @@ def skills(
             result = cross_fit(lm, o, gold, graph_report=graph.report)
         else:
             result = fit_skills(lm, o, graph_report=graph.report)
-    review = review_skills(lab.df, result.consensus, gold)
+    review = review_skills(lab.df, result.consensus, gold, coded=lm)
     tables = written_tables("skills", output_tables(result, graph.report, review))
     baseline = majority_vote(lm, o.tie_break, o.seed).consensus if gold is not None else None
     metrics = output_metrics(result, gold, dropped, list(lm.classes), baseline) | review.metrics
