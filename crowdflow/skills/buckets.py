@@ -471,7 +471,10 @@ def _write_consensus(
     )
     if len(frame) != lm.n_tasks:
         raise AssertionError("a consensus part has one row per task of its bucket, in task order")
-    review = replace(review_part(labels, frame[keep], truth, lm.classes.astype(str).tolist()), n_tasks=lm.n_tasks)
+    # the votes of the reviewed tasks from their codes (one bincount), not from the text columns
+    coded = replace(lm, worker_idx=lm.worker_idx[rows], task_idx=lm.task_idx[rows], class_idx=lm.class_idx[rows])
+    part = review_part(labels, frame[keep], truth, lm.classes.astype(str).tolist(), coded=coded)
+    review = replace(part, n_tasks=lm.n_tasks)
     return ConsensusPart(
         path=out,
         n_tasks=lm.n_tasks,
