@@ -29,9 +29,11 @@ __all__ = [
     "MapFn",
     "Recompute",
     "fold",
+    "held_groups",
     "hold",
     "holds",
     "inline_executor",
+    "on_group_with",
     "on_held",
     "on_held_with",
     "release",
@@ -105,6 +107,36 @@ def on_held_with(fn: Callable[[Any, Any], Any]) -> Callable[[tuple[Any, Any]], A
     """``fn(held value, shared value)`` on the items of :func:`with_shared` (a held item paired with a value of
     :func:`share`)."""
     return partial(_apply_held_with, fn)
+
+
+def held_groups(executor: MapFn, handles: list[Any]) -> list[list[int]]:
+    """The held items grouped by where they are held, as lists of positions in ``handles`` (each in order, the
+    groups ordered by their first position): a pass then runs one task per group (:func:`on_group_with`), not one
+    per item, so its round trips do not grow with the items.
+
+    An executor with a ``groups(handles)`` method says (the pipeline's Dask executor: one group per worker that
+    holds items); :class:`InlineMemory` and other holding executors without one: a single group; an executor that
+    holds nothing: one group per item (each :class:`Recompute` handle computes its item when its task runs, so a
+    single-process run still holds one item at a time).
+    """
+    own = getattr(executor, "groups", None)
+    if own is not None:
+        found: list[list[int]] = own(handles)
+        return sorted((g for g in found if g), key=lambda g: g[0])
+    if holds(executor):
+        return [list(range(len(handles)))] if handles else []
+    return [[i] for i in range(len(handles))]
+
+
+def _apply_group_with(fn: Callable[[list[Any], Any], Any], pair: tuple[list[Any], Any]) -> Any:
+    group, shared = pair
+    return fn([h.fn(h.item) if isinstance(h, Recompute) else h for h in group], shared)
+
+
+def on_group_with(fn: Callable[[list[Any], Any], Any]) -> Callable[[tuple[list[Any], Any]], Any]:
+    """``fn(held values of one group, shared value)`` on items ``([handles of the group], shared handle)``
+    (:func:`held_groups`, :func:`share`)."""
+    return partial(_apply_group_with, fn)
 
 
 def _identity(value: Any) -> Any:

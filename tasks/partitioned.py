@@ -32,7 +32,9 @@ from crowdflow.skills.partitioned import (
     PartitionedSkills,
     encode_buckets,
     fit_buckets,
+    read_and_keep_all,
     read_and_split,
+    release_pieces,
 )
 from crowdflow.spec import PipelineBase, SourceSpec
 from crowdflow.storage.datasets import (
@@ -79,6 +81,7 @@ class SplitLabels:
     dataset: DatasetInput
     reports: list[ValidationReport]
     n_dropped_null: int
+    pieces: dict[str, list[Any]] | None = None
 
 
 @task(name="list-dataset", cache_policy=NONE, task_run_name="list-{kind}")
@@ -113,22 +116,31 @@ def split_on_workers(
     logger = get_run_logger()
     allowed = {"label": classes} if classes else None
     check = functools.partial(validate_loaded, kind=kind, allowed=allowed)
-    split = functools.partial(
-        read_and_split, folder=folder, n_buckets=n_buckets, columns=dict(source.columns) or None, check=check
-    )
-    # each file's distinct ids are folded into one running union as its result arrives (never one list per file)
-    union, found = fold(executor, split, parts, _add_split, (IdUnion(), {}))
+    columns = dict(source.columns) or None
+    pieces: dict[str, list[Any]] | None = None
+    if holds(executor):  # one read: each file's bucket pieces stay in the memory of the worker that read it
+        union, found, pieces = read_and_keep_all(executor, parts, folder, n_buckets, columns, check)
+        buckets = sorted(pieces)
+    else:
+        split = functools.partial(read_and_split, folder=folder, n_buckets=n_buckets, columns=columns, check=check)
+        # each file's distinct ids are folded into one running union as its result arrives (never one list per file)
+        union, found = fold(executor, split, parts, _add_split, (IdUnion(), {}))
+        buckets = sorted(str(p) for p in Path(folder).glob("bucket-*"))
     reports: list[ValidationReport] = [found[p.index] for p in parts]
-    _report_validation(kind, parts, reports, mode)
-    workers, cls = union.finish(classes)
+    try:
+        _report_validation(kind, parts, reports, mode)
+        workers, cls = union.finish(classes)
+    except BaseException:
+        release_pieces(executor, pieces)
+        raise
     n_rows = union.n_rows
     digests = [union.digests[p.index] for p in parts]
-    buckets = sorted(str(p) for p in Path(folder).glob("bucket-*"))
     logger.info(
-        "%d rows in %d files → %d task buckets; %d workers, %d classes",
+        "%d rows in %d files → %d task buckets%s; %d workers, %d classes",
         n_rows,
         len(parts),
         len(buckets),
+        " held in the workers' memory" if pieces is not None else "",
         workers.size,
         cls.size,
     )
@@ -140,6 +152,7 @@ def split_on_workers(
         dataset=DatasetInput(parts[0].dataset, dataset_fingerprint(parts, digests), n_rows, len(parts)),
         reports=reports,
         n_dropped_null=union.n_dropped_null,
+        pieces=pieces,
     )
 
 
@@ -149,7 +162,14 @@ def encode_on_workers(split: SplitLabels, executor: MapFn, options: SkillsOption
     strengths), or for pgd sums their worker-pair counts (docs/scale.md, memory laws)."""
     pairs = needs_pairs(options)
     enc = encode_buckets(
-        split.buckets, executor, split.workers, split.classes, options.duplicates, split.files, pairs=pairs
+        split.buckets,
+        executor,
+        split.workers,
+        split.classes,
+        options.duplicates,
+        split.files,
+        pairs=pairs,
+        pieces=split.pieces,
     )
     get_run_logger().info(
         "encoded %d labels of %d tasks in %d buckets (%d duplicates dropped; %s)",

@@ -121,6 +121,16 @@ class DaskMap:
                     self.release(futures)
         return list(futures)
 
+    def groups(self, handles: list[Any]) -> list[list[int]]:
+        """Positions of the held items grouped by the worker that holds them (its first holder when replicated):
+        a task over one group then runs where all its items are (:func:`crowdflow.executors.held_groups`)."""
+        where = self.client.who_has(handles)
+        by: dict[str, list[int]] = {}
+        for i, h in enumerate(handles):
+            holders = sorted(where.get(h.key) or ())
+            by.setdefault(holders[0] if holders else "", []).append(i)
+        return list(by.values())
+
     def release(self, handles: list[Any]) -> None:
         """Free the held items on the workers."""
         for f in handles:

@@ -90,3 +90,31 @@ def test_dask_fold_keeps_at_most_its_window_in_flight(ordered: bool) -> None:
 
 def _add_offset(pair: tuple[int, dict[str, int]]) -> int:
     return pair[0] + pair[1]["offset"]
+
+
+def _total(values: list[int], shared: int) -> int:
+    return sum(values) * shared
+
+
+def test_held_groups_run_one_task_per_holder() -> None:
+    """A pass over held items runs one task per group: every item once, in its group's order; the groups by where
+    the executor holds them (one per item when nothing is held, one in this process for InlineMemory)."""
+    from crowdflow.executors import InlineMemory, held_groups, hold, on_group_with
+
+    items = [1, 2, 3, 4, 5]
+    for executor, want in (
+        (inline_executor, [[0], [1], [2], [3], [4]]),
+        (InlineMemory(), [[0, 1, 2, 3, 4]]),
+    ):
+        handles = hold(executor, lambda x: 10 * x, items)
+        groups = held_groups(executor, handles)
+        assert groups == want
+        pairs = [([handles[i] for i in g], 2) for g in groups]
+        assert sum(executor(on_group_with(_total), pairs)) == 2 * 10 * sum(items)
+
+    class Placed(InlineMemory):  # an executor that says where: groups come back ordered by their first item
+        def groups(self, handles: list[int]) -> list[list[int]]:
+            return [[1, 3], [], [0, 2, 4]]
+
+    assert held_groups(Placed(), [0, 1, 2, 3, 4]) == [[0, 2, 4], [1, 3]]
+    assert held_groups(InlineMemory(), []) == []

@@ -32,7 +32,6 @@ import pandas as pd
 import scipy.sparse as sp
 
 from crowdflow.contracts.errors import InputError
-from crowdflow.contracts.missing import with_reasons
 from crowdflow.contracts.tables import OUTPUTS
 from crowdflow.graphs import ParityForest, pair_counts, worker_strength
 from crowdflow.labels import DuplicatePolicy, LabelMatrix, factorize_ids, task_major_order
@@ -82,22 +81,11 @@ class SplitSummary:
     sha256: str = ""
 
 
-def split_labels(labels: pd.DataFrame, partition: int, folder: str, n_buckets: int) -> SplitSummary:
-    """Write one input file's labels into the task buckets under ``folder`` (``bucket-<b>/part-<partition>.parquet``).
-
-    Parameters
-    ----------
-    labels : pandas.DataFrame
-        Canonical ``task, worker, label`` text columns of one file (``crowdflow.storage.datasets.read_partition``).
-    partition : int
-        The file's index (orders the pieces of a bucket as the input is ordered).
-    folder : str
-        The run's scratch folder for buckets (visible to every worker).
-    n_buckets : int
-        B ≥ 1.
-    """
+def bucket_order(labels: pd.DataFrame, n_buckets: int) -> tuple[Any, np.ndarray, int]:
+    """One file's canonical labels as one Arrow table in bucket order (``task, worker, label`` text and the file's
+    1-based ``row``) and the bucket bounds: bucket b's rows are ``table[bounds[b]:bounds[b+1]]``; with the rows read
+    (before the rows with a missing task, worker or label are dropped)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     n_rows = len(labels)
     df = labels[["task", "worker", "label"]].dropna()
@@ -114,6 +102,37 @@ def split_labels(labels: pd.DataFrame, partition: int, folder: str, n_buckets: i
             "row": pa.array(df.index.to_numpy(dtype=np.int64) + 1),
         }
     ).take(pa.array(order))  # one gather in bucket order; each bucket's rows are then a zero-copy slice
+    return table, bounds, n_rows
+
+
+def split_summary(table: Any, partition: int, n_rows: int) -> SplitSummary:
+    """The :class:`SplitSummary` of a file's table of :func:`bucket_order`."""
+    return SplitSummary(
+        partition=partition,
+        n_rows=n_rows,
+        n_dropped_null=n_rows - int(table.num_rows),
+        workers=_distinct_text(table.column("worker")),
+        labels=_distinct_text(table.column("label")),
+    )
+
+
+def split_labels(labels: pd.DataFrame, partition: int, folder: str, n_buckets: int) -> SplitSummary:
+    """Write one input file's labels into the task buckets under ``folder`` (``bucket-<b>/part-<partition>.parquet``).
+
+    Parameters
+    ----------
+    labels : pandas.DataFrame
+        Canonical ``task, worker, label`` text columns of one file (``crowdflow.storage.datasets.read_partition``).
+    partition : int
+        The file's index (orders the pieces of a bucket as the input is ordered).
+    folder : str
+        The run's scratch folder for buckets (visible to every worker).
+    n_buckets : int
+        B ≥ 1.
+    """
+    import pyarrow.parquet as pq
+
+    table, bounds, n_rows = bucket_order(labels, n_buckets)
     for b in range(n_buckets):
         start, stop = int(bounds[b]), int(bounds[b + 1])
         if stop == start:
@@ -121,13 +140,7 @@ def split_labels(labels: pd.DataFrame, partition: int, folder: str, n_buckets: i
         out = Path(folder) / f"bucket-{b:05d}"
         out.mkdir(parents=True, exist_ok=True)
         pq.write_table(table.slice(start, stop - start), out / f"part-{partition:06d}.parquet")
-    return SplitSummary(
-        partition=partition,
-        n_rows=n_rows,
-        n_dropped_null=n_rows - len(df),
-        workers=_distinct_text(table.column("worker")),
-        labels=_distinct_text(table.column("label")),
-    )
+    return split_summary(table, partition, n_rows)
 
 
 def _codes_in(column: Any, ids: np.ndarray) -> np.ndarray:
@@ -281,11 +294,32 @@ def encode_bucket(
         True: the codes are returned as :attr:`BucketStats.codes` (:class:`~crowdflow.skills.held.HeldCodes`, to be
         held in memory by the executor) and not written; False: written to ``codes.parquet``.
     """
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     pieces = sorted(Path(folder).glob("part-*.parquet"))
     parts = [pq.read_table(piece) for piece in pieces]
+    origin = [(int(p.stem.split("-")[1]), t.num_rows) for p, t in zip(pieces, parts, strict=True)]
+    return encode_table(folder, parts, origin, workers, classes, duplicates, file_names, pairs, keep)
+
+
+def encode_table(
+    folder: str,
+    parts: list[Any],
+    origin: list[tuple[int, int]],
+    workers: np.ndarray,
+    classes: np.ndarray,
+    duplicates: DuplicatePolicy,
+    file_names: list[str],
+    pairs: bool = True,
+    keep: bool = False,
+) -> BucketStats:
+    """:func:`encode_bucket` on the bucket's pieces given as Arrow tables (``task, worker, label, row``), in input-file
+    order, ``origin`` the (file index, rows) of each piece: read from the bucket's folder, or kept in memory by the
+    first read (:mod:`crowdflow.skills.pieces`). The same codes and sums either way."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    Path(folder).mkdir(parents=True, exist_ok=True)
     table = pa.concat_tables(parts)
     task_idx, tasks = factorize_ids(table.column("task").to_pandas(types_mapper=pd.ArrowDtype), "task")
     worker_idx = _codes_in(table.column("worker"), workers)
@@ -296,7 +330,7 @@ def encode_bucket(
         )
 
     def frame() -> pd.DataFrame:  # the rows with their file, only for a duplicate's message
-        files = np.repeat([file_names[int(p.stem.split("-")[1])] for p in pieces], [t.num_rows for t in parts])
+        files = np.repeat([file_names[i] for i, _ in origin], [n for _, n in origin])
         rows: pd.DataFrame = table.select(["task", "worker", "row"]).to_pandas()
         return rows.assign(file=files)
 
@@ -413,9 +447,10 @@ def _write_consensus(
     from crowdflow.storage.run_store import write_final_part
 
     cols = ["task", "label", "confidence", "n_labels", "fallback"]
-    frame = with_reasons({"consensus": table[cols].reset_index(drop=True)})["consensus"]
+    frame = table[cols].reset_index(drop=True)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    # the run's rule for worker parts (missing reasons, schema), marked: a flat run's export moves the file
+    # the run's rule for worker parts (missing reasons checked and their column added once there, schema), marked: a
+    # flat run's export moves the file; the review below reads the consensus columns only, not ``missing_reason``
     write_final_part(frame, out, "consensus", OUTPUTS["skills"]["consensus"], None)
     agree = np.bincount(
         lm.worker_idx, weights=(lm.class_idx == winner[lm.task_idx]).astype(np.float64), minlength=lm.n_workers
@@ -436,7 +471,10 @@ def _write_consensus(
     )
     if len(frame) != lm.n_tasks:
         raise AssertionError("a consensus part has one row per task of its bucket, in task order")
-    review = replace(review_part(labels, frame[keep], truth, lm.classes.astype(str).tolist()), n_tasks=lm.n_tasks)
+    # the votes of the reviewed tasks from their codes (one bincount), not from the text columns
+    coded = replace(lm, worker_idx=lm.worker_idx[rows], task_idx=lm.task_idx[rows], class_idx=lm.class_idx[rows])
+    part = review_part(labels, frame[keep], truth, lm.classes.astype(str).tolist(), coded=coded)
+    review = replace(part, n_tasks=lm.n_tasks)
     return ConsensusPart(
         path=out,
         n_tasks=lm.n_tasks,
@@ -557,15 +595,18 @@ __all__ = [
     "ConsensusPart",
     "EncodeArgs",
     "SplitSummary",
+    "bucket_order",
     "bucket_tasks",
     "codes_only",
     "consensus_part_path",
     "ds_consensus",
     "encode_bucket",
     "encode_shared",
+    "encode_table",
     "load_bucket",
     "mv_consensus",
     "split_labels",
+    "split_summary",
     "stats_only",
     "task_buckets",
     "weighted_consensus_pass",

@@ -31,7 +31,7 @@ import numpy as np
 
 from crowdflow.compiled import compiled_kernel
 
-__all__ = ["EMShared", "HeldCodes", "em_sums", "held_codes", "pass_bytes", "posteriors", "read_codes"]
+__all__ = ["EMShared", "HeldCodes", "em_sums", "em_sums_group", "held_codes", "pass_bytes", "posteriors", "read_codes"]
 
 #: the running product of the normalisers Z_t ∈ [1, M] is folded into its logarithm past this value (the
 #: in-memory E-step's rule, so the log-likelihood has the same bits)
@@ -260,6 +260,26 @@ def em_sums(codes: HeldCodes, shared: EMShared) -> BucketSums:
     post_t = np.empty((m, codes.n_tasks))
     ll = _em_kernel(codes.indptr, codes.code, m, shared.tab, shared.log_q, shared.one_coin, counts, post_t)
     return BucketSums(counts, post_t.sum(axis=1), codes.n_tasks, float(ll))
+
+
+def em_sums_group(group: list[HeldCodes], shared: EMShared) -> BucketSums:
+    """:func:`em_sums` over the buckets one worker holds, added in the list's order: one task per worker and pass
+    instead of one per bucket (:func:`crowdflow.executors.held_groups`).
+
+    The sums equal the per-bucket ones added in another order: the same values to floating-point summation order
+    (the flow adds the workers' sums in the order of their first bucket), the log-likelihood as ``math.fsum``.
+    """
+    if not group:
+        raise ValueError("an EM pass over no bucket")
+    first = em_sums(group[0], shared)
+    counts, class_sums, n_tasks, lls = first.counts, first.class_sums, first.n_tasks, [first.log_likelihood]
+    for codes in group[1:]:
+        s = em_sums(codes, shared)
+        counts += s.counts
+        class_sums += s.class_sums
+        n_tasks += s.n_tasks
+        lls.append(s.log_likelihood)
+    return BucketSums(counts, class_sums, n_tasks, math.fsum(lls))
 
 
 def posteriors(codes: HeldCodes, tab: np.ndarray, log_q: np.ndarray) -> tuple[np.ndarray, float]:

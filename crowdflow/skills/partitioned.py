@@ -47,9 +47,11 @@ from crowdflow.contracts.tables import INPUTS
 from crowdflow.executors import (
     MapFn,
     fold,
+    held_groups,
     hold,
     holds,
     inline_executor,
+    on_group_with,
     on_held,
     on_held_with,
     release,
@@ -91,7 +93,7 @@ from crowdflow.skills.fit import (
     pair_row_stats,
     worker_table,
 )
-from crowdflow.skills.held import BucketSums, EMShared, em_sums, label_row_major, read_codes
+from crowdflow.skills.held import BucketSums, EMShared, em_sums_group, label_row_major, read_codes
 from crowdflow.skills.identifiability import active_workers, witness_cycles
 from crowdflow.skills.moments import (
     LabelMoments,
@@ -101,6 +103,7 @@ from crowdflow.skills.moments import (
     prune_spammer_edges,
 )
 from crowdflow.skills.options import SkillsOptions
+from crowdflow.skills.pieces import encode_kept, kept_summary, piece_items, piece_of, read_and_keep
 from crowdflow.skills.reasons import explain_missing_skills
 from crowdflow.skills.squarem import squarem
 from crowdflow.storage.datasets import Partition, list_partitions, read_partition
@@ -124,6 +127,50 @@ def read_and_split(
     loaded = read_partition(part, INPUTS["labels"], columns)
     found = check(loaded) if check is not None else None
     return replace(split_labels(loaded.df, part.index, folder, n_buckets), sha256=loaded.sha256), found
+
+
+def read_and_keep_all(
+    executor: MapFn,
+    parts: list[Partition],
+    folder: str,
+    n_buckets: int,
+    columns: dict[str, str] | None = None,
+    check: Callable[[LoadedTable], Any] | None = None,
+) -> tuple[IdUnion, dict[int, Any], dict[str, list[Any]]]:
+    """Pass 1 on an executor that holds: every file read, checked and split once, its bucket pieces held where it was
+    read (:mod:`crowdflow.skills.pieces`); nothing written.
+
+    Returns the files' id union, what ``check`` returned per file index, and per bucket folder (``<folder>/bucket-<b>``,
+    as :func:`read_and_split` names them) the handles of its pieces in file order, for :func:`encode_buckets`
+    (``pieces=``), which frees them.
+    """
+    read = functools.partial(read_and_keep, n_buckets=n_buckets, columns=columns, check=check)
+    files = hold(executor, read, parts)
+    try:
+        union, found, nonempty = fold(executor, on_held(kept_summary), files, _add_kept, (IdUnion(), {}, {}))
+        items, where = piece_items(files, [nonempty[p.index] for p in parts])
+        held = hold(executor, piece_of, items)
+    finally:
+        release(executor, files)  # the pieces keep what they need of each file's table
+    pieces = {str(Path(folder) / f"bucket-{b:05d}"): [held[i] for i in where[b]] for b in sorted(where)}
+    return union, found, pieces
+
+
+def _add_kept(
+    acc: tuple[IdUnion, dict[int, Any], dict[int, list[int]]], got: tuple[SplitSummary, Any, list[int]]
+) -> tuple[IdUnion, dict[int, Any], dict[int, list[int]]]:
+    union, found, nonempty = acc
+    summary, report, buckets = got
+    union.add(summary)
+    found[summary.partition] = report
+    nonempty[summary.partition] = buckets
+    return union, found, nonempty
+
+
+def release_pieces(executor: MapFn, pieces: dict[str, list[Any]] | None) -> None:
+    """Free the held pieces of :func:`read_and_keep_all` (after the encode, or when the run stops before it)."""
+    for handles in (pieces or {}).values():
+        release(executor, handles)
 
 
 def _distinct_union(acc: Any, values: Any) -> Any:
@@ -285,14 +332,37 @@ def encode_buckets(
     duplicates: Any,
     file_names: list[str],
     pairs: bool = False,
+    pieces: dict[str, list[Any]] | None = None,
 ) -> EncodedBuckets:
     """Encode every bucket once (:func:`~crowdflow.skills.buckets.encode_bucket`) and sum their statistics.
 
     ``pairs`` False (every method but ``pgd``, and the pre-fit check alone): each bucket returns its parity forest
     and worker strengths, merged here in O(W) per bucket; the report's ``n_partners`` is then missing (not a sum
     over buckets). ``pairs`` True: each bucket's packed co-label counts are summed (O(nnz(N)) in the flow).
+
+    ``pieces`` (an executor that holds, :func:`read_and_keep_all`): each bucket folder's held pieces, encoded where
+    the executor runs the bucket (the pieces another worker holds move through memory) and freed here; without
+    them each bucket's pieces are read from its folder (:func:`read_and_split`).
     """
+    try:
+        return _encode_buckets(buckets, executor, workers, classes, duplicates, file_names, pairs, pieces)
+    finally:
+        release_pieces(executor, pieces)
+
+
+def _encode_buckets(
+    buckets: list[str],
+    executor: MapFn,
+    workers: np.ndarray,
+    classes: np.ndarray,
+    duplicates: Any,
+    file_names: list[str],
+    pairs: bool,
+    pieces: dict[str, list[Any]] | None,
+) -> EncodedBuckets:
     keep = holds(executor)
+    if pieces is not None and not keep:
+        raise ValueError("held pieces need the executor that holds them")
     buckets = sorted(buckets)
     # the dictionaries go out once (shared), not once per bucket: W worker ids are the large part
     args = share(
@@ -305,7 +375,10 @@ def encode_buckets(
     w, m = int(workers.size), int(classes.size)
     try:
         if keep:  # encode where the bucket is held, bring back its sums, keep only its codes there
-            full = hold(executor, on_held_with(encode_shared), with_shared(buckets, args))
+            if pieces is not None:
+                full = hold(executor, encode_kept, [(b, pieces[b], args) for b in buckets])
+            else:
+                full = hold(executor, on_held_with(encode_shared), with_shared(buckets, args))
             try:
                 packed, forest, strength, stats, n_i = fold(executor, on_held(stats_only), full, _add_bucket, start)
                 held = hold(executor, on_held(codes_only), full)
@@ -469,8 +542,9 @@ def _em_pass(enc: EncodedBuckets, executor: MapFn, shared: EMShared) -> tuple[np
     (class-major, ``[l, i·M + m]``; one-coin per worker), Σ_t T_tl and the log-likelihood. The flow holds one
     running sum (W·M² numbers) and the results that completed ahead of their turn."""
     handle = share(executor, shared)
-    try:
-        acc = fold(executor, on_held_with(em_sums), with_shared(enc.held, handle), _add_sums, None, ordered=True)
+    items = [([enc.held[i] for i in g], handle) for g in held_groups(executor, enc.held)]
+    try:  # one task per worker holding buckets (em_sums_group), not one per bucket: two round trips a pass on two
+        acc = fold(executor, on_group_with(em_sums_group), items, _add_sums, None, ordered=True)
     finally:
         release(executor, [handle])
     m, w = int(enc.classes.size), int(enc.workers.size)
@@ -776,11 +850,20 @@ def fit_skills_partitioned(
     out = Path(out_folder)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="crowdflow-buckets-", dir=work_dir) as tmp:
-        split = functools.partial(
-            read_and_split, folder=tmp, n_buckets=n_buckets or max(2, len(parts)), columns=columns
-        )
-        union = fold(run, split, parts, _add_split, IdUnion())
-        workers, classes = union.finish(o.classes)
-        buckets = sorted(str(p) for p in Path(tmp).glob("bucket-*"))
-        enc = encode_buckets(buckets, run, workers, classes, o.duplicates, [p.name for p in parts], needs_pairs(o))
+        nb = n_buckets or max(2, len(parts))
+        pieces: dict[str, list[Any]] | None = None
+        if holds(run):  # one read: the pieces stay in memory (crowdflow.skills.pieces)
+            union, _, pieces = read_and_keep_all(run, parts, tmp, nb, columns)
+            buckets = sorted(pieces)
+        else:
+            split = functools.partial(read_and_split, folder=tmp, n_buckets=nb, columns=columns)
+            union = fold(run, split, parts, _add_split, IdUnion())
+            buckets = sorted(str(p) for p in Path(tmp).glob("bucket-*"))
+        try:
+            workers, classes = union.finish(o.classes)
+        except BaseException:
+            release_pieces(run, pieces)
+            raise
+        files = [p.name for p in parts]
+        enc = encode_buckets(buckets, run, workers, classes, o.duplicates, files, needs_pairs(o), pieces=pieces)
         return fit_buckets(enc, run, o, str(out), truth=truth)
