@@ -73,6 +73,10 @@ def _moved(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.max(np.abs(a - b))) if a.size else 0.0
 
 
+def _inside(x: np.ndarray, lower: float | np.ndarray, upper: float | np.ndarray) -> bool:
+    return bool(np.all(x >= lower) and np.all(x <= upper))
+
+
 def squarem(
     step: EMStep,
     theta0: np.ndarray,
@@ -90,7 +94,8 @@ def squarem(
     Parameters
     ----------
     step : callable
-        ``step(θ) -> (F(θ), Φ(θ), trace value at θ)``; it must not keep a reference to its argument.
+        ``step(θ) -> (F(θ), Φ(θ), trace value at θ)``; it must not keep a reference to its argument, and F(θ) must
+        be a new array it keeps no reference to either (the run overwrites it with the cycle's differences).
     theta0 : numpy.ndarray
         Start (a feasible point, flat).
     tol : float
@@ -112,6 +117,8 @@ def squarem(
     trace: list[float] = []
     n, kept, refused = 0, 0, 0
     step_max = step_max0
+    v_buf: np.ndarray | None = None  # reused work arrays (θ-sized), made at the first extrapolation
+    cand = scratch = theta
     while True:
         t1, _, v0 = step(theta)
         n += 1
@@ -123,8 +130,15 @@ def squarem(
         trace.append(v1)
         if _moved(t2, t1) < tol or n >= max_iter:
             return FixedPointRun(t2, trace, n, _moved(t2, t1) < tol, kept, refused)
-        r = t1 - theta
-        v = t2 - t1 - r
+        # r = θ₁ − θ₀ and v = θ₂ − 2θ₁ + θ₀ = (θ₂ − θ₁) − r in place: r takes θ₁'s buffer (θ₁ is not used again) and
+        # the extrapolated point one reused buffer, the same operations in the same order as the expressions
+        # ``t1 - theta``, ``t2 - t1 - r`` and ``theta + (2a) r + a² v`` (so the same bits), with two W·M² arrays
+        # alive instead of six (docs/scale.md, memory laws)
+        if v_buf is None:
+            v_buf, cand, scratch = np.empty_like(theta), np.empty_like(theta), np.empty_like(theta)
+        v = np.subtract(t2, t1, out=v_buf)
+        r = np.subtract(t1, theta, out=t1)
+        v -= r
         sr, sv = float(r @ r), float(v @ v)
         a = math.sqrt(sr / sv) if sv > 0 else step_max
         a = min(max(a, 1.0), step_max)
@@ -133,8 +147,11 @@ def squarem(
         for _ in range(max_halvings):
             if a <= 1.0:
                 break
-            cand = theta + (2.0 * a) * r + (a * a) * v
-            if np.all(cand >= lower) and np.all(cand <= upper):
+            np.multiply(r, 2.0 * a, out=cand)
+            np.add(theta, cand, out=cand)
+            np.multiply(v, a * a, out=scratch)
+            cand += scratch
+            if _inside(cand, lower, upper):
                 tp = cand
                 break
             a, at_max = (a + 1.0) / 2.0, False
