@@ -69,8 +69,28 @@ class FixedPointRun:
     refused: int
 
 
+#: elements per block of the blockwise helpers: their temporaries are this size, not θ's (W·M² for Dawid–Skene)
+_BLOCK = 1 << 16
+
+
 def _moved(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.max(np.abs(a - b))) if a.size else 0.0
+    """max_k |a_k − b_k| (0 for empty), block by block (a maximum is exact in any order: the value of
+    ``np.max(np.abs(a - b))`` without two θ-sized temporaries)."""
+    top = 0.0
+    for s in range(0, a.size, _BLOCK):
+        top = max(top, float(np.max(np.abs(a[s : s + _BLOCK] - b[s : s + _BLOCK]))))
+    return top
+
+
+def _extrapolate(theta: np.ndarray, r: np.ndarray, v: np.ndarray, a: float, out: np.ndarray) -> np.ndarray:
+    """``theta + (2a) r + a² v`` into ``out``, block by block: per element the operations and order of that
+    expression (so its bits), with block-sized temporaries."""
+    two_a, a2 = 2.0 * a, a * a
+    for s in range(0, theta.size, _BLOCK):
+        blk = slice(s, s + _BLOCK)
+        out[blk] = theta[blk] + two_a * r[blk]
+        out[blk] += a2 * v[blk]
+    return out
 
 
 def _inside(x: np.ndarray, lower: float | np.ndarray, upper: float | np.ndarray) -> bool:
@@ -118,7 +138,7 @@ def squarem(
     n, kept, refused = 0, 0, 0
     step_max = step_max0
     v_buf: np.ndarray | None = None  # reused work arrays (θ-sized), made at the first extrapolation
-    cand = scratch = theta
+    cand = theta
     while True:
         t1, _, v0 = step(theta)
         n += 1
@@ -132,10 +152,10 @@ def squarem(
             return FixedPointRun(t2, trace, n, _moved(t2, t1) < tol, kept, refused)
         # r = θ₁ − θ₀ and v = θ₂ − 2θ₁ + θ₀ = (θ₂ − θ₁) − r in place: r takes θ₁'s buffer (θ₁ is not used again) and
         # the extrapolated point one reused buffer, the same operations in the same order as the expressions
-        # ``t1 - theta``, ``t2 - t1 - r`` and ``theta + (2a) r + a² v`` (so the same bits), with two W·M² arrays
-        # alive instead of six (docs/scale.md, memory laws)
+        # ``t1 - theta``, ``t2 - t1 - r`` and ``theta + (2a) r + a² v`` (so the same bits): θ₀, r, θ₂, v, the
+        # extrapolated point and F of it are the θ-sized arrays alive, ten before (docs/scale.md, memory laws)
         if v_buf is None:
-            v_buf, cand, scratch = np.empty_like(theta), np.empty_like(theta), np.empty_like(theta)
+            v_buf, cand = np.empty_like(theta), np.empty_like(theta)
         v = np.subtract(t2, t1, out=v_buf)
         r = np.subtract(t1, theta, out=t1)
         v -= r
@@ -147,10 +167,7 @@ def squarem(
         for _ in range(max_halvings):
             if a <= 1.0:
                 break
-            np.multiply(r, 2.0 * a, out=cand)
-            np.add(theta, cand, out=cand)
-            np.multiply(v, a * a, out=scratch)
-            cand += scratch
+            _extrapolate(theta, r, v, a, cand)
             if _inside(cand, lower, upper):
                 tp = cand
                 break
