@@ -15,6 +15,7 @@ read back the same ``string`` column as before (issue #36: flow memory flat in t
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
@@ -151,13 +152,25 @@ def no_reasons(index: pd.Index) -> pd.Series:
 
 def reasons_as_text(table: pa.Table) -> pa.Table:
     """``table`` with its ``missing_reason`` column as plain text if it is dictionary-encoded (Arrow's form of the
-    in-memory ``category``): what every Parquet file of a run holds, so the files read back as before."""
+    in-memory ``category``): the Arrow type and pandas metadata a pandas ``string`` column converts to, so every
+    Parquet file of a run holds, and reads back, the same column as before the encoding (issue #36)."""
     import pyarrow as pa
 
     i = table.schema.get_field_index(MISSING_REASON)
     if i < 0 or not pa.types.is_dictionary(table.schema.field(i).type):
         return table
-    return table.set_column(i, MISSING_REASON, table.column(i).cast(pa.string()))
+    ref = pa.Table.from_pandas(pd.DataFrame({MISSING_REASON: pd.array([], dtype="string")}), preserve_index=False)
+    kind = ref.schema.field(0).type
+    meta = dict(table.schema.metadata or {})
+    if b"pandas" in meta:  # the column's entry as a string column's (else pandas would read back a category)
+        entry = json.loads(ref.schema.metadata[b"pandas"])["columns"][0]
+        pandas_meta = json.loads(meta[b"pandas"])
+        for col in pandas_meta["columns"]:
+            if col.get("field_name") == MISSING_REASON:
+                col.update({k: entry[k] for k in ("pandas_type", "numpy_type", "metadata")})
+        meta[b"pandas"] = json.dumps(pandas_meta).encode()
+    out = table.set_column(i, pa.field(MISSING_REASON, kind), table.column(i).cast(kind))
+    return out.replace_schema_metadata(meta)
 
 
 def unexplained(df: pd.DataFrame) -> dict[str, tuple[int, int, str]]:
