@@ -88,8 +88,8 @@ def explain_missing(
     if MISSING_REASON not in df.columns:
         df[MISSING_REASON] = no_reasons(df.index)
     elif not isinstance(df[MISSING_REASON].dtype, pd.CategoricalDtype):  # text given by the caller: encoded here
-        codes, texts = pd.factorize(df[MISSING_REASON], use_na_sentinel=True)
-        df[MISSING_REASON] = reason_column([str(t) for t in texts], codes, df.index)
+        given_codes, given = pd.factorize(df[MISSING_REASON], use_na_sentinel=True)
+        df[MISSING_REASON] = reason_column([str(t) for t in given], np.asarray(given_codes), df.index)
     if not cols or df.empty:
         return df
     mask = None if where is None else np.asarray(where, dtype=bool)
