@@ -6,7 +6,7 @@ share cancels):
 
 - the fit's result as the fit task persists it (``cloudpickle``, what the flow process holds and serialises: the
   skills table, the consensus): ≤ ``RESULT_BYTES_PER_WORKER``. Before the ``missing_reason`` column was
-  dictionary-encoded each skills row carried its ~150-byte text (~270 bytes a worker in all; now ~110);
+  dictionary-encoded each skills row carried its ~150-byte text (333–415 bytes a worker in all; now 145);
 - the ``missing_reason`` column itself: ≤ 2 bytes a row (a code; its few texts once);
 - Dawid–Skene's EM (``tracemalloc`` peak over the fit, compiled kernels warmed up first): ≤ ``EM_ARRAYS`` float64
   arrays of W·M² (the SQUAREM iterates and differences; the allocations are exact, so the count is too: 7.26 at
@@ -36,7 +36,7 @@ from crowdflow.skills import SkillsOptions, fit_skills
 from crowdflow.skills.dawid_skene import dawid_skene
 from crowdflow.storage.run_store import write_parquet
 
-#: bytes a worker the persisted fit result may grow by (measured ~110: ~13 float/int columns and the id)
+#: bytes a worker the persisted fit result may grow by (measured 145: ~13 float/int columns, the id, the status)
 RESULT_BYTES_PER_WORKER = 180
 #: θ-sized float64 arrays (W·M² each) Dawid–Skene's EM may add at its peak (measured 6.25; 7.26 at cc83808)
 EM_ARRAYS = 6.75
