@@ -4,18 +4,27 @@ The rule, enforced in one place (:func:`check_explained`, called by :func:`crowd
 anything is written): every float in an output table is finite, or it is missing (NaN, written as null) in a
 row whose ``missing_reason`` names its column. An infinity is never written. ``missing_reason`` is a string
 column, null where nothing is missing, otherwise ``"<col>[,<col>…]: <why>"`` clauses joined by ``"; "``, e.g.
-``"lower,upper: the feasibility box is the rank-one method's (pgd) only"``. Producers call
+``"lower,upper: the feasibility box is the rank-one method's (pgd) only"``. In memory the column is
+dictionary-encoded (a pandas ``category`` of its few distinct texts, :func:`reason_column`: a code a row, not a
+~100–300-byte text a row, in tables with a row per worker or per task); it is written to Parquet as plain text
+(:func:`reasons_as_text`, applied by every writer in :mod:`crowdflow.storage.run_store`), so a run's files hold and
+read back the same ``string`` column as before (issue #36: flow memory flat in the workers). Producers call
 :func:`explain_missing` where they know why a value is undefined; a value left unexplained is a defect and
 :func:`check_explained` refuses the run (exit 1, naming the table, column and an example row).
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +34,9 @@ __all__ = [
     "check_explained",
     "explain_missing",
     "explained_columns",
+    "no_reasons",
+    "reason_column",
+    "reasons_as_text",
     "unexplained",
     "unexplained_reference",
     "with_reasons",
@@ -74,7 +86,10 @@ def explain_missing(
     if ";" in reason or ": " in reason:
         raise ValueError(f"a missing reason must not contain '; ' or ': ' (it is parsed): {reason!r}")
     if MISSING_REASON not in df.columns:
-        df[MISSING_REASON] = pd.Series(pd.NA, index=df.index, dtype="string")
+        df[MISSING_REASON] = no_reasons(df.index)
+    elif not isinstance(df[MISSING_REASON].dtype, pd.CategoricalDtype):  # text given by the caller: encoded here
+        given_codes, given = pd.factorize(df[MISSING_REASON], use_na_sentinel=True)
+        df[MISSING_REASON] = reason_column([str(t) for t in given], np.asarray(given_codes), df.index)
     if not cols or df.empty:
         return df
     mask = None if where is None else np.asarray(where, dtype=bool)
@@ -103,17 +118,59 @@ def explain_missing(
         texts.append(f"{prev}; {clause}" if prev else clause)
     codes = np.asarray(prev_codes, dtype=np.int64).copy()
     codes[idx] = len(prev_texts) + which.ravel()
-    df[MISSING_REASON] = _string_column(texts, codes)
+    df[MISSING_REASON] = reason_column(texts, codes, df.index)
     return df
 
 
-def _string_column(texts: list[str], codes: np.ndarray) -> pd.api.extensions.ExtensionArray:
-    """``texts[codes]`` (null where the code is −1) as a pandas ``string`` array, built in Arrow."""
+def reason_column(texts: Sequence[str], codes: np.ndarray, index: pd.Index | None = None) -> pd.Series:
+    """The ``missing_reason`` column ``texts[codes]`` (null where the code is −1), dictionary-encoded: **the one
+    form of the column in memory** (a pandas ``category`` whose categories are the distinct texts used, in order of
+    first use in ``texts``). Equal texts in ``texts`` become one category.
+
+    Parameters
+    ----------
+    texts : sequence of str
+    codes : numpy.ndarray of int
+        Index into ``texts`` per row, −1 for null.
+    index : pandas.Index, optional
+        The table's index (default: a range index).
+    """
+    codes = np.asarray(codes, dtype=np.int64)
+    which, distinct = pd.factorize(pd.Index(list(texts), dtype="str"))  # first-use order; equal texts merged
+    which = np.asarray(which, dtype=np.int64)
+    rows = np.full(codes.shape, -1, dtype=np.int64)
+    has = codes >= 0
+    rows[has] = which[codes[has]]
+    cat = pd.Categorical.from_codes(rows, dtype=pd.CategoricalDtype(pd.Index(distinct, dtype="str")))
+    return pd.Series(cat.remove_unused_categories(), index=index, name=MISSING_REASON)
+
+
+def no_reasons(index: pd.Index) -> pd.Series:
+    """An all-null ``missing_reason`` column in the form of :func:`reason_column`."""
+    return reason_column([], np.full(len(index), -1, dtype=np.int64), index)
+
+
+def reasons_as_text(table: pa.Table) -> pa.Table:
+    """``table`` with its ``missing_reason`` column as plain text if it is dictionary-encoded (Arrow's form of the
+    in-memory ``category``): the Arrow type and pandas metadata a pandas ``string`` column converts to, so every
+    Parquet file of a run holds, and reads back, the same column as before the encoding (issue #36)."""
     import pyarrow as pa
 
-    taken = pa.array(texts, pa.string()).take(pa.array(codes, mask=codes < 0))
-    out: pd.api.extensions.ExtensionArray = pd.array(taken, dtype="string")
-    return out
+    i = table.schema.get_field_index(MISSING_REASON)
+    if i < 0 or not pa.types.is_dictionary(table.schema.field(i).type):
+        return table
+    ref = pa.Table.from_pandas(pd.DataFrame({MISSING_REASON: pd.array([], dtype="string")}), preserve_index=False)
+    kind = ref.schema.field(0).type
+    meta = dict(table.schema.metadata or {})
+    if b"pandas" in meta:  # the column's entry as a string column's (else pandas would read back a category)
+        entry = json.loads(ref.schema.metadata[b"pandas"])["columns"][0]
+        pandas_meta = json.loads(meta[b"pandas"])
+        for col in pandas_meta["columns"]:
+            if col.get("field_name") == MISSING_REASON:
+                col.update({k: entry[k] for k in ("pandas_type", "numpy_type", "metadata")})
+        meta[b"pandas"] = json.dumps(pandas_meta).encode()
+    out = table.set_column(i, pa.field(MISSING_REASON, kind), table.column(i).cast(kind))
+    return out.replace_schema_metadata(meta)
 
 
 def unexplained(df: pd.DataFrame) -> dict[str, tuple[int, int, str]]:
@@ -194,7 +251,7 @@ def with_reasons(tables: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     out = {}
     for name, df in tables.items():
         if MISSING_REASON not in df.columns and any(df[c].dtype.kind in "fc" for c in df.columns):
-            df = df.assign(**{MISSING_REASON: pd.Series(pd.NA, index=df.index, dtype="string")})
+            df = df.assign(**{MISSING_REASON: no_reasons(df.index)})
         elif MISSING_REASON in df.columns:
             df = df[[c for c in df.columns if c != MISSING_REASON] + [MISSING_REASON]]
         out[name] = df

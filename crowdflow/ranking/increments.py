@@ -34,7 +34,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
+from crowdflow.contracts.missing import reasons_as_text
 from crowdflow.ranking.folded import FoldedFit, fit_pairs
 from crowdflow.ranking.graph import build_comparison_graph
 from crowdflow.ranking.options import RankingOptions
@@ -197,6 +200,6 @@ def hodgerank_run(
         if out is not None:
             path = Path(out)
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            res.ranking.to_parquet(tmp, index=False)
+            pq.write_table(reasons_as_text(pa.Table.from_pandas(res.ranking, preserve_index=False)), tmp)
             os.replace(tmp, path)
     return FoldedRanking(res, got.record())

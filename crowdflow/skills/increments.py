@@ -34,7 +34,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
+from crowdflow.contracts.missing import reasons_as_text
 from crowdflow.labels import answered, natural_order
 from crowdflow.skills.majority import vote_winners
 from crowdflow.skills.types import TieBreak
@@ -366,6 +368,6 @@ def majority_run(
         if out is not None:
             path = Path(out)
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            table.to_parquet(tmp, index=False)
+            pq.write_table(reasons_as_text(pa.Table.from_pandas(table, preserve_index=False)), tmp)
             os.replace(tmp, path)
     return FoldedMajority(table, ties, got.record())

@@ -69,8 +69,32 @@ class FixedPointRun:
     refused: int
 
 
+#: elements per block of the blockwise helpers: their temporaries are this size, not θ's (W·M² for Dawid–Skene)
+_BLOCK = 1 << 16
+
+
 def _moved(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.max(np.abs(a - b))) if a.size else 0.0
+    """max_k |a_k − b_k| (0 for empty), block by block (a maximum is exact in any order: the value of
+    ``np.max(np.abs(a - b))`` without two θ-sized temporaries)."""
+    top = 0.0
+    for s in range(0, a.size, _BLOCK):
+        top = max(top, float(np.max(np.abs(a[s : s + _BLOCK] - b[s : s + _BLOCK]))))
+    return top
+
+
+def _extrapolate(theta: np.ndarray, r: np.ndarray, v: np.ndarray, a: float, out: np.ndarray) -> np.ndarray:
+    """``theta + (2a) r + a² v`` into ``out``, block by block: per element the operations and order of that
+    expression (so its bits), with block-sized temporaries."""
+    two_a, a2 = 2.0 * a, a * a
+    for s in range(0, theta.size, _BLOCK):
+        blk = slice(s, s + _BLOCK)
+        out[blk] = theta[blk] + two_a * r[blk]
+        out[blk] += a2 * v[blk]
+    return out
+
+
+def _inside(x: np.ndarray, lower: float | np.ndarray, upper: float | np.ndarray) -> bool:
+    return bool(np.all(x >= lower) and np.all(x <= upper))
 
 
 def squarem(
@@ -90,7 +114,8 @@ def squarem(
     Parameters
     ----------
     step : callable
-        ``step(θ) -> (F(θ), Φ(θ), trace value at θ)``; it must not keep a reference to its argument.
+        ``step(θ) -> (F(θ), Φ(θ), trace value at θ)``; it must not keep a reference to its argument, and F(θ) must
+        be a new array it keeps no reference to either (the run overwrites it with the cycle's differences).
     theta0 : numpy.ndarray
         Start (a feasible point, flat).
     tol : float
@@ -112,6 +137,8 @@ def squarem(
     trace: list[float] = []
     n, kept, refused = 0, 0, 0
     step_max = step_max0
+    v_buf: np.ndarray | None = None  # reused work arrays (θ-sized), made at the first extrapolation
+    cand = theta
     while True:
         t1, _, v0 = step(theta)
         n += 1
@@ -123,8 +150,15 @@ def squarem(
         trace.append(v1)
         if _moved(t2, t1) < tol or n >= max_iter:
             return FixedPointRun(t2, trace, n, _moved(t2, t1) < tol, kept, refused)
-        r = t1 - theta
-        v = t2 - t1 - r
+        # r = θ₁ − θ₀ and v = θ₂ − 2θ₁ + θ₀ = (θ₂ − θ₁) − r in place: r takes θ₁'s buffer (θ₁ is not used again) and
+        # the extrapolated point one reused buffer, the same operations in the same order as the expressions
+        # ``t1 - theta``, ``t2 - t1 - r`` and ``theta + (2a) r + a² v`` (so the same bits): θ₀, r, θ₂, v, the
+        # extrapolated point and F of it are the θ-sized arrays alive, ten before (docs/scale.md, memory laws)
+        if v_buf is None:
+            v_buf, cand = np.empty_like(theta), np.empty_like(theta)
+        v = np.subtract(t2, t1, out=v_buf)
+        r = np.subtract(t1, theta, out=t1)
+        v -= r
         sr, sv = float(r @ r), float(v @ v)
         a = math.sqrt(sr / sv) if sv > 0 else step_max
         a = min(max(a, 1.0), step_max)
@@ -133,8 +167,8 @@ def squarem(
         for _ in range(max_halvings):
             if a <= 1.0:
                 break
-            cand = theta + (2.0 * a) * r + (a * a) * v
-            if np.all(cand >= lower) and np.all(cand <= upper):
+            _extrapolate(theta, r, v, a, cand)
+            if _inside(cand, lower, upper):
                 tp = cand
                 break
             a, at_max = (a + 1.0) / 2.0, False

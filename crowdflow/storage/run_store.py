@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from crowdflow.contracts.errors import InputError
-from crowdflow.contracts.missing import with_reasons
+from crowdflow.contracts.missing import reasons_as_text, with_reasons
 from crowdflow.contracts.names import check_name
 from crowdflow.storage.manifest import json_safe
 
@@ -118,7 +118,7 @@ def _fsync_write(path: Path, data: bytes) -> None:
 
 
 def _to_arrow(df: pd.DataFrame, schema: pa.Schema | None, run_id: str | None = None) -> pa.Table:
-    table = pa.Table.from_pandas(df, preserve_index=False)
+    table = reasons_as_text(pa.Table.from_pandas(df, preserve_index=False))  # the reasons' codes become text here
     if schema is not None:
         table = table.select(schema.names).cast(schema)
     if run_id is not None and RUN_ID_COLUMN not in table.column_names:

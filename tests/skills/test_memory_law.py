@@ -1,0 +1,124 @@
+"""The flow's worker-sized objects grow by a bounded number of bytes a worker (issue #36, docs/scale.md memory laws).
+
+At a fixed number of labels, the workers are grown 100 → 10,000 (2 classes) and each method but pgd is fitted in
+process. Measured per added worker (the two sizes' difference ÷ the workers' difference, so the labels' and tasks'
+share cancels):
+
+- the fit's result as the fit task persists it (``cloudpickle``, what the flow process holds and serialises: the
+  skills table, the consensus): ≤ ``RESULT_BYTES_PER_WORKER``. Before the ``missing_reason`` column was
+  dictionary-encoded each skills row carried its ~150-byte text (333–415 bytes a worker in all; now 145);
+- the ``missing_reason`` column itself: ≤ 2 bytes a row (a code; its few texts once);
+- Dawid–Skene's EM (``tracemalloc`` peak over the fit, compiled kernels warmed up first): ≤ ``EM_ARRAYS`` float64
+  arrays of W·M² (the SQUAREM iterates and differences; the allocations are exact, so the count is too: 7.26 at
+  cc83808, 6.25 now; at 10^6 labels and 132,395 workers 9 → 7).
+
+And the dictionary-encoded column is written as before: a run's Parquet file of a table with coded reasons reads
+back identical (schema and values) to the one written from the same reasons as text.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+from pathlib import Path
+
+import cloudpickle  # type: ignore[import-untyped]
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from crowdflow.contracts.missing import MISSING_REASON, explain_missing
+from crowdflow.contracts.tables import OUTPUTS
+from crowdflow.graphs import worker_graph_report
+from crowdflow.labels import encode_labels
+from crowdflow.skills import SkillsOptions, fit_skills
+from crowdflow.skills.dawid_skene import dawid_skene
+from crowdflow.storage.run_store import write_parquet
+
+#: bytes a worker the persisted fit result may grow by (measured 145: ~13 float/int columns, the id, the status)
+RESULT_BYTES_PER_WORKER = 180
+#: θ-sized float64 arrays (W·M² each) Dawid–Skene's EM may add at its peak (measured 6.25; 7.26 at cc83808)
+EM_ARRAYS = 6.75
+LABELS = 40_000
+FEW, MANY = 100, 10_000
+
+
+def _labels(n_workers: int, seed: int = 0, n_classes: int = 2) -> pd.DataFrame:
+    """``LABELS`` labels, 5 distinct workers a task, from ``n_workers`` workers of random accuracy, each of whom
+    gives ``LABELS / n_workers`` labels."""
+    rng = np.random.default_rng(seed)
+    n_tasks, stride = LABELS // 5, n_workers // 5
+    truth = rng.integers(0, n_classes, n_tasks)
+    task = np.repeat(np.arange(n_tasks), 5)
+    slot = (task % stride) + np.tile(np.arange(5), n_tasks) * stride  # 5 distinct slots a task, every slot used
+    worker = rng.permutation(n_workers)[slot]
+    acc = rng.uniform(0.55, 0.95, n_workers)[worker]
+    label = np.where(rng.random(LABELS) < acc, truth[task], rng.integers(0, n_classes, LABELS))
+    return pd.DataFrame({"task": [f"t{t}" for t in task], "worker": [f"w{w}" for w in worker], "label": label})
+
+
+@pytest.fixture(scope="module")
+def encoded() -> dict[int, tuple]:
+    out = {}
+    for w in (FEW, MANY):
+        lm = encode_labels(_labels(w))
+        assert lm.n_workers == w and lm.n_labels == LABELS
+        out[w] = (lm, worker_graph_report(lm))
+    return out
+
+
+@pytest.mark.parametrize("method", ["ds", "onecoin_ds", "mv"])
+def test_persisted_fit_grows_by_a_bounded_number_of_bytes_a_worker(method: str, encoded: dict[int, tuple]) -> None:
+    size, reason_bytes = {}, {}
+    for w, (lm, graph) in encoded.items():
+        res = fit_skills(lm, SkillsOptions(method=method, ds_max_iter=30), graph_report=graph)
+        skills = res.skills
+        assert len(skills) == w and skills[MISSING_REASON].notna().all()  # every row carries a reason here
+        size[w] = len(cloudpickle.dumps(res, protocol=5))
+        reason_bytes[w] = int(skills[MISSING_REASON].memory_usage(deep=True, index=False))
+    per_worker = (size[MANY] - size[FEW]) / (MANY - FEW)
+    assert 40 < per_worker <= RESULT_BYTES_PER_WORKER, per_worker  # > 40: the skills rows are really there
+    assert (reason_bytes[MANY] - reason_bytes[FEW]) / (MANY - FEW) <= 2
+
+
+@pytest.mark.filterwarnings("ignore:ds EM stopped")
+def test_dawid_skene_em_holds_a_bounded_number_of_parameter_arrays(encoded: dict[int, tuple]) -> None:
+    for lm, _ in encoded.values():  # compile and cache the kernels outside the measurement
+        dawid_skene(lm, max_iter=3)
+    peak = {}
+    for w, (lm, _) in encoded.items():
+        tracemalloc.start()
+        try:
+            dawid_skene(lm, max_iter=20, tol=1e-300)  # every cycle runs, extrapolations included
+            peak[w] = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    theta_bytes = (MANY - FEW) * 2 * 2 * 8  # one float64 W·M² array's growth, M = 2
+    arrays = (peak[MANY] - peak[FEW]) / theta_bytes
+    assert 3 < arrays <= EM_ARRAYS, arrays  # > 3: θ, F(θ) and the counts table are W·M² by definition
+
+
+def test_coded_reasons_are_written_as_the_same_text(tmp_path: Path) -> None:
+    """The Parquet file of a table whose reasons are dictionary-encoded equals, read back, the file of the same
+    table with the reasons as plain text (the form before issue #36): schema and values."""
+    rng = np.random.default_rng(3)
+    df = pd.DataFrame({"worker": [f"w{i}" for i in range(500)], "skill": rng.normal(size=500)})
+    df.loc[rng.random(500) < 0.4, "skill"] = np.nan
+    explain_missing(df, ["skill"], "no label of this worker is on a task with another worker")
+    explain_missing(df, ["skill"], "second reason", where=rng.random(500) < 0.5)
+    assert isinstance(df[MISSING_REASON].dtype, pd.CategoricalDtype)
+    text = df.assign(**{MISSING_REASON: df[MISSING_REASON].astype("string")})
+    for name, schema in (("plain", None), ("skills", OUTPUTS["skills"]["skills"])):
+        frame = df if schema is None else df.reindex(columns=schema.names)
+        frame_text = text if schema is None else text.reindex(columns=schema.names)
+        write_parquet(frame, tmp_path / f"{name}-coded.parquet", schema)
+        write_parquet(frame_text, tmp_path / f"{name}-text.parquet", schema)
+        a, b = pq.read_table(tmp_path / f"{name}-coded.parquet"), pq.read_table(tmp_path / f"{name}-text.parquet")
+        assert pa.types.is_string(a.schema.field(MISSING_REASON).type) or pa.types.is_large_string(
+            a.schema.field(MISSING_REASON).type
+        )
+        assert a.equals(b) and a.schema.equals(b.schema, check_metadata=False)
+        got = a.column(MISSING_REASON).to_pylist()
+        assert got == [None if pd.isna(x) else x for x in df[MISSING_REASON].astype(object)]
+        assert sum(x is not None for x in got) > 100
