@@ -671,12 +671,14 @@ def flow_main(args: argparse.Namespace) -> int:
                 return cli_run(specs[name], env, fj.tables)
 
             seed_file = work / "run" / "seed.json"
-            if args.start_day > 1:  # resumed: the store holds the history and days before start_day already
+            if args.start_day > 1 or seed_file.exists():  # resumed: the store holds the history (and earlier days)
                 meta.update(json.loads(seed_file.read_text()))
                 seed = meta["seed"]
             else:
                 meta["load_seed"] = os.getloadavg()[0]
-                seed = run("daily")  # the first run over the history: reads and sums every file
+                # the first run over the history: reads and sums every file (skills: its tables are not read back,
+                # 2e7 consensus rows at 10^8; the days are checked)
+                seed = cli_run(specs["daily"], env, () if fj.job == "skills" else fj.tables)
                 meta["seed"] = seed
                 keep = {k: seed[k] for k in ("wall", "flow", "timings", "rss_gb")}
                 seed_file.write_text(json.dumps({"seed": keep, "load_seed": meta["load_seed"]}))
@@ -732,8 +734,8 @@ def flow_main(args: argparse.Namespace) -> int:
                 write_flow_report(args, fj, rows, meta, ROOT / "benchmarks" / "results" / "incremental.md")
     finally:
         # what the runs wrote goes always; the history too unless --work --keep-data (only this script's folders)
-        shutil.rmtree(work / "run", ignore_errors=True)
-        if not (args.work and args.keep_data):
+        if not (args.work and args.keep_data):  # kept: the store and seed.json, so --start-day can resume
+            shutil.rmtree(work / "run", ignore_errors=True)
             shutil.rmtree(work / "data", ignore_errors=True)
             if not args.work:
                 shutil.rmtree(work, ignore_errors=True)
