@@ -56,6 +56,8 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from benchmarks.incremental_skills_ref import SkillsReference  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 N_WORKERS = 2000
 PER_TASK = 5
@@ -638,7 +640,9 @@ def flow_main(args: argparse.Namespace) -> int:
     print(f"full refit on days {fulls}: {runner} ({why})", flush=True)
     rows: list[dict[str, Any]] = []
     loads: list[float] = []
-    ref = Reference() if fj.job == "ranking" else None  # an independent reference of the ranking fold only
+    # independent references, kept in this process (never the increment store): the ranking's pair sums, the skills'
+    # per-task counts and per-worker agreement (benchmarks/incremental_skills_ref.py)
+    ref: Any = Reference() if fj.job == "ranking" else SkillsReference(N_WORKERS)
     meta: dict[str, Any] = {"full_days": fulls, "runner": runner, "why": why}
     try:
         data, alone, out = work / "data", work / "run" / "alone", work / "run" / "out"
@@ -668,21 +672,25 @@ def flow_main(args: argparse.Namespace) -> int:
             env = {**os.environ, "PYTHONPATH": str(ROOT), "PREFECT_API_URL": str(PREFECT_API_URL.value())}
 
             def run(name: str) -> dict[str, Any]:
-                return cli_run(specs[name], env, fj.tables)
+                # a skills daily run's tables are checked from its folder (arrow; 2e7 consensus rows at 10^8)
+                skip = fj.job == "skills" and name != "alone"
+                return cli_run(specs[name], env, () if skip else fj.tables)
 
             seed_file = work / "run" / "seed.json"
-            if args.start_day > 1:  # resumed: the store holds the history and days before start_day already
+            if args.start_day > 1 or seed_file.exists():  # resumed: the store holds the history (and earlier days)
                 meta.update(json.loads(seed_file.read_text()))
                 seed = meta["seed"]
             else:
                 meta["load_seed"] = os.getloadavg()[0]
-                seed = run("daily")  # the first run over the history: reads and sums every file
+                # the first run over the history: reads and sums every file (skills: its tables are not read back,
+                # 2e7 consensus rows at 10^8; the days are checked)
+                seed = cli_run(specs["daily"], env, () if fj.job == "skills" else fj.tables)
                 meta["seed"] = seed
                 keep = {k: seed[k] for k in ("wall", "flow", "timings", "rss_gb")}
                 seed_file.write_text(json.dumps({"seed": keep, "load_seed": meta["load_seed"]}))
             print(f"first folded run over the history: {seed['wall']:.1f} s (flow {seed['flow']:.1f} s), peak RSS "
                   f"{seed['rss_gb']:.2f} GB; load {meta['load_seed']:.1f}", flush=True)  # fmt: skip
-            if "run" in seed and ref is not None:
+            if "run" in seed and fj.job == "ranking":
                 ref.check(seed["run"].tables["ranking"])
             for k in range(args.start_day - 1 if ref is not None else 0):  # days a resumed run's store holds
                 ref.add(data / f"day={n_hist + k:04d}" / "part-0.parquet")
@@ -699,14 +707,16 @@ def flow_main(args: argparse.Namespace) -> int:
                 rec: dict[str, Any] = {"day": k + 1, "rows": (n_hist + k + 1) * args.day, "inc": inc,
                                        "load": loads[-1]}  # fmt: skip
                 rec["alone"] = run("alone")
-                if ref is not None:
-                    t0 = time.perf_counter()
-                    ref.add(data / f"day={day:04d}" / "part-0.parquet")
-                    rec["ref"] = ref.check(inc["run"].tables["ranking"])
-                    rec["ref"]["s"] = time.perf_counter() - t0
+                t0 = time.perf_counter()
+                ref.add(data / f"day={day:04d}" / "part-0.parquet")
+                rec["ref"] = ref.check(inc["run"].tables["ranking"] if fj.job == "ranking" else Path(inc["dir"]))
+                rec["ref"]["s"] = time.perf_counter() - t0
                 if k + 1 in fulls:
                     rec["full"] = run("full")
-                    fj.equal(inc["run"], rec["full"]["run"])
+                    if fj.job == "skills":
+                        skills_equal_arrow(Path(inc["dir"]), Path(rec["full"]["dir"]))
+                    else:
+                        fj.equal(inc["run"], rec["full"]["run"])
                     rec["equal"] = True
                     rec["full"].pop("run")
                     shutil.rmtree(rec["full"].pop("dir"), ignore_errors=True)  # its residuals: ~3 GB at 10^8
@@ -724,7 +734,9 @@ def flow_main(args: argparse.Namespace) -> int:
                 line = (f"day {k + 1}: daily {inc['wall']:.1f} s (flow {inc['flow']:.1f} s, {rec['how']}, "
                         f"{inc['rss_gb']:.2f} GB), alone {rec['alone']['wall']:.1f} s (flow "
                         f"{rec['alone']['flow']:.1f}); stored rows read {rec['stored_rows_read']:,}"
-                        + (f"; reference equal (dense {rec['ref']['dense_diff']:.1e})" if "ref" in rec else ""))  # fmt: skip
+                        + (f"; reference equal (dense {rec['ref']['dense_diff']:.1e})" if "dense_diff" in rec["ref"]
+                           else f"; reference equal ({rec['ref']['tasks']:,} tasks, {rec['ref']['ties']:,} tied, "
+                                f"{rec['ref']['s']:.1f} s)"))  # fmt: skip
                 if "full" in rec:
                     line += (f", full ({runner}) {rec['full']['wall']:.1f} s (flow {rec['full']['flow']:.1f}, "
                              f"tree {rec['full']['tree_gb']:.2f} GB); outputs equal to the full refit")  # fmt: skip
@@ -732,12 +744,47 @@ def flow_main(args: argparse.Namespace) -> int:
                 write_flow_report(args, fj, rows, meta, ROOT / "benchmarks" / "results" / "incremental.md")
     finally:
         # what the runs wrote goes always; the history too unless --work --keep-data (only this script's folders)
-        shutil.rmtree(work / "run", ignore_errors=True)
-        if not (args.work and args.keep_data):
+        if not (args.work and args.keep_data):  # kept: the store and seed.json, so --start-day can resume
+            shutil.rmtree(work / "run", ignore_errors=True)
             shutil.rmtree(work / "data", ignore_errors=True)
             if not args.work:
                 shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def skills_equal_arrow(inc: Path, full: Path) -> None:
+    """Every table of the folded mv run against the full refit's, as Arrow tables read from the two run folders (no
+    pandas: 2e7 consensus rows at 10^8): bit for bit but the distinct-co-labeller columns (NaN in the folded run)."""
+    from crowdflow.skills.reasons import PARTITIONED_MISSING
+    from crowdflow.storage.run_store import read_output_table
+
+    mans = [json.loads((d / "manifest.json").read_text()) for d in (inc, full)]
+    assert sorted(mans[0]["outputs"]) == sorted(mans[1]["outputs"])
+    for name in mans[1]["outputs"]:
+        got, want = (read_output_table(d, name, m["outputs"][name], str(m.get("layout") or "flat"))
+                     for d, m in zip((inc, full), mans, strict=True))  # fmt: skip
+        missing = PARTITIONED_MISSING.get(name, ())
+        same = [c for c in want.column_names if c not in missing and c != "missing_reason"]
+        g, w = got.select(same), want.select(same)
+        w = pa_cast_like(w, g)
+        assert g.num_rows == w.num_rows, name
+        for c in same:
+            assert g[c].equals(w[c]), f"{name}.{c} differs from the full refit's"
+        for c in missing:
+            assert got[c].null_count == got.num_rows or bool(np.isnan(got[c].to_numpy(zero_copy_only=False)).all()), c
+
+
+def pa_cast_like(table: Any, like: Any) -> Any:
+    """``table`` with each column cast to ``like``'s type (dictionary and large types decoded to the same)."""
+    import pyarrow as pa
+
+    cols = []
+    for c in like.column_names:
+        col, t = table[c], like.schema.field(c).type
+        if pa.types.is_dictionary(col.type) and not pa.types.is_dictionary(t):
+            col = col.cast(col.type.value_type)
+        cols.append(col if col.type == t else col.cast(t))
+    return pa.table(cols, names=like.column_names)
 
 
 def _section_key(args: argparse.Namespace) -> str:
@@ -825,7 +872,7 @@ def write_flow_report(
             + f"{i['rss_gb']:.2f} / {a['rss_gb']:.2f} | "
             + (f"{f['rss_gb']:.2f} / {f['tree_gb']:.2f} | " if f else "- | ")
             + " + ".join([*(["ref"] if "ref" in r else []), *(["full"] if f else [])] or ["-"])
-            + (f" | {r['ref']['dense_diff']:.1e} | " if "ref" in r else " | - | ")
+            + (f" | {r['ref']['dense_diff']:.1e} | " if "dense_diff" in r.get("ref", {}) else " | - | ")
             + f"{r['stored_rows_read']:,}"
             + (f" (of {r['scanned']:,} scanned) |" if "scanned" in r else " |")
         )

@@ -17,6 +17,7 @@ from typing import Any
 
 from crowdflow.contracts.errors import SpecError
 from crowdflow.frontdoor.increment_rules import RULES
+from crowdflow.skills.folded import WORKERS_KEY
 from crowdflow.spec import JOB_OPTIONS, PipelineBase
 from crowdflow.storage.increment_inputs import Assembled
 from crowdflow.storage.increments import State, SumsRule, commit_state, drop_erased, read_state, state_dir, state_lock
@@ -40,9 +41,12 @@ ROWS_WHY = (
 
 #: the input kinds whose folded fit needs nothing of the new files but their sums (ranking: the per-pair sums): their
 #: new files are streamed, each dropped once checked and summed, so a first run over a long history holds one file's
-#: rows. A folded skills run also updates its worker fold from the new rows (:mod:`crowdflow.skills.folded`): not
-#: streamed.
+#: rows. A folded skills run updates its worker fold from the new rows (:mod:`crowdflow.skills.folded`), so its new
+#: files are streamed only when the store holds no worker fold yet (the first folded run: the fold is then rebuilt
+#: file by file from the store, :mod:`crowdflow.skills.folded_stream`); a daily run keeps its day's rows.
 STREAMED_KINDS = frozenset({"comparisons"})
+#: the input kinds streamed while the store holds no entry of this key in ``State.folds``
+STREAMED_UNTIL = {"labels": WORKERS_KEY}
 
 
 @dataclass
@@ -68,8 +72,11 @@ class IncrementSession:
 
     @property
     def streams(self) -> bool:
-        """A folded run whose new files are streamed (:data:`STREAMED_KINDS`)."""
-        return self.rule is not None and self.kind in STREAMED_KINDS
+        """A folded run whose new files are streamed (:data:`STREAMED_KINDS`, :data:`STREAMED_UNTIL`)."""
+        if self.rule is None or self.kind is None:
+            return False
+        until = STREAMED_UNTIL.get(self.kind)
+        return self.kind in STREAMED_KINDS or (until is not None and until not in self.state.folds)
 
     def without_erased(self, table: LoadedTable, kind: str) -> LoadedTable:
         """``table`` less the rows of erased workers (a full read; the store's own files are already erased)."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -42,12 +42,13 @@ from crowdflow.graphs import Components, ParityForest, WorkerGraphReport
 from crowdflow.graphs.workers import worker_graph_from_components
 from crowdflow.labels import answered, natural_order
 from crowdflow.skills.fit import SkillsResult, _base_status, fit_metadata, worker_table
+from crowdflow.skills.folded_stream import DuplicatePair, rebuild_streamed
 from crowdflow.skills.identifiability import component_diagnostics_pairless
 from crowdflow.skills.increments import LABEL_COUNTS, FoldedLabels, text_ids, vote_folded
 from crowdflow.skills.options import SkillsOptions
 from crowdflow.skills.reasons import explain_missing_skills
 from crowdflow.storage.increment_inputs import Assembled, folded_input
-from crowdflow.storage.increments import State, read_state, stored_rows_of, write_table
+from crowdflow.storage.increments import FileEntry, State, read_state, stored_rows_of, write_table
 
 __all__ = [
     "FoldedRun",
@@ -417,6 +418,10 @@ def fold_in_store(
                          "majority-vote run needs one answer per (task, worker); remove the copies")  # fmt: skip
     old_files = state.files.get(kind, {})
     read_now = set(assembled.read)
+    # streamed (assemble(check=...), rows=False): the new files' rows were checked, summed and written to the store,
+    # not kept; they are read back from there, one file at a time
+    streamed = assembled.rows_read is not None
+    fresh = [e for sha, e in assembled.files.items() if not (sha in old_files and not (set(e.paths) & read_now))]
     stored = [e for sha, e in assembled.files.items() if sha in old_files and not (set(e.paths) & read_now)]
     scanned = {"files": 0, "rows": 0}
 
@@ -447,8 +452,14 @@ def fold_in_store(
             pq.read_table(d / WORKERS_KEY / str(rec_w["file"])), pq.read_table(d / TASKS_KEY / str(rec_t["file"]))
         )
     clock.lap("read_worker_fold")
+    new_rows = assembled.new_rows
+    if streamed and prev is not None:  # the update needs the new rows: the files read now (a day), from the store
+        new_rows = stored_rows_of(folder, kind, fresh, "task", None, ("task", "worker", "label")).rows
     try:
-        upd = update_workers(prev, folded, winners, assembled.new_rows, read_stored, why)
+        if prev is None:  # rebuilt file by file: memory O(tasks + workers), not O(rows)
+            upd = _rebuild(folder, kind, folded, winners, stored, fresh if streamed else [], new_rows, why)
+        else:
+            upd = update_workers(prev, folded, winners, new_rows, read_stored, why)
     except ValueError as exc:
         raise ValueError(f"{exc} (files read now: {', '.join(assembled.read[:5]) or 'none'})") from None
     clock.lap("update")
@@ -464,8 +475,14 @@ def fold_in_store(
     if gold_tasks is not None:
         asked = pa.array([str(t) for t in gold_tasks], pa.string())
         have = asked.filter(pc.is_in(asked, value_set=folded.tasks))
-        old = read_stored(have) if len(have) else assembled.new_rows.iloc[:0]
-        new = assembled.new_rows
+        if streamed:  # every file's rows are in the store now
+            wanted = ("task", "worker", "label")
+            got_old = stored_rows_of(folder, kind, stored + fresh, "task", have, wanted).rows if len(have) else None
+            old = new_rows[list(wanted)].iloc[:0] if got_old is None else got_old
+            new = old.iloc[:0]
+        else:
+            old = read_stored(have) if len(have) else new_rows.iloc[:0]
+            new = new_rows
         new = new[np.asarray(pc.is_in(text_ids(new["task"]), value_set=have).to_numpy(zero_copy_only=False))]
         cols = ["task", "worker", "label"]
         gold_rows = pd.concat([old[cols].astype(str), new[cols].astype(str)], ignore_index=True)
@@ -484,6 +501,47 @@ def fold_in_store(
     if upd.why:
         account["why"] = upd.why
     return FoldedRun(fit, records, account, rows_read, gold_rows)
+
+
+def _rebuild(
+    folder: str | os.PathLike[str],
+    kind: str,
+    folded: FoldedLabels,
+    winners: pa.Array,
+    stored: Sequence[FileEntry],
+    streamed: Sequence[FileEntry],
+    new_rows: pd.DataFrame,
+    why: str,
+) -> WorkerUpdate:
+    """The worker fold rebuilt from every file's rows, one file at a time
+    (:func:`crowdflow.skills.folded_stream.rebuild_streamed`): the stored files' rows, read back from the store,
+    the files read now either from ``new_rows`` (kept in memory) or, ``streamed``, read back from the store too
+    (their rows in the account's ``new_rows_read_back``)."""
+    cols = ("task", "worker", "label")
+    back = {"rows": 0}
+
+    def chunks() -> Iterator[tuple[Rows, bool]]:
+        for e in stored:
+            yield _rows(stored_rows_of(folder, kind, [e], "task", None, cols).rows), True
+        for e in streamed:
+            got = stored_rows_of(folder, kind, [e], "task", None, cols).rows
+            back["rows"] += len(got)
+            yield _rows(got), False
+        if len(new_rows):
+            yield _rows(new_rows), False
+
+    tasks = folded.tasks
+    k_after = folded.counts.sum(axis=1).astype(np.int64)
+    try:
+        got = rebuild_streamed(tasks, winners, k_after, chunks())
+    except DuplicatePair as exc:
+        raise ValueError(str(exc)) from None
+    table = pa.table({"task": tasks, "winner": winners, "k": pa.array(k_after), "rep": pa.array(got.rep)})
+    f = got.forest
+    fold = WorkerFold(got.workers, got.n_labels, got.agree, got.strength, f.parent, f.par, f.rank, f.odd, table)
+    extra = {"streamed": bool(streamed), "files_passed": len(stored) + len(streamed) + bool(len(new_rows)),
+             "spanning_rows": got.spanning_rows, "new_rows_read_back": back["rows"]}  # fmt: skip
+    return WorkerUpdate(fold, "rebuilt", got.stored_tasks, got.stored_rows + back["rows"], why, extra)
 
 
 class _Clock:
@@ -526,7 +584,9 @@ def folded_skills_run(
     if o.method != "mv":
         raise ValueError(f"a folded skills run is majority vote (method mv), not {o.method}")
     more: dict[str, dict[str, Any]] = {}
-    with folded_input(store, source, "labels", LABEL_COUNTS, columns, refresh, run_id, more_folds=more) as got:
+    with folded_input(
+        store, source, "labels", LABEL_COUNTS, columns, refresh, run_id, more_folds=more, stream_until=WORKERS_KEY
+    ) as got:
         run = fold_in_store(store, read_state(store), got, o)
         more.update(run.records)
     record = got.record()

@@ -280,6 +280,10 @@ def new_rows_source(folder: str | Path, read: Sequence[str]) -> str:
     return f"{folder} (new files {', '.join(read[:5])}{', …' if len(read) > 5 else ''}; rows counted across them)"
 
 
+def _keep_none(rows: pd.DataFrame, path: str) -> None:
+    """The check of a streamed assembly without validation: nothing to check, the rows are not kept."""
+
+
 @contextlib.contextmanager
 def folded_input(
     folder: str | os.PathLike[str],
@@ -291,6 +295,7 @@ def folded_input(
     run_id: str | None = None,
     timeout: float = 600.0,
     more_folds: dict[str, dict[str, Any]] | None = None,
+    stream_until: str | None = None,
 ) -> Iterator[Assembled]:
     """A run on folded sums: the store's lock held, the new files read and folded, the state committed at the end.
 
@@ -299,10 +304,15 @@ def folded_input(
     (after it wrote its outputs); an exception or a kill leaves the previous state, and the files written for the
     uncommitted one are garbage that the next commit removes. ``more_folds``: a dict the body may fill with
     further stored tables of the run (state ``folds`` entries, e.g. the skills worker fold), committed with it.
+    ``stream_until``: while the state holds no ``folds`` entry of this key, the new files are streamed (each
+    dropped once summed, ``new_rows`` empty: :func:`assemble` with a ``check``), as a first run over a long history
+    must be.
     """
     with state_lock(folder, timeout):
         state = read_state(folder)
-        got = assemble(Path(folder), state, Path(source), kind, columns, refresh, rule=rule, rows=False)
+        stream = stream_until is not None and stream_until not in state.folds
+        check = _keep_none if stream else None
+        got = assemble(Path(folder), state, Path(source), kind, columns, refresh, rule=rule, rows=False, check=check)
         yield got
         assert got.fold is not None
         folds = {**state.folds, kind: got.fold.record, **(more_folds or {})}
