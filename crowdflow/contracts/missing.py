@@ -141,8 +141,12 @@ def reason_column(texts: Sequence[str], codes: np.ndarray, index: pd.Index | Non
     rows = np.full(codes.shape, -1, dtype=np.int64)
     has = codes >= 0
     rows[has] = which[codes[has]]
-    cat = pd.Categorical.from_codes(rows, dtype=pd.CategoricalDtype(pd.Index(distinct, dtype="str")))
-    return pd.Series(cat.remove_unused_categories(), index=index, name=MISSING_REASON)
+    used = np.unique(rows[rows >= 0])  # unused texts dropped here, keeping the categories text even when none is used
+    remap = np.full(len(distinct), -1, dtype=np.int64)
+    remap[used] = np.arange(used.size)
+    rows[has] = remap[rows[has]]
+    dtype = pd.CategoricalDtype(pd.Index(np.asarray(distinct, dtype=object)[used], dtype="str"))
+    return pd.Series(pd.Categorical.from_codes(rows, dtype=dtype), index=index, name=MISSING_REASON)
 
 
 def no_reasons(index: pd.Index) -> pd.Series:
