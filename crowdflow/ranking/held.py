@@ -16,6 +16,7 @@ Bytes read per pass: ``b_y + b_w`` per row plus 16 per pair (docs/scale.md, the 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -399,9 +400,7 @@ def _bin_tables_kernel() -> tuple[np.ndarray, np.ndarray, int]:
     return edge, table, k0
 
 
-_TABLES: tuple[np.ndarray, np.ndarray, int] | None = None
-
-
+@functools.cache
 def bin_tables() -> tuple[np.ndarray, np.ndarray, int]:
     """The histogram grid as comparisons (built once per process, ~20 ms): ``edge`` ((SKETCH_BINS + 1,), the
     smallest double of each bin, ``inf`` past the last), ``table`` (the bin of the smallest double of each slot of
@@ -411,10 +410,7 @@ def bin_tables() -> tuple[np.ndarray, np.ndarray, int]:
     (:func:`_bin_log10`), so a bin found by comparison is the bin ``log10`` gives, for every double (the bin is
     non-decreasing in ``z``; ``tests/ranking/test_held.py`` checks it at every edge and its neighbours).
     """
-    global _TABLES
-    if _TABLES is None:
-        _TABLES = _bin_tables_kernel()
-    return _TABLES
+    return _bin_tables_kernel()
 
 
 @compiled_kernel

@@ -21,7 +21,6 @@ The fused pass also gives the former disk-reading pass's bits: its per-bucket su
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -116,18 +115,6 @@ def _close_to_memory(part: Any, ref: Any) -> None:
     np.testing.assert_allclose(cons["confidence"], ref_cons["confidence"], rtol=0, atol=TOL)
     for key in ("converged", "n_ties", "n_tasks", "n_labels"):
         assert part.result.metadata[key] == ref.metadata[key], key
-
-
-@pytest.fixture(scope="module")
-def dask_map() -> Iterator[Any]:
-    distributed = pytest.importorskip("distributed")
-    from tasks.runners import DaskMap
-
-    with (
-        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster,
-        distributed.Client(cluster) as client,
-    ):
-        yield DaskMap(client)
 
 
 def _fit(case: dict[str, Any], folder: Path, out: Path, method: str, executor: Any = None) -> Any:

@@ -12,7 +12,6 @@ then across the workers: the same labels and counts, probabilities to summation 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -119,18 +118,6 @@ def test_duplicates_on_the_kept_path_name_both_files_and_rows(tmp_path: Path) ->
         fit_skills_partitioned(folder, out_folder=tmp_path / "out", executor=InlineMemory())
     assert "one.parquet row 1" in str(err.value) and "two.parquet row 2" in str(err.value)
     assert err.value.column == "task,worker"
-
-
-@pytest.fixture(scope="module")
-def dask_map() -> Iterator[Any]:
-    distributed = pytest.importorskip("distributed")
-    from tasks.runners import DaskMap
-
-    with (
-        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster,
-        distributed.Client(cluster) as client,
-    ):
-        yield DaskMap(client)
 
 
 def _held_after_release(dask_map: Any, wait: float = 10.0) -> dict[str, int]:
