@@ -129,10 +129,23 @@ def _flatten(parent: np.ndarray, par: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 @compiled_kernel
-def _distinct_partners(
-    task_indptr: np.ndarray, workers: np.ndarray, w_indptr: np.ndarray, w_tasks: np.ndarray, n_workers: int
-) -> np.ndarray:
-    mark = np.full(n_workers, -1, dtype=np.int64)
+def _distinct_partners(task_indptr: np.ndarray, workers: np.ndarray, n_workers: int) -> np.ndarray:
+    # each worker's tasks by one counting sort of the labels (O(labels + workers), no comparison sort), then a
+    # marker pass: worker i counts the co-labellers v of its tasks whose mark is not yet i
+    n_tasks = task_indptr.size - 1
+    w_indptr = np.zeros(n_workers + 1, dtype=np.int64)
+    for j in range(workers.size):
+        w_indptr[workers[j] + 1] += 1
+    for i in range(n_workers):
+        w_indptr[i + 1] += w_indptr[i]
+    fill = w_indptr[:-1].copy()
+    w_tasks = np.empty(workers.size, dtype=np.int32)  # task codes < 2^31 (LabelMatrix's int32 codes)
+    for t in range(n_tasks):
+        for j in range(task_indptr[t], task_indptr[t + 1]):
+            v = workers[j]
+            w_tasks[fill[v]] = t
+            fill[v] += 1
+    mark = np.full(n_workers, -1, dtype=np.int32)
     out = np.zeros(n_workers, dtype=np.int64)
     for i in range(n_workers):
         c = 0
@@ -198,13 +211,10 @@ class ParityForest:
 
 def distinct_partners(task_indptr: np.ndarray, workers: np.ndarray, n_workers: int) -> np.ndarray:
     """Distinct co-labellers per worker (the row lengths of N) without forming N: O(workers + labels) memory."""
-    w = np.asarray(workers, dtype=np.int64)
-    k = np.diff(task_indptr)
-    task_of = np.repeat(np.arange(k.size, dtype=np.int64), k)
-    order = np.argsort(w, kind="stable")
-    w_indptr = np.zeros(n_workers + 1, dtype=np.int64)
-    np.cumsum(np.bincount(w, minlength=n_workers), out=w_indptr[1:])
-    return _distinct_partners(np.asarray(task_indptr, dtype=np.int64), w, w_indptr, task_of[order], n_workers)
+    w = np.asarray(workers)
+    if w.dtype not in (np.int32, np.int64):
+        w = w.astype(np.int64)
+    return _distinct_partners(np.asarray(task_indptr, dtype=np.int64), w, int(n_workers))
 
 
 def worker_strength(task_indptr: np.ndarray, workers: np.ndarray, n_workers: int) -> np.ndarray:
