@@ -34,7 +34,7 @@ from crowdflow.graphs import worker_graph_report
 from crowdflow.labels import encode_labels
 from crowdflow.skills import SkillsOptions, fit_skills
 from crowdflow.skills.dawid_skene import dawid_skene
-from crowdflow.storage.run_store import write_parquet
+from crowdflow.storage.run_store import REASON_CHUNK_ROWS, _to_arrow, write_parquet
 
 #: bytes a worker the persisted fit result may grow by (measured 145: ~13 float/int columns, the id, the status)
 RESULT_BYTES_PER_WORKER = 180
@@ -99,14 +99,17 @@ def test_dawid_skene_em_holds_a_bounded_number_of_parameter_arrays(encoded: dict
     assert 3 < arrays <= EM_ARRAYS, arrays  # > 3: θ, F(θ) and the counts table are W·M² by definition
 
 
-def test_coded_reasons_are_written_as_the_same_text(tmp_path: Path) -> None:
+@pytest.mark.parametrize("n", [500, 2 * REASON_CHUNK_ROWS + 7])
+def test_coded_reasons_are_written_as_the_same_text(tmp_path: Path, n: int) -> None:
     """The Parquet file of a table whose reasons are dictionary-encoded equals, read back, the file of the same
-    table with the reasons as plain text (the form before issue #36): schema and values."""
+    table with the reasons as plain text (the form before issue #36): schema and values. Past
+    ``REASON_CHUNK_ROWS`` rows the coded table is written a chunk at a time (several row groups, so the reasons'
+    text never exists for every row at once): it still reads back as the one-piece file, pandas metadata too."""
     rng = np.random.default_rng(3)
-    df = pd.DataFrame({"worker": [f"w{i}" for i in range(500)], "skill": rng.normal(size=500)})
-    df.loc[rng.random(500) < 0.4, "skill"] = np.nan
+    df = pd.DataFrame({"worker": [f"w{i}" for i in range(n)], "skill": rng.normal(size=n)})
+    df.loc[rng.random(n) < 0.4, "skill"] = np.nan
     explain_missing(df, ["skill"], "no label of this worker is on a task with another worker")
-    explain_missing(df, ["skill"], "second reason", where=rng.random(500) < 0.5)
+    explain_missing(df, ["skill"], "second reason", where=rng.random(n) < 0.5)
     assert isinstance(df[MISSING_REASON].dtype, pd.CategoricalDtype)
     text = df.assign(**{MISSING_REASON: df[MISSING_REASON].astype("string")})
     for name, schema in (("plain", None), ("skills", OUTPUTS["skills"]["skills"])):
@@ -122,3 +125,10 @@ def test_coded_reasons_are_written_as_the_same_text(tmp_path: Path) -> None:
         got = a.column(MISSING_REASON).to_pylist()
         assert got == [None if pd.isna(x) else x for x in df[MISSING_REASON].astype(object)]
         assert sum(x is not None for x in got) > 100
+        groups = pq.ParquetFile(tmp_path / f"{name}-coded.parquet").metadata.num_row_groups
+        assert groups == -(-n // REASON_CHUNK_ROWS)  # chunked past REASON_CHUNK_ROWS rows, one piece below
+        whole = tmp_path / f"{name}-whole.parquet"  # the former writer: the whole table converted at once
+        pq.write_table(_to_arrow(frame, schema), whole)
+        c = pq.read_table(whole)
+        assert a.equals(c) and a.schema.equals(c.schema, check_metadata=True)
+        pd.testing.assert_frame_equal(pd.read_parquet(whole), pd.read_parquet(tmp_path / f"{name}-coded.parquet"))
