@@ -111,7 +111,11 @@ def gold_by_worker(labels: pd.DataFrame, truth: pd.DataFrame) -> pd.DataFrame:
         (= correct / gold labels), one row per worker with at least one gold label, most gold labels first.
     """
     gold = _as_text(truth, ["task", "label"]).drop_duplicates("task")
-    lab = _as_text(labels, ["task", "worker", "label"]).merge(gold, on="task", suffixes=("", "_gold"))
+    # the rows of gold tasks first, then their text: the text of every label was an O(labels) transient (~75 MB at
+    # 10^6 labels, the inline flow's peak) for the few rows the merge keeps
+    task = labels["task"]
+    on_gold = task.notna() & task.astype(str).isin(gold["task"])
+    lab = _as_text(labels.loc[on_gold], ["task", "worker", "label"]).merge(gold, on="task", suffixes=("", "_gold"))
     lab["correct"] = lab["label"] == lab["label_gold"]
     out = lab.groupby("worker", sort=True).agg(n_gold_labels=("correct", "size"), n_gold_correct=("correct", "sum"))
     out = out.reset_index().astype({"n_gold_labels": "int64", "n_gold_correct": "int64"})

@@ -155,3 +155,51 @@ def test_majority_changes_from_codes_equal_the_text_rule(seed: int) -> None:
     got = majority_changes(frame, consensus, coded=lm)
     pd.testing.assert_frame_equal(got, want)
     assert review_skills(frame, consensus, coded=lm).record == review_skills(answered(frame), consensus).record
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_gold_by_worker_equals_its_definition_over_a_family(seed: int) -> None:
+    """gold_by_worker (gold rows selected before any text is made) against its definition written the slow obvious
+    way: every row with task, worker and label, compared as text. Ids int or text (truth's tasks as text, labels'
+    as ints: ``7`` and ``"7"`` are one task), missing values in every column, repeated gold tasks (first kept),
+    gold tasks nobody labelled, a task spelled ``"nan"``."""
+    rng = np.random.default_rng(seed)
+    n_tasks, n = int(rng.integers(1, 30)), int(rng.integers(0, 300))
+    task: np.ndarray = rng.integers(0, n_tasks, n)
+    labels = pd.DataFrame(
+        {
+            "task": task if seed % 2 else np.array([f"{t}" if t else "nan" for t in task], dtype=object),
+            "worker": np.array([f"w{i}" for i in rng.integers(0, 12, n)], dtype=object),
+            "label": np.array(list("abc"))[rng.integers(0, 3, n)].astype(object),
+        }
+    )
+    for col in ("task", "worker", "label"):
+        if n and seed % 3:
+            labels[col] = labels[col].astype(object)
+            labels.loc[rng.random(n) < 0.05, col] = None
+    gold_tasks = rng.integers(0, n_tasks + 3, int(rng.integers(1, 12)))
+    truth = pd.DataFrame(
+        {
+            "task": [str(t) if t else "nan" for t in gold_tasks],
+            "label": np.array(list("abc"))[rng.integers(0, 3, gold_tasks.size)],
+        }
+    )
+    got = gold_by_worker(labels, truth)
+    first: dict[str, str] = {}
+    for t, lab in truth.itertuples(index=False):
+        first.setdefault(str(t), str(lab))
+    counts: dict[str, list[int]] = {}
+    for t, w, lab in labels.itertuples(index=False):
+        if pd.isna(t) or pd.isna(w) or pd.isna(lab) or str(t) not in first:
+            continue
+        c = counts.setdefault(str(w), [0, 0])
+        c[0] += 1
+        c[1] += str(lab) == first[str(t)]
+    want = pd.DataFrame(
+        [(w, a, b, b / a) for w, (a, b) in counts.items()],
+        columns=["worker", "n_gold_labels", "n_gold_correct", "gold_accuracy"],
+    ).astype({"n_gold_labels": "int64", "n_gold_correct": "int64", "gold_accuracy": "float64"})
+    want = want.sort_values(["n_gold_labels", "worker"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    assert len(got) == len(want)
+    if len(want):
+        pd.testing.assert_frame_equal(got, want, check_dtype=False)
