@@ -29,7 +29,7 @@ from crowdflow.skills import SkillsOptions, SkillsResult, fit_skills
 from crowdflow.skills.gold import cross_fit
 from crowdflow.spec import RunnerSpec
 from tasks.progress import fit_progress
-from tasks.results import FIT_RESULTS
+from tasks.results import FIT_RESULTS, SKILLS_FIT_RESULTS, FitResultSerializer
 from tasks.runners import dask_executor, scratch_folder
 
 T = TypeVar("T")
@@ -56,20 +56,20 @@ def fingerprint_key(context: Any, parameters: dict[str, Any]) -> str:
     return str(parameters["fingerprint"])
 
 
-def fit_task(name: str) -> Callable[[Callable[P, R]], Task[P, R]]:
+def fit_task(name: str, serializer: FitResultSerializer = FIT_RESULTS) -> Callable[[Callable[P, R]], Task[P, R]]:
     """The decorator of every fit task: one cache policy for all jobs. The key is the flow's fingerprint of the
-    inputs and options (:func:`fingerprint_key`), kept 7 days, and the result is persisted by
-    :data:`tasks.results.FIT_RESULTS`."""
+    inputs and options (:func:`fingerprint_key`), kept 7 days, and the result is persisted by ``serializer``
+    (:data:`tasks.results.FIT_RESULTS`; the skills fit's compresses a large result)."""
     return task(
         name=name,
         cache_key_fn=fingerprint_key,
         cache_expiration=timedelta(days=7),
         persist_result=True,
-        result_serializer=FIT_RESULTS,
+        result_serializer=serializer,
     )
 
 
-@fit_task("fit-skills")
+@fit_task("fit-skills", SKILLS_FIT_RESULTS)
 def fit_skills_task(
     lm: LabelMatrix,
     graph: WorkerGraphReport,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -65,3 +66,35 @@ def test_fit_results_are_stored_on_one_base64_line_and_read_back() -> None:
     assert back.metadata.serializer.type == "crowdflow-fit-pickle"
     for name, table in tables.items():
         pd.testing.assert_frame_equal(back.result[name], table)
+
+
+@pytest.mark.parametrize("compress_over", [None, 0, 10**9])
+def test_a_compressed_fit_record_reads_back_and_old_records_still_do(compress_over: int | None) -> None:
+    """The skills fit's serializer stores a pickle over ``compress_over`` bytes zlib-compressed (``zlib:`` + base64):
+    through Prefect's record it reads back equal, is one line, is smaller than the plain form for a table with
+    repeated values, and a record of the plain form (written before) is still read by the same serializer."""
+    from prefect._internal.result_records import ResultRecord, ResultRecordMetadata
+
+    from tasks.results import FIT_RESULTS, SKILLS_FIT_RESULTS, FitResultSerializer
+
+    rng = np.random.default_rng(0)
+    n = 20_000
+    table = pd.DataFrame(
+        {
+            "worker": pd.array([f"w{i}" for i in range(n)], dtype="str"),
+            "skill": rng.normal(size=n),
+            "upper": np.full(n, np.nan),
+        }
+    )
+    ser = FitResultSerializer(compress_over=compress_over)
+    blob = ser.dumps({"skills": table})
+    plain = FIT_RESULTS.dumps({"skills": table})
+    assert b"\n" not in blob
+    assert blob.startswith(b"zlib:") == (compress_over == 0)
+    if compress_over == 0:
+        assert len(blob) < 0.8 * len(plain)
+    record = ResultRecord(metadata=ResultRecordMetadata(serializer=ser, storage_key="k"), result={"skills": table})
+    back = ResultRecord.deserialize(record.serialize())
+    pd.testing.assert_frame_equal(back.result["skills"], table)
+    pd.testing.assert_frame_equal(ser.loads(plain)["skills"], table)  # the plain form is read by every instance
+    assert SKILLS_FIT_RESULTS.compress_over is not None and FIT_RESULTS.compress_over is None
