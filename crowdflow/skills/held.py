@@ -331,11 +331,22 @@ class BucketSums:
     log_likelihood: float
 
 
-def em_sums(codes: HeldCodes, shared: EMShared) -> BucketSums:
-    """One fused E- and M-step pass over a held bucket (module docstring)."""
+def em_sums(
+    codes: HeldCodes, shared: EMShared, counts: np.ndarray | None = None, scratch: np.ndarray | None = None
+) -> BucketSums:
+    """One fused E- and M-step pass over a held bucket (module docstring).
+
+    ``counts`` (W·M², or W one-coin) and ``scratch`` (at least M·T_b floats) are work arrays to reuse instead of
+    allocating them (:func:`em_sums_group` passes the same ones for every bucket of a worker); the returned
+    ``counts`` is then that array, overwritten by the next call. The posteriors' class sums are taken over a
+    C-contiguous (M, T_b) view of ``scratch``: the same bits as over a new array.
+    """
     m = codes.n_classes
-    counts = np.empty(shared.n_workers if shared.one_coin else shared.n_workers * m * m)
-    post_t = np.empty((m, codes.n_tasks))
+    if counts is None:
+        counts = np.empty(shared.n_workers if shared.one_coin else shared.n_workers * m * m)
+    if scratch is None or scratch.size < m * codes.n_tasks:
+        scratch = np.empty(m * codes.n_tasks)
+    post_t = scratch[: m * codes.n_tasks].reshape(m, codes.n_tasks)
     if m == 2:
         ll = _em_kernel_binary(codes.indptr, codes.code, shared.tab, shared.log_q, shared.one_coin, counts, post_t)
     else:
@@ -348,14 +359,20 @@ def em_sums_group(group: list[HeldCodes], shared: EMShared) -> BucketSums:
     instead of one per bucket (:func:`crowdflow.executors.held_groups`).
 
     The sums equal the per-bucket ones added in another order: the same values to floating-point summation order
-    (the flow adds the workers' sums in the order of their first bucket), the log-likelihood as ``math.fsum``.
+    (the flow adds the workers' sums in the order of their first bucket), the log-likelihood as ``math.fsum``. Each
+    bucket's sums are computed from zero in one work array and then added to the worker's total (the bits of adding
+    per-bucket arrays), with two work arrays a pass instead of two a bucket (W·M² and M·T_b floats: 6.4 MB and 5 MB
+    a bucket at W = 2·10⁵ and 10⁸ labels in 64 buckets).
     """
     if not group:
         raise ValueError("an EM pass over no bucket")
-    first = em_sums(group[0], shared)
+    m = group[0].n_classes
+    scratch = np.empty(m * max(codes.n_tasks for codes in group))
+    first = em_sums(group[0], shared, scratch=scratch)
     counts, class_sums, n_tasks, lls = first.counts, first.class_sums, first.n_tasks, [first.log_likelihood]
+    work = np.empty_like(counts) if len(group) > 1 else counts
     for codes in group[1:]:
-        s = em_sums(codes, shared)
+        s = em_sums(codes, shared, work, scratch)
         counts += s.counts
         class_sums += s.class_sums
         n_tasks += s.n_tasks

@@ -209,3 +209,29 @@ def test_bucket_truth_equals_a_text_isin(seed: int) -> None:
     pd.testing.assert_frame_equal(got_rows, want_rows)
     np.testing.assert_array_equal(got_has, want_has)
     assert got_has.any() and len(got_rows) < len(truth)
+
+
+@pytest.mark.parametrize("m", [2, 3])
+def test_a_workers_group_adds_the_bucket_sums_with_their_bits(m: int) -> None:
+    """``em_sums_group`` reuses two work arrays for all its buckets: the bits of each bucket's own sums added in order."""
+    from crowdflow.skills.held import EMShared, em_sums, em_sums_group
+
+    rng = np.random.default_rng(m)
+    w, group = 30, []
+    for n_tasks in (50, 400, 7):  # a small bucket after a large one reads only its part of the scratch
+        k = rng.integers(1, 6, n_tasks)
+        task = np.repeat(np.arange(n_tasks), k)
+        worker = np.concatenate([np.sort(rng.choice(w, kk, replace=False)) for kk in k])
+        group.append(held_codes("unused", task, worker, rng.integers(0, m, task.size), n_tasks, m, w))
+    pi = rng.dirichlet(np.ones(m), size=(w, m))
+    tab = label_row_major(np.ascontiguousarray(np.log(pi).transpose(1, 0, 2).reshape(m, w * m)))
+    for one_coin in (False, True):
+        shared = EMShared(tab, np.log(rng.dirichlet(np.ones(m))), one_coin, w)
+        alone = [em_sums(codes, shared) for codes in group]
+        got = em_sums_group(group, shared)
+        counts, class_sums = alone[0].counts.copy(), alone[0].class_sums.copy()
+        for s in alone[1:]:
+            counts += s.counts
+            class_sums += s.class_sums
+        assert np.array_equal(got.counts, counts) and np.array_equal(got.class_sums, class_sums)
+        assert got.n_tasks == sum(s.n_tasks for s in alone)
