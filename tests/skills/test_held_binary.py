@@ -54,6 +54,7 @@ def _case(seed: int) -> tuple[Any, np.ndarray, np.ndarray]:
         pi[:, 1, :] = pi[:, 0, :]
     elif kind == 2:  # zero entries: log π = −∞ (a worker that never errs, or a class it never answers)
         pi[rng.random(w) < 0.5, 0, :] = [1.0, 0.0]
+        pi[rng.random(w) < 0.2, :, :] = [1.0, 0.0]  # never answers class 1: its "1" labels make a task impossible
     with np.errstate(divide="ignore"):
         log_pi_t = np.ascontiguousarray(np.log(pi).transpose(1, 0, 2).reshape(2, w * 2))
     log_q = np.log([0.5, 0.5]) if kind == 1 else np.log(rng.dirichlet(np.ones(2)))
@@ -87,7 +88,7 @@ def test_binary_kernels_give_the_general_kernels_bits(seed: int) -> None:
 
 def test_the_family_has_ties_zeros_and_single_labels() -> None:
     """The family reaches the cases the kernels branch on (a check that the test above is not vacuous)."""
-    ties = zeros = singles = 0
+    ties = zeros = singles = impossible = 0
     for seed in range(24):
         codes, tab, log_q = _case(seed)
         post = np.empty((codes.n_tasks, 2))
@@ -96,7 +97,8 @@ def test_the_family_has_ties_zeros_and_single_labels() -> None:
         ties += int((post[:, 0] == post[:, 1]).sum())
         zeros += int(np.isneginf(tab).sum())
         singles += int((np.diff(codes.indptr) == 1).sum())
-    assert ties > 50 and zeros > 50 and singles > 50
+        impossible += int(np.isnan(post[:, 0]).sum())  # both classes −∞: the kernels' NaN branch
+    assert ties > 50 and zeros > 50 and singles > 50 and impossible > 5
 
 
 def _crowd(seed: int, observed: int, ids: str) -> tuple[pd.DataFrame, pd.DataFrame]:
