@@ -537,12 +537,17 @@ def _add_sums(acc: list[Any] | None, s: BucketSums) -> list[Any]:
     return acc
 
 
-def _em_pass(enc: EncodedBuckets, executor: MapFn, shared: EMShared) -> tuple[np.ndarray, np.ndarray, float]:
+def _em_pass(
+    enc: EncodedBuckets, executor: MapFn, shared: EMShared, groups: list[list[int]] | None = None
+) -> tuple[np.ndarray, np.ndarray, float]:
     """One fused E/M pass over the held buckets (:func:`crowdflow.skills.held.em_sums`): the summed M-step counts
     (class-major, ``[l, i·M + m]``; one-coin per worker), Σ_t T_tl and the log-likelihood. The flow holds one
-    running sum (W·M² numbers) and the results that completed ahead of their turn."""
+    running sum (W·M² numbers) and the results that completed ahead of their turn. ``groups``: the buckets grouped
+    by where they are held (:func:`crowdflow.executors.held_groups`), asked once per fit by :func:`_em` instead of
+    once per pass (held codes do not move while they are held)."""
     handle = share(executor, shared)
-    items = [([enc.held[i] for i in g], handle) for g in held_groups(executor, enc.held)]
+    found = held_groups(executor, enc.held) if groups is None else groups
+    items = [([enc.held[i] for i in g], handle) for g in found]
     try:  # one task per worker holding buckets (em_sums_group), not one per bucket: two round trips a pass on two
         acc = fold(executor, on_group_with(em_sums_group), items, _add_sums, None, ordered=True)
     finally:
@@ -572,14 +577,22 @@ def _em(
     def em_step(theta: np.ndarray) -> tuple[np.ndarray, float, float]:
         nonlocal passes
         prior = par.tables(theta, table, log_q)
-        counts, class_sums, ll = _em_pass(enc, executor, EMShared(label_row_major(table), log_q.copy(), one_coin, w))
+        shared = EMShared(label_row_major(table), log_q.copy(), one_coin, w)
+        counts, class_sums, ll = _em_pass(enc, executor, shared, groups)
         passes += 1
         log.info("Dawid-Skene EM pass %d: log-likelihood %.6f", passes, ll)
         return par.from_sums(counts, class_sums, enc.n_tasks), ll + prior, ll
 
-    counts, class_sums, _ = _em_pass(enc, executor, EMShared(np.zeros(0), np.zeros(m), one_coin, w))
+    groups = held_groups(executor, enc.held)
+    counts, class_sums, _ = _em_pass(enc, executor, EMShared(np.zeros(0), np.zeros(m), one_coin, w), groups)
     theta0 = par.from_sums(counts, class_sums, enc.n_tasks)
     run = squarem(em_step, theta0, o.ds_tol, o.ds_max_iter, *par.bounds())
+    log.info(
+        "EM (SQUAREM): %d evaluations, %d extrapolations kept, %d refused",
+        run.evaluations,
+        run.extrapolations,
+        run.refused,
+    )
     _, q = par.split(run.theta)
     par.tables(run.theta, table, log_q)
     return par.confusion(run.theta), np.array(q), table, run.trace, run.evaluations, run.converged, passes + 1

@@ -1,0 +1,239 @@
+"""The two-class kernels of a held EM pass (issue #36) and the bucket's gold look-up of the consensus pass.
+
+``crowdflow.skills.held._em_kernel_binary`` and ``_post_kernel_binary`` keep every per-task value of a two-class
+E-step in scalars; they must give the general kernels' bits (the same operations in the same order), so a binary
+partitioned fit is unchanged. The family (:func:`_case`): 1–300 workers, 1–500 tasks, tasks of 1–7 labels with a
+share of single-label tasks, workers with one label, confusion tables with exact ties (equal rows: a tie in every
+task) and zero entries (log π = −∞), both models, the initialising pass and a parameterised one.
+
+The fits: partitioned (in process and on two Dask workers) against the in-memory fit on small crowds with one
+observed class of a declared two-class label set, two and three classes, text ids of several kinds, exactly tied
+tasks and gold labels (the review's gold counts, per-worker gold accuracy and changed tasks against the in-memory
+consensus reviewed by :func:`crowdflow.metrics.review_skills` and :func:`crowdflow.metrics.gold_metrics`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from crowdflow.executors import InlineMemory
+from crowdflow.metrics import gold_metrics, review_skills
+from crowdflow.skills import SkillsOptions, fit_skills, fit_skills_partitioned
+from crowdflow.skills.buckets import bucket_truth
+from crowdflow.skills.held import (
+    _em_kernel,
+    _em_kernel_binary,
+    _post_kernel,
+    _post_kernel_binary,
+    held_codes,
+    label_row_major,
+)
+
+TOL = 1e-8
+DS_TOL = 1e-12
+
+
+def _case(seed: int) -> tuple[Any, np.ndarray, np.ndarray]:
+    """Held codes of a two-class crowd, a log π table (label-row-major) and log q, from the family of the docstring."""
+    rng = np.random.default_rng(seed)
+    w, n_tasks = int(rng.choice([1, 2, 7, 300])), int(rng.choice([1, 5, 60, 500]))
+    k = np.where(rng.random(n_tasks) < 0.3, 1, rng.integers(1, 8, n_tasks))
+    k = np.minimum(k, w)
+    task = np.repeat(np.arange(n_tasks), k)
+    worker = np.concatenate([np.sort(rng.choice(w, kk, replace=False)) for kk in k])
+    given = rng.integers(0, 2, task.size)
+    codes = held_codes("unused", task, worker, given, n_tasks, 2, w)
+    pi = rng.dirichlet(np.ones(2), size=(w, 2))  # pi[i, l, y]
+    kind = seed % 3
+    if kind == 1:  # equal rows: ℓ_0 = ℓ_1 + (log q_0 − log q_1) in every task, exact ties with equal q
+        pi[:, 1, :] = pi[:, 0, :]
+    elif kind == 2:  # zero entries: log π = −∞ (a worker that never errs, or a class it never answers)
+        pi[rng.random(w) < 0.5, 0, :] = [1.0, 0.0]
+        pi[rng.random(w) < 0.2, :, :] = [1.0, 0.0]  # never answers class 1: its "1" labels make a task impossible
+    with np.errstate(divide="ignore"):
+        log_pi_t = np.ascontiguousarray(np.log(pi).transpose(1, 0, 2).reshape(2, w * 2))
+    log_q = np.log([0.5, 0.5]) if kind == 1 else np.log(rng.dirichlet(np.ones(2)))
+    return codes, label_row_major(log_pi_t), log_q
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return bool(np.array_equal(a, b, equal_nan=True))
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_binary_kernels_give_the_general_kernels_bits(seed: int) -> None:
+    codes, tab, log_q = _case(seed)
+    w = int(codes.code.max()) // 2 + 1 if codes.n_labels else 1
+    for one_coin in (False, True):
+        for table in (np.zeros(0), tab):
+            size = w if one_coin else 4 * w
+            want_c, got_c = np.full(size, 7.0), np.full(size, -7.0)
+            want_p, got_p = np.empty((2, codes.n_tasks)), np.empty((2, codes.n_tasks))
+            with np.errstate(invalid="ignore"):
+                want = _em_kernel(codes.indptr, codes.code, 2, table, log_q, one_coin, want_c, want_p)
+                got = _em_kernel_binary(codes.indptr, codes.code, table, log_q, one_coin, got_c, got_p)
+            assert _same(np.float64(got), np.float64(want)), (one_coin, table.size)
+            assert _same(got_c, want_c) and _same(got_p, want_p), (one_coin, table.size)
+    want_post, got_post = np.empty((codes.n_tasks, 2)), np.empty((codes.n_tasks, 2))
+    want = _post_kernel(codes.indptr, codes.code, 2, tab, log_q, want_post)
+    got = _post_kernel_binary(codes.indptr, codes.code, tab, log_q, got_post)
+    assert _same(np.float64(got), np.float64(want))
+    assert _same(got_post, want_post)
+
+
+def test_the_family_has_ties_zeros_and_single_labels() -> None:
+    """The family reaches the cases the kernels branch on (a check that the test above is not vacuous)."""
+    ties = zeros = singles = impossible = 0
+    for seed in range(24):
+        codes, tab, log_q = _case(seed)
+        post = np.empty((codes.n_tasks, 2))
+        with np.errstate(invalid="ignore"):
+            _post_kernel(codes.indptr, codes.code, 2, tab, log_q, post)
+        ties += int((post[:, 0] == post[:, 1]).sum())
+        zeros += int(np.isneginf(tab).sum())
+        singles += int((np.diff(codes.indptr) == 1).sum())
+        impossible += int(np.isnan(post[:, 0]).sum())  # both classes −∞: the kernels' NaN branch
+    assert ties > 50 and zeros > 50 and singles > 50 and impossible > 5
+
+
+def _crowd(seed: int, observed: int, ids: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Labels (task, worker, label as text) of a small crowd with ``observed`` classes seen, and gold for a third of
+    the tasks (one gold task unlabelled by anyone, one with a label outside the classes)."""
+    rng = np.random.default_rng(seed)
+    n_workers, n_tasks = int(rng.choice([2, 5, 40])), int(rng.choice([20, 150]))
+    names = {
+        "plain": lambda i: f"t{i}",
+        "numeric": lambda i: f"{i:03d}",  # numbers as text keep their zeros
+        "unicode": lambda i: f"tâche {i}/ü",
+    }[ids]
+    classes = ["yes", "no", "maybe"][:observed]
+    skill = rng.uniform(0.3, 0.95, n_workers)
+    truth = rng.integers(0, len(classes), n_tasks)
+    rows = []
+    for t in range(n_tasks):
+        k = int(min(n_workers, rng.choice([1, 2, 3, 4])))
+        who = rng.choice(n_workers, k, replace=False)
+        for j, w in enumerate(who):
+            if k == 2 and t % 5 == 0:  # a two-label split: an exact tie for equal workers
+                lab = int(truth[t]) if j == 0 else int((truth[t] + 1) % len(classes))
+            else:
+                lab = int(truth[t]) if rng.random() < skill[w] else int(rng.integers(0, len(classes)))
+            rows.append((names(t), f"w {w}", classes[lab]))
+    labels = pd.DataFrame(rows, columns=["task", "worker", "label"])
+    gold_tasks = np.arange(0, n_tasks, 3)
+    gold = pd.DataFrame({"task": [names(t) for t in gold_tasks], "label": [classes[truth[t]] for t in gold_tasks]})
+    extra = pd.DataFrame({"task": ["nobody labelled this", names(1)], "label": [classes[0], "unheard of"]})
+    return labels.sample(frac=1.0, random_state=seed).reset_index(drop=True), pd.concat([gold, extra])
+
+
+CASES = [(0, 1, "plain"), (1, 2, "numeric"), (2, 2, "unicode"), (3, 3, "plain"), (4, 2, "plain"), (5, 3, "unicode")]
+
+
+def _check_against_memory(part: Any, labels: pd.DataFrame, gold: pd.DataFrame, declared: list[str] | None) -> None:
+    opts = SkillsOptions(method="ds", tie_break="smallest", ds_tol=DS_TOL, classes=declared)
+    ref = fit_skills(labels, opts)
+    got, want = part.result.skills, ref.skills
+    assert got["worker"].tolist() == want["worker"].astype(str).tolist()
+    np.testing.assert_allclose(got["accuracy"], want["accuracy"], rtol=0, atol=TOL)
+    cons = pd.concat([pd.read_parquet(p) for p in part.consensus_parts]).sort_values("task").reset_index(drop=True)
+    ref_cons = ref.consensus.sort_values("task").reset_index(drop=True)
+    assert cons["task"].tolist() == ref_cons["task"].astype(str).tolist()
+    assert cons["label"].tolist() == ref_cons["label"].astype(str).tolist()
+    np.testing.assert_allclose(cons["confidence"], ref_cons["confidence"], rtol=0, atol=TOL)
+    assert part.result.metadata["n_ties"] == ref.metadata["n_ties"]
+    # the review of the buckets (each reads only its own gold rows) is the review of the whole consensus
+    classes = declared or sorted(labels["label"].unique())
+    whole = gold_metrics(ref_cons, gold, classes)
+    assert part.gold["n_gold"] == whole.n_gold and part.gold["n_gold_label_unknown"] == whole.n_gold_label_unknown
+    assert part.gold["accuracy"] == pytest.approx(whole.accuracy, abs=1e-12)
+    review = review_skills(labels, ref_cons, gold)
+    assert part.review.metrics == review.metrics
+    want_workers = review.tables["gold_workers"].sort_values("worker").reset_index(drop=True)
+    got_workers = part.review.tables["gold_workers"].sort_values("worker").reset_index(drop=True)
+    pd.testing.assert_frame_equal(got_workers, want_workers, check_dtype=False)
+
+
+def _fit(labels: pd.DataFrame, gold: pd.DataFrame, tmp: Path, executor: Any, declared: list[str] | None) -> Any:
+    folder = tmp / "labels"
+    folder.mkdir(parents=True, exist_ok=True)
+    for k, rows in enumerate(np.array_split(np.arange(len(labels)), 3)):
+        labels.iloc[rows].to_parquet(folder / f"part-{k}.parquet", index=False)
+    opts = SkillsOptions(method="ds", tie_break="smallest", ds_tol=DS_TOL, classes=declared)
+    return fit_skills_partitioned(folder, opts, out_folder=tmp / "out", executor=executor, n_buckets=3, truth=gold)
+
+
+@pytest.mark.parametrize(("seed", "observed", "ids"), CASES)
+def test_partitioned_fit_in_process_equals_the_in_memory_fit(
+    seed: int, observed: int, ids: str, tmp_path: Path
+) -> None:
+    labels, gold = _crowd(seed, observed, ids)
+    declared = ["yes", "no"] if observed == 1 else None  # one class seen of a declared pair: the binary kernels
+    part = _fit(labels, gold, tmp_path, InlineMemory(), declared)
+    _check_against_memory(part, labels, gold, declared)
+
+
+@pytest.mark.parametrize(("seed", "observed", "ids"), CASES[:3])
+def test_partitioned_fit_on_dask_equals_the_in_memory_fit(
+    seed: int, observed: int, ids: str, tmp_path: Path, dask_map: Any
+) -> None:
+    labels, gold = _crowd(seed, observed, ids)
+    declared = ["yes", "no"] if observed == 1 else None
+    part = _fit(labels, gold, tmp_path, dask_map, declared)
+    _check_against_memory(part, labels, gold, declared)
+
+
+def _reference_bucket_truth(tasks: np.ndarray, truth: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """The former look-up: a pandas ``isin`` of the text of every gold task."""
+    text = truth["task"].dropna().astype(str).to_numpy()
+    has_gold = pd.Index(tasks.astype(str)).isin(text)
+    named = truth["task"].notna().to_numpy()
+    mine = np.zeros(len(truth), dtype=bool)
+    mine[named] = pd.Index(truth["task"][named].astype(str).to_numpy()).isin(tasks.astype(str))
+    return truth[mine], np.asarray(has_gold)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bucket_truth_equals_a_text_isin(seed: int) -> None:
+    """Gold rows of a bucket: text tasks against gold ids given as text, numbers, with missing and repeated rows."""
+    rng = np.random.default_rng(seed)
+    tasks = np.array([f"{i}" if i % 2 else f"t{i}" for i in rng.choice(400, 120, replace=False)], dtype=object)
+    ids: list[Any] = [int(i) if i % 3 == 0 else f"t{i}" for i in rng.integers(0, 600, 200)]
+    ids[::17] = [None] * len(ids[::17])
+    truth = pd.DataFrame({"task": pd.Series(ids, dtype=object), "label": rng.choice(["a", "b"], len(ids))})
+    truth = pd.concat([truth, truth.iloc[:9]], ignore_index=True)  # repeated gold rows keep their order
+    got_rows, got_has = bucket_truth(tasks, truth)
+    want_rows, want_has = _reference_bucket_truth(tasks, truth)
+    pd.testing.assert_frame_equal(got_rows, want_rows)
+    np.testing.assert_array_equal(got_has, want_has)
+    assert got_has.any() and len(got_rows) < len(truth)
+
+
+@pytest.mark.parametrize("m", [2, 3])
+def test_a_workers_group_adds_the_bucket_sums_with_their_bits(m: int) -> None:
+    """``em_sums_group`` reuses two work arrays for all its buckets: the bits of each bucket's own sums added in order."""
+    from crowdflow.skills.held import EMShared, em_sums, em_sums_group
+
+    rng = np.random.default_rng(m)
+    w, group = 30, []
+    for n_tasks in (50, 400, 7):  # a small bucket after a large one reads only its part of the scratch
+        k = rng.integers(1, 6, n_tasks)
+        task = np.repeat(np.arange(n_tasks), k)
+        worker = np.concatenate([np.sort(rng.choice(w, kk, replace=False)) for kk in k])
+        group.append(held_codes("unused", task, worker, rng.integers(0, m, task.size), n_tasks, m, w))
+    pi = rng.dirichlet(np.ones(m), size=(w, m))
+    tab = label_row_major(np.ascontiguousarray(np.log(pi).transpose(1, 0, 2).reshape(m, w * m)))
+    for one_coin in (False, True):
+        shared = EMShared(tab, np.log(rng.dirichlet(np.ones(m))), one_coin, w)
+        alone = [em_sums(codes, shared) for codes in group]
+        got = em_sums_group(group, shared)
+        counts, class_sums = alone[0].counts.copy(), alone[0].class_sums.copy()
+        for s in alone[1:]:
+            counts += s.counts
+            class_sums += s.class_sums
+        assert np.array_equal(got.counts, counts) and np.array_equal(got.class_sums, class_sums)
+        assert got.n_tasks == sum(s.n_tasks for s in alone)
