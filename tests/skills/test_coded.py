@@ -38,7 +38,7 @@ def test_text_hashes_are_pandas_hash_array(seed: int) -> None:
 def test_may_strip_flags_every_value_the_id_rule_changes() -> None:
     rng = np.random.default_rng(0)
     for _ in range(200):
-        vals = _texts(rng, 5) + [str(rng.choice(["", " a", "a ", "\ta", "a\u00a0", "\u3000a", "b"]))]
+        vals = [*_texts(rng, 5), str(rng.choice(["", " a", "a ", "\ta", "a\u00a0", "\u3000a", "b"]))]
         stripped = pd.Series(vals, dtype="string").str.strip()
         changes = bool(((stripped != pd.Series(vals, dtype="string")) | (stripped == "")).any())
         if changes:
