@@ -85,7 +85,8 @@ class SplitSummary:
 @dataclass(frozen=True)
 class CodedPiece:
     """One file's rows of one task bucket as codes: each id column as int32 codes into the piece's own distinct
-    texts (first-seen order), and each row's 1-based row number in its file (for the duplicate error).
+    texts (first-seen order), and each row's 1-based row number in its file (for the duplicate error; int32 when the
+    file has fewer than 2³¹ rows).
 
     16 bytes a label and the piece's distinct texts (≈ 38 bytes a label as Arrow text before): what a worker holds
     between the read and the encode, and what moves to the worker that encodes the bucket.

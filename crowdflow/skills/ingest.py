@@ -119,7 +119,7 @@ def coded_file(
     task = cols["task"]
     bucket_of_task = (text_hashes(task.values) % np.uint64(n_buckets)).astype(np.int64)
     order, bounds = counting_order(bucket_of_task[task.codes[kept]].astype(np.int32), n_buckets)
-    rows = kept[order]
+    rows = kept[order].astype(np.int32 if n_rows < 2**31 - 1 else np.int64)
     local: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for name in _ID_COLUMNS:
         c = cols[name]
