@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from crowdflow.contracts.tables import INPUTS
@@ -41,9 +42,15 @@ from crowdflow.storage.datasets import Partition, read_partition
 from crowdflow.storage.io import LoadedTable
 
 __all__ = [
+    "PIECE_CHUNKS",
+    "BucketChunk",
     "BucketPiece",
     "KeptFile",
+    "chunk_items",
+    "chunk_of",
+    "encode_chunk",
     "encode_kept",
+    "item_at",
     "kept_summary",
     "piece_items",
     "piece_of",
@@ -138,6 +145,75 @@ def piece_items(handles: list[Any], buckets: list[list[int]]) -> tuple[list[tupl
             where.setdefault(b, []).append(len(items))
             items.append((handle, b))
     return items, where
+
+
+#: Buckets are held and encoded in this many runs of consecutive buckets (issue #36): a file's pieces of one run are
+#: held as one item (:func:`chunk_of`) and one task encodes a run's buckets (:func:`encode_chunk`), so a 10⁸-label run
+#: of 100 files and 64 buckets schedules 800 piece items and 8 encode tasks instead of 6,400 and 64 (a Dask task costs
+#: ~1-3 ms of scheduler and worker time), and each file's run of pieces moves to the encoding worker once.
+PIECE_CHUNKS = 8
+
+
+@dataclass(frozen=True)
+class BucketChunk:
+    """One file's pieces of a run of consecutive buckets (bucket → :class:`~crowdflow.skills.buckets.CodedPiece`)."""
+
+    partition: int
+    pieces: dict[int, CodedPiece]
+
+
+def chunk_of(item: tuple[KeptFile, int, int]) -> BucketChunk:
+    """The pieces of buckets ``lo:hi`` of a kept file, held on their own (the same arrays, no copy)."""
+    kept, lo, hi = item
+    return BucketChunk(kept.summary.partition, {b: p for b in range(lo, hi) if (p := kept.pieces[b]) is not None})
+
+
+def chunk_items(
+    handles: list[Any], buckets: list[list[int]], n_buckets: int, n_chunks: int = PIECE_CHUNKS
+) -> tuple[list[tuple[Any, int, int]], dict[int, list[int]]]:
+    """The items of :func:`chunk_of` for the kept files' handles (file order) and their non-empty buckets, and for
+    each bucket with rows the positions of its run's items (in file order; the same list for every bucket of a run)."""
+    size = max(-(-n_buckets // max(n_chunks, 1)), 1)
+    items: list[tuple[Any, int, int]] = []
+    of_chunk: dict[int, list[int]] = {}
+    used: set[int] = set()
+    for handle, found in zip(handles, buckets, strict=True):
+        for c in sorted({b // size for b in found}):
+            of_chunk.setdefault(c, []).append(len(items))
+            items.append((handle, c * size, min((c + 1) * size, n_buckets)))
+        used.update(found)
+    return items, {b: of_chunk[b // size] for b in sorted(used)}
+
+
+def encode_chunk(item: tuple[list[str], list[BucketChunk], EncodeArgs]) -> list[BucketStats]:
+    """Encode a run of buckets (their folders, in order) from the files' chunks that hold their pieces
+    (:func:`crowdflow.skills.buckets.encode_pieces` per bucket, pieces in file order)."""
+    folders, chunks, args = item
+    chunks = sorted(chunks, key=lambda c: c.partition)
+    out = []
+    for folder in folders:
+        b = int(Path(folder).name.split("-")[-1])
+        pieces = [c.pieces[b] for c in chunks if b in c.pieces]
+        out.append(
+            encode_pieces(
+                folder,
+                pieces,
+                args.workers,
+                args.classes,
+                args.duplicates,
+                args.file_names,
+                args.pairs,
+                args.keep,
+                value_sets=args.value_sets(),
+            )
+        )
+    return out
+
+
+def item_at(item: tuple[list[Any], int]) -> Any:
+    """Element ``k`` of a held list (a bucket's result of :func:`encode_chunk`, held on its own)."""
+    values, k = item
+    return values[k]
 
 
 def encode_kept(item: tuple[str, list[BucketPiece], EncodeArgs]) -> BucketStats:
