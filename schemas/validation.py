@@ -306,23 +306,23 @@ def _gx_frame(df: pd.DataFrame, schema: TableSchema, present: list[str]) -> pd.D
 
 
 def _distinct_frame(frame: pd.DataFrame) -> pd.DataFrame | None:
-    """Each categorical column's distinct values (its categories, and one missing value if a row has none), as
-    categoricals of the same dtype, the shorter columns padded by repeating their first value; None unless every
-    column is categorical. A value-level expectation holds on every row iff it holds on this frame."""
+    """Each categorical column's distinct values (one row holding each value the column holds, the missing value
+    included), the shorter columns padded by repeating their first such row; None unless every column is
+    categorical. A value-level expectation holds on every row iff it holds on this frame."""
     if not len(frame) or not all(isinstance(frame[c].dtype, pd.CategoricalDtype) for c in frame.columns):
         return None
     import numpy as np
 
-    codes: dict[str, np.ndarray] = {}
+    rows: dict[str, np.ndarray] = {}
     for c in frame.columns:
-        k = len(frame[c].cat.categories)
-        has_null = bool((frame[c].cat.codes.to_numpy() < 0).any())
-        codes[c] = np.concatenate([np.arange(k), [-1] if has_null else []]).astype(np.int64)
-    n = max(max(v.size for v in codes.values()), 1)
+        codes = frame[c].cat.codes.to_numpy().astype(np.int64) + 1  # 0: missing
+        first = np.full(len(frame[c].cat.categories) + 1, -1, dtype=np.int64)
+        first[codes[::-1]] = np.arange(codes.size - 1, -1, -1)  # the last write per code is its first row
+        rows[c] = first[first >= 0]
+    n = max(v.size for v in rows.values())
     out = {}
-    for c, v in codes.items():
-        padded = np.concatenate([v, np.full(n - v.size, v[0] if v.size else -1)])
-        out[c] = pd.Categorical.from_codes(padded.astype(np.int64), dtype=frame[c].dtype)  # type: ignore[call-overload]
+    for c, v in rows.items():  # a take keeps the column's categorical dtype as it is
+        out[c] = frame[c].array.take(np.concatenate([v, np.full(n - v.size, v[0])]))
     return pd.DataFrame(out)
 
 
