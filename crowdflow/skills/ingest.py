@@ -81,7 +81,11 @@ def _column_codes(column: Any) -> tuple[np.ndarray, Any]:
 
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    if not pa.types.is_dictionary(column.type):
+    if pa.types.is_dictionary(column.type):  # a file's own dictionary: distinct and without nulls, or encoded again
+        values = column.dictionary
+        if values.null_count or pc.count_distinct(values).as_py() != len(values):
+            column = pc.dictionary_encode(column.cast(values.type))
+    else:
         column = pc.dictionary_encode(column)
     indices = column.indices
     codes = np.asarray(indices.to_numpy(zero_copy_only=False) if indices.null_count == 0 else indices.fill_null(-1))

@@ -167,3 +167,16 @@ def test_coded_pieces_on_dask_workers_fit_as_the_disk_path(seed: int, tmp_path: 
         a = pd.concat([pd.read_parquet(p) for p in disk.consensus_parts]).sort_values("task", ignore_index=True)
         b = pd.concat([pd.read_parquet(p) for p in kept.consensus_parts]).sort_values("task", ignore_index=True)
         assert a["label"].tolist() == b["label"].tolist() and a["n_labels"].tolist() == b["n_labels"].tolist()
+
+
+def test_a_dictionary_with_repeated_or_missing_values_is_encoded_again() -> None:
+    """A file's own dictionary may repeat a value or hold a missing one (Arrow allows both): the codes then follow the
+    values, as a plain column's would."""
+    import pyarrow as pa
+
+    from crowdflow.skills.ingest import _column_codes
+
+    column = pa.DictionaryArray.from_arrays(pa.array([0, 1, 2, None, 1, 3]), pa.array(["a", "a", None, "b"]))
+    codes, values = _column_codes(column)
+    assert values.to_pylist() == ["a", "b"]
+    np.testing.assert_array_equal(codes, [0, 0, -1, -1, 0, 1])
