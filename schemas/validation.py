@@ -212,7 +212,19 @@ class _Suite:
     definition: Any
     rules: dict[str, str]
     n_expectations: int
+    value_level: bool = False
 
+
+#: Expectations that judge each value on its own (the same verdict for every row holding that value), so a column's
+#: distinct values stand for its rows (:func:`_distinct_frame`).
+_VALUE_LEVEL = frozenset(
+    {
+        "ExpectColumnValuesToNotBeNull",
+        "ExpectColumnValuesToNotBeInSet",
+        "ExpectColumnValuesToBeInSet",
+        "ExpectColumnValuesToBeBetween",
+    }
+)
 
 #: Suites kept per process (a long-lived process that validates many shapes starts a fresh context past it).
 MAX_SUITES = 64
@@ -260,7 +272,10 @@ def _suite_for(schema: TableSchema, present: list[str], allowed: dict[str, list[
             added = suite.add_expectation(exp)
             rules[str(added.id)] = rule
         vd = ctx.validation_definitions.add(gx.ValidationDefinition(name=f"{name}_validation", data=bd, suite=suite))
-        built = _Suite(vd, rules, len(expectations))
+        value_level = all(
+            type(exp).__name__ in _VALUE_LEVEL and getattr(exp, "column", None) != _DISTINCT for exp, _ in expectations
+        )
+        built = _Suite(vd, rules, len(expectations), value_level)
         _SUITES[key] = built
         return built
 
@@ -288,6 +303,27 @@ def _gx_frame(df: pd.DataFrame, schema: TableSchema, present: list[str]) -> pd.D
         a, b = schema.distinct
         cols[_DISTINCT] = (df[a] != df[b]).fillna(True).astype(bool)
     return pd.DataFrame(cols, index=df.index)
+
+
+def _distinct_frame(frame: pd.DataFrame) -> pd.DataFrame | None:
+    """Each categorical column's distinct values (one row holding each value the column holds, the missing value
+    included), the shorter columns padded by repeating their first such row; None unless every column is
+    categorical. A value-level expectation holds on every row iff it holds on this frame."""
+    if not len(frame) or not all(isinstance(frame[c].dtype, pd.CategoricalDtype) for c in frame.columns):
+        return None
+    import numpy as np
+
+    rows: dict[str, np.ndarray] = {}
+    for c in frame.columns:
+        codes = frame[c].cat.codes.to_numpy().astype(np.int64) + 1  # 0: missing
+        first = np.full(len(frame[c].cat.categories) + 1, -1, dtype=np.int64)
+        first[codes[::-1]] = np.arange(codes.size - 1, -1, -1)  # the last write per code is its first row
+        rows[c] = first[first >= 0]
+    n = max(v.size for v in rows.values())
+    out = {}
+    for c, v in rows.items():  # a take keeps the column's categorical dtype as it is
+        out[c] = frame[c].array.take(np.concatenate([v, np.full(n - v.size, v[0])]))
+    return pd.DataFrame(out)
 
 
 def validate_frame(
@@ -321,8 +357,16 @@ def validate_frame(
     present = [c for c in schema.names if c in df.columns]
     suite = _suite_for(schema, present, allowed or {}, whole_table)
     frame = _gx_frame(df, schema, present)
-    with _LOCK:  # one GX run at a time in a process: the context and its definitions are shared
-        res = suite.definition.run(batch_parameters={"dataframe": frame}, result_format="SUMMARY")
+    distinct = _distinct_frame(frame) if suite.value_level else None
+    res = None
+    if distinct is not None:  # GX on each column's distinct values: every row's value is among them
+        with _LOCK:
+            res = suite.definition.run(batch_parameters={"dataframe": distinct}, result_format="BOOLEAN_ONLY")
+        if not all(r.success for r in res.results):
+            res = None  # a value fails: GX again on the rows, for the report's counts and rows
+    if res is None:
+        with _LOCK:  # one GX run at a time in a process: the context and its definitions are shared
+            res = suite.definition.run(batch_parameters={"dataframe": frame}, result_format="SUMMARY")
     rules = suite.rules
     failures: list[Failure] = []
     checked: list[Checked] = []

@@ -25,7 +25,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -34,8 +34,9 @@ import scipy.sparse as sp
 from crowdflow.contracts.errors import InputError
 from crowdflow.contracts.tables import OUTPUTS
 from crowdflow.graphs import ParityForest, pair_counts, worker_strength
-from crowdflow.labels import DuplicatePolicy, LabelMatrix, factorize_ids, task_major_order
+from crowdflow.labels import DuplicatePolicy, LabelMatrix, natural_order
 from crowdflow.metrics import ReviewPart, review_part
+from crowdflow.skills.coded import task_worker_order
 from crowdflow.skills.consensus import weighted_consensus
 from crowdflow.skills.dawid_skene import _pick
 from crowdflow.skills.held import HeldCodes, held_codes, label_row_major, posteriors
@@ -79,6 +80,56 @@ class SplitSummary:
     workers: Any
     labels: Any
     sha256: str = ""
+
+
+@dataclass(frozen=True)
+class CodedPiece:
+    """One file's rows of one task bucket as codes: each id column as int32 codes into the piece's own distinct
+    texts (first-seen order), and each row's 1-based row number in its file (for the duplicate error; int32 when the
+    file has fewer than 2³¹ rows).
+
+    16 bytes a label and the piece's distinct texts (≈ 38 bytes a label as Arrow text before): what a worker holds
+    between the read and the encode, and what moves to the worker that encodes the bucket.
+    """
+
+    partition: int
+    tasks: Any
+    task_idx: np.ndarray
+    workers: Any
+    worker_idx: np.ndarray
+    labels: Any
+    label_idx: np.ndarray
+    rows: np.ndarray
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.rows.size)
+
+    def text(self) -> Any:
+        """The piece as the text table of :func:`bucket_order` (``task, worker, label`` and ``row``)."""
+        import pyarrow as pa
+
+        return pa.table(
+            {
+                "task": self.tasks.take(pa.array(self.task_idx)),
+                "worker": self.workers.take(pa.array(self.worker_idx)),
+                "label": self.labels.take(pa.array(self.label_idx)),
+                "row": pa.array(self.rows.astype(np.int64)),
+            }
+        )
+
+
+def coded_piece(partition: int, table: Any) -> CodedPiece:
+    """A text piece (Arrow ``task, worker, label, row``, as :func:`bucket_order` slices it) as a :class:`CodedPiece`."""
+    import pyarrow.compute as pc
+
+    cols: dict[str, Any] = {}
+    for name in ("task", "worker", "label"):
+        enc = pc.dictionary_encode(table.column(name).combine_chunks())
+        cols[name + "s"] = enc.dictionary
+        cols[name + "_idx"] = np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int32)
+    rows = np.asarray(table.column("row").to_numpy(), dtype=np.int64)
+    return CodedPiece(partition=partition, rows=rows, **cols)
 
 
 def bucket_order(labels: pd.DataFrame, n_buckets: int) -> tuple[Any, np.ndarray, int]:
@@ -218,6 +269,15 @@ class EncodeArgs:
     pairs: bool
     keep: bool
 
+    def value_sets(self) -> tuple[Any, Any]:
+        """The worker and class dictionaries as Arrow strings, built once per process that holds these arguments
+        (the encode of every bucket looks its pieces' ids up in them)."""
+        got = self.__dict__.get("_value_sets")
+        if got is None:
+            got = (_value_set(self.workers), _value_set(self.classes))
+            object.__setattr__(self, "_value_sets", got)
+        return cast(tuple[Any, Any], got)
+
 
 def encode_shared(folder: str, args: EncodeArgs) -> BucketStats:
     """:func:`encode_bucket` with the shared arguments (the item function of the encode pass)."""
@@ -313,29 +373,103 @@ def encode_table(
     pairs: bool = True,
     keep: bool = False,
 ) -> BucketStats:
-    """:func:`encode_bucket` on the bucket's pieces given as Arrow tables (``task, worker, label, row``), in input-file
-    order, ``origin`` the (file index, rows) of each piece: read from the bucket's folder, or kept in memory by the
-    first read (:mod:`crowdflow.skills.pieces`). The same codes and sums either way."""
+    """:func:`encode_bucket` on the bucket's pieces given as Arrow text tables (``task, worker, label, row``), in
+    input-file order, ``origin`` the (file index, rows) of each piece: :func:`encode_pieces` on them as codes."""
+    pieces = [coded_piece(i, t) for (i, _), t in zip(origin, parts, strict=True)]
+    return encode_pieces(folder, pieces, workers, classes, duplicates, file_names, pairs, keep)
+
+
+def _value_set(ids: np.ndarray) -> Any:
+    import pyarrow as pa
+
+    return pa.array(np.asarray(ids, dtype=object).astype(str), pa.string())
+
+
+def _bucket_tasks(pieces: list[CodedPiece]) -> tuple[np.ndarray, np.ndarray]:
+    """The bucket's task code of every row (pieces in order) and its task ids, in :func:`natural_sort` order (the
+    codes and ids :func:`~crowdflow.labels.factorize_ids` gives the bucket's task column): the pieces' distinct
+    texts united by Arrow, sorted once."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    texts = pa.concat_arrays([p.tasks for p in pieces]) if pieces else pa.array([], pa.string())
+    enc = pc.dictionary_encode(texts)
+    of_text = np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    ids = enc.dictionary
+    first = ids[0].as_py() if len(ids) else ""
+    try:
+        float(first)
+        numeric = True
+    except ValueError:
+        numeric = False
+    if numeric or pc.any(pc.match_substring(ids, "\x00")).as_py():  # natural_order decides (numpy's text order
+        # ignores trailing NULs, Arrow's does not)
+        obj = np.asarray(ids.to_numpy(zero_copy_only=False), dtype=object)
+        order = natural_order(obj)
+    else:  # some id is not a number: text order, which Arrow's byte order of UTF-8 is (code points)
+        order = np.asarray(pc.sort_indices(ids), dtype=np.int64)
+    rank = np.empty(order.size, dtype=np.int64)
+    rank[order] = np.arange(order.size)
+    starts = np.zeros(len(pieces) + 1, dtype=np.int64)
+    np.cumsum([len(p.tasks) for p in pieces], out=starts[1:])
+    task_idx = np.concatenate(
+        [rank[of_text[starts[k] + p.task_idx]] for k, p in enumerate(pieces)] or [np.zeros(0, np.int64)]
+    )
+    return task_idx, np.asarray(ids.take(pa.array(order)).to_numpy(zero_copy_only=False), dtype=object)
+
+
+def _bucket_codes(pieces: list[CodedPiece], field: str, value_set: Any) -> np.ndarray:
+    """Every row's position in the run's dictionary ``value_set`` (-1 where absent): one lookup per distinct text of
+    each piece, then a gather."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not pieces:
+        return np.zeros(0, dtype=np.int64)
+    texts = pa.concat_arrays([getattr(p, field) for p in pieces])
+    found = pc.index_in(texts, value_set=value_set)
+    at = np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    starts = np.zeros(len(pieces) + 1, dtype=np.int64)
+    np.cumsum([len(getattr(p, field)) for p in pieces], out=starts[1:])
+    idx = field[:-1] + "_idx"
+    return np.concatenate([at[starts[k] + getattr(p, idx)] for k, p in enumerate(pieces)])
+
+
+def encode_pieces(
+    folder: str,
+    pieces: list[CodedPiece],
+    workers: np.ndarray,
+    classes: np.ndarray,
+    duplicates: DuplicatePolicy,
+    file_names: list[str],
+    pairs: bool = True,
+    keep: bool = False,
+    value_sets: tuple[Any, Any] | None = None,
+) -> BucketStats:
+    """:func:`encode_bucket` on the bucket's pieces as codes (:class:`CodedPiece`, in input-file order): read from
+    the bucket's folder, or kept in memory by the first read (:mod:`crowdflow.skills.pieces`). The same codes and
+    sums either way. ``value_sets``: the run's worker and class dictionaries as Arrow arrays, if already built."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     Path(folder).mkdir(parents=True, exist_ok=True)
-    table = pa.concat_tables(parts)
-    task_idx, tasks = factorize_ids(table.column("task").to_pandas(types_mapper=pd.ArrowDtype), "task")
-    worker_idx = _codes_in(table.column("worker"), workers)
-    class_idx = _codes_in(table.column("label"), classes)
+    w_set, c_set = value_sets if value_sets is not None else (_value_set(workers), _value_set(classes))
+    task_idx, tasks = _bucket_tasks(pieces)
+    worker_idx = _bucket_codes(pieces, "workers", w_set)
+    class_idx = _bucket_codes(pieces, "labels", c_set)
     if (worker_idx < 0).any() or (class_idx < 0).any():
         raise InputError(
             "a worker or label outside the run's dictionaries: an input file changed during the run", path=folder
         )
 
     def frame() -> pd.DataFrame:  # the rows with their file, only for a duplicate's message
-        files = np.repeat([file_names[i] for i, _ in origin], [n for _, n in origin])
-        rows: pd.DataFrame = table.select(["task", "worker", "row"]).to_pandas()
-        return rows.assign(file=files)
+        text = pa.concat_tables([p.text() for p in pieces]).select(["task", "worker", "row"]).to_pandas()
+        files = np.repeat([file_names[p.partition] for p in pieces], [p.n_rows for p in pieces])
+        rows: pd.DataFrame = text.assign(file=files)
+        return rows
 
     n_workers = int(workers.size)
-    order, key = task_major_order(task_idx, worker_idx, n_workers)
+    order, key = task_worker_order(task_idx, worker_idx, int(tasks.size), n_workers)
     order, dropped = _duplicates(key, order, duplicates, frame)
     task_idx, worker_idx, class_idx = task_idx[order], worker_idx[order].astype(np.int64), class_idx[order]
     used = np.bincount(task_idx, minlength=tasks.size) > 0
@@ -635,16 +769,19 @@ def bucket_tasks(folder: str) -> int:
 
 __all__ = [
     "BucketStats",
+    "CodedPiece",
     "ConsensusPart",
     "EncodeArgs",
     "SplitSummary",
     "bucket_order",
     "bucket_tasks",
     "bucket_truth",
+    "coded_piece",
     "codes_only",
     "consensus_part_path",
     "ds_consensus",
     "encode_bucket",
+    "encode_pieces",
     "encode_shared",
     "encode_table",
     "load_bucket",

@@ -103,7 +103,7 @@ from crowdflow.skills.moments import (
     prune_spammer_edges,
 )
 from crowdflow.skills.options import SkillsOptions
-from crowdflow.skills.pieces import encode_kept, kept_summary, piece_items, piece_of, read_and_keep
+from crowdflow.skills.pieces import chunk_items, chunk_of, encode_chunk, item_at, kept_summary, read_and_keep
 from crowdflow.skills.reasons import explain_missing_skills
 from crowdflow.skills.squarem import squarem
 from crowdflow.storage.datasets import Partition, list_partitions, read_partition
@@ -141,15 +141,16 @@ def read_and_keep_all(
     read (:mod:`crowdflow.skills.pieces`); nothing written.
 
     Returns the files' id union, what ``check`` returned per file index, and per bucket folder (``<folder>/bucket-<b>``,
-    as :func:`read_and_split` names them) the handles of its pieces in file order, for :func:`encode_buckets`
-    (``pieces=``), which frees them.
+    as :func:`read_and_split` names them) the handles that hold its pieces in file order (each file's pieces of a run
+    of consecutive buckets held as one item, :data:`crowdflow.skills.pieces.PIECE_CHUNKS` runs: the buckets of a run
+    share the list), for :func:`encode_buckets` (``pieces=``), which frees them.
     """
     read = functools.partial(read_and_keep, n_buckets=n_buckets, columns=columns, check=check)
     files = hold(executor, read, parts)
     try:
         union, found, nonempty = fold(executor, on_held(kept_summary), files, _add_kept, (IdUnion(), {}, {}))
-        items, where = piece_items(files, [nonempty[p.index] for p in parts])
-        held = hold(executor, piece_of, items)
+        items, where = chunk_items(files, [nonempty[p.index] for p in parts], n_buckets)
+        held = hold(executor, chunk_of, items)
     finally:
         release(executor, files)  # the pieces keep what they need of each file's table
     pieces = {str(Path(folder) / f"bucket-{b:05d}"): [held[i] for i in where[b]] for b in sorted(where)}
@@ -169,8 +170,11 @@ def _add_kept(
 
 def release_pieces(executor: MapFn, pieces: dict[str, list[Any]] | None) -> None:
     """Free the held pieces of :func:`read_and_keep_all` (after the encode, or when the run stops before it)."""
-    for handles in (pieces or {}).values():
-        release(executor, handles)
+    seen: set[int] = set()
+    for handles in (pieces or {}).values():  # the buckets of a run share their handles: each is released once
+        fresh = [h for h in handles if id(h) not in seen]
+        seen.update(id(h) for h in fresh)
+        release(executor, fresh)
 
 
 def _distinct_union(acc: Any, values: Any) -> Any:
@@ -375,8 +379,16 @@ def _encode_buckets(
     w, m = int(workers.size), int(classes.size)
     try:
         if keep:  # encode where the bucket is held, bring back its sums, keep only its codes there
-            if pieces is not None:
-                full = hold(executor, encode_kept, [(b, pieces[b], args) for b in buckets])
+            if pieces is not None:  # one task a run of buckets (they share their pieces' handles), then each bucket's
+                runs: dict[tuple[int, ...], list[str]] = {}  # result held on its own where it was made
+                for b in buckets:
+                    runs.setdefault(tuple(id(h) for h in pieces[b]), []).append(b)
+                done = hold(executor, encode_chunk, [(run, pieces[run[0]], args) for run in runs.values()])
+                at = {b: (done[i], k) for i, run in enumerate(runs.values()) for k, b in enumerate(run)}
+                try:
+                    full = hold(executor, item_at, [at[b] for b in buckets])
+                finally:
+                    release(executor, done)
             else:
                 full = hold(executor, on_held_with(encode_shared), with_shared(buckets, args))
             try:

@@ -35,12 +35,29 @@ __all__ = [
     "Partition",
     "is_url",
     "list_partitions",
+    "partition_bytes",
     "read_check_copy",
     "read_copy",
     "read_partition",
 ]
 
 log = logging.getLogger(__name__)
+
+
+def partition_bytes(part: Partition) -> tuple[bytes, str]:
+    """The bytes of one file of a dataset (local or through fsspec) and their SHA-256 (the file's fingerprint)."""
+    try:
+        if part.protocol == "file":
+            raw = Path(part.path).read_bytes()
+        else:
+            import fsspec
+
+            fs = fsspec.filesystem(part.protocol, **dict(part.storage_options))
+            with fs.open(part.path, "rb") as fh:
+                raw = fh.read()
+    except OSError as exc:
+        raise InputError(f"cannot read Parquet: {exc}", path=part.name) from None
+    return raw, hashlib.sha256(raw).hexdigest()
 
 
 def read_partition(
@@ -72,19 +89,11 @@ def read_partition(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    raw, digest = partition_bytes(part)
     try:
-        if part.protocol == "file":
-            raw = Path(part.path).read_bytes()
-        else:
-            import fsspec
-
-            fs = fsspec.filesystem(part.protocol, **dict(part.storage_options))
-            with fs.open(part.path, "rb") as fh:
-                raw = fh.read()
         table = pq.read_table(pa.BufferReader(raw))
     except (pa.ArrowException, OSError) as exc:
         raise InputError(f"cannot read Parquet: {exc}", path=part.name) from None
-    digest = hashlib.sha256(raw).hexdigest()
     del raw
     loaded = read_frame(table.to_pandas(), schema, columns, source=part.name, fingerprint=False, part=True)
     df = loaded.df if wanted is None else loaded.df[[c for c in loaded.df.columns if c in wanted]]

@@ -451,6 +451,27 @@ def _canonical(
     return _coerce(df, schema, where), renamed
 
 
+def canonical_names(
+    names: list[str], schema: TableSchema, columns: Mapping[str, str] | None, where: str
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The column rules of :func:`_canonical` on a header alone: canonical column → the source's column name, and
+    the renamed columns (input → canonical). Raises as :func:`read_frame` does (a column named twice, a mapped
+    column that is missing). For a reader that wants to apply the value rules to each column's distinct values
+    only (:func:`coerce_columns`)."""
+    stripped = [str(c).strip() for c in names]
+    _check_header(stripped, where)
+    out, renamed = _apply_columns(pd.DataFrame(columns=stripped), schema, dict(columns or {}), where)
+    back = {renamed.get(c, c): names[i] for i, c in enumerate(stripped)}
+    return {c: back[c] for c in out.columns if c in back}, renamed
+
+
+def coerce_columns(df: pd.DataFrame, schema: TableSchema, where: str) -> pd.DataFrame:
+    """The value rules of :func:`_canonical` (ids as text, blanks stripped, numbers parsed, labels' numbers written
+    one way) on a frame already in canonical column names: elementwise, so they may run on a column's distinct
+    values (a dictionary) and be mapped back to the rows; an error's rows are then positions in ``df``."""
+    return _coerce(df, schema, where)
+
+
 def frame_fingerprint(df: pd.DataFrame) -> str:
     """SHA-256 over a DataFrame's column names and values (row order included), for a table given in memory."""
     h = hashlib.sha256()
