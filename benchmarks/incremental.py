@@ -227,6 +227,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default=None, help="flow jobs: work folder (a history already there is reused)")
     ap.add_argument("--keep-data", action="store_true", help="flow jobs: keep --work at the end")
     ap.add_argument("--start-day", type=int, default=1, help="flow jobs: resume an interrupted --work run here")
+    ap.add_argument(
+        "--full-lock",
+        default=None,
+        help="flow jobs: a lock file (flock) held around each full refit only (e.g. /tmp/cf-big.lock: the machine's "
+        "big-run lock), so the daily runs do not hold it",
+    )
     ap.add_argument("--section", default="", help="flow jobs: a tag added to the page section's key (a new section)")
     ap.add_argument(
         "--rows-file",
@@ -722,7 +728,11 @@ def flow_main(args: argparse.Namespace) -> int:
                 rec["ref"] = ref.check(inc["run"].tables["ranking"] if fj.job == "ranking" else Path(inc["dir"]))
                 rec["ref"]["s"] = time.perf_counter() - t0
                 if k + 1 in fulls:
-                    rec["full"] = run("full")
+                    t_wait = time.perf_counter()
+                    with _Held(args.full_lock):
+                        rec["lock_wait_s"] = time.perf_counter() - t_wait
+                        rec["load_full"] = os.getloadavg()[0]
+                        rec["full"] = run("full")
                     if fj.job == "skills":
                         skills_equal_arrow(Path(inc["dir"]), Path(rec["full"]["dir"]))
                     else:
@@ -762,6 +772,25 @@ def flow_main(args: argparse.Namespace) -> int:
             if not args.work:
                 shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+class _Held:
+    """``flock(path)`` held for a ``with`` block (no-op without a path): the same lock as ``flock(1)``."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path, self.fd = path, -1
+
+    def __enter__(self) -> None:
+        if self.path:
+            import fcntl
+
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing the descriptor releases the lock
+            self.fd = -1
 
 
 def skills_equal_arrow(inc: Path, full: Path) -> None:
