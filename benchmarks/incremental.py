@@ -227,6 +227,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default=None, help="flow jobs: work folder (a history already there is reused)")
     ap.add_argument("--keep-data", action="store_true", help="flow jobs: keep --work at the end")
     ap.add_argument("--start-day", type=int, default=1, help="flow jobs: resume an interrupted --work run here")
+    ap.add_argument(
+        "--full-lock",
+        default=None,
+        help="flow jobs: a lock file (flock) held around each full refit only (e.g. /tmp/cf-big.lock: the machine's "
+        "big-run lock), so the daily runs do not hold it",
+    )
+    ap.add_argument("--section", default="", help="flow jobs: a tag added to the page section's key (a new section)")
+    ap.add_argument(
+        "--rows-file",
+        default=None,
+        help="flow jobs: JSON of the days measured so far, read at the start and rewritten after each day (several "
+        "--start-day segments, e.g. the full-refit days under the big-run lock, write one table)",
+    )
     args = ap.parse_args(argv)
     if args.job in FLOW_JOBS:
         return flow_main(args)
@@ -639,6 +652,9 @@ def flow_main(args: argparse.Namespace) -> int:
     runner, why = full_runner(args)
     print(f"full refit on days {fulls}: {runner} ({why})", flush=True)
     rows: list[dict[str, Any]] = []
+    rows_file = Path(args.rows_file) if args.rows_file else None
+    if rows_file is not None and rows_file.exists():  # days of earlier segments of this measurement
+        rows = [r for r in json.loads(rows_file.read_text()) if r["day"] < args.start_day]
     loads: list[float] = []
     # independent references, kept in this process (never the increment store): the ranking's pair sums, the skills'
     # per-task counts and per-worker agreement (benchmarks/incremental_skills_ref.py)
@@ -712,7 +728,11 @@ def flow_main(args: argparse.Namespace) -> int:
                 rec["ref"] = ref.check(inc["run"].tables["ranking"] if fj.job == "ranking" else Path(inc["dir"]))
                 rec["ref"]["s"] = time.perf_counter() - t0
                 if k + 1 in fulls:
-                    rec["full"] = run("full")
+                    t_wait = time.perf_counter()
+                    with _Held(args.full_lock):
+                        rec["lock_wait_s"] = time.perf_counter() - t_wait
+                        rec["load_full"] = os.getloadavg()[0]
+                        rec["full"] = run("full")
                     if fj.job == "skills":
                         skills_equal_arrow(Path(inc["dir"]), Path(rec["full"]["dir"]))
                     else:
@@ -731,6 +751,8 @@ def flow_main(args: argparse.Namespace) -> int:
                     r.pop("run", None)
                     shutil.rmtree(r.pop("dir"), ignore_errors=True)
                 rows.append(rec)
+                if rows_file is not None:
+                    rows_file.write_text(json.dumps(rows, default=str))
                 line = (f"day {k + 1}: daily {inc['wall']:.1f} s (flow {inc['flow']:.1f} s, {rec['how']}, "
                         f"{inc['rss_gb']:.2f} GB), alone {rec['alone']['wall']:.1f} s (flow "
                         f"{rec['alone']['flow']:.1f}); stored rows read {rec['stored_rows_read']:,}"
@@ -752,9 +774,30 @@ def flow_main(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Held:
+    """``flock(path)`` held for a ``with`` block (no-op without a path): the same lock as ``flock(1)``."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path, self.fd = path, -1
+
+    def __enter__(self) -> None:
+        if self.path:
+            import fcntl
+
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing the descriptor releases the lock
+            self.fd = -1
+
+
 def skills_equal_arrow(inc: Path, full: Path) -> None:
     """Every table of the folded mv run against the full refit's, as Arrow tables read from the two run folders (no
     pandas: 2e7 consensus rows at 10^8): bit for bit but the distinct-co-labeller columns (NaN in the folded run)."""
+    import pyarrow.compute as pc
+
     from crowdflow.skills.reasons import PARTITIONED_MISSING
     from crowdflow.storage.run_store import read_output_table
 
@@ -768,6 +811,9 @@ def skills_equal_arrow(inc: Path, full: Path) -> None:
         g, w = got.select(same), want.select(same)
         w = pa_cast_like(w, g)
         assert g.num_rows == w.num_rows, name
+        key = {"consensus": "task", "skills": "worker"}.get(name)
+        if key and not g[key].equals(w[key]):  # a Dask refit writes its consensus bucket by bucket: align by id
+            g, w = (t.take(pc.sort_indices(t, [(key, "ascending")])) for t in (g, w))
         for c in same:
             assert g[c].equals(w[c]), f"{name}.{c} differs from the full refit's"
         for c in missing:
@@ -788,7 +834,7 @@ def pa_cast_like(table: Any, like: Any) -> Any:
 
 
 def _section_key(args: argparse.Namespace) -> str:
-    return f"{args.job} history {args.history} day {args.day}"
+    return f"{args.job} history {args.history} day {args.day}" + (f" {args.section}" if args.section else "")
 
 
 def write_flow_report(

@@ -5,8 +5,10 @@ parsed from the generator's format (``d<day:4>-t<k:7>`` tasks, ``w<k:4>`` worker
 codes, and kept in this process as three small integer arrays (7 bytes a row). Each day:
 
 - ``consensus``: one count per (task, class) by ``numpy.bincount`` over every row so far; every task is in the
-  run's table once with ``n_labels`` equal to the count and, when not tied, the label of the larger count (a tied
-  task's label is one of the tied classes: the tie draw is the library's rule, not re-derived here);
+  run's table once with ``n_labels`` equal to the count and, when not tied, the label of the larger count; a tied
+  task's label is the class with the larger draw u(task, class, seed) of docs/methods/skills.md §2.7, re-derived
+  here from the formula (64-bit FNV-1a of the id text ``d<day:4>-t<k:7>`` rebuilt from the codes, splitmix64's
+  finaliser, seed 0: the spec's default) with numpy words, not with crowdflow's code;
 - ``skills``: ``n_labels`` per worker (a bincount), and ``accuracy`` = (rows agreeing with the task's vote) /
   ``n_labels`` from one pass over every row with the votes above (ties: the run's label), compared exactly.
 """
@@ -23,6 +25,43 @@ import pyarrow.parquet as pq
 
 #: task codes: day * TASKS_PER_DAY + k
 TASKS_PER_DAY = 200_000
+
+_M64 = (1 << 64) - 1
+
+
+def _splitmix(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, z ^= z >> 30; z *= 0xBF58476D1CE4E5B9; z ^= z >> 27; z *= 0x94D049BB133111EB;
+    z ^= z >> 31 (mod 2^64)."""
+    z = z.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def _fnv1a_text(chars: np.ndarray) -> np.ndarray:
+    """FNV-1a 64 of each row of an (n, L) array of ASCII bytes."""
+    h = np.full(chars.shape[0], 0xCBF29CE484222325, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(chars.shape[1]):
+            h = (h ^ chars[:, j].astype(np.uint64)) * np.uint64(0x100000001B3)
+    return h
+
+
+def tie_winner(codes: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Label (0 or 1) the tie rule gives a task tied between ``"0"`` and ``"1"``, from the task codes."""
+    day, k = codes // TASKS_PER_DAY, codes % TASKS_PER_DAY
+    digits = np.zeros((codes.size, 14), dtype=np.uint8)
+    digits[:, 0], digits[:, 5], digits[:, 6] = ord("d"), ord("-"), ord("t")
+    for j in range(4):
+        digits[:, 4 - j] = ord("0") + (day // 10**j) % 10
+    for j in range(7):
+        digits[:, 13 - j] = ord("0") + (k // 10**j) % 10
+    h = _fnv1a_text(digits)
+    s = _splitmix(np.asarray([seed & _M64], dtype=np.uint64))
+    u = [_splitmix(h ^ _splitmix(_fnv1a_text(np.asarray([[ord(c)]], dtype=np.uint8)) ^ s)) >> np.uint64(11)
+         for c in "01"]  # fmt: skip
+    return (u[1] > u[0]).astype(np.int64)
 
 
 def _text(a: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
@@ -92,6 +131,7 @@ class SkillsReference:
         tied = c[:, 0] == c[:, 1]
         want = np.where(tied, label, np.argmax(c, axis=1))
         assert np.array_equal(label, want), "consensus label (untied tasks)"
+        assert np.array_equal(label[tied], tie_winner(codes[tied])), "consensus label (tied tasks: the tie rule)"
         vote = np.full(self.counts.shape[0], -1, dtype=np.int8)
         vote[codes] = label
         del codes, c, n, label, want, cons

@@ -81,6 +81,7 @@ from crowdflow.skills import (
     weighted_vote,
 )
 from crowdflow.skills.classic_em import ClassicEMResult, classic_em
+from crowdflow.skills.ties import pick_winners
 from crowdflow.skills.types import TieBreak
 
 log = logging.getLogger(__name__)
@@ -455,21 +456,20 @@ class MajorityVote(_Aggregator):
 
 
 def _choose(
-    post: np.ndarray, rank: np.ndarray, tie_break: EstimatorTieBreak, seed: int, rows: np.ndarray | None = None
+    post: np.ndarray, rank: np.ndarray, tie_break: EstimatorTieBreak, seed: int, enc: _Encoded | None = None
 ) -> np.ndarray:
     """Label code per task: the largest posterior; ties (equal to 1e-12) to the first code (``first``), the first in
-    sorted order (``smallest``, ``rank`` = sort position of each code) or a seeded draw (``random``; row ``rows[t]``
-    of the draw is task t's, when given)."""
+    sorted order (``smallest``, ``rank`` = sort position of each code) or a seeded draw (``random``: the library's one
+    rule, :func:`crowdflow.skills.ties.pick_winners`, by the text of ``enc``'s task ids and labels)."""
     if tie_break == "first":
         return np.asarray(post.argmax(axis=1), dtype=np.int64)
     top = np.isclose(post, post.max(axis=1, keepdims=True), rtol=1e-12, atol=1e-12)
     if tie_break == "smallest":
         return np.asarray(np.where(top, -rank[None, :], np.iinfo(np.int64).min).argmax(axis=1), dtype=np.int64)
     _library_tie_break(tie_break)
-    noise = np.random.default_rng(seed).random(post.shape)
-    if rows is not None:
-        noise = noise[rows]
-    return np.asarray(np.where(top, noise, -1.0).argmax(axis=1), dtype=np.int64)
+    if enc is None:
+        raise ValueError("a random tie-break draws by the task ids: pass the encoded data")
+    return pick_winners(post, _text_ids(enc.tasks), _text_ids(enc.classes), "random", seed)[0]
 
 
 def _gold_codes(enc: _Encoded, true_labels: pd.Series | None) -> np.ndarray | None:
@@ -667,9 +667,8 @@ class DawidSkene(_Aggregator):
         )  # fmt: skip
         # tasks, workers and labels are coded in order of first appearance: Crowd-Kit's row and column order
         tasks, labels = enc.tasks.rename("task"), enc.classes.rename("label")
-        # the seeded draw is made over tasks in sorted order, as for every estimator
-        sorted_rows = _rank(enc.tasks) if self.tie_break == "random" else None
-        winner = _choose(res.post, _rank(enc.classes), self.tie_break, self.seed, sorted_rows)
+        # the seeded draw is by task id and label, as for every estimator and every pipeline path
+        winner = _choose(res.post, _rank(enc.classes), self.tie_break, self.seed, enc)
         self.labels_ = pd.Series(enc.classes.take(winner), index=tasks, name="agg_label")
         self.probas_ = pd.DataFrame(res.post, index=tasks, columns=labels)
         self.priors_ = pd.Series(res.q, index=labels, name="prior")

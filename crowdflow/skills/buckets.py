@@ -693,7 +693,7 @@ def ds_consensus(
     """Final Dawid–Skene E-step of one bucket and its consensus part (label = arg-max posterior)."""
     lm = load_bucket(codes, n_workers, classes)
     post, ll = posteriors(codes, label_row_major(log_pi_t), log_q)
-    winner, ties = _pick(post, tie_break, seed)
+    winner, ties = _pick(post, lm, tie_break, seed)
     table = pd.DataFrame(
         {
             "task": lm.tasks,

@@ -51,8 +51,9 @@ import pandas as pd
 from crowdflow.compiled import compiled_kernel
 from crowdflow.graphs import labels_by_task
 from crowdflow.labels import LabelMatrix
-from crowdflow.skills.rows import row_argmax, row_max, row_sum
+from crowdflow.skills.rows import row_sum
 from crowdflow.skills.squarem import squarem
+from crowdflow.skills.ties import pick_winners
 from crowdflow.skills.types import TieBreak
 
 log = logging.getLogger(__name__)
@@ -116,16 +117,9 @@ def _gold(lm: LabelMatrix, gold: np.ndarray | None) -> np.ndarray | None:
     return g
 
 
-def _pick(post: np.ndarray, tie_break: TieBreak, seed: int) -> tuple[np.ndarray, int]:
-    top = row_max(post)[:, None]
-    is_top = np.isclose(post, top, rtol=1e-12, atol=1e-12)
-    ties = int((row_sum(is_top) > 1).sum())
-    if tie_break == "smallest":
-        return row_argmax(is_top), ties
-    if tie_break == "random":
-        noise = np.random.default_rng(seed).random(post.shape)
-        return row_argmax(np.where(is_top, noise, -1.0)), ties
-    raise ValueError(f"unknown tie_break {tie_break!r}; use 'smallest' or 'random'")
+def _pick(post: np.ndarray, lm: LabelMatrix, tie_break: TieBreak, seed: int) -> tuple[np.ndarray, int]:
+    """Arg-max posterior label of each task of ``lm``; ties by the one rule (:mod:`crowdflow.skills.ties`)."""
+    return pick_winners(post, lm.tasks, lm.classes, tie_break, seed)
 
 
 def _check(lm: LabelMatrix, tol: float, max_iter: int, smoothing: float, prior: float = 0.0) -> None:
@@ -156,7 +150,7 @@ def _result(
     seed: int,
 ) -> DawidSkeneResult:
     m = lm.n_classes
-    winner, ties = _pick(post, tie_break, seed)
+    winner, ties = _pick(post, lm, tie_break, seed)
     consensus = pd.DataFrame(
         {
             "task": lm.tasks,

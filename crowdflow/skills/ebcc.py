@@ -284,7 +284,7 @@ def ebcc(
     e_v = best.mu / best.mu.sum(axis=-1, keepdims=True)
     confusion = np.einsum("km,jkml->jkl", e_pi, e_v)
     accuracy = np.einsum("k,jkk->j", e_tau, confusion)
-    winner, ties = _pick(post, tie_break, seed)
+    winner, ties = _pick(post, lm, tie_break, seed)
     consensus = pd.DataFrame(
         {
             "task": lm.tasks,

@@ -12,8 +12,8 @@ without reading the history's rows (docs/methods/skills.md §4.4):
 
 A run that only adds files reads the stored rows of the tasks whose contribution moves: the **old tasks the new
 rows touch** (their ``k_t`` and maybe their vote change; their old workers' ``strength`` moves) and the **old tasks
-whose vote moved** without new labels (a random tie-break draws by a task's position among all tasks, so a task
-inserted before a tied one in the natural order can move its draw; ids that grow, e.g. dated, move none). For
+whose vote moved** without new labels (none since ties draw by task id, :mod:`crowdflow.skills.ties`; kept for a
+store voted under another tie rule, e.g. the positional draw before issue #38's fix). For
 those tasks the old contribution is subtracted (old vote, old ``k_t``) and the new one added; every new row is
 added. Files removed or changed, an erasure, other options, or no stored worker fold: the fold is rebuilt from the
 stored rows of every file (stated in the manifest). Every sum is an integer, so the result equals a full run's

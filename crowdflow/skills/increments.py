@@ -281,9 +281,8 @@ def vote_folded(
     Tasks and classes are put in the label encoder's order (:func:`crowdflow.labels.natural_sort` of the ids; the
     declared ``classes`` when given), the scores are the counts as float64 (what a full read's ``bincount`` gives),
     and the winners come from :func:`~crowdflow.skills.majority.vote_winners`: the table equals
-    ``majority_vote(encode_labels(rows), tie_break, seed).consensus`` bit for bit. Random tie-breaks draw by a
-    task's position among all tasks, so a new task can move the draw of older tied tasks: the votes are taken
-    over every task (one O(T·M) vectorised pass), never only over the touched ones.
+    ``majority_vote(encode_labels(rows), tie_break, seed).consensus`` bit for bit. Random tie-breaks draw by
+    (task id, class, seed) only (:mod:`crowdflow.skills.ties`), so a task's vote depends on its own counts alone.
 
     Raises
     ------
@@ -302,7 +301,7 @@ def vote_folded(
             raise ValueError(f"labels outside the declared label set {cls.tolist()}: {unknown[:5]}")
     scores = np.zeros((counts.shape[0], cls.size), dtype=np.float64)
     scores[:, pd.Index(cls.astype(str)).get_indexer(folded.classes.astype(str))] = counts.astype(np.float64)
-    winner, ties = vote_winners(scores, tie_break, seed)
+    winner, ties = vote_winners(scores, tasks, cls, tie_break, seed)
     n_labels = counts.sum(axis=1).astype(np.int64)
     confidence = scores[np.arange(scores.shape[0]), winner] / np.maximum(n_labels, 1)
     labels = pa.array(cls.tolist(), pa.string()).take(pa.array(winner))

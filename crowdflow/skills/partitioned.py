@@ -22,7 +22,8 @@ Memory in the flow: O(W·M²) without pairs, O(nnz(N) + W·M²) for ``pgd`` — 
 the parameters out, the sums back. The results equal an in-memory :func:`~crowdflow.skills.fit_skills` on the
 same labels: the counts and the graph exactly, PGD and majority vote exactly (the same statistics and the same
 per-task votes), Dawid–Skene to floating-point summation order (the M-step sums are added bucket by bucket).
-Tie-breaks with ``tie_break: random`` draw per bucket, so a tied task may get another of its tied labels.
+Tie-breaks draw by (task id, class, seed) only (:mod:`crowdflow.skills.ties`), so the buckets pick the same winners
+as an in-memory vote, ties included.
 """
 
 from __future__ import annotations
