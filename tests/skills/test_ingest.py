@@ -75,7 +75,7 @@ def _kept_equal(a: KeptFile, b: KeptFile) -> None:
             assert pa_.text().equals(pb_.text())
 
 
-@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("seed", [*range(4), *(pytest.param(s, marks=pytest.mark.slow) for s in range(4, 10))])
 def test_coded_read_equals_the_row_read(seed: int, tmp_path: Path) -> None:
     rng = np.random.default_rng(seed)
     df, classes = _frame(seed, int(rng.choice([7, 300, 20_000])))
@@ -119,7 +119,7 @@ def test_float_ids_take_the_row_reader(tmp_path: Path) -> None:
     _kept_equal(read_and_keep(part, 2), read_and_keep_rows(part, 2))
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", [*range(3), *(pytest.param(s, marks=pytest.mark.slow) for s in range(3, 6))])
 def test_great_expectations_on_distinct_values_gives_the_row_report(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """A categorical frame is judged on its distinct values first; the report equals GX on the rows only."""
     rng = np.random.default_rng(seed)
