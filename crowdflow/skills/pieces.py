@@ -3,8 +3,8 @@
 A partitioned skills run on an executor that holds (:func:`crowdflow.executors.holds`: the pipeline's Dask
 executor, :class:`~crowdflow.executors.InlineMemory`) reads, checks and splits every input file once
 (:func:`read_and_keep`) and keeps the file's rows in bucket order (:class:`KeptFile`) where it was read; each
-(file, bucket) piece is then held on its own (:func:`piece_of`), each bucket's encode takes
-its pieces in file order (:func:`encode_kept`) — the executor moves the pieces another worker holds through
+file's pieces are held in runs of consecutive buckets (:func:`chunk_of`), one task encodes a run's buckets from
+their pieces in file order (:func:`encode_chunk`) — the executor moves the pieces another worker holds through
 memory — and the files' tables are freed once the buckets are encoded. Nothing is written but each bucket's task
 ids (``tasks.parquet``, for the consensus) and nothing is read again: the split pieces on disk and their re-read by
 the encode of :func:`crowdflow.skills.buckets.encode_bucket` are the path of an executor that holds nothing.
@@ -44,27 +44,15 @@ from crowdflow.storage.io import LoadedTable
 __all__ = [
     "PIECE_CHUNKS",
     "BucketChunk",
-    "BucketPiece",
     "KeptFile",
     "chunk_items",
     "chunk_of",
     "encode_chunk",
-    "encode_kept",
     "item_at",
     "kept_summary",
-    "piece_items",
-    "piece_of",
     "read_and_keep",
     "read_and_keep_rows",
 ]
-
-
-@dataclass(frozen=True)
-class BucketPiece:
-    """One file's rows of one bucket (:class:`~crowdflow.skills.buckets.CodedPiece`) and the file's index."""
-
-    partition: int
-    table: CodedPiece
 
 
 @dataclass(frozen=True)
@@ -74,7 +62,7 @@ class KeptFile:
     what the run's check found (a validation report).
 
     Each piece owns its arrays (not a slice of the file's): a piece sent to another worker is pickled inside
-    :class:`BucketPiece`, and pickling an Arrow slice writes its parent's whole buffers."""
+    a :class:`BucketChunk`, and pickling an Arrow slice writes its parent's whole buffers."""
 
     summary: SplitSummary
     found: Any
@@ -125,26 +113,6 @@ def read_and_keep_rows(
 def kept_summary(kept: KeptFile) -> tuple[SplitSummary, Any, list[int]]:
     """What the flow gets of a kept file: its summary, its check's result and its non-empty buckets."""
     return kept.summary, kept.found, kept.buckets()
-
-
-def piece_of(item: tuple[KeptFile, int]) -> BucketPiece:
-    """Bucket ``b`` of a kept file, held on its own (the same buffers, no copy)."""
-    kept, b = item
-    piece = kept.pieces[b]
-    assert piece is not None  # piece_items lists the non-empty buckets only
-    return BucketPiece(kept.summary.partition, piece)
-
-
-def piece_items(handles: list[Any], buckets: list[list[int]]) -> tuple[list[tuple[Any, int]], dict[int, list[int]]]:
-    """The items of :func:`piece_of` for the kept files' handles (file order) and their non-empty buckets, and for
-    each bucket the positions of its pieces among the items (in file order)."""
-    items: list[tuple[Any, int]] = []
-    where: dict[int, list[int]] = {}
-    for handle, found in zip(handles, buckets, strict=True):
-        for b in found:
-            where.setdefault(b, []).append(len(items))
-            items.append((handle, b))
-    return items, where
 
 
 #: Buckets are held and encoded in this many runs of consecutive buckets (issue #36): a file's pieces of one run are
@@ -214,21 +182,3 @@ def item_at(item: tuple[list[Any], int]) -> Any:
     """Element ``k`` of a held list (a bucket's result of :func:`encode_chunk`, held on its own)."""
     values, k = item
     return values[k]
-
-
-def encode_kept(item: tuple[str, list[BucketPiece], EncodeArgs]) -> BucketStats:
-    """Encode one bucket from its kept pieces (:func:`crowdflow.skills.buckets.encode_pieces`); ``item`` is the
-    bucket's folder (for its task ids), its pieces and the shared arguments."""
-    folder, pieces, args = item
-    pieces = sorted(pieces, key=lambda p: p.partition)
-    return encode_pieces(
-        folder,
-        [p.table for p in pieces],
-        args.workers,
-        args.classes,
-        args.duplicates,
-        args.file_names,
-        args.pairs,
-        args.keep,
-        value_sets=args.value_sets(),
-    )
