@@ -117,8 +117,14 @@ def _worker_parts(folder: Path, run_id: str) -> list[str]:
     return paths
 
 
-@pytest.mark.parametrize("layout", ["flat", "hive"])
-@pytest.mark.parametrize(("n_tables", "worker_parts"), [(1, False), (3, False), (2, True)])
+@pytest.mark.parametrize(
+    ("layout", "n_tables", "worker_parts"),
+    [
+        pytest.param(layout, n, parts, marks=[pytest.mark.slow] if (layout, parts) == ("hive", False) else [])
+        for layout in ("flat", "hive")
+        for n, parts in ((1, False), (3, False), (2, True))
+    ],
+)  # every step killed in both layouts; the hive layout's whole-table cases (one kill per step each) run in the slow tier
 def test_kill_at_every_export_step(tmp_path: Path, layout: str, n_tables: int, worker_parts: bool) -> None:
     """Also for a table the Dask workers wrote as parts (a folder of parts, in the run or in its hive partition)."""
     out = tmp_path / "out"

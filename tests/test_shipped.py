@@ -106,6 +106,10 @@ def test_shipped_spec_runs_and_reads_back(shipped_runs: dict[str, dict[str, Any]
     for name, df in run.tables.items():
         pd.testing.assert_frame_equal(newest.tables[name], df)
 
+    # the closed loop assigns the next batch from the skills run it reads (deployments/specs/next-batch.yaml)
+    if spec_file == "next-batch.yaml":
+        assert manifest["metrics"]["n_assigned"] == 40 and manifest["metrics"]["n_workers_without_skill"] == 1
+
     # the report is a file of the run that opens
     if spec.output.report:
         report = run_dir / "report.html"

@@ -96,7 +96,7 @@ def test_sync_lbi_equals_alg2(workers, rows, items):
         pd.testing.assert_frame_equal(par.trace, ref.trace, check_exact=False, atol=1e-10, rtol=0)
 
 
-@pytest.mark.parametrize("kappa", [10.0, 100.0])
+@pytest.mark.parametrize("kappa", [10.0, pytest.param(100.0, marks=pytest.mark.slow)])  # κ = 100: ~10× the steps
 def test_zero_vs_ls_warm_start(kappa):
     """Test 15 of docs/methods/ranking.md §8.1: Alg 2 from θ⁰ = 0 gives the same top-s set as from the LS solution."""
     for seed in range(1):

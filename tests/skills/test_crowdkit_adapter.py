@@ -101,7 +101,14 @@ def test_every_crowdkit_classification_aggregator_is_offered_with_its_own_parame
             assert info.default == default, (name, param, info.default, default)
 
 
-@pytest.mark.parametrize("name", sorted(AGGREGATORS))
+#: Crowd-Kit's slowest aggregators on the family (GLAD's gradient steps, OneCoinDawidSkene's loops: 10-17 s each on
+#: 2 cores) run in the slow tier; the other seven keep the adapter's every-aggregator check in the default run.
+SLOW_FAMILY = {"GLAD", "OneCoinDawidSkene"}
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=[pytest.mark.slow] if n in SLOW_FAMILY else []) for n in sorted(AGGREGATORS)]
+)
 def test_consensus_is_crowdkits_on_a_generated_family(name: str) -> None:
     """Every task's label equals Crowd-Kit's on the same frame, over 4 shapes (2-4 classes, 8-15 workers, spammers);
     confidence is Crowd-Kit's probability of that label (MMSR: its weighted vote share)."""
