@@ -16,6 +16,7 @@ from prefect.runtime import flow_run
 
 from crowdflow.contracts.errors import SpecError
 from crowdflow.contracts.tables import RUNS_TABLE
+from crowdflow.memory import give_back
 from crowdflow.report import REPORT_FILE
 from crowdflow.report.trends import flagged_share
 from crowdflow.spec import JOB_OPTIONS, PipelineBase, check_name
@@ -46,9 +47,12 @@ class Clock:
     _t0: float = field(default_factory=time.perf_counter)
 
     def lap(self, step: str) -> None:
+        """Record the step's wall time and give the memory it freed back to the system (:func:`give_back`), so the
+        next step's peak does not stand on this one's freed pages (issue #36, docs/scale.md memory laws)."""
         now = time.perf_counter()
         self.timings[step] = round(now - self._t, 4)
-        self._t = now
+        give_back()
+        self._t = time.perf_counter()
 
     @property
     def total(self) -> float:
