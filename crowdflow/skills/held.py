@@ -193,10 +193,10 @@ def _em_kernel(
     counts: np.ndarray,
     post_t: np.ndarray,
 ) -> float:
-    """The fused pass (module docstring): ``counts`` (W·M·M, or W one-coin) overwritten, the posteriors written to
-    ``post_t`` (M × T_b, for the class sums only: numpy's pairwise sum over them gives the in-memory bits)."""
+    """The fused pass (module docstring): the M-step sums added to ``counts`` (W·M·M, or W one-coin; zero it for a
+    bucket's own sums), the posteriors written to ``post_t`` (M × T_b, for the class sums only: numpy's pairwise sum
+    over them gives the in-memory bits)."""
     init = tab.size == 0
-    counts[:] = 0.0
     ell = np.empty(m)
     post = np.empty(m)
     shift, prod = 0.0, 1.0
@@ -238,9 +238,9 @@ def _em_kernel_binary(
 ) -> float:
     """:func:`_em_kernel` for M = 2 with every per-task value in a scalar (two sums, the one ``exp`` and the two
     posteriors kept in registers, no loop over classes): the same operations in the same order, so the same bits
-    (``tests/skills/test_held_binary.py``), at about half the time a label."""
+    (``tests/skills/test_held_binary.py``), at about half the time a label. Adds to ``counts``, as the general
+    kernel."""
     init = tab.size == 0
-    counts[:] = 0.0
     lq0, lq1 = log_q[0], log_q[1]
     shift, prod = 0.0, 1.0
     for t in range(indptr.size - 1):
@@ -332,18 +332,26 @@ class BucketSums:
 
 
 def em_sums(
-    codes: HeldCodes, shared: EMShared, counts: np.ndarray | None = None, scratch: np.ndarray | None = None
+    codes: HeldCodes,
+    shared: EMShared,
+    counts: np.ndarray | None = None,
+    scratch: np.ndarray | None = None,
+    *,
+    add: bool = False,
 ) -> BucketSums:
     """One fused E- and M-step pass over a held bucket (module docstring).
 
     ``counts`` (W·M², or W one-coin) and ``scratch`` (at least M·T_b floats) are work arrays to reuse instead of
-    allocating them (:func:`em_sums_group` passes the same ones for every bucket of a worker); the returned
-    ``counts`` is then that array, overwritten by the next call. The posteriors' class sums are taken over a
+    allocating them; the returned ``counts`` is then that array. It is zeroed first unless ``add``: then the
+    bucket's label terms are added to what it holds, each cell's in label order, as if the bucket's labels followed
+    the earlier buckets' in one pass (:func:`em_sums_group`). The posteriors' class sums are taken over a
     C-contiguous (M, T_b) view of ``scratch``: the same bits as over a new array.
     """
     m = codes.n_classes
     if counts is None:
-        counts = np.empty(shared.n_workers if shared.one_coin else shared.n_workers * m * m)
+        counts = np.zeros(shared.n_workers if shared.one_coin else shared.n_workers * m * m)
+    elif not add:
+        counts[:] = 0.0
     if scratch is None or scratch.size < m * codes.n_tasks:
         scratch = np.empty(m * codes.n_tasks)
     post_t = scratch[: m * codes.n_tasks].reshape(m, codes.n_tasks)
@@ -355,14 +363,16 @@ def em_sums(
 
 
 def em_sums_group(group: list[HeldCodes], shared: EMShared) -> BucketSums:
-    """:func:`em_sums` over the buckets one worker holds, added in the list's order: one task per worker and pass
-    instead of one per bucket (:func:`crowdflow.executors.held_groups`).
+    """:func:`em_sums` over the buckets one worker holds: one task per worker and pass instead of one per bucket
+    (:func:`crowdflow.executors.held_groups`).
 
-    The sums equal the per-bucket ones added in another order: the same values to floating-point summation order
-    (the flow adds the workers' sums in the order of their first bucket), the log-likelihood as ``math.fsum``. Each
-    bucket's sums are computed from zero in one work array and then added to the worker's total (the bits of adding
-    per-bucket arrays), with two work arrays a pass instead of two a bucket (W·M² and M·T_b floats: 6.4 MB and 5 MB
-    a bucket at W = 2·10⁵ and 10⁸ labels in 64 buckets).
+    Every bucket adds its label terms to one counts array (W·M²), zeroed once a pass: each cell of G is the sum of
+    its labels' terms in the order of the group's buckets, as one pass over the buckets laid end to end would give
+    (``tests/skills/test_held_binary.py``); the class sums are each bucket's (numpy's sum) added in order, the
+    log-likelihood ``math.fsum`` of the buckets'. Before issue #36's i36-passes branch each bucket's counts were
+    made from zero and added to the total: at W = 2·10⁵ (W·M² = 8·10⁵ floats, 6.4 MB) that zeroing and adding moved
+    ~25 MB a bucket, more than the bucket's 6 MB of codes, and evicted the log π table from the cache; the sums then
+    differ from today's in the last bits of the cells (floating-point summation order only).
     """
     if not group:
         raise ValueError("an EM pass over no bucket")
@@ -370,10 +380,8 @@ def em_sums_group(group: list[HeldCodes], shared: EMShared) -> BucketSums:
     scratch = np.empty(m * max(codes.n_tasks for codes in group))
     first = em_sums(group[0], shared, scratch=scratch)
     counts, class_sums, n_tasks, lls = first.counts, first.class_sums, first.n_tasks, [first.log_likelihood]
-    work = np.empty_like(counts) if len(group) > 1 else counts
     for codes in group[1:]:
-        s = em_sums(codes, shared, work, scratch)
-        counts += s.counts
+        s = em_sums(codes, shared, counts, scratch, add=True)
         class_sums += s.class_sums
         n_tasks += s.n_tasks
         lls.append(s.log_likelihood)
