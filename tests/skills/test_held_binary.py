@@ -218,7 +218,7 @@ def test_a_workers_group_sums_its_buckets_as_one_pass(m: int) -> None:
     """``em_sums_group`` adds every bucket's label terms to one counts array: the bits of one pass over the group's
     buckets laid end to end (each cell in label order), the class sums each bucket's added in order; and within
     rounding of the per-bucket sums added (what the group returned before)."""
-    from crowdflow.skills.held import EMShared, em_sums, em_sums_group
+    from crowdflow.skills.held import EMShared, activity_order, by_activity, em_sums, em_sums_group
 
     rng = np.random.default_rng(m)
     w, group, tasks, workers, givens = 30, [], [], [], []
@@ -241,6 +241,11 @@ def test_a_workers_group_sums_its_buckets_as_one_pass(m: int) -> None:
             alone = [em_sums(codes, shared) for codes in group]
             got = em_sums_group(group, shared)
             assert np.array_equal(got.counts, em_sums(whole, shared).counts)
+            # workers numbered by activity: the same sums, bit for bit
+            order = activity_order(np.bincount(np.concatenate(workers), minlength=w))
+            ranked = em_sums_group([by_activity(c, order) for c in group], shared)
+            assert np.array_equal(ranked.counts, got.counts) and np.array_equal(ranked.class_sums, got.class_sums)
+            assert ranked.log_likelihood == got.log_likelihood
             counts, class_sums = alone[0].counts.copy(), alone[0].class_sums.copy()
             for s in alone[1:]:
                 counts += s.counts
@@ -249,3 +254,34 @@ def test_a_workers_group_sums_its_buckets_as_one_pass(m: int) -> None:
             np.testing.assert_allclose(got.counts, counts, rtol=1e-13, atol=1e-13)
             assert got.counts.any() and not np.array_equal(counts, np.zeros_like(counts))
             assert got.n_tasks == sum(s.n_tasks for s in alone)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_codes_ranked_by_activity_give_the_same_bits(seed: int) -> None:
+    """Workers numbered by decreasing activity (``by_activity``): the same workers, posteriors and EM sums, bit for
+    bit, for both models and the initialising pass; the busiest worker gets rank 0."""
+    from crowdflow.skills.held import EMShared, activity_order, by_activity, em_sums, em_sums_group, posteriors
+
+    codes, tab, log_q = _case(seed)
+    w = tab.size // 4
+    n_i = np.bincount(codes.code // 2, minlength=w)
+    order = activity_order(n_i)
+    ranked = by_activity(codes, order)
+    assert n_i[order[0]] == n_i.max() and np.all(np.diff(n_i[order]) <= 0)
+    assert not np.array_equal(ranked.code, codes.code) or np.array_equal(order, np.arange(w))
+    np.testing.assert_array_equal(ranked.worker_idx(), codes.worker_idx())
+    np.testing.assert_array_equal(ranked.class_idx(), codes.class_idx())
+    with np.errstate(invalid="ignore"):
+        want_post, want_ll = posteriors(codes, tab, log_q)
+        got_post, got_ll = posteriors(ranked, tab, log_q)
+        assert _same(got_post, want_post) and _same(np.float64(got_ll), np.float64(want_ll))
+        for one_coin in (False, True):
+            for table in (np.zeros(0), tab):
+                shared = EMShared(table, log_q, one_coin, w)
+                want, got = em_sums(codes, shared), em_sums(ranked, shared)
+                assert _same(got.counts, want.counts) and _same(got.class_sums, want.class_sums)
+                assert _same(em_sums_group([ranked], shared).counts, want.counts)
+    with pytest.raises(ValueError, match="already ranked"):
+        by_activity(ranked, order)
+    with pytest.raises(ValueError, match="one worker numbering"):
+        em_sums_group([ranked, codes], EMShared(tab, log_q, False, w))
