@@ -163,7 +163,8 @@ def _local_table(tab: np.ndarray, order: np.ndarray | None) -> np.ndarray:
     """The label-row-major table ``tab`` (``tab[(i·M + m)·M + l]``, M² entries a worker) in rank order."""
     if order is None or tab.size == 0:
         return tab
-    return tab.reshape(order.size, -1)[order].ravel()
+    local: np.ndarray = tab.reshape(order.size, -1)[order].ravel()
+    return local
 
 
 def _global_counts(local: np.ndarray, order: np.ndarray | None) -> np.ndarray:
@@ -438,7 +439,8 @@ def em_sums_group(group: list[HeldCodes], shared: EMShared) -> BucketSums:
     if not group:
         raise ValueError("an EM pass over no bucket")
     m, order = group[0].n_classes, group[0].order
-    if any((c.order is None) != (order is None) or (c.order is not None and c.order.size != order.size) for c in group):
+    size = -1 if order is None else order.size
+    if any((-1 if c.order is None else c.order.size) != size for c in group):
         raise ValueError("the buckets of one EM task must share one worker numbering")
     tab = _local_table(shared.tab, order)
     scratch = np.empty(m * max(codes.n_tasks for codes in group))
