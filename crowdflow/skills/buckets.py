@@ -39,7 +39,7 @@ from crowdflow.metrics import ReviewPart, review_part
 from crowdflow.skills.coded import task_worker_order
 from crowdflow.skills.consensus import weighted_consensus
 from crowdflow.skills.dawid_skene import _pick
-from crowdflow.skills.held import HeldCodes, held_codes, label_row_major, posteriors
+from crowdflow.skills.held import HeldCodes, by_activity, held_codes, label_row_major, posteriors
 from crowdflow.skills.identifiability import labels_and_tasks_per_component
 from crowdflow.skills.majority import majority_vote
 from crowdflow.skills.moments import pack_counts
@@ -293,6 +293,12 @@ def codes_only(stats: BucketStats) -> HeldCodes:
     """The codes of a held encode (what stays held for the passes)."""
     assert stats.codes is not None
     return stats.codes
+
+
+def codes_by_activity(stats: BucketStats, order: np.ndarray) -> HeldCodes:
+    """The codes of a held encode with the workers numbered by activity (:func:`crowdflow.skills.held.by_activity`;
+    ``order`` the run's, from the summed label counts)."""
+    return by_activity(codes_only(stats), order)
 
 
 def _duplicates(
@@ -777,6 +783,7 @@ __all__ = [
     "bucket_tasks",
     "bucket_truth",
     "coded_piece",
+    "codes_by_activity",
     "codes_only",
     "consensus_part_path",
     "ds_consensus",

@@ -24,14 +24,25 @@ plus the W·M² tables, which stay in cache for W·M² ≲ 10⁶ (:func:`pass_by
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from crowdflow.compiled import compiled_kernel
 
-__all__ = ["EMShared", "HeldCodes", "em_sums", "em_sums_group", "held_codes", "pass_bytes", "posteriors", "read_codes"]
+__all__ = [
+    "EMShared",
+    "HeldCodes",
+    "activity_order",
+    "by_activity",
+    "em_sums",
+    "em_sums_group",
+    "held_codes",
+    "pass_bytes",
+    "posteriors",
+    "read_codes",
+]
 
 #: the running product of the normalisers Z_t ∈ [1, M] is folded into its logarithm past this value (the
 #: in-memory E-step's rule, so the log-likelihood has the same bits)
@@ -54,12 +65,17 @@ class HeldCodes:
         (L_b,) int32 ``worker · M + class`` (int64 when W·M ≥ 2³¹), in (task, worker) order.
     n_classes : int
         M.
+    order : numpy.ndarray or None
+        None: ``code`` holds ``worker · M + class`` with the run's worker codes. Else the codes number the workers by
+        rank of activity (:func:`by_activity`): ``code`` holds ``rank · M + class`` and ``order[rank]`` is the
+        worker; the labels keep their order, so every sum of a pass runs in the same order and gives the same bits.
     """
 
     path: str
     indptr: np.ndarray
     code: np.ndarray
     n_classes: int
+    order: np.ndarray | None = None
 
     @property
     def n_tasks(self) -> int:
@@ -75,7 +91,9 @@ class HeldCodes:
         return int(self.indptr.nbytes + self.code.nbytes)
 
     def worker_idx(self) -> np.ndarray:
-        return (self.code // self.n_classes).astype(np.int64)
+        """The run's worker code of every label."""
+        local = (self.code // self.n_classes).astype(np.int64)
+        return local if self.order is None else self.order[local].astype(np.int64)
 
     def class_idx(self) -> np.ndarray:
         return (self.code % self.n_classes).astype(np.int64)
@@ -113,6 +131,49 @@ def read_codes(path: str, n_workers: int, n_classes: int) -> HeldCodes:
     worker = codes.column("worker").to_numpy()
     label = codes.column("label").to_numpy()
     return held_codes(path, task, worker, label, n_tasks, n_classes, n_workers)
+
+
+def activity_order(labels_per_worker: np.ndarray) -> np.ndarray:
+    """The workers by decreasing label count (ties by code): ``order[rank]`` is a worker (:func:`by_activity`)."""
+    n_i = np.asarray(labels_per_worker)
+    dtype = np.int32 if n_i.size < 2**31 else np.int64
+    return np.argsort(-n_i.astype(np.int64), kind="stable").astype(dtype)
+
+
+def by_activity(codes: HeldCodes, order: np.ndarray) -> HeldCodes:
+    """``codes`` with the workers numbered by rank of activity (``order`` from :func:`activity_order`; the labels
+    keep their order).
+
+    Why: a pass reads log π and adds to the counts at ``code · M`` for every label, in W·M² tables (6.4 MB each at
+    W = 2·10⁵, M = 2: past the 1 MB second-level cache of a core here). Activity is skewed (at 10⁸ labels over
+    2·10⁵ workers 5 % of the workers give half the labels), so with the busiest workers first the rows most labels
+    touch share cache lines and pages. A pass translates the tables once per worker task (:func:`em_sums_group`),
+    the consensus once per bucket (:func:`posteriors`); the sums are those of the unranked codes, bit for bit.
+    """
+    if codes.order is not None:
+        raise ValueError("the codes are already ranked")
+    m = codes.n_classes
+    rank = np.empty(order.size, dtype=np.int64)
+    rank[order] = np.arange(order.size, dtype=np.int64)
+    local = rank[codes.code // m] * m + codes.code % m
+    return replace(codes, code=local.astype(codes.code.dtype), order=order)
+
+
+def _local_table(tab: np.ndarray, order: np.ndarray | None) -> np.ndarray:
+    """The label-row-major table ``tab`` (``tab[(i·M + m)·M + l]``, M² entries a worker) in rank order."""
+    if order is None or tab.size == 0:
+        return tab
+    local: np.ndarray = tab.reshape(order.size, -1)[order].ravel()
+    return local
+
+
+def _global_counts(local: np.ndarray, order: np.ndarray | None) -> np.ndarray:
+    """Counts summed in rank order (M² a worker, or one a worker one-coin) back in the run's worker order."""
+    if order is None:
+        return local
+    out = np.empty_like(local)
+    out.reshape(order.size, -1)[order] = local.reshape(order.size, -1)
+    return out
 
 
 def pass_bytes(n_labels: int, n_tasks: int, n_buckets: int, n_classes: int) -> int:
@@ -193,10 +254,10 @@ def _em_kernel(
     counts: np.ndarray,
     post_t: np.ndarray,
 ) -> float:
-    """The fused pass (module docstring): ``counts`` (W·M·M, or W one-coin) overwritten, the posteriors written to
-    ``post_t`` (M × T_b, for the class sums only: numpy's pairwise sum over them gives the in-memory bits)."""
+    """The fused pass (module docstring): the M-step sums added to ``counts`` (W·M·M, or W one-coin; zero it for a
+    bucket's own sums), the posteriors written to ``post_t`` (M × T_b, for the class sums only: numpy's pairwise sum
+    over them gives the in-memory bits)."""
     init = tab.size == 0
-    counts[:] = 0.0
     ell = np.empty(m)
     post = np.empty(m)
     shift, prod = 0.0, 1.0
@@ -238,9 +299,9 @@ def _em_kernel_binary(
 ) -> float:
     """:func:`_em_kernel` for M = 2 with every per-task value in a scalar (two sums, the one ``exp`` and the two
     posteriors kept in registers, no loop over classes): the same operations in the same order, so the same bits
-    (``tests/skills/test_held_binary.py``), at about half the time a label."""
+    (``tests/skills/test_held_binary.py``), at about half the time a label. Adds to ``counts``, as the general
+    kernel."""
     init = tab.size == 0
-    counts[:] = 0.0
     lq0, lq1 = log_q[0], log_q[1]
     shift, prod = 0.0, 1.0
     for t in range(indptr.size - 1):
@@ -331,58 +392,72 @@ class BucketSums:
     log_likelihood: float
 
 
-def em_sums(
-    codes: HeldCodes, shared: EMShared, counts: np.ndarray | None = None, scratch: np.ndarray | None = None
+def _em_local(
+    codes: HeldCodes, tab: np.ndarray, shared: EMShared, counts: np.ndarray, scratch: np.ndarray | None
 ) -> BucketSums:
-    """One fused E- and M-step pass over a held bucket (module docstring).
-
-    ``counts`` (W·M², or W one-coin) and ``scratch`` (at least M·T_b floats) are work arrays to reuse instead of
-    allocating them (:func:`em_sums_group` passes the same ones for every bucket of a worker); the returned
-    ``counts`` is then that array, overwritten by the next call. The posteriors' class sums are taken over a
-    C-contiguous (M, T_b) view of ``scratch``: the same bits as over a new array.
-    """
+    """The fused pass with ``tab`` and ``counts`` in the codes' own worker numbering, adding to ``counts``."""
     m = codes.n_classes
-    if counts is None:
-        counts = np.empty(shared.n_workers if shared.one_coin else shared.n_workers * m * m)
     if scratch is None or scratch.size < m * codes.n_tasks:
         scratch = np.empty(m * codes.n_tasks)
     post_t = scratch[: m * codes.n_tasks].reshape(m, codes.n_tasks)
     if m == 2:
-        ll = _em_kernel_binary(codes.indptr, codes.code, shared.tab, shared.log_q, shared.one_coin, counts, post_t)
+        ll = _em_kernel_binary(codes.indptr, codes.code, tab, shared.log_q, shared.one_coin, counts, post_t)
     else:
-        ll = _em_kernel(codes.indptr, codes.code, m, shared.tab, shared.log_q, shared.one_coin, counts, post_t)
+        ll = _em_kernel(codes.indptr, codes.code, m, tab, shared.log_q, shared.one_coin, counts, post_t)
     return BucketSums(counts, post_t.sum(axis=1), codes.n_tasks, float(ll))
 
 
-def em_sums_group(group: list[HeldCodes], shared: EMShared) -> BucketSums:
-    """:func:`em_sums` over the buckets one worker holds, added in the list's order: one task per worker and pass
-    instead of one per bucket (:func:`crowdflow.executors.held_groups`).
+def _counts_size(shared: EMShared, m: int) -> int:
+    return shared.n_workers if shared.one_coin else shared.n_workers * m * m
 
-    The sums equal the per-bucket ones added in another order: the same values to floating-point summation order
-    (the flow adds the workers' sums in the order of their first bucket), the log-likelihood as ``math.fsum``. Each
-    bucket's sums are computed from zero in one work array and then added to the worker's total (the bits of adding
-    per-bucket arrays), with two work arrays a pass instead of two a bucket (W·M² and M·T_b floats: 6.4 MB and 5 MB
-    a bucket at W = 2·10⁵ and 10⁸ labels in 64 buckets).
+
+def em_sums(codes: HeldCodes, shared: EMShared, scratch: np.ndarray | None = None) -> BucketSums:
+    """One fused E- and M-step pass over a held bucket (module docstring), its sums from zero in the run's worker
+    order (ranked codes, :func:`by_activity`, run on the table in rank order and give the same bits).
+
+    ``scratch`` (at least M·T_b floats) is a work array to reuse; the posteriors' class sums are taken over a
+    C-contiguous (M, T_b) view of it: the same bits as over a new array.
+    """
+    counts = np.zeros(_counts_size(shared, codes.n_classes))
+    s = _em_local(codes, _local_table(shared.tab, codes.order), shared, counts, scratch)
+    return replace(s, counts=_global_counts(s.counts, codes.order))
+
+
+def em_sums_group(group: list[HeldCodes], shared: EMShared) -> BucketSums:
+    """:func:`em_sums` over the buckets one worker holds: one task per worker and pass instead of one per bucket
+    (:func:`crowdflow.executors.held_groups`).
+
+    Every bucket adds its label terms to one counts array (W·M²), zeroed once a pass: each cell of G is the sum of
+    its labels' terms in the order of the group's buckets, as one pass over the buckets laid end to end would give
+    (``tests/skills/test_held_binary.py``); the class sums are each bucket's (numpy's sum) added in order, the
+    log-likelihood ``math.fsum`` of the buckets'. (Until issue #36's pass work each bucket's counts were made from
+    zero and added to the total: at W = 2·10⁵ that zeroing and adding moved ~25 MB a bucket, more than its 6 MB of
+    codes, and pushed the log π table out of the cache; the cells now differ from those sums in the last bits.)
+    Ranked buckets (:func:`by_activity`, one order for the group) run on the table put in rank order once, and
+    their counts are put back in the run's worker order once.
     """
     if not group:
         raise ValueError("an EM pass over no bucket")
-    m = group[0].n_classes
+    m, order = group[0].n_classes, group[0].order
+    size = -1 if order is None else order.size
+    if any((-1 if c.order is None else c.order.size) != size for c in group):
+        raise ValueError("the buckets of one EM task must share one worker numbering")
+    tab = _local_table(shared.tab, order)
     scratch = np.empty(m * max(codes.n_tasks for codes in group))
-    first = em_sums(group[0], shared, scratch=scratch)
-    counts, class_sums, n_tasks, lls = first.counts, first.class_sums, first.n_tasks, [first.log_likelihood]
-    work = np.empty_like(counts) if len(group) > 1 else counts
-    for codes in group[1:]:
-        s = em_sums(codes, shared, work, scratch)
-        counts += s.counts
-        class_sums += s.class_sums
+    counts = np.zeros(_counts_size(shared, m))
+    class_sums, n_tasks, lls = np.zeros(m), 0, []
+    for k, codes in enumerate(group):
+        s = _em_local(codes, tab, shared, counts, scratch)
+        class_sums = s.class_sums if k == 0 else class_sums + s.class_sums
         n_tasks += s.n_tasks
         lls.append(s.log_likelihood)
-    return BucketSums(counts, class_sums, n_tasks, math.fsum(lls))
+    return BucketSums(_global_counts(counts, order), class_sums, n_tasks, math.fsum(lls))
 
 
 def posteriors(codes: HeldCodes, tab: np.ndarray, log_q: np.ndarray) -> tuple[np.ndarray, float]:
     """The E-step's posteriors (T_b × M) of a held bucket and its log-likelihood (the final, consensus pass)."""
     out = np.empty((codes.n_tasks, codes.n_classes))
+    tab = _local_table(tab, codes.order)
     if codes.n_classes == 2:
         ll = _post_kernel_binary(codes.indptr, codes.code, tab, log_q, out)
     else:

@@ -75,7 +75,7 @@ from crowdflow.skills.buckets import (
     ConsensusPart,
     EncodeArgs,
     SplitSummary,
-    codes_only,
+    codes_by_activity,
     ds_consensus,
     encode_shared,
     mv_consensus,
@@ -94,7 +94,7 @@ from crowdflow.skills.fit import (
     pair_row_stats,
     worker_table,
 )
-from crowdflow.skills.held import BucketSums, EMShared, em_sums_group, label_row_major, read_codes
+from crowdflow.skills.held import BucketSums, EMShared, activity_order, em_sums_group, label_row_major, read_codes
 from crowdflow.skills.identifiability import active_workers, witness_cycles
 from crowdflow.skills.moments import (
     LabelMoments,
@@ -394,7 +394,12 @@ def _encode_buckets(
                 full = hold(executor, on_held_with(encode_shared), with_shared(buckets, args))
             try:
                 packed, forest, strength, stats, n_i = fold(executor, on_held(stats_only), full, _add_bucket, start)
-                held = hold(executor, on_held(codes_only), full)
+                # the held codes number the workers by activity (the passes' tables then stay in cache; same bits)
+                order = share(executor, activity_order(n_i if n_i is not None else np.zeros(w, np.int64)))
+                try:
+                    held = hold(executor, on_held_with(codes_by_activity), with_shared(full, order))
+                finally:
+                    release(executor, [order])
             finally:
                 release(executor, full)
         else:  # the codes are written; every pass reads them again (one bucket in memory at a time)

@@ -72,7 +72,7 @@ def test_binary_kernels_give_the_general_kernels_bits(seed: int) -> None:
     for one_coin in (False, True):
         for table in (np.zeros(0), tab):
             size = w if one_coin else 4 * w
-            want_c, got_c = np.full(size, 7.0), np.full(size, -7.0)
+            want_c, got_c = np.full(size, 7.0), np.full(size, 7.0)  # both add to what counts holds
             want_p, got_p = np.empty((2, codes.n_tasks)), np.empty((2, codes.n_tasks))
             with np.errstate(invalid="ignore"):
                 want = _em_kernel(codes.indptr, codes.code, 2, table, log_q, one_coin, want_c, want_p)
@@ -214,26 +214,74 @@ def test_bucket_truth_equals_a_text_isin(seed: int) -> None:
 
 
 @pytest.mark.parametrize("m", [2, 3])
-def test_a_workers_group_adds_the_bucket_sums_with_their_bits(m: int) -> None:
-    """``em_sums_group`` reuses two work arrays for all its buckets: the bits of each bucket's own sums added in order."""
-    from crowdflow.skills.held import EMShared, em_sums, em_sums_group
+def test_a_workers_group_sums_its_buckets_as_one_pass(m: int) -> None:
+    """``em_sums_group`` adds every bucket's label terms to one counts array: the bits of one pass over the group's
+    buckets laid end to end (each cell in label order), the class sums each bucket's added in order; and within
+    rounding of the per-bucket sums added (what the group returned before)."""
+    from crowdflow.skills.held import EMShared, activity_order, by_activity, em_sums, em_sums_group
 
     rng = np.random.default_rng(m)
-    w, group = 30, []
+    w, group, tasks, workers, givens = 30, [], [], [], []
     for n_tasks in (50, 400, 7):  # a small bucket after a large one reads only its part of the scratch
         k = rng.integers(1, 6, n_tasks)
         task = np.repeat(np.arange(n_tasks), k)
         worker = np.concatenate([np.sort(rng.choice(w, kk, replace=False)) for kk in k])
-        group.append(held_codes("unused", task, worker, rng.integers(0, m, task.size), n_tasks, m, w))
+        given = rng.integers(0, m, task.size)
+        group.append(held_codes("unused", task, worker, given, n_tasks, m, w))
+        tasks.append(task + sum(c.n_tasks for c in group[:-1]))
+        workers.append(worker)
+        givens.append(given)
+    n_all = sum(c.n_tasks for c in group)
+    whole = held_codes("unused", np.concatenate(tasks), np.concatenate(workers), np.concatenate(givens), n_all, m, w)
     pi = rng.dirichlet(np.ones(m), size=(w, m))
     tab = label_row_major(np.ascontiguousarray(np.log(pi).transpose(1, 0, 2).reshape(m, w * m)))
     for one_coin in (False, True):
-        shared = EMShared(tab, np.log(rng.dirichlet(np.ones(m))), one_coin, w)
-        alone = [em_sums(codes, shared) for codes in group]
-        got = em_sums_group(group, shared)
-        counts, class_sums = alone[0].counts.copy(), alone[0].class_sums.copy()
-        for s in alone[1:]:
-            counts += s.counts
-            class_sums += s.class_sums
-        assert np.array_equal(got.counts, counts) and np.array_equal(got.class_sums, class_sums)
-        assert got.n_tasks == sum(s.n_tasks for s in alone)
+        for table in (np.zeros(0), tab):
+            shared = EMShared(table, np.log(rng.dirichlet(np.ones(m))), one_coin, w)
+            alone = [em_sums(codes, shared) for codes in group]
+            got = em_sums_group(group, shared)
+            assert np.array_equal(got.counts, em_sums(whole, shared).counts)
+            # workers numbered by activity: the same sums, bit for bit
+            order = activity_order(np.bincount(np.concatenate(workers), minlength=w))
+            ranked = em_sums_group([by_activity(c, order) for c in group], shared)
+            assert np.array_equal(ranked.counts, got.counts) and np.array_equal(ranked.class_sums, got.class_sums)
+            assert ranked.log_likelihood == got.log_likelihood
+            counts, class_sums = alone[0].counts.copy(), alone[0].class_sums.copy()
+            for s in alone[1:]:
+                counts += s.counts
+                class_sums += s.class_sums
+            assert np.array_equal(got.class_sums, class_sums)
+            np.testing.assert_allclose(got.counts, counts, rtol=1e-13, atol=1e-13)
+            assert got.counts.any() and not np.array_equal(counts, np.zeros_like(counts))
+            assert got.n_tasks == sum(s.n_tasks for s in alone)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_codes_ranked_by_activity_give_the_same_bits(seed: int) -> None:
+    """Workers numbered by decreasing activity (``by_activity``): the same workers, posteriors and EM sums, bit for
+    bit, for both models and the initialising pass; the busiest worker gets rank 0."""
+    from crowdflow.skills.held import EMShared, activity_order, by_activity, em_sums, em_sums_group, posteriors
+
+    codes, tab, log_q = _case(seed)
+    w = tab.size // 4
+    n_i = np.bincount(codes.code // 2, minlength=w)
+    order = activity_order(n_i)
+    ranked = by_activity(codes, order)
+    assert n_i[order[0]] == n_i.max() and np.all(np.diff(n_i[order]) <= 0)
+    assert not np.array_equal(ranked.code, codes.code) or np.array_equal(order, np.arange(w))
+    np.testing.assert_array_equal(ranked.worker_idx(), codes.worker_idx())
+    np.testing.assert_array_equal(ranked.class_idx(), codes.class_idx())
+    with np.errstate(invalid="ignore"):
+        want_post, want_ll = posteriors(codes, tab, log_q)
+        got_post, got_ll = posteriors(ranked, tab, log_q)
+        assert _same(got_post, want_post) and _same(np.float64(got_ll), np.float64(want_ll))
+        for one_coin in (False, True):
+            for table in (np.zeros(0), tab):
+                shared = EMShared(table, log_q, one_coin, w)
+                want, got = em_sums(codes, shared), em_sums(ranked, shared)
+                assert _same(got.counts, want.counts) and _same(got.class_sums, want.class_sums)
+                assert _same(em_sums_group([ranked], shared).counts, want.counts)
+    with pytest.raises(ValueError, match="already ranked"):
+        by_activity(ranked, order)
+    with pytest.raises(ValueError, match="one worker numbering"):
+        em_sums_group([ranked, codes], EMShared(tab, log_q, False, w))

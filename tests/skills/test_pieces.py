@@ -94,7 +94,8 @@ def test_pieces_kept_in_memory_give_the_disk_split_bits(seed: int, tmp_path: Pat
         disk = _fit(case, tmp_path / "labels", tmp_path / f"d-{method}", method, None)
         kept = _fit(case, tmp_path / "labels", tmp_path / f"k-{method}", method, InlineMemory())
         assert disk.result.metadata["n_duplicates_dropped"] > 0
-        _check(disk, kept, exact=True)
+        # ds to summation order: a held pass adds every bucket to one counts array, the disk path each bucket's own
+        _check(disk, kept, exact=method == "mv")
 
 
 def test_a_task_cut_across_files_keeps_all_its_labels(tmp_path: Path) -> None:
