@@ -556,7 +556,9 @@ class _EMMap:
         self.gold_tasks = np.flatnonzero(known)
         self.gold_labels = np.asarray(gold, dtype=np.int64)[known] if gold is not None else np.empty(0, np.int64)
         # the kernel's gold: a code per task (−1: not gold), or empty when no task is gold
-        self.gold = np.where(known, gold, -1).astype(np.int64) if self.gold_tasks.size else np.empty(0, np.int64)
+        self.gold = np.empty(0, np.int64)
+        if gold is not None and self.gold_tasks.size:
+            self.gold = np.where(known, np.asarray(gold, dtype=np.int64), -1)
         self.hits = np.empty(self.gold_tasks.size)
         self.par = EMParameters(lm.n_workers, lm.n_classes, one_coin, alpha, beta, lm.labels_per_worker())
         self.lp = np.empty(lm.n_workers * lm.n_classes * lm.n_classes)  # log π, label-major (fused_em.log_lanes)
