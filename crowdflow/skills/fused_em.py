@@ -92,11 +92,23 @@ def _sweep(
                 top = buf[j]
                 for c in range(1, m):
                     top = max(top, buf[j + c])
+                # exp(ℓ − top) is exp(0.0) = 1.0 exactly at a class where ℓ = top: with 3 classes that one is not
+                # computed (when top is finite; the others are, in an order without a data-dependent branch). At 10⁶
+                # labels a pass took 12.9 instead of 14.2 ms with 3 classes, but 15.4 instead of 13.2 with 5 (the
+                # run-time trip count), so only M = 3 skips
+                amax = -1
+                if m == 3:
+                    for c in range(m - 1, -1, -1):
+                        amax = c if buf[j + c] == top else amax
+                skip = amax >= 0 and abs(top) < np.inf
+                for c in range(m - 1 if skip else m):
+                    cc = c + 1 if skip and c >= amax else c
+                    buf[j + cc] = np.exp(buf[j + cc] - top)
+                if skip:
+                    buf[j + amax] = 1.0
                 z = 0.0
                 for c in range(m):
-                    e = np.exp(buf[j + c] - top)
-                    buf[j + c] = e
-                    z += e
+                    z += buf[j + c]
                 for c in range(m):
                     buf[j + c] /= z
             prod *= z  # dawid_skene._fold
