@@ -22,7 +22,7 @@ is unchanged (``tests/skills/test_fused_em.py`` compares them on a family of cro
 
 **Why it is faster.** The posteriors never leave a block buffer (L1-resident) and the labels are read twice per
 evaluation, not 2M + 1 times; the inner loops over the classes have a compile-time trip count for M ≤ 8
-(one specialisation each, :func:`_pass`), so a label's M terms are one vector load and add. The scalar
+(one compiled specialisation each, compiled on first use), so a label's M terms are one vector load and add. The scalar
 exponentials (libm's, so the bits stay) are what is left: at 10⁶ labels and 5 classes about half of the pass.
 """
 
@@ -144,6 +144,118 @@ def _sweep(
 
 
 @compiled_kernel
+def _pass2(
+    indptr: np.ndarray,
+    rows: np.ndarray,
+    worker: np.ndarray,
+    given: np.ndarray,
+    lp: np.ndarray,
+    log_q: np.ndarray,
+    gold: np.ndarray,
+    one_coin: bool,
+    counts: np.ndarray,
+    class_sums: np.ndarray,
+    hits: np.ndarray,
+    post_t: np.ndarray,
+) -> float:
+    return _sweep(indptr, rows, worker, given, lp, 2, log_q, gold, one_coin, counts, class_sums, hits, post_t)
+
+
+@compiled_kernel
+def _pass3(
+    indptr: np.ndarray,
+    rows: np.ndarray,
+    worker: np.ndarray,
+    given: np.ndarray,
+    lp: np.ndarray,
+    log_q: np.ndarray,
+    gold: np.ndarray,
+    one_coin: bool,
+    counts: np.ndarray,
+    class_sums: np.ndarray,
+    hits: np.ndarray,
+    post_t: np.ndarray,
+) -> float:
+    return _sweep(indptr, rows, worker, given, lp, 3, log_q, gold, one_coin, counts, class_sums, hits, post_t)
+
+
+@compiled_kernel
+def _pass4(
+    indptr: np.ndarray,
+    rows: np.ndarray,
+    worker: np.ndarray,
+    given: np.ndarray,
+    lp: np.ndarray,
+    log_q: np.ndarray,
+    gold: np.ndarray,
+    one_coin: bool,
+    counts: np.ndarray,
+    class_sums: np.ndarray,
+    hits: np.ndarray,
+    post_t: np.ndarray,
+) -> float:
+    return _sweep(indptr, rows, worker, given, lp, 4, log_q, gold, one_coin, counts, class_sums, hits, post_t)
+
+
+@compiled_kernel
+def _pass5(
+    indptr: np.ndarray,
+    rows: np.ndarray,
+    worker: np.ndarray,
+    given: np.ndarray,
+    lp: np.ndarray,
+    log_q: np.ndarray,
+    gold: np.ndarray,
+    one_coin: bool,
+    counts: np.ndarray,
+    class_sums: np.ndarray,
+    hits: np.ndarray,
+    post_t: np.ndarray,
+) -> float:
+    return _sweep(indptr, rows, worker, given, lp, 5, log_q, gold, one_coin, counts, class_sums, hits, post_t)
+
+
+@compiled_kernel
+def _pass6(
+    indptr: np.ndarray,
+    rows: np.ndarray,
+    worker: np.ndarray,
+    given: np.ndarray,
+    lp: np.ndarray,
+    log_q: np.ndarray,
+    gold: np.ndarray,
+    one_coin: bool,
+    counts: np.ndarray,
+    class_sums: np.ndarray,
+    hits: np.ndarray,
+    post_t: np.ndarray,
+) -> float:
+    return _sweep(indptr, rows, worker, given, lp, 6, log_q, gold, one_coin, counts, class_sums, hits, post_t)
+
+
+@compiled_kernel
+def _pass_any(
+    indptr: np.ndarray,
+    rows: np.ndarray,
+    worker: np.ndarray,
+    given: np.ndarray,
+    lp: np.ndarray,
+    log_q: np.ndarray,
+    gold: np.ndarray,
+    one_coin: bool,
+    counts: np.ndarray,
+    class_sums: np.ndarray,
+    hits: np.ndarray,
+    post_t: np.ndarray,
+) -> float:
+    return _sweep(indptr, rows, worker, given, lp, log_q.size, log_q, gold, one_coin, counts, class_sums, hits, post_t)
+
+
+#: one compiled kernel a class count (each compiles, once, on first use: a cold compile is paid for the M a user
+#: fits, not for every M), the generic one for the rest
+_PASSES = {2: _pass2, 3: _pass3, 4: _pass4, 5: _pass5, 6: _pass6}
+
+
 def fused_pass(
     indptr: np.ndarray,
     rows: np.ndarray,
@@ -180,18 +292,8 @@ def fused_pass(
     post_t : numpy.ndarray
         M × T to receive the posteriors, or an empty (M, 0) array to skip writing them.
     """
-    m = log_q.size
-    if m == 2:
-        return _sweep(indptr, rows, worker, given, lp, 2, log_q, gold, one_coin, counts, class_sums, hits, post_t)
-    if m == 3:
-        return _sweep(indptr, rows, worker, given, lp, 3, log_q, gold, one_coin, counts, class_sums, hits, post_t)
-    if m == 4:
-        return _sweep(indptr, rows, worker, given, lp, 4, log_q, gold, one_coin, counts, class_sums, hits, post_t)
-    if m == 5:
-        return _sweep(indptr, rows, worker, given, lp, 5, log_q, gold, one_coin, counts, class_sums, hits, post_t)
-    if m == 6:
-        return _sweep(indptr, rows, worker, given, lp, 6, log_q, gold, one_coin, counts, class_sums, hits, post_t)
-    return _sweep(indptr, rows, worker, given, lp, m, log_q, gold, one_coin, counts, class_sums, hits, post_t)
+    kernel = _PASSES.get(log_q.size, _pass_any)
+    return float(kernel(indptr, rows, worker, given, lp, log_q, gold, one_coin, counts, class_sums, hits, post_t))
 
 
 @compiled_kernel
