@@ -30,3 +30,13 @@ def compiled_kernel(fn: _F) -> _F:
         on-disk cache in ``__pycache__``).
     """
     return cast(_F, numba.njit(cache=True, nogil=True)(fn))
+
+
+def inlined_kernel(fn: _F) -> _F:
+    """``numba.njit(inline="always")``: a compiled helper inlined into the compiled kernels that call it.
+
+    For a loop body shared by several specialisations of one kernel: a caller that passes a literal (say the
+    number of classes) gets loops with a compile-time trip count. Only compiled kernels call it (from Python it
+    would compile, uncached, on first use); the caller's on-disk cache holds it.
+    """
+    return cast(_F, numba.njit(inline="always", nogil=True)(fn))

@@ -154,3 +154,29 @@ def test_agent_graph_checks() -> None:
         pd.DataFrame({"source": ["a", "b"], "target": ["b", "c"], "weight": [1.0, 0.5]}), ["a", "b", "c"]
     )
     assert good.ok
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_distinct_partners_bit_matrix_and_markers_count_the_same_partners(seed: int) -> None:
+    """The two counts of distinct co-labellers (a W × W bit matrix up to ``BITSET_WORKERS``, markers above) against
+    a brute force with sets, on drawn label sets: workers with no task, one-label tasks, word boundaries (W = 63,
+    64, 65, 129)."""
+    from crowdflow.graphs import parity
+
+    rng = np.random.default_rng(seed)
+    for n_workers in (1, 63, 64, 65, 129, int(rng.integers(2, 400))):
+        n_tasks = int(rng.integers(0, 300))
+        k = rng.integers(0, min(n_workers, 9) + 1, n_tasks)
+        indptr = np.concatenate([[0], np.cumsum(k)]).astype(np.int64)
+        members = [rng.choice(n_workers, kk, replace=False) for kk in k]
+        workers = np.concatenate(members).astype(np.int64) if n_tasks else np.zeros(0, np.int64)
+        partners: list[set[int]] = [set() for _ in range(n_workers)]
+        for group in members:
+            for i in group:
+                partners[int(i)].update(int(v) for v in group if v != i)
+        truth = np.array([len(p) for p in partners], dtype=np.int64)
+        bits = parity._distinct_partners_bits(indptr, workers, n_workers)
+        marks = parity._distinct_partners(indptr, workers, n_workers)
+        np.testing.assert_array_equal(bits, truth)
+        np.testing.assert_array_equal(marks, truth)
+        np.testing.assert_array_equal(parity.distinct_partners(indptr, workers.astype(np.int32), n_workers), truth)

@@ -209,12 +209,55 @@ class ParityForest:
         return Components(labels=labels, n_components=int(order.size), bipartite=bipartite, colour=colour, sizes=sizes)
 
 
+@compiled_kernel
+def _distinct_partners_bits(task_indptr: np.ndarray, workers: np.ndarray, n_workers: int) -> np.ndarray:
+    # the pairs of each task set bits of a W × W bit matrix (tasks in order: the labels are read once, in order,
+    # and the bits stay in cache for a few thousand workers), then each row's bits are counted
+    words = (n_workers + 63) >> 6
+    bits = np.zeros(n_workers * words, dtype=np.uint64)
+    one = np.uint64(1)
+    for t in range(task_indptr.size - 1):
+        a, b = task_indptr[t], task_indptr[t + 1]
+        for p in range(a, b):
+            base = workers[p] * words
+            for q in range(a, b):
+                v = workers[q]
+                bits[base + (v >> 6)] |= one << np.uint64(v & 63)
+    out = np.zeros(n_workers, dtype=np.int64)
+    m1, m2, m4 = np.uint64(0x5555555555555555), np.uint64(0x3333333333333333), np.uint64(0x0F0F0F0F0F0F0F0F)
+    h01 = np.uint64(0x0101010101010101)
+    for i in range(n_workers):
+        c = 0
+        for j in range(i * words, (i + 1) * words):
+            x = bits[j]
+            x = x - ((x >> one) & m1)
+            x = (x & m2) + ((x >> np.uint64(2)) & m2)
+            x = (x + (x >> np.uint64(4))) & m4
+            c += int((x * h01) >> np.uint64(56))
+        # a worker's own bit is set by each of its tasks (one label a (task, worker)): not a partner
+        own = bits[i * words + (i >> 6)] >> np.uint64(i & 63) & one
+        out[i] = c - int(own)
+    return out
+
+
+#: workers up to which :func:`distinct_partners` counts with a W × W bit matrix (W²/8 bytes: 2 MB here)
+BITSET_WORKERS = 4096
+
+
 def distinct_partners(task_indptr: np.ndarray, workers: np.ndarray, n_workers: int) -> np.ndarray:
-    """Distinct co-labellers per worker (the row lengths of N) without forming N: O(workers + labels) memory."""
+    """Distinct co-labellers per worker (the row lengths of N) without forming N.
+
+    Up to ``BITSET_WORKERS`` workers the pairs of each task set bits of a W × W bit matrix, read once in task
+    order (W²/8 bytes, issue #36: ~10× faster than the markers at 10⁶ labels and 3,000 workers); above, a marker
+    array over the workers' tasks, O(workers + labels) memory. Both count exactly, so they give the same integers.
+    """
     w = np.asarray(workers)
     if w.dtype not in (np.int32, np.int64):
         w = w.astype(np.int64)
-    return _distinct_partners(np.asarray(task_indptr, dtype=np.int64), w, int(n_workers))
+    indptr = np.asarray(task_indptr, dtype=np.int64)
+    if 0 < n_workers <= BITSET_WORKERS:
+        return _distinct_partners_bits(indptr, w, int(n_workers))
+    return _distinct_partners(indptr, w, int(n_workers))
 
 
 def worker_strength(task_indptr: np.ndarray, workers: np.ndarray, n_workers: int) -> np.ndarray:

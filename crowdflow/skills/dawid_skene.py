@@ -31,10 +31,12 @@ SQUAREM (:mod:`crowdflow.skills.squarem`; docs/methods/skills.md §7.2) with a m
 objective EM increases (log-likelihood + the log prior of the pseudo-counts): the same fixed point and
 stopping rule, ``max_iter`` counting every EM step (extrapolation's included), the trace holding the
 E-step values of the kept points. The plain loop :func:`_em` (``acceleration="none"``) is the reference
-it is tested against (``tests/skills/test_squarem.py``). A fused one-pass E+M kernel (per task: its
-posterior, then its labels' M-step sums) was tried and measured slower than these per-class passes for
-two classes (16 vs 10 ms of CPU per step at 10^6 labels) and no faster for 4–5, so the steps keep the
-reference's kernels, and an unextrapolated step is the plain step bit for bit.
+it is tested against (``tests/skills/test_squarem.py``). Its map :class:`_EMMap` evaluates F in one fused sweep
+over the labels grouped by task (:mod:`crowdflow.skills.fused_em`, issue #36: the E-step and the M-step's sums, a
+block of tasks at a time), the same IEEE operations in the same order as the class-by-class kernels below, so an
+unextrapolated step is the plain step bit for bit (``tests/skills/test_fused_em.py``). An earlier fused kernel
+(per task its posterior, then its labels' sums, classes in a run-time loop) had been no faster than these kernels;
+the blocks and the compile-time class loops are what make this one ~1.5× faster at 5 classes.
 """
 
 from __future__ import annotations
@@ -51,6 +53,14 @@ import pandas as pd
 from crowdflow.compiled import compiled_kernel
 from crowdflow.graphs import labels_by_task
 from crowdflow.labels import LabelMatrix
+from crowdflow.skills.fused_em import (
+    confusion_in_place,
+    counts_from_posteriors,
+    fused_pass,
+    log_lanes,
+    log_prior_lanes,
+    prior_from_sums,
+)
 from crowdflow.skills.rows import row_sum
 from crowdflow.skills.squarem import squarem
 from crowdflow.skills.ties import pick_winners
@@ -504,10 +514,14 @@ class EMParameters:
         if self.one_coin:
             _one_coin_fill(pi, self._pi)
             _full_log_pi(self._pi, log_pi_t)
-            a = self.alpha
-            return float(a * (np.log(pi).sum() + np.log1p(-pi).sum() + log_q.sum())) if a else 0.0
+            return self.one_coin_prior(pi, log_q)
         _full_log_pi(pi, log_pi_t)
         return float(_log_prior(log_pi_t, log_q, self.alpha, self.beta))
+
+    def one_coin_prior(self, p: np.ndarray, log_q: np.ndarray) -> float:
+        """The one-coin log prior α Σ_i log p_i (1 − p_i) + α Σ_l log q_l (0 when α = 0)."""
+        a = self.alpha
+        return float(a * (np.log(p).sum() + np.log1p(-p).sum() + log_q.sum())) if a else 0.0
 
     def from_sums(self, counts: np.ndarray, class_sums: np.ndarray, n_tasks: int) -> np.ndarray:
         """θ of the M-step from the E-step's sums: ``counts`` G[l, i·M + m] (full) or Σ_{labels of i} T_{t, Y_it}
@@ -525,11 +539,13 @@ class EMParameters:
 
 class _EMMap:
     """The in-memory EM map F on flat parameters (:class:`EMParameters`), the ``step`` of
-    :func:`crowdflow.skills.squarem.squarem`: the E-step at θ and the M-step by the kernels of the plain loop
-    :func:`_em` (so an unextrapolated step is its step bit for bit). Each call returns (F(θ), Φ(θ), ℓ(θ)) with ℓ
-    the observed-data log-likelihood and Φ = ℓ + the log prior of the M-step (the objective EM increases:
-    Dirichlet(1 + α + β e_l) rows, or Beta(1 + α, 1 + α) accuracies, and Dirichlet(1 + α) q). Scratch
-    arrays are allocated once.
+    :func:`crowdflow.skills.squarem.squarem`: the E-step at θ and the M-step's sums in one fused sweep over the
+    labels (:func:`crowdflow.skills.fused_em.fused_pass`, issue #36), the same operations in the same order as
+    the kernels of the plain loop :func:`_em` (so an unextrapolated step is its step bit for bit). Each call returns
+    (F(θ), Φ(θ), ℓ(θ)) with ℓ the observed-data log-likelihood and Φ = ℓ + the log prior of the M-step (the
+    objective EM increases: Dirichlet(1 + α + β e_l) rows, or Beta(1 + α, 1 + α) accuracies, and Dirichlet(1 + α)
+    q). Scratch arrays are allocated once; the full model's sums are written into F(θ)'s own array and turned into
+    π there, so the map holds one W·M² table (log π) besides the iterates.
     """
 
     def __init__(
@@ -539,10 +555,61 @@ class _EMMap:
         known = np.zeros(lm.n_tasks, dtype=bool) if gold is None else np.asarray(gold) >= 0
         self.gold_tasks = np.flatnonzero(known)
         self.gold_labels = np.asarray(gold, dtype=np.int64)[known] if gold is not None else np.empty(0, np.int64)
+        # the kernel's gold: a code per task (−1: not gold), or empty when no task is gold
+        self.gold = np.empty(0, np.int64)
+        if gold is not None and self.gold_tasks.size:
+            self.gold = np.where(known, np.asarray(gold, dtype=np.int64), -1)
+        self.hits = np.empty(self.gold_tasks.size)
         self.par = EMParameters(lm.n_workers, lm.n_classes, one_coin, alpha, beta, lm.labels_per_worker())
-        self.table = np.empty((lm.n_classes, lm.n_workers * lm.n_classes))  # M-step counts, E-step log π
+        self.lp = np.empty(lm.n_workers * lm.n_classes * lm.n_classes)  # log π, label-major (fused_em.log_lanes)
         self.log_q = np.empty(lm.n_classes)
+        self.class_sums = np.empty(lm.n_classes)
         self.post_t = np.empty((lm.n_classes, lm.n_tasks))
+        self._no_post = np.empty((lm.n_classes, 0))
+
+    def _tables(self, theta: np.ndarray) -> float:
+        """log π (label-major) and log q of θ into ``self.lp``, ``self.log_q``; returns the M-step's log prior, the
+        value of :meth:`EMParameters.tables` bit for bit."""
+        par = self.par
+        pi, q = par.split(theta)
+        np.log(q, out=self.log_q)
+        if par.one_coin:
+            _one_coin_fill(pi, par._pi)
+            log_lanes(par._pi, self.lp)
+            return par.one_coin_prior(pi, self.log_q)
+        log_lanes(pi, self.lp)
+        return float(log_prior_lanes(self.lp, self.log_q, par.alpha, par.beta))
+
+    def _pass(self, post_t: np.ndarray, out: np.ndarray) -> float:
+        """The fused E-step and M-step sums at the tables of :meth:`_tables`, F into ``out``; returns the E-step's
+        log-likelihood of the answers and gold (posteriors into ``post_t`` unless it is empty)."""
+        par = self.par
+        _, q = par.split(out)
+        sums = out[: par.n_pi]
+        ll = float(
+            fused_pass(
+                self.indptr,
+                self.rows,
+                self.worker,
+                self.given,
+                self.lp,
+                self.log_q,
+                self.gold,
+                par.one_coin,
+                sums,
+                self.class_sums,
+                self.hits,
+                post_t,
+            )
+        )
+        if self.gold_tasks.size:  # as :meth:`pin`: Σ_gold log T_{t, gold} before the pin
+            ll += float(np.log(np.maximum(self.hits, 1e-300)).sum())
+        if par.one_coin:
+            _one_coin_accuracy(par.n_i, par.alpha, sums)
+        else:
+            confusion_in_place(sums, par.w, par.m, par.alpha, par.beta)
+        prior_from_sums(self.class_sums, self.post_t.shape[1], par.alpha, q)
+        return ll
 
     def m_step(self, out: np.ndarray) -> None:
         """θ from the posteriors ``self.post_t`` into ``out``."""
@@ -552,14 +619,15 @@ class _EMMap:
             _one_coin_sums(self.task, self.worker, self.given, self.post_t, pi)
             _one_coin_accuracy(par.n_i, par.alpha, pi)
         else:
-            _full_m_step(self.task, self.rows, self.post_t, par.alpha, par.beta, self.table, pi)
+            head = out[: par.n_pi]
+            counts_from_posteriors(self.task, self.rows, self.post_t, head)
+            confusion_in_place(head, par.w, par.m, par.alpha, par.beta)
         _class_prior(self.post_t, par.alpha, q)
 
     def __call__(self, theta: np.ndarray) -> tuple[np.ndarray, float, float]:
-        prior = self.par.tables(theta, self.table, self.log_q)
-        ll = float(_e_step(self.indptr, self.rows, self.table, self.log_q, self.post_t)) + self.pin()
+        prior = self._tables(theta)
         out = np.empty_like(theta)
-        self.m_step(out)
+        ll = self._pass(self._no_post, out)
         return out, ll + prior, ll
 
     def pin(self) -> float:
@@ -583,8 +651,8 @@ class _EMMap:
 
     def posteriors(self, theta: np.ndarray) -> tuple[np.ndarray, float]:
         """The final E-step at θ: (T×M posteriors, gold tasks pinned; log-likelihood of the answers and gold)."""
-        self.par.tables(theta, self.table, self.log_q)
-        ll = float(_e_step(self.indptr, self.rows, self.table, self.log_q, self.post_t)) + self.pin()
+        self._tables(theta)
+        ll = self._pass(self.post_t, np.empty_like(theta))
         return np.ascontiguousarray(self.post_t.T), ll
 
 

@@ -1,0 +1,365 @@
+"""One fused pass of the in-memory Dawid–Skene EM map: E-step and M-step sums over the labels in one sweep.
+
+docs/methods/skills.md §7.2 (issue #36). The accelerated in-memory fit (:class:`crowdflow.skills.dawid_skene._EMMap`)
+evaluates the EM map F(θ) = M-step(E-step at θ) some 30–200 times per fit. The reference kernels
+(``dawid_skene._e_step``, ``_full_m_step``, ``_class_prior``) make 2M + 1 passes over the labels, class by class,
+and hold a T × M table of posteriors between them. Here one sweep over the labels grouped by task does it all, a
+block of tasks at a time:
+
+1. per task t and class l the sum ℓ_tl = Σ_{labels k of t} log π_{i_k}[l, Y_k] (the M values of a label are
+   contiguous: ``lp[(i·M + y)·M + l] = log π_i[l, y]``), written into a block buffer;
+2. per task ℓ_tl ← log q_l + ℓ_tl, the posterior exp(ℓ_tl − max_l ℓ_tl)/Z_t, the log-likelihood term, the pin of a
+   gold task to its answer, and Σ_t T_tl;
+3. per label the M-step's sums: G_i[l, m] += T_tl (full model, into ``counts[(i·M + m)·M + l]``) or
+   S_i += T_{t, Y_it} (one-coin).
+
+**Bit for bit the reference.** Every quantity is the same IEEE operations in the same order as in the reference
+kernels: each ℓ_tl starts at 0.0 and adds its labels' terms in label order; the normalisation, the running
+product of the Z_t and its fold (``_fold``), the M = 2 form with one exponential, Σ_t T_tl in task order, and
+each count G_i[l, m] gets its terms in label order (tasks in order, labels in order within a task: the order the
+class-major reference scatters them). So F(θ), Φ(θ) and ℓ(θ) are the reference's bits, and the accelerated fit
+is unchanged (``tests/skills/test_fused_em.py`` compares them on a family of crowds).
+
+**Why it is faster.** The posteriors never leave a block buffer (L1-resident) and the labels are read twice per
+evaluation, not 2M + 1 times; the inner loops over the classes have a compile-time trip count for M ≤ 8
+(one compiled specialisation each, compiled on first use), so a label's M terms are one vector load and add. The scalar
+exponentials (libm's, so the bits stay) are what is left: at 10⁶ labels and 5 classes about half of the pass.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from crowdflow.compiled import compiled_kernel, inlined_kernel
+
+#: tasks per block: the block buffer (BLOCK × M doubles) stays in L1
+BLOCK = 256
+#: the running product of the normalisers is folded into its logarithm past this value (``dawid_skene._FOLD``)
+_FOLD = 1e250
+
+
+@inlined_kernel
+def _sweep(
+    indptr: np.ndarray,
+    rows: np.ndarray,
+    worker: np.ndarray,
+    given: np.ndarray,
+    lp: np.ndarray,
+    lanes: int,
+    log_q: np.ndarray,
+    gold: np.ndarray,
+    one_coin: bool,
+    counts: np.ndarray,
+    class_sums: np.ndarray,
+    hits: np.ndarray,
+    post_t: np.ndarray,
+) -> float:
+    """The pass of :func:`fused_pass` with ``lanes`` = M (a constant where the caller passes a literal)."""
+    m = lanes
+    n_tasks = indptr.size - 1
+    store = post_t.shape[1] == n_tasks and n_tasks > 0
+    pinned = gold.size > 0
+    counts[:] = 0.0
+    cs = np.zeros(m)
+    buf = np.empty(BLOCK * m)
+    shift, prod = 0.0, 1.0
+    n_hit = 0
+    for t0 in range(0, n_tasks, BLOCK):
+        t1 = min(n_tasks, t0 + BLOCK)
+        for t in range(t0, t1):
+            j = (t - t0) * m
+            for c in range(m):
+                buf[j + c] = 0.0
+            for k in range(indptr[t], indptr[t + 1]):
+                r = rows[k] * m
+                for c in range(m):
+                    buf[j + c] += lp[r + c]
+        for t in range(t0, t1):
+            j = (t - t0) * m
+            for c in range(m):
+                buf[j + c] = log_q[c] + buf[j + c]
+            if m == 2:  # dawid_skene._normalise_binary
+                a, b = buf[j], buf[j + 1]
+                top = max(a, b)
+                e = np.exp(-abs(b - a)) if top > -np.inf else np.nan
+                z = 1.0 + e
+                hi, lo = 1.0 / z, e / z
+                buf[j] = hi if a >= b else lo
+                buf[j + 1] = lo if a >= b else hi
+            else:  # dawid_skene._e_step's normalisation
+                top = buf[j]
+                for c in range(1, m):
+                    top = max(top, buf[j + c])
+                # exp(ℓ − top) is exp(0.0) = 1.0 exactly at a class where ℓ = top: with 3 classes that one is not
+                # computed (when top is finite; the others are, in an order without a data-dependent branch). At 10⁶
+                # labels a pass took 12.9 instead of 14.2 ms with 3 classes, but 15.4 instead of 13.2 with 5 (the
+                # run-time trip count), so only M = 3 skips
+                amax = -1
+                if m == 3:
+                    for c in range(m - 1, -1, -1):
+                        amax = c if buf[j + c] == top else amax
+                skip = amax >= 0 and abs(top) < np.inf
+                for c in range(m - 1 if skip else m):
+                    cc = c + 1 if skip and c >= amax else c
+                    buf[j + cc] = np.exp(buf[j + cc] - top)
+                if skip:
+                    buf[j + amax] = 1.0
+                z = 0.0
+                for c in range(m):
+                    z += buf[j + c]
+                for c in range(m):
+                    buf[j + c] /= z
+            prod *= z  # dawid_skene._fold
+            if prod > _FOLD:
+                shift, prod = shift + top + math.log(prod), 1.0
+            else:
+                shift = shift + top
+            if pinned and gold[t] >= 0:  # _EMMap.pin
+                hits[n_hit] = buf[j + gold[t]]
+                n_hit += 1
+                for c in range(m):
+                    buf[j + c] = 0.0
+                buf[j + gold[t]] = 1.0
+            for c in range(m):
+                cs[c] += buf[j + c]
+            if store:
+                for c in range(m):
+                    post_t[c, t] = buf[j + c]
+        if one_coin:
+            for t in range(t0, t1):
+                j = (t - t0) * m
+                for k in range(indptr[t], indptr[t + 1]):
+                    counts[worker[k]] += buf[j + given[k]]
+        else:
+            for t in range(t0, t1):
+                j = (t - t0) * m
+                for k in range(indptr[t], indptr[t + 1]):
+                    r = rows[k] * m
+                    for c in range(m):
+                        counts[r + c] += buf[j + c]
+    class_sums[:] = cs
+    return shift + math.log(prod)
+
+
+@compiled_kernel
+def _pass2(
+    indptr: np.ndarray,
+    rows: np.ndarray,
+    worker: np.ndarray,
+    given: np.ndarray,
+    lp: np.ndarray,
+    log_q: np.ndarray,
+    gold: np.ndarray,
+    one_coin: bool,
+    counts: np.ndarray,
+    class_sums: np.ndarray,
+    hits: np.ndarray,
+    post_t: np.ndarray,
+) -> float:
+    return _sweep(indptr, rows, worker, given, lp, 2, log_q, gold, one_coin, counts, class_sums, hits, post_t)
+
+
+@compiled_kernel
+def _pass3(
+    indptr: np.ndarray,
+    rows: np.ndarray,
+    worker: np.ndarray,
+    given: np.ndarray,
+    lp: np.ndarray,
+    log_q: np.ndarray,
+    gold: np.ndarray,
+    one_coin: bool,
+    counts: np.ndarray,
+    class_sums: np.ndarray,
+    hits: np.ndarray,
+    post_t: np.ndarray,
+) -> float:
+    return _sweep(indptr, rows, worker, given, lp, 3, log_q, gold, one_coin, counts, class_sums, hits, post_t)
+
+
+@compiled_kernel
+def _pass4(
+    indptr: np.ndarray,
+    rows: np.ndarray,
+    worker: np.ndarray,
+    given: np.ndarray,
+    lp: np.ndarray,
+    log_q: np.ndarray,
+    gold: np.ndarray,
+    one_coin: bool,
+    counts: np.ndarray,
+    class_sums: np.ndarray,
+    hits: np.ndarray,
+    post_t: np.ndarray,
+) -> float:
+    return _sweep(indptr, rows, worker, given, lp, 4, log_q, gold, one_coin, counts, class_sums, hits, post_t)
+
+
+@compiled_kernel
+def _pass5(
+    indptr: np.ndarray,
+    rows: np.ndarray,
+    worker: np.ndarray,
+    given: np.ndarray,
+    lp: np.ndarray,
+    log_q: np.ndarray,
+    gold: np.ndarray,
+    one_coin: bool,
+    counts: np.ndarray,
+    class_sums: np.ndarray,
+    hits: np.ndarray,
+    post_t: np.ndarray,
+) -> float:
+    return _sweep(indptr, rows, worker, given, lp, 5, log_q, gold, one_coin, counts, class_sums, hits, post_t)
+
+
+@compiled_kernel
+def _pass6(
+    indptr: np.ndarray,
+    rows: np.ndarray,
+    worker: np.ndarray,
+    given: np.ndarray,
+    lp: np.ndarray,
+    log_q: np.ndarray,
+    gold: np.ndarray,
+    one_coin: bool,
+    counts: np.ndarray,
+    class_sums: np.ndarray,
+    hits: np.ndarray,
+    post_t: np.ndarray,
+) -> float:
+    return _sweep(indptr, rows, worker, given, lp, 6, log_q, gold, one_coin, counts, class_sums, hits, post_t)
+
+
+@compiled_kernel
+def _pass_any(
+    indptr: np.ndarray,
+    rows: np.ndarray,
+    worker: np.ndarray,
+    given: np.ndarray,
+    lp: np.ndarray,
+    log_q: np.ndarray,
+    gold: np.ndarray,
+    one_coin: bool,
+    counts: np.ndarray,
+    class_sums: np.ndarray,
+    hits: np.ndarray,
+    post_t: np.ndarray,
+) -> float:
+    return _sweep(indptr, rows, worker, given, lp, log_q.size, log_q, gold, one_coin, counts, class_sums, hits, post_t)
+
+
+#: one compiled kernel a class count (each compiles, once, on first use: a cold compile is paid for the M a user
+#: fits, not for every M), the generic one for the rest
+_PASSES = {2: _pass2, 3: _pass3, 4: _pass4, 5: _pass5, 6: _pass6}
+
+
+def fused_pass(
+    indptr: np.ndarray,
+    rows: np.ndarray,
+    worker: np.ndarray,
+    given: np.ndarray,
+    lp: np.ndarray,
+    log_q: np.ndarray,
+    gold: np.ndarray,
+    one_coin: bool,
+    counts: np.ndarray,
+    class_sums: np.ndarray,
+    hits: np.ndarray,
+    post_t: np.ndarray,
+) -> float:
+    """One E-step and the M-step's sums in one sweep (module docstring); returns the observed-data log-likelihood.
+
+    Parameters
+    ----------
+    indptr, rows, worker, given : numpy.ndarray
+        The labels grouped by task (``dawid_skene._label_arrays``): task t owns ``indptr[t]:indptr[t + 1]``,
+        ``rows = worker · M + given``.
+    lp : numpy.ndarray
+        ``lp[(i·M + y)·M + l] = log π_i[l, y]`` (:func:`log_lanes`).
+    log_q : numpy.ndarray
+        log q (length M).
+    gold : numpy.ndarray
+        Empty, or a class code per task (−1: not gold); gold tasks' posteriors are pinned to their answer after
+        the E-step and before the sums, their pre-pin posterior of the answer written to ``hits`` in task order.
+    one_coin : bool
+        Sums of the one-coin model (S_i = Σ_{labels of i} T_{t, Y_it} into ``counts``, length W) instead of the
+        full model's G (``counts[(i·M + m)·M + l]``, length W·M²).
+    counts, class_sums, hits : numpy.ndarray
+        Outputs (overwritten): the M-step's sums, Σ_t T_tl, the gold hits.
+    post_t : numpy.ndarray
+        M × T to receive the posteriors, or an empty (M, 0) array to skip writing them.
+    """
+    kernel = _PASSES.get(log_q.size, _pass_any)
+    return float(kernel(indptr, rows, worker, given, lp, log_q, gold, one_coin, counts, class_sums, hits, post_t))
+
+
+@compiled_kernel
+def log_lanes(pi: np.ndarray, lp: np.ndarray) -> None:
+    """``lp[(i·M + y)·M + l] = log π_i[l, y]`` (the label-major layout of ``dawid_skene._full_log_pi``)."""
+    n_workers, m, _ = pi.shape
+    for i in range(n_workers):
+        for y in range(m):
+            r = (i * m + y) * m
+            for c in range(m):
+                lp[r + c] = np.log(pi[i, c, y])
+
+
+@compiled_kernel
+def log_prior_lanes(lp: np.ndarray, log_q: np.ndarray, alpha: float, beta: float) -> float:
+    """``dawid_skene._log_prior`` from the label-major table, summed in its (class-major) order: the same bits."""
+    m = log_q.size
+    cols = lp.size // m
+    total = 0.0
+    for c in range(m):
+        for j in range(cols):
+            wgt = alpha + (beta if j % m == c else 0.0)
+            if wgt != 0.0:
+                total += wgt * lp[j * m + c]
+        if alpha != 0.0:
+            total += alpha * log_q[c]
+    return total
+
+
+@compiled_kernel
+def confusion_in_place(theta: np.ndarray, n_workers: int, m: int, alpha: float, beta: float) -> None:
+    """π from the full model's label-major sums, in place: ``theta[(i·M + m)·M + l] = G_i[l, m]`` on entry,
+    ``theta[(i·M + l)·M + m] = π_i[l, m]`` (the layout of θ) on return, with ``dawid_skene._confusion_from_counts``'s
+    operations: π_i[l, m] = (G_i[l, m] + α + β 1{m = l})/Σ_m' (G_i[l, m'] + α + β 1{m' = l}) (uniform for a row
+    without mass). One worker's M × M block at a time goes through a small buffer, so no second W·M² array."""
+    blk = np.empty(m * m)
+    for i in range(n_workers):
+        base = i * m * m
+        for s in range(m * m):
+            blk[s] = theta[base + s]
+        for c in range(m):
+            tot = 0.0
+            for y in range(m):
+                tot += blk[y * m + c] + alpha + (beta if y == c else 0.0)
+            for y in range(m):
+                num = blk[y * m + c] + alpha + (beta if y == c else 0.0)
+                theta[base + c * m + y] = num / tot if tot > 0 else 1.0 / m
+
+
+@compiled_kernel
+def counts_from_posteriors(task: np.ndarray, rows: np.ndarray, post_t: np.ndarray, counts: np.ndarray) -> None:
+    """The full model's sums G of given posteriors (``post_t``, M × T) in the label-major layout of
+    :func:`fused_pass`: ``counts[(i·M + m)·M + l] = Σ_{labels (i, t, m)} T_tl``, each in label order (the bits of
+    ``dawid_skene._confusion_counts``)."""
+    m = post_t.shape[0]
+    counts[:] = 0.0
+    for k in range(task.size):
+        r = rows[k] * m
+        t = task[k]
+        for c in range(m):
+            counts[r + c] += post_t[c, t]
+
+
+@compiled_kernel
+def prior_from_sums(class_sums: np.ndarray, n_tasks: int, alpha: float, q: np.ndarray) -> None:
+    """q_l = (Σ_t T_tl + α)/(T + M α) into ``q`` (``dawid_skene._class_prior`` from its sums)."""
+    m = class_sums.size
+    for c in range(m):
+        q[c] = (class_sums[c] + alpha) / (n_tasks + m * alpha)
