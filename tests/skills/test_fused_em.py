@@ -120,7 +120,8 @@ def _points(map_start: np.ndarray, par: object, rng: np.random.Generator) -> lis
     return pts
 
 
-FAMILY = range(40)
+#: 14 draws (every class count twice) in the default run, the other 26 in the slow tier
+FAMILY = [s if s < 14 else pytest.param(s, marks=pytest.mark.slow) for s in range(40)]
 
 pytestmark = pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")
 
@@ -146,7 +147,7 @@ def test_fused_map_is_the_reference_map_bit_for_bit(seed: int) -> None:
             assert np.array_equal(p_new, p_ref, equal_nan=True) and e_new == e_ref, where
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", [s if s < 6 else pytest.param(s, marks=pytest.mark.slow) for s in range(12)])
 def test_accelerated_fits_are_unchanged_bit_for_bit(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     lm, gold, drawn = _crowd(1000 + seed)
     fits = {}
