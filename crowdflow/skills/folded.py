@@ -772,6 +772,7 @@ def folded_skills_run(
     columns: Mapping[str, str] | None = None,
     refresh: Sequence[str] = (),
     run_id: str | None = None,
+    whole_consensus: bool = True,
     **overrides: Any,
 ) -> FoldedRun:
     """A folded majority-vote skills fit over every file of ``source`` without the pipeline (the flow's fit step).
@@ -780,6 +781,8 @@ def folded_skills_run(
     (:func:`crowdflow.storage.increment_inputs.folded_input`), votes and updates the worker fold
     (:func:`fold_in_store`), then commits the state with both folds. ``run.fit.result`` holds the tables of a full
     ``method: mv`` fit (``output_tables(run.fit.result, run.fit.report)``), ``run.input`` the files' account.
+    ``whole_consensus=False``: a fold kept in parts leaves ``consensus`` empty (its rows are in ``run.parts``'
+    files, :func:`crowdflow.skills.folded_parts.read_consensus`), so the run opens no part it does not touch.
     """
     if options is None:  # majority vote is the one folded method: the default here
         overrides = {"method": "mv", **overrides}
@@ -799,7 +802,7 @@ def folded_skills_run(
         stream_until=WORKERS_KEY,
         defer=True,
     ) as got:
-        run = fold_in_store(store, read_state(store), got, o)
+        run = fold_in_store(store, read_state(store), got, o, whole_consensus=whole_consensus)
         more.update(run.records)
     record = got.record()
     record["fold"]["workers"] = run.account

@@ -49,6 +49,7 @@ from crowdflow.contracts.tables import OUTPUTS
 from crowdflow.labels import natural_order
 from crowdflow.skills.increments import FoldedLabels, _delta, fold_labels, vote_folded
 from crowdflow.skills.types import TieBreak
+from crowdflow.storage.increments import step_done
 from crowdflow.storage.run_store import write_final_part
 
 __all__ = [
@@ -290,6 +291,7 @@ def _write_part(
         tmp = d / f".{target}.{os.getpid()}.tmp"
         write(tmp)
         os.replace(tmp, d / target)
+        step_done(f"part {PARTS_KEY}/{target}")  # a kill point of the store's tests
     n = len(fold.tasks)
     lo, hi = (str(fold.tasks[0].as_py()), str(fold.tasks[n - 1].as_py())) if n else ("", "")
     return Part(lo, hi, n, int(ties), classes, fname, cname)

@@ -73,6 +73,7 @@ __all__ = [
     "read_state",
     "state_dir",
     "state_lock",
+    "step_done",
     "stored_rows",
     "stored_rows_of",
     "update_fold",
@@ -188,6 +189,11 @@ class _Steps:
         if os.environ.get(TEST_KILL_ENV) == label:
             log.warning("test hook: killing the state writer at %s", label)
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def step_done(label: str) -> None:
+    """One store step done (a file written under its final name): the kill point of the store's tests."""
+    _Steps.done(label)
 
 
 def read_state(folder: str | os.PathLike[str]) -> State:
@@ -696,10 +702,16 @@ def stored_rows_of(
         wanted = pa.array([str(v) for v in values], pa.string())
     frames: list[pd.DataFrame] = []
     scanned = rows = 0
+    span = None
+    if wanted is not None and len(wanted):
+        got = pc.min_max(wanted.cast(pa.string()))
+        span = (str(got["min"].as_py()), str(got["max"].as_py()))
     for e in entries:
         if wanted is not None:
             if len(wanted) == 0:
                 break
+            if e.sums is not None and span is not None and _outside(d / e.sums, column, span):
+                continue  # the sums file's own statistics: none of its ids is in the wanted range
             if e.sums is not None:
                 listed = pq.read_table(d / e.sums, columns=[column]).column(0).cast(pa.string())
                 if not pc.any(pc.is_in(listed, value_set=wanted)).as_py():
@@ -712,3 +724,25 @@ def stored_rows_of(
         frames.append(table.to_pandas())
     out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({c: [] for c in columns})
     return StoredRows(out, scanned, rows)
+
+
+def _outside(path: Path, column: str, span: tuple[str, str]) -> bool:
+    """Whether the Parquet statistics of ``column`` (text) in ``path`` put every row group outside ``span``
+    (the smallest and largest wanted id): then no row of the file can be wanted, and it is not read. Files without
+    statistics are read."""
+    try:
+        meta = pq.read_metadata(path)
+        k = meta.schema.names.index(column)
+    except (OSError, ValueError):
+        return False
+    lo, hi = span
+    for g in range(meta.num_row_groups):
+        stats = meta.row_group(g).column(k).statistics
+        if stats is None or not stats.has_min_max:
+            return False
+        smin, smax = stats.min, stats.max
+        if isinstance(smin, bytes) or isinstance(smax, bytes) or not isinstance(smin, str):
+            return False
+        if not (smax < lo or smin > hi):
+            return False
+    return True
