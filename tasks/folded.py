@@ -66,7 +66,8 @@ def fit_skills_folded_task(
     a = run.account
     get_run_logger().info(
         "majority vote on the fold: %d tasks, %d workers; worker fold %s, %d old tasks re-read (%d stored rows read, "
-        "%d scanned in %d files)", len(run.fit.result.consensus), len(run.fit.result.skills), a["how"],
+        "%d scanned in %d files)", len(run.fit.result.consensus) if run.parts is None else run.parts.n_tasks,
+        len(run.fit.result.skills), a["how"],
         a["tasks_reread"], a["stored_rows_read"], a["stored_rows_scanned"], a["stored_files_scanned"],
     )  # fmt: skip
     parts = a.get("parts")

@@ -123,14 +123,35 @@ class PartsIndex:
         """The labels some task of the fold holds (text order)."""
         return sorted({c for p in self.parts for c in p.classes})
 
-    def locate(self, tasks: pa.Array) -> np.ndarray:
-        """The part of each id (part ``j`` covers ``[lo_j, lo_{j+1})``, part 0 everything below ``lo_1``)."""
-        if len(self.parts) <= 1:
-            return np.zeros(len(tasks), dtype=np.int64)
-        bounds = np.asarray([p.lo for p in self.parts[1:]], dtype=str)
-        ids = np.asarray(tasks.to_numpy(zero_copy_only=False), dtype=str)
-        out: np.ndarray = np.searchsorted(bounds, ids, side="right").astype(np.int64)
+    def locate(self, tasks: pa.Array, is_sorted: bool = False) -> np.ndarray:
+        """The part of each id (part ``j`` covers ``[lo_j, lo_{j+1})``, part 0 everything below ``lo_1``).
+
+        The ids are sorted in Arrow (unless ``is_sorted``) and each boundary is found by bisection, a few scalar
+        reads per part: no id becomes a Python object."""
+        n = len(tasks)
+        if len(self.parts) <= 1 or n == 0:
+            return np.zeros(n, dtype=np.int64)
+        order = None if is_sorted else pc.sort_indices(tasks).to_numpy()
+        ids = tasks if order is None else tasks.take(pa.array(order))
+        cuts = [_first_at_or_after(ids, p.lo) for p in self.parts[1:]]
+        where = np.repeat(np.arange(len(self.parts), dtype=np.int64), np.diff([0, *cuts, n]))
+        if order is None:
+            return where
+        out = np.empty(n, dtype=np.int64)
+        out[order] = where
         return out
+
+
+def _first_at_or_after(ids: pa.Array, key: str) -> int:
+    """The first position of the sorted ``ids`` whose id is ``key`` or after it (code-point order)."""
+    lo, hi = 0, len(ids)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if str(ids[mid].as_py()) < key:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def first_is_number(task: str) -> bool:
@@ -169,7 +190,8 @@ def read_parts(folder: str | os.PathLike[str], parts: Sequence[Part]) -> tuple[F
         at += t.num_rows
 
     def col(name: str) -> pa.Array:
-        return pa.chunked_array([t[name] for t in tables]).combine_chunks().cast(pa.string())
+        chunks = [c.cast(pa.string()) for t in tables for c in t[name].chunks]
+        return pa.chunked_array(chunks, type=pa.string()).combine_chunks()
 
     return FoldedLabels(col("task"), np.asarray(classes, dtype=object), counts), col("winner"), col("rep")
 
@@ -231,10 +253,10 @@ def plan_update(
     else:
         own, touched = True, []
     old, old_winners, old_rep = read_parts(folder, [parts[j] for j in touched])
-    cells = delta.to_pandas() if delta.num_rows else pd.DataFrame({"task": [], "label": [], "count": []})
+    cells = delta.to_pandas(types_mapper=pd.ArrowDtype)  # the ids stay Arrow text (text_ids reads them as they are)
     new, _ = fold_labels(old, [cells] if len(cells) else [], ())
     # the new fold's rows, by part: the touched parts in order, then (own) the tasks after every part
-    where = index.locate(new.tasks) if parts else np.zeros(len(new.tasks), dtype=np.int64)
+    where = index.locate(new.tasks, is_sorted=True) if parts else np.zeros(len(new.tasks), dtype=np.int64)
     if own and parts:
         after = np.asarray(pc.greater(new.tasks, parts[last].hi).to_numpy(zero_copy_only=False), dtype=bool)
         where = np.where(after & (where == last), len(parts), where)
