@@ -522,7 +522,7 @@ def fold_in_store(
     if streamed and not why:  # the update needs the new rows: the files read now (a day), from the store
         new_rows = stored_rows_of(folder, kind, fresh, "task", None, ("task", "worker", "label")).rows
     index = PartsIndex.from_record(labels_rec) if parted else None
-    usable = fold.how == "deferred" and not why and index is not None and rec_w is not None
+    usable = fold.deferred and not why and index is not None and rec_w is not None
     if usable and index is not None and rec_w is not None and not _numbers_first(index, fold):
         return _parted(ctx, index, rec_w, new_rows, gold_tasks, whole_consensus)
     return _whole(ctx, index, rec_w, rec_t, new_rows, why, gold_tasks)
@@ -624,7 +624,7 @@ def _whole(
     assert fold is not None
     kind = "labels"
     base_w = base_rep = None
-    if fold.how == "deferred":  # the stored fold is in parts: all of them read, the run's sums folded in
+    if fold.deferred:  # the stored fold is in parts: all of them read, the run's sums folded in
         assert index is not None
         base, base_w, base_rep = read_parts(folder, index.parts)
         folded = fold_labels(base, fold.add_sums, fold.remove_sums)[0]
@@ -687,7 +687,7 @@ def _whole(
                                             upd.fold.tasks),
                         "digest": fold.record["digest"], "options": ctx.opts_key, "format": FOLD_FORMAT},
         }  # fmt: skip
-        if fold.how == "deferred":  # the parts' fold as one table again
+        if fold.deferred:  # the parts' fold as one table again
             name = write_table(folder, kind, f"fold-{version}-e{epoch}.parquet", folded.to_frame())
             records[kind] = {"file": name, "digest": fold.record["digest"], "rule": fold.record["rule"]}
     clock.lap("write_worker_fold")

@@ -464,10 +464,11 @@ class Fold:
     added: int = 0
     removed: int = 0
     rows_read: int = 0
-    #: ``how == "deferred"``: the stored fold is kept in parts and the caller folds these sums into the parts it
-    #: holds (:func:`update_fold` with ``defer``); ``table`` is then empty
+    #: ``deferred``: the stored fold is kept in parts and the caller folds these sums into the parts it holds
+    #: (:func:`update_fold` with ``defer``; ``how`` is ``updated``); ``table`` is then empty
     add_sums: list[pd.DataFrame] = field(default_factory=list)
     remove_sums: list[pd.DataFrame] = field(default_factory=list)
+    deferred: bool = False
 
 
 #: files whose sums an exact refold holds at once (:func:`update_fold`)
@@ -486,7 +487,7 @@ def update_fold(
     """The fold of ``files`` (the kind's files the new state holds), from the stored fold where it can.
 
     A stored fold kept in parts (a record with ``parts``, :mod:`crowdflow.skills.folded_parts`) is never read here:
-    with ``defer`` and a usable fold the added and removed files' sums are handed back (``how="deferred"``,
+    with ``defer`` and a usable fold the added and removed files' sums are handed back (``deferred``,
     ``add_sums``/``remove_sums``) for the caller to fold into the parts they touch; without ``defer`` (a caller
     that needs the whole table) the fold is refolded from the per-file sums.
 
@@ -531,8 +532,8 @@ def update_fold(
     parted = stored is not None and "parts" in stored
     if usable and parted and defer:
         record = {"digest": fold_digest(entries), "rule": rule.name}
-        return Fold(rule.refold([]), record, entries, "deferred", len(add), len(gone), rows_read, tables(add),
-                    tables(gone))  # fmt: skip
+        return Fold(rule.refold([]), record, entries, "updated", len(add), len(gone), rows_read, tables(add),
+                    tables(gone), deferred=True)  # fmt: skip
     if usable and stored is not None and not parted:
         table = rule.update(read_table(folder, kind, str(stored["file"])), tables(add), tables(gone))
         how = "updated"
