@@ -19,7 +19,7 @@ from crowdflow.contracts.errors import SpecError
 from crowdflow.frontdoor.increment_rules import RULES
 from crowdflow.skills.folded import WORKERS_KEY
 from crowdflow.spec import JOB_OPTIONS, PipelineBase
-from crowdflow.storage.increment_inputs import Assembled
+from crowdflow.storage.increment_inputs import Assembled, merge_folds
 from crowdflow.storage.increments import State, SumsRule, commit_state, drop_erased, read_state, state_dir, state_lock
 from crowdflow.storage.io import LoadedTable
 from tasks.partitioned import DatasetInput
@@ -63,7 +63,7 @@ class IncrementSession:
     assembled: Assembled | None = None
     rule: SumsRule | None = None
     #: a folded run's further stored tables (the next state's ``folds`` entries) and their manifest account
-    more_folds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    more_folds: dict[str, dict[str, Any] | None] = field(default_factory=dict)
     fold_detail: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -112,7 +112,7 @@ class IncrementSession:
         if self.kind is None or self.assembled is None:
             return
         fold = self.assembled.fold
-        folds = None if fold is None else {**self.state.folds, self.kind: fold.record, **self.more_folds}
+        folds = None if fold is None else merge_folds(self.state.folds, {self.kind: fold.record, **self.more_folds})
         self.state = commit_state(
             self.folder, self.state, {**self.state.files, self.kind: self.assembled.files}, run_id, folds=folds
         )

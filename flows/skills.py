@@ -5,6 +5,7 @@ Nothing is written unless every blocking step passes; the export is one atomic s
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from crowdflow.contracts.errors import SpecError
 from crowdflow.labels import answered, deduplicate, encode_labels
 from crowdflow.metrics import SkillsReview, review_skills
 from crowdflow.skills import majority_vote, output_metrics, output_tables
+from crowdflow.skills.folded_parts import link_consensus
 from crowdflow.spec import SkillsPipeline
 from crowdflow.storage.io import LoadedTable
 from flows.common import Clock, finish_run, fit_step, load_inputs, run_id_for
@@ -117,7 +119,7 @@ def _skills_folded(spec: SkillsPipeline, run_id: str, session: IncrementSession)
     if truth is not None:
         _log_gold(metrics, classes, truth.source)
     if truth is None:  # majority vote changes no task against majority vote (what review_skills finds in O(rows))
-        n_tasks = len(cons)
+        n_tasks = len(cons) if run.parts is None else run.parts.n_tasks
         review = SkillsReview({}, {"n_changed_vs_majority": 0},
                               {"n_changed_vs_majority": 0, "n_tasks": n_tasks, "changed_vs_majority": []})  # fmt: skip
     else:  # the gold tables from the rows of the gold tasks (stored ones re-read: counted in stored_rows_read)
@@ -132,23 +134,34 @@ def _skills_folded(spec: SkillsPipeline, run_id: str, session: IncrementSession)
         "isolated_workers": int((comps["status"] == "isolated").sum()),
     }
     tables = output_tables(result, checked.report, review)
+    datasets = None
+    if run.parts is not None:  # the consensus in parts: the touched ones new, the others hard links of the store's
+        tables.pop("consensus")
+        datasets = {"consensus": link_consensus(session.folder, run.parts, session.folder / f".publish-{run_id}")}
+        if run.parts.n_tasks:
+            metrics["flagged_share"] = float(metrics.get("n_changed_vs_majority", 0)) / run.parts.n_tasks
     fit = {k: v for k, v in result.metadata.items() if k in _FIT_KEYS or k == "folded"}
-    return finish_run(
-        spec,
-        run_id,
-        {"labels": session.folded_dataset(), **({"truth": truth} if truth is not None else {})},
-        tables,
-        checks={**checks, **inputs.validation},
-        metrics=metrics,
-        clock=clock,
-        extra={
-            "method": opts.method,
-            "fit": fit,
-            "cache": {"enabled": False, "why": "a folded run votes on the increment store's fold every run"},
-            "review": review.record,
-        },
-        session=session,
-    )
+    try:
+        return finish_run(
+            spec,
+            run_id,
+            {"labels": session.folded_dataset(), **({"truth": truth} if truth is not None else {})},
+            tables,
+            checks={**checks, **inputs.validation},
+            metrics=metrics,
+            clock=clock,
+            extra={
+                "method": opts.method,
+                "fit": fit,
+                "cache": {"enabled": False, "why": "a folded run votes on the increment store's fold every run"},
+                "review": review.record,
+            },
+            session=session,
+            datasets=datasets,
+        )
+    finally:
+        if datasets is not None:  # the links a failed export left (a moved one is in the run folder now)
+            shutil.rmtree(session.folder / f".publish-{run_id}", ignore_errors=True)
 
 
 def _skills_inline(spec: SkillsPipeline, run_id: str, session: IncrementSession) -> dict[str, Any]:

@@ -57,15 +57,23 @@ def fit_skills_folded_task(
     folder: str, state: State, assembled: Assembled, options: SkillsOptions, gold_tasks: list[str] | None = None
 ) -> FoldedRun:
     """Majority vote on the folded label counts and the worker fold (:func:`crowdflow.skills.folded.fold_in_store`);
-    a repeated (task, worker) pair across the files is an input error naming it."""
+    a repeated (task, worker) pair across the files is an input error naming it. A fold kept in parts gives no
+    whole consensus table: the run publishes the parts (``run.parts``)."""
     try:
-        run = fold_in_store(folder, state, assembled, options, gold_tasks)
+        run = fold_in_store(folder, state, assembled, options, gold_tasks, whole_consensus=False)
     except ValueError as exc:
         raise InputError(str(exc), path=assembled.table.source) from None
     a = run.account
     get_run_logger().info(
         "majority vote on the fold: %d tasks, %d workers; worker fold %s, %d old tasks re-read (%d stored rows read, "
-        "%d scanned in %d files)", len(run.fit.result.consensus), len(run.fit.result.skills), a["how"],
+        "%d scanned in %d files)", len(run.fit.result.consensus) if run.parts is None else run.parts.n_tasks,
+        len(run.fit.result.skills), a["how"],
         a["tasks_reread"], a["stored_rows_read"], a["stored_rows_scanned"], a["stored_files_scanned"],
     )  # fmt: skip
+    parts = a.get("parts")
+    if parts:
+        get_run_logger().info(
+            "label fold in %d parts: %d read, %d rewritten, %d reused (%d of %d tasks written)", parts["total"],
+            parts["read"], parts["rewritten"], parts["reused"], parts["tasks_written"], parts["tasks_total"],
+        )  # fmt: skip
     return run

@@ -32,7 +32,16 @@ def ingest_incremental(
     holds one file's rows at a time.
     """
     got = assemble(
-        folder, state, spec.path_of(source), kind, source.columns, refresh, rule=rule, rows=rule is None, check=check
+        folder,
+        state,
+        spec.path_of(source),
+        kind,
+        source.columns,
+        refresh,
+        rule=rule,
+        rows=rule is None,
+        check=check,
+        defer=rule is not None,
     )
     get_run_logger().info(
         "incremental %s: read %d files (%d rows), reused %d, dropped %d; %d rows in all (store version %d%s)",

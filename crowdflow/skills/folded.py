@@ -42,13 +42,23 @@ from crowdflow.graphs import Components, ParityForest, WorkerGraphReport
 from crowdflow.graphs.workers import worker_graph_from_components
 from crowdflow.labels import answered, natural_order
 from crowdflow.skills.fit import SkillsResult, _base_status, fit_metadata, worker_table
+from crowdflow.skills.folded_parts import (
+    PARTS_FORMAT,
+    PartsIndex,
+    first_is_number,
+    plan_update,
+    read_consensus,
+    read_parts,
+    split_whole,
+    write_plan,
+)
 from crowdflow.skills.folded_stream import DuplicatePair, rebuild_streamed
 from crowdflow.skills.identifiability import component_diagnostics_pairless
-from crowdflow.skills.increments import LABEL_COUNTS, FoldedLabels, text_ids, vote_folded
+from crowdflow.skills.increments import LABEL_COUNTS, FoldedLabels, fold_labels, text_ids, vote_folded
 from crowdflow.skills.options import SkillsOptions
 from crowdflow.skills.reasons import explain_missing_skills
 from crowdflow.storage.increment_inputs import Assembled, folded_input
-from crowdflow.storage.increments import FileEntry, State, read_state, stored_rows_of, write_table
+from crowdflow.storage.increments import FileEntry, Fold, State, read_state, stored_rows_of, write_table
 
 __all__ = [
     "FoldedRun",
@@ -96,12 +106,16 @@ class WorkerFold:
         w = np.zeros(0, dtype=object)
         return cls(w, z, z.copy(), z.copy(), z.copy(), z.copy(), z.copy(), z.astype(bool), tasks)
 
-    def worker_frame(self) -> pd.DataFrame:
-        """The per-worker arrays as one table (the increment store's ``mv-workers`` file)."""
-        return pd.DataFrame(
+    def worker_frame(self, n_rep: np.ndarray | None = None) -> pd.DataFrame:
+        """The per-worker arrays as one table (the increment store's ``mv-workers`` file); ``n_rep`` (the tasks each
+        worker represents, a fold kept in parts: :mod:`crowdflow.skills.folded_parts`) as a last column."""
+        out = pd.DataFrame(
             {"worker": self.workers.astype(str), "n_labels": self.n_labels, "agree": self.agree,
              "strength": self.strength, "parent": self.parent, "par": self.par, "rank": self.rank, "odd": self.odd}
         )  # fmt: skip
+        if n_rep is not None:
+            out["n_rep"] = n_rep
+        return out
 
     @classmethod
     def from_tables(cls, workers: pa.Table, tasks: pa.Table) -> WorkerFold:
@@ -310,14 +324,21 @@ class FoldedSkills:
 
 
 def folded_skills(
-    consensus: pd.DataFrame, n_ties: int, fold: WorkerFold, classes: np.ndarray, options: SkillsOptions
+    consensus: pd.DataFrame,
+    n_ties: int,
+    fold: WorkerFold,
+    classes: np.ndarray,
+    options: SkillsOptions,
+    task_reps: np.ndarray | None = None,
 ) -> FoldedSkills:
     """The tables of a full ``method: mv`` fit from the consensus of the folded counts and the worker fold.
 
     ``consensus``: :func:`crowdflow.skills.increments.majority_from_folded`; ``classes``: the fitted label set (the
     declared ``classes`` or the observed ones, in the encoder's order). Skills, accuracy, strength, components,
     status and the per-component counts are a full run's, bit for bit (the same float64 operations on the same
-    integers); ``n_partners`` and ``n_edges``/``d_max``/``D_sum`` are NaN with their reason.
+    integers); ``n_partners`` and ``n_edges``/``d_max``/``D_sum`` are NaN with their reason. ``task_reps``: per
+    worker, the tasks it represents (a fold kept in parts holds no per-task table here); default: counted from
+    ``fold.tasks["rep"]``.
     """
     o = options
     g: Components = fold.forest().components()
@@ -331,12 +352,11 @@ def folded_skills(
     partners = np.full(w, np.nan)
     strength = fold.strength.astype(np.float64)
     table = worker_table(fold.workers, skill, accuracy, np.ones(w), n_i, (partners, strength), g, status, ok)
-    rep = fold.tasks["rep"].to_numpy()
-    task_comp = g.labels[rep]
-    n_tasks = np.bincount(task_comp, minlength=g.n_components).astype(np.int64)
+    reps = np.bincount(fold.tasks["rep"].to_numpy(), minlength=w) if task_reps is None else task_reps
+    n_tasks = np.bincount(g.labels, weights=reps, minlength=g.n_components).astype(np.int64)
     n_lab = np.bincount(g.labels, weights=n_i, minlength=g.n_components).astype(np.int64)
     diag = component_diagnostics_pairless(None, g, partners, strength, skill, status, per_component=(n_lab, n_tasks))
-    n_total, n_t = int(n_i.sum()), len(fold.tasks)
+    n_total, n_t = int(n_i.sum()), int(reps.sum())
     meta = fit_metadata(o, classes, w, n_t, n_total, 0, 0, "flag")
     meta.update(
         {
@@ -349,7 +369,7 @@ def folded_skills(
             "n_fallback_tasks": 0,
             "frac_workers_identified": float(ok.mean()),
             "frac_labels_identified": float(n_i[ok].sum() / max(n_total, 1)),
-            "frac_tasks_identified": float(np.count_nonzero(ok[rep]) / max(n_t, 1)),
+            "frac_tasks_identified": float(int(reps[ok].sum()) / max(n_t, 1)),
             "folded": True,
         }
     )
@@ -362,26 +382,78 @@ def folded_skills(
 
 #: the increment store's keys (folders) of the worker fold's two tables, beside the label fold
 WORKERS_KEY, TASKS_KEY = "mv-workers", "mv-tasks"
-#: the layout of those tables (a stored worker fold of another layout is rebuilt)
+#: the layout of those tables (a stored worker fold of another layout is rebuilt); ``/2``: the per-task table lives in
+#: the label fold's parts (:mod:`crowdflow.skills.folded_parts`) and the worker table has ``n_rep``
 FOLD_FORMAT = "crowdflow-mv-workers/1"
+PARTED_FORMAT = "crowdflow-mv-workers/2"
 
 
 @dataclass(frozen=True)
 class FoldedRun:
     """What :func:`fold_in_store` computed for a run: the fit, the worker fold's account, the state records.
 
-    ``records``: the two tables' entries of the next state's ``folds`` (written, committed with the run);
-    ``account``: the manifest's ``fold.workers`` (how, why, tasks re-read, stored rows read and scanned);
-    ``gold_rows``: the rows of the gold tasks (``task, worker, label``) when gold tasks were asked for;
-    ``input``: the manifest's account of the labels input (:func:`folded_skills_run` only).
+    ``records``: the next state's ``folds`` entries written by the run (committed with it; None: a key the new
+    layout drops); ``account``: the manifest's ``fold.workers`` (how, why, tasks re-read, stored rows read and
+    scanned, parts read, rewritten and reused); ``gold_rows``: the rows of the gold tasks (``task, worker, label``)
+    when gold tasks were asked for; ``input``: the manifest's account of the labels input (:func:`folded_skills_run`
+    only); ``parts``: the label fold's parts when it is kept in parts (the consensus is then published from their
+    files, :func:`crowdflow.skills.folded_parts.link_consensus`; ``fit.result.consensus`` is the whole table only
+    when asked for).
     """
 
     fit: FoldedSkills
-    records: dict[str, dict[str, Any]]
+    records: dict[str, dict[str, Any] | None]
     account: dict[str, Any]
     stored_rows_read: int
     gold_rows: pd.DataFrame | None = None
     input: dict[str, Any] = field(default_factory=dict)
+    parts: PartsIndex | None = None
+
+
+@dataclass
+class _Ctx:
+    """What both paths of :func:`fold_in_store` share: the store, the files, the stored-row reader and the clock."""
+
+    folder: str | os.PathLike[str]
+    state: State
+    assembled: Assembled
+    options: SkillsOptions
+    stored: list[FileEntry]
+    fresh: list[FileEntry]
+    streamed: bool
+    opts_key: dict[str, Any]
+    clock: _Clock
+    scanned: dict[str, int] = field(default_factory=lambda: {"files": 0, "rows": 0})
+
+    def read_stored(self, tasks: pa.Array | None) -> pd.DataFrame:
+        got = stored_rows_of(self.folder, "labels", self.stored, "task", tasks, ("task", "worker", "label"))
+        self.scanned["files"] += got.files_scanned
+        self.scanned["rows"] += got.rows_scanned
+        return got.rows
+
+    def gold(self, asked: pa.Array, new_rows: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+        """The rows of the gold tasks ``asked`` (those the fold holds) and how many stored rows that read."""
+        if self.streamed:  # every file's rows are in the store now
+            wanted = ("task", "worker", "label")
+            got_old = (
+                stored_rows_of(self.folder, "labels", self.stored + self.fresh, "task", asked, wanted).rows
+                if len(asked) else None
+            )  # fmt: skip
+            old = new_rows[list(wanted)].iloc[:0] if got_old is None else got_old
+            new = old.iloc[:0]
+        else:
+            old = self.read_stored(asked) if len(asked) else new_rows.iloc[:0]
+            new = new_rows
+        new = new[np.asarray(pc.is_in(text_ids(new["task"]), value_set=asked).to_numpy(zero_copy_only=False))]
+        cols = ["task", "worker", "label"]
+        return pd.concat([old[cols].astype(str), new[cols].astype(str)], ignore_index=True), len(old)
+
+    def workers_record(self, frame: pd.DataFrame, fmt: str) -> dict[str, Any]:
+        version, epoch = self.state.version + 1, len(self.state.erasures)
+        fold = self.assembled.fold
+        assert fold is not None
+        name = write_table(self.folder, WORKERS_KEY, f"{WORKERS_KEY}-{version}-e{epoch}.parquet", frame)
+        return {"file": name, "digest": fold.record["digest"], "options": self.opts_key, "format": fmt}
 
 
 def fold_in_store(
@@ -390,6 +462,7 @@ def fold_in_store(
     assembled: Assembled,
     options: SkillsOptions,
     gold_tasks: Sequence[str] | None = None,
+    whole_consensus: bool = True,
 ) -> FoldedRun:
     """A folded majority-vote run on the increment store: votes from the label fold, the worker fold updated.
 
@@ -398,6 +471,12 @@ def fold_in_store(
     state held, with the same vote options, and files were only added since; otherwise it is rebuilt from every
     stored file's rows (``account["why"]`` says why). The new tables are written, uncommitted (the caller commits
     them with the state, after the export).
+
+    When the label fold is kept in parts (:mod:`crowdflow.skills.folded_parts`; every fold whose ids are not all
+    numbers, from the first run on this layout) and the worker fold is updated, only the parts holding the run's
+    tasks are read, voted and rewritten (the **parted** path); anything else (a rebuild, the migration from the
+    one-table layout, ids that are numbers) reads the whole fold and writes it in parts again. ``whole_consensus``:
+    put every part's consensus rows in ``fit.result.consensus`` (the library API); a run publishes the parts.
 
     Raises
     ------
@@ -408,10 +487,6 @@ def fold_in_store(
     fold = assembled.fold
     assert fold is not None
     kind = "labels"
-    clock = _Clock()
-    folded = FoldedLabels.from_frame(fold.table)
-    consensus, ties, winners = vote_folded(folded, o.classes, o.tie_break, o.seed)
-    clock.lap("vote")
     twice = sorted(p for e in assembled.files.values() if len(e.paths) > 1 for p in e.paths)
     if twice:
         raise ValueError(f"the same file is at several paths of the dataset ({', '.join(twice[:4])}): a folded "
@@ -423,45 +498,160 @@ def fold_in_store(
     streamed = assembled.rows_read is not None
     fresh = [e for sha, e in assembled.files.items() if not (sha in old_files and not (set(e.paths) & read_now))]
     stored = [e for sha, e in assembled.files.items() if sha in old_files and not (set(e.paths) & read_now)]
-    scanned = {"files": 0, "rows": 0}
-
-    def read_stored(tasks: pa.Array | None) -> pd.DataFrame:
-        got = stored_rows_of(folder, kind, stored, "task", tasks, ("task", "worker", "label"))
-        scanned["files"] += got.files_scanned
-        scanned["rows"] += got.rows_scanned
-        return got.rows
-
     opts_key = {"tie_break": o.tie_break, "seed": int(o.seed), "classes": list(o.classes or [])}
+    ctx = _Ctx(folder, state, assembled, o, stored, fresh, streamed, opts_key, _Clock())
     labels_rec = state.folds.get(kind) or {}
+    parted = labels_rec.get("format") == PARTS_FORMAT
     rec_w, rec_t = state.folds.get(WORKERS_KEY), state.folds.get(TASKS_KEY)
     why = ""
-    if rec_w is None or rec_t is None:
+    if rec_w is None or (rec_t is None and not parted):
         why = "no stored worker fold (the first folded run, or a store written before it)"
-    elif rec_w.get("digest") != labels_rec.get("digest") or rec_t.get("digest") != labels_rec.get("digest"):
+    elif rec_w.get("digest") != labels_rec.get("digest") or (
+        not parted and rec_t is not None and rec_t.get("digest") != labels_rec.get("digest")
+    ):
         why = "the stored worker fold is not of the files the state holds (an erasure since it was made)"
-    elif rec_w.get("format") != FOLD_FORMAT or rec_t.get("format") != FOLD_FORMAT:
+    elif (parted and rec_w.get("format") != PARTED_FORMAT) or (
+        not parted and (rec_w.get("format") != FOLD_FORMAT or rec_t is None or rec_t.get("format") != FOLD_FORMAT)
+    ):
         why = "the stored worker fold has another layout"
     elif rec_w.get("options") != opts_key:
         why = "the vote options (tie_break, seed, classes) changed"
     elif fold.removed or assembled.dropped or any(sha in old_files for sha in _read_shas(assembled)):
         why = "files were removed, changed or re-read (a backfill) since the last run"
-    prev = None
-    if not why and rec_w is not None and rec_t is not None:
-        d = Path(folder)
-        prev = WorkerFold.from_tables(
-            pq.read_table(d / WORKERS_KEY / str(rec_w["file"])), pq.read_table(d / TASKS_KEY / str(rec_t["file"]))
-        )
-    clock.lap("read_worker_fold")
     new_rows = assembled.new_rows
-    if streamed and prev is not None:  # the update needs the new rows: the files read now (a day), from the store
+    if streamed and not why:  # the update needs the new rows: the files read now (a day), from the store
         new_rows = stored_rows_of(folder, kind, fresh, "task", None, ("task", "worker", "label")).rows
+    index = PartsIndex.from_record(labels_rec) if parted else None
+    usable = fold.deferred and not why and index is not None and rec_w is not None
+    if usable and index is not None and rec_w is not None and not _numbers_first(index, fold):
+        return _parted(ctx, index, rec_w, new_rows, gold_tasks, whole_consensus)
+    return _whole(ctx, index, rec_w, rec_t, new_rows, why, gold_tasks)
+
+
+def _numbers_first(index: PartsIndex, fold: Fold) -> bool:
+    """Whether the fold's first id after the run (text order) is a number: a full run then orders by value."""
+    firsts = [index.parts[0].lo] if index.parts else []
+    for s in (*fold.add_sums, *fold.remove_sums):
+        if len(s):
+            firsts.append(str(pc.min(text_ids(s["task"])).as_py()))
+    return bool(firsts) and first_is_number(min(firsts))
+
+
+def _parted(
+    ctx: _Ctx,
+    index: PartsIndex,
+    rec_w: dict[str, Any],
+    new_rows: pd.DataFrame,
+    gold_tasks: Sequence[str] | None,
+    whole_consensus: bool,
+) -> FoldedRun:
+    """The parted path of :func:`fold_in_store`: the touched parts read, voted and rewritten; the rest kept."""
+    o, fold, clock = ctx.options, ctx.assembled.fold, ctx.clock
+    assert fold is not None
+    plan = plan_update(ctx.folder, index, fold.add_sums, fold.remove_sums, o.classes, o.tie_break, o.seed)
+    clock.lap("vote")
+    workers = pq.read_table(Path(ctx.folder) / WORKERS_KEY / str(rec_w["file"]))
+    ids = pa.array(workers["worker"].cast(pa.string()).to_pylist(), pa.string())
+    rep_old = _positions(plan.old_rep, ids)
+    if (rep_old < 0).any():
+        raise ValueError("a part names a worker the worker fold does not hold (the store is out of step)")
+    k_old = plan.old.counts.sum(axis=1).astype(np.int64)
+    tasks = pa.table({"task": plan.old.tasks, "winner": plan.old_winners, "k": pa.array(k_old),
+                      "rep": pa.array(rep_old)})  # fmt: skip
+    prev = WorkerFold.from_tables(workers, tasks)
+    clock.lap("read_worker_fold")
+    try:
+        upd = update_workers(prev, plan.new, plan.winners, new_rows, ctx.read_stored)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (files read now: {', '.join(ctx.assembled.read[:5]) or 'none'})") from None
+    clock.lap("update")
+    union = pa.array(upd.fold.workers.tolist(), pa.string())
+    pos = _positions(ids, union)
+    n_rep = np.zeros(len(union), dtype=np.int64)
+    n_rep[pos] = workers["n_rep"].to_numpy()
+    n_rep -= np.bincount(pos[rep_old], minlength=len(union)).astype(np.int64)
+    rep_new = upd.fold.tasks["rep"].to_numpy()
+    n_rep += np.bincount(rep_new, minlength=len(union)).astype(np.int64)
+    version = ctx.state.version + 1
+    new_index = write_plan(ctx.folder, plan, union.take(pa.array(rep_new)), version)
+    clock.lap("write_parts")
+    classes = np.asarray(plan.vote_classes, dtype=object)
+    consensus = _EMPTY_CONSENSUS
+    if whole_consensus or gold_tasks is not None:
+        consensus = read_consensus(ctx.folder, new_index).drop(columns=["fallback"])
+    fit = folded_skills(consensus, new_index.n_ties, upd.fold, classes, o, task_reps=n_rep)
+    clock.lap("tables")
+    gold_rows, rows_read = None, upd.rows_read
+    if gold_tasks is not None:
+        gold_rows, n = ctx.gold(pa.array([str(t) for t in gold_tasks], pa.string()), new_rows)
+        rows_read += n
+    records: dict[str, dict[str, Any] | None] = {
+        "labels": new_index.record(fold.record["digest"], str(fold.record["rule"])),
+        WORKERS_KEY: ctx.workers_record(upd.fold.worker_frame(n_rep), PARTED_FORMAT),
+        TASKS_KEY: None,
+    }
+    clock.lap("write_worker_fold")
+    rewritten = len(plan.groups)
+    account = {"how": upd.how, "tasks_reread": upd.tasks_reread, "stored_rows_read": rows_read,
+               "stored_files_scanned": ctx.scanned["files"], "stored_rows_scanned": ctx.scanned["rows"],
+               **upd.extra,
+               "parts": {"layout": PARTS_FORMAT, "total": len(new_index.parts), "read": len(plan.touched),
+                         "rewritten": rewritten, "reused": len(new_index.parts) - rewritten,
+                         "tasks_read": len(plan.old.tasks), "tasks_written": len(plan.new.tasks),
+                         "tasks_total": new_index.n_tasks},
+               "seconds": clock.timings}  # fmt: skip
+    return FoldedRun(fit, records, account, rows_read, gold_rows, parts=new_index)
+
+
+_EMPTY_CONSENSUS = pd.DataFrame(
+    {"task": pd.Series([], dtype=object), "label": pd.Series([], dtype=object),
+     "confidence": pd.Series([], dtype=np.float64), "n_labels": pd.Series([], dtype=np.int64)}
+)  # fmt: skip
+
+
+def _whole(
+    ctx: _Ctx,
+    index: PartsIndex | None,
+    rec_w: dict[str, Any] | None,
+    rec_t: dict[str, Any] | None,
+    new_rows: pd.DataFrame,
+    why: str,
+    gold_tasks: Sequence[str] | None,
+) -> FoldedRun:
+    """The whole path of :func:`fold_in_store`: every task voted, the worker fold updated or rebuilt, the fold
+    written in parts (or, ids that are numbers, as one table)."""
+    o, fold, clock, folder = ctx.options, ctx.assembled.fold, ctx.clock, ctx.folder
+    assert fold is not None
+    kind = "labels"
+    base_w = base_rep = None
+    if fold.deferred:  # the stored fold is in parts: all of them read, the run's sums folded in
+        assert index is not None
+        base, base_w, base_rep = read_parts(folder, index.parts)
+        folded = fold_labels(base, fold.add_sums, fold.remove_sums)[0]
+    else:
+        folded = FoldedLabels.from_frame(fold.table)
+    consensus, ties, winners = vote_folded(folded, o.classes, o.tie_break, o.seed)
+    clock.lap("vote")
+    prev = None
+    if not why and rec_w is not None:
+        workers = pq.read_table(Path(folder) / WORKERS_KEY / str(rec_w["file"]))
+        if base_w is not None and base_rep is not None:
+            ids = pa.array(workers["worker"].cast(pa.string()).to_pylist(), pa.string())
+            tasks = pa.table({"task": base.tasks, "winner": base_w, "k": pa.array(base.counts.sum(axis=1)),
+                              "rep": pa.array(_positions(base_rep, ids))})  # fmt: skip
+        else:
+            assert rec_t is not None
+            tasks = pq.read_table(Path(folder) / TASKS_KEY / str(rec_t["file"]))
+        prev = WorkerFold.from_tables(workers, tasks)
+    clock.lap("read_worker_fold")
     try:
         if prev is None:  # rebuilt file by file: memory O(tasks + workers), not O(rows)
-            upd = _rebuild(folder, kind, folded, winners, stored, fresh if streamed else [], new_rows, why)
+            upd = _rebuild(folder, kind, folded, winners, ctx.stored, ctx.fresh if ctx.streamed else [], new_rows,
+                           why)  # fmt: skip
         else:
-            upd = update_workers(prev, folded, winners, new_rows, read_stored, why)
+            upd = update_workers(prev, folded, winners, new_rows, ctx.read_stored, why)
     except ValueError as exc:
-        raise ValueError(f"{exc} (files read now: {', '.join(assembled.read[:5]) or 'none'})") from None
+        raise ValueError(f"{exc} (files read now: {', '.join(ctx.assembled.read[:5]) or 'none'})") from None
     clock.lap("update")
     classes = (
         np.asarray([str(c) for c in o.classes], dtype=object)
@@ -474,33 +664,46 @@ def fold_in_store(
     rows_read = upd.rows_read
     if gold_tasks is not None:
         asked = pa.array([str(t) for t in gold_tasks], pa.string())
-        have = asked.filter(pc.is_in(asked, value_set=folded.tasks))
-        if streamed:  # every file's rows are in the store now
-            wanted = ("task", "worker", "label")
-            got_old = stored_rows_of(folder, kind, stored + fresh, "task", have, wanted).rows if len(have) else None
-            old = new_rows[list(wanted)].iloc[:0] if got_old is None else got_old
-            new = old.iloc[:0]
-        else:
-            old = read_stored(have) if len(have) else new_rows.iloc[:0]
-            new = new_rows
-        new = new[np.asarray(pc.is_in(text_ids(new["task"]), value_set=have).to_numpy(zero_copy_only=False))]
-        cols = ["task", "worker", "label"]
-        gold_rows = pd.concat([old[cols].astype(str), new[cols].astype(str)], ignore_index=True)
-        rows_read += len(old)
-    version = state.version + 1
-    epoch = len(state.erasures)
-    records = {
-        key: {"file": write_table(folder, key, f"{key}-{version}-e{epoch}.parquet", frame),
-              "digest": fold.record["digest"], "options": opts_key, "format": FOLD_FORMAT}
-        for key, frame in ((WORKERS_KEY, upd.fold.worker_frame()), (TASKS_KEY, upd.fold.tasks))
-    }  # fmt: skip
+        gold_rows, n = ctx.gold(asked.filter(pc.is_in(asked, value_set=folded.tasks)), new_rows)
+        rows_read += n
+    version = ctx.state.version + 1
+    epoch = len(ctx.state.erasures)
+    rep = upd.fold.tasks["rep"].to_numpy()
+    records: dict[str, dict[str, Any] | None]
+    new_index = None
+    if len(folded.tasks) and not first_is_number(str(folded.tasks[0].as_py())):  # kept in parts from now on
+        ids = pa.array(upd.fold.workers.tolist(), pa.string())
+        new_index = split_whole(folder, folded, winners, ids.take(pa.array(rep)), consensus, version)
+        n_rep = np.bincount(rep, minlength=len(ids)).astype(np.int64)
+        records = {
+            kind: new_index.record(fold.record["digest"], str(fold.record["rule"])),
+            WORKERS_KEY: ctx.workers_record(upd.fold.worker_frame(n_rep), PARTED_FORMAT),
+            TASKS_KEY: None,
+        }
+    else:  # one table each (ids that are numbers: a full run orders them by value)
+        records = {
+            WORKERS_KEY: ctx.workers_record(upd.fold.worker_frame(), FOLD_FORMAT),
+            TASKS_KEY: {"file": write_table(folder, TASKS_KEY, f"{TASKS_KEY}-{version}-e{epoch}.parquet",
+                                            upd.fold.tasks),
+                        "digest": fold.record["digest"], "options": ctx.opts_key, "format": FOLD_FORMAT},
+        }  # fmt: skip
+        if fold.deferred:  # the parts' fold as one table again
+            name = write_table(folder, kind, f"fold-{version}-e{epoch}.parquet", folded.to_frame())
+            records[kind] = {"file": name, "digest": fold.record["digest"], "rule": fold.record["rule"]}
     clock.lap("write_worker_fold")
     account = {"how": upd.how, "tasks_reread": upd.tasks_reread, "stored_rows_read": rows_read,
-               "stored_files_scanned": scanned["files"], "stored_rows_scanned": scanned["rows"],
+               "stored_files_scanned": ctx.scanned["files"], "stored_rows_scanned": ctx.scanned["rows"],
                **upd.extra, "seconds": clock.timings}  # fmt: skip
+    if new_index is not None:
+        n_parts = len(new_index.parts)
+        account["parts"] = {"layout": PARTS_FORMAT, "total": n_parts, "read": len(index.parts) if index else 0,
+                            "rewritten": n_parts, "reused": 0, "tasks_read": len(folded.tasks) if index else 0,
+                            "tasks_written": len(folded.tasks), "tasks_total": len(folded.tasks),
+                            "why_whole": why or ("the fold was one table (the migration to parts)" if index is None
+                                                 else "ids that are numbers")}  # fmt: skip
     if upd.why:
         account["why"] = upd.why
-    return FoldedRun(fit, records, account, rows_read, gold_rows)
+    return FoldedRun(fit, records, account, rows_read, gold_rows, parts=new_index)
 
 
 def _rebuild(
@@ -569,6 +772,7 @@ def folded_skills_run(
     columns: Mapping[str, str] | None = None,
     refresh: Sequence[str] = (),
     run_id: str | None = None,
+    whole_consensus: bool = True,
     **overrides: Any,
 ) -> FoldedRun:
     """A folded majority-vote skills fit over every file of ``source`` without the pipeline (the flow's fit step).
@@ -577,17 +781,28 @@ def folded_skills_run(
     (:func:`crowdflow.storage.increment_inputs.folded_input`), votes and updates the worker fold
     (:func:`fold_in_store`), then commits the state with both folds. ``run.fit.result`` holds the tables of a full
     ``method: mv`` fit (``output_tables(run.fit.result, run.fit.report)``), ``run.input`` the files' account.
+    ``whole_consensus=False``: a fold kept in parts leaves ``consensus`` empty (its rows are in ``run.parts``'
+    files, :func:`crowdflow.skills.folded_parts.read_consensus`), so the run opens no part it does not touch.
     """
     if options is None:  # majority vote is the one folded method: the default here
         overrides = {"method": "mv", **overrides}
     o = SkillsOptions.resolve(options, **overrides)
     if o.method != "mv":
         raise ValueError(f"a folded skills run is majority vote (method mv), not {o.method}")
-    more: dict[str, dict[str, Any]] = {}
+    more: dict[str, dict[str, Any] | None] = {}
     with folded_input(
-        store, source, "labels", LABEL_COUNTS, columns, refresh, run_id, more_folds=more, stream_until=WORKERS_KEY
+        store,
+        source,
+        "labels",
+        LABEL_COUNTS,
+        columns,
+        refresh,
+        run_id,
+        more_folds=more,
+        stream_until=WORKERS_KEY,
+        defer=True,
     ) as got:
-        run = fold_in_store(store, read_state(store), got, o)
+        run = fold_in_store(store, read_state(store), got, o, whole_consensus=whole_consensus)
         more.update(run.records)
     record = got.record()
     record["fold"]["workers"] = run.account

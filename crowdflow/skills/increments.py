@@ -273,7 +273,11 @@ def majority_from_folded(
 
 
 def vote_folded(
-    folded: FoldedLabels, classes: Sequence[str] | None = None, tie_break: TieBreak = "random", seed: int = 0
+    folded: FoldedLabels,
+    classes: Sequence[str] | None = None,
+    tie_break: TieBreak = "random",
+    seed: int = 0,
+    text_order: bool = False,
 ) -> tuple[pd.DataFrame, int, pa.Array]:
     """The majority-vote consensus of the folded counts: ``task, label, confidence, n_labels``, the tie count, and
     each task's vote in the fold's (text) order (what :mod:`crowdflow.skills.folded` keeps per task).
@@ -284,12 +288,15 @@ def vote_folded(
     ``majority_vote(encode_labels(rows), tie_break, seed).consensus`` bit for bit. Random tie-breaks draw by
     (task id, class, seed) only (:mod:`crowdflow.skills.ties`), so a task's vote depends on its own counts alone.
 
+    ``text_order``: keep the fold's (text) order whatever the ids (a part of a fold whose whole order is text:
+    :mod:`crowdflow.skills.folded_parts`).
+
     Raises
     ------
     ValueError
         A folded label is not one of the declared ``classes``.
     """
-    order = _natural_task_order(folded.tasks)
+    order = None if text_order else _natural_task_order(folded.tasks)
     tasks = folded.tasks if order is None else folded.tasks.take(pa.array(order))
     counts = folded.counts if order is None else folded.counts[order]
     if classes is None:

@@ -46,7 +46,7 @@ from crowdflow.storage.listing import Partition, list_partitions
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Assembled", "assemble", "folded_input", "matches_partition", "new_rows_source"]
+__all__ = ["Assembled", "assemble", "folded_input", "matches_partition", "merge_folds", "new_rows_source"]
 
 
 @dataclass(frozen=True)
@@ -144,6 +144,7 @@ def assemble(
     rule: SumsRule | None = None,
     rows: bool = True,
     check: Callable[[pd.DataFrame, str], object] | None = None,
+    defer: bool = False,
 ) -> Assembled:
     """The ``kind`` table of the local Parquet file or folder ``source``, from the store in ``folder`` plus new files.
 
@@ -173,6 +174,9 @@ def assemble(
         then streamed: each file's rows are dropped once checked and summed, so memory is one file's rows plus the
         sums whatever the number of new files (a first run over a long history); ``new_rows`` is empty and
         ``rows_read`` counts them.
+    defer : bool
+        A stored fold kept in parts is not read: the new and removed files' sums are handed back in ``fold``
+        (:func:`crowdflow.storage.increments.update_fold`) for the caller to fold into the parts they touch.
 
     Raises
     ------
@@ -235,7 +239,7 @@ def assemble(
             del df
         paths = tuple(sorted({*(files[sha].paths if sha in files else ()), rel}))  # where it is now, not was
         files[sha] = entry.at(paths)
-    fold = update_fold(folder, kind, state, files, rule, epoch) if rule is not None else None
+    fold = update_fold(folder, kind, state, files, rule, epoch, defer) if rule is not None else None
     if fold is not None:
         files = fold.files
     if streamed and read:
@@ -267,6 +271,19 @@ def assemble(
     )
 
 
+def merge_folds(
+    base: Mapping[str, dict[str, Any]], more: Mapping[str, dict[str, Any] | None]
+) -> dict[str, dict[str, Any]]:
+    """``base`` updated by ``more``; a key set to None in ``more`` is removed (a table a new layout no longer keeps)."""
+    out = dict(base)
+    for key, rec in more.items():
+        if rec is None:
+            out.pop(key, None)
+        else:
+            out[key] = rec
+    return out
+
+
 def _empty_like(folder: str | Path, kind: str, entry: FileEntry) -> pd.DataFrame:
     """No rows, with the columns of a stored file (a folded run with no new file): its schema only, no row read."""
     out: pd.DataFrame = pq.read_schema(Path(folder) / kind / entry.stats).empty_table().to_pandas()
@@ -294,8 +311,9 @@ def folded_input(
     refresh: Sequence[str] = (),
     run_id: str | None = None,
     timeout: float = 600.0,
-    more_folds: dict[str, dict[str, Any]] | None = None,
+    more_folds: dict[str, dict[str, Any] | None] | None = None,
     stream_until: str | None = None,
+    defer: bool = False,
 ) -> Iterator[Assembled]:
     """A run on folded sums: the store's lock held, the new files read and folded, the state committed at the end.
 
@@ -306,14 +324,17 @@ def folded_input(
     further stored tables of the run (state ``folds`` entries, e.g. the skills worker fold), committed with it.
     ``stream_until``: while the state holds no ``folds`` entry of this key, the new files are streamed (each
     dropped once summed, ``new_rows`` empty: :func:`assemble` with a ``check``), as a first run over a long history
-    must be.
+    must be. ``defer``: see :func:`assemble` (the body then commits the parts' record under ``kind`` in
+    ``more_folds``); a ``more_folds`` entry set to None removes that key from the state.
     """
     with state_lock(folder, timeout):
         state = read_state(folder)
         stream = stream_until is not None and stream_until not in state.folds
         check = _keep_none if stream else None
-        got = assemble(Path(folder), state, Path(source), kind, columns, refresh, rule=rule, rows=False, check=check)
+        got = assemble(
+            Path(folder), state, Path(source), kind, columns, refresh, rule=rule, rows=False, check=check, defer=defer
+        )
         yield got
         assert got.fold is not None
-        folds = {**state.folds, kind: got.fold.record, **(more_folds or {})}
+        folds = merge_folds(state.folds, {kind: got.fold.record, **(more_folds or {})})
         commit_state(folder, state, {**state.files, kind: got.files}, run_id, folds=folds)

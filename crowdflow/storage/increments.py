@@ -73,6 +73,7 @@ __all__ = [
     "read_state",
     "state_dir",
     "state_lock",
+    "step_done",
     "stored_rows",
     "stored_rows_of",
     "update_fold",
@@ -190,6 +191,11 @@ class _Steps:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+def step_done(label: str) -> None:
+    """One store step done (a file written under its final name): the kill point of the store's tests."""
+    _Steps.done(label)
+
+
 def read_state(folder: str | os.PathLike[str]) -> State:
     """The committed state in ``folder`` (:func:`state_dir`); an empty :class:`State` when there is none.
 
@@ -222,7 +228,7 @@ def read_state(folder: str | os.PathLike[str]) -> State:
             files[kind][sha] = FileEntry(
                 sha, str(e["stats"]), int(e["rows"]), tuple(e.get("paths") or ()), e.get("sums"), bool(e.get("exact"))
             )
-    folds = {k: dict(v) for k, v in (raw.get("folds") or {}).items() if (d / k / str(v.get("file"))).is_file()}
+    folds = {k: dict(v) for k, v in (raw.get("folds") or {}).items() if all(p.is_file() for p in fold_paths(d, k, v))}
     return State(
         version=int(raw.get("version", 0)),
         files=files,
@@ -232,6 +238,17 @@ def read_state(folder: str | os.PathLike[str]) -> State:
         updated_at=raw.get("updated_at"),
         folds=folds,
     )
+
+
+def fold_paths(folder: str | os.PathLike[str], key: str, record: Mapping[str, Any]) -> list[Path]:
+    """The files a ``folds`` record names: its ``file`` in folder ``key``, or, for a fold kept in parts (a record
+    with ``dir`` and ``files``: :mod:`crowdflow.skills.folded_parts`), each of its files in folder ``dir``.
+    A record whose files are not all on disk is not used (a reader of an older layout drops it and refolds)."""
+    d = Path(folder)
+    if "files" in record:
+        sub = d / str(record.get("dir"))
+        return [sub / str(f) for f in record["files"]]
+    return [d / key / str(record.get("file"))]
 
 
 def fold_digest(entries: Mapping[str, FileEntry]) -> str:
@@ -386,7 +403,7 @@ def commit_state(
     _Steps.done("state.json")
     keep = {(k, e.stats) for k, v in new.files.items() for e in v.values()}
     keep |= {(k, e.sums) for k, v in new.files.items() for e in v.values() if e.sums is not None}
-    keep |= {(k, str(f["file"])) for k, f in new.folds.items()}
+    keep |= {(p.parent.name, p.name) for k, f in new.folds.items() for p in fold_paths(d, k, f)}
     for sub in d.iterdir():
         if sub.is_dir():
             for f in sub.iterdir():
@@ -447,6 +464,11 @@ class Fold:
     added: int = 0
     removed: int = 0
     rows_read: int = 0
+    #: ``deferred``: the stored fold is kept in parts and the caller folds these sums into the parts it holds
+    #: (:func:`update_fold` with ``defer``; ``how`` is ``updated``); ``table`` is then empty
+    add_sums: list[pd.DataFrame] = field(default_factory=list)
+    remove_sums: list[pd.DataFrame] = field(default_factory=list)
+    deferred: bool = False
 
 
 #: files whose sums an exact refold holds at once (:func:`update_fold`)
@@ -460,8 +482,14 @@ def update_fold(
     files: Mapping[str, FileEntry],
     rule: SumsRule,
     epoch: int,
+    defer: bool = False,
 ) -> Fold:
     """The fold of ``files`` (the kind's files the new state holds), from the stored fold where it can.
+
+    A stored fold kept in parts (a record with ``parts``, :mod:`crowdflow.skills.folded_parts`) is never read here:
+    with ``defer`` and a usable fold the added and removed files' sums are handed back (``deferred``,
+    ``add_sums``/``remove_sums``) for the caller to fold into the parts they touch; without ``defer`` (a caller
+    that needs the whole table) the fold is refolded from the per-file sums.
 
     Every file gets its sums (:func:`with_sums`; only files without them read their stored rows). When the state
     ``base`` holds a fold of this statistic whose digest is that of its files, and every file it holds and every
@@ -501,7 +529,12 @@ def update_fold(
         and stored.get("digest") == fold_digest(old)
         and all(e.exact and e.sums is not None for e in (*entries.values(), *gone))  # exact only if all are
     )
-    if usable and stored is not None:
+    parted = stored is not None and "parts" in stored
+    if usable and parted and defer:
+        record = {"digest": fold_digest(entries), "rule": rule.name}
+        return Fold(rule.refold([]), record, entries, "updated", len(add), len(gone), rows_read, tables(add),
+                    tables(gone), deferred=True)  # fmt: skip
+    if usable and stored is not None and not parted:
         table = rule.update(read_table(folder, kind, str(stored["file"])), tables(add), tables(gone))
         how = "updated"
     else:
@@ -595,9 +628,12 @@ def erase(
                 touched += 1
                 hit_kind = True
             rule = (rules or {}).get(kind)
-            if hit_kind and rule is not None and kind in base.folds:
+            if hit_kind and rule is not None and kind in base.folds and "parts" not in base.folds[kind]:
                 fold = update_fold(d, kind, base, files[kind], rule, epoch)
                 files[kind], folds[kind] = fold.files, fold.record
+            elif hit_kind and rule is not None:  # a fold in parts (it names workers): dropped, the sums re-derived
+                files[kind] = {sha: with_sums(d, kind, e, rule, epoch) for sha, e in files[kind].items()}
+                folds.pop(kind, None)
             elif hit_kind:
                 folds.pop(kind, None)
         erasures = list(base.erasures)
@@ -667,10 +703,16 @@ def stored_rows_of(
         wanted = pa.array([str(v) for v in values], pa.string())
     frames: list[pd.DataFrame] = []
     scanned = rows = 0
+    span = None
+    if wanted is not None and len(wanted):
+        got = pc.min_max(wanted.cast(pa.string()))
+        span = (str(got["min"].as_py()), str(got["max"].as_py()))
     for e in entries:
         if wanted is not None:
             if len(wanted) == 0:
                 break
+            if e.sums is not None and span is not None and _outside(d / e.sums, column, span):
+                continue  # the sums file's own statistics: none of its ids is in the wanted range
             if e.sums is not None:
                 listed = pq.read_table(d / e.sums, columns=[column]).column(0).cast(pa.string())
                 if not pc.any(pc.is_in(listed, value_set=wanted)).as_py():
@@ -683,3 +725,25 @@ def stored_rows_of(
         frames.append(table.to_pandas())
     out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({c: [] for c in columns})
     return StoredRows(out, scanned, rows)
+
+
+def _outside(path: Path, column: str, span: tuple[str, str]) -> bool:
+    """Whether the Parquet statistics of ``column`` (text) in ``path`` put every row group outside ``span``
+    (the smallest and largest wanted id): then no row of the file can be wanted, and it is not read. Files without
+    statistics are read."""
+    try:
+        meta = pq.read_metadata(path)
+        k = meta.schema.names.index(column)
+    except (OSError, ValueError):
+        return False
+    lo, hi = span
+    for g in range(meta.num_row_groups):
+        stats = meta.row_group(g).column(k).statistics
+        if stats is None or not stats.has_min_max:
+            return False
+        smin, smax = stats.min, stats.max
+        if isinstance(smin, bytes) or isinstance(smax, bytes) or not isinstance(smin, str):
+            return False
+        if not (smax < lo or smin > hi):
+            return False
+    return True

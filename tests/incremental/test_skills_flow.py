@@ -126,3 +126,37 @@ def test_folded_skills_with_gold_on_dask(tmp_path: Path) -> None:
         assert inc.manifest["incremental"]["labels"]["stored_rows_read"] == workers["stored_rows_read"]
         if step:  # the stored rows of the touched tasks and of the stored gold tasks
             assert workers["stored_rows_read"] > 0
+
+
+@pytest.mark.slow
+def test_consensus_published_in_parts_the_untouched_ones_hard_links(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daily run on a fold kept in parts (:mod:`crowdflow.skills.folded_parts`, parts made tiny) publishes its
+    consensus as the parts: ``read_run`` reads them as one table equal to a full run's; the parts no new task falls
+    in are the same files (one inode) as the previous run's; the manifest counts the parts rewritten and reused."""
+    from crowdflow.skills import folded_parts
+
+    monkeypatch.setattr(folded_parts, "SPLIT_TASKS", 15)
+    monkeypatch.setattr(folded_parts, "NEW_PART_MIN", 10)
+    days = labels_family(17, n_days=5, tasks_per_day=30)
+    folder = tmp_path / "data"
+    for d in range(2):
+        write_day(folder, d, days[d])
+    spec = _spec(folder, tmp_path / "out", "daily", True)
+    inodes: dict[int, str] = {}
+    for d in range(2, 5):
+        write_day(folder, d, days[d])
+        inc = _run(spec)
+        full = _run(_spec(folder, tmp_path / "full", f"full{d}", False))
+        assert_folded_skills_tables(inc.tables, full.tables, f"day {d}")
+        out = inc.manifest["outputs"]["consensus"]
+        parts = inc.manifest["incremental"]["labels"]["fold"]["workers"]["parts"]
+        assert out["path"] == "consensus/" and out["parts"] == parts["total"] >= 3
+        files = sorted((inc.path / "consensus").glob("part-*.parquet"))
+        now = {os.stat(f).st_ino: f.name for f in files}
+        if d > 2:  # the first run migrates (every part written); then the untouched parts are the previous files
+            assert parts["reused"] >= 1 and parts["rewritten"] + parts["reused"] == parts["total"]
+            assert len(set(now) & set(inodes)) == parts["reused"]
+            assert all(os.stat(f).st_nlink >= 2 for f in files)  # the store's file and the run's
+        inodes = now
