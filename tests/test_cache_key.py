@@ -178,7 +178,9 @@ def _apply(data: dict[str, Any], path: str, value: Any, tmp: Path, job: str) -> 
 JOBS = ["skills", "ranking", "personal_rankings", "personal_models", "assignment"]
 
 
-@pytest.mark.parametrize("job", JOBS)
+@pytest.mark.parametrize(
+    "job", [j if j in ("skills", "ranking") else pytest.param(j, marks=pytest.mark.slow) for j in JOBS]
+)  # the key's rule is one for every job; the other three jobs' fields run in the slow tier
 def test_every_spec_field_moves_the_fit_key_or_cannot_change_the_fit(job: str, tmp_path: Path) -> None:
     base: dict[str, Any] = {"name": "key", "job": job, "output": {"dir": "out"}, **_copy_inputs(tmp_path, job)}
     base_key, base_received = _key(parse_spec(base, base_dir=tmp_path))

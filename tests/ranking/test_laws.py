@@ -128,9 +128,14 @@ def test_reversal_mixture_estimates_the_reversal_share() -> None:
 
 #: Small draws of every ±1 family of the generator: binary BTL and binary Thurstone with flips among
 #: far-apart pairs (the issue's reproducer) or anywhere, Thurstone with ties, annotator flippers.
-#: The first cell runs in the default suite; the others (10–17 s each with the presence test's bootstrap) are slow.
+#: All cells are slow (10–17 s each with the presence test's bootstrap; the binary law is opt-in, and
+#: benchmarks/results/ranking_outliers.md reports every family against the oracle); the law's own fit, p-values and
+#: flags are checked in the default run by the tests above and below.
 FAMILY = [
-    PlantedSpec(n=150, rows_per_item=30, outcome="pm1_btl", sigma=0.2, frac=0.1, outlier_gap=5.0),
+    pytest.param(
+        PlantedSpec(n=150, rows_per_item=30, outcome="pm1_btl", sigma=0.2, frac=0.1, outlier_gap=5.0),
+        marks=pytest.mark.slow,
+    ),
     *(
         pytest.param(s, marks=pytest.mark.slow)
         for s in (

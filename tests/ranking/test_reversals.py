@@ -47,6 +47,7 @@ def test_gate_keeps_shared_share_on_noisy_flipper_data_and_stops_false_flags() -
     assert law_flags(g).flags[~inst.outlier].mean() <= 0.01
 
 
+@pytest.mark.slow  # one large sharp draw (~9 s on 2 cores); the gate's other cases run by default
 def test_gate_keeps_per_annotator_shares_when_flippers_are_strong() -> None:
     """20 % flippers reversing 80 % of their answers on sharp BTL data: the gate keeps the per-annotator shares,
     and the flags reach precision ≥ 0.95 (oracle 1.0) with recall within 0.1 of the oracle's (measured: 0.69 vs
