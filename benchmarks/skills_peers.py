@@ -150,7 +150,8 @@ def accuracy_section(df: pd.DataFrame, paired: dict[str, tuple[int, int, float]]
         "gold labels, the very labels this table scores. Where the sets come from: every classification gold set "
         "in /work/shared/data (its gal_hitspam_mturk has no gold matched to its tasks and zheng_emotion is numeric, "
         "96 values; crowdflow/data holds copies of the snow sets) and, not tuned on, the public sets in "
-        "benchmarks/data (Zhou et al.'s dogs, from the public truth-inference survey repository). No installed or "
+        "benchmarks/data (Zhou et al.'s dogs and the CrowdER restaurant and product pairs of Wang et al. by crowds "
+        "not in /work/shared/data, from the public truth-inference survey repository). No installed or "
         "registry package bundles a crowd gold set: Crowd-Kit's `crowdkit.datasets` download their files (none is "
         "cached here), and the wheels/sdists of crowdnalysis, crowdtruth, peerannot, pyanno3 and crowdED hold code "
         "and Stan models only.",
