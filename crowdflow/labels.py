@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import numpy as np
 import pandas as pd
@@ -43,6 +43,24 @@ def natural_order(values: np.ndarray) -> np.ndarray:
             return order
         return np.lexsort((values.astype(str), numeric))
     return np.argsort(values.astype(str), kind="stable")
+
+
+def text_column(values: Any) -> Any:
+    """``values`` (ids or statuses: a numpy text or object array, or an Arrow string array) as the pandas ``str``
+    column a ``DataFrame`` would infer from them (``values.astype(str)``), built in Arrow: no fixed-width numpy text
+    (4 bytes a character of the longest value, a row) and no Python object per row on the way (issue #36, docs/scale.md
+    memory laws)."""
+    import pyarrow as pa
+
+    if isinstance(values, pd.api.extensions.ExtensionArray) and str(values.dtype) == "str":
+        return values
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        return pd.array(values.cast(pa.large_string()), dtype="str")
+    try:
+        text = pa.array(np.asarray(values), pa.large_string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # not all text (e.g. integer ids in an object array)
+        text = pa.array(np.asarray(values).astype(str), pa.large_string())
+    return pd.array(text, dtype="str")
 
 
 def natural_sort(values: np.ndarray) -> np.ndarray:

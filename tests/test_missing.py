@@ -109,3 +109,93 @@ def test_explain_missing_equals_the_per_row_reference(case: tuple[int, int, floa
         or any(isinstance(x, str) and "fourth reason" in x for x in a)
         or not got[["x", "y"]].isna().any().any()
     )
+
+
+def _reason_column_int64(texts: list[str], codes: np.ndarray, index: pd.Index) -> pd.Series:
+    """The former reason_column (an 8-byte integer a row at every step): the reference of the small-code version."""
+    codes = np.asarray(codes, dtype=np.int64)
+    which, distinct = pd.factorize(pd.Index(list(texts), dtype="str"))
+    which = np.asarray(which, dtype=np.int64)
+    rows = np.full(codes.shape, -1, dtype=np.int64)
+    has = codes >= 0
+    rows[has] = which[codes[has]]
+    used = np.unique(rows[rows >= 0])
+    remap = np.full(len(distinct), -1, dtype=np.int64)
+    remap[used] = np.arange(used.size)
+    rows[has] = remap[rows[has]]
+    dtype = pd.CategoricalDtype(pd.Index(np.asarray(distinct, dtype=object)[used], dtype="str"))
+    return pd.Series(pd.Categorical.from_codes(rows, dtype=dtype), index=index, name=MISSING_REASON)
+
+
+def _explain_int64(df: pd.DataFrame, cols: list[str], reason: str, where: np.ndarray | None) -> None:
+    """The former coded explain_missing (2-D masks, factorize and unique over 8-byte codes a row): the reference of
+    the version with a small code a row (issue #36), categories and their order included."""
+    cols = [c for c in cols if c in df.columns]
+    if not cols or df.empty:
+        return
+    if where is not None and not where.any():
+        return
+    isna = np.column_stack([pd.isna(df[c]).to_numpy() for c in cols])
+    rows = isna.any(axis=1)
+    if where is not None:
+        rows &= where
+    if not rows.any():
+        return
+    names = np.asarray(cols, dtype=object)
+    idx = np.flatnonzero(rows)
+    prev_codes, prev_texts = pd.factorize(df[MISSING_REASON], use_na_sentinel=True)
+    patterns, pattern = np.unique(isna[idx], axis=0, return_inverse=True)
+    key = (np.asarray(prev_codes, dtype=np.int64)[idx] + 1) * len(patterns) + pattern.ravel()
+    keys, which = np.unique(key, return_inverse=True)
+    texts = [str(t) for t in prev_texts]
+    for k in keys.tolist():
+        p, q = divmod(k, len(patterns))
+        clause = ",".join(names[patterns[q]]) + ": " + reason
+        prev = texts[p - 1] if p else ""
+        texts.append(f"{prev}; {clause}" if prev else clause)
+    codes = np.asarray(prev_codes, dtype=np.int64).copy()
+    codes[idx] = len(prev_texts) + which.ravel()
+    df[MISSING_REASON] = _reason_column_int64(texts, codes, df.index)
+
+
+def _wide_table(seed: int) -> tuple[pd.DataFrame, list[tuple[list[str], str, np.ndarray | None]]]:
+    """A table drawn from a family of shapes (0–3,000 rows, 1–60 float columns, NaN shares 0–100 %, a text column,
+    given reasons as categories in any order, unused and empty ones included) and a sequence of calls on it."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.choice([0, 1, 7, 300, 3000]))
+    k = int(rng.choice([1, 3, 12, 47, 60]))  # 47 and 60: past the 48 columns one integer's bits hold
+    share = float(rng.choice([0.0, 0.05, 0.5, 1.0]))
+    df = pd.DataFrame({f"c{j}": np.where(rng.random(n) < share, np.nan, rng.normal(size=n)) for j in range(k)})
+    df["id"] = pd.array([f"w{i}" for i in range(n)], dtype="str")
+    if seed % 3:
+        given = ["c0: given", "", "c1: other; c2: more", "unused: never"]
+        codes = rng.integers(-1, 3, n)
+        order = rng.permutation(len(given))
+        cats = [given[i] for i in order]
+        df[MISSING_REASON] = pd.Categorical.from_codes(np.argsort(order)[codes] * (codes >= 0) - (codes < 0), cats)
+    names = [*df.columns[:k], "absent"]
+    steps: list[tuple[list[str], str, np.ndarray | None]] = []
+    for s in range(4):
+        pick = [c for c in names if rng.random() < 0.6] or [names[0]]
+        where = None if s % 2 == 0 else rng.random(n) < rng.choice([0.0, 0.3, 1.0])
+        steps.append((pick, f"reason {s}", where))
+    steps.append((list(df.columns[:k]), "every column", None))
+    return df, steps
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_small_codes_equal_the_8_byte_version(seed: int) -> None:
+    """explain_missing with a small code a row (bit-packed masks, ranks by first use) gives the column the former
+    coded version gave, step by step: every row's text, the categories and their order (a family of 24 tables)."""
+    from crowdflow.contracts.missing import explain_missing
+
+    got, steps = _wide_table(seed)
+    want = got.copy()
+    if MISSING_REASON not in want.columns:
+        want[MISSING_REASON] = _reason_column_int64([], np.full(len(want), -1), want.index)
+    for cols, why, where in steps:
+        explain_missing(got, cols, why, where=where)
+        _explain_int64(want, cols, why, where)
+        pd.testing.assert_series_equal(got[MISSING_REASON], want[MISSING_REASON], check_exact=True)
+        n_texts = len(got[MISSING_REASON].cat.categories)
+        assert got[MISSING_REASON].array.codes.dtype.itemsize == (1 if n_texts < 127 else 2)  # a byte a row, or two

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -95,31 +95,105 @@ def explain_missing(
     mask = None if where is None else np.asarray(where, dtype=bool)
     if mask is not None and not mask.any():  # no row to explain: skip the per-column NaN scan
         return df
-    isna = np.column_stack([pd.isna(df[c]).to_numpy() for c in cols])
-    rows = isna.any(axis=1)
+    # a table holds a few distinct reasons over many rows: each new text is built once per (previous text, pattern of
+    # missing columns) and the rows point at it by a small code, so no Python string and no 8-byte integer is made per
+    # row (a skills table has one row per worker: docs/scale.md, memory laws)
+    pattern, n_bits, mask_of = _missing_patterns(df, cols)  # 0: none of cols missing
+    rows = pattern != 0
     if mask is not None:
         rows &= mask
     if not rows.any():
         return df
-    # a table holds a few distinct reasons over many rows: each new text is built once per (previous text, pattern of
-    # missing columns) and the rows point at it by code, so no Python string is made per row (a skills table has one
-    # row per worker: docs/scale.md, memory laws)
+    reasons = df[MISSING_REASON].array
+    prev_texts, prev_rank = _by_first_use(np.asarray(reasons.codes), list(reasons.categories))  # null: −1
+    width = n_bits + (len(prev_texts) + 1).bit_length()  # (previous text, pattern) as one key: both orders kept
+    kind = np.int32 if width < 31 else np.int64
+    key = prev_rank.astype(kind)
+    np.add(key, 1, out=key)
+    np.left_shift(key, n_bits, out=key)
+    np.bitwise_or(key, pattern.astype(kind, copy=False), out=key)
+    keys, new_code = _distinct_keys(key[rows], width)
+    texts = list(prev_texts)
     names = np.asarray(cols, dtype=object)
-    idx = np.flatnonzero(rows)
-    prev_codes, prev_texts = pd.factorize(df[MISSING_REASON], use_na_sentinel=True)  # null: -1
-    patterns, pattern = np.unique(isna[idx], axis=0, return_inverse=True)
-    key = (np.asarray(prev_codes, dtype=np.int64)[idx] + 1) * len(patterns) + pattern.ravel()
-    keys, which = np.unique(key, return_inverse=True)
-    texts = [str(t) for t in prev_texts]
     for k in keys.tolist():
-        p, q = divmod(k, len(patterns))
-        clause = ",".join(names[patterns[q]]) + ": " + reason
+        p, q = k >> n_bits, k & ((1 << n_bits) - 1)
+        clause = ",".join(names[mask_of(q)]) + ": " + reason
         prev = texts[p - 1] if p else ""
         texts.append(f"{prev}; {clause}" if prev else clause)
-    codes = np.asarray(prev_codes, dtype=np.int64).copy()
-    codes[idx] = len(prev_texts) + which.ravel()
+    codes = prev_rank.astype(_code_dtype(len(texts)))
+    codes[rows] = new_code.astype(codes.dtype) + len(prev_texts)
     df[MISSING_REASON] = reason_column(texts, codes, df.index)
     return df
+
+
+#: columns whose missing-mask is packed into one integer's bits (with the previous text's rank above them)
+_PATTERN_BITS = 48
+
+
+def _missing_patterns(df: pd.DataFrame, cols: list[str]) -> tuple[np.ndarray, int, Callable[[int], np.ndarray]]:
+    """Per row, which of ``cols`` are missing, as one integer code that sorts as the rows' missing-masks do
+    lexicographically (0: none missing); the codes' bit width; the mask of a code.
+
+    Up to :data:`_PATTERN_BITS` columns the code is the mask's bits (column j at bit len(cols) − 1 − j), in the
+    smallest unsigned type: one byte a row for a skills table, no 2-D mask. A wider table (a row per component)
+    ranks its distinct masks instead.
+    """
+    n = len(cols)
+    if n <= _PATTERN_BITS:
+        kind = np.uint8 if n <= 8 else np.uint16 if n <= 16 else np.uint32 if n <= 32 else np.uint64
+        pattern = np.zeros(len(df), dtype=kind)
+        for j, c in enumerate(cols):
+            bit = pd.isna(df[c]).to_numpy().astype(kind)
+            np.left_shift(bit, kind(n - 1 - j), out=bit)
+            np.bitwise_or(pattern, bit, out=pattern)
+
+        def bits(q: int) -> np.ndarray:
+            return np.array([(q >> (n - 1 - j)) & 1 == 1 for j in range(n)], dtype=bool)
+
+        return pattern.astype(np.int64) if n > 32 else pattern, n, bits
+    isna = np.column_stack([pd.isna(df[c]).to_numpy() for c in cols])
+    masks, inv = np.unique(isna, axis=0, return_inverse=True)  # lexicographic: the all-False mask first if present
+    offset = 0 if not masks[0].any() else 1
+    masks = masks if offset == 0 else np.vstack([np.zeros((1, n), dtype=bool), masks])
+    return inv.ravel().astype(np.int64) + offset, len(masks).bit_length(), lambda q: masks[q]
+
+
+#: keys below this many are looked up in a table, not sorted
+_KEY_TABLE = 1 << 20
+
+
+def _distinct_keys(key: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct values of ``key`` (non-negative, below 2**width) and each one's rank in them, in the
+    smallest integer type (a presence table when the keys are few bits, else a sort)."""
+    if width <= _KEY_TABLE.bit_length() - 1:
+        seen = np.zeros(1 << width, dtype=bool)
+        seen[key] = True
+        keys = np.flatnonzero(seen)
+        rank = np.zeros(seen.size, dtype=_code_dtype(keys.size))
+        rank[keys] = np.arange(keys.size)
+        return keys, rank[key]
+    keys = np.unique(key)
+    return keys, np.searchsorted(keys, key).astype(_code_dtype(keys.size))
+
+
+def _code_dtype(n: int) -> type[np.signedinteger]:
+    """The smallest signed integer type that holds the codes −1 … n − 1."""
+    return np.int8 if n < 2**7 else np.int16 if n < 2**15 else np.int32 if n < 2**31 else np.int64
+
+
+def _by_first_use(codes: np.ndarray, categories: list[object]) -> tuple[list[str], np.ndarray]:
+    """The texts the rows use, in the order of their first row, and every row's rank in that list (−1: null), in
+    the codes' own small integer type (``pandas.factorize`` of the column, without its 8-byte code a row)."""
+    first = []
+    for c in range(len(categories)):
+        hit = codes == c
+        if hit.any():
+            first.append((int(hit.argmax()), c))
+    first.sort()
+    rank = np.full(len(categories) + 1, -1, dtype=_code_dtype(len(categories)))  # [-1]: null stays −1
+    for r, (_, c) in enumerate(first):
+        rank[c] = r
+    return [str(categories[c]) for _, c in first], rank[codes]
 
 
 def reason_column(texts: Sequence[str], codes: np.ndarray, index: pd.Index | None = None) -> pd.Series:
@@ -135,18 +209,26 @@ def reason_column(texts: Sequence[str], codes: np.ndarray, index: pd.Index | Non
     index : pandas.Index, optional
         The table's index (default: a range index).
     """
-    codes = np.asarray(codes, dtype=np.int64)
+    codes = np.asarray(codes)
+    if codes.dtype.kind not in "iu":
+        codes = codes.astype(np.int64)
     which, distinct = pd.factorize(pd.Index(list(texts), dtype="str"))  # first-use order; equal texts merged
-    which = np.asarray(which, dtype=np.int64)
-    rows = np.full(codes.shape, -1, dtype=np.int64)
-    has = codes >= 0
-    rows[has] = which[codes[has]]
-    used = np.unique(rows[rows >= 0])  # unused texts dropped here, keeping the categories text even when none is used
-    remap = np.full(len(distinct), -1, dtype=np.int64)
+    # every per-row array in the codes' smallest type (a code a row, no 8-byte integer: docs/scale.md, memory laws)
+    kind = _code_dtype(max(len(texts), len(distinct)))
+    to_text = np.append(np.asarray(which, dtype=kind), kind(-1))  # [-1]: null stays null
+    rows = to_text[codes]
+    present = np.zeros(len(distinct) + 1, dtype=bool)  # [-1]: null
+    if len(distinct) <= 64:  # a few texts: one byte-mask pass each, no sort
+        for t in range(len(distinct)):
+            present[t] = bool((rows == t).any())
+    else:
+        present[np.unique(rows)] = True
+        present[-1] = False
+    used = np.flatnonzero(present)  # unused texts dropped, keeping the categories text even when none is used
+    remap = np.full(len(distinct) + 1, -1, dtype=_code_dtype(used.size))
     remap[used] = np.arange(used.size)
-    rows[has] = remap[rows[has]]
     dtype = pd.CategoricalDtype(pd.Index(np.asarray(distinct, dtype=object)[used], dtype="str"))
-    return pd.Series(pd.Categorical.from_codes(rows, dtype=dtype), index=index, name=MISSING_REASON)
+    return pd.Series(pd.Categorical.from_codes(remap[rows], dtype=dtype), index=index, name=MISSING_REASON)
 
 
 def no_reasons(index: pd.Index) -> pd.Series:

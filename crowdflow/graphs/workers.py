@@ -18,7 +18,7 @@ import scipy.sparse as sp
 from crowdflow.graphs.pairs import co_label_counts, labels_by_task
 from crowdflow.graphs.parity import ParityForest, distinct_partners
 from crowdflow.graphs.structure import Components, graph_structure
-from crowdflow.labels import LabelMatrix
+from crowdflow.labels import LabelMatrix, text_column
 
 
 @dataclass(frozen=True)
@@ -119,14 +119,17 @@ def worker_graph_from_components(
     comp_status = np.where(g.bipartite, "bipartite_component", "ok").astype(object)
     comp_status[(g.sizes == 1)] = "isolated"
     worker_status = comp_status[g.labels]
+    # column by column (issue #36, docs/scale.md memory laws): the text columns go to Arrow straight from the ids and
+    # statuses, and each number column is one fresh array the table owns (no 2-D block assembled from copies)
     workers = pd.DataFrame(
         {
-            "worker": worker_ids.astype(str),
-            "component": g.labels,
-            "n_labels": n_labels.astype(np.int64),
-            "n_partners": n_partners.astype(np.int64) if known else n_partners.astype(np.float64),
-            "status": worker_status.astype(str),
-        }
+            "worker": text_column(worker_ids),
+            "component": g.labels.astype(np.int64, copy=True),
+            "n_labels": n_labels.astype(np.int64, copy=True),
+            "n_partners": n_partners.astype(np.int64 if known else np.float64, copy=True),
+            "status": text_column(worker_status),
+        },
+        copy=False,
     )
     edges_per_comp = np.bincount(g.labels, weights=n_partners, minlength=g.n_components) / 2
     edges = edges_per_comp.astype(np.int64) if known else np.full(g.n_components, np.nan)

@@ -41,7 +41,7 @@ from crowdflow.graphs import (
     pair_bound,
     worker_strength,
 )
-from crowdflow.labels import LabelMatrix
+from crowdflow.labels import LabelMatrix, text_column
 from crowdflow.progress import ProgressFn
 from crowdflow.skills.auto import CANDIDATES, choose
 from crowdflow.skills.consensus import vote_weights, weighted_consensus
@@ -180,27 +180,40 @@ def worker_table(
     """The ``skills`` table (:class:`SkillsResult`): one row per worker; ``box`` = (lower, upper, fit_component) of
     a rank-one fit (NaN, NaN, −1 for the other methods); ``row_stats`` = (n_partners, strength), the row lengths
     and row sums of N (:func:`pair_row_stats` from N, or :func:`pairless_row_stats` without it; n_partners NaN
-    where unknown)."""
+    where unknown).
+
+    Built column by column (issue #36, docs/scale.md memory laws): each numeric column is one fresh array the table
+    owns (no 2-D block assembled from copies of them), and the text columns go to Arrow strings straight from the
+    ids and the statuses, never through a fixed-width numpy text array (``<U19``: 76 bytes a worker). The table's
+    transient over its own ~90 bytes a worker is then one column.
+    """
     partners, strength = row_stats
     w = int(workers.size)
+    fresh = box is None  # the default box is made here: the table takes it as it is
     lower, upper, fit_comp = box if box is not None else (np.full(w, np.nan), np.full(w, np.nan), np.full(w, -1))
-    return pd.DataFrame(
-        {
-            "worker": workers,
-            "skill": skill,
-            "accuracy": accuracy,
-            "vote_weight": vote_weight.astype(np.float64),
-            "n_labels": n_labels.astype(np.int64),
-            "n_partners": partners.astype(np.int64) if np.all(np.isfinite(partners)) else partners,
-            "component": graph.labels.astype(np.int64),
-            "status": status.astype(str),
-            "identifiable": identifiable,
-            "strength": np.asarray(strength, dtype=np.float64),
-            "lower": lower,
-            "upper": upper,
-            "fit_component": np.asarray(fit_comp, dtype=np.int64),
-        }
-    )
+
+    def own(values: Any, dtype: Any, made_here: bool = False) -> np.ndarray:
+        """A copy the table owns (the caller's arrays stay the caller's), or the array itself if made here."""
+        if made_here and (dtype is None or values.dtype == dtype):
+            return np.asarray(values)
+        return np.array(values, dtype=dtype, copy=True)
+
+    columns = {
+        "worker": text_column(workers),
+        "skill": own(skill, None),
+        "accuracy": own(accuracy, None),
+        "vote_weight": own(vote_weight, np.float64),
+        "n_labels": own(n_labels, np.int64),
+        "n_partners": own(partners, np.int64) if np.all(np.isfinite(partners)) else own(partners, None),
+        "component": own(graph.labels, np.int64),
+        "status": text_column(status),
+        "identifiable": own(identifiable, None),
+        "strength": own(strength, np.float64),
+        "lower": own(lower, None, fresh),
+        "upper": own(upper, None, fresh),
+        "fit_component": own(fit_comp, np.int64, fresh),
+    }
+    return pd.DataFrame(columns, copy=False)
 
 
 def pair_row_stats(n_mat: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray]:

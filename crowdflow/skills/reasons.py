@@ -46,9 +46,10 @@ def explain_missing_skills(table: pd.DataFrame, diag: pd.DataFrame | None, metho
         if diag is not None:
             explain_missing(diag, _PER_PAIR, _PAIRS_WHY)
             explain_missing(diag, _PARTNERS, _PARTNERS_WHY)
-    status = table["status"].to_numpy(dtype=object)
+    status = table["status"]  # compared as it is held (Arrow text), never as a Python string a worker
     for st, why in _STATUS_REASON.items():
-        explain_missing(table, [c for c in table.columns if c not in ("lower", "upper")], why, where=status == st)
+        is_st = (status == st).to_numpy(dtype=bool)
+        explain_missing(table, [c for c in table.columns if c not in ("lower", "upper")], why, where=is_st)
     if method == "ds":
         explain_missing(table, ["vote_weight"], "full Dawid-Skene votes with the confusion matrix (no scalar weight)")
     if method == "ebcc":
@@ -58,7 +59,9 @@ def explain_missing_skills(table: pd.DataFrame, diag: pd.DataFrame | None, metho
     if method != "pgd":
         explain_missing(table, ["lower", "upper"], f"the feasibility box is computed by method pgd only, not {method}")
     else:
-        explain_missing(table, ["lower", "upper"], "no feasibility box for this worker", where=status != "ok")
+        explain_missing(
+            table, ["lower", "upper"], "no feasibility box for this worker", where=(status != "ok").to_numpy(dtype=bool)
+        )
     if diag is None:
         return
     if method != "pgd":

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import cloudpickle  # type: ignore[import-untyped]
 import numpy as np
@@ -142,6 +143,7 @@ _WRITE_PEAK = """
 import json, sys
 import numpy as np, pandas as pd, pyarrow as pa
 from pathlib import Path
+from typing import Any
 from crowdflow.contracts.missing import explain_missing
 from crowdflow.contracts.tables import OUTPUTS
 from crowdflow.storage.run_store import write_parquet
@@ -238,3 +240,88 @@ def test_a_step_boundary_returns_the_freed_pages_of_the_step(how: str) -> None:
     assert got["kept"] - got["after"] >= 120e6, got
     if how == "give_back":
         assert got["freed"] >= 120e6, got
+
+
+def _pairless_tables(n: int, seed: int = 0) -> tuple[tuple[Any, ...], pd.DataFrame]:
+    """``worker_table``'s arguments for ``n`` workers as a pair-free fit of many shapes gives them (the statuses of
+    every kind, ids as Python strings in an object array as the run's dictionary holds them), and the report's
+    components."""
+    from crowdflow.graphs import Components
+
+    rng = np.random.default_rng(seed)
+    n_comp = max(1, n // 50)
+    labels = rng.integers(0, n_comp, n)
+    sizes = np.bincount(labels, minlength=n_comp)
+    bip = rng.random(n_comp) < 0.3
+    comp_status = np.where(bip, "bipartite_component", "ok").astype(object)
+    comp_status[sizes == 1] = "isolated"
+    graph = Components(
+        n_components=n_comp,
+        labels=labels,
+        sizes=sizes,
+        bipartite=bip,
+        colour=(rng.random(n) < 0.5).astype(np.int8),
+    )
+    status = comp_status[labels]
+    workers = np.array([f"worker-{i:07d}" for i in range(n)], dtype=object)
+    skill = np.where(status == "ok", rng.uniform(-0.5, 1, n), np.nan)
+    n_i = rng.integers(1, 50, n)
+    args = (workers, skill, (skill + 1) / 2, np.ones(n), n_i, (np.full(n, np.nan), n_i * 2.0), graph, status,
+            status == "ok")  # fmt: skip
+    return args, pd.DataFrame({"component": np.arange(n_comp)})
+
+
+def _traced(fn: Any, *args: Any) -> tuple[Any, int, int]:
+    tracemalloc.start()
+    try:
+        out = fn(*args)
+        cur, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return out, cur, peak
+
+
+def test_skills_table_and_its_reasons_are_built_without_a_wide_transient() -> None:
+    """The skills table of a pair-free fit (``worker_table``, then ``explain_missing_skills``: the fit step's W-sized
+    tables in the flow, issue #36) allocates under ``tracemalloc`` no more than it keeps, plus 8 bytes a worker, and
+    its missing reasons ≤ 24 bytes a worker. Before: +56 bytes a worker over the table (a ``<U19`` status column, the
+    float columns copied into one 2-D block) and 136 for the reasons (8-byte codes at every step, 2-D NaN masks, the
+    statuses as Python strings); the table's values are unchanged (the reference built as before)."""
+    from crowdflow.skills.fit import worker_table
+    from crowdflow.skills.reasons import explain_missing_skills
+
+    n = 60_000
+    args, _ = _pairless_tables(n)
+    table, cur, peak = _traced(worker_table, *args)
+    assert (peak - cur) / n <= 8, (peak - cur) / n
+    workers, skill, acc, vote, n_i, (partners, strength), graph, status, ok = args
+    want = pd.DataFrame(
+        {"worker": workers, "skill": skill, "accuracy": acc, "vote_weight": vote.astype(np.float64),
+         "n_labels": n_i.astype(np.int64), "n_partners": partners, "component": graph.labels.astype(np.int64),
+         "status": status.astype(str), "identifiable": ok, "strength": strength.astype(np.float64),
+         "lower": np.full(n, np.nan), "upper": np.full(n, np.nan), "fit_component": np.full(n, -1, dtype=np.int64)}
+    )  # fmt: skip
+    pd.testing.assert_frame_equal(table, want, check_exact=True)
+    _, _, peak = _traced(explain_missing_skills, table, None, "ds", False)
+    assert peak / n <= 24, peak / n
+    reasons = table[MISSING_REASON].astype(object)
+    assert reasons[status == "isolated"].str.contains("isolated worker").all()
+    assert reasons[status == "ok"].str.startswith("n_partners: distinct co-labellers").all()
+    assert reasons.str.contains("lower,upper: the feasibility box is computed by method pgd only").all()
+
+
+def test_worker_graph_report_builds_its_text_columns_in_arrow() -> None:
+    """The worker-graph report's per-worker table (held through the run, issue #36) makes its id and status columns
+    without a fixed-width numpy text array: ≤ 96 bytes a worker under ``tracemalloc`` at its peak (measured 83: its
+    three 8-byte columns and the components' 8-byte sums and sort; 228 before, with the ``<U`` ids and ``<U19``
+    statuses), the same table."""
+    from crowdflow.graphs.workers import worker_graph_from_components
+
+    n = 60_000
+    args, _ = _pairless_tables(n, seed=1)
+    workers, _, _, _, n_i, (partners, _), graph, status, _ = args
+    report, _, peak = _traced(worker_graph_from_components, graph, partners, n_i, workers)
+    assert peak / n <= 96, peak / n
+    assert report.workers["worker"].tolist() == workers.tolist()
+    assert report.workers["status"].tolist() == status.tolist()
+    assert str(report.workers["worker"].dtype) == "str" and str(report.workers["status"].dtype) == "str"
