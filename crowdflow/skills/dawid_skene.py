@@ -33,8 +33,10 @@ stopping rule, ``max_iter`` counting every EM step (extrapolation's included), t
 E-step values of the kept points. The plain loop :func:`_em` (``acceleration="none"``) is the reference
 it is tested against (``tests/skills/test_squarem.py``). Its map :class:`_EMMap` evaluates F in one fused sweep
 over the labels grouped by task (:mod:`crowdflow.skills.fused_em`, issue #36: the E-step and the M-step's sums, a
-block of tasks at a time), the same IEEE operations in the same order as the class-by-class kernels below, so an
-unextrapolated step is the plain step bit for bit (``tests/skills/test_fused_em.py``). An earlier fused kernel
+block of tasks at a time); with ``exact=True`` the same IEEE operations in the same order as the class-by-class
+kernels below, so an unextrapolated step is the plain step bit for bit (``tests/skills/test_fused_em.py``); by
+default with a vectorised exponential within 2.5e-16 relative, whose fits are within the bound of
+docs/methods/skills.md §7.2 of the fit run to 1e-10. An earlier fused kernel
 (per task its posterior, then its labels' sums, classes in a run-time loop) had been no faster than these kernels;
 the blocks and the compile-time class loops are what make this one ~1.5× faster at 5 classes.
 """
@@ -540,8 +542,9 @@ class EMParameters:
 class _EMMap:
     """The in-memory EM map F on flat parameters (:class:`EMParameters`), the ``step`` of
     :func:`crowdflow.skills.squarem.squarem`: the E-step at θ and the M-step's sums in one fused sweep over the
-    labels (:func:`crowdflow.skills.fused_em.fused_pass`, issue #36), the same operations in the same order as
-    the kernels of the plain loop :func:`_em` (so an unextrapolated step is its step bit for bit). Each call returns
+    labels (:func:`crowdflow.skills.fused_em.fused_pass`, issue #36): with ``exact=True`` the same operations in the
+    same order as the kernels of the plain loop :func:`_em` (so an unextrapolated step is its step bit for bit), by
+    default with the vectorised exponential (within a few ulps of it). Each call returns
     (F(θ), Φ(θ), ℓ(θ)) with ℓ the observed-data log-likelihood and Φ = ℓ + the log prior of the M-step (the
     objective EM increases: Dirichlet(1 + α + β e_l) rows, or Beta(1 + α, 1 + α) accuracies, and Dirichlet(1 + α)
     q). Scratch arrays are allocated once; the full model's sums are written into F(θ)'s own array and turned into
@@ -549,8 +552,15 @@ class _EMMap:
     """
 
     def __init__(
-        self, lm: LabelMatrix, one_coin: bool, alpha: float, beta: float, gold: np.ndarray | None = None
+        self,
+        lm: LabelMatrix,
+        one_coin: bool,
+        alpha: float,
+        beta: float,
+        gold: np.ndarray | None = None,
+        exact: bool = False,
     ) -> None:
+        self.exact = exact  # libm's exp in the sweep (the reference kernels' bits), else the vectorised one
         self.indptr, self.task, self.worker, self.given, self.rows = _label_arrays(lm)
         known = np.zeros(lm.n_tasks, dtype=bool) if gold is None else np.asarray(gold) >= 0
         self.gold_tasks = np.flatnonzero(known)
@@ -600,6 +610,7 @@ class _EMMap:
                 self.class_sums,
                 self.hits,
                 post_t,
+                self.exact,
             )
         )
         if self.gold_tasks.size:  # as :meth:`pin`: Σ_gold log T_{t, gold} before the pin

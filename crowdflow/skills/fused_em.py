@@ -13,17 +13,24 @@ block of tasks at a time:
 3. per label the M-step's sums: G_i[l, m] += T_tl (full model, into ``counts[(i·M + m)·M + l]``) or
    S_i += T_{t, Y_it} (one-coin).
 
-**Bit for bit the reference.** Every quantity is the same IEEE operations in the same order as in the reference
-kernels: each ℓ_tl starts at 0.0 and adds its labels' terms in label order; the normalisation, the running
-product of the Z_t and its fold (``_fold``), the M = 2 form with one exponential, Σ_t T_tl in task order, and
-each count G_i[l, m] gets its terms in label order (tasks in order, labels in order within a task: the order the
-class-major reference scatters them). So F(θ), Φ(θ) and ℓ(θ) are the reference's bits, and the accelerated fit
-is unchanged (``tests/skills/test_fused_em.py`` compares them on a family of crowds).
+**Bit for bit the reference with** ``exact=True``. Every quantity is then the same IEEE operations in the same order
+as in the reference kernels: each ℓ_tl starts at 0.0 and adds its labels' terms in label order; the normalisation,
+the running product of the Z_t and its fold (``_fold``), the M = 2 form with one exponential, Σ_t T_tl in task
+order, and each count G_i[l, m] gets its terms in label order (tasks in order, labels in order within a task: the
+order the class-major reference scatters them). So F(θ), Φ(θ) and ℓ(θ) are the reference's bits
+(``tests/skills/test_fused_em.py`` compares them on a family of crowds).
+
+**The default** (``exact=False``, issue #36): the exponentials of a block are computed together by the branch-free
+polynomial :func:`_exp_block` (relative error ≤ 2.5e-16, vectorised by the compiler: ~1.5 ns an exponential against
+~10 ns for libm's scalar ``exp``) and each task divides once (e · (1/Z_t)); everything else as above. The map is
+within a few ulps of the reference; the fits' bound (against the fit run to 1e-10) is stated and tested in
+docs/methods/skills.md §7.2.
 
 **Why it is faster.** The posteriors never leave a block buffer (L1-resident) and the labels are read twice per
-evaluation, not 2M + 1 times; the inner loops over the classes have a compile-time trip count for M ≤ 8
-(one compiled specialisation each, compiled on first use), so a label's M terms are one vector load and add. The scalar
-exponentials (libm's, so the bits stay) are what is left: at 10⁶ labels and 5 classes about half of the pass.
+evaluation, not 2M + 1 times; the inner loops over the classes have a compile-time trip count for M ≤ 6
+(one compiled specialisation each, compiled on first use), so a label's M terms are one vector load and add. At
+10⁶ labels and 5 classes an evaluation is ~11 ms of CPU (load 10–14): the two indexed passes over the labels
+~3.5 ms each, the exponentials ~1.2 ms.
 """
 
 from __future__ import annotations
@@ -38,6 +45,58 @@ from crowdflow.compiled import compiled_kernel, inlined_kernel
 BLOCK = 256
 #: the running product of the normalisers is folded into its logarithm past this value (``dawid_skene._FOLD``)
 _FOLD = 1e250
+
+
+#: exp by range reduction: x = k ln 2 + r, |r| ≤ ln 2 / 2, ln 2 in two parts (fdlibm's: k · hi is exact for |k| < 2²⁰)
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01
+_LN2_LO = 1.90821492927058770002e-10
+#: below this argument :func:`_exp_block` returns 0 (exp(−700) ≈ 1e-304: an absolute error under 1e-304)
+_EXP_FLOOR = -700.0
+
+
+@inlined_kernel
+def _exp_block(x: np.ndarray, n: int, scale: np.ndarray) -> None:
+    """x[:n] ← exp(x[:n]) for x ≤ 0 (and −∞, NaN), branch-free so that the loops vectorise (``scale`` is scratch).
+
+    exp(x) = 2^k · p(r) with k = ⌊x log₂e + ½⌋, r = (x − k hi) − k lo (Cody–Waite, hi + lo = ln 2) and p the
+    degree-13 Taylor polynomial of exp at 0 in Horner form; |r| ≤ 0.3466 (plus rounding), where the truncated term
+    r¹⁴/14! is below 5e-18 relative. 2^k is built from its exponent bits (k + 1023 ≥ 13 for x ≥ −700). Relative
+    error ≤ 2.5e-16 against numpy's exp for x in [−700, 0] (about one unit in the last place:
+    ``tests/skills/test_fused_em.py::test_the_fast_exponential_is_within_its_bound`` checks 4·10⁶ arguments and the
+    ends); 0 below −700 and at −∞; NaN stays NaN. About 1.5 ns an element here against 10 ns for libm's scalar
+    ``exp`` (docs/methods/skills.md §7.2).
+    """
+    bits = scale.view(np.int64)
+    for i in range(n):
+        xi = max(x[i], _EXP_FLOOR)
+        k = np.floor(xi * _LOG2E + 0.5)
+        r = (xi - k * _LN2_HI) - k * _LN2_LO
+        p = 1.0 / 6227020800.0
+        p = p * r + 1.0 / 479001600.0
+        p = p * r + 1.0 / 39916800.0
+        p = p * r + 1.0 / 3628800.0
+        p = p * r + 1.0 / 362880.0
+        p = p * r + 1.0 / 40320.0
+        p = p * r + 1.0 / 5040.0
+        p = p * r + 1.0 / 720.0
+        p = p * r + 1.0 / 120.0
+        p = p * r + 1.0 / 24.0
+        p = p * r + 1.0 / 6.0
+        p = p * r + 0.5
+        p = p * r + 1.0
+        bits[i] = (np.int64(k) + 1023) << 52
+        x[i] = p * r + 1.0 if x[i] >= _EXP_FLOOR else (x[i] if x[i] != x[i] else 0.0)
+    for i in range(n):
+        x[i] = x[i] * scale[i] if x[i] != 0.0 else 0.0
+
+
+@compiled_kernel
+def fast_exp(x: np.ndarray) -> np.ndarray:
+    """exp of every entry of ``x`` (≤ 0, −∞ or NaN) by :func:`_exp_block`: for tests and the docs."""
+    out = x.copy()
+    _exp_block(out, out.size, np.empty(out.size))
+    return out
 
 
 @inlined_kernel
@@ -55,6 +114,7 @@ def _sweep(
     class_sums: np.ndarray,
     hits: np.ndarray,
     post_t: np.ndarray,
+    exact: bool,
 ) -> float:
     """The pass of :func:`fused_pass` with ``lanes`` = M (a constant where the caller passes a literal)."""
     m = lanes
@@ -64,8 +124,12 @@ def _sweep(
     counts[:] = 0.0
     cs = np.zeros(m)
     buf = np.empty(BLOCK * m)
+    ex = np.empty(BLOCK * m)  # the exponents of a block, then their exponentials
+    scale = np.empty(BLOCK * m)
+    tops = np.empty(BLOCK)
     shift, prod = 0.0, 1.0
     n_hit = 0
+    n_exp = BLOCK if m == 2 else BLOCK * m
     for t0 in range(0, n_tasks, BLOCK):
         t1 = min(n_tasks, t0 + BLOCK)
         for t in range(t0, t1):
@@ -76,41 +140,49 @@ def _sweep(
                 r = rows[k] * m
                 for c in range(m):
                     buf[j + c] += lp[r + c]
+        # the exponents: M = 2, −|ℓ₁ − ℓ₀| (dawid_skene._normalise_binary); else ℓ_tl − max_l ℓ_tl (_e_step)
         for t in range(t0, t1):
             j = (t - t0) * m
             for c in range(m):
                 buf[j + c] = log_q[c] + buf[j + c]
+            if m == 2:
+                a, b = buf[j], buf[j + 1]
+                ex[t - t0] = -abs(b - a) if max(a, b) > -np.inf else np.nan
+            else:
+                top = buf[j]
+                for c in range(1, m):
+                    top = max(top, buf[j + c])
+                tops[t - t0] = top
+                for c in range(m):
+                    ex[j + c] = buf[j + c] - top
+        n_blk = (t1 - t0) * (1 if m == 2 else m)
+        if exact:  # libm's exp, the reference kernels' bits
+            for s in range(n_blk):
+                ex[s] = np.exp(ex[s])
+        else:
+            _exp_block(ex, min(n_blk, n_exp), scale)
+        for t in range(t0, t1):
+            j = (t - t0) * m
             if m == 2:  # dawid_skene._normalise_binary
                 a, b = buf[j], buf[j + 1]
                 top = max(a, b)
-                e = np.exp(-abs(b - a)) if top > -np.inf else np.nan
+                e = ex[t - t0]
                 z = 1.0 + e
                 hi, lo = 1.0 / z, e / z
                 buf[j] = hi if a >= b else lo
                 buf[j + 1] = lo if a >= b else hi
             else:  # dawid_skene._e_step's normalisation
-                top = buf[j]
-                for c in range(1, m):
-                    top = max(top, buf[j + c])
-                # exp(ℓ − top) is exp(0.0) = 1.0 exactly at a class where ℓ = top: with 3 classes that one is not
-                # computed (when top is finite; the others are, in an order without a data-dependent branch). At 10⁶
-                # labels a pass took 12.9 instead of 14.2 ms with 3 classes, but 15.4 instead of 13.2 with 5 (the
-                # run-time trip count), so only M = 3 skips
-                amax = -1
-                if m == 3:
-                    for c in range(m - 1, -1, -1):
-                        amax = c if buf[j + c] == top else amax
-                skip = amax >= 0 and abs(top) < np.inf
-                for c in range(m - 1 if skip else m):
-                    cc = c + 1 if skip and c >= amax else c
-                    buf[j + cc] = np.exp(buf[j + cc] - top)
-                if skip:
-                    buf[j + amax] = 1.0
+                top = tops[t - t0]
                 z = 0.0
                 for c in range(m):
-                    z += buf[j + c]
-                for c in range(m):
-                    buf[j + c] /= z
+                    z += ex[j + c]
+                if exact:
+                    for c in range(m):
+                        buf[j + c] = ex[j + c] / z
+                else:  # one division a task (≤ 1 more rounding a posterior)
+                    inv = 1.0 / z
+                    for c in range(m):
+                        buf[j + c] = ex[j + c] * inv
             prod *= z  # dawid_skene._fold
             if prod > _FOLD:
                 shift, prod = shift + top + math.log(prod), 1.0
@@ -157,8 +229,9 @@ def _pass2(
     class_sums: np.ndarray,
     hits: np.ndarray,
     post_t: np.ndarray,
+    exact: bool,
 ) -> float:
-    return _sweep(indptr, rows, worker, given, lp, 2, log_q, gold, one_coin, counts, class_sums, hits, post_t)
+    return _sweep(indptr, rows, worker, given, lp, 2, log_q, gold, one_coin, counts, class_sums, hits, post_t, exact)
 
 
 @compiled_kernel
@@ -175,8 +248,9 @@ def _pass3(
     class_sums: np.ndarray,
     hits: np.ndarray,
     post_t: np.ndarray,
+    exact: bool,
 ) -> float:
-    return _sweep(indptr, rows, worker, given, lp, 3, log_q, gold, one_coin, counts, class_sums, hits, post_t)
+    return _sweep(indptr, rows, worker, given, lp, 3, log_q, gold, one_coin, counts, class_sums, hits, post_t, exact)
 
 
 @compiled_kernel
@@ -193,8 +267,9 @@ def _pass4(
     class_sums: np.ndarray,
     hits: np.ndarray,
     post_t: np.ndarray,
+    exact: bool,
 ) -> float:
-    return _sweep(indptr, rows, worker, given, lp, 4, log_q, gold, one_coin, counts, class_sums, hits, post_t)
+    return _sweep(indptr, rows, worker, given, lp, 4, log_q, gold, one_coin, counts, class_sums, hits, post_t, exact)
 
 
 @compiled_kernel
@@ -211,8 +286,9 @@ def _pass5(
     class_sums: np.ndarray,
     hits: np.ndarray,
     post_t: np.ndarray,
+    exact: bool,
 ) -> float:
-    return _sweep(indptr, rows, worker, given, lp, 5, log_q, gold, one_coin, counts, class_sums, hits, post_t)
+    return _sweep(indptr, rows, worker, given, lp, 5, log_q, gold, one_coin, counts, class_sums, hits, post_t, exact)
 
 
 @compiled_kernel
@@ -229,8 +305,9 @@ def _pass6(
     class_sums: np.ndarray,
     hits: np.ndarray,
     post_t: np.ndarray,
+    exact: bool,
 ) -> float:
-    return _sweep(indptr, rows, worker, given, lp, 6, log_q, gold, one_coin, counts, class_sums, hits, post_t)
+    return _sweep(indptr, rows, worker, given, lp, 6, log_q, gold, one_coin, counts, class_sums, hits, post_t, exact)
 
 
 @compiled_kernel
@@ -247,8 +324,10 @@ def _pass_any(
     class_sums: np.ndarray,
     hits: np.ndarray,
     post_t: np.ndarray,
+    exact: bool,
 ) -> float:
-    return _sweep(indptr, rows, worker, given, lp, log_q.size, log_q, gold, one_coin, counts, class_sums, hits, post_t)
+    m = log_q.size
+    return _sweep(indptr, rows, worker, given, lp, m, log_q, gold, one_coin, counts, class_sums, hits, post_t, exact)
 
 
 #: one compiled kernel a class count (each compiles, once, on first use: a cold compile is paid for the M a user
@@ -269,6 +348,7 @@ def fused_pass(
     class_sums: np.ndarray,
     hits: np.ndarray,
     post_t: np.ndarray,
+    exact: bool = False,
 ) -> float:
     """One E-step and the M-step's sums in one sweep (module docstring); returns the observed-data log-likelihood.
 
@@ -291,9 +371,14 @@ def fused_pass(
         Outputs (overwritten): the M-step's sums, Σ_t T_tl, the gold hits.
     post_t : numpy.ndarray
         M × T to receive the posteriors, or an empty (M, 0) array to skip writing them.
+    exact : bool
+        libm's ``exp`` (the reference kernels' bits) instead of the vectorised :func:`_exp_block` (relative error
+        ≤ 2.5e-16: the default, docs/methods/skills.md §7.2).
     """
     kernel = _PASSES.get(log_q.size, _pass_any)
-    return float(kernel(indptr, rows, worker, given, lp, log_q, gold, one_coin, counts, class_sums, hits, post_t))
+    return float(
+        kernel(indptr, rows, worker, given, lp, log_q, gold, one_coin, counts, class_sums, hits, post_t, bool(exact))
+    )
 
 
 @compiled_kernel
