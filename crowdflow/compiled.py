@@ -57,10 +57,11 @@ def _prefetch(write: int) -> Any:
             aryty, idxty = signature.args
             ary = context.make_array(aryty)(context, builder, args[0])
             at = context.cast(builder, args[1], idxty, types.intp)
-            ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [at], wraparound=False, boundscheck=False)
+            item = cgutils.get_item_pointer  # numba's code generation helpers are not annotated
+            ptr = item(context, builder, aryty, ary, [at], wraparound=False, boundscheck=False)  # type: ignore[no-untyped-call]
             i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
             fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")  # type: ignore[no-untyped-call]
             # (address, read 0 / write 1, locality 3: keep in every cache level, data cache 1)
             builder.call(fn, [builder.bitcast(ptr, i8p), i32(write), i32(3), i32(1)])
             return context.get_dummy_value()

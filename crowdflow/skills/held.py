@@ -24,6 +24,7 @@ plus the W·M² tables, which stay in cache for W·M² ≲ 10⁶ (:func:`pass_by
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -410,12 +411,21 @@ def _post_kernel_binary(
 @dataclass(frozen=True)
 class BucketSums:
     """One bucket's pass (:func:`em_sums`): ``counts`` label-row-major (``counts[r·M + l]``, r = i·M + m; one-coin:
-    per worker), ``class_sums`` Σ_t T_tl, the bucket's tasks and its log-likelihood (0 on the initialising pass)."""
+    per worker), ``class_sums`` Σ_t T_tl, the bucket's tasks and its log-likelihood (0 on the initialising pass).
+
+    A worker's task over its buckets (:func:`em_sums_group`) also says what it cost: ``n_labels``, its wall and CPU
+    seconds from its start to its return value, and the seconds of the compiled kernels among them (the rest: the
+    tables put in rank order and back, the work arrays, the class sums). Timing only: no sum depends on them.
+    """
 
     counts: np.ndarray
     class_sums: np.ndarray
     n_tasks: int
     log_likelihood: float
+    n_labels: int = 0
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    kernel_s: float = 0.0
 
 
 def _em_local(
@@ -464,6 +474,7 @@ def em_sums_group(group: list[HeldCodes], shared: EMShared) -> BucketSums:
     """
     if not group:
         raise ValueError("an EM pass over no bucket")
+    wall0, cpu0 = time.perf_counter(), time.thread_time()
     m, order = group[0].n_classes, group[0].order
     size = -1 if order is None else order.size
     if any((-1 if c.order is None else c.order.size) != size for c in group):
@@ -471,13 +482,18 @@ def em_sums_group(group: list[HeldCodes], shared: EMShared) -> BucketSums:
     tab = _local_table(shared.tab, order)
     scratch = np.empty(m * max(codes.n_tasks for codes in group))
     counts = np.zeros(_counts_size(shared, m))
-    class_sums, n_tasks, lls = np.zeros(m), 0, []
+    class_sums, n_tasks, lls, kernel_s = np.zeros(m), 0, [], 0.0
     for k, codes in enumerate(group):
+        t0 = time.perf_counter()
         s = _em_local(codes, tab, shared, counts, scratch)
+        kernel_s += time.perf_counter() - t0
         class_sums = s.class_sums if k == 0 else class_sums + s.class_sums
         n_tasks += s.n_tasks
         lls.append(s.log_likelihood)
-    return BucketSums(_global_counts(counts, order), class_sums, n_tasks, math.fsum(lls))
+    out = _global_counts(counts, order)
+    wall, cpu = time.perf_counter() - wall0, time.thread_time() - cpu0
+    n_labels = sum(codes.n_labels for codes in group)
+    return BucketSums(out, class_sums, n_tasks, math.fsum(lls), n_labels, wall, cpu, kernel_s)
 
 
 def posteriors(codes: HeldCodes, tab: np.ndarray, log_q: np.ndarray) -> tuple[np.ndarray, float]:
