@@ -48,6 +48,7 @@ from crowdflow.contracts.errors import InputError
 from crowdflow.contracts.tables import INPUTS
 from crowdflow.executors import (
     MapFn,
+    balance,
     fold,
     hold,
     holds,
@@ -407,7 +408,8 @@ def _encode_buckets(
             held = hold(executor, functools.partial(read_codes, n_workers=w, n_classes=m), buckets)
     finally:
         release(executor, [args])
-    stats.sort(key=lambda s: s.path)
+    stats.sort(key=lambda s: s.path)  # the order of ``buckets`` (sorted folders), so of ``held``
+    held = balance(executor, held, [s.n_labels for s in stats])  # each Dask worker as many labels a pass
     if n_i is None:
         n_i = np.zeros(w, dtype=np.int64)
     if pairs:
