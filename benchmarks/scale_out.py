@@ -440,7 +440,7 @@ def one_run(args: argparse.Namespace, runner: str, data: Path, info: dict[str, A
     scratch = root / "scratch"
     spec = write_spec(work / "spec.yaml", data, f"scale-{tag}", args, runner, scratch)
     bandwidth = None
-    if args.job == "ranking":
+    if args.job in ("ranking", "skills"):
         from benchmarks.bandwidth import measure
 
         bandwidth = measure(gb=0.5, repeats=3)["read_gb_s"]  # at the load the run starts under
@@ -618,6 +618,28 @@ def _pass_row(r: dict[str, Any]) -> str | None:
     )
 
 
+def _em_pass_row(r: dict[str, Any]) -> str | None:
+    """One row of the skills EM-passes table (the manifest's ``partitioned.timing``), or None without it."""
+    c, t = r["config"], r.get("timings") or {}
+    tm = (r.get("partitioned") or {}).get("timing") or {}
+    if not tm.get("em_passes") or not tm.get("held_bytes"):
+        return None
+    n = tm["em_passes"]
+    per = tm["em_s"] / n
+    limit = tm["held_bytes"] / (STATED_READ_GB_S * 1e9)
+    bw = r.get("bandwidth_gb_s")
+    now = f"{bw:.1f} GB/s: **{per / (tm['held_bytes'] / (bw * 1e9)):.0f}×**" if bw else "–"
+    load = f"{r['load_before'][0]:.1f} → {r['load_after'][0]:.1f}"
+    groups = " / ".join(f"{g / 1e6:.1f}" for g in tm.get("group_labels") or [])
+    return (
+        f"| {c['labels']:,} | {c['workers']:,} | {load} | {r['wall_s']:.1f} | {t.get('ingest_validate', 0):.1f} | "
+        f"{t.get('check_graph', 0):.1f} | {t.get('fit', 0):.1f} | {n} | {tm['em_s']:.1f} | {per:.3f} | "
+        f"{tm['kernel_s'] / n:.3f} | {tm['worker_s'] / n:.3f} | {(tm['pass_s'] - tm['worker_s']) / n:.3f} | "
+        f"{tm['between_passes_s'] / n:.3f} | {tm.get('consensus_s', 0):.1f} | {groups} | "
+        f"{tm['held_bytes'] / 1e9:.3f} | {limit:.4f} | **{per / limit:.0f}×** | {now} |"
+    )
+
+
 def render(records: list[dict[str, Any]], notes: str) -> str:
     """The whole markdown file from every recorded run (and the notes kept from the previous file)."""
     skills = sorted(
@@ -662,6 +684,28 @@ def render(records: list[dict[str, Any]], notes: str) -> str:
             "| 100,000,000 | 100 | | 20,000 | ds | dask 2 × 4GB, 64 buckets | *not run yet* | | | | | | | "
             "`python -m benchmarks.scale_out --labels 1e8 --partitions 64` |"
         )
+    em_rows = [row for row in (_em_pass_row(r) for r in skills) if row is not None]
+    if em_rows:
+        lines += [
+            "",
+            "Dawid–Skene EM passes over the held buckets against the bandwidth limit (issue #36: within 3× of it per "
+            "pass), from the run's manifest (`partitioned.timing`, `crowdflow.skills.held_em.PassTiming`). *EM s*: "
+            "the flow's wall time of the EM, first pass to the last parameters; *s / pass*: that over the passes; "
+            "*kernel*: per pass the slowest Dask worker task's compiled kernels; *worker*: that task's whole time; "
+            "*round trip*: the flow's time inside a pass beyond the slowest task (the table sent, the tasks "
+            "scheduled, the sums returned and added); *between*: the flow's work between passes (M-step, SQUAREM, "
+            "log π); *consensus*: the final E-step pass writing the parts; *labels a task*: each worker task's "
+            f"labels (10^6). *limit*: the bytes one pass reads (`crowdflow.skills.held.pass_bytes`) ÷ the stated "
+            f"{STATED_READ_GB_S} GB/s (one core, quiet host), and ÷ the bandwidth measured just before the run. "
+            "*load*: 1-minute load average before → after (2 cores, shared). *encode*: the `check_graph` lap (the "
+            "encode of the buckets and the graph check).",
+            "",
+            "| labels | workers | load | wall s | ingest s | encode s | fit s | EM passes | EM s | s / pass | "
+            "kernel s / pass | worker s / pass | round trip s / pass | between s / pass | consensus s | "
+            "labels a task | held GB | limit s / pass | × limit | × limit at the measured bandwidth |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            *em_rows,
+        ]
     lines += [
         "",
         "## Ranking",

@@ -28,6 +28,8 @@ __all__ = [
     "InlineMemory",
     "MapFn",
     "Recompute",
+    "balance",
+    "balance_moves",
     "fold",
     "held_groups",
     "hold",
@@ -126,6 +128,49 @@ def held_groups(executor: MapFn, handles: list[Any]) -> list[list[int]]:
     if holds(executor):
         return [list(range(len(handles)))] if handles else []
     return [[i] for i in range(len(handles))]
+
+
+def balance_moves(holders: list[str], sizes: list[int], places: list[str]) -> list[tuple[int, str]]:
+    """Moves ``(item, place)`` that even out the size held at each place, for a pass whose time is its busiest place's.
+
+    Greedy: while some item held at the heaviest place is smaller than the gap between it and the lightest place,
+    move the one that leaves the two closest (``|gap − 2·size|`` smallest). Each move lowers the pair's larger load,
+    so the heaviest load never grows; at the end the gap between the heaviest and the lightest place is at most the
+    smallest item held at the heaviest, so at most the largest item (for two places: within one item of even).
+    """
+    load = dict.fromkeys(places, 0)
+    for h, size in zip(holders, sizes, strict=True):
+        load[h] = load.get(h, 0) + int(size)
+    where = list(holders)
+    moves: list[tuple[int, str]] = []
+    while len(load) > 1:
+        hi = max(load, key=lambda p: (load[p], p))
+        lo = min(load, key=lambda p: (load[p], p))
+        gap = load[hi] - load[lo]
+        fits = [i for i, h in enumerate(where) if h == hi and 0 < sizes[i] < gap]
+        if not fits:
+            break
+        i = min(fits, key=lambda i: (abs(gap - 2 * int(sizes[i])), i))
+        where[i] = lo
+        load[hi] -= int(sizes[i])
+        load[lo] += int(sizes[i])
+        moves.append((i, lo))
+    return moves
+
+
+def balance(executor: MapFn, handles: list[Any], sizes: list[int]) -> list[Any]:
+    """The held items moved so that every place holds about the same total ``sizes`` (:func:`balance_moves`): a pass
+    of one task per place (:func:`held_groups`) then keeps every place busy for about the same time.
+
+    Only an executor with a ``balance(handles, sizes)`` method moves anything (the pipeline's Dask executor: each
+    moved item copied to its new worker once, the old copy released); the returned handles replace ``handles``
+    (same order, same values). Any other executor: ``handles`` unchanged.
+    """
+    own = getattr(executor, "balance", None)
+    if own is None or len(handles) < 2:
+        return handles
+    moved: list[Any] = own(handles, sizes)
+    return moved
 
 
 def _apply_group_with(fn: Callable[[list[Any], Any], Any], pair: tuple[list[Any], Any]) -> Any:

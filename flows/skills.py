@@ -321,7 +321,12 @@ def _partitioned_skills(spec: SkillsPipeline, run_id: str) -> dict[str, Any]:
                 "fit": fit_meta,
                 "review": fit.review.record,
                 "cache": {"enabled": False, "why": "a partitioned input is fitted on the workers every run"},
-                "partitioned": {"files": split.dataset.n_files, "buckets": len(enc.buckets), "passes": fit.passes},
+                "partitioned": {
+                    "files": split.dataset.n_files,
+                    "buckets": len(enc.buckets),
+                    "passes": fit.passes,
+                    **({"timing": fit.timing} if fit.timing else {}),
+                },
             },
             datasets={"consensus": fit.consensus_parts},
         )

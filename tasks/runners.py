@@ -90,6 +90,11 @@ def connect(address: str, worker_timeout: float) -> Any:
     return client
 
 
+def _same(value: Any) -> Any:
+    """The value itself (a task that copies a held item to the worker it is pinned to)."""
+    return value
+
+
 class DaskMap:
     """``map(fn, items)`` on a Dask client (results in input order), ``fold`` taking them as they complete, and
     ``hold`` keeping encoded items in the workers' memory across passes (persisted futures;
@@ -130,6 +135,29 @@ class DaskMap:
             holders = sorted(where.get(h.key) or ())
             by.setdefault(holders[0] if holders else "", []).append(i)
         return list(by.values())
+
+    def balance(self, handles: list[Any], sizes: list[int]) -> list[Any]:
+        """The held items moved between workers so that each holds about the same total ``sizes``
+        (:func:`crowdflow.executors.balance_moves`): each moved item copied once to its new worker (a task pinned
+        there that returns it), the old future released. Returns the handles in the same order."""
+        from distributed import wait
+
+        from crowdflow.executors import balance_moves
+
+        where = self.client.who_has(handles)
+        holders = [min(where.get(h.key) or ("",)) for h in handles]
+        places = sorted(self.client.scheduler_info().get("workers", {}))
+        if "" in holders or len(places) < 2:
+            return list(handles)
+        moves = balance_moves(holders, sizes, places)
+        out = list(handles)
+        for i, place in moves:
+            out[i] = self.client.submit(_same, handles[i], workers=[place], allow_other_workers=False, pure=False)
+        wait([out[i] for i, _ in moves])
+        self.release([handles[i] for i, _ in moves])
+        if moves:
+            log.info("moved %d of %d held items to even out the workers (%s)", len(moves), len(handles), sizes)
+        return out
 
     def release(self, handles: list[Any]) -> None:
         """Free the held items on the workers."""

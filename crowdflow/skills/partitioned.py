@@ -33,6 +33,7 @@ import logging
 import math
 import os
 import tempfile
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -47,12 +48,11 @@ from crowdflow.contracts.errors import InputError
 from crowdflow.contracts.tables import INPUTS
 from crowdflow.executors import (
     MapFn,
+    balance,
     fold,
-    held_groups,
     hold,
     holds,
     inline_executor,
-    on_group_with,
     on_held,
     on_held_with,
     release,
@@ -84,7 +84,6 @@ from crowdflow.skills.buckets import (
     weighted_consensus_pass,
 )
 from crowdflow.skills.consensus import vote_weights
-from crowdflow.skills.dawid_skene import EMParameters
 from crowdflow.skills.fit import (
     SkillsResult,
     diagnostics_table,
@@ -94,7 +93,8 @@ from crowdflow.skills.fit import (
     pair_row_stats,
     worker_table,
 )
-from crowdflow.skills.held import BucketSums, EMShared, activity_order, em_sums_group, label_row_major, read_codes
+from crowdflow.skills.held import activity_order, pass_bytes, read_codes
+from crowdflow.skills.held_em import em_fit
 from crowdflow.skills.identifiability import active_workers, witness_cycles
 from crowdflow.skills.moments import (
     LabelMoments,
@@ -106,7 +106,6 @@ from crowdflow.skills.moments import (
 from crowdflow.skills.options import SkillsOptions
 from crowdflow.skills.pieces import chunk_items, chunk_of, encode_chunk, item_at, kept_summary, read_and_keep
 from crowdflow.skills.reasons import explain_missing_skills
-from crowdflow.skills.squarem import squarem
 from crowdflow.storage.datasets import Partition, list_partitions, read_partition
 from crowdflow.storage.io import LoadedTable
 
@@ -409,7 +408,8 @@ def _encode_buckets(
             held = hold(executor, functools.partial(read_codes, n_workers=w, n_classes=m), buckets)
     finally:
         release(executor, [args])
-    stats.sort(key=lambda s: s.path)
+    stats.sort(key=lambda s: s.path)  # the order of ``buckets`` (sorted folders), so of ``held``
+    held = balance(executor, held, [s.n_labels for s in stats])  # each Dask worker as many labels a pass
     if n_i is None:
         n_i = np.zeros(w, dtype=np.int64)
     if pairs:
@@ -466,6 +466,9 @@ class PartitionedSkills:
         changes against majority vote), summed over the buckets.
     gold : dict
         :func:`crowdflow.metrics.gold_metrics` of the consensus (empty without gold labels).
+    timing : dict
+        Where the passes went (``ds`` / ``onecoin_ds``: :meth:`crowdflow.skills.held_em.PassTiming.record`, the
+        consensus pass and the bytes one pass reads); empty for the other methods.
     """
 
     result: SkillsResult
@@ -473,6 +476,7 @@ class PartitionedSkills:
     passes: int
     review: SkillsReview
     gold: dict[str, float | int] = field(default_factory=dict)
+    timing: dict[str, Any] = field(default_factory=dict)
 
 
 def _add_part(acc: dict[str, Any] | None, p: ConsensusPart) -> dict[str, Any]:
@@ -543,77 +547,6 @@ def _consensus_pass(
         "reviews": acc["reviews"],
         "log_likelihood": math.fsum(acc["lls"]),
     }
-
-
-def _add_sums(acc: list[Any] | None, s: BucketSums) -> list[Any]:
-    """Fold one bucket's EM sums in bucket order (``acc += s``: the bits of numpy's sum over the stacked buckets)."""
-    if acc is None:
-        return [s.counts.copy(), s.class_sums.copy(), [s.log_likelihood]]
-    acc[0] += s.counts
-    acc[1] += s.class_sums
-    acc[2].append(s.log_likelihood)
-    return acc
-
-
-def _em_pass(
-    enc: EncodedBuckets, executor: MapFn, shared: EMShared, groups: list[list[int]] | None = None
-) -> tuple[np.ndarray, np.ndarray, float]:
-    """One fused E/M pass over the held buckets (:func:`crowdflow.skills.held.em_sums`): the summed M-step counts
-    (class-major, ``[l, i·M + m]``; one-coin per worker), Σ_t T_tl and the log-likelihood. The flow holds one
-    running sum (W·M² numbers) and the results that completed ahead of their turn. ``groups``: the buckets grouped
-    by where they are held (:func:`crowdflow.executors.held_groups`), asked once per fit by :func:`_em` instead of
-    once per pass (held codes do not move while they are held)."""
-    handle = share(executor, shared)
-    found = held_groups(executor, enc.held) if groups is None else groups
-    items = [([enc.held[i] for i in g], handle) for g in found]
-    try:  # one task per worker holding buckets (em_sums_group), not one per bucket: two round trips a pass on two
-        acc = fold(executor, on_group_with(em_sums_group), items, _add_sums, None, ordered=True)
-    finally:
-        release(executor, [handle])
-    m, w = int(enc.classes.size), int(enc.workers.size)
-    if acc is None:
-        acc = [np.zeros(w if shared.one_coin else w * m * m), np.zeros(m), []]
-    counts = acc[0] if shared.one_coin else np.ascontiguousarray(acc[0].reshape(w * m, m).T)
-    return counts, acc[1], math.fsum(acc[2])
-
-
-def _em(
-    enc: EncodedBuckets, executor: MapFn, o: SkillsOptions, one_coin: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[float], int, bool, int]:
-    """Dawid–Skene EM as passes: (π, q, log π table, trace without the final E-step, iterations, converged, passes).
-
-    The EM map of the in-memory fit, F(θ) = M-step(Σ over buckets of the E-step's sums at θ), under the same
-    SQUAREM accelerator and stopping rule (:func:`crowdflow.skills.squarem.squarem`, docs/methods/skills.md
-    §7.2): one fused pass over the held buckets per EM step, the parameters and the M-step in the flow.
-    """
-    m, w = int(enc.classes.size), int(enc.workers.size)
-    alpha, beta = float(o.ds_smoothing), 0.0 if one_coin else float(o.ds_prior)
-    par = EMParameters(w, m, one_coin, alpha, beta, enc.labels_per_worker)
-    table, log_q = np.empty((m, w * m)), np.empty(m)
-    passes = 0
-
-    def em_step(theta: np.ndarray) -> tuple[np.ndarray, float, float]:
-        nonlocal passes
-        prior = par.tables(theta, table, log_q)
-        shared = EMShared(label_row_major(table), log_q.copy(), one_coin, w)
-        counts, class_sums, ll = _em_pass(enc, executor, shared, groups)
-        passes += 1
-        log.info("Dawid-Skene EM pass %d: log-likelihood %.6f", passes, ll)
-        return par.from_sums(counts, class_sums, enc.n_tasks), ll + prior, ll
-
-    groups = held_groups(executor, enc.held)
-    counts, class_sums, _ = _em_pass(enc, executor, EMShared(np.zeros(0), np.zeros(m), one_coin, w), groups)
-    theta0 = par.from_sums(counts, class_sums, enc.n_tasks)
-    run = squarem(em_step, theta0, o.ds_tol, o.ds_max_iter, *par.bounds())
-    log.info(
-        "EM (SQUAREM): %d evaluations, %d extrapolations kept, %d refused",
-        run.evaluations,
-        run.extrapolations,
-        run.refused,
-    )
-    _, q = par.split(run.theta)
-    par.tables(run.theta, table, log_q)
-    return par.confusion(run.theta), np.array(q), table, run.trace, run.evaluations, run.converged, passes + 1
 
 
 def fit_buckets(
@@ -712,6 +645,7 @@ def _fit_buckets(
         meta["auto_choice"] = "ds"
         meta["auto"] = {"choice": "ds", "note": "partitioned input: ds without a held-out comparison", "candidates": []}
     trace = np.empty(0)
+    timing: dict[str, Any] = {}
     if o.method == "pgd":
         assert moments is not None and w_all is not None  # needs_pairs
         status, active, lo, hi, ag, _ = active_workers(graph, base, w_all, n_i, m, o.tau)
@@ -764,7 +698,18 @@ def _fit_buckets(
         )
     else:
         one_coin = o.method == "onecoin_ds"
-        pi, q, table, ll, it, converged, passes = _em(enc, executor, o, one_coin)
+        em = em_fit(enc.held, executor, w, m, enc.n_tasks, enc.labels_per_worker, o, one_coin)
+        pi, q, table, ll, it, converged, passes = (
+            em.pi,
+            em.q,
+            em.table,
+            em.trace,
+            em.iterations,
+            em.converged,
+            em.passes,
+        )
+        timing = em.timing.record()
+        t_consensus = time.perf_counter()
         kwargs = {
             "out_folder": out_folder,
             "log_pi_t": table,
@@ -775,6 +720,8 @@ def _fit_buckets(
             **common,
         }
         sums = _consensus_pass(enc, executor, ds_consensus, kwargs, graph.n_components)
+        timing["consensus_s"] = round(time.perf_counter() - t_consensus, 3)
+        timing["held_bytes"] = pass_bytes(enc.n_labels, enc.n_tasks, len(enc.buckets), m)
         passes += 1
         ll.append(sums["log_likelihood"])
         trace = -np.asarray(ll)
@@ -822,7 +769,9 @@ def _fit_buckets(
     result = SkillsResult(skills=table_, consensus=empty, diagnostics=diag, metadata=meta, loss_trace=trace)
     reviews = [_worker_ids(r, enc.workers) for r in sums["reviews"]]
     review, gold = merge_review_parts(reviews, truth)
-    return PartitionedSkills(result=result, consensus_parts=sums["paths"], passes=passes, review=review, gold=gold)
+    return PartitionedSkills(
+        result=result, consensus_parts=sums["paths"], passes=passes, review=review, gold=gold, timing=timing
+    )
 
 
 def _worker_ids(part: ReviewPart, workers: np.ndarray) -> ReviewPart:

@@ -14,6 +14,7 @@ consensus reviewed by :func:`crowdflow.metrics.review_skills` and :func:`crowdfl
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import pytest
 
 from crowdflow.executors import InlineMemory
 from crowdflow.metrics import gold_metrics, review_skills
-from crowdflow.skills import SkillsOptions, fit_skills, fit_skills_partitioned
+from crowdflow.skills import SkillsOptions, fit_skills, fit_skills_partitioned, held
 from crowdflow.skills.buckets import bucket_truth
 from crowdflow.skills.held import (
     _em_kernel,
@@ -84,6 +85,72 @@ def test_binary_kernels_give_the_general_kernels_bits(seed: int) -> None:
     got = _post_kernel_binary(codes.indptr, codes.code, tab, log_q, got_post)
     assert _same(np.float64(got), np.float64(want))
     assert _same(got_post, want_post)
+
+
+def _spread(codes: Any, tab: np.ndarray, m: int, seed: int) -> tuple[Any, np.ndarray, np.ndarray]:
+    """The same labels with their workers spread over a table past ``held._NEAR`` floats (the kernels then ask the
+    cache for rows ahead, ``held._AHEAD``): each worker's M² entries at a random row of W' ≫ W rows, the other rows
+    garbage; returns the codes, the table and the map worker → row."""
+    rng = np.random.default_rng(1000 + seed)
+    w = tab.size // (m * m)
+    big = held._NEAR // (m * m) + 2 * held._AHEAD + int(rng.integers(1, 5_000))
+    row = rng.choice(big, w, replace=False)
+    wide = rng.normal(size=big * m * m)
+    wide.reshape(big, m * m)[row] = tab.reshape(w, m * m)
+    code = row[codes.code // m] * m + codes.code % m
+    return replace(codes, code=code.astype(codes.code.dtype)), wide, row
+
+
+def _multiclass(seed: int, m: int) -> tuple[Any, np.ndarray, np.ndarray]:
+    """A held bucket of an ``m``-class crowd (the binary family's shapes) with its label-row-major table and log q."""
+    rng = np.random.default_rng(seed)
+    w, n_tasks = int(rng.choice([1, 7, 300])), int(rng.choice([5, 500]))
+    k = np.minimum(rng.integers(1, 8, n_tasks), w)
+    task = np.repeat(np.arange(n_tasks), k)
+    worker = np.concatenate([np.sort(rng.choice(w, kk, replace=False)) for kk in k])
+    codes = held_codes("unused", task, worker, rng.integers(0, m, task.size), n_tasks, m, w)
+    log_pi_t = np.ascontiguousarray(np.log(rng.dirichlet(np.ones(m), size=(w, m))).transpose(1, 0, 2).reshape(m, -1))
+    return codes, label_row_major(log_pi_t), np.log(rng.dirichlet(np.ones(m)))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_kernels_give_the_same_bits_with_the_rows_asked_ahead(seed: int) -> None:
+    """Past ``held._NEAR`` floats of table the kernels prefetch the rows of the labels ``_AHEAD`` on: a hint only.
+    The same labels over a small table (no hint) and spread over a large one (the hint on every label) give the same
+    counts, posteriors and log-likelihood, bit for bit, in every kernel (two and three classes, both models, the
+    initialising pass, the consensus E-step); the large table's other rows are left as they were."""
+    m = 2 if seed < 6 else 3
+    codes, tab, log_q = _case(seed) if m == 2 else _multiclass(seed, m)
+    w = tab.size // (m * m)
+    wide_codes, wide, row = _spread(codes, tab, m, seed)
+    assert wide.size > held._NEAR >= tab.size
+    kernels = [(held._em_kernel, True)] + ([(held._em_kernel_binary, False)] if m == 2 else [])
+    for kernel, general in kernels:
+        for one_coin in (False, True):
+            for init in (True, False):
+                per = 1 if one_coin else m * m
+                small_c = np.full(w * per, 7.0)
+                wide_c = np.full(wide.size // (m * m) * per, 7.0)
+                small_p, wide_p = np.empty((m, codes.n_tasks)), np.empty((m, codes.n_tasks))
+                extra = (m,) if general else ()
+                small_tab, wide_tab = (np.zeros(0), np.zeros(0)) if init else (tab, wide)
+                with np.errstate(invalid="ignore"):
+                    a = kernel(codes.indptr, codes.code, *extra, small_tab, log_q, one_coin, small_c, small_p)
+                    b = kernel(wide_codes.indptr, wide_codes.code, *extra, wide_tab, log_q, one_coin, wide_c, wide_p)
+                assert _same(np.float64(a), np.float64(b)) and _same(small_p, wide_p), (kernel, one_coin, init)
+                spread = wide_c.reshape(-1, per)
+                assert _same(spread[row].ravel(), small_c), (kernel, one_coin, init)
+                untouched = np.ones(spread.shape[0], bool)
+                untouched[row] = False
+                assert np.all(spread[untouched] == 7.0)
+    post_kernels = [(held._post_kernel, True)] + ([(held._post_kernel_binary, False)] if m == 2 else [])
+    for kernel, general in post_kernels:
+        small_post, wide_post = np.empty((codes.n_tasks, m)), np.empty((codes.n_tasks, m))
+        extra = (m,) if general else ()
+        with np.errstate(invalid="ignore"):
+            a = kernel(codes.indptr, codes.code, *extra, tab, log_q, small_post)
+            b = kernel(wide_codes.indptr, wide_codes.code, *extra, wide, log_q, wide_post)
+        assert _same(np.float64(a), np.float64(b)) and _same(small_post, wide_post), kernel
 
 
 def test_the_family_has_ties_zeros_and_single_labels() -> None:
