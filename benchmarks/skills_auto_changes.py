@@ -50,13 +50,12 @@ import pandas as pd  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 from scipy.stats import binomtest  # noqa: E402
 
+from benchmarks.gold_sets import gold_sets, read_gold_set, set_name  # noqa: E402
 from crowdflow.labels import LabelMatrix  # noqa: E402
 from crowdflow.skills import SkillsOptions, fit_skills, prepare_labels  # noqa: E402
 from crowdflow.skills import auto as A  # noqa: E402, N812
 from crowdflow.skills.dawid_skene import dawid_skene, one_coin_dawid_skene  # noqa: E402
 
-DATA = Path("/work/shared/data")
-UNSEEN = Path(__file__).resolve().parent / "data"
 OUT = Path(__file__).resolve().parent / "results" / "skills_auto_changes.md"
 CANDS = ["ds", "ds_classic", "onecoin_ds", "mv"]
 TOL = 0.005
@@ -76,22 +75,12 @@ SMOOTH = A.Candidate({"method": "ds", "ds_smoothing": 1.0}, _ds_smooth)
 
 
 def load(folder: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    labels = pd.read_csv(folder / "labels.csv", dtype=str).dropna(subset=["task", "worker", "label"])
-    labels = labels.drop_duplicates(["task", "worker"], keep="last").reset_index(drop=True)[["task", "worker", "label"]]
-    truth = pd.read_csv(folder / "truth.csv", dtype=str).drop_duplicates("task")
-    return labels, truth
+    labels, truth = read_gold_set(folder)
+    return labels, truth.drop_duplicates("task")
 
 
 def sets(only: list[str] | None) -> list[tuple[str, Path]]:
-    out = []
-    for root, tag in ((DATA, ""), (UNSEEN, " (not tuned on)")):
-        for folder in sorted(p for p in root.iterdir() if p.is_dir()):
-            if not (folder / "labels.csv").exists() or not (folder / "truth.csv").exists():
-                continue
-            if only and folder.name not in only:
-                continue
-            out.append((folder.name + tag, folder))
-    return out
+    return [(set_name(f), f) for f in gold_sets(only)]
 
 
 def n_params(name: str, w: int, m: int) -> int:

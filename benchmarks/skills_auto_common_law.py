@@ -35,12 +35,11 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from benchmarks.gold_sets import gold_sets, read_gold_set, set_name  # noqa: E402
 from crowdflow.labels import LabelMatrix  # noqa: E402
 from crowdflow.skills import SkillsOptions, prediction_error, prepare_labels  # noqa: E402
 from crowdflow.skills import auto as A  # noqa: E402, N812
 
-DATA = Path("/work/shared/data")
-UNSEEN = Path(__file__).resolve().parent / "data"
 OUT = Path(__file__).resolve().parent / "results" / "skills_auto_common_law.md"
 OWN = ["ds", "ds_classic", "onecoin_ds", "mv"]
 ALPHA = 1.0
@@ -136,27 +135,17 @@ def main(argv: list[str] | None = None) -> str:
     args = ap.parse_args(argv)
     ck = _crowdkit()
     load0, t0 = os.getloadavg()[0], time.perf_counter()
-    folders = sorted(p for p in DATA.iterdir() if p.is_dir())
-    folders += sorted(p for p in UNSEEN.iterdir() if p.is_dir()) if UNSEEN.is_dir() else []
     rows = []
-    for folder in folders:
-        if args.only and folder.name not in args.only:
-            continue
-        if not (folder / "labels.csv").exists() or not (folder / "truth.csv").exists():
-            continue
-        labels = pd.read_csv(folder / "labels.csv", dtype=str).dropna(subset=["task", "worker", "label"])
-        labels = labels.drop_duplicates(["task", "worker"], keep="last").reset_index(drop=True)[
-            ["task", "worker", "label"]
-        ]
+    for folder in gold_sets(args.only):
+        labels, truth = read_gold_set(folder)
         if labels["label"].nunique() > 20:
             continue
-        truth = pd.read_csv(folder / "truth.csv", dtype=str)
         r = one_set(labels, truth, ck)
         err, own, com = r["err"], r["own"], r["common"]  # type: ignore[assignment]
         p_own = max(own, key=lambda n: own[n])  # type: ignore[arg-type, index]
         p_com = max(com, key=lambda n: com[n])  # type: ignore[arg-type, index]
         best = min(err, key=lambda n: err[n])  # type: ignore[arg-type, index]
-        name = folder.name + (" (not tuned on)" if folder.parent == UNSEEN else "")
+        name = set_name(folder)
         row: dict[str, object] = {"data": name, "labels": r["labels"]}
         for nm in err:  # type: ignore[union-attr]
             row[f"{nm} own"] = own.get(nm, np.nan)  # type: ignore[union-attr]

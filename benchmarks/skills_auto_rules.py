@@ -39,11 +39,11 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from benchmarks.gold_sets import gold_sets, read_gold_set  # noqa: E402
 from crowdflow.labels import LabelMatrix  # noqa: E402
 from crowdflow.skills import SkillsOptions, fit_skills, prediction_error, prepare_labels  # noqa: E402
 from crowdflow.skills import auto as A  # noqa: E402, N812
 
-DATA = Path("/work/shared/data")
 OUT = Path(__file__).resolve().parent / "results" / "skills_auto_rules.md"
 ORDER = ["mv", "onecoin_ds", "ds", "ds_classic", "ebcc"]  # simplest first
 DEFAULT = ["ds", "ds_classic", "onecoin_ds", "mv"]
@@ -110,18 +110,10 @@ def pick(scored: list[dict[str, object]], c: float, cands: list[str]) -> str:
 def collect(ebcc_max_labels: int, worker_max_labels: int, only: list[str] | None) -> dict[str, dict[str, object]]:
     out: dict[str, dict[str, object]] = {}
     o = SkillsOptions()
-    for folder in sorted(p for p in DATA.iterdir() if p.is_dir()):
-        if not (folder / "labels.csv").exists() or not (folder / "truth.csv").exists():
-            continue
-        if only and folder.name not in only:
-            continue
-        labels = pd.read_csv(folder / "labels.csv", dtype=str).dropna(subset=["task", "worker", "label"])
-        labels = labels.drop_duplicates(["task", "worker"], keep="last").reset_index(drop=True)[
-            ["task", "worker", "label"]
-        ]
+    for folder in gold_sets(only, unseen=False):
+        labels, truth = read_gold_set(folder)
         if labels["label"].nunique() > 20:
             continue
-        truth = pd.read_csv(folder / "truth.csv", dtype=str)
         t0 = time.perf_counter()
         lm, _ = prepare_labels(labels)
         names = DEFAULT + (["ebcc"] if lm.n_labels <= ebcc_max_labels else [])

@@ -59,6 +59,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from benchmarks.gold_sets import gold_sets, read_gold_set, tuned_on  # noqa: E402
 from benchmarks.skills_peers import (  # noqa: E402
     CANDIDATE_COLUMNS,
     accuracy_section,
@@ -82,10 +83,6 @@ from crowdflow.skills import (  # noqa: E402
     weighted_consensus,
 )
 
-DATA = Path("/work/shared/data")
-#: public gold sets copied into the repository after the auto rule was designed (issue #35: "sets you have not
-#: seen are checked too"); reported as "not tuned on" (benchmarks/data/README.md names their sources)
-UNSEEN = Path(__file__).resolve().parent / "data"
 OUT = Path(__file__).resolve().parent / "results" / "skills_real.md"
 MAX_CLASSES = 20
 # Ma et al. Table 5 as printed (the number of digits says how precisely a value is known)
@@ -217,18 +214,8 @@ def run(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fit_skills(tiny, spectral=False, **kw)
-    folders = sorted(p for p in DATA.iterdir() if p.is_dir())
-    folders += sorted(p for p in UNSEEN.iterdir() if p.is_dir()) if UNSEEN.is_dir() else []
-    for folder in folders:
-        if only and folder.name not in only:
-            continue
-        if not (folder / "labels.csv").exists() or not (folder / "truth.csv").exists():
-            continue
-        labels = pd.read_csv(folder / "labels.csv", dtype=str).dropna(subset=["task", "worker", "label"])
-        labels = labels.drop_duplicates(["task", "worker"], keep="last").reset_index(drop=True)[
-            ["task", "worker", "label"]
-        ]
-        truth = pd.read_csv(folder / "truth.csv", dtype=str)
+    for folder in gold_sets(only):
+        labels, truth = read_gold_set(folder)
         if labels["label"].nunique() > MAX_CLASSES:
             continue
         row: dict[str, object] = {
@@ -237,7 +224,7 @@ def run(
             "workers": labels["worker"].nunique(),
             "labels": len(labels),
             "M": labels["label"].nunique(),
-            "tuned on": folder.parent != UNSEEN,
+            "tuned on": tuned_on(folder),
         }
         consensus: dict[str, pd.DataFrame] = {}
         for name, kw in OURS:

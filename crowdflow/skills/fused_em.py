@@ -129,7 +129,6 @@ def _sweep(
     tops = np.empty(BLOCK)
     shift, prod = 0.0, 1.0
     n_hit = 0
-    n_exp = BLOCK if m == 2 else BLOCK * m
     for t0 in range(0, n_tasks, BLOCK):
         t1 = min(n_tasks, t0 + BLOCK)
         for t in range(t0, t1):
@@ -160,7 +159,7 @@ def _sweep(
             for s in range(n_blk):
                 ex[s] = np.exp(ex[s])
         else:
-            _exp_block(ex, min(n_blk, n_exp), scale)
+            _exp_block(ex, n_blk, scale)
         for t in range(t0, t1):
             j = (t - t0) * m
             if m == 2:  # dawid_skene._normalise_binary

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -99,13 +99,14 @@ class EMFit:
 
 def _add_sums(acc: list[Any] | None, s: BucketSums) -> list[Any]:
     """Fold one task's EM sums in task order (``acc += s``: the bits of numpy's sum over the stacked tasks); keep the
-    task's timing."""
+    task's timing (without its W·M² sums: the running sum is the only one the flow holds)."""
+    timing = replace(s, counts=np.zeros(0), class_sums=np.zeros(0))
     if acc is None:
-        return [s.counts.copy(), s.class_sums.copy(), [s.log_likelihood], [s]]
+        return [s.counts.copy(), s.class_sums.copy(), [s.log_likelihood], [timing]]
     acc[0] += s.counts
     acc[1] += s.class_sums
     acc[2].append(s.log_likelihood)
-    acc[3].append(BucketSums(np.zeros(0), np.zeros(0), s.n_tasks, 0.0, s.n_labels, s.wall_s, s.cpu_s, s.kernel_s))
+    acc[3].append(timing)
     return acc
 
 
