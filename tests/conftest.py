@@ -97,3 +97,26 @@ def dask_spy(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(_HOME, ignore_errors=True)
+
+
+def _file_seconds() -> dict[str, float]:
+    """``tests/file_durations.json`` (see ``tests/file_durations.py``): summed seconds per test file."""
+    import json
+
+    table = Path(__file__).with_name("file_durations.json")
+    return json.loads(table.read_text()) if table.exists() else {}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Order the test files longest first (stable within a file), so that the two xdist workers end together.
+
+    Every worker collects and sorts the same way, so the controller sees one order; with ``--dist loadfile``
+    and ``--no-loadscope-reorder`` (pyproject addopts) it hands out whole files in this order, each to the
+    first free worker. Files not in the table count as the median file.
+    """
+    seconds = _file_seconds()
+    if not seconds:
+        return
+    median = sorted(seconds.values())[len(seconds) // 2]
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (-seconds.get(item.nodeid.split("::", 1)[0], median), order[id(item)]))
