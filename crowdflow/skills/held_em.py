@@ -160,7 +160,7 @@ def em_fit(
     alpha, beta = float(o.ds_smoothing), 0.0 if one_coin else float(o.ds_prior)
     par = EMParameters(w, m, one_coin, alpha, beta, labels_per_worker)
     # the passes' log π, label-major (EMShared.tab), one buffer for the run: a pass's shared value is released
-    # before the next pass writes it; the class-major table the consensus pass reads is made once, at the end
+    # before the next pass writes it; the class-major table the consensus pass reads is written into it at the end
     lanes, log_q = np.empty(w * m * m), np.empty(m)
     timing = PassTiming()
 
@@ -177,9 +177,9 @@ def em_fit(
     theta0 = par.from_lane_sums(counts, class_sums, n_tasks)
     del counts
     run = squarem(em_step, theta0, o.ds_tol, o.ds_max_iter, *par.bounds())
-    del em_step, lanes, theta0
+    del theta0
     _, q = par.split(run.theta)
-    table = np.empty((m, w * m))
+    table = lanes.reshape(m, w * m)  # the passes are over: the buffer takes the class-major table
     par.tables(run.theta, table, log_q)
     timing.em_s = time.perf_counter() - t_start
     log.info(
