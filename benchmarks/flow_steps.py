@@ -42,7 +42,14 @@ STEPS = {
     ),
     "flows.common": ("build_manifest", "render_report_task", "export_run"),
 }
-INNER = ("em_fit", "_consensus_pass", "worker_table", "diagnostics_table", "explain_missing_skills", "merge_review_parts")
+INNER = (
+    "em_fit",
+    "_consensus_pass",
+    "worker_table",
+    "diagnostics_table",
+    "explain_missing_skills",
+    "merge_review_parts",
+)
 
 
 def _rss() -> int:
