@@ -42,7 +42,14 @@ STEPS = {
     ),
     "flows.common": ("build_manifest", "render_report_task", "export_run"),
 }
-INNER = ("_em", "_consensus_pass", "worker_table", "diagnostics_table", "explain_missing_skills", "merge_review_parts")
+INNER = (
+    "em_fit",
+    "_consensus_pass",
+    "worker_table",
+    "diagnostics_table",
+    "explain_missing_skills",
+    "merge_review_parts",
+)
 
 
 def _rss() -> int:
@@ -118,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.trace:
         part = importlib.import_module("crowdflow.skills.partitioned")
         for n in INNER:
-            wrap(part, n)
+            if hasattr(part, n):
+                wrap(part, n)
     from flows.cli import main as cli
 
     line("start")

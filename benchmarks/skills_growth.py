@@ -19,6 +19,7 @@ memory O(workers · classes² + tasks in flight), never O(workers × buckets or 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 import subprocess
@@ -27,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.scale_out import GB, RESULTS, ROOT, ensure_data, flow_by_step, one_run
+from benchmarks.scale_out import GB, RESULTS, ROOT, _fmt_n, ensure_data, flow_by_step, one_run
 
 OUT_MD = RESULTS / "skills_growth.md"
 OUT_JSON = RESULTS / "skills_growth.json"
@@ -44,6 +45,16 @@ def _commit() -> str:
 def _key(r: dict[str, Any]) -> tuple[Any, ...]:
     c = r["config"]
     return (c["labels"], c["workers"], c["method"], c["runner"], r.get("tag"), tuple(c.get("skills_options", [])))
+
+
+def output_hashes(out: Path) -> dict[str, str]:
+    """sha256 of every Parquet file a run wrote (paths relative to the run folder, run id dropped): the answers, to
+    compare two code versions' runs on the same data byte for byte."""
+    found = {}
+    for f in sorted(out.rglob("*.parquet")):
+        rel = f.relative_to(out).parts
+        found["/".join(rel[2:] if len(rel) > 2 else rel)] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return found
 
 
 def _flow_peak(r: dict[str, Any]) -> int:
@@ -180,10 +191,13 @@ def main(argv: list[str] | None = None) -> int:
                             memory_limit="4GB",
                             partitions=None,
                             timeout=a.timeout,
-                            keep_output=False,
+                            keep_output=True,
                         )
                         t0 = time.time()
                         r = one_run(args, runner, data, info, a.data_root)
+                        out = a.data_root / f"run-{_fmt_n(n)}-w{info['workers']}-{method}-{runner}" / "out"
+                        r["output_sha256"] = output_hashes(out)
+                        shutil.rmtree(out, ignore_errors=True)
                         r["tag"] = tag
                         r["flow_by_step"] = flow_by_step(r)  # the flow's largest sampled RSS between step ends
                         r["command"] = "python -m benchmarks.skills_growth " + " ".join(

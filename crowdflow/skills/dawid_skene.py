@@ -520,6 +520,21 @@ class EMParameters:
         _full_log_pi(pi, log_pi_t)
         return float(_log_prior(log_pi_t, log_q, self.alpha, self.beta))
 
+    def lanes(self, theta: np.ndarray, lp: np.ndarray, log_q: np.ndarray) -> float:
+        """log π label-major, ``lp[(i·M + m)·M + l] = log π_i[l, m]`` (the layout of the fused and held passes:
+        :func:`crowdflow.skills.fused_em.log_lanes`, ``EMShared.tab``), and log q of θ into the given arrays; returns
+        the log prior of :meth:`tables`. The values of :meth:`tables` and of its table laid out label-major, bit for
+        bit (the same ``log`` of each entry; :func:`~crowdflow.skills.fused_em.log_prior_lanes` sums the prior in
+        the class-major order), with no class-major W·M² table (docs/scale.md, memory laws)."""
+        pi, q = self.split(theta)
+        np.log(q, out=log_q)
+        if self.one_coin:
+            _one_coin_fill(pi, self._pi)
+            log_lanes(self._pi, lp)
+            return self.one_coin_prior(pi, log_q)
+        log_lanes(pi, lp)
+        return float(log_prior_lanes(lp, log_q, self.alpha, self.beta))
+
     def one_coin_prior(self, p: np.ndarray, log_q: np.ndarray) -> float:
         """The one-coin log prior α Σ_i log p_i (1 − p_i) + α Σ_l log q_l (0 when α = 0)."""
         a = self.alpha
@@ -535,6 +550,21 @@ class EMParameters:
             pi[:] = counts
         else:
             _confusion_from_counts(counts, self.alpha, self.beta, pi)
+        q[:] = (class_sums + self.alpha) / (n_tasks + self.m * self.alpha)
+        return theta
+
+    def from_lane_sums(self, sums: np.ndarray, class_sums: np.ndarray, n_tasks: int) -> np.ndarray:
+        """:meth:`from_sums` with the full model's sums label-major, ``sums[(i·M + m)·M + l] = G_i[l, m]`` (the
+        layout the held passes add up): copied into θ and turned into π there
+        (:func:`~crowdflow.skills.fused_em.confusion_in_place`, the operations of ``_confusion_from_counts``), so
+        the same θ bit for bit without the class-major copy of the sums. One-coin sums (length W) as
+        :meth:`from_sums`."""
+        if self.one_coin:
+            return self.from_sums(sums, class_sums, n_tasks)
+        theta = np.empty(self.n_pi + self.m)
+        head, q = theta[: self.n_pi], theta[self.n_pi :]
+        head[:] = sums
+        confusion_in_place(head, self.w, self.m, self.alpha, self.beta)
         q[:] = (class_sums + self.alpha) / (n_tasks + self.m * self.alpha)
         return theta
 
@@ -579,16 +609,8 @@ class _EMMap:
 
     def _tables(self, theta: np.ndarray) -> float:
         """log π (label-major) and log q of θ into ``self.lp``, ``self.log_q``; returns the M-step's log prior, the
-        value of :meth:`EMParameters.tables` bit for bit."""
-        par = self.par
-        pi, q = par.split(theta)
-        np.log(q, out=self.log_q)
-        if par.one_coin:
-            _one_coin_fill(pi, par._pi)
-            log_lanes(par._pi, self.lp)
-            return par.one_coin_prior(pi, self.log_q)
-        log_lanes(pi, self.lp)
-        return float(log_prior_lanes(self.lp, self.log_q, par.alpha, par.beta))
+        value of :meth:`EMParameters.tables` bit for bit (:meth:`EMParameters.lanes`)."""
+        return self.par.lanes(theta, self.lp, self.log_q)
 
     def _pass(self, post_t: np.ndarray, out: np.ndarray) -> float:
         """The fused E-step and M-step sums at the tables of :meth:`_tables`, F into ``out``; returns the E-step's

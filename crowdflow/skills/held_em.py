@@ -21,7 +21,7 @@ import numpy as np
 
 from crowdflow.executors import MapFn, fold, held_groups, on_group_with, release, share
 from crowdflow.skills.dawid_skene import EMParameters
-from crowdflow.skills.held import BucketSums, EMShared, em_sums_group, label_row_major
+from crowdflow.skills.held import BucketSums, EMShared, em_sums_group
 from crowdflow.skills.options import SkillsOptions
 from crowdflow.skills.squarem import squarem
 
@@ -99,10 +99,13 @@ class EMFit:
 
 def _add_sums(acc: list[Any] | None, s: BucketSums) -> list[Any]:
     """Fold one task's EM sums in task order (``acc += s``: the bits of numpy's sum over the stacked tasks); keep the
-    task's timing (without its W·M² sums: the running sum is the only one the flow holds)."""
+    task's timing (without its W·M² sums: the running sum is the only one the flow holds). The first task's sums
+    become the running sum when they are writeable (a task's result is its own arrays: a copy of them was one more
+    W·M² array in the flow at the pass's peak)."""
     timing = replace(s, counts=np.zeros(0), class_sums=np.zeros(0))
     if acc is None:
-        return [s.counts.copy(), s.class_sums.copy(), [s.log_likelihood], [timing]]
+        counts = s.counts if s.counts.flags.writeable else s.counts.copy()
+        return [counts, s.class_sums.copy(), [s.log_likelihood], [timing]]
     acc[0] += s.counts
     acc[1] += s.class_sums
     acc[2].append(s.log_likelihood)
@@ -119,8 +122,10 @@ def em_pass(
     timing: PassTiming | None = None,
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """One fused E/M pass over the held buckets (:func:`crowdflow.skills.held.em_sums_group`): the summed M-step
-    counts (class-major, ``[l, i·M + m]``; one-coin per worker), Σ_t T_tl and the log-likelihood. The flow holds one
-    running sum (W·M² numbers) and the results that completed ahead of their turn. ``groups``: the buckets grouped by
+    counts (label-major, ``[(i·M + m)·M + l]``, as the buckets add them, for
+    :meth:`~crowdflow.skills.dawid_skene.EMParameters.from_lane_sums`; one-coin per worker), Σ_t T_tl and the
+    log-likelihood. The flow holds one running sum (W·M² numbers) and the results that completed ahead of their
+    turn. ``groups``: the buckets grouped by
     where they are held (:func:`crowdflow.executors.held_groups`), asked once per fit by :func:`em_fit` instead of
     once per pass (held codes do not move while they are held). ``timing`` counts the pass."""
     t0 = time.perf_counter()
@@ -134,10 +139,9 @@ def em_pass(
     m, w = n_classes, shared.n_workers
     if acc is None:
         acc = [np.zeros(w if shared.one_coin else w * m * m), np.zeros(m), [], []]
-    counts = acc[0] if shared.one_coin else np.ascontiguousarray(acc[0].reshape(w * m, m).T)
     if timing is not None:
         timing.add(time.perf_counter() - t0, acc[3])
-    return counts, acc[1], math.fsum(acc[2])
+    return acc[0], acc[1], math.fsum(acc[2])
 
 
 def em_fit(
@@ -155,21 +159,27 @@ def em_fit(
     m, w = n_classes, n_workers
     alpha, beta = float(o.ds_smoothing), 0.0 if one_coin else float(o.ds_prior)
     par = EMParameters(w, m, one_coin, alpha, beta, labels_per_worker)
-    table, log_q = np.empty((m, w * m)), np.empty(m)
+    # the passes' log π, label-major (EMShared.tab), one buffer for the run: a pass's shared value is released
+    # before the next pass writes it; the class-major table the consensus pass reads is written into it at the end
+    lanes, log_q = np.empty(w * m * m), np.empty(m)
     timing = PassTiming()
 
     def em_step(theta: np.ndarray) -> tuple[np.ndarray, float, float]:
-        prior = par.tables(theta, table, log_q)
-        shared = EMShared(label_row_major(table), log_q.copy(), one_coin, w)
+        prior = par.lanes(theta, lanes, log_q)
+        shared = EMShared(lanes, log_q.copy(), one_coin, w)
         counts, class_sums, ll = em_pass(held, executor, shared, m, groups, timing)
+        del shared
         log.info("Dawid-Skene EM pass %d: log-likelihood %.6f", timing.passes - 1, ll)
-        return par.from_sums(counts, class_sums, n_tasks), ll + prior, ll
+        return par.from_lane_sums(counts, class_sums, n_tasks), ll + prior, ll
 
     groups = held_groups(executor, held)
     counts, class_sums, _ = em_pass(held, executor, EMShared(np.zeros(0), np.zeros(m), one_coin, w), m, groups, timing)
-    theta0 = par.from_sums(counts, class_sums, n_tasks)
+    theta0 = par.from_lane_sums(counts, class_sums, n_tasks)
+    del counts
     run = squarem(em_step, theta0, o.ds_tol, o.ds_max_iter, *par.bounds())
+    del theta0
     _, q = par.split(run.theta)
+    table = lanes.reshape(m, w * m)  # the passes are over: the buffer takes the class-major table
     par.tables(run.theta, table, log_q)
     timing.em_s = time.perf_counter() - t_start
     log.info(
