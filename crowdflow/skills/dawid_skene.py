@@ -56,12 +56,15 @@ from crowdflow.compiled import compiled_kernel
 from crowdflow.graphs import labels_by_task
 from crowdflow.labels import LabelMatrix
 from crowdflow.skills.fused_em import (
+    SPLIT_LABELS,
+    Halves,
     confusion_in_place,
     counts_from_posteriors,
     fused_pass,
     log_lanes,
     log_prior_lanes,
     prior_from_sums,
+    usable_cores,
 )
 from crowdflow.skills.rows import row_sum
 from crowdflow.skills.squarem import squarem
@@ -578,7 +581,10 @@ class _EMMap:
     (F(θ), Φ(θ), ℓ(θ)) with ℓ the observed-data log-likelihood and Φ = ℓ + the log prior of the M-step (the
     objective EM increases: Dirichlet(1 + α + β e_l) rows, or Beta(1 + α, 1 + α) accuracies, and Dirichlet(1 + α)
     q). Scratch arrays are allocated once; the full model's sums are written into F(θ)'s own array and turned into
-    π there, so the map holds one W·M² table (log π) besides the iterates.
+    π there, so the map holds one W·M² table (log π) besides the iterates. From ``split_at`` labels (and never with
+    ``exact``) the sweep runs in two halves (:class:`crowdflow.skills.fused_em.Halves`, one more table of the sums),
+    on two threads (``threads``; by default where the process may use two cores: the same bits either way);
+    :meth:`close` ends the thread.
     """
 
     def __init__(
@@ -589,6 +595,8 @@ class _EMMap:
         beta: float,
         gold: np.ndarray | None = None,
         exact: bool = False,
+        split_at: int = SPLIT_LABELS,
+        threads: bool | None = None,
     ) -> None:
         self.exact = exact  # libm's exp in the sweep (the reference kernels' bits), else the vectorised one
         self.indptr, self.task, self.worker, self.given, self.rows = _label_arrays(lm)
@@ -606,6 +614,17 @@ class _EMMap:
         self.class_sums = np.empty(lm.n_classes)
         self.post_t = np.empty((lm.n_classes, lm.n_tasks))
         self._no_post = np.empty((lm.n_classes, 0))
+        self.halves: Halves | None = None
+        if not exact and self.rows.size >= split_at and lm.n_tasks >= 2:
+            threads = usable_cores() >= 2 if threads is None else threads
+            self.halves = Halves(
+                self.indptr, self.gold, lm.n_workers if one_coin else self.lp.size, lm.n_classes, threads
+            )
+
+    def close(self) -> None:
+        """End the sweep's second thread, if any."""
+        if self.halves is not None:
+            self.halves.close()
 
     def _tables(self, theta: np.ndarray) -> float:
         """log π (label-major) and log q of θ into ``self.lp``, ``self.log_q``; returns the M-step's log prior, the
@@ -618,8 +637,9 @@ class _EMMap:
         par = self.par
         _, q = par.split(out)
         sums = out[: par.n_pi]
+        sweep = fused_pass if self.halves is None else self.halves.run
         ll = float(
-            fused_pass(
+            sweep(
                 self.indptr,
                 self.rows,
                 self.worker,
@@ -717,8 +737,11 @@ def _fit_em(
     if acceleration != "squarem":
         raise ValueError(f"unknown acceleration {acceleration!r}; use 'squarem' or 'none'")
     em = _EMMap(lm, one_coin, alpha, beta, gold)
-    run = squarem(em, em.start(_mv_init(lm)), tol, max_iter, *em.par.bounds())
-    post, ll_end = em.posteriors(run.theta)
+    try:
+        run = squarem(em, em.start(_mv_init(lm)), tol, max_iter, *em.par.bounds())
+        post, ll_end = em.posteriors(run.theta)
+    finally:
+        em.close()
     _, q = em.par.split(run.theta)
     trace = np.asarray([*run.trace, ll_end], dtype=np.float64)
     log.debug(

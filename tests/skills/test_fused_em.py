@@ -60,6 +60,9 @@ class _ReferenceMap:
         self.m_step(out)
         return out, ll + prior, ll
 
+    def close(self) -> None:
+        """Nothing to end (the fit calls it on every map)."""
+
     def pin(self) -> float:
         if not self.gold_tasks.size:
             return 0.0
@@ -229,8 +232,9 @@ def test_the_fast_map_is_the_reference_map_within_rounding(seed: int) -> None:
             np.testing.assert_allclose(p_new, p_ref, rtol=0, atol=1e-14, equal_nan=True, err_msg=where)
 
 
+@pytest.mark.parametrize("split_at", [fused_em.SPLIT_LABELS, 0], ids=["whole", "halves"])
 @pytest.mark.parametrize("seed", [s if s < 6 else pytest.param(s, marks=pytest.mark.slow) for s in range(16)])
-def test_the_default_fit_is_within_the_bound_of_the_tight_fit(seed: int) -> None:
+def test_the_default_fit_is_within_the_bound_of_the_tight_fit(seed: int, split_at: int) -> None:
     """The stated bound of the default fit (docs/methods/skills.md §7.2), against the same fit run to 1e-10 with libm's
     exp (``exact=True``): posteriors, π, q and skills within max(1e-4, 4 d) of it, d the distance of the exact default
     fit (libm's exp, stopped at 1e-6 or by the cap of 1,000 steps) from it, so within 1e-4 wherever the stopping rule
@@ -238,12 +242,19 @@ def test_the_default_fit_is_within_the_bound_of_the_tight_fit(seed: int) -> None
     where a step of 1e-6 leaves either fit up to 0.6 away and their paths differ from the last bits on) no farther
     than 4 d (measured on 120 fits: ≤ 3.1 d). Labels: every task whose top two posteriors are 1e-4 or more apart and
     that the exact fit labels as the tight one is labelled so too, and no fewer equal labels overall (−0.1 %).
+    ``halves``: the same with the sweep in two halves on two threads (``fused_em.Halves``, the default from
+    ``SPLIT_LABELS`` labels), forced here on the family's small crowds.
     """
     lm, gold, drawn = _crowd(2000 + seed)
     prior = float(seed % 2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        fast = (ds.dawid_skene(lm, prior=prior, gold=gold, max_iter=1000), ds.one_coin_dawid_skene(lm, max_iter=1000))
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(ds, "_EMMap", functools.partial(ds._EMMap, split_at=split_at, threads=True))
+            fast = (
+                ds.dawid_skene(lm, prior=prior, gold=gold, max_iter=1000),
+                ds.one_coin_dawid_skene(lm, max_iter=1000),
+            )
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(ds, "_EMMap", functools.partial(ds._EMMap, exact=True))
             tight = (
@@ -271,3 +282,62 @@ def test_the_default_fit_is_within_the_bound_of_the_tight_fit(seed: int) -> None
         gaps = [float(np.abs(a - b).max()) for a, b in pairs]
         for d_fast, d_exact in zip(gaps[0:3] + gaps[6:7], gaps[3:6] + gaps[7:8], strict=True):
             assert d_fast <= max(1e-4, 4.0 * d_exact), (where, d_fast, d_exact)
+
+
+@pytest.mark.parametrize("seed", FAMILY[:10])
+def test_the_halved_sweep_is_the_whole_sweep_within_rounding(seed: int) -> None:
+    """The sweep in two halves (``fused_em.Halves``) against the whole sweep, on the family: the posteriors are the same
+    bits (a task's E-step reads only its labels), F(θ), the objective and ℓ within 1e-12 relative (each sum is the two
+    halves' partial sums added last); with one thread or two the same bits (the cut depends on the data only)."""
+    import threading
+
+    lm, gold, drawn = _crowd(seed)
+    rng = np.random.default_rng(seed)
+    for one_coin, beta, alpha in ((False, 1.0, 0.01), (True, 0.0, 0.01), (False, 0.0, 0.0)):
+        where = f"seed {seed} {drawn} one_coin={one_coin} beta={beta} alpha={alpha}"
+        whole = ds._EMMap(lm, one_coin, alpha, beta, gold, split_at=1 << 62)
+        two = ds._EMMap(lm, one_coin, alpha, beta, gold, split_at=0, threads=True)
+        one = ds._EMMap(lm, one_coin, alpha, beta, gold, split_at=0, threads=False)
+        assert whole.halves is None and two.halves is not None and one.halves is not None, where
+        assert two.halves.pool is not None and one.halves.pool is None, where
+        if lm.n_tasks >= 2:
+            assert 0 < two.halves.split < lm.n_tasks, where
+        for theta in _points(whole.start(ds._mv_init(lm)), whole.par, rng):
+            f_w, obj_w, ll_w = whole(theta.copy())
+            f_2, obj_2, ll_2 = two(theta.copy())
+            f_1, obj_1, ll_1 = one(theta.copy())
+            assert np.array_equal(f_2, f_1, equal_nan=True), where
+            assert (obj_2 == obj_1 or (np.isnan(obj_2) and np.isnan(obj_1))) and ll_2 == ll_1, where
+            np.testing.assert_allclose(f_2, f_w, rtol=1e-12, atol=1e-300, equal_nan=True, err_msg=where)
+            if np.isfinite(obj_w):
+                assert abs(obj_2 - obj_w) <= 1e-12 * abs(obj_w) and abs(ll_2 - ll_w) <= 1e-12 * abs(ll_w), where
+            p_w, e_w = whole.posteriors(theta)
+            p_2, e_2 = two.posteriors(theta)
+            assert np.array_equal(p_2, p_w, equal_nan=True), where
+            if np.isfinite(e_w):
+                assert abs(e_2 - e_w) <= 1e-12 * abs(e_w), where
+        two.close()
+        assert not any(t.name.startswith("crowdflow-em") and t.is_alive() for t in threading.enumerate()), where
+
+
+def test_large_fits_sweep_in_halves_and_end_their_thread() -> None:
+    """From ``SPLIT_LABELS`` labels the default map sweeps in halves (on two threads where two cores are usable), and a
+    fit leaves no thread behind; below it the whole sweep runs."""
+    import threading
+
+    rng = np.random.default_rng(5)
+    n_tasks, k = 20_000, 4
+    task = np.repeat(np.arange(n_tasks), k)
+    worker = np.concatenate([rng.choice(200, k, replace=False) for _ in range(n_tasks)])
+    truth = rng.integers(0, 3, n_tasks)
+    label = np.where(rng.random(task.size) < 0.7, truth[task], rng.integers(0, 3, task.size))
+    lm = encode_labels(pd.DataFrame({"task": task, "worker": worker, "label": label.astype(str)}))
+    assert task.size >= fused_em.SPLIT_LABELS
+    em = ds._EMMap(lm, False, 0.01, 1.0)
+    assert em.halves is not None and (em.halves.pool is not None) == (fused_em.usable_cores() >= 2)
+    em.close()
+    small = encode_labels(pd.DataFrame({"task": task[:400], "worker": worker[:400], "label": label[:400].astype(str)}))
+    assert ds._EMMap(small, False, 0.01, 1.0).halves is None
+    fit = ds.dawid_skene(lm, prior=1.0)
+    assert fit.converged and (fit.consensus["label"].to_numpy().astype(int) == truth).mean() > 0.9
+    assert not any(t.name.startswith("crowdflow-em") and t.is_alive() for t in threading.enumerate())
