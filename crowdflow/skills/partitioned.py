@@ -50,9 +50,11 @@ from crowdflow.executors import (
     MapFn,
     balance,
     fold,
+    held_groups,
     hold,
     holds,
     inline_executor,
+    interleaved,
     on_held,
     on_held_with,
     release,
@@ -518,21 +520,28 @@ def _consensus_pass(
     enc: EncodedBuckets, executor: MapFn, fn: Callable[..., ConsensusPart], kwargs: dict[str, Any], n_comp: int
 ) -> dict[str, Any]:
     """One consensus pass over the held buckets: ``fn(codes, **kwargs)`` per bucket, ``kwargs`` shared once (the
-    per-worker arrays, the gold table, the parameters), the parts folded in bucket order."""
+    per-worker arrays, the gold table, the parameters), the buckets submitted in turn from each worker that holds
+    them (:func:`crowdflow.executors.interleaved`) and folded as they complete. Every sum is exact in any order
+    (counts, and agreements that are sums of 0/1), the log-likelihoods are added by ``math.fsum`` (exactly rounded,
+    whatever their order) and the parts' paths and reviews are put back in bucket order: the result of a fold in
+    bucket order, bit for bit."""
+    order = interleaved(held_groups(executor, enc.held))
     shared = share(executor, kwargs)
     try:
         acc = fold(
             executor,
             on_held_with(functools.partial(_with_kwargs, fn)),
-            with_shared(enc.held, shared),
+            with_shared([enc.held[i] for i in order], shared),
             _add_part,
             None,
-            ordered=True,
         )
     finally:
         release(executor, [shared])
     if acc is None:
         raise ValueError("no bucket to pass over: the labels are empty")
+    by_path = sorted(range(len(acc["paths"])), key=lambda k: acc["paths"][k])  # part-<bucket>: the buckets' order
+    acc["paths"] = [acc["paths"][k] for k in by_path]
+    acc["reviews"] = [acc["reviews"][k] for k in by_path]
     lab = np.zeros(n_comp, dtype=np.int64)
     tasks = np.zeros(n_comp, dtype=np.int64)
     lab[: min(n_comp, acc["labels"].size)] += acc["labels"][:n_comp]
