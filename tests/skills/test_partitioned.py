@@ -337,3 +337,32 @@ def test_a_consensus_pass_in_turn_from_each_holder_equals_one_in_bucket_order(ki
         pd.testing.assert_frame_equal(ra.changed, rb.changed)
         if ra.gold_workers is not None or rb.gold_workers is not None:
             pd.testing.assert_frame_equal(ra.gold_workers, rb.gold_workers)
+
+
+@pytest.mark.parametrize("min_pending", [1, 7, 1 << 18])
+@pytest.mark.parametrize("seed", range(4))
+def test_the_id_union_equals_the_sorted_distinct_ids_of_all_files(
+    seed: int, min_pending: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files' worker ids (Arrow text or numbers, overlapping, repeated, some files without ids) folded into an
+    ``IdUnion`` that merges its pending ids at drawn thresholds: the run's dictionary is the natural sort of every
+    distinct id's text, and the rows, drops and digests are summed and kept."""
+    import pyarrow as pa
+
+    from crowdflow.labels import natural_sort
+    from crowdflow.skills import partitioned
+    from crowdflow.skills.buckets import SplitSummary
+
+    monkeypatch.setattr(partitioned, "UNION_MIN_PENDING", min_pending)
+    rng = np.random.default_rng(seed)
+    numeric = rng.random() < 0.3
+    union, seen = partitioned.IdUnion(), set()
+    for f in range(int(rng.integers(1, 12))):
+        ids = rng.integers(0, 300, int(rng.choice([0, 5, 120])))
+        values = np.unique(ids).astype(object) if numeric else pa.array([f"w{i}" for i in np.unique(ids)], pa.string())
+        seen |= {str(v) for v in (values if numeric else values.to_pylist())}
+        union.add(SplitSummary(f, 10 * f, f, values, pa.array(["a", "b"]), sha256=f"d{f}"))
+    workers, classes = union.finish(None)
+    assert workers.tolist() == natural_sort(np.array(sorted(seen), dtype=object)).tolist()
+    assert classes.tolist() == ["a", "b"]
+    assert union.n_rows == sum(10 * f for f in range(len(union.digests))) and len(union.pending) == 0
