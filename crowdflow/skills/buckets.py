@@ -606,7 +606,7 @@ def _write_consensus(
     rows = keep[lm.task_idx]
     # the text of the gold tasks' labels only: the review reads labels as text only for the gold (gold_by_worker); the
     # changes against majority vote come from the codes (``coded``), so the changed tasks' ~8 % of the labels are not
-    # turned into text (the same review: tests/skills/test_held_binary.py)
+    # turned into text (the same review as in memory: tests/skills/test_partitioned.py)
     on_gold = gold[lm.task_idx]
     labels = pd.DataFrame(
         {
