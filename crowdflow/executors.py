@@ -35,6 +35,7 @@ __all__ = [
     "hold",
     "holds",
     "inline_executor",
+    "interleaved",
     "on_group_with",
     "on_held",
     "on_held_with",
@@ -128,6 +129,18 @@ def held_groups(executor: MapFn, handles: list[Any]) -> list[list[int]]:
     if holds(executor):
         return [list(range(len(handles)))] if handles else []
     return [[i] for i in range(len(handles))]
+
+
+def interleaved(groups: list[list[int]]) -> list[int]:
+    """The positions of ``groups`` (:func:`held_groups`) taken in turn from each place: the first of every group, then
+    the second of every group, and so on. A pass with one task per held item submits them in this order, so that the
+    window of a :func:`fold` (a few tasks in flight) keeps every place busy; in the items' own order a window of
+    consecutive buckets held by one place left the other places idle (issue #36: the consensus pass over 64 buckets
+    ran about one bucket at a time on two Dask workers)."""
+    out: list[int] = []
+    for k in range(max((len(g) for g in groups), default=0)):
+        out.extend(g[k] for g in groups if k < len(g))
+    return out
 
 
 def balance_moves(holders: list[str], sizes: list[int], places: list[str]) -> list[tuple[int, str]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -92,6 +93,27 @@ def majority_vote_expected_error(labels: pd.DataFrame, truth: pd.DataFrame) -> f
 def _as_text(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     """``columns`` of ``df`` without missing values, as text (ids and labels compare as strings, as in gold_metrics)."""
     return df[columns].dropna().astype(str)
+
+
+def _arrow_text(values: pd.Series) -> Any:
+    """A text column (no missing value) as an Arrow ``string`` array: an Arrow-backed column as it is."""
+    import pyarrow as pa
+
+    got = pa.array(values.array) if isinstance(values.dtype, pd.StringDtype) else None
+    if got is None:
+        got = pa.array(values.to_numpy(dtype=object), pa.string())
+    got = got.combine_chunks() if isinstance(got, pa.ChunkedArray) else got
+    return got.cast(pa.string())
+
+
+def _text_in(values: pd.Series, among: pd.Series) -> np.ndarray:
+    """``values.isin(among)`` for text columns without missing values, by one Arrow hash look-up (pandas' ``isin``
+    of an Arrow string column makes a Python scalar of every value of ``among``: 0.4 s of a 3·10⁵-task bucket's
+    review, where ``among`` is the bucket's reviewed tasks)."""
+    import pyarrow.compute as pc
+
+    found = pc.is_in(_arrow_text(values), value_set=_arrow_text(among))
+    return np.asarray(found.to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def gold_by_worker(labels: pd.DataFrame, truth: pd.DataFrame) -> pd.DataFrame:
@@ -315,9 +337,9 @@ def review_part(
     (``coded``: the labels' codes, see :func:`majority_changes`)."""
     gold = None
     if truth is not None:
-        tasks = set(_as_text(consensus, ["task"])["task"])
+        tasks = _as_text(consensus, ["task"])["task"]
         text = _as_text(truth, ["task", "label"]).drop_duplicates("task")
-        gold = text[text["task"].isin(tasks)]
+        gold = text[_text_in(text["task"], tasks)]
     gold = gold if gold is not None and len(gold) else None
     changed = majority_changes(labels, consensus, coded)
     g = gold_metrics(consensus, gold, classes) if gold is not None else None

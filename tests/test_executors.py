@@ -185,3 +185,27 @@ def test_dask_balance_moves_held_items_and_keeps_their_values() -> None:
         pairs = [([moved[i] for i in g], 1) for g in held_groups(executor, moved)]
         assert sum(executor(on_group_with(_total), pairs)) == 30
         executor.release(moved)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_interleaved_takes_each_place_in_turn(seed: int) -> None:
+    """Every position once; each group's positions in their order; the k-th round holds the k-th position of every
+    group that has one (so the first items of a pass come from different places)."""
+    import numpy as np
+
+    from crowdflow.executors import interleaved
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 30))
+    place = rng.integers(0, int(rng.integers(1, 5)), n)
+    groups = [list(np.flatnonzero(place == p)) for p in range(int(place.max()) + 1 if n else 0)]
+    groups = [g for g in groups if g]
+    got = interleaved(groups)
+    assert sorted(got) == list(range(n))
+    for g in groups:
+        assert [i for i in got if i in g] == g
+    at = 0
+    for k in range(max((len(g) for g in groups), default=0)):
+        round_k = [g[k] for g in groups if k < len(g)]
+        assert got[at : at + len(round_k)] == round_k
+        at += len(round_k)

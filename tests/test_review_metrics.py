@@ -4,6 +4,7 @@ confusion matrix, the labels the model changed against majority vote, and the ru
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -203,3 +204,35 @@ def test_gold_by_worker_equals_its_definition_over_a_family(seed: int) -> None:
     assert len(got) == len(want)
     if len(want):
         pd.testing.assert_frame_equal(got, want, check_dtype=False)
+
+
+@pytest.mark.parametrize("kind", ["object", "str", "string[python]"])
+@pytest.mark.parametrize("seed", range(4))
+def test_review_part_gold_equals_the_whole_review_over_a_family(seed: int, kind: str) -> None:
+    """``review_part`` finds its gold tasks by an Arrow look-up of the consensus tasks: the gold tables and counts
+    equal :func:`review_skills` and :func:`gold_metrics` on the same tasks, with gold rows outside the part, repeated
+    and missing, ids as objects or pandas strings."""
+    from crowdflow.metrics import gold_metrics, review_part, review_skills
+
+    rng = np.random.default_rng(seed)
+    n_tasks = 60
+    task = np.repeat([f"t{i}" for i in range(n_tasks)], 3)
+    labels = pd.DataFrame(
+        {
+            "task": task,
+            "worker": rng.choice([f"w{i}" for i in range(9)], task.size),
+            "label": rng.choice(["a", "b"], task.size),
+        }
+    ).drop_duplicates(["task", "worker"])
+    consensus = pd.DataFrame({"task": [f"t{i}" for i in range(n_tasks)], "label": rng.choice(["a", "b"], n_tasks)})
+    gold_ids: list[Any] = [f"t{i}" for i in rng.integers(0, 2 * n_tasks, 50)]
+    gold_ids[::7] = [None] * len(gold_ids[::7])
+    truth = pd.DataFrame({"task": pd.Series(gold_ids, dtype=kind), "label": rng.choice(["a", "b", "c"], 50)})
+    part = review_part(labels, consensus, truth, ["a", "b"])
+    whole = review_skills(labels, consensus, truth)
+    g = gold_metrics(consensus, truth.dropna().astype(str).drop_duplicates("task"), ["a", "b"])  # a task's first row
+    assert (part.n_gold, part.n_gold_label_unknown) == (g.n_gold, g.n_gold_label_unknown) and part.n_gold > 0
+    assert part.n_correct == round(g.accuracy * g.n_gold)
+    assert part.gold_workers is not None and part.gold_confusion is not None
+    pd.testing.assert_frame_equal(part.gold_workers, whole.tables["gold_workers"])
+    pd.testing.assert_frame_equal(part.gold_confusion, whole.tables["gold_confusion"])

@@ -74,11 +74,55 @@ class CodedFile:
     pieces: list[CodedPiece | None]
 
 
+def _chunked_dictionary_codes(column: Any) -> tuple[np.ndarray, Any] | None:
+    """Codes and distinct values of a dictionary-encoded Arrow column read in chunks (a Parquet file's row groups, each
+    with its own dictionary): the chunks' dictionaries laid end to end (a chunk that repeats the previous one's
+    dictionary, as a row group's batches do, adds nothing) and encoded once, each row's code read through that map.
+    The values in the order of their first appearance in the dictionaries, as Arrow's unification of the chunks gives
+    them, and distinct by construction (a repeated value maps to one code). None for a dictionary holding a missing
+    value (:func:`_column_codes` encodes the rows again).
+
+    Issue #36: the unification of ``combine_chunks`` and the check that its dictionary is distinct hashed every id of
+    the file's dictionaries twice (≈ 60 ms a 10⁶-label file with 1.3·10⁵ distinct workers; ≈ 19 ms this way)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    dictionaries: list[Any] = []
+    offsets: list[int] = []
+    total = 0
+    for chunk in column.chunks:
+        d = chunk.dictionary
+        if d.null_count:
+            return None
+        if dictionaries and len(d) == len(dictionaries[-1]) and d.equals(dictionaries[-1]):
+            offsets.append(offsets[-1])
+            continue
+        offsets.append(total)
+        dictionaries.append(d)
+        total += len(d)
+    enc = pc.dictionary_encode(pa.concat_arrays(dictionaries))
+    remap = np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int32)
+    parts = []
+    for chunk, offset in zip(column.chunks, offsets, strict=True):
+        at = np.asarray(chunk.indices.fill_null(-1).to_numpy(zero_copy_only=False), dtype=np.int64)
+        if not remap.size:  # no value at all: every row is missing
+            parts.append(np.full(at.size, -1, dtype=np.int32))
+        elif chunk.indices.null_count:
+            parts.append(np.where(at >= 0, remap[offset + np.maximum(at, 0)], -1).astype(np.int32))
+        else:
+            parts.append(remap[offset + at])
+    return np.concatenate(parts), enc.dictionary
+
+
 def _column_codes(column: Any) -> tuple[np.ndarray, Any]:
     """Codes (int32, -1 null) and distinct values of an Arrow column (dictionary-encoded or not)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    if isinstance(column, pa.ChunkedArray) and column.num_chunks and pa.types.is_dictionary(column.type):
+        got = _chunked_dictionary_codes(column)
+        if got is not None:
+            return got
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     if pa.types.is_dictionary(column.type):  # a file's own dictionary: distinct and without nulls, or encoded again

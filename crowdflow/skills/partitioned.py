@@ -50,9 +50,11 @@ from crowdflow.executors import (
     MapFn,
     balance,
     fold,
+    held_groups,
     hold,
     holds,
     inline_executor,
+    interleaved,
     on_held,
     on_held_with,
     release,
@@ -184,20 +186,28 @@ def _distinct_union(acc: Any, values: Any) -> Any:
 
     if values is None:
         return acc
-    if not isinstance(values, (pa.Array, pa.ChunkedArray)):
-        values = pa.array(np.asarray(values, dtype=object).astype(str), pa.string())
-    both = values if acc is None else pa.chunked_array([acc, values.cast(pa.string())])
+    values = _as_string(values)
+    both = values if acc is None else pa.chunked_array([acc, values])
     found = pc.unique(both)
     return found.combine_chunks() if isinstance(found, pa.ChunkedArray) else found
+
+
+#: The ids of the files folded into an :class:`IdUnion` wait, as they came, until they number this many times the
+#: distinct ids found so far (and at least :data:`UNION_MIN_PENDING`); one ``unique`` then takes them all. Each file's
+#: ids are hashed about twice instead of the whole union once per file (at 2·10⁵ workers a file brings ~1.3·10⁵ ids,
+#: most of them already in the union); the pending ids stay O(W) (docs/scale.md, memory laws).
+UNION_PENDING_FACTOR = 4
+UNION_MIN_PENDING = 1 << 18
 
 
 @dataclass
 class IdUnion:
     """The run's distinct worker ids and labels, folded file by file as the split results arrive.
 
-    The flow keeps one Arrow array of distinct ids (≈ 4 bytes + the id's text a worker), merged with each file's as
-    it completes (:func:`crowdflow.executors.fold`), and the files' scalars: never one id list per file
-    (O(workers × files)) nor a Python ``str`` per id until :meth:`finish` (docs/scale.md, memory laws).
+    The flow keeps one Arrow array of distinct ids (≈ 4 bytes + the id's text a worker) and the files' ids not yet
+    merged into it (at most :data:`UNION_PENDING_FACTOR` times as many, or :data:`UNION_MIN_PENDING`), merged as the
+    files complete (:func:`crowdflow.executors.fold`), and the files' scalars: never one id list per file kept to the
+    end (O(workers × files)) nor a Python ``str`` per id until :meth:`finish` (docs/scale.md, memory laws).
     """
 
     workers: Any = None
@@ -205,19 +215,52 @@ class IdUnion:
     n_rows: int = 0
     n_dropped_null: int = 0
     digests: dict[int, str] = field(default_factory=dict)
+    pending: list[Any] = field(default_factory=list)
+    n_pending: int = 0
 
     def add(self, s: SplitSummary) -> IdUnion:
         """Fold one file's summary in (the order of the files does not matter)."""
-        self.workers = _distinct_union(self.workers, s.workers)
+        if s.workers is not None:
+            self.pending.append(s.workers)
+            self.n_pending += len(s.workers)
+            if self.n_pending >= max(
+                UNION_PENDING_FACTOR * (0 if self.workers is None else len(self.workers)), UNION_MIN_PENDING
+            ):
+                self._merge()
         self.labels = _distinct_union(self.labels, s.labels)
         self.n_rows += s.n_rows
         self.n_dropped_null += s.n_dropped_null
         self.digests[s.partition] = s.sha256
         return self
 
+    def _merge(self) -> None:
+        """The pending ids united with the distinct ones: one ``unique`` over all of them."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if not self.pending:
+            return
+        chunks = [] if self.workers is None else [self.workers]
+        for values in self.pending:
+            text = _as_string(values)
+            chunks.extend(text.chunks if isinstance(text, pa.ChunkedArray) else [text])
+        found = pc.unique(pa.chunked_array(chunks, pa.string()))
+        self.workers = found.combine_chunks() if isinstance(found, pa.ChunkedArray) else found
+        self.pending, self.n_pending = [], 0
+
     def finish(self, classes: list[str] | None) -> tuple[np.ndarray, np.ndarray]:
         """The sorted worker ids and classes (:func:`dictionaries`)."""
+        self._merge()
         return _sorted_dictionaries(_as_text(self.workers), _as_text(self.labels), classes)
+
+
+def _as_string(values: Any) -> Any:
+    """Ids as an Arrow ``string`` array (an Arrow array cast, anything else as the text of each value)."""
+    import pyarrow as pa
+
+    if not isinstance(values, (pa.Array, pa.ChunkedArray)):
+        return pa.array(np.asarray(values, dtype=object).astype(str), pa.string())
+    return values.cast(pa.string())
 
 
 def _as_text(values: Any) -> np.ndarray:
@@ -518,21 +561,28 @@ def _consensus_pass(
     enc: EncodedBuckets, executor: MapFn, fn: Callable[..., ConsensusPart], kwargs: dict[str, Any], n_comp: int
 ) -> dict[str, Any]:
     """One consensus pass over the held buckets: ``fn(codes, **kwargs)`` per bucket, ``kwargs`` shared once (the
-    per-worker arrays, the gold table, the parameters), the parts folded in bucket order."""
+    per-worker arrays, the gold table, the parameters), the buckets submitted in turn from each worker that holds
+    them (:func:`crowdflow.executors.interleaved`) and folded as they complete. Every sum is exact in any order
+    (counts, and agreements that are sums of 0/1), the log-likelihoods are added by ``math.fsum`` (exactly rounded,
+    whatever their order) and the parts' paths and reviews are put back in bucket order: the result of a fold in
+    bucket order, bit for bit."""
+    order = interleaved(held_groups(executor, enc.held))
     shared = share(executor, kwargs)
     try:
         acc = fold(
             executor,
             on_held_with(functools.partial(_with_kwargs, fn)),
-            with_shared(enc.held, shared),
+            with_shared([enc.held[i] for i in order], shared),
             _add_part,
             None,
-            ordered=True,
         )
     finally:
         release(executor, [shared])
     if acc is None:
         raise ValueError("no bucket to pass over: the labels are empty")
+    by_path = sorted(range(len(acc["paths"])), key=lambda k: acc["paths"][k])  # part-<bucket>: the buckets' order
+    acc["paths"] = [acc["paths"][k] for k in by_path]
+    acc["reviews"] = [acc["reviews"][k] for k in by_path]
     lab = np.zeros(n_comp, dtype=np.int64)
     tasks = np.zeros(n_comp, dtype=np.int64)
     lab[: min(n_comp, acc["labels"].size)] += acc["labels"][:n_comp]

@@ -264,14 +264,17 @@ def _reference_bucket_truth(tasks: np.ndarray, truth: pd.DataFrame) -> tuple[pd.
     return truth[mine], np.asarray(has_gold)
 
 
+@pytest.mark.parametrize("kind", ["object", "str", "string[python]"])
 @pytest.mark.parametrize("seed", range(6))
-def test_bucket_truth_equals_a_text_isin(seed: int) -> None:
-    """Gold rows of a bucket: text tasks against gold ids given as text, numbers, with missing and repeated rows."""
+def test_bucket_truth_equals_a_text_isin(seed: int, kind: str) -> None:
+    """Gold rows of a bucket: text tasks against gold ids given as text, numbers, with missing and repeated rows; the
+    gold ids as Python objects or as a pandas string column (Arrow-backed, as read from Parquet, or Python-backed)."""
     rng = np.random.default_rng(seed)
     tasks = np.array([f"{i}" if i % 2 else f"t{i}" for i in rng.choice(400, 120, replace=False)], dtype=object)
-    ids: list[Any] = [int(i) if i % 3 == 0 else f"t{i}" for i in rng.integers(0, 600, 200)]
+    number = int if kind == "object" else str  # a string column holds numbers as their text
+    ids: list[Any] = [number(i) if i % 3 == 0 else f"t{i}" for i in rng.integers(0, 600, 200)]
     ids[::17] = [None] * len(ids[::17])
-    truth = pd.DataFrame({"task": pd.Series(ids, dtype=object), "label": rng.choice(["a", "b"], len(ids))})
+    truth = pd.DataFrame({"task": pd.Series(ids, dtype=kind), "label": rng.choice(["a", "b"], len(ids))})
     truth = pd.concat([truth, truth.iloc[:9]], ignore_index=True)  # repeated gold rows keep their order
     got_rows, got_has = bucket_truth(tasks, truth)
     want_rows, want_has = _reference_bucket_truth(tasks, truth)

@@ -180,3 +180,35 @@ def test_a_dictionary_with_repeated_or_missing_values_is_encoded_again() -> None
     codes, values = _column_codes(column)
     assert values.to_pylist() == ["a", "b"]
     np.testing.assert_array_equal(codes, [0, 0, -1, -1, 0, 1])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_chunked_dictionary_column_gets_codes_into_distinct_values(seed: int) -> None:
+    """A column read in chunks, each with its own dictionary (shared by consecutive chunks, repeated values, unused
+    values, missing rows, empty chunks): every row's code points at its text (-1 where missing), the values are
+    distinct, and they come in the order Arrow's unification of the chunks gives."""
+    import pyarrow as pa
+
+    from crowdflow.skills.ingest import _column_codes
+
+    rng = np.random.default_rng(seed)
+    pool = [f"w{i}" for i in range(int(rng.choice([1, 5, 60])))]
+    chunks: list[pa.DictionaryArray] = []
+    dictionary = None
+    for _ in range(int(rng.integers(1, 7))):
+        if dictionary is None or rng.random() < 0.6:  # else the previous chunk's dictionary again
+            size = int(rng.integers(0, 2 * len(pool) + 1))
+            dictionary = pa.array(list(rng.choice(pool, size)) if size else [], pa.string())
+        n = int(rng.choice([0, 1, 40]))
+        idx = rng.integers(0, max(len(dictionary), 1), n).astype(object) if len(dictionary) else np.full(n, None)
+        idx[rng.random(n) < 0.1] = None
+        chunks.append(pa.DictionaryArray.from_arrays(pa.array(list(idx), pa.int32()), dictionary))
+    column = pa.chunked_array(chunks, pa.dictionary(pa.int32(), pa.string()))
+    codes, values = _column_codes(column)
+    text = [v.as_py() for c in chunks for v in c]
+    got = [values[int(k)].as_py() if k >= 0 else None for k in codes]
+    assert got == text and codes.dtype == np.int32
+    assert len(set(values.to_pylist())) == len(values)
+    want = pa.chunked_array([pa.array([v.as_py() for v in c.dictionary], pa.string()) for c in chunks], pa.string())
+    first = list(dict.fromkeys(want.to_pylist()))  # first appearance over the chunks' dictionaries
+    assert values.to_pylist() == first

@@ -264,3 +264,105 @@ def test_skipped_spectral_diagnostics_are_explained(method: str, tmp_path: Path)
         spectral=True,
     )
     check_explained({"components": part.result.diagnostics})
+
+
+@pytest.mark.parametrize("kind", ["ds", "mv"])
+def test_a_consensus_pass_in_turn_from_each_holder_equals_one_in_bucket_order(kind: str, tmp_path: Path) -> None:
+    """The consensus pass submits the buckets in turn from each place that holds them and folds them as they complete
+    (``crowdflow.executors.interleaved``): with an executor that says it holds the buckets in two places (the first
+    half and the rest, the layout that left a Dask worker idle), the parts, their order, the agreements, the counts,
+    the gold reviews and the log-likelihood are those of the one-place pass, bit for bit (same held buckets, same
+    parameters)."""
+    from crowdflow.executors import InlineMemory
+    from crowdflow.skills.buckets import ds_consensus, mv_consensus
+    from crowdflow.skills.partitioned import _consensus_pass, encode_buckets, read_and_keep_all
+    from crowdflow.storage.datasets import list_partitions
+
+    class Placed(InlineMemory):
+        two = False
+
+        def groups(self, handles: list[object]) -> list[list[int]]:
+            half = (len(handles) + 1) // 2
+            return [list(range(half)), list(range(half, len(handles)))] if self.two else [list(range(len(handles)))]
+
+    case = _draw(11) | {"duplicates": "error"}
+    case["labels"] = case["labels"].drop_duplicates(["task", "worker"])
+    frame = _write(case, tmp_path / "labels")
+    gold = frame[["task", "label"]].drop_duplicates("task").iloc[::4].astype(str).reset_index(drop=True)
+    run = Placed()
+    parts = list_partitions(tmp_path / "labels")
+    union, _, pieces = read_and_keep_all(run, parts, str(tmp_path / "b"), 7, None)
+    workers, classes = union.finish(None)
+    enc = encode_buckets(sorted(pieces), run, workers, classes, "error", [p.name for p in parts], pieces=pieces)
+    w, m = workers.size, classes.size
+    rng = np.random.default_rng(5)
+    common = {
+        "n_workers": w,
+        "classes": classes,
+        "component": np.zeros(w, np.int64),
+        "truth": gold,
+        "ok": np.ones(w, bool),
+    }
+    common |= {"tie_break": "random", "seed": 3}
+    if kind == "ds":
+        extra = {"log_pi_t": np.log(rng.uniform(0.1, 1.0, (m, w * m))), "log_q": np.log(np.full(m, 1.0 / m))}
+        fn = ds_consensus
+    else:
+        extra, fn = {}, mv_consensus
+    got = {}
+    for two in (False, True):
+        run.two = two
+        got[two] = _consensus_pass(enc, run, fn, {"out_folder": str(tmp_path / f"out-{two}"), **common, **extra}, 1)
+    one, turns = got[False], got[True]
+    assert (
+        [Path(p).name for p in turns["paths"]]
+        == [Path(p).name for p in one["paths"]]
+        == sorted(Path(p).name for p in one["paths"])
+    )
+    assert len(one["paths"]) == len(enc.held) > 2
+    for a, b in zip(one["paths"], turns["paths"], strict=True):
+        pd.testing.assert_frame_equal(pd.read_parquet(a), pd.read_parquet(b))
+    np.testing.assert_array_equal(one["agreements"], turns["agreements"])
+    for key in ("n_ties", "n_fallback", "tasks_with_ok", "log_likelihood"):
+        assert one[key] == turns[key]
+    for x, y in zip(one["per_component"], turns["per_component"], strict=True):
+        np.testing.assert_array_equal(x, y)
+    for ra, rb in zip(one["reviews"], turns["reviews"], strict=True):
+        assert (ra.n_tasks, ra.n_gold, ra.n_correct, ra.n_changed) == (
+            rb.n_tasks,
+            rb.n_gold,
+            rb.n_correct,
+            rb.n_changed,
+        )
+        pd.testing.assert_frame_equal(ra.changed, rb.changed)
+        if ra.gold_workers is not None or rb.gold_workers is not None:
+            pd.testing.assert_frame_equal(ra.gold_workers, rb.gold_workers)
+
+
+@pytest.mark.parametrize("min_pending", [1, 7, 1 << 18])
+@pytest.mark.parametrize("seed", range(4))
+def test_the_id_union_equals_the_sorted_distinct_ids_of_all_files(
+    seed: int, min_pending: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files' worker ids (Arrow text or numbers, overlapping, repeated, some files without ids) folded into an
+    ``IdUnion`` that merges its pending ids at drawn thresholds: the run's dictionary is the natural sort of every
+    distinct id's text, and the rows, drops and digests are summed and kept."""
+    import pyarrow as pa
+
+    from crowdflow.labels import natural_sort
+    from crowdflow.skills import partitioned
+    from crowdflow.skills.buckets import SplitSummary
+
+    monkeypatch.setattr(partitioned, "UNION_MIN_PENDING", min_pending)
+    rng = np.random.default_rng(seed)
+    numeric = rng.random() < 0.3
+    union, seen = partitioned.IdUnion(), set()
+    for f in range(int(rng.integers(1, 12))):
+        ids = rng.integers(0, 300, int(rng.choice([0, 5, 120])))
+        values = np.unique(ids).astype(object) if numeric else pa.array([f"w{i}" for i in np.unique(ids)], pa.string())
+        seen |= {str(v) for v in (values if numeric else values.to_pylist())}
+        union.add(SplitSummary(f, 10 * f, f, values, pa.array(["a", "b"]), sha256=f"d{f}"))
+    workers, classes = union.finish(None)
+    assert workers.tolist() == natural_sort(np.array(sorted(seen), dtype=object)).tolist()
+    assert classes.tolist() == ["a", "b"]
+    assert union.n_rows == sum(10 * f for f in range(len(union.digests))) and len(union.pending) == 0
