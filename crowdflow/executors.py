@@ -30,6 +30,7 @@ __all__ = [
     "Recompute",
     "balance",
     "balance_moves",
+    "canonical_runs",
     "fold",
     "held_groups",
     "hold",
@@ -143,37 +144,53 @@ def interleaved(groups: list[list[int]]) -> list[int]:
     return out
 
 
-def balance_moves(holders: list[str], sizes: list[int], places: list[str]) -> list[tuple[int, str]]:
-    """Moves ``(item, place)`` that even out the size held at each place, for a pass whose time is its busiest place's.
+def canonical_runs(sizes: list[int], n_places: int) -> list[int]:
+    """The run (0 … ``n_places`` − 1) each item belongs to: the items in their order cut into contiguous runs of
+    about equal total size, a rule on ``sizes`` and ``n_places`` only.
 
-    Greedy: while some item held at the heaviest place is smaller than the gap between it and the lightest place,
-    move the one that leaves the two closest (``|gap − 2·size|`` smallest). Each move lowers the pair's larger load,
-    so the heaviest load never grows; at the end the gap between the heaviest and the lightest place is at most the
-    smallest item held at the heaviest, so at most the largest item (for two places: within one item of even).
+    Item i goes to run ⌊P · (S_<i + s_i / 2) / S⌋ (its size's midpoint on the cumulative axis, S the total, P the
+    places; by count when every size is 0), so a run's total is within the largest item of S / P.
     """
-    load = dict.fromkeys(places, 0)
-    for h, size in zip(holders, sizes, strict=True):
-        load[h] = load.get(h, 0) + int(size)
-    where = list(holders)
-    moves: list[tuple[int, str]] = []
-    while len(load) > 1:
-        hi = max(load, key=lambda p: (load[p], p))
-        lo = min(load, key=lambda p: (load[p], p))
-        gap = load[hi] - load[lo]
-        fits = [i for i, h in enumerate(where) if h == hi and 0 < sizes[i] < gap]
-        if not fits:
-            break
-        i = min(fits, key=lambda i: (abs(gap - 2 * int(sizes[i])), i))
-        where[i] = lo
-        load[hi] -= int(sizes[i])
-        load[lo] += int(sizes[i])
-        moves.append((i, lo))
-    return moves
+    total = sum(int(s) for s in sizes)
+    if n_places < 2 or not sizes:
+        return [0] * len(sizes)
+    runs, before = [], 0
+    for k, size in enumerate(sizes):
+        mid = (before + int(size) / 2) / total if total > 0 else (k + 0.5) / len(sizes)
+        runs.append(min(int(n_places * mid), n_places - 1))
+        before += int(size)
+    return runs
+
+
+def balance_moves(holders: list[str], sizes: list[int], places: list[str]) -> list[tuple[int, str]]:
+    """Moves ``(item, place)`` that take the held items to their canonical placement: :func:`canonical_runs` cuts
+    the items into one contiguous run per place, and each run goes to a distinct place, the one holding most of
+    its size (greedy over the (run, place) pairs by size held, ties by run then place name).
+
+    Two promises. *Even*: a pass whose time is its busiest place's gets every place within the largest item of
+    S / P. *Reproducible*: the grouping of the items by place (:func:`held_groups`) depends only on ``sizes`` and
+    the number of places, not on where the items were made, so a pass that folds each place's sums in item order
+    and then the places' sums in group order gives the same bits on every run (before, a Dask fit's last bits
+    followed where the encode happened to leave each bucket). Only the assignment of runs to places, which does
+    not change any sum, follows the holders, to move as little as possible.
+    """
+    runs = canonical_runs(sizes, len(places))
+    held = {(r, p): 0 for r in range(len(places)) for p in places}
+    for r, h, size in zip(runs, holders, sizes, strict=True):
+        if h in places:
+            held[r, h] += int(size)
+    target: dict[int, str] = {}
+    for (r, p), _ in sorted(held.items(), key=lambda kv: (-kv[1], kv[0][0], kv[0][1])):
+        if r not in target and p not in target.values():
+            target[r] = p
+    return [(i, target[r]) for i, (r, h) in enumerate(zip(runs, holders, strict=True)) if target[r] != h]
 
 
 def balance(executor: MapFn, handles: list[Any], sizes: list[int]) -> list[Any]:
-    """The held items moved so that every place holds about the same total ``sizes`` (:func:`balance_moves`): a pass
-    of one task per place (:func:`held_groups`) then keeps every place busy for about the same time.
+    """The held items moved to their canonical placement (:func:`balance_moves`): every place holds about the same
+    total ``sizes``, so a pass of one task per place (:func:`held_groups`) keeps every place busy for about the same
+    time, and the grouping depends only on ``sizes`` and the number of places, so the pass's sums have the same
+    bits on every run.
 
     Only an executor with a ``balance(handles, sizes)`` method moves anything (the pipeline's Dask executor: each
     moved item copied to its new worker once, the old copy released); the returned handles replace ``handles``
