@@ -33,11 +33,6 @@ def from_junit(path: Path) -> dict[str, float]:
     return {name: round(seconds, 1) for name, seconds in totals.most_common()}
 
 
-def load() -> dict[str, float]:
-    """The stored table (empty when the file is missing)."""
-    return json.loads(TABLE.read_text()) if TABLE.exists() else {}
-
-
 if __name__ == "__main__":
     TABLE.write_text(json.dumps(from_junit(Path(sys.argv[1])), indent=1) + "\n")
     print(f"wrote {TABLE}")

@@ -179,16 +179,20 @@ def release_pieces(executor: MapFn, pieces: dict[str, list[Any]] | None) -> None
         release(executor, fresh)
 
 
-def _distinct_union(acc: Any, values: Any) -> Any:
-    """The distinct values of ``acc`` and ``values`` as one Arrow ``string`` array (either may be None)."""
+def _distinct_union(acc: Any, *values: Any) -> Any:
+    """The distinct values of ``acc`` and every one of ``values`` as one Arrow ``string`` array, in the order of
+    their first appearance, by one ``unique`` (None entries are skipped; None when there is nothing)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if values is None:
+    chunks = [] if acc is None else [acc]
+    for v in values:
+        if v is not None:
+            text = _as_string(v)
+            chunks.extend(text.chunks if isinstance(text, pa.ChunkedArray) else [text])
+    if len(chunks) <= (0 if acc is None else 1):
         return acc
-    values = _as_string(values)
-    both = values if acc is None else pa.chunked_array([acc, values])
-    found = pc.unique(both)
+    found = pc.unique(pa.chunked_array(chunks, pa.string()))
     return found.combine_chunks() if isinstance(found, pa.ChunkedArray) else found
 
 
@@ -235,18 +239,9 @@ class IdUnion:
 
     def _merge(self) -> None:
         """The pending ids united with the distinct ones: one ``unique`` over all of them."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        if not self.pending:
-            return
-        chunks = [] if self.workers is None else [self.workers]
-        for values in self.pending:
-            text = _as_string(values)
-            chunks.extend(text.chunks if isinstance(text, pa.ChunkedArray) else [text])
-        found = pc.unique(pa.chunked_array(chunks, pa.string()))
-        self.workers = found.combine_chunks() if isinstance(found, pa.ChunkedArray) else found
-        self.pending, self.n_pending = [], 0
+        if self.pending:
+            self.workers = _distinct_union(self.workers, *self.pending)
+            self.pending, self.n_pending = [], 0
 
     def finish(self, classes: list[str] | None) -> tuple[np.ndarray, np.ndarray]:
         """The sorted worker ids and classes (:func:`dictionaries`)."""
