@@ -3,7 +3,10 @@
 The EM map of the in-memory fit, F(θ) = M-step(Σ over buckets of the E-step's sums at θ), under the same SQUAREM
 accelerator and stopping rule (:func:`crowdflow.skills.squarem.squarem`, docs/methods/skills.md §7.2): one fused
 pass over the held buckets per evaluation of F (:func:`crowdflow.skills.held.em_sums_group`, one task per Dask
-worker that holds buckets), the parameters, the M-step and SQUAREM in the flow. Every pass is timed
+worker that holds buckets), the parameters, the M-step and SQUAREM in the process that calls :func:`em_fit`. The
+partitioned fit calls it through :func:`fit_ds_held` run by :func:`crowdflow.executors.elsewhere`: on Dask that
+process is one of the Dask workers, so the EM's W·M² arrays never reach the flow, which receives the per-worker
+accuracies and weights (docs/scale.md, memory laws). Every pass is timed
 (:class:`PassTiming`): the flow's wall time of each pass from the shared table's send to the summed counts, the
 workers' own time (wall, CPU and kernels, returned with the sums), and the flow's work between passes, so a run's
 manifest says where a pass goes (``partitioned.timing``).

@@ -13,11 +13,15 @@ Dask client's map), returning sums over tasks (docs/scale.md, docs/methods/skill
    * ``pgd``: the rank-one fit of docs/methods/skills.md §2.8 in the flow (it needs only N and C^), then one
      weighted-vote pass writing the consensus;
    * ``ds`` / ``onecoin_ds``: Dawid–Skene EM, one pass per iteration: the workers run the E-step with the
-     broadcast parameters (W·M² numbers) and return the M-step's sums, the flow normalises them into the next
-     parameters; the same stopping rule as the in-memory EM, then a final E-step pass writing the consensus;
+     broadcast parameters (W·M² numbers) and return the M-step's sums, which are normalised into the next
+     parameters; the same stopping rule as the in-memory EM, then a final E-step pass writing the consensus. The
+     EM loop (M-step, SQUAREM) and that pass run as one job where the buckets are
+     (:func:`crowdflow.skills.held_em.fit_ds_held` through :func:`crowdflow.executors.elsewhere`: on Dask, one
+     worker drives the passes), the flow receiving the per-worker accuracies and weights;
    * ``mv``: one majority-vote pass (agreements per worker summed for the accuracy).
 
-Memory in the flow: O(W·M²) without pairs, O(nnz(N) + W·M²) for ``pgd`` — never O(labels) or O(tasks)
+Memory in the flow: O(W·M²) without pairs (on Dask, Dawid–Skene's W·M² arrays in a worker and O(W) in the flow),
+O(nnz(N) + W·M²) for ``pgd`` — never O(labels) or O(tasks)
 (docs/scale.md, memory laws). Bytes moved per pass:
 the parameters out, the sums back. The results equal an in-memory :func:`~crowdflow.skills.fit_skills` on the
 same labels: the counts and the graph exactly, PGD and majority vote exactly (the same statistics and the same
