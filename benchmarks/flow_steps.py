@@ -43,6 +43,7 @@ STEPS = {
     "flows.common": ("build_manifest", "render_report_task", "export_run"),
 }
 INNER = (
+    "elsewhere",
     "em_fit",
     "_consensus_pass",
     "worker_table",

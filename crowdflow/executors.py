@@ -15,6 +15,10 @@ computed (the pipeline's Dask executor: persisted futures in the workers' memory
 that holds its item and reads RAM, not files); :class:`InlineMemory` keeps them in this process. Any other executor
 (:func:`inline_executor`, a plain map) gets :class:`Recompute` handles that encode the item again on every pass, so
 a single-process run over data larger than memory still holds one item at a time. :func:`release` frees them.
+
+A loop over such passes whose own state is as large as what it sums (an EM's parameters: W·M² numbers) runs with
+:func:`elsewhere`: as one task where the items are (a Dask worker), driving the same passes from there, so only its
+result comes back to the calling process.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ __all__ = [
     "balance",
     "balance_moves",
     "canonical_runs",
+    "elsewhere",
     "fold",
     "held_groups",
     "hold",
@@ -265,6 +270,25 @@ def hold(executor: MapFn, fn: Callable[[Any], Any], items: list[Any]) -> list[An
     if own is not None:
         return list(own(fn, items))
     return [Recompute(fn, x) for x in items]
+
+
+#: ``job(executor, held handles, argument)``: a loop of passes that :func:`elsewhere` runs where the items are
+Job = Callable[[MapFn, list[Any], Any], Any]
+
+
+def elsewhere(executor: MapFn, job: Job, handles: list[Any], arg: Any) -> Any:
+    """``job(executor, handles, arg)`` run as one task beside the held items, its result returned here.
+
+    With an executor that has an ``elsewhere`` method (the pipeline's Dask executor) ``job`` runs in one of the
+    executor's worker processes, with an executor that drives the same cluster from there and the same held items
+    (``handles`` seen from that process), so everything ``job`` allocates lives there and this process holds only
+    ``arg`` (sent once) and the result. Otherwise ``job`` runs here with ``executor`` and ``handles`` themselves.
+    ``job`` must be picklable and give the same result wherever it runs (its passes are the executor's either way).
+    """
+    own = getattr(executor, "elsewhere", None)
+    if own is None:
+        return job(executor, handles, arg)
+    return own(job, handles, arg)
 
 
 def release(executor: MapFn, handles: list[Any]) -> None:

@@ -95,6 +95,20 @@ def _same(value: Any) -> Any:
     return value
 
 
+def _drive(job: Callable[[Any, list[Any], Any], Any], keys: list[Any], arg: Any) -> Any:
+    """:meth:`DaskMap.elsewhere`'s task: ``job`` with a :class:`DaskMap` of this worker's client (its thread seceded
+    from the worker's pool while ``job`` waits on the passes, so they run on every worker thread, this one's too)
+    and the held items as futures of that client (the caller's futures keep them in memory)."""
+    from distributed import Future, worker_client
+
+    with worker_client() as client:
+        held = [Future(k, client) for k in keys]
+        try:
+            return job(DaskMap(client), held, arg)
+        finally:
+            del held
+
+
 class DaskMap:
     """``map(fn, items)`` on a Dask client (results in input order), ``fold`` taking them as they complete, and
     ``hold`` keeping encoded items in the workers' memory across passes (persisted futures;
@@ -158,6 +172,20 @@ class DaskMap:
         if moves:
             log.info("moved %d of %d held items to even out the workers (%s)", len(moves), len(handles), sizes)
         return out
+
+    def elsewhere(self, job: Callable[[Any, list[Any], Any], Any], handles: list[Any], arg: Any) -> Any:
+        """``job(executor, handles, arg)`` as one task on a worker (:func:`crowdflow.executors.elsewhere`): ``arg``
+        scattered once, the held items passed by key (a future in a task's arguments would be replaced by its
+        value), the result gathered here; what ``job`` allocates lives and dies in that worker's process."""
+        shared = self.share(arg)
+        try:
+            future = self.client.submit(_drive, job, [h.key for h in handles], shared, pure=False)
+            try:
+                return future.result()
+            finally:
+                future.release()
+        finally:
+            self.release([shared])
 
     def release(self, handles: list[Any]) -> None:
         """Free the held items on the workers."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -216,3 +217,54 @@ def test_interleaved_takes_each_place_in_turn(seed: int) -> None:
         round_k = [g[k] for g in groups if k < len(g)]
         assert got[at : at + len(round_k)] == round_k
         at += len(round_k)
+
+
+def _where() -> str:
+    """The Dask worker running this call, "here" outside one."""
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().address)
+    except (ImportError, ValueError):
+        return "here"
+
+
+def _passes_job(executor: Any, held: list[Any], shared: int) -> tuple[str, int, list[list[int]]]:
+    """A loop of passes over held items: where it ran, the sum of two passes over the groups, the groups it saw."""
+    from crowdflow.executors import held_groups, on_group_with
+
+    groups = held_groups(executor, held)
+    pairs = [([held[i] for i in g], shared) for g in groups]
+    total = sum(executor(on_group_with(_total), pairs)) + sum(executor(on_group_with(_total), pairs))
+    return _where(), total, groups
+
+
+def test_elsewhere_runs_a_loop_of_passes_beside_the_held_items() -> None:
+    """:func:`crowdflow.executors.elsewhere` runs a job of passes in this process for an executor that cannot run it
+    elsewhere, and on a Dask worker for the pipeline's executor (``DaskMap.elsewhere``): the same result (its passes
+    see the same held items, grouped the same way), the held items kept for the caller afterwards."""
+    distributed = pytest.importorskip("distributed")
+    from crowdflow.executors import InlineMemory, elsewhere, held_groups, hold
+    from tasks.runners import DaskMap
+
+    items = [0, 1, 2, 3, 4, 5]
+    inline = InlineMemory()
+    where, total, groups = elsewhere(inline, _passes_job, hold(inline, _slow_identity, items), 3)
+    assert (where, total, groups) == ("here", 2 * 3 * sum(items), [[0, 1, 2, 3, 4, 5]])
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as c,
+        distributed.Client(c) as client,
+    ):
+        executor = DaskMap(client)
+        places = sorted(client.scheduler_info()["workers"])
+        held = [
+            client.submit(_slow_identity, x, key=f"held-{k}", workers=[places[k % 2]], pure=False)
+            for k, x in enumerate(items)
+        ]
+        distributed.wait(held)
+        where, total, groups = elsewhere(executor, _passes_job, held, 3)
+        assert where in places  # on a worker, whose thread the passes did not wait for
+        assert total == 2 * 3 * sum(items)
+        assert groups == held_groups(executor, held) == [[0, 2, 4], [1, 3, 5]]
+        assert client.gather(held) == items  # still held for the caller
+        executor.release(held)

@@ -3,7 +3,10 @@
 The EM map of the in-memory fit, F(θ) = M-step(Σ over buckets of the E-step's sums at θ), under the same SQUAREM
 accelerator and stopping rule (:func:`crowdflow.skills.squarem.squarem`, docs/methods/skills.md §7.2): one fused
 pass over the held buckets per evaluation of F (:func:`crowdflow.skills.held.em_sums_group`, one task per Dask
-worker that holds buckets), the parameters, the M-step and SQUAREM in the flow. Every pass is timed
+worker that holds buckets), the parameters, the M-step and SQUAREM in the process that calls :func:`em_fit`. The
+partitioned fit calls it through :func:`fit_ds_held` run by :func:`crowdflow.executors.elsewhere`: on Dask that
+process is one of the Dask workers, so the EM's W·M² arrays never reach the flow, which receives the per-worker
+accuracies and weights (docs/scale.md, memory laws). Every pass is timed
 (:class:`PassTiming`): the flow's wall time of each pass from the shared table's send to the summed counts, the
 workers' own time (wall, CPU and kernels, returned with the sums), and the flow's work between passes, so a run's
 manifest says where a pass goes (``partitioned.timing``).
@@ -11,15 +14,28 @@ manifest says where a pass goes (``partitioned.timing``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-from crowdflow.executors import MapFn, fold, held_groups, on_group_with, release, share
+from crowdflow.executors import (
+    MapFn,
+    fold,
+    held_groups,
+    interleaved,
+    on_group_with,
+    on_held_with,
+    release,
+    share,
+    with_shared,
+)
+from crowdflow.skills.buckets import ConsensusPart, ds_consensus
 from crowdflow.skills.dawid_skene import EMParameters
 from crowdflow.skills.held import BucketSums, EMShared, em_sums_group
 from crowdflow.skills.options import SkillsOptions
@@ -191,3 +207,179 @@ def em_fit(
     )
     pi = par.confusion(run.theta)
     return EMFit(pi, np.array(q), table, run.trace, run.evaluations, run.converged, timing.passes, timing)
+
+
+def _add_part(acc: dict[str, Any] | None, p: ConsensusPart) -> dict[str, Any]:
+    """Fold one bucket's consensus sums into the caller's (per-worker arrays summed, never one per bucket kept)."""
+    if acc is None:
+        acc = {
+            "paths": [],
+            "agreements": None,
+            "labels": np.zeros(0, np.int64),
+            "tasks": np.zeros(0, np.int64),
+            "n_ties": 0,
+            "n_fallback": 0,
+            "tasks_with_ok": 0,
+            "reviews": [],
+            "lls": [],
+        }
+    acc["paths"].append(p.path)
+    if acc["agreements"] is None:
+        acc["agreements"] = p.agreements.astype(np.float64, copy=True)
+    else:
+        acc["agreements"] += p.agreements
+    for key, part in zip(("labels", "tasks"), p.per_component, strict=True):
+        if part.size > acc[key].size:
+            acc[key] = np.concatenate([acc[key], np.zeros(part.size - acc[key].size, np.int64)])
+        acc[key][: part.size] += part
+    acc["n_ties"] += p.n_ties
+    acc["n_fallback"] += p.n_fallback
+    acc["tasks_with_ok"] += p.tasks_with_ok_worker
+    acc["reviews"].append(p.review)
+    acc["lls"].append(p.log_likelihood)
+    return acc
+
+
+def _with_kwargs(fn: Callable[..., ConsensusPart], codes: Any, kwargs: dict[str, Any]) -> ConsensusPart:
+    return fn(codes, **kwargs)
+
+
+def consensus_pass(
+    held: list[Any], executor: MapFn, fn: Callable[..., ConsensusPart], kwargs: dict[str, Any], n_comp: int
+) -> dict[str, Any]:
+    """One consensus pass over the held buckets: ``fn(codes, **kwargs)`` per bucket, ``kwargs`` shared once (the
+    per-worker arrays, the gold table, the parameters), the buckets submitted in turn from each worker that holds
+    them (:func:`crowdflow.executors.interleaved`) and folded as they complete. Every sum is exact in any order
+    (counts, and agreements that are sums of 0/1), the log-likelihoods are added by ``math.fsum`` (exactly rounded,
+    whatever their order) and the parts' paths and reviews are put back in bucket order: the result of a fold in
+    bucket order, bit for bit."""
+    order = interleaved(held_groups(executor, held))
+    shared = share(executor, kwargs)
+    try:
+        acc = fold(
+            executor,
+            on_held_with(functools.partial(_with_kwargs, fn)),
+            with_shared([held[i] for i in order], shared),
+            _add_part,
+            None,
+        )
+    finally:
+        release(executor, [shared])
+    if acc is None:
+        raise ValueError("no bucket to pass over: the labels are empty")
+    by_path = sorted(range(len(acc["paths"])), key=lambda k: acc["paths"][k])  # part-<bucket>: the buckets' order
+    acc["paths"] = [acc["paths"][k] for k in by_path]
+    acc["reviews"] = [acc["reviews"][k] for k in by_path]
+    lab = np.zeros(n_comp, dtype=np.int64)
+    tasks = np.zeros(n_comp, dtype=np.int64)
+    lab[: min(n_comp, acc["labels"].size)] += acc["labels"][:n_comp]
+    tasks[: min(n_comp, acc["tasks"].size)] += acc["tasks"][:n_comp]
+    return {
+        "paths": acc["paths"],
+        "agreements": acc["agreements"],
+        "per_component": (lab, tasks),
+        "n_ties": acc["n_ties"],
+        "n_fallback": acc["n_fallback"],
+        "tasks_with_ok": acc["tasks_with_ok"],
+        "reviews": acc["reviews"],
+        "log_likelihood": math.fsum(acc["lls"]),
+    }
+
+
+@dataclass(frozen=True)
+class HeldDS:
+    """A Dawid–Skene fit over held buckets and its consensus pass, as one job (:func:`fit_ds_held`).
+
+    Attributes
+    ----------
+    n_workers, n_classes, n_tasks : int
+        W, M and the tasks of the buckets.
+    labels_per_worker : numpy.ndarray
+        Labels per worker (the M-step's smoothing, :class:`~crowdflow.skills.dawid_skene.EMParameters`).
+    options : SkillsOptions
+    one_coin : bool
+        One-coin Dawid–Skene (``onecoin_ds``) instead of the full confusion matrices.
+    consensus : dict
+        The consensus pass's arguments (:func:`crowdflow.skills.buckets.ds_consensus`) but the parameters.
+    n_components : int
+        Components of the worker graph (the pass's per-component sums).
+    """
+
+    n_workers: int
+    n_classes: int
+    n_tasks: int
+    labels_per_worker: np.ndarray
+    options: SkillsOptions
+    one_coin: bool
+    consensus: dict[str, Any]
+    n_components: int
+
+
+@dataclass(frozen=True)
+class HeldDSFit:
+    """What :func:`fit_ds_held` returns: per worker the accuracy and the vote weight (W numbers each, never the
+    W·M² parameters), and scalars.
+
+    Attributes
+    ----------
+    accuracy : numpy.ndarray
+        Σ_l q_l π_i(l, l) (full Dawid–Skene) or the coin π_i (one-coin), per worker.
+    weight : numpy.ndarray
+        One-coin: log((M − 1) π_i / (1 − π_i)); full: NaN (no single vote weight).
+    trace : list of float
+        The EM's log-likelihoods (:attr:`EMFit.trace`), then the consensus pass's.
+    iterations : int
+        Evaluations of the EM map.
+    converged : bool
+    passes : int
+        Passes over the buckets, the consensus pass included.
+    timing : dict
+        :meth:`PassTiming.record` and the consensus pass's seconds (``consensus_s``).
+    sums : dict
+        :func:`consensus_pass`'s sums without the per-worker agreements (majority vote's; unused here).
+    """
+
+    accuracy: np.ndarray
+    weight: np.ndarray
+    trace: list[float]
+    iterations: int
+    converged: bool
+    passes: int
+    timing: dict[str, Any]
+    sums: dict[str, Any]
+
+
+def fit_ds_held(executor: MapFn, held: list[Any], job: HeldDS) -> HeldDSFit:
+    """Dawid–Skene over the held buckets (:func:`em_fit`), then its consensus pass (the final E-step writing the
+    consensus parts, :func:`crowdflow.skills.buckets.ds_consensus`), reduced to per-worker accuracies.
+
+    Every W·M² array of the fit (SQUAREM's iterates, the M-step's sums, log π, π) lives in the process that runs
+    this function and only the :class:`HeldDSFit` leaves it: the partitioned fit runs it through
+    :func:`crowdflow.executors.elsewhere`, so with a Dask executor that process is one of the Dask workers and the
+    flow receives 2 W numbers and scalars (docs/scale.md, memory laws). The operations and their order are those of
+    the flow-side fit it replaced, so the skills and the consensus have the same bits."""
+    em = em_fit(
+        held,
+        executor,
+        job.n_workers,
+        job.n_classes,
+        job.n_tasks,
+        job.labels_per_worker,
+        job.options,
+        job.one_coin,
+    )
+    timing = em.timing.record()
+    t_consensus = time.perf_counter()
+    kwargs = {**job.consensus, "log_pi_t": em.table, "log_q": np.log(em.q)}
+    sums = consensus_pass(held, executor, ds_consensus, kwargs, job.n_components)
+    timing["consensus_s"] = round(time.perf_counter() - t_consensus, 3)
+    del kwargs, sums["agreements"]
+    m, pi, q = job.n_classes, em.pi, em.q
+    if job.one_coin:
+        accuracy = pi[:, 0, 0].copy()
+        weight = np.log((m - 1) * accuracy / (1 - accuracy))
+    else:
+        accuracy = np.einsum("l,ill->i", q, pi)
+        weight = np.full(job.n_workers, np.nan)
+    trace = [*em.trace, sums["log_likelihood"]]
+    return HeldDSFit(accuracy, weight, trace, em.iterations, em.converged, em.passes + 1, timing, sums)

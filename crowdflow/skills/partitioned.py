@@ -13,11 +13,15 @@ Dask client's map), returning sums over tasks (docs/scale.md, docs/methods/skill
    * ``pgd``: the rank-one fit of docs/methods/skills.md §2.8 in the flow (it needs only N and C^), then one
      weighted-vote pass writing the consensus;
    * ``ds`` / ``onecoin_ds``: Dawid–Skene EM, one pass per iteration: the workers run the E-step with the
-     broadcast parameters (W·M² numbers) and return the M-step's sums, the flow normalises them into the next
-     parameters; the same stopping rule as the in-memory EM, then a final E-step pass writing the consensus;
+     broadcast parameters (W·M² numbers) and return the M-step's sums, which are normalised into the next
+     parameters; the same stopping rule as the in-memory EM, then a final E-step pass writing the consensus. The
+     EM loop (M-step, SQUAREM) and that pass run as one job where the buckets are
+     (:func:`crowdflow.skills.held_em.fit_ds_held` through :func:`crowdflow.executors.elsewhere`: on Dask, one
+     worker drives the passes), the flow receiving the per-worker accuracies and weights;
    * ``mv``: one majority-vote pass (agreements per worker summed for the accuracy).
 
-Memory in the flow: O(W·M²) without pairs, O(nnz(N) + W·M²) for ``pgd`` — never O(labels) or O(tasks)
+Memory in the flow: O(W·M²) without pairs (on Dask, Dawid–Skene's W·M² arrays in a worker and O(W) in the flow),
+O(nnz(N) + W·M²) for ``pgd`` — never O(labels) or O(tasks)
 (docs/scale.md, memory laws). Bytes moved per pass:
 the parameters out, the sums back. The results equal an in-memory :func:`~crowdflow.skills.fit_skills` on the
 same labels: the counts and the graph exactly, PGD and majority vote exactly (the same statistics and the same
@@ -30,10 +34,8 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import os
 import tempfile
-import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -49,12 +51,11 @@ from crowdflow.contracts.tables import INPUTS
 from crowdflow.executors import (
     MapFn,
     balance,
+    elsewhere,
     fold,
-    held_groups,
     hold,
     holds,
     inline_executor,
-    interleaved,
     on_held,
     on_held_with,
     release,
@@ -78,7 +79,6 @@ from crowdflow.skills.buckets import (
     EncodeArgs,
     SplitSummary,
     codes_by_activity,
-    ds_consensus,
     encode_shared,
     mv_consensus,
     split_labels,
@@ -96,7 +96,7 @@ from crowdflow.skills.fit import (
     worker_table,
 )
 from crowdflow.skills.held import activity_order, pass_bytes, read_codes
-from crowdflow.skills.held_em import em_fit
+from crowdflow.skills.held_em import HeldDS, consensus_pass, fit_ds_held
 from crowdflow.skills.identifiability import active_workers, witness_cycles
 from crowdflow.skills.moments import (
     LabelMoments,
@@ -517,81 +517,11 @@ class PartitionedSkills:
     timing: dict[str, Any] = field(default_factory=dict)
 
 
-def _add_part(acc: dict[str, Any] | None, p: ConsensusPart) -> dict[str, Any]:
-    """Fold one bucket's consensus sums into the flow's (per-worker arrays summed, never one per bucket kept)."""
-    if acc is None:
-        acc = {
-            "paths": [],
-            "agreements": None,
-            "labels": np.zeros(0, np.int64),
-            "tasks": np.zeros(0, np.int64),
-            "n_ties": 0,
-            "n_fallback": 0,
-            "tasks_with_ok": 0,
-            "reviews": [],
-            "lls": [],
-        }
-    acc["paths"].append(p.path)
-    if acc["agreements"] is None:
-        acc["agreements"] = p.agreements.astype(np.float64, copy=True)
-    else:
-        acc["agreements"] += p.agreements
-    for key, part in zip(("labels", "tasks"), p.per_component, strict=True):
-        if part.size > acc[key].size:
-            acc[key] = np.concatenate([acc[key], np.zeros(part.size - acc[key].size, np.int64)])
-        acc[key][: part.size] += part
-    acc["n_ties"] += p.n_ties
-    acc["n_fallback"] += p.n_fallback
-    acc["tasks_with_ok"] += p.tasks_with_ok_worker
-    acc["reviews"].append(p.review)
-    acc["lls"].append(p.log_likelihood)
-    return acc
-
-
-def _with_kwargs(fn: Callable[..., ConsensusPart], codes: Any, kwargs: dict[str, Any]) -> ConsensusPart:
-    return fn(codes, **kwargs)
-
-
 def _consensus_pass(
     enc: EncodedBuckets, executor: MapFn, fn: Callable[..., ConsensusPart], kwargs: dict[str, Any], n_comp: int
 ) -> dict[str, Any]:
-    """One consensus pass over the held buckets: ``fn(codes, **kwargs)`` per bucket, ``kwargs`` shared once (the
-    per-worker arrays, the gold table, the parameters), the buckets submitted in turn from each worker that holds
-    them (:func:`crowdflow.executors.interleaved`) and folded as they complete. Every sum is exact in any order
-    (counts, and agreements that are sums of 0/1), the log-likelihoods are added by ``math.fsum`` (exactly rounded,
-    whatever their order) and the parts' paths and reviews are put back in bucket order: the result of a fold in
-    bucket order, bit for bit."""
-    order = interleaved(held_groups(executor, enc.held))
-    shared = share(executor, kwargs)
-    try:
-        acc = fold(
-            executor,
-            on_held_with(functools.partial(_with_kwargs, fn)),
-            with_shared([enc.held[i] for i in order], shared),
-            _add_part,
-            None,
-        )
-    finally:
-        release(executor, [shared])
-    if acc is None:
-        raise ValueError("no bucket to pass over: the labels are empty")
-    by_path = sorted(range(len(acc["paths"])), key=lambda k: acc["paths"][k])  # part-<bucket>: the buckets' order
-    acc["paths"] = [acc["paths"][k] for k in by_path]
-    acc["reviews"] = [acc["reviews"][k] for k in by_path]
-    lab = np.zeros(n_comp, dtype=np.int64)
-    tasks = np.zeros(n_comp, dtype=np.int64)
-    lab[: min(n_comp, acc["labels"].size)] += acc["labels"][:n_comp]
-    tasks[: min(n_comp, acc["tasks"].size)] += acc["tasks"][:n_comp]
-    return {
-        "paths": acc["paths"],
-        "agreements": acc["agreements"],
-        "per_component": (lab, tasks),
-        "n_ties": acc["n_ties"],
-        "n_fallback": acc["n_fallback"],
-        "tasks_with_ok": acc["tasks_with_ok"],
-        "reviews": acc["reviews"],
-        "log_likelihood": math.fsum(acc["lls"]),
-    }
+    """:func:`crowdflow.skills.held_em.consensus_pass` over ``enc``'s held buckets."""
+    return consensus_pass(enc.held, executor, fn, kwargs, n_comp)
 
 
 def fit_buckets(
@@ -743,39 +673,16 @@ def _fit_buckets(
         )
     else:
         one_coin = o.method == "onecoin_ds"
-        em = em_fit(enc.held, executor, w, m, enc.n_tasks, enc.labels_per_worker, o, one_coin)
-        pi, q, table, ll, it, converged, passes = (
-            em.pi,
-            em.q,
-            em.table,
-            em.trace,
-            em.iterations,
-            em.converged,
-            em.passes,
-        )
-        timing = em.timing.record()
-        t_consensus = time.perf_counter()
-        kwargs = {
-            "out_folder": out_folder,
-            "log_pi_t": table,
-            "log_q": np.log(q),
-            "tie_break": o.tie_break,
-            "seed": o.seed,
-            "ok": ok,
-            **common,
-        }
-        sums = _consensus_pass(enc, executor, ds_consensus, kwargs, graph.n_components)
-        timing["consensus_s"] = round(time.perf_counter() - t_consensus, 3)
+        consensus = {"out_folder": out_folder, "tie_break": o.tie_break, "seed": o.seed, "ok": ok, **common}
+        job = HeldDS(w, m, enc.n_tasks, enc.labels_per_worker, o, one_coin, consensus, graph.n_components)
+        # the EM and its consensus pass run where the buckets are (a Dask worker): the flow receives W accuracies
+        # and weights, never the fit's W·M² arrays (docs/scale.md, memory laws)
+        ds = elsewhere(executor, fit_ds_held, enc.held, job)
+        del job, consensus
+        accuracy, weight, sums, it, converged = ds.accuracy, ds.weight, ds.sums, ds.iterations, ds.converged
+        timing, passes, trace = ds.timing, ds.passes, -np.asarray(ds.trace)
         timing["held_bytes"] = pass_bytes(enc.n_labels, enc.n_tasks, len(enc.buckets), m)
-        passes += 1
-        ll.append(sums["log_likelihood"])
-        trace = -np.asarray(ll)
-        if one_coin:
-            accuracy = pi[:, 0, 0].copy()
-            weight = np.log((m - 1) * accuracy / (1 - accuracy))
-        else:
-            accuracy = np.einsum("l,ill->i", q, pi)
-            weight = np.full(w, np.nan)
+        log.info("%s EM: %d evaluations, converged %s, passes %d: %s", o.method, it, converged, passes, timing)
         skill = (m * accuracy - 1.0) / (m - 1.0)
         if not converged:
             warnings.warn(
