@@ -41,10 +41,20 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from crowdflow.compiled import compiled_kernel, inlined_kernel
+from crowdflow.compiled import compiled_kernel, inlined_kernel, prefetch_read, prefetch_write
 
 #: tasks per block: the block buffer (BLOCK × M doubles) stays in L1
 BLOCK = 256
+#: labels ahead whose table rows a sweep asks the cache for (:func:`crowdflow.compiled.prefetch_read`): past the
+#: second-level cache (W·M² ≳ 6·10⁴ floats, W ≳ 1.5·10⁴ workers at M = 2) every label's log π row and counts row are
+#: a random line of a table in the shared third-level cache or memory, and without the hint the loop waits for each
+#: one. Measured in process on 5·10⁶ labels over 1.9·10⁵ workers (M = 2, one core's CPU time, the held pass of issue
+#: #36 before its blocks): 22 ns a label without, 11 / 7.2 / 7.0 / 7.3 ns at 16 / 32 / 64 / 128 labels ahead; over
+#: 2,000 workers (tables in cache) no change. The hint changes no value (``tests/skills/test_held_binary.py``).
+AHEAD = 48
+#: tables of at most this many floats (log π: 512 KB, with the counts the second-level cache of a core here) are
+#: read without the hint (it cost ~15 % a label over 2,000 workers, where every row is in cache)
+NEAR = 1 << 16
 #: the running product of the normalisers is folded into its logarithm past this value (``dawid_skene._FOLD``)
 _FOLD = 1e250
 
@@ -105,13 +115,12 @@ def fast_exp(x: np.ndarray) -> np.ndarray:
 def _sweep(
     indptr: np.ndarray,
     rows: np.ndarray,
-    worker: np.ndarray,
-    given: np.ndarray,
     lp: np.ndarray,
     lanes: int,
     log_q: np.ndarray,
     gold: np.ndarray,
     one_coin: bool,
+    sums: bool,
     counts: np.ndarray,
     class_sums: np.ndarray,
     hits: np.ndarray,
@@ -123,7 +132,8 @@ def _sweep(
     n_tasks = indptr.size - 1
     store = post_t.shape[1] == n_tasks and n_tasks > 0
     pinned = gold.size > 0
-    counts[:] = 0.0
+    last = rows.size - 1
+    far = lp.size > NEAR and last >= 0
     cs = np.zeros(m)
     buf = np.empty(BLOCK * m)
     ex = np.empty(BLOCK * m)  # the exponents of a block, then their exponentials
@@ -138,6 +148,11 @@ def _sweep(
             for c in range(m):
                 buf[j + c] = 0.0
             for k in range(indptr[t], indptr[t + 1]):
+                if far:  # the rows of the label AHEAD on (a hint: no value changes)
+                    ahead = rows[min(k + AHEAD, last)]
+                    prefetch_read(lp, ahead * m)
+                    if sums:
+                        prefetch_write(counts, ahead // m if one_coin else ahead * m)
                 r = rows[k] * m
                 for c in range(m):
                     buf[j + c] += lp[r + c]
@@ -200,12 +215,13 @@ def _sweep(
             if store:
                 for c in range(m):
                     post_t[c, t] = buf[j + c]
-        if one_coin:
+        if sums and one_coin:
             for t in range(t0, t1):
                 j = (t - t0) * m
                 for k in range(indptr[t], indptr[t + 1]):
-                    counts[worker[k]] += buf[j + given[k]]
-        else:
+                    i = rows[k] // m
+                    counts[i] += buf[j + rows[k] - i * m]
+        elif sums:
             for t in range(t0, t1):
                 j = (t - t0) * m
                 for k in range(indptr[t], indptr[t + 1]):
@@ -220,107 +236,101 @@ def _sweep(
 def _pass2(
     indptr: np.ndarray,
     rows: np.ndarray,
-    worker: np.ndarray,
-    given: np.ndarray,
     lp: np.ndarray,
     log_q: np.ndarray,
     gold: np.ndarray,
     one_coin: bool,
+    sums: bool,
     counts: np.ndarray,
     class_sums: np.ndarray,
     hits: np.ndarray,
     post_t: np.ndarray,
     exact: bool,
 ) -> float:
-    return _sweep(indptr, rows, worker, given, lp, 2, log_q, gold, one_coin, counts, class_sums, hits, post_t, exact)
+    return _sweep(indptr, rows, lp, 2, log_q, gold, one_coin, sums, counts, class_sums, hits, post_t, exact)
 
 
 @compiled_kernel
 def _pass3(
     indptr: np.ndarray,
     rows: np.ndarray,
-    worker: np.ndarray,
-    given: np.ndarray,
     lp: np.ndarray,
     log_q: np.ndarray,
     gold: np.ndarray,
     one_coin: bool,
+    sums: bool,
     counts: np.ndarray,
     class_sums: np.ndarray,
     hits: np.ndarray,
     post_t: np.ndarray,
     exact: bool,
 ) -> float:
-    return _sweep(indptr, rows, worker, given, lp, 3, log_q, gold, one_coin, counts, class_sums, hits, post_t, exact)
+    return _sweep(indptr, rows, lp, 3, log_q, gold, one_coin, sums, counts, class_sums, hits, post_t, exact)
 
 
 @compiled_kernel
 def _pass4(
     indptr: np.ndarray,
     rows: np.ndarray,
-    worker: np.ndarray,
-    given: np.ndarray,
     lp: np.ndarray,
     log_q: np.ndarray,
     gold: np.ndarray,
     one_coin: bool,
+    sums: bool,
     counts: np.ndarray,
     class_sums: np.ndarray,
     hits: np.ndarray,
     post_t: np.ndarray,
     exact: bool,
 ) -> float:
-    return _sweep(indptr, rows, worker, given, lp, 4, log_q, gold, one_coin, counts, class_sums, hits, post_t, exact)
+    return _sweep(indptr, rows, lp, 4, log_q, gold, one_coin, sums, counts, class_sums, hits, post_t, exact)
 
 
 @compiled_kernel
 def _pass5(
     indptr: np.ndarray,
     rows: np.ndarray,
-    worker: np.ndarray,
-    given: np.ndarray,
     lp: np.ndarray,
     log_q: np.ndarray,
     gold: np.ndarray,
     one_coin: bool,
+    sums: bool,
     counts: np.ndarray,
     class_sums: np.ndarray,
     hits: np.ndarray,
     post_t: np.ndarray,
     exact: bool,
 ) -> float:
-    return _sweep(indptr, rows, worker, given, lp, 5, log_q, gold, one_coin, counts, class_sums, hits, post_t, exact)
+    return _sweep(indptr, rows, lp, 5, log_q, gold, one_coin, sums, counts, class_sums, hits, post_t, exact)
 
 
 @compiled_kernel
 def _pass6(
     indptr: np.ndarray,
     rows: np.ndarray,
-    worker: np.ndarray,
-    given: np.ndarray,
     lp: np.ndarray,
     log_q: np.ndarray,
     gold: np.ndarray,
     one_coin: bool,
+    sums: bool,
     counts: np.ndarray,
     class_sums: np.ndarray,
     hits: np.ndarray,
     post_t: np.ndarray,
     exact: bool,
 ) -> float:
-    return _sweep(indptr, rows, worker, given, lp, 6, log_q, gold, one_coin, counts, class_sums, hits, post_t, exact)
+    return _sweep(indptr, rows, lp, 6, log_q, gold, one_coin, sums, counts, class_sums, hits, post_t, exact)
 
 
 @compiled_kernel
 def _pass_any(
     indptr: np.ndarray,
     rows: np.ndarray,
-    worker: np.ndarray,
-    given: np.ndarray,
     lp: np.ndarray,
     log_q: np.ndarray,
     gold: np.ndarray,
     one_coin: bool,
+    sums: bool,
     counts: np.ndarray,
     class_sums: np.ndarray,
     hits: np.ndarray,
@@ -328,7 +338,7 @@ def _pass_any(
     exact: bool,
 ) -> float:
     m = log_q.size
-    return _sweep(indptr, rows, worker, given, lp, m, log_q, gold, one_coin, counts, class_sums, hits, post_t, exact)
+    return _sweep(indptr, rows, lp, m, log_q, gold, one_coin, sums, counts, class_sums, hits, post_t, exact)
 
 
 #: one compiled kernel a class count (each compiles, once, on first use: a cold compile is paid for the M a user
@@ -339,8 +349,6 @@ _PASSES = {2: _pass2, 3: _pass3, 4: _pass4, 5: _pass5, 6: _pass6}
 def fused_pass(
     indptr: np.ndarray,
     rows: np.ndarray,
-    worker: np.ndarray,
-    given: np.ndarray,
     lp: np.ndarray,
     log_q: np.ndarray,
     gold: np.ndarray,
@@ -350,16 +358,22 @@ def fused_pass(
     hits: np.ndarray,
     post_t: np.ndarray,
     exact: bool = False,
+    add: bool = False,
+    sums: bool = True,
 ) -> float:
     """One E-step and the M-step's sums in one sweep (module docstring); returns the observed-data log-likelihood.
 
+    The one sweep of both Dawid–Skene EM paths: the in-memory map (``dawid_skene._EMMap``) and a held bucket's pass
+    (:mod:`crowdflow.skills.held`, which adds into one counts array over a worker's buckets, ``add``).
+
     Parameters
     ----------
-    indptr, rows, worker, given : numpy.ndarray
-        The labels grouped by task (``dawid_skene._label_arrays``): task t owns ``indptr[t]:indptr[t + 1]``,
-        ``rows = worker · M + given``.
+    indptr, rows : numpy.ndarray
+        The labels grouped by task (``dawid_skene._label_arrays``, or a held bucket's ``indptr`` and ``code``): task
+        t owns ``indptr[t]:indptr[t + 1]``, ``rows = worker · M + given`` (int32 or int64).
     lp : numpy.ndarray
-        ``lp[(i·M + y)·M + l] = log π_i[l, y]`` (:func:`log_lanes`).
+        ``lp[(i·M + y)·M + l] = log π_i[l, y]`` (:func:`log_lanes`). Past :data:`NEAR` floats the sweep asks the
+        cache for the rows of the label :data:`AHEAD` places on (a hint: the same values).
     log_q : numpy.ndarray
         log q (length M).
     gold : numpy.ndarray
@@ -369,17 +383,20 @@ def fused_pass(
         Sums of the one-coin model (S_i = Σ_{labels of i} T_{t, Y_it} into ``counts``, length W) instead of the
         full model's G (``counts[(i·M + m)·M + l]``, length W·M²).
     counts, class_sums, hits : numpy.ndarray
-        Outputs (overwritten): the M-step's sums, Σ_t T_tl, the gold hits.
+        Outputs: the M-step's sums (zeroed first unless ``add``: then each label's terms are added to what
+        ``counts`` holds, in label order), Σ_t T_tl (summed in task order) and the gold hits (overwritten).
     post_t : numpy.ndarray
         M × T to receive the posteriors, or an empty (M, 0) array to skip writing them.
     exact : bool
         libm's ``exp`` (the reference kernels' bits) instead of the vectorised :func:`_exp_block` (relative error
         ≤ 2.5e-16: the default, docs/methods/skills.md §7.2).
+    sums : bool
+        False: the E-step alone (posteriors, class sums, log-likelihood); ``counts`` is not read nor written.
     """
+    if sums and not add:
+        counts[:] = 0.0
     kernel = _PASSES.get(log_q.size, _pass_any)
-    return float(
-        kernel(indptr, rows, worker, given, lp, log_q, gold, one_coin, counts, class_sums, hits, post_t, bool(exact))
-    )
+    return float(kernel(indptr, rows, lp, log_q, gold, one_coin, sums, counts, class_sums, hits, post_t, bool(exact)))
 
 
 #: labels from which the in-memory map sweeps in two halves (:class:`Halves`): a rule on the input's size only, so the
@@ -427,8 +444,6 @@ class Halves:
         self,
         indptr: np.ndarray,
         rows: np.ndarray,
-        worker: np.ndarray,
-        given: np.ndarray,
         lp: np.ndarray,
         log_q: np.ndarray,
         gold: np.ndarray,
@@ -447,8 +462,6 @@ class Halves:
             return fused_pass(
                 indptr[lo : hi + 1],
                 rows,
-                worker,
-                given,
                 lp,
                 log_q,
                 gold[lo:hi] if gold.size else gold,
