@@ -51,7 +51,7 @@ BLOCK = 256
 #: one. Measured in process on 5·10⁶ labels over 1.9·10⁵ workers (M = 2, one core's CPU time, the held pass of issue
 #: #36 before its blocks): 22 ns a label without, 11 / 7.2 / 7.0 / 7.3 ns at 16 / 32 / 64 / 128 labels ahead; over
 #: 2,000 workers (tables in cache) no change. The hint changes no value (``tests/skills/test_held_binary.py``).
-AHEAD = 48
+AHEAD = 128
 #: tables of at most this many floats (log π: 512 KB, with the counts the second-level cache of a core here) are
 #: read without the hint (it cost ~15 % a label over 2,000 workers, where every row is in cache)
 NEAR = 1 << 16
@@ -139,21 +139,46 @@ def _sweep(
     ex = np.empty(BLOCK * m)  # the exponents of a block, then their exponentials
     scale = np.empty(BLOCK * m)
     tops = np.empty(BLOCK)
+    zs = np.empty(BLOCK)
+    widest = 0
+    for t0 in range(0, n_tasks, BLOCK):
+        widest = max(widest, indptr[min(n_tasks, t0 + BLOCK)] - indptr[t0])
+    tid = np.empty(widest + 1, dtype=np.int32)  # a block's labels' task (in the block)
     shift, prod = 0.0, 1.0
     n_hit = 0
     for t0 in range(0, n_tasks, BLOCK):
         t1 = min(n_tasks, t0 + BLOCK)
-        for t in range(t0, t1):
-            j = (t - t0) * m
-            for c in range(m):
-                buf[j + c] = 0.0
-            for k in range(indptr[t], indptr[t + 1]):
-                if far:  # the rows of the label AHEAD on (a hint: no value changes)
-                    ahead = rows[min(k + AHEAD, last)]
-                    prefetch_read(lp, ahead * m)
-                    if sums:
-                        prefetch_write(counts, ahead // m if one_coin else ahead * m)
-                r = rows[k] * m
+        base, n_lab = indptr[t0], indptr[t1] - indptr[t0]
+        # the task of each label, without a loop per task (whose exit, at 3-7 labels a task, is a mispredicted
+        # branch a task): a mark at each task's first label, then their running count
+        for i in range(n_lab + 1):
+            tid[i] = 0
+        for t in range(t0 + 1, t1):
+            tid[indptr[t] - base] += 1
+        run = 0
+        for i in range(n_lab):
+            run += tid[i]
+            tid[i] = run
+        for j in range((t1 - t0) * m):
+            buf[j] = 0.0
+        prev, s0, s1 = -1, 0.0, 0.0
+        for i in range(n_lab):  # each task's sums in label order
+            k = base + i
+            if far:  # the rows of the label AHEAD on (a hint: no value changes)
+                ahead = rows[min(k + AHEAD, last)]
+                prefetch_read(lp, ahead * m)
+                if sums:
+                    prefetch_write(counts, ahead // m if one_coin else ahead * m)
+            r = rows[k] * m
+            j = tid[i] * m
+            if m == 2:  # the two sums in registers, restarted at a task's first label (no chain through memory)
+                first = tid[i] != prev
+                prev = tid[i]
+                s0 = (0.0 if first else s0) + lp[r]
+                s1 = (0.0 if first else s1) + lp[r + 1]
+                buf[j] = s0
+                buf[j + 1] = s1
+            else:
                 for c in range(m):
                     buf[j + c] += lp[r + c]
         # the exponents: M = 2, −|ℓ₁ − ℓ₀| (dawid_skene._normalise_binary); else ℓ_tl − max_l ℓ_tl (_e_step)
@@ -177,18 +202,17 @@ def _sweep(
                 ex[s] = np.exp(ex[s])
         else:
             _exp_block(ex, n_blk, scale)
-        for t in range(t0, t1):
+        for t in range(t0, t1):  # no value carried from task to task: the compiler may vectorise it
             j = (t - t0) * m
             if m == 2:  # dawid_skene._normalise_binary
                 a, b = buf[j], buf[j + 1]
-                top = max(a, b)
+                tops[t - t0] = max(a, b)
                 e = ex[t - t0]
                 z = 1.0 + e
                 hi, lo = 1.0 / z, e / z
                 buf[j] = hi if a >= b else lo
                 buf[j + 1] = lo if a >= b else hi
             else:  # dawid_skene._e_step's normalisation
-                top = tops[t - t0]
                 z = 0.0
                 for c in range(m):
                     z += ex[j + c]
@@ -199,35 +223,40 @@ def _sweep(
                     inv = 1.0 / z
                     for c in range(m):
                         buf[j + c] = ex[j + c] * inv
-            prod *= z  # dawid_skene._fold
+            zs[t - t0] = z
+        for t in range(t0, t1):  # dawid_skene._fold, in task order
+            prod *= zs[t - t0]
             if prod > _FOLD:
-                shift, prod = shift + top + math.log(prod), 1.0
+                shift, prod = shift + tops[t - t0] + math.log(prod), 1.0
             else:
-                shift = shift + top
+                shift = shift + tops[t - t0]
             if pinned and gold[t] >= 0:  # _EMMap.pin
+                j = (t - t0) * m
                 hits[n_hit] = buf[j + gold[t]]
                 n_hit += 1
                 for c in range(m):
                     buf[j + c] = 0.0
                 buf[j + gold[t]] = 1.0
-            for c in range(m):
-                cs[c] += buf[j + c]
-            if store:
+        for c in range(m):  # Σ_t T_tl in task order, in a register
+            acc = cs[c]
+            for j in range(c, (t1 - t0) * m, m):
+                acc += buf[j]
+            cs[c] = acc
+        if store:
+            for t in range(t0, t1):
                 for c in range(m):
-                    post_t[c, t] = buf[j + c]
+                    post_t[c, t] = buf[(t - t0) * m + c]
         if sums and one_coin:
-            for t in range(t0, t1):
-                j = (t - t0) * m
-                for k in range(indptr[t], indptr[t + 1]):
-                    i = rows[k] // m
-                    counts[i] += buf[j + rows[k] - i * m]
+            for i in range(n_lab):
+                r = rows[base + i]
+                w = r // m
+                counts[w] += buf[tid[i] * m + r - w * m]
         elif sums:
-            for t in range(t0, t1):
-                j = (t - t0) * m
-                for k in range(indptr[t], indptr[t + 1]):
-                    r = rows[k] * m
-                    for c in range(m):
-                        counts[r + c] += buf[j + c]
+            for i in range(n_lab):
+                r = rows[base + i] * m
+                j = tid[i] * m
+                for c in range(m):
+                    counts[r + c] += buf[j + c]
     class_sums[:] = cs
     return shift + math.log(prod)
 
