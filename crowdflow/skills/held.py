@@ -7,18 +7,21 @@ on every pass with any other executor). What is held is :class:`HeldCodes`: per 
 label one ``int32`` code ``r = worker · M + class``, about ``4 + 4/k̄`` bytes a label (k̄ labels per task) instead of
 the 9 of separate task, worker and class columns, and nothing per task beyond the offset.
 
-Every EM iteration is one compiled loop per bucket (:func:`em_sums`): for each task the E-step
-ℓ_l = log q_l + Σ_{labels (i, m)} log π_i[l, m], its posterior T_t· (kept in registers, never stored), and at once
-the M-step's sums G_i[l, m] += T_tl (or, one-coin, p_i += T_{t,m}), Σ_t T_tl and the log-likelihood. Only the
+Every EM iteration is one compiled sweep per bucket (:func:`em_sums`): for each task the E-step
+ℓ_l = log q_l + Σ_{labels (i, m)} log π_i[l, m], its posterior T_t· (in a block buffer of 256 tasks, never stored),
+and the M-step's sums G_i[l, m] += T_tl (or, one-coin, p_i += T_{t,m}), Σ_t T_tl and the log-likelihood. Only the
 W·M² (or W) sums, M class sums and one float go back to the flow (docs/methods/skills.md §7.2).
 
-Every sum runs in the order of the in-memory kernels (``crowdflow.skills.dawid_skene``): per task the labels in
-(task, worker) order, per cell of G the labels in bucket order, the same normalisation and the same folded
-log-likelihood; so a bucket's G, p and log-likelihood equal the former disk-reading pass bit for bit, and Σ_t T_tl
-(summed here with a compensated sum, there by numpy's pairwise sum) to a few units in the last place.
+The sweep is the in-memory EM map's (:func:`crowdflow.skills.fused_em.fused_pass`, one rule in one place) with its
+default, vectorised exponential: a bucket's posteriors, G, p, class sums and log-likelihood are the bits of the
+in-memory map's sweep on the same labels (``tests/skills/test_held_binary.py``), each sum in the same order (per
+task the labels in (task, worker) order, per cell of G the labels in bucket order, Σ_t T_tl in task order). Until
+session 22 the held passes had their own kernels with libm's ``exp`` (the in-memory ``exact`` mode's posteriors)
+and took the class sums by numpy's pairwise sum over stored posteriors: their fits differ from these in the last
+bits (docs/scale.md).
 
-Bytes per pass: ``4·(labels + tasks + 1)`` read per bucket, ``8·M·tasks`` written and read for the class sums,
-plus the W·M² tables, which stay in cache for W·M² ≲ 10⁶ (:func:`pass_bytes`; docs/scale.md, the bandwidth limit).
+Bytes per pass: ``4·(labels + tasks + 1)`` read per bucket, plus the W·M² tables, which stay in cache for
+W·M² ≲ 10⁶ (:func:`pass_bytes`; docs/scale.md, the bandwidth limit); no posterior is written.
 """
 
 from __future__ import annotations
@@ -175,13 +178,15 @@ def _global_counts(local: np.ndarray, order: np.ndarray | None) -> np.ndarray:
 
 
 def pass_bytes(n_labels: int, n_tasks: int, n_buckets: int, n_classes: int) -> int:
-    """Bytes one EM pass moves: an int32 code a label and an int32 offset a task (+1 a bucket) read, the posteriors
-    (M float64 a task) written and read once for the class sums.
+    """Bytes one EM pass reads: an int32 code a label and an int32 offset a task (+1 a bucket).
 
-    The W·M² tables (read and added to) are not counted: they stay in cache for W·M² ≲ 10⁶. The bandwidth limit of a
-    pass is this over the measured read bandwidth (docs/scale.md).
+    The posteriors stay in the sweep's block buffer (nothing a task is written; until session 22 the pass wrote
+    and read M float64 a task for the class sums, which this counted). The W·M² tables (read and added to) are not
+    counted: they stay in cache for W·M² ≲ 10⁶. The bandwidth limit of a pass is this over the measured read
+    bandwidth (docs/scale.md). ``n_classes`` is kept for the callers: the bytes do not depend on it.
     """
-    return 4 * int(n_labels) + 4 * (int(n_tasks) + int(n_buckets)) + 2 * 8 * int(n_classes) * int(n_tasks)
+    del n_classes
+    return 4 * int(n_labels) + 4 * (int(n_tasks) + int(n_buckets))
 
 
 @dataclass(frozen=True)
@@ -282,8 +287,8 @@ def em_sums(codes: HeldCodes, shared: EMShared, scratch: np.ndarray | None = Non
     """One fused E- and M-step pass over a held bucket (module docstring), its sums from zero in the run's worker
     order (ranked codes, :func:`by_activity`, run on the table in rank order and give the same bits).
 
-    ``scratch`` (at least M·T_b floats) is a work array to reuse; the posteriors' class sums are taken over a
-    C-contiguous (M, T_b) view of it: the same bits as over a new array.
+    ``scratch`` (at least M·T_b floats) is a work array to reuse on the initialising pass (the majority-vote
+    fractions' class sums are taken over a C-contiguous (M, T_b) view of it: the same bits as over a new array).
     """
     counts = np.zeros(_counts_size(shared, codes.n_classes))
     s = _em_local(codes, _local_table(shared.tab, codes.order), shared, counts, scratch)
@@ -296,7 +301,7 @@ def em_sums_group(group: list[HeldCodes], shared: EMShared) -> BucketSums:
 
     Every bucket adds its label terms to one counts array (W·M²), zeroed once a pass: each cell of G is the sum of
     its labels' terms in the order of the group's buckets, as one pass over the buckets laid end to end would give
-    (``tests/skills/test_held_binary.py``); the class sums are each bucket's (numpy's sum) added in order, the
+    (``tests/skills/test_held_binary.py``); the class sums are each bucket's added in order, the
     log-likelihood ``math.fsum`` of the buckets'. (Until issue #36's pass work each bucket's counts were made from
     zero and added to the total: at W = 2·10⁵ that zeroing and adding moved ~25 MB a bucket, more than its 6 MB of
     codes, and pushed the log π table out of the cache; the cells now differ from those sums in the last bits.)
@@ -311,7 +316,7 @@ def em_sums_group(group: list[HeldCodes], shared: EMShared) -> BucketSums:
     if any((-1 if c.order is None else c.order.size) != size for c in group):
         raise ValueError("the buckets of one EM task must share one worker numbering")
     tab = _local_table(shared.tab, order)
-    scratch = np.empty(m * max(codes.n_tasks for codes in group))
+    scratch = np.empty(m * max(codes.n_tasks for codes in group)) if shared.tab.size == 0 else None
     counts = np.zeros(_counts_size(shared, m))
     class_sums, n_tasks, lls, kernel_s = np.zeros(m), 0, [], 0.0
     for k, codes in enumerate(group):
