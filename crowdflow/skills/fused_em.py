@@ -26,6 +26,11 @@ polynomial :func:`_exp_block` (relative error ≤ 2.5e-16, vectorised by the com
 within a few ulps of the reference; the fits' bound (against the fit run to 1e-10) is stated and tested in
 docs/methods/skills.md §7.2.
 
+**Both EM paths run it.** The partitioned fit's pass over a held bucket (:mod:`crowdflow.skills.held`) is this sweep
+on the bucket's int32 codes, adding into one counts array over a Dask worker's buckets (``add``) or, for the
+consensus, the E-step alone (``sums=False``): a bucket's posteriors and sums are the in-memory default's bits on the
+same labels (one rule in one place; issue #36, session 22).
+
 **Why it is faster.** The posteriors never leave a block buffer (L1-resident) and the labels are read twice per
 evaluation, not 2M + 1 times; the inner loops over the classes have a compile-time trip count for M ≤ 6
 (one compiled specialisation each, compiled on first use), so a label's M terms are one vector load and add. At
@@ -50,7 +55,9 @@ BLOCK = 256
 #: a random line of a table in the shared third-level cache or memory, and without the hint the loop waits for each
 #: one. Measured in process on 5·10⁶ labels over 1.9·10⁵ workers (M = 2, one core's CPU time, the held pass of issue
 #: #36 before its blocks): 22 ns a label without, 11 / 7.2 / 7.0 / 7.3 ns at 16 / 32 / 64 / 128 labels ahead; over
-#: 2,000 workers (tables in cache) no change. The hint changes no value (``tests/skills/test_held_binary.py``).
+#: 2,000 workers (tables in cache) no change. This sweep walks its labels faster, so further ahead: the two-class
+#: sweep over 2·10⁵ workers (5·10⁶ labels, CPU, load 6.5) 5.3 / 5.3 / 4.75 / 4.9 ns a label at 48 / 96 / 128 / 256.
+#: The hint changes no value (``tests/skills/test_held_binary.py``).
 AHEAD = 128
 #: tables of at most this many floats (log π: 512 KB, with the counts the second-level cache of a core here) are
 #: read without the hint (it cost ~15 % a label over 2,000 workers, where every row is in cache)
