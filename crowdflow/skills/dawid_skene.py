@@ -642,8 +642,6 @@ class _EMMap:
             sweep(
                 self.indptr,
                 self.rows,
-                self.worker,
-                self.given,
                 self.lp,
                 self.log_q,
                 self.gold,

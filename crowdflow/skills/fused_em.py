@@ -26,6 +26,11 @@ polynomial :func:`_exp_block` (relative error ≤ 2.5e-16, vectorised by the com
 within a few ulps of the reference; the fits' bound (against the fit run to 1e-10) is stated and tested in
 docs/methods/skills.md §7.2.
 
+**Both EM paths run it.** The partitioned fit's pass over a held bucket (:mod:`crowdflow.skills.held`) is this sweep
+on the bucket's int32 codes, adding into one counts array over a Dask worker's buckets (``add``) or, for the
+consensus, the E-step alone (``sums=False``): a bucket's posteriors and sums are the in-memory default's bits on the
+same labels (one rule in one place; issue #36, session 22).
+
 **Why it is faster.** The posteriors never leave a block buffer (L1-resident) and the labels are read twice per
 evaluation, not 2M + 1 times; the inner loops over the classes have a compile-time trip count for M ≤ 6
 (one compiled specialisation each, compiled on first use), so a label's M terms are one vector load and add. At
@@ -41,10 +46,22 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from crowdflow.compiled import compiled_kernel, inlined_kernel
+from crowdflow.compiled import compiled_kernel, inlined_kernel, prefetch_read, prefetch_write
 
 #: tasks per block: the block buffer (BLOCK × M doubles) stays in L1
 BLOCK = 256
+#: labels ahead whose table rows a sweep asks the cache for (:func:`crowdflow.compiled.prefetch_read`): past the
+#: second-level cache (W·M² ≳ 6·10⁴ floats, W ≳ 1.5·10⁴ workers at M = 2) every label's log π row and counts row are
+#: a random line of a table in the shared third-level cache or memory, and without the hint the loop waits for each
+#: one. Measured in process on 5·10⁶ labels over 1.9·10⁵ workers (M = 2, one core's CPU time, the held pass of issue
+#: #36 before its blocks): 22 ns a label without, 11 / 7.2 / 7.0 / 7.3 ns at 16 / 32 / 64 / 128 labels ahead; over
+#: 2,000 workers (tables in cache) no change. This sweep walks its labels faster, so further ahead: the two-class
+#: sweep over 2·10⁵ workers (5·10⁶ labels, CPU, load 6.5) 5.3 / 5.3 / 4.75 / 4.9 ns a label at 48 / 96 / 128 / 256.
+#: The hint changes no value (``tests/skills/test_held_binary.py``).
+AHEAD = 128
+#: tables of at most this many floats (log π: 512 KB, with the counts the second-level cache of a core here) are
+#: read without the hint (it cost ~15 % a label over 2,000 workers, where every row is in cache)
+NEAR = 1 << 16
 #: the running product of the normalisers is folded into its logarithm past this value (``dawid_skene._FOLD``)
 _FOLD = 1e250
 
@@ -105,13 +122,12 @@ def fast_exp(x: np.ndarray) -> np.ndarray:
 def _sweep(
     indptr: np.ndarray,
     rows: np.ndarray,
-    worker: np.ndarray,
-    given: np.ndarray,
     lp: np.ndarray,
     lanes: int,
     log_q: np.ndarray,
     gold: np.ndarray,
     one_coin: bool,
+    sums: bool,
     counts: np.ndarray,
     class_sums: np.ndarray,
     hits: np.ndarray,
@@ -123,22 +139,53 @@ def _sweep(
     n_tasks = indptr.size - 1
     store = post_t.shape[1] == n_tasks and n_tasks > 0
     pinned = gold.size > 0
-    counts[:] = 0.0
+    last = rows.size - 1
+    far = lp.size > NEAR and last >= 0
     cs = np.zeros(m)
     buf = np.empty(BLOCK * m)
     ex = np.empty(BLOCK * m)  # the exponents of a block, then their exponentials
     scale = np.empty(BLOCK * m)
     tops = np.empty(BLOCK)
+    zs = np.empty(BLOCK)
+    widest = 0
+    for t0 in range(0, n_tasks, BLOCK):
+        widest = max(widest, indptr[min(n_tasks, t0 + BLOCK)] - indptr[t0])
+    tid = np.empty(widest + 1, dtype=np.int32)  # a block's labels' task (in the block)
     shift, prod = 0.0, 1.0
     n_hit = 0
     for t0 in range(0, n_tasks, BLOCK):
         t1 = min(n_tasks, t0 + BLOCK)
-        for t in range(t0, t1):
-            j = (t - t0) * m
-            for c in range(m):
-                buf[j + c] = 0.0
-            for k in range(indptr[t], indptr[t + 1]):
-                r = rows[k] * m
+        base, n_lab = indptr[t0], indptr[t1] - indptr[t0]
+        # the task of each label, without a loop per task (whose exit, at 3-7 labels a task, is a mispredicted
+        # branch a task): a mark at each task's first label, then their running count
+        for i in range(n_lab + 1):
+            tid[i] = 0
+        for t in range(t0 + 1, t1):
+            tid[indptr[t] - base] += 1
+        run = 0
+        for i in range(n_lab):
+            run += tid[i]
+            tid[i] = run
+        for j in range((t1 - t0) * m):
+            buf[j] = 0.0
+        prev, s0, s1 = -1, 0.0, 0.0
+        for i in range(n_lab):  # each task's sums in label order
+            k = base + i
+            if far:  # the rows of the label AHEAD on (a hint: no value changes)
+                ahead = rows[min(k + AHEAD, last)]
+                prefetch_read(lp, ahead * m)
+                if sums:
+                    prefetch_write(counts, ahead // m if one_coin else ahead * m)
+            r = rows[k] * m
+            j = tid[i] * m
+            if m == 2:  # the two sums in registers, restarted at a task's first label (no chain through memory)
+                first = tid[i] != prev
+                prev = tid[i]
+                s0 = (0.0 if first else s0) + lp[r]
+                s1 = (0.0 if first else s1) + lp[r + 1]
+                buf[j] = s0
+                buf[j + 1] = s1
+            else:
                 for c in range(m):
                     buf[j + c] += lp[r + c]
         # the exponents: M = 2, −|ℓ₁ − ℓ₀| (dawid_skene._normalise_binary); else ℓ_tl − max_l ℓ_tl (_e_step)
@@ -162,18 +209,17 @@ def _sweep(
                 ex[s] = np.exp(ex[s])
         else:
             _exp_block(ex, n_blk, scale)
-        for t in range(t0, t1):
+        for t in range(t0, t1):  # no value carried from task to task: the compiler may vectorise it
             j = (t - t0) * m
             if m == 2:  # dawid_skene._normalise_binary
                 a, b = buf[j], buf[j + 1]
-                top = max(a, b)
+                tops[t - t0] = max(a, b)
                 e = ex[t - t0]
                 z = 1.0 + e
                 hi, lo = 1.0 / z, e / z
                 buf[j] = hi if a >= b else lo
                 buf[j + 1] = lo if a >= b else hi
             else:  # dawid_skene._e_step's normalisation
-                top = tops[t - t0]
                 z = 0.0
                 for c in range(m):
                     z += ex[j + c]
@@ -184,34 +230,40 @@ def _sweep(
                     inv = 1.0 / z
                     for c in range(m):
                         buf[j + c] = ex[j + c] * inv
-            prod *= z  # dawid_skene._fold
+            zs[t - t0] = z
+        for t in range(t0, t1):  # dawid_skene._fold, in task order
+            prod *= zs[t - t0]
             if prod > _FOLD:
-                shift, prod = shift + top + math.log(prod), 1.0
+                shift, prod = shift + tops[t - t0] + math.log(prod), 1.0
             else:
-                shift = shift + top
+                shift = shift + tops[t - t0]
             if pinned and gold[t] >= 0:  # _EMMap.pin
+                j = (t - t0) * m
                 hits[n_hit] = buf[j + gold[t]]
                 n_hit += 1
                 for c in range(m):
                     buf[j + c] = 0.0
                 buf[j + gold[t]] = 1.0
-            for c in range(m):
-                cs[c] += buf[j + c]
-            if store:
+        for c in range(m):  # Σ_t T_tl in task order, in a register
+            acc = cs[c]
+            for j in range(c, (t1 - t0) * m, m):
+                acc += buf[j]
+            cs[c] = acc
+        if store:
+            for t in range(t0, t1):
                 for c in range(m):
-                    post_t[c, t] = buf[j + c]
-        if one_coin:
-            for t in range(t0, t1):
-                j = (t - t0) * m
-                for k in range(indptr[t], indptr[t + 1]):
-                    counts[worker[k]] += buf[j + given[k]]
-        else:
-            for t in range(t0, t1):
-                j = (t - t0) * m
-                for k in range(indptr[t], indptr[t + 1]):
-                    r = rows[k] * m
-                    for c in range(m):
-                        counts[r + c] += buf[j + c]
+                    post_t[c, t] = buf[(t - t0) * m + c]
+        if sums and one_coin:
+            for i in range(n_lab):
+                r = rows[base + i]
+                w = r // m
+                counts[w] += buf[tid[i] * m + r - w * m]
+        elif sums:
+            for i in range(n_lab):
+                r = rows[base + i] * m
+                j = tid[i] * m
+                for c in range(m):
+                    counts[r + c] += buf[j + c]
     class_sums[:] = cs
     return shift + math.log(prod)
 
@@ -220,107 +272,101 @@ def _sweep(
 def _pass2(
     indptr: np.ndarray,
     rows: np.ndarray,
-    worker: np.ndarray,
-    given: np.ndarray,
     lp: np.ndarray,
     log_q: np.ndarray,
     gold: np.ndarray,
     one_coin: bool,
+    sums: bool,
     counts: np.ndarray,
     class_sums: np.ndarray,
     hits: np.ndarray,
     post_t: np.ndarray,
     exact: bool,
 ) -> float:
-    return _sweep(indptr, rows, worker, given, lp, 2, log_q, gold, one_coin, counts, class_sums, hits, post_t, exact)
+    return _sweep(indptr, rows, lp, 2, log_q, gold, one_coin, sums, counts, class_sums, hits, post_t, exact)
 
 
 @compiled_kernel
 def _pass3(
     indptr: np.ndarray,
     rows: np.ndarray,
-    worker: np.ndarray,
-    given: np.ndarray,
     lp: np.ndarray,
     log_q: np.ndarray,
     gold: np.ndarray,
     one_coin: bool,
+    sums: bool,
     counts: np.ndarray,
     class_sums: np.ndarray,
     hits: np.ndarray,
     post_t: np.ndarray,
     exact: bool,
 ) -> float:
-    return _sweep(indptr, rows, worker, given, lp, 3, log_q, gold, one_coin, counts, class_sums, hits, post_t, exact)
+    return _sweep(indptr, rows, lp, 3, log_q, gold, one_coin, sums, counts, class_sums, hits, post_t, exact)
 
 
 @compiled_kernel
 def _pass4(
     indptr: np.ndarray,
     rows: np.ndarray,
-    worker: np.ndarray,
-    given: np.ndarray,
     lp: np.ndarray,
     log_q: np.ndarray,
     gold: np.ndarray,
     one_coin: bool,
+    sums: bool,
     counts: np.ndarray,
     class_sums: np.ndarray,
     hits: np.ndarray,
     post_t: np.ndarray,
     exact: bool,
 ) -> float:
-    return _sweep(indptr, rows, worker, given, lp, 4, log_q, gold, one_coin, counts, class_sums, hits, post_t, exact)
+    return _sweep(indptr, rows, lp, 4, log_q, gold, one_coin, sums, counts, class_sums, hits, post_t, exact)
 
 
 @compiled_kernel
 def _pass5(
     indptr: np.ndarray,
     rows: np.ndarray,
-    worker: np.ndarray,
-    given: np.ndarray,
     lp: np.ndarray,
     log_q: np.ndarray,
     gold: np.ndarray,
     one_coin: bool,
+    sums: bool,
     counts: np.ndarray,
     class_sums: np.ndarray,
     hits: np.ndarray,
     post_t: np.ndarray,
     exact: bool,
 ) -> float:
-    return _sweep(indptr, rows, worker, given, lp, 5, log_q, gold, one_coin, counts, class_sums, hits, post_t, exact)
+    return _sweep(indptr, rows, lp, 5, log_q, gold, one_coin, sums, counts, class_sums, hits, post_t, exact)
 
 
 @compiled_kernel
 def _pass6(
     indptr: np.ndarray,
     rows: np.ndarray,
-    worker: np.ndarray,
-    given: np.ndarray,
     lp: np.ndarray,
     log_q: np.ndarray,
     gold: np.ndarray,
     one_coin: bool,
+    sums: bool,
     counts: np.ndarray,
     class_sums: np.ndarray,
     hits: np.ndarray,
     post_t: np.ndarray,
     exact: bool,
 ) -> float:
-    return _sweep(indptr, rows, worker, given, lp, 6, log_q, gold, one_coin, counts, class_sums, hits, post_t, exact)
+    return _sweep(indptr, rows, lp, 6, log_q, gold, one_coin, sums, counts, class_sums, hits, post_t, exact)
 
 
 @compiled_kernel
 def _pass_any(
     indptr: np.ndarray,
     rows: np.ndarray,
-    worker: np.ndarray,
-    given: np.ndarray,
     lp: np.ndarray,
     log_q: np.ndarray,
     gold: np.ndarray,
     one_coin: bool,
+    sums: bool,
     counts: np.ndarray,
     class_sums: np.ndarray,
     hits: np.ndarray,
@@ -328,7 +374,7 @@ def _pass_any(
     exact: bool,
 ) -> float:
     m = log_q.size
-    return _sweep(indptr, rows, worker, given, lp, m, log_q, gold, one_coin, counts, class_sums, hits, post_t, exact)
+    return _sweep(indptr, rows, lp, m, log_q, gold, one_coin, sums, counts, class_sums, hits, post_t, exact)
 
 
 #: one compiled kernel a class count (each compiles, once, on first use: a cold compile is paid for the M a user
@@ -339,8 +385,6 @@ _PASSES = {2: _pass2, 3: _pass3, 4: _pass4, 5: _pass5, 6: _pass6}
 def fused_pass(
     indptr: np.ndarray,
     rows: np.ndarray,
-    worker: np.ndarray,
-    given: np.ndarray,
     lp: np.ndarray,
     log_q: np.ndarray,
     gold: np.ndarray,
@@ -350,16 +394,22 @@ def fused_pass(
     hits: np.ndarray,
     post_t: np.ndarray,
     exact: bool = False,
+    add: bool = False,
+    sums: bool = True,
 ) -> float:
     """One E-step and the M-step's sums in one sweep (module docstring); returns the observed-data log-likelihood.
 
+    The one sweep of both Dawid–Skene EM paths: the in-memory map (``dawid_skene._EMMap``) and a held bucket's pass
+    (:mod:`crowdflow.skills.held`, which adds into one counts array over a worker's buckets, ``add``).
+
     Parameters
     ----------
-    indptr, rows, worker, given : numpy.ndarray
-        The labels grouped by task (``dawid_skene._label_arrays``): task t owns ``indptr[t]:indptr[t + 1]``,
-        ``rows = worker · M + given``.
+    indptr, rows : numpy.ndarray
+        The labels grouped by task (``dawid_skene._label_arrays``, or a held bucket's ``indptr`` and ``code``): task
+        t owns ``indptr[t]:indptr[t + 1]``, ``rows = worker · M + given`` (int32 or int64).
     lp : numpy.ndarray
-        ``lp[(i·M + y)·M + l] = log π_i[l, y]`` (:func:`log_lanes`).
+        ``lp[(i·M + y)·M + l] = log π_i[l, y]`` (:func:`log_lanes`). Past :data:`NEAR` floats the sweep asks the
+        cache for the rows of the label :data:`AHEAD` places on (a hint: the same values).
     log_q : numpy.ndarray
         log q (length M).
     gold : numpy.ndarray
@@ -369,17 +419,20 @@ def fused_pass(
         Sums of the one-coin model (S_i = Σ_{labels of i} T_{t, Y_it} into ``counts``, length W) instead of the
         full model's G (``counts[(i·M + m)·M + l]``, length W·M²).
     counts, class_sums, hits : numpy.ndarray
-        Outputs (overwritten): the M-step's sums, Σ_t T_tl, the gold hits.
+        Outputs: the M-step's sums (zeroed first unless ``add``: then each label's terms are added to what
+        ``counts`` holds, in label order), Σ_t T_tl (summed in task order) and the gold hits (overwritten).
     post_t : numpy.ndarray
         M × T to receive the posteriors, or an empty (M, 0) array to skip writing them.
     exact : bool
         libm's ``exp`` (the reference kernels' bits) instead of the vectorised :func:`_exp_block` (relative error
         ≤ 2.5e-16: the default, docs/methods/skills.md §7.2).
+    sums : bool
+        False: the E-step alone (posteriors, class sums, log-likelihood); ``counts`` is not read nor written.
     """
+    if sums and not add:
+        counts[:] = 0.0
     kernel = _PASSES.get(log_q.size, _pass_any)
-    return float(
-        kernel(indptr, rows, worker, given, lp, log_q, gold, one_coin, counts, class_sums, hits, post_t, bool(exact))
-    )
+    return float(kernel(indptr, rows, lp, log_q, gold, one_coin, sums, counts, class_sums, hits, post_t, bool(exact)))
 
 
 #: labels from which the in-memory map sweeps in two halves (:class:`Halves`): a rule on the input's size only, so the
@@ -427,8 +480,6 @@ class Halves:
         self,
         indptr: np.ndarray,
         rows: np.ndarray,
-        worker: np.ndarray,
-        given: np.ndarray,
         lp: np.ndarray,
         log_q: np.ndarray,
         gold: np.ndarray,
@@ -447,8 +498,6 @@ class Halves:
             return fused_pass(
                 indptr[lo : hi + 1],
                 rows,
-                worker,
-                given,
                 lp,
                 log_q,
                 gold[lo:hi] if gold.size else gold,

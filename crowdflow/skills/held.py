@@ -7,18 +7,21 @@ on every pass with any other executor). What is held is :class:`HeldCodes`: per 
 label one ``int32`` code ``r = worker · M + class``, about ``4 + 4/k̄`` bytes a label (k̄ labels per task) instead of
 the 9 of separate task, worker and class columns, and nothing per task beyond the offset.
 
-Every EM iteration is one compiled loop per bucket (:func:`em_sums`): for each task the E-step
-ℓ_l = log q_l + Σ_{labels (i, m)} log π_i[l, m], its posterior T_t· (kept in registers, never stored), and at once
-the M-step's sums G_i[l, m] += T_tl (or, one-coin, p_i += T_{t,m}), Σ_t T_tl and the log-likelihood. Only the
+Every EM iteration is one compiled sweep per bucket (:func:`em_sums`): for each task the E-step
+ℓ_l = log q_l + Σ_{labels (i, m)} log π_i[l, m], its posterior T_t· (in a block buffer of 256 tasks, never stored),
+and the M-step's sums G_i[l, m] += T_tl (or, one-coin, p_i += T_{t,m}), Σ_t T_tl and the log-likelihood. Only the
 W·M² (or W) sums, M class sums and one float go back to the flow (docs/methods/skills.md §7.2).
 
-Every sum runs in the order of the in-memory kernels (``crowdflow.skills.dawid_skene``): per task the labels in
-(task, worker) order, per cell of G the labels in bucket order, the same normalisation and the same folded
-log-likelihood; so a bucket's G, p and log-likelihood equal the former disk-reading pass bit for bit, and Σ_t T_tl
-(summed here with a compensated sum, there by numpy's pairwise sum) to a few units in the last place.
+The sweep is the in-memory EM map's (:func:`crowdflow.skills.fused_em.fused_pass`, one rule in one place) with its
+default, vectorised exponential: a bucket's posteriors, G, p, class sums and log-likelihood are the bits of the
+in-memory map's sweep on the same labels (``tests/skills/test_held_binary.py``), each sum in the same order (per
+task the labels in (task, worker) order, per cell of G the labels in bucket order, Σ_t T_tl in task order). Until
+session 22 the held passes had their own kernels with libm's ``exp`` (the in-memory ``exact`` mode's posteriors)
+and took the class sums by numpy's pairwise sum over stored posteriors: their fits differ from these in the last
+bits (docs/scale.md).
 
-Bytes per pass: ``4·(labels + tasks + 1)`` read per bucket, ``8·M·tasks`` written and read for the class sums,
-plus the W·M² tables, which stay in cache for W·M² ≲ 10⁶ (:func:`pass_bytes`; docs/scale.md, the bandwidth limit).
+Bytes per pass: ``4·(labels + tasks + 1)`` read per bucket, plus the W·M² tables, which stay in cache for
+W·M² ≲ 10⁶ (:func:`pass_bytes`; docs/scale.md, the bandwidth limit); no posterior is written.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from crowdflow.compiled import compiled_kernel, prefetch_read, prefetch_write
+from crowdflow.compiled import compiled_kernel
+from crowdflow.skills.fused_em import fused_pass
 
 __all__ = [
     "EMShared",
@@ -45,22 +49,7 @@ __all__ = [
     "read_codes",
 ]
 
-#: the running product of the normalisers Z_t ∈ [1, M] is folded into its logarithm past this value (the
-#: in-memory E-step's rule, so the log-likelihood has the same bits)
-_FOLD = 1e250
-
 _CODES = "codes.parquet"
-
-#: labels ahead whose table rows a pass asks the cache for (:func:`crowdflow.compiled.prefetch_read`): past the
-#: second-level cache (W·M² ≳ 6·10⁴ floats, W ≳ 1.5·10⁴ workers at M = 2) every label's log π row and counts row are
-#: a random line of a table in the shared third-level cache or memory, and without the hint the loop waits for each
-#: one. Measured in process on 5·10⁶ labels over 1.9·10⁵ workers (M = 2, one core's CPU time): 22 ns a label without,
-#: 11 / 7.2 / 7.0 / 7.3 ns at 16 / 32 / 64 / 128 labels ahead; over 2,000 workers (tables in cache) no change. The
-#: hint changes no value: the sums are the same bits (``tests/skills/test_held_binary.py``).
-_AHEAD = 48
-#: tables of at most this many floats (log π: 512 KB, with the counts the second-level cache of a core here) are
-#: read without the hint (it cost ~15 % a label over 2,000 workers, where every row is in cache)
-_NEAR = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -189,13 +178,15 @@ def _global_counts(local: np.ndarray, order: np.ndarray | None) -> np.ndarray:
 
 
 def pass_bytes(n_labels: int, n_tasks: int, n_buckets: int, n_classes: int) -> int:
-    """Bytes one EM pass moves: an int32 code a label and an int32 offset a task (+1 a bucket) read, the posteriors
-    (M float64 a task) written and read once for the class sums.
+    """Bytes one EM pass reads: an int32 code a label and an int32 offset a task (+1 a bucket).
 
-    The W·M² tables (read and added to) are not counted: they stay in cache for W·M² ≲ 10⁶. The bandwidth limit of a
-    pass is this over the measured read bandwidth (docs/scale.md).
+    The posteriors stay in the sweep's block buffer (nothing a task is written; until session 22 the pass wrote
+    and read M float64 a task for the class sums, which this counted). The W·M² tables (read and added to) are not
+    counted: they stay in cache for W·M² ≲ 10⁶. The bandwidth limit of a pass is this over the measured read
+    bandwidth (docs/scale.md). ``n_classes`` is kept for the callers: the bytes do not depend on it.
     """
-    return 4 * int(n_labels) + 4 * (int(n_tasks) + int(n_buckets)) + 2 * 8 * int(n_classes) * int(n_tasks)
+    del n_classes
+    return 4 * int(n_labels) + 4 * (int(n_tasks) + int(n_buckets))
 
 
 @dataclass(frozen=True)
@@ -213,199 +204,30 @@ class EMShared:
 
 
 @compiled_kernel
-def _fold(shift: float, prod: float, top: float, z: float) -> tuple[float, float]:
-    prod *= z
-    if prod > _FOLD:
-        return shift + top + math.log(prod), 1.0
-    return shift + top, prod
-
-
-@compiled_kernel
-def _task_posterior(
-    code: np.ndarray, lo: int, hi: int, m: int, tab: np.ndarray, log_q: np.ndarray, ell: np.ndarray, post: np.ndarray
-) -> tuple[float, float]:
-    """One task's E-step into ``post`` (M); returns (max_l ℓ_l, Z_t) for the folded log-likelihood."""
-    for c in range(m):
-        ell[c] = 0.0
-    for k in range(lo, hi):
-        base = code[k] * m
-        for c in range(m):
-            ell[c] += tab[base + c]
-    for c in range(m):
-        ell[c] = log_q[c] + ell[c]
-    if m == 2:
-        a, b = ell[0], ell[1]
-        top = max(a, b)
-        e = np.exp(-abs(b - a)) if top > -np.inf else np.nan
-        z = 1.0 + e
-        hi_, lo_ = 1.0 / z, e / z
-        post[0] = hi_ if a >= b else lo_
-        post[1] = lo_ if a >= b else hi_
-        return top, z
-    top = ell[0]
-    for c in range(1, m):
-        top = max(top, ell[c])
-    z = 0.0
-    for c in range(m):
-        e = np.exp(ell[c] - top)
-        post[c] = e
-        z += e
-    for c in range(m):
-        post[c] /= z
-    return top, z
-
-
-@compiled_kernel
-def _em_kernel(
-    indptr: np.ndarray,
-    code: np.ndarray,
-    m: int,
-    tab: np.ndarray,
-    log_q: np.ndarray,
-    one_coin: bool,
-    counts: np.ndarray,
-    post_t: np.ndarray,
-) -> float:
-    """The fused pass (module docstring): the M-step sums added to ``counts`` (W·M·M, or W one-coin; zero it for a
-    bucket's own sums), the posteriors written to ``post_t`` (M × T_b, for the class sums only: numpy's pairwise sum
-    over them gives the in-memory bits)."""
-    init = tab.size == 0
-    ell = np.empty(m)
+def _init_kernel(
+    indptr: np.ndarray, code: np.ndarray, m: int, one_coin: bool, counts: np.ndarray, post_t: np.ndarray
+) -> None:
+    """The initialising pass: each task's posteriors the majority-vote fractions of its labels (as the in-memory
+    start) into ``post_t`` (M × T_b), the M-step's sums added to ``counts`` in label order."""
     post = np.empty(m)
-    shift, prod = 0.0, 1.0
-    n_codes, far = code.size, tab.size > _NEAR
     for t in range(indptr.size - 1):
         lo, hi = indptr[t], indptr[t + 1]
-        if init:  # majority-vote fractions, as the in-memory start
-            for c in range(m):
-                post[c] = 0.0
-            for k in range(lo, hi):
-                post[code[k] % m] += 1.0
-            n = float(hi - lo)
-            for c in range(m):
-                post[c] = post[c] / n
-        else:
-            for k in range(lo + _AHEAD, min(hi + _AHEAD, n_codes) if far else 0):  # rows _AHEAD labels on
-                prefetch_read(tab, code[k] * m)
-                prefetch_write(counts, code[k] // m if one_coin else code[k] * m)
-            top, z = _task_posterior(code, lo, hi, m, tab, log_q, ell, post)
-            shift, prod = _fold(shift, prod, top, z)
+        for c in range(m):
+            post[c] = 0.0
+        for k in range(lo, hi):
+            post[code[k] % m] += 1.0
+        n = float(hi - lo)
+        for c in range(m):
+            post[c] = post[c] / n
         for k in range(lo, hi):
             r = code[k]
             if one_coin:
                 counts[r // m] += post[r % m]
             else:
-                base = r * m
                 for c in range(m):
-                    counts[base + c] += post[c]
+                    counts[r * m + c] += post[c]
         for c in range(m):
             post_t[c, t] = post[c]
-    return 0.0 if init else shift + math.log(prod)
-
-
-@compiled_kernel
-def _em_kernel_binary(
-    indptr: np.ndarray,
-    code: np.ndarray,
-    tab: np.ndarray,
-    log_q: np.ndarray,
-    one_coin: bool,
-    counts: np.ndarray,
-    post_t: np.ndarray,
-) -> float:
-    """:func:`_em_kernel` for M = 2 with every per-task value in a scalar (two sums, the one ``exp`` and the two
-    posteriors kept in registers, no loop over classes): the same operations in the same order, so the same bits
-    (``tests/skills/test_held_binary.py``), at about half the time a label. Adds to ``counts``, as the general
-    kernel."""
-    init = tab.size == 0
-    lq0, lq1 = log_q[0], log_q[1]
-    shift, prod = 0.0, 1.0
-    n_codes, far = code.size, tab.size > _NEAR
-    for t in range(indptr.size - 1):
-        lo, hi = indptr[t], indptr[t + 1]
-        if init:  # majority-vote fractions, as the in-memory start
-            n1 = 0.0
-            for k in range(lo, hi):
-                n1 += code[k] & 1
-            n = float(hi - lo)
-            p0, p1 = (n - n1) / n, n1 / n
-        else:
-            s0, s1 = 0.0, 0.0
-            for k in range(lo, hi):
-                if far and k + _AHEAD < n_codes:  # the rows of a label _AHEAD on, to be in cache by its turn
-                    ahead = code[k + _AHEAD]
-                    prefetch_read(tab, ahead * 2)
-                    prefetch_write(counts, ahead >> 1 if one_coin else ahead * 2)
-                base = code[k] * 2
-                s0 += tab[base]
-                s1 += tab[base + 1]
-            a, b = lq0 + s0, lq1 + s1
-            top = max(a, b)
-            e = np.exp(-abs(b - a)) if top > -np.inf else np.nan
-            z = 1.0 + e
-            big, small = 1.0 / z, e / z
-            p0 = big if a >= b else small
-            p1 = small if a >= b else big
-            shift, prod = _fold(shift, prod, top, z)
-        if one_coin:
-            for k in range(lo, hi):
-                r = code[k]
-                counts[r >> 1] += p1 if r & 1 else p0
-        else:
-            for k in range(lo, hi):
-                base = code[k] * 2
-                counts[base] += p0
-                counts[base + 1] += p1
-        post_t[0, t] = p0
-        post_t[1, t] = p1
-    return 0.0 if init else shift + math.log(prod)
-
-
-@compiled_kernel
-def _post_kernel(
-    indptr: np.ndarray, code: np.ndarray, m: int, tab: np.ndarray, log_q: np.ndarray, out: np.ndarray
-) -> float:
-    """The E-step alone: posteriors into ``out`` (T_b × M); returns the log-likelihood."""
-    ell = np.empty(m)
-    post = np.empty(m)
-    shift, prod = 0.0, 1.0
-    n_codes, far = code.size, tab.size > _NEAR
-    for t in range(indptr.size - 1):
-        for k in range(indptr[t] + _AHEAD, min(indptr[t + 1] + _AHEAD, n_codes) if far else 0):
-            prefetch_read(tab, code[k] * m)
-        top, z = _task_posterior(code, indptr[t], indptr[t + 1], m, tab, log_q, ell, post)
-        shift, prod = _fold(shift, prod, top, z)
-        for c in range(m):
-            out[t, c] = post[c]
-    return shift + math.log(prod)
-
-
-@compiled_kernel
-def _post_kernel_binary(
-    indptr: np.ndarray, code: np.ndarray, tab: np.ndarray, log_q: np.ndarray, out: np.ndarray
-) -> float:
-    """:func:`_post_kernel` for M = 2 with scalars (the operations of :func:`_em_kernel_binary`'s E-step: the same
-    bits as the general kernel)."""
-    lq0, lq1 = log_q[0], log_q[1]
-    shift, prod = 0.0, 1.0
-    n_codes, far = code.size, tab.size > _NEAR
-    for t in range(indptr.size - 1):
-        s0, s1 = 0.0, 0.0
-        for k in range(indptr[t], indptr[t + 1]):
-            if far and k + _AHEAD < n_codes:
-                prefetch_read(tab, code[k + _AHEAD] * 2)
-            base = code[k] * 2
-            s0 += tab[base]
-            s1 += tab[base + 1]
-        a, b = lq0 + s0, lq1 + s1
-        top = max(a, b)
-        e = np.exp(-abs(b - a)) if top > -np.inf else np.nan
-        z = 1.0 + e
-        big, small = 1.0 / z, e / z
-        out[t, 0] = big if a >= b else small
-        out[t, 1] = small if a >= b else big
-        shift, prod = _fold(shift, prod, top, z)
-    return shift + math.log(prod)
 
 
 @dataclass(frozen=True)
@@ -433,14 +255,28 @@ def _em_local(
 ) -> BucketSums:
     """The fused pass with ``tab`` and ``counts`` in the codes' own worker numbering, adding to ``counts``."""
     m = codes.n_classes
-    if scratch is None or scratch.size < m * codes.n_tasks:
-        scratch = np.empty(m * codes.n_tasks)
-    post_t = scratch[: m * codes.n_tasks].reshape(m, codes.n_tasks)
-    if m == 2:
-        ll = _em_kernel_binary(codes.indptr, codes.code, tab, shared.log_q, shared.one_coin, counts, post_t)
-    else:
-        ll = _em_kernel(codes.indptr, codes.code, m, tab, shared.log_q, shared.one_coin, counts, post_t)
-    return BucketSums(counts, post_t.sum(axis=1), codes.n_tasks, float(ll))
+    if tab.size == 0:  # majority-vote fractions; their class sums by numpy's (pairwise) sum
+        if scratch is None or scratch.size < m * codes.n_tasks:
+            scratch = np.empty(m * codes.n_tasks)
+        post_t = scratch[: m * codes.n_tasks].reshape(m, codes.n_tasks)
+        _init_kernel(codes.indptr, codes.code, m, shared.one_coin, counts, post_t)
+        return BucketSums(counts, post_t.sum(axis=1), codes.n_tasks, 0.0)
+    class_sums = np.empty(m)
+    none = np.empty(0, dtype=np.int64)
+    ll = fused_pass(
+        codes.indptr,
+        codes.code,
+        tab,
+        shared.log_q,
+        none,
+        shared.one_coin,
+        counts,
+        class_sums,
+        np.empty(0),
+        np.empty((m, 0)),
+        add=True,
+    )
+    return BucketSums(counts, class_sums, codes.n_tasks, float(ll))
 
 
 def _counts_size(shared: EMShared, m: int) -> int:
@@ -451,8 +287,8 @@ def em_sums(codes: HeldCodes, shared: EMShared, scratch: np.ndarray | None = Non
     """One fused E- and M-step pass over a held bucket (module docstring), its sums from zero in the run's worker
     order (ranked codes, :func:`by_activity`, run on the table in rank order and give the same bits).
 
-    ``scratch`` (at least M·T_b floats) is a work array to reuse; the posteriors' class sums are taken over a
-    C-contiguous (M, T_b) view of it: the same bits as over a new array.
+    ``scratch`` (at least M·T_b floats) is a work array to reuse on the initialising pass (the majority-vote
+    fractions' class sums are taken over a C-contiguous (M, T_b) view of it: the same bits as over a new array).
     """
     counts = np.zeros(_counts_size(shared, codes.n_classes))
     s = _em_local(codes, _local_table(shared.tab, codes.order), shared, counts, scratch)
@@ -465,7 +301,7 @@ def em_sums_group(group: list[HeldCodes], shared: EMShared) -> BucketSums:
 
     Every bucket adds its label terms to one counts array (W·M²), zeroed once a pass: each cell of G is the sum of
     its labels' terms in the order of the group's buckets, as one pass over the buckets laid end to end would give
-    (``tests/skills/test_held_binary.py``); the class sums are each bucket's (numpy's sum) added in order, the
+    (``tests/skills/test_held_binary.py``); the class sums are each bucket's added in order, the
     log-likelihood ``math.fsum`` of the buckets'. (Until issue #36's pass work each bucket's counts were made from
     zero and added to the total: at W = 2·10⁵ that zeroing and adding moved ~25 MB a bucket, more than its 6 MB of
     codes, and pushed the log π table out of the cache; the cells now differ from those sums in the last bits.)
@@ -480,7 +316,7 @@ def em_sums_group(group: list[HeldCodes], shared: EMShared) -> BucketSums:
     if any((-1 if c.order is None else c.order.size) != size for c in group):
         raise ValueError("the buckets of one EM task must share one worker numbering")
     tab = _local_table(shared.tab, order)
-    scratch = np.empty(m * max(codes.n_tasks for codes in group))
+    scratch = np.empty(m * max(codes.n_tasks for codes in group)) if shared.tab.size == 0 else None
     counts = np.zeros(_counts_size(shared, m))
     class_sums, n_tasks, lls, kernel_s = np.zeros(m), 0, [], 0.0
     for k, codes in enumerate(group):
@@ -497,14 +333,16 @@ def em_sums_group(group: list[HeldCodes], shared: EMShared) -> BucketSums:
 
 
 def posteriors(codes: HeldCodes, tab: np.ndarray, log_q: np.ndarray) -> tuple[np.ndarray, float]:
-    """The E-step's posteriors (T_b × M) of a held bucket and its log-likelihood (the final, consensus pass)."""
-    out = np.empty((codes.n_tasks, codes.n_classes))
+    """The E-step's posteriors (T_b × M) of a held bucket and its log-likelihood (the final, consensus pass): the
+    sweep of the EM passes without the M-step's sums."""
+    m = codes.n_classes
+    post_t = np.empty((m, codes.n_tasks))
+    none = np.empty(0, dtype=np.int64)
     tab = _local_table(tab, codes.order)
-    if codes.n_classes == 2:
-        ll = _post_kernel_binary(codes.indptr, codes.code, tab, log_q, out)
-    else:
-        ll = _post_kernel(codes.indptr, codes.code, codes.n_classes, tab, log_q, out)
-    return out, float(ll)
+    ll = fused_pass(
+        codes.indptr, codes.code, tab, log_q, none, False, np.empty(0), np.empty(m), np.empty(0), post_t, sums=False
+    )
+    return np.ascontiguousarray(post_t.T), float(ll)
 
 
 def label_row_major(log_pi_t: np.ndarray) -> np.ndarray:

@@ -1,10 +1,12 @@
-"""The two-class kernels of a held EM pass (issue #36) and the bucket's gold look-up of the consensus pass.
+"""A held EM pass is the in-memory default sweep (issue #36), and the bucket's gold look-up of the consensus pass.
 
-``crowdflow.skills.held._em_kernel_binary`` and ``_post_kernel_binary`` keep every per-task value of a two-class
-E-step in scalars; they must give the general kernels' bits (the same operations in the same order), so a binary
-partitioned fit is unchanged. The family (:func:`_case`): 1–300 workers, 1–500 tasks, tasks of 1–7 labels with a
-share of single-label tasks, workers with one label, confusion tables with exact ties (equal rows: a tie in every
-task) and zero entries (log π = −∞), both models, the initialising pass and a parameterised one.
+A held bucket's pass (:func:`crowdflow.skills.held.em_sums`, :func:`~crowdflow.skills.held.posteriors`) runs the sweep
+of the in-memory EM map (:func:`crowdflow.skills.fused_em.fused_pass` with its default, vectorised exponential) on the
+bucket's int32 codes: its posteriors, M-step sums, class sums and log-likelihood must be that sweep's bits on the same
+labels (int64 rows, as the in-memory map holds them), and differ from the libm (``exact``) sweep's. The family
+(:func:`_case`): 1–300 workers, 1–500 tasks, tasks of 1–7 labels with a share of single-label tasks, workers with one
+label, confusion tables with exact ties (equal rows: a tie in every task) and zero entries (log π = −∞), both
+models, the initialising pass and a parameterised one; three classes in :func:`_multiclass`.
 
 The fits: partitioned (in process and on two Dask workers) against the in-memory fit on small crowds with one
 observed class of a declared two-class label set, two and three classes, text ids of several kinds, exactly tied
@@ -24,16 +26,9 @@ import pytest
 
 from crowdflow.executors import InlineMemory
 from crowdflow.metrics import gold_metrics, review_skills
-from crowdflow.skills import SkillsOptions, fit_skills, fit_skills_partitioned, held
+from crowdflow.skills import SkillsOptions, fit_skills, fit_skills_partitioned, fused_em
 from crowdflow.skills.buckets import bucket_truth
-from crowdflow.skills.held import (
-    _em_kernel,
-    _em_kernel_binary,
-    _post_kernel,
-    _post_kernel_binary,
-    held_codes,
-    label_row_major,
-)
+from crowdflow.skills.held import EMShared, em_sums, held_codes, label_row_major, posteriors
 
 TOL = 1e-8
 DS_TOL = 1e-12
@@ -66,34 +61,40 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return bool(np.array_equal(a, b, equal_nan=True))
 
 
+def _sweep(codes: Any, tab: np.ndarray, log_q: np.ndarray, one_coin: bool, exact: bool) -> tuple[Any, ...]:
+    """The in-memory map's sweep on the bucket's labels as the in-memory map holds them (int64 offsets and rows)."""
+    m, w = codes.n_classes, tab.size // (codes.n_classes**2)
+    counts, class_sums, post_t = np.empty(w if one_coin else w * m * m), np.empty(m), np.empty((m, codes.n_tasks))
+    none = np.empty(0, dtype=np.int64)
+    indptr, rows = codes.indptr.astype(np.int64), codes.code.astype(np.int64)
+    ll = fused_em.fused_pass(indptr, rows, tab, log_q, none, one_coin, counts, class_sums, np.empty(0), post_t, exact)
+    return counts, class_sums, post_t, ll
+
+
 @pytest.mark.parametrize("seed", range(24))
-def test_binary_kernels_give_the_general_kernels_bits(seed: int) -> None:
-    codes, tab, log_q = _case(seed)
-    w = int(codes.code.max()) // 2 + 1 if codes.n_labels else 1
-    for one_coin in (False, True):
-        for table in (np.zeros(0), tab):
-            size = w if one_coin else 4 * w
-            want_c, got_c = np.full(size, 7.0), np.full(size, 7.0)  # both add to what counts holds
-            want_p, got_p = np.empty((2, codes.n_tasks)), np.empty((2, codes.n_tasks))
-            with np.errstate(invalid="ignore"):
-                want = _em_kernel(codes.indptr, codes.code, 2, table, log_q, one_coin, want_c, want_p)
-                got = _em_kernel_binary(codes.indptr, codes.code, table, log_q, one_coin, got_c, got_p)
-            assert _same(np.float64(got), np.float64(want)), (one_coin, table.size)
-            assert _same(got_c, want_c) and _same(got_p, want_p), (one_coin, table.size)
-    want_post, got_post = np.empty((codes.n_tasks, 2)), np.empty((codes.n_tasks, 2))
-    want = _post_kernel(codes.indptr, codes.code, 2, tab, log_q, want_post)
-    got = _post_kernel_binary(codes.indptr, codes.code, tab, log_q, got_post)
-    assert _same(np.float64(got), np.float64(want))
-    assert _same(got_post, want_post)
+def test_a_held_pass_is_the_in_memory_default_sweep(seed: int) -> None:
+    """Posteriors, sums, class sums and log-likelihood of a held bucket's pass and its consensus E-step: the bits
+    of the in-memory map's default sweep on the same labels (both models, two and three classes, ties, zeros and
+    impossible tasks), not those of the libm sweep (on the cases where the two differ at all)."""
+    codes, tab, log_q = _case(seed) if seed < 18 else _multiclass(seed, 3)
+    w = tab.size // codes.n_classes**2
+    with np.errstate(invalid="ignore"):
+        for one_coin in (False, True):
+            got = em_sums(codes, EMShared(tab, log_q, one_coin, w))
+            counts, class_sums, post_t, ll = _sweep(codes, tab, log_q, one_coin, exact=False)
+            assert _same(got.counts, counts) and _same(got.class_sums, class_sums), one_coin
+            assert _same(np.float64(got.log_likelihood), np.float64(ll)), one_coin
+            post, ll_post = posteriors(codes, tab, log_q)
+            assert _same(post, post_t.T) and _same(np.float64(ll_post), np.float64(ll))
 
 
 def _spread(codes: Any, tab: np.ndarray, m: int, seed: int) -> tuple[Any, np.ndarray, np.ndarray]:
-    """The same labels with their workers spread over a table past ``held._NEAR`` floats (the kernels then ask the
-    cache for rows ahead, ``held._AHEAD``): each worker's M² entries at a random row of W' ≫ W rows, the other rows
+    """The same labels with their workers spread over a table past ``fused_em.NEAR`` floats (the sweep then asks the
+    cache for rows ahead, ``fused_em.AHEAD``): each worker's M² entries at a random row of W' ≫ W rows, the other rows
     garbage; returns the codes, the table and the map worker → row."""
     rng = np.random.default_rng(1000 + seed)
     w = tab.size // (m * m)
-    big = held._NEAR // (m * m) + 2 * held._AHEAD + int(rng.integers(1, 5_000))
+    big = fused_em.NEAR // (m * m) + 2 * fused_em.AHEAD + int(rng.integers(1, 5_000))
     row = rng.choice(big, w, replace=False)
     wide = rng.normal(size=big * m * m)
     wide.reshape(big, m * m)[row] = tab.reshape(w, m * m)
@@ -114,58 +115,51 @@ def _multiclass(seed: int, m: int) -> tuple[Any, np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_the_kernels_give_the_same_bits_with_the_rows_asked_ahead(seed: int) -> None:
-    """Past ``held._NEAR`` floats of table the kernels prefetch the rows of the labels ``_AHEAD`` on: a hint only.
+def test_the_passes_give_the_same_bits_with_the_rows_asked_ahead(seed: int) -> None:
+    """Past ``fused_em.NEAR`` floats of table the sweep prefetches the rows of the labels ``AHEAD`` on: a hint only.
     The same labels over a small table (no hint) and spread over a large one (the hint on every label) give the same
-    counts, posteriors and log-likelihood, bit for bit, in every kernel (two and three classes, both models, the
-    initialising pass, the consensus E-step); the large table's other rows are left as they were."""
+    counts, class sums, posteriors and log-likelihood, bit for bit (two and three classes, both models, the
+    initialising pass, the consensus E-step); the large table's other rows are left at zero."""
     m = 2 if seed < 6 else 3
     codes, tab, log_q = _case(seed) if m == 2 else _multiclass(seed, m)
     w = tab.size // (m * m)
     wide_codes, wide, row = _spread(codes, tab, m, seed)
-    assert wide.size > held._NEAR >= tab.size
-    kernels = [(held._em_kernel, True)] + ([(held._em_kernel_binary, False)] if m == 2 else [])
-    for kernel, general in kernels:
-        for one_coin in (False, True):
-            for init in (True, False):
-                per = 1 if one_coin else m * m
-                small_c = np.full(w * per, 7.0)
-                wide_c = np.full(wide.size // (m * m) * per, 7.0)
-                small_p, wide_p = np.empty((m, codes.n_tasks)), np.empty((m, codes.n_tasks))
-                extra = (m,) if general else ()
-                small_tab, wide_tab = (np.zeros(0), np.zeros(0)) if init else (tab, wide)
-                with np.errstate(invalid="ignore"):
-                    a = kernel(codes.indptr, codes.code, *extra, small_tab, log_q, one_coin, small_c, small_p)
-                    b = kernel(wide_codes.indptr, wide_codes.code, *extra, wide_tab, log_q, one_coin, wide_c, wide_p)
-                assert _same(np.float64(a), np.float64(b)) and _same(small_p, wide_p), (kernel, one_coin, init)
-                spread = wide_c.reshape(-1, per)
-                assert _same(spread[row].ravel(), small_c), (kernel, one_coin, init)
-                untouched = np.ones(spread.shape[0], bool)
-                untouched[row] = False
-                assert np.all(spread[untouched] == 7.0)
-    post_kernels = [(held._post_kernel, True)] + ([(held._post_kernel_binary, False)] if m == 2 else [])
-    for kernel, general in post_kernels:
-        small_post, wide_post = np.empty((codes.n_tasks, m)), np.empty((codes.n_tasks, m))
-        extra = (m,) if general else ()
-        with np.errstate(invalid="ignore"):
-            a = kernel(codes.indptr, codes.code, *extra, tab, log_q, small_post)
-            b = kernel(wide_codes.indptr, wide_codes.code, *extra, wide, log_q, wide_post)
-        assert _same(np.float64(a), np.float64(b)) and _same(small_post, wide_post), kernel
+    big = wide.size // (m * m)
+    assert wide.size > fused_em.NEAR >= tab.size
+    for one_coin in (False, True):
+        for init in (True, False):
+            per = 1 if one_coin else m * m
+            small_tab, wide_tab = (np.zeros(0), np.zeros(0)) if init else (tab, wide)
+            with np.errstate(invalid="ignore"):
+                a = em_sums(codes, EMShared(small_tab, log_q, one_coin, w))
+                b = em_sums(wide_codes, EMShared(wide_tab, log_q, one_coin, big))
+            assert _same(np.float64(a.log_likelihood), np.float64(b.log_likelihood)), (one_coin, init)
+            assert _same(a.class_sums, b.class_sums), (one_coin, init)
+            spread = b.counts.reshape(-1, per)
+            assert _same(spread[row].ravel(), a.counts), (one_coin, init)
+            untouched = np.ones(spread.shape[0], bool)
+            untouched[row] = False
+            assert np.all(spread[untouched] == 0.0)
+    with np.errstate(invalid="ignore"):
+        small_post, small_ll = posteriors(codes, tab, log_q)
+        wide_post, wide_ll = posteriors(wide_codes, wide, log_q)
+    assert _same(np.float64(small_ll), np.float64(wide_ll)) and _same(small_post, wide_post)
 
 
 def test_the_family_has_ties_zeros_and_single_labels() -> None:
-    """The family reaches the cases the kernels branch on (a check that the test above is not vacuous)."""
-    ties = zeros = singles = impossible = 0
+    """The family reaches the cases the sweep branches on, and cases where the vectorised and libm exponentials give
+    other posteriors (checks that the tests above are not vacuous)."""
+    ties = zeros = singles = impossible = differ = 0
     for seed in range(24):
         codes, tab, log_q = _case(seed)
-        post = np.empty((codes.n_tasks, 2))
         with np.errstate(invalid="ignore"):
-            _post_kernel(codes.indptr, codes.code, 2, tab, log_q, post)
+            post, _ = posteriors(codes, tab, log_q)
+            differ += int(not _same(_sweep(codes, tab, log_q, False, exact=True)[2], post.T))
         ties += int((post[:, 0] == post[:, 1]).sum())
         zeros += int(np.isneginf(tab).sum())
         singles += int((np.diff(codes.indptr) == 1).sum())
-        impossible += int(np.isnan(post[:, 0]).sum())  # both classes −∞: the kernels' NaN branch
-    assert ties > 50 and zeros > 50 and singles > 50 and impossible > 5
+        impossible += int(np.isnan(post[:, 0]).sum())  # both classes −∞: the sweep's NaN branch
+    assert ties > 50 and zeros > 50 and singles > 50 and impossible > 5 and differ > 5
 
 
 def _crowd(seed: int, observed: int, ids: str) -> tuple[pd.DataFrame, pd.DataFrame]:
