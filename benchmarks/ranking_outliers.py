@@ -540,7 +540,7 @@ def families_main(reps: int, max_rows: int) -> None:
         + "\n\n## Per family, worst case first\n\n"
         "The rule is `fit_ranking` with `binary_rule: law` (LBI stopped by the adaptive rule, whose outlier law "
         "is read from the outcomes: Gaussian residuals for graded outcomes, the job's default; for ±1 outcomes "
-        "the Bradley–Terry law, Rao–Kupper with ties, opt-in: a scale-calibrated bootstrap test that reversals "
+        "the Bradley–Terry law, Rao–Kupper with ties, opt-in: a held-out calibration test that reversals "
         "are present, a BIC gate on per-annotator reversal shares, BH on the law's p-values). The **oracle** knows the true scores and the generating law and applies the same cut: "
         "Benjamini–Hochberg at q = 0.1 on the true law's p-values, restricted to p ≤ 2Φ̄(2.576) = 0.01 "
         "(`crowdflow.synth.ranking.oracle_pvalues`, `crowdflow.ranking.laws.bh_reject`). Recall is over the "

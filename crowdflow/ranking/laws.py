@@ -417,6 +417,7 @@ def law_flags(
     target: ComparisonGraph | None = None,
     presence_alpha: float | None = PRESENCE_ALPHA,
     presence: Literal["heldout", "bootstrap"] = "heldout",
+    ridge: float = RIDGE,
 ) -> LawFlags:
     """Rows whose outcome is improbable under the comparison law fitted robustly to the data (module docstring).
 
@@ -474,7 +475,7 @@ def law_flags(
         if p_mix > presence_alpha:  # no evidence of reversals: flag nothing, keep the plain fit
             p = law_pvalues(np.sign(tg.y), tg.gradient(null.s), null.tau, link)
             return LawFlags(np.zeros(tg.m, dtype=bool), p, law, null, 0.0)
-    fit, eps, _ = annotator_gated_fit(g, law=law, link=link)
+    fit, eps, _ = annotator_gated_fit(g, law=law, link=link, ridge=ridge)
     p = law_pvalues(np.sign(tg.y), tg.gradient(fit.s), fit.tau, link)
     return LawFlags(bh_reject(p, tg.w, q=q, p_max=p_max), p, law, fit, eps)
 
@@ -681,7 +682,9 @@ def bayes_fdr_flags(post: np.ndarray, w: np.ndarray, *, q: float) -> np.ndarray:
     return out
 
 
-def annotator_gated_fit(g: ComparisonGraph, *, law: OutcomeLaw, link: Link) -> tuple[LawFit, float, bool]:
+def annotator_gated_fit(
+    g: ComparisonGraph, *, law: OutcomeLaw, link: Link, ridge: float = RIDGE
+) -> tuple[LawFit, float, bool]:
     """The reversal mixture with per-annotator shares only where the data call for them (a BIC gate).
 
     Fits the mixture with one shared share ``ε`` (log-likelihood ``ℓ_1``) and with a share per annotator
@@ -696,13 +699,13 @@ def annotator_gated_fit(g: ComparisonGraph, *, law: OutcomeLaw, link: Link) -> t
     tuple
         The clean component's fit, ε̂ and whether the per-annotator shares were kept.
     """
-    shared = reversal_mixture(g, law=law, link=link, by_annotator=False)
+    shared = reversal_mixture(g, law=law, link=link, by_annotator=False, ridge=ridge)
     if not g.has_annotator:
         return shared.fit, shared.eps, False
     n_ann = int(np.unique(g.annotator.astype(str)).size)
     if n_ann < 2:
         return shared.fit, shared.eps, False
-    per = reversal_mixture(g, law=law, link=link, by_annotator=True, start=shared.fit)
+    per = reversal_mixture(g, law=law, link=link, by_annotator=True, start=shared.fit, ridge=ridge)
     W = float(np.sum(g.w))
     if 2.0 * (per.loglik - shared.loglik) > (n_ann - 1) * math.log(max(W, 2.0)):
         return per.fit, per.eps, True
