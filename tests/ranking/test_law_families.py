@@ -46,9 +46,7 @@ def test_planted_reversals_meet_the_oracle_target(law: dict[str, Any], seed: int
     """100 items, 30 rows an item, σ = 0.2, 10 % of the rows reversed among pairs ≥ 5σ apart: recall and precision
     within 0.05 of the oracle's, capped at 0.9 (measured: recall 0.89–0.99, precision 0.89–1.0; oracle 1.0 / ≥ 0.98).
     """
-    inst = planted_instance(
-        PlantedSpec(n=100, rows_per_item=30, sigma=0.2, frac=0.1, outlier_gap=5.0, **law), seed
-    )
+    inst = planted_instance(PlantedSpec(n=100, rows_per_item=30, sigma=0.2, frac=0.1, outlier_gap=5.0, **law), seed)
     g = inst.graph
     truth = inst.outlier & ~undetectable_rows(g)
     assert truth.sum() >= 100
