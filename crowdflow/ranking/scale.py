@@ -551,10 +551,10 @@ def adaptive_lambda(
         ±1 outcomes (option ``binary_rule``): ``'upset_gap'`` (the default) flags upsets from the largest fitted
         gap down while their mean local false discovery rate stays ≤ q (:func:`upset_gap_cut`); ``'law'`` the
         rows improbable under the Bradley–Terry / Rao–Kupper law (above), after a test that reversals are present.
-        The law rule is closer to the oracle on well-connected graphs (≥ 20 rows per item) and flags nothing on
-        the benchmark's clean draws, but its recall on sparse ±1 graphs is far below the oracle's and one
-        Thurstone-with-ties draw had 17.8 % of rows flagged (benchmarks/results/ranking_outliers.md), so it is
-        not the default.
+        The law rule is more precise and flags nothing on the benchmark's clean draws (a held-out test that
+        reversals are present), but its recall is far below the oracle's on sparse ±1 graphs and below
+        ``upset_gap``'s on well-connected ones, and it meets the oracle target on fewer families
+        (benchmarks/results/ranking_outliers.md), so it is not the default.
 
     Returns
     -------
