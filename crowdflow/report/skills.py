@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from crowdflow.report.figure import BLUE, GREY, ORANGE, STATUS_COLOURS, Action, Plot, style
 
@@ -365,8 +367,18 @@ def _gold_and_estimate(skills: pd.DataFrame | None, gold: pd.DataFrame | None) -
     """Per worker: the fitted accuracy next to the accuracy measured on gold (workers with gold labels)."""
     if skills is None or gold is None or gold.empty or "accuracy" not in skills:
         return None
-    est = skills[["worker", "accuracy", "n_labels"]].astype({"worker": str})
-    both = gold.astype({"worker": str}).merge(est, on="worker", how="inner")
+    if {"accuracy", "n_labels"} & set(gold.columns) or gold["worker"].duplicated().any():
+        est = skills[["worker", "accuracy", "n_labels"]].astype({"worker": str})  # not a per-worker gold table
+        both = gold.astype({"worker": str}).merge(est, on="worker", how="inner")
+    else:
+        # the inner join on the ids' text (gold rows in their order, each with its skills row), found by an Arrow
+        # hash lookup: a pandas merge on text keys held ~200 bytes a worker of Python objects at its peak
+        at = pc.index_in(pa.array(gold["worker"].astype(str)), value_set=pa.array(skills["worker"].astype(str)))
+        pos = pc.fill_null(at, -1).to_numpy()
+        hit = pos >= 0
+        both = gold.loc[hit].astype({"worker": str}).reset_index(drop=True)
+        both["accuracy"] = skills["accuracy"].to_numpy()[pos[hit]]
+        both["n_labels"] = skills["n_labels"].to_numpy()[pos[hit]]
     both = both.rename(columns={"accuracy": "estimated_accuracy"})
     both = both[both["estimated_accuracy"].notna()].copy()
     both["difference"] = both["estimated_accuracy"] - both["gold_accuracy"]
