@@ -188,24 +188,42 @@ class RankCurve:
         Bin ``j`` holds the workers of ranks ``edges[j] + 1 … edges[j + 1]`` (rank 1: the most labels; ties in
         table order). ``K = W`` when ``W ≤ points``: one bin a worker.
     heights : dict of status → ndarray of float64, shape (K,)
-        The largest label count among the bin's workers of that status; 0 where the bin has none. Statuses in
-        order of first appearance in the table.
+        The largest label count among the bin's workers of that status; 0 where the bin has none.
+    counts : dict of status → ndarray of int64, shape (K,)
+        How many of the bin's workers have that status (they sum to the bin's width).
+        Statuses, in both, in order of first appearance by rank (drawn in that order: later ones over earlier ones).
     order : ndarray of int64
         Table positions of the busiest ``min(W, 20)`` workers, in rank order (the figure's data table).
     """
 
     edges: np.ndarray
     heights: dict[str, np.ndarray]
+    counts: dict[str, np.ndarray]
     order: np.ndarray
+
+    def segments(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """Step points ``(x, y)`` of one status: in bin ``j`` its workers as one run of ``counts[name][j]`` ranks,
+        after the runs of the statuses before it, at ``heights[name][j]``; 0 between runs. A worker of rank ``r``
+        spans ``x`` from ``r − ½`` to ``r + ½``, cut to ``[1, W]`` (as a step area through the points 1 … W)."""
+        before = np.zeros(len(self.edges) - 1, dtype=np.int64)
+        for other in self.counts:
+            if other == name:
+                break
+            before += self.counts[other]
+        start = self.edges[:-1] + before + 0.5
+        x = np.clip(np.stack([start, start + self.counts[name]], axis=1).ravel(), 1.0, float(self.edges[-1]))
+        y = np.stack([self.heights[name], np.zeros_like(self.heights[name])], axis=1).ravel()
+        return x, y
 
 
 def rank_curve(n_labels: np.ndarray, status: pd.Series | None, points: int = CURVE_POINTS) -> RankCurve:
     """The decreasing label-count curve of ``W`` workers in at most ``points`` rank bins (:class:`RankCurve`).
 
     Bins are equal runs of ranks, plus single-worker bins at rank 1 (the maximum), rank ``W`` (the minimum) and
-    the last rank with a positive count, so the extremes are exact. A bin's height per status is the maximum of
-    its workers' counts, what a filled step area of one bar a worker shows in a bin narrower than a pixel (the
-    figure is ~500 pixels wide; the bins are at most ``W / (points − 4)`` workers, under one pixel at the default).
+    the last rank with a positive count, so the extremes are exact. In a bin each status gets a run of ranks as
+    wide as its workers there, at their largest count: what one bar a worker shows where a pixel spans many
+    workers (the figure is ~500 pixels wide; a bin is under a pixel at the default), the status colours mixed in
+    their shares. ``W ≤ points``: one bin a worker, the per-worker bars themselves.
     Memory: O(points · statuses) kept; transients O(W) numbers (the sort), no Python object a worker.
     """
     n = np.asarray(n_labels, dtype=np.float64)
@@ -213,11 +231,13 @@ def rank_curve(n_labels: np.ndarray, status: pd.Series | None, points: int = CUR
     order = np.argsort(-n, kind="stable")  # = sort_values(ascending=False, kind="stable"): ties in table order
     n_sorted = n[order]
     if status is None:
-        codes, names = np.zeros(w, dtype=np.int8), ["ok"]
+        codes, names = np.zeros(w, dtype=np.int8), [(0, "ok")]
     else:
-        c, uniques = pd.factorize(status, use_na_sentinel=False)  # codes in order of first appearance
-        codes, names = c[order], [str(u) for u in uniques]
+        c, uniques = pd.factorize(status, use_na_sentinel=False)
+        codes = c[order]
         del c
+        seen, first = np.unique(codes, return_index=True)
+        names = [(int(k), str(uniques[k])) for k in seen[np.argsort(first)]]  # in order of first appearance by rank
     top = order[: min(w, 20)].copy()
     del order
     if w <= points:
@@ -228,10 +248,12 @@ def rank_curve(n_labels: np.ndarray, status: pd.Series | None, points: int = CUR
         extra = np.array([0, 1, w - 1, w, n_pos - 1, n_pos], dtype=np.int64)
         edges = np.unique(np.clip(np.concatenate([base, extra]), 0, w))
     starts = edges[:-1]
-    heights = {}
-    for k, name in enumerate(names):
-        heights[name] = np.maximum.reduceat(np.where(codes == k, n_sorted, 0.0), starts) if w else np.zeros(0)
-    return RankCurve(edges=edges, heights=heights, order=top)
+    heights, counts = {}, {}
+    for k, name in names:
+        mine = codes == k
+        heights[name] = np.maximum.reduceat(np.where(mine, n_sorted, 0.0), starts) if w else np.zeros(0)
+        counts[name] = np.add.reduceat(mine.astype(np.int64), starts) if w else np.zeros(0, dtype=np.int64)
+    return RankCurve(edges=edges, heights=heights, counts=counts, order=top)
 
 
 def _label_counts_plot(skills: pd.DataFrame) -> Plot:
@@ -245,13 +267,15 @@ def _label_counts_plot(skills: pd.DataFrame) -> Plot:
     top = max(1, math.ceil(0.1 * w))
     busiest = float(np.partition(n, w - top)[w - top :].sum())  # the top-10 % set; integer sums are exact
     del n
+    binned = len(curve.edges) - 1 < w
     caption = (
         f"Workers sorted by their number of labels ({w} workers, {int(total)} labels; median "
         f"{median:.0f}, max {n_max:.0f}). The busiest 10 % gave {busiest / max(total, 1):.0%} "
         "of the labels. Colour: identifiability status of the worker."
         + (
-            f" Drawn in {len(curve.edges) - 1} rank bins (each shows its busiest worker per status)."
-            if len(curve.edges) - 1 < w
+            f" Drawn in {len(curve.edges) - 1} bins of ranks (each bin's statuses side by side in their shares, at "
+            "their busiest worker's count)."
+            if binned
             else ""
         )
     )
@@ -260,12 +284,9 @@ def _label_counts_plot(skills: pd.DataFrame) -> Plot:
 
     def draw(fig: Any, curve: RankCurve = curve, w: int = w, log: bool = n_max > 50 * max(n_min, 1)) -> None:
         ax = fig.add_subplot()
-        # bin j spans x = edges[j] + 0.5 … edges[j+1] + 0.5 (one bar a worker centred on its rank), the outer
-        # half-bars cut at ranks 1 and W as a step area through the points 1 … W draws them
-        x = curve.edges + 0.5
-        x[0], x[-1] = 1.0, float(w)
-        for st, h in curve.heights.items():  # one filled step area per status (no patch per worker)
-            ax.fill_between(x, np.append(h, h[-1:]), step="post", color=STATUS_COLOURS.get(st, GREY), label=st, lw=0)
+        for st in curve.heights:  # one filled step area per status (no patch per worker)
+            x, y = curve.segments(st) if binned else (np.arange(1.0, w + 1), np.where(curve.counts[st] > 0, curve.heights[st], 0.0))
+            ax.fill_between(x, y, step="post" if binned else "mid", color=STATUS_COLOURS.get(st, GREY), label=st, lw=0)
         if log:
             ax.set_yscale("log")
         ax.set_xlabel("worker (sorted by label count)")
