@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import tracemalloc
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -55,7 +56,9 @@ def _gold(skills: pd.DataFrame, seed: int) -> pd.DataFrame:
     some = ids[rng.random(len(ids)) < 0.4]
     some = np.concatenate([some, np.array([f"x{i}" for i in range(5)], dtype=object)])
     ng = rng.integers(1, 9, len(some))
-    gold = pd.DataFrame({"worker": some, "n_gold_labels": ng, "n_gold_correct": rng.integers(0, 9, len(some)) % (ng + 1)})
+    gold = pd.DataFrame(
+        {"worker": some, "n_gold_labels": ng, "n_gold_correct": rng.integers(0, 9, len(some)) % (ng + 1)}
+    )
     gold["gold_accuracy"] = gold["n_gold_correct"] / gold["n_gold_labels"]
     return gold
 
@@ -135,8 +138,8 @@ def test_rank_curve_is_the_sorted_counts_binned(w: int, points: int) -> None:
         assert list(curve.heights) == list(dict.fromkeys(status)) == list(curve.counts)
         for st in curve.heights:
             mine = status == st
-            want_h = [np.where(mine, n, 0.0)[a:b].max() for a, b in zip(e[:-1], e[1:], strict=True)]
-            want_c = [int(mine[a:b].sum()) for a, b in zip(e[:-1], e[1:], strict=True)]
+            want_h = [np.where(mine, n, 0.0)[a:b].max() for a, b in pairwise(e)]
+            want_c = [int(mine[a:b].sum()) for a, b in pairwise(e)]
             np.testing.assert_array_equal(curve.heights[st], want_h)
             np.testing.assert_array_equal(curve.counts[st], want_c)
         np.testing.assert_array_equal(curve.order, skills.index.get_indexer(s.index[:20]))

@@ -230,6 +230,7 @@ def rank_curve(n_labels: np.ndarray, status: pd.Series | None, points: int = CUR
     w = len(n)
     order = np.argsort(-n, kind="stable")  # = sort_values(ascending=False, kind="stable"): ties in table order
     n_sorted = n[order]
+    codes: np.ndarray
     if status is None:
         codes, names = np.zeros(w, dtype=np.int8), [(0, "ok")]
     else:
@@ -261,7 +262,7 @@ def _label_counts_plot(skills: pd.DataFrame) -> Plot:
     from :func:`rank_curve` (at most :data:`CURVE_POINTS` bins: its memory does not grow with the workers)."""
     fid, title = "fig-worker-label-counts", "Labels per worker"
     n = skills["n_labels"].to_numpy(dtype=float)
-    curve = rank_curve(n, skills["status"] if "status" in skills else None)
+    curve = rank_curve(n, skills.get("status"))
     w, total = len(n), float(n.sum())
     n_max, n_min, median = float(n.max()), float(n.min()), float(np.median(n))
     top = max(1, math.ceil(0.1 * w))
@@ -285,7 +286,10 @@ def _label_counts_plot(skills: pd.DataFrame) -> Plot:
     def draw(fig: Any, curve: RankCurve = curve, w: int = w, log: bool = n_max > 50 * max(n_min, 1)) -> None:
         ax = fig.add_subplot()
         for st in curve.heights:  # one filled step area per status (no patch per worker)
-            x, y = curve.segments(st) if binned else (np.arange(1.0, w + 1), np.where(curve.counts[st] > 0, curve.heights[st], 0.0))
+            if binned:
+                x, y = curve.segments(st)
+            else:  # one bar a worker, as drawn before the bins (the same image)
+                x, y = np.arange(1.0, w + 1), np.where(curve.counts[st] > 0, curve.heights[st], 0.0)
             ax.fill_between(x, y, step="post" if binned else "mid", color=STATUS_COLOURS.get(st, GREY), label=st, lw=0)
         if log:
             ax.set_yscale("log")
