@@ -232,7 +232,6 @@ def test_worker_figure_and_actions_memory_does_not_grow_with_the_workers() -> No
         plot.draw(fig)
         vertices.append(sum(len(p.vertices) for c in fig.axes[0].collections for p in c.get_paths()))
     grow = {k: (v[1] - v[0]) / (sizes[1] - sizes[0]) for k, v in peaks.items()}
-    print(grow, vertices)
     assert grow["figure"] <= 48, grow
     assert grow["actions"] <= 64, grow
     assert vertices[1] <= vertices[0] * 1.05 and vertices[1] <= 9 * CURVE_POINTS * len(STATUSES), vertices
