@@ -275,7 +275,7 @@ def write_spec(
         "job": args.job,
         **inputs,
         "runner": run,
-        "output": {"dir": "out", "report": False},
+        "output": {"dir": "out", "report": bool(getattr(args, "report", False))},  # off unless asked
         "cache": {"enabled": False},
     }
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -491,6 +491,7 @@ def one_run(args: argparse.Namespace, runner: str, data: Path, info: dict[str, A
             "memory_limit": args.memory_limit if runner == "dask" else None,
             "partitions": args.partitions if runner == "dask" else None,
             "skills_options": list(args.skills_option),
+            **({"report": True} if getattr(args, "report", False) else {}),
         }
     record = {
         "config": config,

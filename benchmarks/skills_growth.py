@@ -10,6 +10,8 @@ sampler): ``runner: dask`` with 2 Dask workers (LocalCluster, 4 GB each), or ``r
 every file). *flow peak* is the CLI process's kernel high-water mark (``VmHWM``); with a LocalCluster that process
 also hosts the Dask scheduler and the nannies, never the Dask workers. ``--ds-max-iter`` caps the EM (memory does not
 depend on the count; at 50 labels a worker and 2·10^5 workers Dawid–Skene needs hundreds of iterations).
+The specs have ``output.report: false`` (no ``report.html``, as in :mod:`benchmarks.scale_out`); ``--report``
+renders it in the flow as a served run does (its figures and actions are then in the flow's peak; tag such runs).
 
 *growth KB / worker*: (flow peak at the most workers − at the fewest) ÷ (their difference in workers), per labels,
 method, runner and code version (``--tag``: the commit measured). The law to meet (docs/scale.md, memory laws): flow
@@ -44,7 +46,8 @@ def _commit() -> str:
 
 def _key(r: dict[str, Any]) -> tuple[Any, ...]:
     c = r["config"]
-    return (c["labels"], c["workers"], c["method"], c["runner"], r.get("tag"), tuple(c.get("skills_options", [])))
+    return (c["labels"], c["workers"], c["method"], c["runner"], r.get("tag"), tuple(c.get("skills_options", [])),
+            bool(c.get("report")))  # fmt: skip
 
 
 def output_hashes(out: Path) -> dict[str, str]:
@@ -159,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", default="ds,mv")
     ap.add_argument("--runners", default="dask")
     ap.add_argument("--ds-max-iter", type=int, default=50)
+    ap.add_argument(
+        "--report", action="store_true", help="render report.html in the run (off by default, as in scale_out)"
+    )
     ap.add_argument("--tag", default=None, help="the code version measured (default: the short commit)")
     ap.add_argument("--data-root", type=Path, default=Path("/tmp/crowdflow-growth"))
     ap.add_argument("--keep-data", action="store_true")
@@ -192,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                             partitions=None,
                             timeout=a.timeout,
                             keep_output=True,
+                            report=a.report,
                         )
                         t0 = time.time()
                         r = one_run(args, runner, data, info, a.data_root)

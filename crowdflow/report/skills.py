@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from crowdflow.report.figure import BLUE, GREY, ORANGE, STATUS_COLOURS, Action, Plot, style
 
@@ -19,6 +22,8 @@ MIN_LABELS = 10
 TOP = 5
 RELABEL = 10
 LOW_CONFIDENCE = 0.6
+# the label-count figure's rank bins at most (~4 a pixel of its ~500-pixel-wide axes): see rank_curve
+CURVE_POINTS = 2000
 _STATUS_MEANING = {
     "ok": "in a non-bipartite component, so its skill is identifiable",
     "bipartite_component": "in a bipartite component: skills are only determined up to a sign flip between its sides",
@@ -74,34 +79,7 @@ def skills_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) -
     if skills is None or skills.empty or "n_labels" not in skills:
         out.append(Plot(fid, title, "No per-worker label counts in this run.", note="nothing to plot"))
     else:
-        s = skills.sort_values("n_labels", ascending=False, kind="stable").reset_index(drop=True)
-        n = s["n_labels"].to_numpy(dtype=float)
-        total = n.sum()
-        top = max(1, math.ceil(0.1 * len(n)))
-        caption = (
-            f"Workers sorted by their number of labels ({len(n)} workers, {int(total)} labels; median "
-            f"{np.median(n):.0f}, max {n.max():.0f}). The busiest 10 % gave {n[:top].sum() / max(total, 1):.0%} "
-            "of the labels. Colour: identifiability status of the worker."
-        )
-        status = s["status"].astype(str).to_numpy() if "status" in s else np.full(len(s), "ok")
-        data = s[["worker", "n_labels"] + (["status"] if "status" in s else [])].head(20)
-
-        def draw_2(fig: Any, n: np.ndarray = n, status: np.ndarray = status) -> None:
-            ax = fig.add_subplot()
-            x = np.arange(1, len(n) + 1)
-            for st in dict.fromkeys(status):  # one filled step area per status (fast: no patch per worker)
-                m = status == st
-                ax.fill_between(x, np.where(m, n, 0.0), step="mid", color=STATUS_COLOURS.get(st, GREY), label=st, lw=0)
-            if n.max() > 50 * max(n.min(), 1):
-                ax.set_yscale("log")
-            ax.set_xlabel("worker (sorted by label count)")
-            ax.set_ylabel("labels")
-            ax.set_xlim(0.5, len(n) + 0.5)
-            if len(set(status)) > 1:
-                ax.legend(frameon=False, fontsize=8)
-            style(ax)
-
-        out.append(Plot(fid, title, caption, draw_2, data))
+        out.append(_label_counts_plot(skills))
 
     # worker-graph components
     fid, title = "fig-worker-components", "Worker-graph components"
@@ -200,6 +178,131 @@ def skills_figures(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) -
     return out
 
 
+@dataclass(frozen=True)
+class RankCurve:
+    """The workers' label counts sorted in decreasing order (the label-count figure's curve), in rank bins.
+
+    Attributes
+    ----------
+    edges : ndarray of int64, shape (K + 1,)
+        Bin ``j`` holds the workers of ranks ``edges[j] + 1 … edges[j + 1]`` (rank 1: the most labels; ties in
+        table order). ``K = W`` when ``W ≤ points``: one bin a worker.
+    heights : dict of status → ndarray of float64, shape (K,)
+        The largest label count among the bin's workers of that status; 0 where the bin has none.
+    counts : dict of status → ndarray of int64, shape (K,)
+        How many of the bin's workers have that status (they sum to the bin's width).
+        Statuses, in both, in order of first appearance by rank (drawn in that order: later ones over earlier ones).
+    order : ndarray of int64
+        Table positions of the busiest ``min(W, 20)`` workers, in rank order (the figure's data table).
+    """
+
+    edges: np.ndarray
+    heights: dict[str, np.ndarray]
+    counts: dict[str, np.ndarray]
+    order: np.ndarray
+
+    def segments(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """Step points ``(x, y)`` of one status: in bin ``j`` its workers as one run of ``counts[name][j]`` ranks,
+        after the runs of the statuses before it, at ``heights[name][j]``; 0 between runs. A worker of rank ``r``
+        spans ``x`` from ``r − ½`` to ``r + ½``, cut to ``[1, W]`` (as a step area through the points 1 … W)."""
+        before = np.zeros(len(self.edges) - 1, dtype=np.int64)
+        for other in self.counts:
+            if other == name:
+                break
+            before += self.counts[other]
+        start = self.edges[:-1] + before + 0.5
+        x = np.clip(np.stack([start, start + self.counts[name]], axis=1).ravel(), 1.0, float(self.edges[-1]))
+        y = np.stack([self.heights[name], np.zeros_like(self.heights[name])], axis=1).ravel()
+        return x, y
+
+
+def rank_curve(n_labels: np.ndarray, status: pd.Series | None, points: int = CURVE_POINTS) -> RankCurve:
+    """The decreasing label-count curve of ``W`` workers in at most ``points`` rank bins (:class:`RankCurve`).
+
+    Bins are equal runs of ranks, plus single-worker bins at rank 1 (the maximum), rank ``W`` (the minimum) and
+    the last rank with a positive count, so the extremes are exact. In a bin each status gets a run of ranks as
+    wide as its workers there, at their largest count: what one bar a worker shows where a pixel spans many
+    workers (the figure is ~500 pixels wide; a bin is under a pixel at the default), the status colours mixed in
+    their shares. ``W ≤ points``: one bin a worker, the per-worker bars themselves.
+    Memory: O(points · statuses) kept; transients O(W) numbers (the sort), no Python object a worker.
+    """
+    n = np.asarray(n_labels, dtype=np.float64)
+    w = len(n)
+    order = np.argsort(-n, kind="stable")  # = sort_values(ascending=False, kind="stable"): ties in table order
+    n_sorted = n[order]
+    codes: np.ndarray
+    if status is None:
+        codes, names = np.zeros(w, dtype=np.int8), [(0, "ok")]
+    else:
+        c, uniques = pd.factorize(status, use_na_sentinel=False)
+        codes = c[order]
+        del c
+        seen, first = np.unique(codes, return_index=True)
+        names = [(int(k), str(uniques[k])) for k in seen[np.argsort(first)]]  # in order of first appearance by rank
+    top = order[: min(w, 20)].copy()
+    del order
+    if w <= points:
+        edges = np.arange(w + 1, dtype=np.int64)
+    else:
+        n_pos = int(np.count_nonzero(n_sorted > 0))
+        base = np.rint(np.linspace(0, w, max(points, 6) - 3)).astype(np.int64)  # ≤ points bins with the extra
+        extra = np.array([0, 1, w - 1, w, n_pos - 1, n_pos], dtype=np.int64)
+        edges = np.unique(np.clip(np.concatenate([base, extra]), 0, w))
+    starts = edges[:-1]
+    heights, counts = {}, {}
+    for k, name in names:
+        mine = codes == k
+        heights[name] = np.maximum.reduceat(np.where(mine, n_sorted, 0.0), starts) if w else np.zeros(0)
+        counts[name] = np.add.reduceat(mine.astype(np.int64), starts) if w else np.zeros(0, dtype=np.int64)
+    return RankCurve(edges=edges, heights=heights, counts=counts, order=top)
+
+
+def _label_counts_plot(skills: pd.DataFrame) -> Plot:
+    """``fig-worker-label-counts``: the workers' label counts, sorted, coloured by identifiability status, drawn
+    from :func:`rank_curve` (at most :data:`CURVE_POINTS` bins: its memory does not grow with the workers)."""
+    fid, title = "fig-worker-label-counts", "Labels per worker"
+    n = skills["n_labels"].to_numpy(dtype=float)
+    curve = rank_curve(n, skills.get("status"))
+    w, total = len(n), float(n.sum())
+    n_max, n_min, median = float(n.max()), float(n.min()), float(np.median(n))
+    top = max(1, math.ceil(0.1 * w))
+    busiest = float(np.partition(n, w - top)[w - top :].sum())  # the top-10 % set; integer sums are exact
+    del n
+    binned = len(curve.edges) - 1 < w
+    caption = (
+        f"Workers sorted by their number of labels ({w} workers, {int(total)} labels; median "
+        f"{median:.0f}, max {n_max:.0f}). The busiest 10 % gave {busiest / max(total, 1):.0%} "
+        "of the labels. Colour: identifiability status of the worker."
+        + (
+            f" Drawn in {len(curve.edges) - 1} bins of ranks (each bin's statuses side by side in their shares, at "
+            "their busiest worker's count)."
+            if binned
+            else ""
+        )
+    )
+    data = skills.iloc[curve.order][["worker", "n_labels"] + (["status"] if "status" in skills else [])]
+    data = data.reset_index(drop=True)
+
+    def draw(fig: Any, curve: RankCurve = curve, w: int = w, log: bool = n_max > 50 * max(n_min, 1)) -> None:
+        ax = fig.add_subplot()
+        for st in curve.heights:  # one filled step area per status (no patch per worker)
+            if binned:
+                x, y = curve.segments(st)
+            else:  # one bar a worker, as drawn before the bins (the same image)
+                x, y = np.arange(1.0, w + 1), np.where(curve.counts[st] > 0, curve.heights[st], 0.0)
+            ax.fill_between(x, y, step="post" if binned else "mid", color=STATUS_COLOURS.get(st, GREY), label=st, lw=0)
+        if log:
+            ax.set_yscale("log")
+        ax.set_xlabel("worker (sorted by label count)")
+        ax.set_ylabel("labels")
+        ax.set_xlim(0.5, w + 0.5)
+        if len(curve.heights) > 1:
+            ax.legend(frameon=False, fontsize=8)
+        style(ax)
+
+    return Plot(fid, title, caption, draw, data)
+
+
 def _components_plot(comps: pd.DataFrame, skills: pd.DataFrame | None) -> Plot:
     fid, title = "fig-worker-components", "Worker-graph components"
     c = comps.sort_values("n_workers", ascending=False, kind="stable").reset_index(drop=True)
@@ -289,8 +392,18 @@ def _gold_and_estimate(skills: pd.DataFrame | None, gold: pd.DataFrame | None) -
     """Per worker: the fitted accuracy next to the accuracy measured on gold (workers with gold labels)."""
     if skills is None or gold is None or gold.empty or "accuracy" not in skills:
         return None
-    est = skills[["worker", "accuracy", "n_labels"]].astype({"worker": str})
-    both = gold.astype({"worker": str}).merge(est, on="worker", how="inner")
+    if {"accuracy", "n_labels"} & set(gold.columns) or gold["worker"].duplicated().any():
+        est = skills[["worker", "accuracy", "n_labels"]].astype({"worker": str})  # not a per-worker gold table
+        both = gold.astype({"worker": str}).merge(est, on="worker", how="inner")
+    else:
+        # the inner join on the ids' text (gold rows in their order, each with its skills row), found by an Arrow
+        # hash lookup: a pandas merge on text keys held ~200 bytes a worker of Python objects at its peak
+        at = pc.index_in(pa.array(gold["worker"].astype(str)), value_set=pa.array(skills["worker"].astype(str)))
+        pos = pc.fill_null(at, -1).to_numpy()
+        hit = pos >= 0
+        both = gold.loc[hit].astype({"worker": str}).reset_index(drop=True)
+        both["accuracy"] = skills["accuracy"].to_numpy()[pos[hit]]
+        both["n_labels"] = skills["n_labels"].to_numpy()[pos[hit]]
     both = both.rename(columns={"accuracy": "estimated_accuracy"})
     both = both[both["estimated_accuracy"].notna()].copy()
     both["difference"] = both["estimated_accuracy"] - both["gold_accuracy"]
@@ -389,6 +502,52 @@ _SHOWN = {
 }
 
 
+def _best_and_worst(skills: pd.DataFrame, k: int) -> tuple[tuple[pd.DataFrame, pd.DataFrame], int, bool]:
+    """The ``k`` best and ``k`` worst workers with an accuracy, their rows only (ids as text), and the pool.
+
+    The pool: the workers with an accuracy and at least :data:`MIN_LABELS` labels when there are ``2k`` of them,
+    else every worker with an accuracy. The order is the table's sorted by accuracy, then labels, both decreasing,
+    ties in table order: the best are its first ``k`` rows, the worst its last ``k`` reversed. Selected on the two
+    number columns (a partition, then a sort of the rows tied at the threshold), so only the ``2k`` rows chosen
+    are copied: O(W) numbers, no Python object a worker.
+
+    Returns
+    -------
+    (best, worst), pool size, whether the pool is the busy workers
+    """
+    acc = skills["accuracy"].to_numpy(dtype=np.float64, na_value=np.nan)
+    has = ~np.isnan(acc)
+    n_lab = skills["n_labels"].to_numpy(dtype=np.float64) if "n_labels" in skills else np.zeros(len(acc))
+    busy_pool = has & (n_lab >= MIN_LABELS)
+    busy = "n_labels" in skills and int(busy_pool.sum()) >= 2 * k
+    pool = np.flatnonzero(busy_pool if busy else has)
+    del busy_pool, has
+    take = min(k, len(pool))
+    a = acc[pool]
+    hi = np.partition(a, len(a) - take)[len(a) - take]  # the k-th largest accuracy: ties at it are sorted below
+    lo = np.partition(a, take - 1)[take - 1]  # the k-th smallest
+    cand = pool[a >= hi]
+    best = cand[np.lexsort((cand, -n_lab[cand], -acc[cand]))[:take]]
+    cand = pool[a <= lo]
+    worst = cand[np.lexsort((-cand, n_lab[cand], acc[cand]))[:take]]
+    rows = [skills.iloc[r].astype({"worker": str}).reset_index(drop=True) for r in (best, worst)]
+    return (rows[0], rows[1]), len(pool), busy
+
+
+def _with_gold(rows: pd.DataFrame, gold: pd.DataFrame | None) -> pd.DataFrame:
+    """``rows`` (a few workers, ids as text) with their gold measures (a left join on the text of the id), reading
+    only the gold rows of those workers."""
+    if gold is None or gold.empty:
+        return rows
+    ids, wanted = gold["worker"], set(rows["worker"])
+    if ids.dtype == object:
+        text = pd.api.types.infer_dtype(ids, skipna=False) == "string"
+    else:
+        text = pd.api.types.is_string_dtype(ids) and not isinstance(ids.dtype, pd.CategoricalDtype)
+    mine = ids.isin(wanted) if text else ids.astype(str).isin(wanted)  # ids not stored as text: their text
+    return rows.merge(gold[mine.to_numpy()].astype({"worker": str}), on="worker", how="left")
+
+
 def skills_actions(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) -> list[Action]:
     """What a person acts on after a skills run: who to trust or coach, what to re-label, what the model changed."""
     skills, consensus, gold = t.get("skills"), t.get("consensus"), t.get("gold_workers")
@@ -397,21 +556,14 @@ def skills_actions(t: Mapping[str, pd.DataFrame], manifest: Mapping[str, Any]) -
 
     # best and worst workers by name
     if skills is not None and not skills.empty and "accuracy" in skills and skills["accuracy"].notna().any():
-        ranked = skills[skills["accuracy"].notna()].astype({"worker": str})
-        if gold is not None and not gold.empty:
-            ranked = ranked.merge(gold.astype({"worker": str}), on="worker", how="left")
-        busy = ranked[ranked["n_labels"] >= MIN_LABELS] if "n_labels" in ranked else ranked
-        pool = busy if len(busy) >= 2 * TOP else ranked
-        which = (
-            f"the {len(pool)} workers with at least {MIN_LABELS} labels" if pool is busy else f"all {len(pool)} workers"
-        )
+        (best, worst), n_pool, busy = _best_and_worst(skills, TOP)
+        best, worst = _with_gold(best, gold), _with_gold(worst, gold)
+        which = f"the {n_pool} workers with at least {MIN_LABELS} labels" if busy else f"all {n_pool} workers"
         meaning = (
             "agreement with the majority vote"
             if method == "mv"
             else f"the accuracy the model ({method or 'fit'}) estimated"
         )
-        order = pool.sort_values(["accuracy", "n_labels"], ascending=[False, False], kind="stable")
-        best, worst = order.head(TOP), order.tail(TOP).iloc[::-1]
         out.append(
             Action(
                 "act-best-workers",
