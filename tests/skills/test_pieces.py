@@ -11,7 +11,6 @@ then across the workers: the same labels and counts, probabilities to summation 
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -121,32 +120,24 @@ def test_duplicates_on_the_kept_path_name_both_files_and_rows(tmp_path: Path) ->
     assert err.value.column == "task,worker"
 
 
-def _held_after_release(dask_map: Any, wait: float = 10.0) -> dict[str, int]:
-    """Items each Dask worker still holds once the releases have reached it: a release is a message to the
-    scheduler, which tells the workers to forget (and a task still running when its future was released finishes
-    first), so the count is polled until it is zero or ``wait`` seconds have passed."""
-    deadline = time.monotonic() + wait
-    while True:
-        info: dict[str, int] = dask_map.client.run(lambda dask_worker: len(dask_worker.data))
-        if all(n == 0 for n in info.values()) or time.monotonic() > deadline:
-            return info
-        time.sleep(0.1)
-
-
 @pytest.mark.parametrize(
     "seed", [0, 3, pytest.param(5, marks=pytest.mark.slow), pytest.param(6, marks=pytest.mark.slow)]
 )
-def test_pieces_moved_between_dask_workers_give_the_same_fit(seed: int, tmp_path: Path, dask_map: Any) -> None:
+def test_pieces_moved_between_dask_workers_give_the_same_fit(
+    seed: int, tmp_path: Path, dask_map: Any, held_after_release: Any
+) -> None:
     case = _case(seed)
     _write(case, tmp_path / "labels")
     disk = _fit(case, tmp_path / "labels", tmp_path / "d", "ds", None)
     on_dask = _fit(case, tmp_path / "labels", tmp_path / "k", "ds", dask_map)
     _check(disk, on_dask, exact=False)
-    info = _held_after_release(dask_map)
+    info = held_after_release()
     assert all(n == 0 for n in info.values()), info  # the files, the pieces and the codes were all released
 
 
-def test_duplicates_on_dask_workers_are_named_and_nothing_stays_held(tmp_path: Path, dask_map: Any) -> None:
+def test_duplicates_on_dask_workers_are_named_and_nothing_stays_held(
+    tmp_path: Path, dask_map: Any, held_after_release: Any
+) -> None:
     folder = tmp_path / "labels"
     folder.mkdir()
     for k in range(3):
@@ -156,5 +147,5 @@ def test_duplicates_on_dask_workers_are_named_and_nothing_stays_held(tmp_path: P
     with pytest.raises(InputError, match=r"2 rows repeat a \(task, worker\) pair") as err:
         fit_skills_partitioned(folder, out_folder=tmp_path / "out", executor=dask_map, n_buckets=3)
     assert "f0.parquet row 2" in str(err.value) and "f3.parquet row 1" in str(err.value)
-    info = _held_after_release(dask_map)
+    info = held_after_release()
     assert all(n == 0 for n in info.values()), info
