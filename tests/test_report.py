@@ -18,7 +18,7 @@ import pytest
 import crowdflow.report.page as report_mod
 from crowdflow.report import FIGURE_IDS, REPORT_FILE, render_report, report_from_run_dir
 from crowdflow.report.page import ACTION_IDS
-from crowdflow.storage.run_store import write_run
+from crowdflow.storage.run_store import latest_run, write_run
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -540,7 +540,7 @@ def test_second_demo_run_reads_as_text_in_chromium(demo_run: Path, tmp_path: Pat
         pytest.skip("no Chromium/Chrome on this machine (.ci/run installs it with apt-get where it can)")
     out = demo_run.parent.parent
     assert main(["demo", "--out", str(out)]) == 0
-    second = sorted(p.parent for p in out.rglob("manifest.json"))[-1]
+    second = latest_run(demo_run.parent)  # the run store's one rule for the newest run (not the ids' order)
     assert second != demo_run
     profile = tmp_path / "profile"
     profile.mkdir()
