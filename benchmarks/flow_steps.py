@@ -45,7 +45,7 @@ STEPS = {
 INNER = (
     "elsewhere",
     "em_fit",
-    "_consensus_pass",
+    "consensus_pass",
     "worker_table",
     "diagnostics_table",
     "explain_missing_skills",

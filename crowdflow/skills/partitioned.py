@@ -75,7 +75,6 @@ from crowdflow.metrics import ReviewPart, SkillsReview, merge_review_parts
 from crowdflow.progress import ProgressFn
 from crowdflow.skills.buckets import (
     BucketStats,
-    ConsensusPart,
     EncodeArgs,
     SplitSummary,
     codes_by_activity,
@@ -517,13 +516,6 @@ class PartitionedSkills:
     timing: dict[str, Any] = field(default_factory=dict)
 
 
-def _consensus_pass(
-    enc: EncodedBuckets, executor: MapFn, fn: Callable[..., ConsensusPart], kwargs: dict[str, Any], n_comp: int
-) -> dict[str, Any]:
-    """:func:`crowdflow.skills.held_em.consensus_pass` over ``enc``'s held buckets."""
-    return consensus_pass(enc.held, executor, fn, kwargs, n_comp)
-
-
 def fit_buckets(
     enc: EncodedBuckets,
     executor: MapFn,
@@ -637,7 +629,7 @@ def _fit_buckets(
             "ok": active,
             **common,
         }
-        sums = _consensus_pass(enc, executor, weighted_consensus_pass, kwargs, graph.n_components)
+        sums = consensus_pass(enc.held, executor, weighted_consensus_pass, kwargs, graph.n_components)
         accuracy = ((m - 1) * skill + 1) / m
         ok = active
         passes = 1
@@ -657,7 +649,7 @@ def _fit_buckets(
         )
     elif o.method == "mv":
         kwargs = {"out_folder": out_folder, "tie_break": o.tie_break, "seed": o.seed, "ok": ok, **common}
-        sums = _consensus_pass(enc, executor, mv_consensus, kwargs, graph.n_components)
+        sums = consensus_pass(enc.held, executor, mv_consensus, kwargs, graph.n_components)
         accuracy = sums["agreements"] / np.maximum(n_i, 1)
         skill = (m * accuracy - 1.0) / (m - 1.0)
         weight = np.ones(w)

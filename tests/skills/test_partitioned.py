@@ -275,7 +275,8 @@ def test_a_consensus_pass_in_turn_from_each_holder_equals_one_in_bucket_order(ki
     parameters)."""
     from crowdflow.executors import InlineMemory
     from crowdflow.skills.buckets import ds_consensus, mv_consensus
-    from crowdflow.skills.partitioned import _consensus_pass, encode_buckets, read_and_keep_all
+    from crowdflow.skills.held_em import consensus_pass
+    from crowdflow.skills.partitioned import encode_buckets, read_and_keep_all
     from crowdflow.storage.datasets import list_partitions
 
     class Placed(InlineMemory):
@@ -312,7 +313,7 @@ def test_a_consensus_pass_in_turn_from_each_holder_equals_one_in_bucket_order(ki
     got = {}
     for two in (False, True):
         run.two = two
-        got[two] = _consensus_pass(enc, run, fn, {"out_folder": str(tmp_path / f"out-{two}"), **common, **extra}, 1)
+        got[two] = consensus_pass(enc.held, run, fn, {"out_folder": str(tmp_path / f"out-{two}"), **common, **extra}, 1)
     one, turns = got[False], got[True]
     assert (
         [Path(p).name for p in turns["paths"]]
