@@ -18,7 +18,8 @@ a single-process run over data larger than memory still holds one item at a time
 
 A loop over such passes whose own state is as large as what it sums (an EM's parameters: W·M² numbers) runs with
 :func:`elsewhere`: as one task where the items are (a Dask worker), driving the same passes from there, so only its
-result comes back to the calling process.
+result comes back to the calling process, and its progress reports (fractions and pass lines,
+:mod:`crowdflow.progress`) come to the caller's callback while it runs.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
+
+from crowdflow.progress import ProgressFn
 
 __all__ = [
     "InlineMemory",
@@ -272,23 +275,30 @@ def hold(executor: MapFn, fn: Callable[[Any], Any], items: list[Any]) -> list[An
     return [Recompute(fn, x) for x in items]
 
 
-#: ``job(executor, held handles, argument)``: a loop of passes that :func:`elsewhere` runs where the items are
-Job = Callable[[MapFn, list[Any], Any], Any]
+#: ``job(executor, held handles, argument, progress)``: a loop of passes that :func:`elsewhere` runs where the items
+#: are; ``progress`` is a :data:`~crowdflow.progress.ProgressFn` (maybe with ``note``) or None
+Job = Callable[[MapFn, list[Any], Any, Any], Any]
 
 
-def elsewhere(executor: MapFn, job: Job, handles: list[Any], arg: Any) -> Any:
-    """``job(executor, handles, arg)`` run as one task beside the held items, its result returned here.
+def elsewhere(executor: MapFn, job: Job, handles: list[Any], arg: Any, progress: ProgressFn | None = None) -> Any:
+    """``job(executor, handles, arg, progress)`` run as one task beside the held items, its result returned here.
 
     With an executor that has an ``elsewhere`` method (the pipeline's Dask executor) ``job`` runs in one of the
     executor's worker processes, with an executor that drives the same cluster from there and the same held items
     (``handles`` seen from that process), so everything ``job`` allocates lives there and this process holds only
     ``arg`` (sent once) and the result. Otherwise ``job`` runs here with ``executor`` and ``handles`` themselves.
     ``job`` must be picklable and give the same result wherever it runs (its passes are the executor's either way).
+
+    ``progress``: the caller's callback (:mod:`crowdflow.progress`). Run here, ``job`` gets it as it is. Run
+    elsewhere, ``job`` gets a stand-in that sends each ``progress(fraction)`` and ``progress.note(line)`` to this
+    process, where the executor calls the caller's callback with them, in their order and in the calling thread,
+    while this call waits for the result (the Dask executor: the worker's events on a topic of this call, at most
+    0.2 s late); None when ``progress`` is None. What ``job`` reports changes nothing in its result.
     """
     own = getattr(executor, "elsewhere", None)
     if own is None:
-        return job(executor, handles, arg)
-    return own(job, handles, arg)
+        return job(executor, handles, arg, progress)
+    return own(job, handles, arg, progress)
 
 
 def release(executor: MapFn, handles: list[Any]) -> None:

@@ -1,8 +1,12 @@
 """Progress of iterative solvers as one number in [0, 1], for any caller-supplied callback.
 
-The library's loops (rank-one PGD, DJAM rounds and sweeps) accept ``progress: Callable[[float], None]``
-and feed it through :class:`IterationProgress`. Nothing here knows about Prefect or terminals: the
-orchestration layer turns the fraction into a Prefect progress artifact, the CLI into a bar on stderr.
+The library's loops (rank-one PGD, DJAM rounds and sweeps, the partitioned Dawid–Skene EM) accept
+``progress: Callable[[float], None]`` and feed it through :class:`IterationProgress`. A callback that also has a
+``note(line)`` method receives one line per pass of the loops that write them (the partitioned EM: pass number,
+log-likelihood and its change; :func:`note`), for a log; a plain callable gets the fractions only. Nothing here
+knows about Prefect, terminals or Dask: the orchestration layer turns the fraction into a Prefect progress
+artifact and the lines into the run's log, the CLI the fraction into a bar on stderr, and a loop that runs as one
+task on a Dask worker (:func:`crowdflow.executors.elsewhere`) has its reports sent to the calling process.
 """
 
 from __future__ import annotations
@@ -11,6 +15,17 @@ import math
 from collections.abc import Callable
 
 ProgressFn = Callable[[float], None]
+
+
+def note(progress: ProgressFn | None, line: str) -> None:
+    """Give ``line`` (what one pass of a loop did, for a log) to ``progress.note`` when the callback has one.
+
+    A callback without a ``note`` method (a plain function) ignores lines; the loop still logs them with the
+    standard :mod:`logging` of the process that runs it.
+    """
+    own = getattr(progress, "note", None)
+    if own is not None:
+        own(line)
 
 
 class IterationProgress:

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -95,18 +97,67 @@ def _same(value: Any) -> Any:
     return value
 
 
-def _drive(job: Callable[[Any, list[Any], Any], Any], keys: list[Any], arg: Any) -> Any:
-    """:meth:`DaskMap.elsewhere`'s task: ``job`` with a :class:`DaskMap` of this worker's client (its thread seceded
-    from the worker's pool while ``job`` waits on the passes, so they run on every worker thread, this one's too)
-    and the held items as futures of that client (the caller's futures keep them in memory)."""
-    from distributed import Future, worker_client
+class _Sender:
+    """The stand-in for the caller's progress callback in :meth:`DaskMap.elsewhere`'s task: each report an event
+    of the call's topic (``Worker.log_event``: a message queued on the worker's batched stream to the scheduler,
+    which passes it to the subscribed client; the task does not wait for it)."""
 
-    with worker_client() as client:
-        held = [Future(k, client) for k in keys]
+    def __init__(self, worker: Any, topic: str) -> None:
+        self.worker = worker
+        self.topic = topic
+
+    def __call__(self, fraction: float) -> None:
+        self.worker.log_event(self.topic, {"fraction": float(fraction)})
+
+    def note(self, line: str) -> None:
+        self.worker.log_event(self.topic, {"line": str(line)})
+
+    def end(self) -> None:
+        self.worker.log_event(self.topic, {"end": True})
+
+
+def _drive(job: Callable[[Any, list[Any], Any, Any], Any], keys: list[Any], arg: Any, topic: str | None) -> Any:
+    """:meth:`DaskMap.elsewhere`'s task: ``job`` with a :class:`DaskMap` of this worker's client (its thread seceded
+    from the worker's pool while ``job`` waits on the passes, so they run on every worker thread, this one's too),
+    the held items as futures of that client (the caller's futures keep them in memory) and, with a ``topic``, a
+    :class:`_Sender` of its progress reports (its last event, sent also when ``job`` fails, says it has ended)."""
+    from distributed import Future, get_worker, worker_client
+
+    sender = _Sender(get_worker(), topic) if topic is not None else None
+    try:
+        with worker_client() as client:
+            held = [Future(k, client) for k in keys]
+            try:
+                return job(DaskMap(client), held, arg, sender)
+            finally:
+                del held
+    finally:
+        if sender is not None:
+            sender.end()
+
+
+def _relay(future: Any, events: queue.SimpleQueue[Any], progress: Any, poll: float = 0.2, grace: float = 5.0) -> None:
+    """Call ``progress`` with the reports of :meth:`DaskMap.elsewhere`'s task (events ``(time, message)`` put on
+    ``events`` by the client's topic handler) in this thread, until the task's end event, or ``grace`` seconds
+    after the task finished without it (a worker that died)."""
+    from crowdflow.progress import note
+
+    deadline = None
+    while True:
+        if deadline is None and future.done():
+            deadline = time.monotonic() + grace
+        if deadline is not None and time.monotonic() > deadline:
+            return
         try:
-            return job(DaskMap(client), held, arg)
-        finally:
-            del held
+            _, msg = events.get(timeout=poll)
+        except queue.Empty:
+            continue
+        if "end" in msg:
+            return
+        if "fraction" in msg:
+            progress(msg["fraction"])
+        if "line" in msg:
+            note(progress, msg["line"])
 
 
 class DaskMap:
@@ -173,18 +224,37 @@ class DaskMap:
             log.info("moved %d of %d held items to even out the workers (%s)", len(moves), len(handles), sizes)
         return out
 
-    def elsewhere(self, job: Callable[[Any, list[Any], Any], Any], handles: list[Any], arg: Any) -> Any:
-        """``job(executor, handles, arg)`` as one task on a worker (:func:`crowdflow.executors.elsewhere`): ``arg``
-        scattered once, the held items passed by key (a future in a task's arguments would be replaced by its
-        value), the result gathered here; what ``job`` allocates lives and dies in that worker's process."""
+    def elsewhere(
+        self,
+        job: Callable[[Any, list[Any], Any, Any], Any],
+        handles: list[Any],
+        arg: Any,
+        progress: Callable[[float], None] | None = None,
+    ) -> Any:
+        """``job(executor, handles, arg, progress)`` as one task on a worker (:func:`crowdflow.executors.elsewhere`):
+        ``arg`` scattered once, the held items passed by key (a future in a task's arguments would be replaced by
+        its value), the result gathered here; what ``job`` allocates lives and dies in that worker's process.
+
+        With ``progress``, the task's reports come back as events of a topic of this call (``Worker.log_event`` on
+        the worker, ``Client.subscribe_topic`` here, subscribed before the task is submitted): the handler queues
+        them, and this thread calls ``progress`` (and its ``note``) with them while it waits (:func:`_relay`), so
+        a Prefect callback runs in its task run's context."""
         shared = self.share(arg)
+        topic = f"crowdflow-progress-{uuid.uuid4().hex}" if progress is not None else None
+        events: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        if topic is not None:
+            self.client.subscribe_topic(topic, events.put)
         try:
-            future = self.client.submit(_drive, job, [h.key for h in handles], shared, pure=False)
+            future = self.client.submit(_drive, job, [h.key for h in handles], shared, topic, pure=False)
             try:
+                if progress is not None:
+                    _relay(future, events, progress)
                 return future.result()
             finally:
                 future.release()
         finally:
+            if topic is not None:
+                self.client.unsubscribe_topic(topic)
             self.release([shared])
 
     def release(self, handles: list[Any]) -> None:

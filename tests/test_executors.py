@@ -229,7 +229,7 @@ def _where() -> str:
         return "here"
 
 
-def _passes_job(executor: Any, held: list[Any], shared: int) -> tuple[str, int, list[list[int]]]:
+def _passes_job(executor: Any, held: list[Any], shared: int, progress: Any) -> tuple[str, int, list[list[int]]]:
     """A loop of passes over held items: where it ran, the sum of two passes over the groups, the groups it saw."""
     from crowdflow.executors import held_groups, on_group_with
 
@@ -267,4 +267,71 @@ def test_elsewhere_runs_a_loop_of_passes_beside_the_held_items() -> None:
         assert total == 2 * 3 * sum(items)
         assert groups == held_groups(executor, held) == [[0, 2, 4], [1, 3, 5]]
         assert client.gather(held) == items  # still held for the caller
+        executor.release(held)
+
+
+def _reporting_job(executor: Any, held: list[Any], n: int, progress: Any) -> int:
+    """A job that reports ``n`` fractions and lines (a plain callback gets the fractions), then fails if n < 0."""
+    from crowdflow.progress import note
+
+    if progress is None:
+        return -1
+    for k in range(1, abs(n) + 1):
+        progress(k / abs(n))
+        note(progress, f"pass {k}")
+    if n < 0:
+        raise ValueError("the job failed after its reports")
+    return sum(executor(on_held_identity, held))
+
+
+def on_held_identity(x: Any) -> Any:
+    return x
+
+
+def test_elsewhere_brings_the_jobs_progress_to_the_callers_thread() -> None:
+    """A job run elsewhere reports through the caller's callback: in this process the callback itself; on a Dask
+    worker (``DaskMap.elsewhere``) every fraction and line, in order, in the calling thread, before the result; also
+    when the job fails (its error raised after its reports); no callback, no reports (the job gets None)."""
+    import threading
+
+    distributed = pytest.importorskip("distributed")
+    from crowdflow.executors import InlineMemory, elsewhere, hold
+    from tasks.runners import DaskMap
+
+    class Seen:
+        def __init__(self) -> None:
+            self.events: list[Any] = []
+            self.threads: set[int] = set()
+
+        def __call__(self, fraction: float) -> None:
+            self.events.append(fraction)
+            self.threads.add(threading.get_ident())
+
+        def note(self, line: str) -> None:
+            self.events.append(line)
+            self.threads.add(threading.get_ident())
+
+    want = [x for k in range(1, 41) for x in (k / 40, f"pass {k}")]
+    inline = InlineMemory()
+    seen = Seen()
+    assert elsewhere(inline, _reporting_job, hold(inline, on_held_identity, [1, 2, 3]), 40, seen) == 6
+    assert seen.events == want
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as c,
+        distributed.Client(c) as client,
+    ):
+        executor = DaskMap(client)
+        held = hold(executor, on_held_identity, [1, 2, 3])
+        for _ in range(2):  # two calls: each its own topic
+            seen = Seen()
+            assert elsewhere(executor, _reporting_job, held, 40, seen) == 6
+            assert seen.events == want and seen.threads == {threading.get_ident()}
+        plain: list[float] = []
+        assert elsewhere(executor, _reporting_job, held, 40, plain.append) == 6
+        assert plain == want[::2]
+        seen = Seen()
+        with pytest.raises(ValueError, match="failed after its reports"):
+            elsewhere(executor, _reporting_job, held, -5, seen)
+        assert seen.events == [x for k in range(1, 6) for x in (k / 5, f"pass {k}")]
+        assert elsewhere(executor, _reporting_job, held, 40) == -1
         executor.release(held)

@@ -35,6 +35,7 @@ from crowdflow.executors import (
     share,
     with_shared,
 )
+from crowdflow.progress import IterationProgress, ProgressFn, note
 from crowdflow.skills.buckets import ConsensusPart, ds_consensus
 from crowdflow.skills.dawid_skene import EMParameters
 from crowdflow.skills.held import BucketSums, EMShared, em_sums_group
@@ -169,8 +170,15 @@ def em_fit(
     labels_per_worker: np.ndarray,
     o: SkillsOptions,
     one_coin: bool,
+    progress: ProgressFn | None = None,
 ) -> EMFit:
-    """Dawid–Skene EM as passes over ``held`` (the module docstring): the map of the in-memory fit under SQUAREM."""
+    """Dawid–Skene EM as passes over ``held`` (the module docstring): the map of the in-memory fit under SQUAREM.
+
+    ``progress(fraction)`` (:class:`~crowdflow.progress.IterationProgress` of the evaluations against
+    ``o.ds_max_iter`` and of SQUAREM's parameter move against ``o.ds_tol``, never 1.0: the caller says when its job
+    is done) and, when the callback has a ``note`` method, one line per pass: its number, the log-likelihood and the
+    change from the pass before (:func:`crowdflow.progress.note`). Reading the run, it changes nothing in it.
+    """
     t_start = time.perf_counter()
     m, w = n_classes, n_workers
     alpha, beta = float(o.ds_smoothing), 0.0 if one_coin else float(o.ds_prior)
@@ -179,20 +187,27 @@ def em_fit(
     # before the next pass writes it; the class-major table the consensus pass reads is written into it at the end
     lanes, log_q = np.empty(w * m * m), np.empty(m)
     timing = PassTiming()
+    tracker = IterationProgress(progress, o.ds_max_iter, o.ds_tol)
+    last = [math.nan]
 
     def em_step(theta: np.ndarray) -> tuple[np.ndarray, float, float]:
         prior = par.lanes(theta, lanes, log_q)
         shared = EMShared(lanes, log_q.copy(), one_coin, w)
         counts, class_sums, ll = em_pass(held, executor, shared, m, groups, timing)
         del shared
-        log.info("Dawid-Skene EM pass %d: log-likelihood %.6f", timing.passes - 1, ll)
+        line = f"Dawid-Skene EM pass {timing.passes - 1} of at most {o.ds_max_iter}: log-likelihood {ll:.6f}"
+        if math.isfinite(last[0]):
+            line += f" ({ll - last[0]:+.3g} since pass {timing.passes - 2})"
+        last[0] = ll
+        log.info("%s", line)
+        note(progress, line)
         return par.from_lane_sums(counts, class_sums, n_tasks), ll + prior, ll
 
     groups = held_groups(executor, held)
     counts, class_sums, _ = em_pass(held, executor, EMShared(np.zeros(0), np.zeros(m), one_coin, w), m, groups, timing)
     theta0 = par.from_lane_sums(counts, class_sums, n_tasks)
     del counts
-    run = squarem(em_step, theta0, o.ds_tol, o.ds_max_iter, *par.bounds())
+    run = squarem(em_step, theta0, o.ds_tol, o.ds_max_iter, *par.bounds(), monitor=tracker.update)
     del theta0
     _, q = par.split(run.theta)
     table = lanes.reshape(m, w * m)  # the passes are over: the buffer takes the class-major table
@@ -349,7 +364,7 @@ class HeldDSFit:
     sums: dict[str, Any]
 
 
-def fit_ds_held(executor: MapFn, held: list[Any], job: HeldDS) -> HeldDSFit:
+def fit_ds_held(executor: MapFn, held: list[Any], job: HeldDS, progress: ProgressFn | None = None) -> HeldDSFit:
     """Dawid–Skene over the held buckets (:func:`em_fit`), then its consensus pass (the final E-step writing the
     consensus parts, :func:`crowdflow.skills.buckets.ds_consensus`), reduced to per-worker accuracies.
 
@@ -357,7 +372,11 @@ def fit_ds_held(executor: MapFn, held: list[Any], job: HeldDS) -> HeldDSFit:
     this function and only the :class:`HeldDSFit` leaves it: the partitioned fit runs it through
     :func:`crowdflow.executors.elsewhere`, so with a Dask executor that process is one of the Dask workers and the
     flow receives 2 W numbers and scalars (docs/scale.md, memory laws). The operations and their order are those of
-    the flow-side fit it replaced, so the skills and the consensus have the same bits."""
+    the flow-side fit it replaced, so the skills and the consensus have the same bits.
+
+    ``progress``: the EM's reports (:func:`em_fit`), then 1.0 once the consensus pass is done. Through
+    :func:`~crowdflow.executors.elsewhere` on Dask it is the worker's sender of these reports to the flow's callback.
+    """
     em = em_fit(
         held,
         executor,
@@ -367,12 +386,15 @@ def fit_ds_held(executor: MapFn, held: list[Any], job: HeldDS) -> HeldDSFit:
         job.labels_per_worker,
         job.options,
         job.one_coin,
+        progress,
     )
     timing = em.timing.record()
     t_consensus = time.perf_counter()
     kwargs = {**job.consensus, "log_pi_t": em.table, "log_q": np.log(em.q)}
     sums = consensus_pass(held, executor, ds_consensus, kwargs, job.n_components)
     timing["consensus_s"] = round(time.perf_counter() - t_consensus, 3)
+    if progress is not None:
+        progress(1.0)
     del kwargs, sums["agreements"]
     m, pi, q = job.n_classes, em.pi, em.q
     if job.one_coin:

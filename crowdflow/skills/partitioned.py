@@ -542,7 +542,8 @@ def fit_buckets(
     truth : pandas.DataFrame, optional
         Gold labels (``task``, ``label``): the consensus passes review their tasks against them.
     progress : callable, optional
-        ``progress(fraction)`` during the PGD iterations.
+        ``progress(fraction)`` during the PGD iterations and the Dawid–Skene EM; the EM also gives a callback with a
+        ``note`` method one line per pass (:mod:`crowdflow.progress`), sent from the Dask worker that runs it.
     """
     try:
         return _fit_buckets(enc, executor, options, out_folder, truth=truth, progress=progress)
@@ -669,7 +670,7 @@ def _fit_buckets(
         job = HeldDS(w, m, enc.n_tasks, enc.labels_per_worker, o, one_coin, consensus, graph.n_components)
         # the EM and its consensus pass run where the buckets are (a Dask worker): the flow receives W accuracies
         # and weights, never the fit's W·M² arrays (docs/scale.md, memory laws)
-        ds = elsewhere(executor, fit_ds_held, enc.held, job)
+        ds = elsewhere(executor, fit_ds_held, enc.held, job, progress)
         del job, consensus
         accuracy, weight, sums, it, converged = ds.accuracy, ds.weight, ds.sums, ds.iterations, ds.converged
         timing, passes, trace = ds.timing, ds.passes, -np.asarray(ds.trace)
@@ -736,6 +737,7 @@ def fit_skills_partitioned(
     truth: pd.DataFrame | None = None,
     storage_options: dict[str, Any] | None = None,
     work_dir: str | None = None,
+    progress: ProgressFn | None = None,
     **overrides: Any,
 ) -> PartitionedSkills:
     """Skills and consensus of a Parquet dataset larger than memory, in passes over its files (no Prefect).
@@ -765,6 +767,8 @@ def fit_skills_partitioned(
         fsspec options of a URL.
     work_dir : str, optional
         Folder for the buckets (a temporary folder inside it, removed at the end).
+    progress : callable, optional
+        The fit's progress (:func:`fit_buckets`).
     **overrides
         Fields of :class:`SkillsOptions`.
     """
@@ -790,4 +794,4 @@ def fit_skills_partitioned(
             raise
         files = [p.name for p in parts]
         enc = encode_buckets(buckets, run, workers, classes, o.duplicates, files, needs_pairs(o), pieces=pieces)
-        return fit_buckets(enc, run, o, str(out), truth=truth)
+        return fit_buckets(enc, run, o, str(out), truth=truth, progress=progress)

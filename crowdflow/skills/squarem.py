@@ -108,6 +108,7 @@ def squarem(
     step_max0: float = 1.0,
     mstep: float = 4.0,
     max_halvings: int = 30,
+    monitor: Callable[[int, float], None] | None = None,
 ) -> FixedPointRun:
     """Run SQUAREM-accelerated EM from ``theta0`` (see the module docstring for the cycle and the safeguards).
 
@@ -128,6 +129,10 @@ def squarem(
         Factor of the step bound's growth and shrinkage.
     max_halvings : int
         Most feasibility halvings of the step before falling back to θ₂.
+    monitor : callable, optional
+        ``monitor(evaluations, move)`` after each evaluation at a point of the chain, with the sup-norm move
+        max_k |F(θ)_k − θ_k| the stopping rule compares with ``tol`` (e.g.
+        :meth:`crowdflow.progress.IterationProgress.update`); it sees the run, it changes nothing in it.
 
     Returns
     -------
@@ -143,13 +148,19 @@ def squarem(
         t1, _, v0 = step(theta)
         n += 1
         trace.append(v0)
-        if _moved(t1, theta) < tol or n >= max_iter:
-            return FixedPointRun(t1, trace, n, _moved(t1, theta) < tol, kept, refused)
+        move = _moved(t1, theta)
+        if monitor is not None:
+            monitor(n, move)
+        if move < tol or n >= max_iter:
+            return FixedPointRun(t1, trace, n, move < tol, kept, refused)
         t2, obj1, v1 = step(t1)
         n += 1
         trace.append(v1)
-        if _moved(t2, t1) < tol or n >= max_iter:
-            return FixedPointRun(t2, trace, n, _moved(t2, t1) < tol, kept, refused)
+        move = _moved(t2, t1)
+        if monitor is not None:
+            monitor(n, move)
+        if move < tol or n >= max_iter:
+            return FixedPointRun(t2, trace, n, move < tol, kept, refused)
         # r = θ₁ − θ₀ and v = θ₂ − 2θ₁ + θ₀ = (θ₂ − θ₁) − r in place: r takes θ₁'s buffer (θ₁ is not used again) and
         # the extrapolated point one reused buffer, the same operations in the same order as the expressions
         # ``t1 - theta``, ``t2 - t1 - r`` and ``theta + (2a) r + a² v`` (so the same bits): θ₀, r, θ₂, v, the
@@ -184,7 +195,10 @@ def squarem(
             trace.append(vp)
             if at_max:
                 step_max *= mstep
-            if _moved(t3, tp) < tol:
+            move = _moved(t3, tp)
+            if monitor is not None:
+                monitor(n, move)
+            if move < tol:
                 return FixedPointRun(t3, trace, n, True, kept, refused)
             theta = t3
         else:

@@ -372,12 +372,12 @@ def test_partitioned_fit_holds_a_bounded_number_of_bytes_a_worker_in_the_flow(
     earlier: list[int] = []  # the fit's peak before the job (the job's own peak is measured from a reset)
     elsewhere = getattr(part, "elsewhere", None)  # absent where the EM ran in the flow: the fit bound fails there
 
-    def traced_job(executor: Any, job: Any, held: list[Any], arg: Any) -> Any:
+    def traced_job(executor: Any, job: Any, held: list[Any], arg: Any, *more: Any) -> Any:
         start, before = tracemalloc.get_traced_memory()
         earlier.append(before)
         tracemalloc.reset_peak()
         assert elsewhere is not None
-        out = elsewhere(executor, job, held, arg)
+        out = elsewhere(executor, job, held, arg, *more)
         job_peak[arg.n_workers] = tracemalloc.get_traced_memory()[1] - start
         return out
 
