@@ -95,6 +95,40 @@ def test_solvers_report_progress(rte_lm) -> None:  # type: ignore[no-untyped-def
     assert res.converged and seen_djam[-1] == 1.0 and seen_djam == sorted(seen_djam) and len(seen_djam) > 2
 
 
+@pytest.mark.parametrize("interval", [0.0, 3600.0])
+def test_fit_progress_logs_the_first_line_one_per_interval_and_the_last(interval: float) -> None:
+    """The callback of ``tasks.progress.fit_progress`` (outside a run: no artifact, the module's logger): listeners
+    see every fraction and 1.0 at the end; pass lines logged the first, then one per ``line_interval`` seconds, and
+    the last one when the block ends (also on an error)."""
+    import logging
+
+    from tasks.progress import add_listener, fit_progress, remove_listener
+
+    got: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: got.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("tasks.progress")
+    logger.addHandler(handler)
+    old, logger.level = logger.level, logging.INFO
+    seen: list[float] = []
+    add_listener(_record := lambda what, fraction: seen.append(fraction))
+    try:
+        with pytest.raises(RuntimeError), fit_progress("k", "d", line_interval=interval) as progress:
+            for k in range(1, 11):
+                progress(k / 20)
+                progress.note(f"pass {k}")
+            raise RuntimeError("the fit failed")
+        assert got == ([f"pass {k}" for k in range(1, 11)] if interval == 0 else ["pass 1", "pass 10"])
+        assert seen == [k / 20 for k in range(1, 11)]  # no 1.0: the block failed
+        with fit_progress("k", "d", line_interval=interval) as progress:
+            progress(0.5)
+        assert seen[-2:] == [0.5, 1.0]
+    finally:
+        remove_listener(_record)
+        logger.removeHandler(handler)
+        logger.level = old
+
+
 def _outputs(run_dir: str) -> dict[str, pd.DataFrame]:
     return {p.stem: pd.read_parquet(p) for p in sorted(Path(run_dir).glob("*.parquet"))}
 
@@ -248,6 +282,30 @@ def _split_rte(rte_dir: Path, folder: Path, n_files: int = 4) -> None:
         df.iloc[rows].to_parquet(folder / f"part-{k}.parquet", index=False)
 
 
+def _run_log(flow_run_id: str, prefix: str, last: str, wait: float = 20.0) -> list[str]:
+    """The flow run's log lines that start with ``prefix``, in order, once one starting with ``last`` is there (the
+    logs reach the API in batches: polled up to ``wait`` seconds)."""
+    import time
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.client.schemas.sorting import LogSort
+
+    deadline = time.monotonic() + wait
+    while True:
+        with get_client(sync_client=True) as client:
+            found = client.read_logs(
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[UUID(flow_run_id)])),
+                sort=LogSort.TIMESTAMP_ASC,
+            )
+        lines = [entry.message for entry in found if entry.message.startswith(prefix)]
+        if any(line.startswith(last) for line in lines) or time.monotonic() > deadline:
+            assert any(line.startswith(last) for line in lines), lines
+            return lines
+        time.sleep(0.5)
+
+
 @pytest.mark.flow
 @pytest.mark.usefixtures("prefect_harness")
 def test_a_dataset_read_by_the_workers_gives_the_inline_run(
@@ -273,10 +331,25 @@ def test_a_dataset_read_by_the_workers_gives_the_inline_run(
     assert used == []
     dask = {"kind": "dask", "n_workers": 2, "processes": False, "partitions": 3, "scratch_dir": str(tmp_path / "s")}
     url = (tmp_path / "labels").as_uri()
-    on_dask = run_pipeline(
-        parse_spec({**base, "labels": {"path": url}, "runner": dask, "output": {"dir": str(tmp_path / "b")}})
-    )
+    from tasks.progress import add_listener, remove_listener
+
+    seen: list[tuple[str, float]] = []
+    add_listener(_record := lambda what, fraction: seen.append((what, fraction)))
+    try:
+        on_dask = run_pipeline(
+            parse_spec({**base, "labels": {"path": url}, "runner": dask, "output": {"dir": str(tmp_path / "b")}})
+        )
+    finally:
+        remove_listener(_record)
     assert used == ["dask"]
+    # the EM ran as one task on a Dask worker: its progress reached the flow's callback (the CLI's bar listens
+    # here) and its pass lines the flow run's log (the first and the last pass at least)
+    em = [f for what, f in seen if what == "skills fit (ds, partitioned)"]
+    done = em.index(1.0)  # the job's 1.0, then the task's own at the end of its fit
+    assert done > 3 and set(em[done:]) == {1.0} and all(b > a for a, b in itertools.pairwise(em[: done + 1]))
+    mb = json.loads((Path(on_dask["run_dir"]) / "manifest.json").read_text())
+    lines = _run_log(mb["flow_run_id"], "Dawid-Skene EM pass ", f"Dawid-Skene EM pass {mb['fit']['iterations']} ")
+    assert lines[0].startswith("Dawid-Skene EM pass 1 of at most ") and len(lines) >= 2
     a, b = _outputs(inline["run_dir"]), _outputs(on_dask["run_dir"])
     assert set(a) == {"consensus", "skills", "components", "gold_workers", "gold_confusion"}
     assert set(b) == set(a) - {"consensus"}  # the workers wrote it as parts
@@ -295,7 +368,6 @@ def test_a_dataset_read_by_the_workers_gives_the_inline_run(
     for name in a:
         pd.testing.assert_frame_equal(a[name], b[name], rtol=1e-9)
     ma = json.loads((Path(inline["run_dir"]) / "manifest.json").read_text())
-    mb = json.loads((Path(on_dask["run_dir"]) / "manifest.json").read_text())
     # every metric the Dask run records equals the inline run's; the inline run adds its report's baseline
     # (majority vote) and flagged share, which a partitioned run does not compute yet
     assert set(mb["metrics"]) <= set(ma["metrics"])
