@@ -190,7 +190,10 @@ def fit_on_workers(
     out_folder: str,
     truth: pd.DataFrame | None,
 ) -> PartitionedSkills:
-    """The fit on the statistics in the flow, its passes (EM iterations, the consensus) on the workers."""
+    """The fit on the statistics in the flow, its passes (EM iterations, the consensus) on the workers.
+
+    Progress (PGD iterations here; the EM's from the Dask worker that runs it) goes to the fit's progress artifact
+    and the CLI's listeners, the EM's pass lines to this task's log (:func:`tasks.progress.fit_progress`)."""
     logger = get_run_logger()
     with fit_progress("fit-skills-progress", f"skills fit ({options.method}, partitioned)") as progress:
         fit = fit_buckets(enc, executor, options, out_folder, truth=truth, progress=progress)

@@ -113,11 +113,16 @@ def test_fit_progress_logs_the_first_line_one_per_interval_and_the_last(interval
     seen: list[float] = []
     add_listener(_record := lambda what, fraction: seen.append(fraction))
     try:
-        with pytest.raises(RuntimeError), fit_progress("k", "d", line_interval=interval) as progress:
-            for k in range(1, 11):
-                progress(k / 20)
-                progress.note(f"pass {k}")
-            raise RuntimeError("the fit failed")
+
+        def failing_fit() -> None:
+            with fit_progress("k", "d", line_interval=interval) as progress:
+                for k in range(1, 11):
+                    progress(k / 20)
+                    progress.note(f"pass {k}")
+                raise RuntimeError("the fit failed")
+
+        with pytest.raises(RuntimeError):
+            failing_fit()
         assert got == ([f"pass {k}" for k in range(1, 11)] if interval == 0 else ["pass 1", "pass 10"])
         assert seen == [k / 20 for k in range(1, 11)]  # no 1.0: the block failed
         with fit_progress("k", "d", line_interval=interval) as progress:

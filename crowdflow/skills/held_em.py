@@ -9,7 +9,8 @@ process is one of the Dask workers, so the EM's W·M² arrays never reach the fl
 accuracies and weights (docs/scale.md, memory laws). Every pass is timed
 (:class:`PassTiming`): the flow's wall time of each pass from the shared table's send to the summed counts, the
 workers' own time (wall, CPU and kernels, returned with the sums), and the flow's work between passes, so a run's
-manifest says where a pass goes (``partitioned.timing``).
+manifest says where a pass goes (``partitioned.timing``). The EM reports its progress and a line a pass to the
+caller's callback (:mod:`crowdflow.progress`; from a Dask worker through :func:`crowdflow.executors.elsewhere`).
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ def _check_reports(seen: Recorder, fit: Any) -> None:
     """Fractions increasing to 1.0 (reached once, last); one line per EM evaluation, in order, matching the trace."""
     meta = fit.result.metadata
     assert seen.fractions and seen.fractions[-1] == 1.0 and seen.fractions.count(1.0) == 1
-    assert all(b > a for a, b in itertools.pairwise(seen.fractions)) and 0 <= seen.fractions[0]
+    assert all(b > a for a, b in itertools.pairwise(seen.fractions)) and seen.fractions[0] >= 0
     found = [LINE.match(line) for line in seen.lines]
     assert all(found), seen.lines
     passes = [int(m.group(1)) for m in found if m]
