@@ -43,6 +43,7 @@ import argparse  # noqa: E402
 import platform  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -438,20 +439,31 @@ def family_draw(spec: PlantedSpec, seed: int, binary_rule: str = "law") -> dict[
     return rec
 
 
-def run_families(reps: int, max_rows: int, seed: int = 35, binary_rule: str = "law") -> pd.DataFrame:
-    """Every family cell drawn ``reps`` times with a random shape (:func:`family_shape`)."""
+def family_specs(
+    reps: int, max_rows: int, seed: int = 35
+) -> Iterator[tuple[str, str, dict[str, Any], PlantedSpec, int]]:
+    """The draws of ``--families`` in order: ``(family, cell label, shape, spec, seed)`` (:func:`family_shape`)."""
     rng = np.random.default_rng(seed)
-    rows = []
-    t_start = time.perf_counter()
     for fam, fam_cells in FAMILIES.items():
         for c_idx, cell in enumerate(fam_cells):
             for rep in range(reps):
                 shape = family_shape(rng, max_rows)
                 spec = PlantedSpec(**{**shape, **cell})
                 s = 10_000 * (list(FAMILIES).index(fam) + 1) + 100 * c_idx + rep
-                label = ", ".join(f"{k}={v}" for k, v in cell.items())
-                rows.append({"family": fam, "cell": label, **shape, "seed": s, **family_draw(spec, s, binary_rule)})
-        print(f"family {fam} done ({time.perf_counter() - t_start:.0f} s)", flush=True)
+                yield fam, ", ".join(f"{k}={v}" for k, v in cell.items()), shape, spec, s
+
+
+def run_families(reps: int, max_rows: int, seed: int = 35, binary_rule: str = "law") -> pd.DataFrame:
+    """Every family cell drawn ``reps`` times with a random shape (:func:`family_shape`)."""
+    rows = []
+    t_start = time.perf_counter()
+    done = ""
+    for fam, label, shape, spec, s in family_specs(reps, max_rows, seed):
+        if done and fam != done:
+            print(f"family {done} done ({time.perf_counter() - t_start:.0f} s)", flush=True)
+        done = fam
+        rows.append({"family": fam, "cell": label, **shape, "seed": s, **family_draw(spec, s, binary_rule)})
+    print(f"family {done} done ({time.perf_counter() - t_start:.0f} s)", flush=True)
     return pd.DataFrame(rows)
 
 
