@@ -73,11 +73,18 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     th = theta + 0.01 * rng.standard_normal(theta.size)
     prev = theta + 0.02 * rng.standard_normal(theta.size)
+    near = th + 1e-4 * rng.standard_normal(theta.size)  # a late step: few rows change status
     m = rows.n_rows
     load0 = os.getloadavg()[0]
     cases: dict[str, Callable[[], Any]] = {
         "trimming step (with the previous rule)": lambda: held_kept(rows, (th, 1.25, 0), (prev, 1.3, 0)),
         "trimming step (first)": lambda: held_kept(rows, (th, 1.25, 0), None),
+        "trimming step (changed pairs only, far previous rule)": lambda: held_kept(
+            rows, (th, 1.25, 0), (prev, 1.3, 0), changed_only=True
+        ),
+        "trimming step (changed pairs only, near previous rule)": lambda: held_kept(
+            rows, (th, 1.25, 0), (near, 1.2501, 0), changed_only=True
+        ),
         "±1 rule step": lambda: held_kept(rows, (th, 0.5, 1), (prev, 0.5, 1)),
         "histogram of abs(r)/scale": lambda: held_histogram(rows, th, 0.5),
         "first pass (keyed sums)": lambda: held_sums(rows, None, None),

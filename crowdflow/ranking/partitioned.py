@@ -177,7 +177,6 @@ class _Kept:
 class _Step:
     sums: _Kept
     n_changed: int
-    capped: float
 
 
 @dataclass
@@ -187,7 +186,6 @@ class _Dense:
     acc: np.ndarray
     n_kept: int = 0
     n_changed: int = 0
-    capped: float = 0.0
     block: int = 0
 
 
@@ -204,6 +202,9 @@ class _Passes:
     where: list[np.ndarray | None] = field(default_factory=list)  # None: the block holds every pair, in key order
     held_passes: int = 0
     held_s: float = 0.0  # wall seconds of the passes over the held rows (the flow's fold included)
+    blocks: list[np.ndarray] = field(default_factory=list)  # each block's (3, |E_b|) sums of the last step
+    last: _Rule | None = None  # the rule of that step
+    sent: int = 0  # numbers the trimming steps' blocks sent back
 
     def base(self) -> EdgeSums:
         """Every row's edge sums, folded in block order; fixes the global pairs and each block's positions."""
@@ -222,30 +223,43 @@ class _Passes:
 
     def edges(self, rule: _Rule, prev: _Rule | None = None) -> _Step:
         """A trimming step: the kept rows' sums, each block's per-pair arrays added at its fixed positions in block
-        order (the same additions, in the same order, as a fold of keyed sums: the same bits)."""
+        order (the same additions, in the same order, as a fold of keyed sums: the same bits).
+
+        Each block's arrays of the last step are kept here (``blocks``); a step whose ``prev`` is that step's rule
+        asks each block only for the pairs with a row whose kept status changed (every other pair's sums are the
+        kept ones, bit for bit), so a late step sends a few pairs instead of every pair of every block."""
         self.count += 1
         self.held_passes += 1
         t0 = time.perf_counter()
+        delta = prev is not None and prev is self.last and len(self.blocks) == len(self.handles)
+        if not delta:
+            self.blocks = [np.zeros((3, 0)) for _ in self.handles]
 
         def add(acc: _Dense, r: _BlockKept) -> _Dense:
-            at = self.where[acc.block]
+            b = acc.block
+            if r.idx is None:
+                self.blocks[b] = r.acc
+            elif r.idx.size:
+                self.blocks[b][:, r.idx] = r.acc
+            at = self.where[b]
             if at is None:
-                acc.acc += r.acc
+                acc.acc += self.blocks[b]
             else:
-                add_at(acc.acc, at, r.acc)
+                add_at(acc.acc, at, self.blocks[b])
             acc.n_kept += r.n_kept
             acc.n_changed += r.n_changed
-            acc.capped += r.capped
             acc.block += 1
+            self.sent += r.acc.size
             return acc
 
-        fn = on_held(partial(_held_kept, rule, prev))
+        fn = on_held(partial(_held_kept, rule, prev, delta))
         out = fold(self.executor, fn, self.handles, add, _Dense(np.zeros((3, self.key.size))), ordered=True)
+        self.last = rule
         w, wy, wy2 = out.acc
         live = w > 0  # weights are > 0: the pairs with a kept row
         kept = _Kept(self.key[live], w[live], wy[live], wy2[live], out.n_kept)
         self.held_s += time.perf_counter() - t0
-        return _Step(kept, out.n_changed if prev is not None else -1, out.capped)
+        return _Step(kept, out.n_changed if prev is not None else -1)
 
     def histogram(self, theta: np.ndarray, scale: float) -> np.ndarray:
         self.count += 1
@@ -353,12 +367,14 @@ def _trim_iterate(ps: _Passes, pb: _Problem, theta: np.ndarray, sigma: float, st
     for it in range(1, TRIM_MAX_ITER + 1):
         rule = _Rule(theta, TRIM_K * sigma)
         st = ps.edges(rule, prev)
-        J = 0.5 * st.capped / sigma**2 + dof_full * math.log(sigma)
         trimmed = W - float(st.sums.w.sum())
+        # Σ w min(r², cut²): the kept rows' Σ w r² (|r| ≤ cut) plus cut² for each dropped unit of weight
+        u, v = _uv(pb.items, st.sums)
+        capped = float(_rss(st.sums, u, v, theta).sum()) + rule.cut**2 * trimmed
+        J = 0.5 * capped / sigma**2 + dof_full * math.log(sigma)
         if prev is not None and st.n_changed == 0:
             return _Fixed(sigma, theta, J, trimmed, start, it, True)
         new_theta, p_in = _refit(pb, st.sums, theta)
-        u, v = _uv(pb.items, st.sums)
         dof = float(st.sums.w.sum()) - p_in
         new = math.sqrt(float(_rss(st.sums, u, v, new_theta).sum()) / (psi * dof)) if dof > 0 else 0.0
         if new <= 0:
@@ -802,6 +818,7 @@ def fit_ranking_partitioned(
         passes=ps.count,
         held_passes=ps.held_passes,
         held_pass_s=round(ps.held_s, 3),
+        step_pairs_sent=ps.sent // 3,
         read_s=round(t_read + (t_end - t_write), 3),
         fit_s=round(t_end - t_start, 3),
     )
