@@ -86,7 +86,19 @@ from scipy.special import ndtr, ndtri
 from crowdflow.contracts.comparisons import ComparisonTableError
 from crowdflow.contracts.errors import DegenerateInput
 from crowdflow.contracts.missing import explain_missing
-from crowdflow.executors import InlineMemory, MapFn, fold, hold, holds, inline_executor, on_held, release, slots
+from crowdflow.executors import (
+    InlineMemory,
+    MapFn,
+    fold,
+    held_groups,
+    hold,
+    holds,
+    inline_executor,
+    on_group_with,
+    on_held,
+    release,
+    slots,
+)
 from crowdflow.labels import natural_order
 from crowdflow.ranking.graph import ComparisonGraph
 from crowdflow.ranking.held import HeldRows, add_at
@@ -101,6 +113,7 @@ from crowdflow.ranking.passes import (
     _bin_lower,
     _BlockKept,
     _Ctx,
+    _each,
     _encode_part,
     _held_edges,
     _held_kept,
@@ -205,14 +218,35 @@ class _Passes:
     blocks: list[np.ndarray] = field(default_factory=list)  # each block's (3, |E_b|) sums of the last step
     last: _Rule | None = None  # the rule of that step
     sent: int = 0  # numbers the trimming steps' blocks sent back
+    groups: list[list[int]] | None = None  # the blocks grouped by where they are held
+
+    def blockwise(self, fn: Callable[[HeldRows], Any], combine: Callable[[Any, Any], Any], acc: Any) -> Any:
+        """``acc = combine(acc, fn(block))`` over the held blocks in block order, with one task per place that holds
+        blocks (:func:`crowdflow.executors.held_groups`, asked once: held blocks do not move), not one per block: a
+        pass's round trips do not grow with the blocks. Results that arrive ahead of their turn wait."""
+        if self.groups is None:
+            self.groups = held_groups(self.executor, self.handles)
+        groups = self.groups
+        items = [([self.handles[i] for i in g], None) for g in groups]
+        pending: dict[int, Any] = {}
+        turn = [0, 0]  # next group to arrive (the fold is ordered), next block to combine
+
+        def take(a: Any, results: list[Any]) -> Any:
+            pending.update(zip(groups[turn[0]], results, strict=True))
+            turn[0] += 1
+            while turn[1] in pending:
+                a = combine(a, pending.pop(turn[1]))
+                turn[1] += 1
+            return a
+
+        return fold(self.executor, on_group_with(partial(_each, fn)), items, take, acc, ordered=True)
 
     def base(self) -> EdgeSums:
         """Every row's edge sums, folded in block order; fixes the global pairs and each block's positions."""
         self.count += 1
         self.held_passes += 1
         t0 = time.perf_counter()
-        fn = on_held(partial(_held_edges, None, None))
-        out, keys = fold(self.executor, fn, self.handles, _add_base, (None, []), ordered=True)
+        out, keys = self.blockwise(partial(_held_edges, None, None), _add_base, (None, []))
         sums: EdgeSums = out.sums if out is not None else EdgeSums.combine([])
         self.key = sums.key
         # a block that holds every pair (the usual case at scale: a few blocks of many rows) adds its arrays as they
@@ -252,8 +286,7 @@ class _Passes:
             self.sent += r.acc.size
             return acc
 
-        fn = on_held(partial(_held_kept, rule, prev, delta))
-        out = fold(self.executor, fn, self.handles, add, _Dense(np.zeros((3, self.key.size))), ordered=True)
+        out = self.blockwise(partial(_held_kept, rule, prev, delta), add, _Dense(np.zeros((3, self.key.size))))
         self.last = rule
         w, wy, wy2 = out.acc
         live = w > 0  # weights are > 0: the pairs with a kept row
@@ -265,10 +298,11 @@ class _Passes:
         self.count += 1
         self.held_passes += 1
         t0 = time.perf_counter()
-        res = self.executor(on_held(partial(_held_sketch, theta, scale)), self.handles)
-        h = np.zeros(SKETCH_BINS)
-        for idx, wt in res:
-            np.add.at(h, idx.astype(np.int64), wt)
+        def add(h: np.ndarray, r: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+            np.add.at(h, r[0].astype(np.int64), r[1])
+            return h
+
+        h = self.blockwise(partial(_held_sketch, theta, scale), add, np.zeros(SKETCH_BINS))
         self.held_s += time.perf_counter() - t0
         return h
 

@@ -464,6 +464,12 @@ def _held_kept(rule: _Rule, prev: _Rule | None, changed_only: bool, rows: HeldRo
     return _BlockKept(idx, acc, n_kept, changed)
 
 
+def _each(fn: Callable[[HeldRows], Any], blocks: list[HeldRows], shared: Any) -> list[Any]:
+    """``fn`` on each held block of one group, in order: one task per place holding blocks
+    (:func:`crowdflow.executors.on_group_with`; ``shared`` unused)."""
+    return [fn(rows) for rows in blocks]
+
+
 def _held_sketch(theta: np.ndarray, scale: float, rows: HeldRows) -> tuple[np.ndarray, np.ndarray]:
     """Histogram pass over the held rows: the non-empty bins of ``|r|/scale`` and their weights."""
     return held_histogram(rows, np.ascontiguousarray(theta, dtype=np.float64), scale)
