@@ -83,13 +83,10 @@ class EdgeSums:
         order (the same bits), without the sort of every key (~0.1 s for two parts of 5·10⁵ pairs).
         """
         if len(parts) > 1 and all(np.array_equal(p.key, parts[0].key) for p in parts[1:]):
-            return EdgeSums(
-                parts[0].key,
-                *(_total([getattr(p, f) for p in parts]) for f in ("count", "w", "wy", "wy2")),
-                functools.reduce(np.minimum, [p.ymin for p in parts]),
-                functools.reduce(np.maximum, [p.ymax for p in parts]),
-                *(_total([getattr(p, f) for p in parts]) for f in ("wpos", "wneg", "ties")),
-            )
+            t = {f: _total([getattr(p, f) for p in parts]) for f in ("count", "w", "wy", "wy2", "wpos", "wneg", "ties")}
+            ymin = functools.reduce(np.minimum, [p.ymin for p in parts])
+            ymax = functools.reduce(np.maximum, [p.ymax for p in parts])
+            return EdgeSums(parts[0].key, ymin=np.asarray(ymin), ymax=np.asarray(ymax), **t)
         key = np.concatenate([p.key for p in parts]) if parts else np.zeros(0, np.int64)
         uk, inv = np.unique(key, return_inverse=True)
         ne = uk.size
