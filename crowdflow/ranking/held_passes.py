@@ -129,7 +129,7 @@ class _Passes:
         def add(acc: _Dense, r: _BlockKept) -> _Dense:
             b = acc.block
             if r.idx is None:
-                self.blocks[b] = r.acc
+                self.blocks[b] = r.acc if r.acc.flags.writeable else r.acc.copy()  # updated in place below
             elif r.idx.size:
                 self.blocks[b][:, r.idx] = r.acc
             at = self.where[b]
