@@ -4,7 +4,9 @@
 comparisons dataset written by :mod:`benchmarks.scale_data` (default: the shared 10^8 set), encodes them into one
 held block (:func:`crowdflow.ranking.held.encode_block`: rows grouped by pair) and times, best of ``--repeats``
 after a warm-up call, each loop a pass runs on a worker: a trimming step with and without the previous rule
-(:func:`~crowdflow.ranking.held.held_kept`), the ±1 rule, the histogram of ``|r|/scale``
+(:func:`~crowdflow.ranking.held.held_kept`), the same step sending back only the pairs whose kept rows changed
+(``changed_only``; from a far previous rule, as in a start's first steps, and from a near one, as in its last), the ±1
+rule, the histogram of ``|r|/scale``
 (:func:`~crowdflow.ranking.held.held_histogram`) and the first pass's keyed sums
 (:func:`~crowdflow.ranking.held.held_sums`). The peer, measured in the same run on the same block: numpy's streaming
 sum of the held outcomes (the memory-bandwidth floor of a pass). θ is the data's truth plus noise (so about the
