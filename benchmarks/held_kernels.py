@@ -4,7 +4,9 @@
 comparisons dataset written by :mod:`benchmarks.scale_data` (default: the shared 10^8 set), encodes them into one
 held block (:func:`crowdflow.ranking.held.encode_block`: rows grouped by pair) and times, best of ``--repeats``
 after a warm-up call, each loop a pass runs on a worker: a trimming step with and without the previous rule
-(:func:`~crowdflow.ranking.held.held_kept`), the ±1 rule, the histogram of ``|r|/scale``
+(:func:`~crowdflow.ranking.held.held_kept`), the same step sending back only the pairs whose kept rows changed
+(``changed_only``; from a far previous rule, as in a start's first steps, and from a near one, as in its last), the ±1
+rule, the histogram of ``|r|/scale``
 (:func:`~crowdflow.ranking.held.held_histogram`) and the first pass's keyed sums
 (:func:`~crowdflow.ranking.held.held_sums`). The peer, measured in the same run on the same block: numpy's streaming
 sum of the held outcomes (the memory-bandwidth floor of a pass). θ is the data's truth plus noise (so about the
@@ -73,11 +75,18 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     th = theta + 0.01 * rng.standard_normal(theta.size)
     prev = theta + 0.02 * rng.standard_normal(theta.size)
+    near = th + 1e-4 * rng.standard_normal(theta.size)  # a late step: few rows change status
     m = rows.n_rows
     load0 = os.getloadavg()[0]
     cases: dict[str, Callable[[], Any]] = {
         "trimming step (with the previous rule)": lambda: held_kept(rows, (th, 1.25, 0), (prev, 1.3, 0)),
         "trimming step (first)": lambda: held_kept(rows, (th, 1.25, 0), None),
+        "trimming step (changed pairs only, far previous rule)": lambda: held_kept(
+            rows, (th, 1.25, 0), (prev, 1.3, 0), changed_only=True
+        ),
+        "trimming step (changed pairs only, near previous rule)": lambda: held_kept(
+            rows, (th, 1.25, 0), (near, 1.2501, 0), changed_only=True
+        ),
         "±1 rule step": lambda: held_kept(rows, (th, 0.5, 1), (prev, 0.5, 1)),
         "histogram of abs(r)/scale": lambda: held_histogram(rows, th, 0.5),
         "first pass (keyed sums)": lambda: held_sums(rows, None, None),

@@ -34,8 +34,10 @@ its threshold directly:
 * the start σ₀ = 1.4826·med_w|r| / √(1 − h̄) from a histogram pass (log-spaced bins, 1,000 per decade over
   ``[10⁻⁶, 10⁶]`` times the rms residual: a quantile is resolved to a bin's upper edge, 0.23 %);
 * trimming passes: with ``(θ, σ)`` broadcast, a pass returns the edge sums of the rows with
-  ``|r| ≤ 2.5σ``, the number of rows whose kept status changed since the previous pass and
-  ``Σ w min(r², (2.5σ)²)``; the flow refits ``θ ← θ + L_in†X_inᵀW(y − Xθ)`` on the kept pairs and
+  ``|r| ≤ 2.5σ`` (after the first step of a start, only for the pairs with a row whose kept status changed: the
+  others' sums are the previous step's, which the flow keeps per block) and the number of rows whose kept status
+  changed since the previous pass; ``Σ w min(r², (2.5σ)²)`` is the kept rows' ``Σ w r²`` from those sums plus
+  ``(2.5σ)²`` times the dropped weight (no pass); the flow refits ``θ ← θ + L_in†X_inᵀW(y − Xθ)`` on the kept pairs and
   ``σ² = Σ_in w r² / (ψ(2.5)(W_in − p_in))``; the iteration stops when no row changes status (an exact
   fixed point). The least-trimmed-squares start (kept share 0.6, concentration steps of one histogram
   pass and one sums pass) competes when ``h̄ ≤ 0.15``; the fixed point with the smaller capped objective
@@ -60,10 +62,12 @@ shrink, the trimmed rule thresholds one fit; on the planted family both recover 
 **Memory (flow side).** O(n + |E|): the item dictionary (n ids), θ (8n bytes), the combined edge sums
 (``|E|`` pairs × 9 numbers × 8 bytes = 72 bytes per pair) and the Laplacian (≤ n + 2|E| entries).
 Per pass each partition returns: scan — its distinct ids and annotators' count (O(n_p) strings);
-edges — 72 bytes per distinct pair of the partition (``|E_p| ≤ |E|``); histogram — ≤ 12,002 non-empty
+edges — 72 bytes per distinct pair of the partition (``|E_p| ≤ |E|``); a trimming step — 24 bytes per pair of
+each held block (``|E_b|``), or per pair whose kept rows changed; histogram — ≤ 12,002 non-empty
 bins × 12 bytes (≤ 144 KB); write — a path, counts and per-component / per-annotator counts. The
 executor's result list holds one answer per partition, so a pass's transient peak is ``Σ_p |E_p|`` pairs
-(≤ P·|E|, and ≤ the rows). Broadcast to every task: the n ids and θ (8n bytes).
+(≤ P·|E|, and ≤ the rows). The trimming steps keep each held block's last sums: 24 bytes × ``Σ_b |E_b|`` (≤ B·|E|
+for B blocks, two per Dask worker). Broadcast to every task: the n ids and θ (8n bytes).
 
 See docs/methods/ranking.md §2.4 (this fit) and §3.4.2 (the rule it mirrors).
 """
@@ -86,10 +90,10 @@ from scipy.special import ndtr, ndtri
 from crowdflow.contracts.comparisons import ComparisonTableError
 from crowdflow.contracts.errors import DegenerateInput
 from crowdflow.contracts.missing import explain_missing
-from crowdflow.executors import InlineMemory, MapFn, fold, hold, holds, inline_executor, on_held, release, slots
+from crowdflow.executors import InlineMemory, MapFn, hold, holds, inline_executor, release, slots
 from crowdflow.labels import natural_order
 from crowdflow.ranking.graph import ComparisonGraph
-from crowdflow.ranking.held import HeldRows, add_at
+from crowdflow.ranking.held_passes import _Kept, _Passes, _Step
 from crowdflow.ranking.hodge import hodge_decomposition
 from crowdflow.ranking.hodge_kernels import laplacian_bridges
 from crowdflow.ranking.least_squares import LaplacianSolver, center_per_component, hodgerank_scores
@@ -99,13 +103,8 @@ from crowdflow.ranking.passes import (
     EdgeSums,
     Scan,
     _bin_lower,
-    _BlockKept,
     _Ctx,
     _encode_part,
-    _held_edges,
-    _held_kept,
-    _held_sketch,
-    _KeptSums,
     _Rule,
     _scan_part,
     _write_part,
@@ -126,6 +125,7 @@ from crowdflow.ranking.types import GraphReport, _str
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "SKETCH_BINS",
     "EdgeSums",
     "MapFn",
     "PartitionedRankingResult",
@@ -160,123 +160,6 @@ def _blocks(parts: list[Any], executor: MapFn) -> list[list[Any]]:
     encodes one partition at a time again, holding nothing)."""
     k = min(len(parts), 2 * slots(executor)) if holds(executor) else len(parts)
     return [[parts[i] for i in idx] for idx in np.array_split(np.arange(len(parts)), k) if idx.size]
-
-
-@dataclass(frozen=True)
-class _Kept:
-    """A trimming step's sums on the pairs with a kept row (key order): keys, ``Σw, Σw·y°, Σw·y°²``, kept rows."""
-
-    key: np.ndarray
-    w: np.ndarray
-    wy: np.ndarray
-    wy2: np.ndarray
-    n_rows: int
-
-
-@dataclass(frozen=True)
-class _Step:
-    sums: _Kept
-    n_changed: int
-    capped: float
-
-
-@dataclass
-class _Dense:
-    """Running sums of a trimming step over the global pairs, and the next block to add (blocks come in order)."""
-
-    acc: np.ndarray
-    n_kept: int = 0
-    n_changed: int = 0
-    capped: float = 0.0
-    block: int = 0
-
-
-@dataclass
-class _Passes:
-    """The held blocks (:func:`crowdflow.executors.hold`), the executor, a pass counter and, after the first edge
-    pass, the global pair keys and each block's pairs' positions among them."""
-
-    handles: list[Any]
-    executor: MapFn
-    ctx: _Ctx
-    count: int = 0
-    key: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    where: list[np.ndarray | None] = field(default_factory=list)  # None: the block holds every pair, in key order
-    held_passes: int = 0
-    held_s: float = 0.0  # wall seconds of the passes over the held rows (the flow's fold included)
-
-    def base(self) -> EdgeSums:
-        """Every row's edge sums, folded in block order; fixes the global pairs and each block's positions."""
-        self.count += 1
-        self.held_passes += 1
-        t0 = time.perf_counter()
-        fn = on_held(partial(_held_edges, None, None))
-        out, keys = fold(self.executor, fn, self.handles, _add_base, (None, []), ordered=True)
-        sums: EdgeSums = out.sums if out is not None else EdgeSums.combine([])
-        self.key = sums.key
-        # a block that holds every pair (the usual case at scale: a few blocks of many rows) adds its arrays as they
-        # are, without a gather and scatter of every pair (the same additions)
-        self.where = [None if k.size == sums.key.size else np.searchsorted(sums.key, k) for k in keys]
-        self.held_s += time.perf_counter() - t0
-        return sums
-
-    def edges(self, rule: _Rule, prev: _Rule | None = None) -> _Step:
-        """A trimming step: the kept rows' sums, each block's per-pair arrays added at its fixed positions in block
-        order (the same additions, in the same order, as a fold of keyed sums: the same bits)."""
-        self.count += 1
-        self.held_passes += 1
-        t0 = time.perf_counter()
-
-        def add(acc: _Dense, r: _BlockKept) -> _Dense:
-            at = self.where[acc.block]
-            if at is None:
-                acc.acc += r.acc
-            else:
-                add_at(acc.acc, at, r.acc)
-            acc.n_kept += r.n_kept
-            acc.n_changed += r.n_changed
-            acc.capped += r.capped
-            acc.block += 1
-            return acc
-
-        fn = on_held(partial(_held_kept, rule, prev))
-        out = fold(self.executor, fn, self.handles, add, _Dense(np.zeros((3, self.key.size))), ordered=True)
-        w, wy, wy2 = out.acc
-        live = w > 0  # weights are > 0: the pairs with a kept row
-        kept = _Kept(self.key[live], w[live], wy[live], wy2[live], out.n_kept)
-        self.held_s += time.perf_counter() - t0
-        return _Step(kept, out.n_changed if prev is not None else -1, out.capped)
-
-    def histogram(self, theta: np.ndarray, scale: float) -> np.ndarray:
-        self.count += 1
-        self.held_passes += 1
-        t0 = time.perf_counter()
-        res = self.executor(on_held(partial(_held_sketch, theta, scale)), self.handles)
-        h = np.zeros(SKETCH_BINS)
-        for idx, wt in res:
-            np.add.at(h, idx.astype(np.int64), wt)
-        self.held_s += time.perf_counter() - t0
-        return h
-
-    def held_bytes(self) -> int:
-        """Bytes the held blocks occupy (what one pass over them reads)."""
-        return int(sum(self.executor(on_held(_nbytes), self.handles)))
-
-
-def _nbytes(rows: HeldRows) -> int:
-    return rows.nbytes
-
-
-def _add_base(
-    acc: tuple[_KeptSums | None, list[np.ndarray]], r: _KeptSums
-) -> tuple[_KeptSums | None, list[np.ndarray]]:
-    total, keys = acc
-    keys.append(r.sums.key)
-    if total is None:
-        return r, keys
-    return _KeptSums(
-        EdgeSums.combine([total.sums, r.sums]), total.n_changed + r.n_changed, total.capped + r.capped
-    ), keys
 
 
 @dataclass(frozen=True)
@@ -353,12 +236,14 @@ def _trim_iterate(ps: _Passes, pb: _Problem, theta: np.ndarray, sigma: float, st
     for it in range(1, TRIM_MAX_ITER + 1):
         rule = _Rule(theta, TRIM_K * sigma)
         st = ps.edges(rule, prev)
-        J = 0.5 * st.capped / sigma**2 + dof_full * math.log(sigma)
         trimmed = W - float(st.sums.w.sum())
+        # Σ w min(r², cut²): the kept rows' Σ w r² (|r| ≤ cut) plus cut² for each dropped unit of weight
+        u, v = _uv(pb.items, st.sums)
+        capped = float(_rss(st.sums, u, v, theta).sum()) + rule.cut**2 * trimmed
+        J = 0.5 * capped / sigma**2 + dof_full * math.log(sigma)
         if prev is not None and st.n_changed == 0:
             return _Fixed(sigma, theta, J, trimmed, start, it, True)
         new_theta, p_in = _refit(pb, st.sums, theta)
-        u, v = _uv(pb.items, st.sums)
         dof = float(st.sums.w.sum()) - p_in
         new = math.sqrt(float(_rss(st.sums, u, v, new_theta).sum()) / (psi * dof)) if dof > 0 else 0.0
         if new <= 0:
@@ -802,6 +687,7 @@ def fit_ranking_partitioned(
         passes=ps.count,
         held_passes=ps.held_passes,
         held_pass_s=round(ps.held_s, 3),
+        step_pairs_sent=ps.sent // 3,
         read_s=round(t_read + (t_end - t_write), 3),
         fit_s=round(t_end - t_start, 3),
     )

@@ -8,6 +8,7 @@ write pass read the partitions themselves (ids and row outputs need the strings)
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,14 @@ def to_parquet(rows: pd.DataFrame, path: str) -> None:
     rows.to_parquet(path, index=False)
 
 
+def _total(xs: list[np.ndarray]) -> np.ndarray:
+    """``((0 + x₀) + x₁) + …`` element by element (integer arrays as integers)."""
+    out = xs[0] + (0 if xs[0].dtype.kind in "iu" else 0.0)
+    for x in xs[1:]:
+        out = out + x
+    return np.asarray(out)
+
+
 @dataclass(frozen=True)
 class EdgeSums:
     """Per-pair sums of (a subset of) the rows, pairs ``u < v`` keyed ``u·n + v`` (sorted, distinct).
@@ -67,7 +76,17 @@ class EdgeSums:
 
     @staticmethod
     def combine(parts: Sequence[EdgeSums]) -> EdgeSums:
-        """Sum the partitions' sums pair by pair (min/max for ``ymin/ymax``)."""
+        """Sum the partitions' sums pair by pair (min/max for ``ymin/ymax``).
+
+        Parts on the same pairs (the usual case at scale: every block holds every pair) are added element by
+        element, ``(0 + a) + b + …``: the additions ``numpy.bincount`` makes on their concatenation, in the same
+        order (the same bits), without the sort of every key (~0.1 s for two parts of 5·10⁵ pairs).
+        """
+        if len(parts) > 1 and all(np.array_equal(p.key, parts[0].key) for p in parts[1:]):
+            t = {f: _total([getattr(p, f) for p in parts]) for f in ("count", "w", "wy", "wy2", "wpos", "wneg", "ties")}
+            ymin = functools.reduce(np.minimum, [p.ymin for p in parts])
+            ymax = functools.reduce(np.maximum, [p.ymax for p in parts])
+            return EdgeSums(parts[0].key, ymin=np.asarray(ymin), ymax=np.asarray(ymax), **t)
         key = np.concatenate([p.key for p in parts]) if parts else np.zeros(0, np.int64)
         uk, inv = np.unique(key, return_inverse=True)
         ne = uk.size
@@ -423,19 +442,29 @@ def _held_edges(rule: _Rule | None, prev: _Rule | None, rows: HeldRows) -> _Kept
 @dataclass(frozen=True)
 class _BlockKept:
     """A trimming step's result of one block: ``(Σw, Σw·y°, Σw·y°²)`` of the kept rows for each of the block's
-    pairs (in its pair order), the kept rows, the rows whose kept status changed, ``Σ w min(r², cut²)``."""
+    pairs (in its pair order; ``idx`` None), or only for the pairs at ``idx`` (those with a row whose kept status
+    changed since the block's previous step, :func:`~crowdflow.ranking.held.held_kept`), the kept rows and the rows
+    whose kept status changed."""
 
+    idx: np.ndarray | None
     acc: np.ndarray
     n_kept: int
     n_changed: int
-    capped: float
 
 
-def _held_kept(rule: _Rule, prev: _Rule | None, rows: HeldRows) -> _BlockKept:
-    """Trimming-step pass over the held rows (:func:`~crowdflow.ranking.held.held_kept`): per pair of the block,
-    24 bytes back, no keys."""
-    acc, n_kept, changed, capped = held_kept(rows, rule.spec(), prev.spec() if prev is not None else None)
-    return _BlockKept(acc, n_kept, changed, capped)
+def _held_kept(rule: _Rule, prev: _Rule | None, changed_only: bool, rows: HeldRows) -> _BlockKept:
+    """Trimming-step pass over the held rows (:func:`~crowdflow.ranking.held.held_kept`): per pair of the block
+    (or, with ``changed_only``, per pair whose kept rows changed since ``prev``) 24 bytes back, no keys."""
+    idx, acc, n_kept, changed = held_kept(
+        rows, rule.spec(), prev.spec() if prev is not None else None, changed_only and prev is not None
+    )
+    return _BlockKept(idx, acc, n_kept, changed)
+
+
+def _each(fn: Callable[[HeldRows], Any], blocks: list[HeldRows], shared: Any) -> list[Any]:
+    """``fn`` on each held block of one group, in order: one task per place holding blocks
+    (:func:`crowdflow.executors.on_group_with`; ``shared`` unused)."""
+    return [fn(rows) for rows in blocks]
 
 
 def _held_sketch(theta: np.ndarray, scale: float, rows: HeldRows) -> tuple[np.ndarray, np.ndarray]:

@@ -387,3 +387,91 @@ def test_add_at_is_numpys_fancy_index_add_bit_for_bit() -> None:
         ref[:, at] += r
         add_at(acc, at, r)
         np.testing.assert_array_equal(acc, ref)
+
+
+def test_a_step_of_only_the_changed_pairs_gives_the_full_steps_sums_bit_for_bit() -> None:
+    """A trimming step that sends back only the pairs with a row whose kept status changed (``changed_only``): the
+    previous step's arrays with those pairs replaced must equal the full step's arrays exactly, its counts
+    must be the full step's, and the pairs it leaves out must be exactly those whose kept rows did not
+    change; over outcome kinds (int8, float32, float64), weights and both rules, from a far and a near previous θ."""
+    from crowdflow.ranking.held import held_kept
+
+    rng = np.random.default_rng(11)
+    worst = 0
+    for case in range(12):
+        n, m = int(rng.integers(3, 40)), int(rng.integers(1, 4000))
+        i, j = rng.integers(0, n, m), rng.integers(0, n, m)
+        ok = i != j
+        u, v = np.minimum(i, j)[ok], np.maximum(i, j)[ok]
+        theta = rng.standard_normal(n)
+        d = theta[u] - theta[v]
+        kind = case % 3
+        if kind == 0:
+            yo = np.sign(d + rng.standard_normal(u.size))  # ±1 (int8 held)
+        elif kind == 1:
+            yo = np.round(4 * (d + rng.standard_normal(u.size))) / 4  # float32 held
+        else:
+            yo = d + 0.5 * rng.standard_normal(u.size)
+        w = rng.uniform(0.5, 2.0, u.size) if case % 4 == 3 else np.ones(u.size)
+        held = encode_block(u, v, yo, w, n)
+        rkind = 1 if kind == 0 and case % 2 else 0
+        for spread in (0.3, 0.003):
+            prev = (theta + spread * rng.standard_normal(n), 0.9, rkind)
+            rule = (theta, 0.8 + spread, rkind)
+            _, before, _, _ = held_kept(held, prev, None)
+            none_idx, full, nk, ch = held_kept(held, rule, prev)
+            idx, part, nk2, ch2 = held_kept(held, rule, prev, changed_only=True)
+            assert none_idx is None and idx is not None
+            assert (nk, ch) == (nk2, ch2)
+            merged = before.copy()
+            merged[:, idx] = part
+            np.testing.assert_array_equal(merged, full)
+            # left out: exactly the pairs none of whose rows changed status
+            r_now = held.yo.astype(float) - np.repeat(theta[held.pu] - theta[held.pv], np.diff(held.ptr))
+            dp = np.repeat(prev[0][held.pu] - prev[0][held.pv], np.diff(held.ptr))
+            if rkind == 0:
+                k_now, k_prev = np.abs(r_now) <= rule[1], np.abs(held.yo - dp) <= prev[1]
+            else:
+                dn = np.repeat(theta[held.pu] - theta[held.pv], np.diff(held.ptr))
+                k_now = ~((held.yo * dn < 0) & (np.abs(dn) >= rule[1]))
+                k_prev = ~((held.yo * dp < 0) & (np.abs(dp) >= prev[1]))
+            pair = np.repeat(np.arange(held.pu.size), np.diff(held.ptr))
+            moved = np.bincount(pair, weights=k_now != k_prev, minlength=held.pu.size) > 0
+            np.testing.assert_array_equal(idx, np.flatnonzero(moved))
+            assert ch == int(np.count_nonzero(k_now != k_prev)) and nk == int(np.count_nonzero(k_now))
+            wr = held.w if held.w.size else np.ones(held.n_rows)
+            ref = np.bincount(pair, weights=wr * k_now * held.yo, minlength=held.pu.size)
+            np.testing.assert_allclose(full[1], ref, rtol=1e-12, atol=1e-12)
+            worst = max(worst, idx.size)
+    print(f"largest changed-pair answer: {worst} pairs")
+
+
+def test_combine_of_blocks_on_the_same_pairs_is_the_general_combine_bit_for_bit() -> None:
+    """``EdgeSums.combine`` adds parts on the same pairs element by element: the same bits as its general path
+    (``numpy.bincount`` over the concatenated parts), which a part with one pair fewer takes."""
+    from crowdflow.ranking.passes import EdgeSums
+
+    rng = np.random.default_rng(5)
+    key = np.sort(rng.choice(10_000, 800, replace=False)).astype(np.int64)
+
+    def part(keys: np.ndarray) -> EdgeSums:
+        k = keys.size
+        y = rng.standard_normal((2, k)) * 10.0 ** rng.uniform(-6, 6, (2, k))
+        return EdgeSums(
+            keys, rng.integers(1, 50, k), rng.uniform(0.1, 9, k), rng.standard_normal(k) * 1e3,
+            rng.uniform(0, 1e6, k), y.min(axis=0), y.max(axis=0), rng.uniform(0, 5, k), rng.uniform(0, 5, k),
+            rng.integers(0, 3, k),
+        )  # fmt: skip
+
+    parts = [part(key) for _ in range(4)]
+    fast = EdgeSums.combine(parts)
+    # the general path: one pair of the last part moved to a key no other part has, then compared on the rest
+    odd = part(np.r_[key[:-1], 20_000])
+    slow = EdgeSums.combine([*parts[:3], EdgeSums(*(np.r_[getattr(parts[3], f)[:-1], getattr(odd, f)[-1]] for f in (
+        "key", "count", "w", "wy", "wy2", "ymin", "ymax", "wpos", "wneg", "ties")))])  # fmt: skip
+    same = key.size - 1  # the pairs every part of both combines has
+    np.testing.assert_array_equal(slow.key[:same], key[:same])
+    for f in ("count", "w", "wy", "wy2", "ymin", "ymax", "wpos", "wneg", "ties"):
+        np.testing.assert_array_equal(getattr(fast, f)[:same], getattr(slow, f)[:same], err_msg=f)
+        assert getattr(fast, f).dtype == getattr(slow, f).dtype, f
+    np.testing.assert_array_equal(fast.key, key)
