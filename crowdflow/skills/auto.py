@@ -27,8 +27,8 @@ pick, the choice's ``note`` says so. The chosen candidate is then refitted on AL
 :func:`crowdflow.skills.fit_skills` with its options: no fold's fit, split or score enters the refit.
 
 Candidates are a registry (:data:`CANDIDATES`): a name → the options of its refit and the function that fits
-it on a training part and returns its predictive law (posteriors of the tasks, confusion of the workers).
-Adding a method is one entry.
+it on a training part and returns its predictive law (posteriors of the tasks, confusion of the workers), given a
+progress callback for that fit (the Dawid–Skene fits report through it). Adding a method is one entry.
 """
 
 from __future__ import annotations

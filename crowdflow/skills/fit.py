@@ -447,7 +447,9 @@ def fit_skills(
         executor's workers.
     progress : callable, optional
         ``progress(fraction)`` with a fraction in [0, 1], called during the PGD iterations (see
-        :func:`fit_rank_one`) and with 1.0 at the end.
+        :func:`fit_rank_one`) and the Dawid–Skene EM of ``ds`` and ``onecoin_ds`` (:func:`dawid_skene`; a callback
+        with ``note`` also gets a line a pass), with 1.0 at the end; ``auto``: one rise over its candidate fits and
+        the refit (:func:`_fit_auto`). It changes no answer.
     identifiability_policy : {"flag", "raise"}
         What the caller wants when a worker cannot be identified (docs/methods/skills.md §3.3):
         ``"flag"`` fits the ok workers and marks the rest (skill NaN, weight 0); ``"raise"`` raises
@@ -811,7 +813,7 @@ def _fit_auto(
         identifiability_policy=identifiability_policy,
     )
     if job is not None:
-        job(1.0)  # a refit that reports nothing (mv) or stops short of 1.0 (pgd over components) ends the job here
+        job(1.0)  # the job's end when the refit reported none (mv); after the refit's own 1.0 it passes nothing on
     meta = dict(res.metadata)
     meta["n_duplicates_dropped"] = int(dropped)
     meta["auto_choice"] = picked.choice
