@@ -9,7 +9,9 @@ first in even rounds): *without* ``progress=None``; *with* a callback with ``not
 counted, as :class:`tasks.progress.FitProgress` receives them before its throttle). Reported: each arm's wall
 seconds a fit (best and median over ``--rounds``), their ratio, the reports a fit, and whether the two arms'
 posteriors and traces are the same bits. Load average before and after; writes
-``benchmarks/results/em_progress_memory.md`` unless ``--no-write``. Run it under ``flock /tmp/cf-big.lock``.
+``benchmarks/results/em_progress_memory.md`` unless ``--no-write``. Run it under ``flock /tmp/cf-big.lock``. The
+reports' own cost is timed apart too (:func:`_report_cost`): the arms' difference is within the noise of a shared
+host.
 """
 
 from __future__ import annotations
@@ -39,6 +41,27 @@ class _Sink:
 
     def note(self, line: str) -> None:
         self.lines += 1
+
+
+def _report_cost(n: int) -> float:
+    """Seconds a pass's reports take the EM's thread: the tracker's update (the fraction, every pass: ``min_delta``
+    0) and the pass line (:class:`crowdflow.progress.PassLines`, formatted, logged at DEBUG, given to ``note``),
+    ``n`` times, best of 3."""
+    import logging
+
+    from crowdflow.progress import IterationProgress, PassLines
+
+    best = float("inf")
+    for _ in range(3):
+        sink = _Sink()
+        tracker = IterationProgress(sink, n, 1e-6, min_delta=0.0)
+        lines = PassLines(sink, n, logging.getLogger("crowdflow.skills.dawid_skene"), logging.DEBUG)
+        t0 = time.perf_counter()
+        for k in range(1, n + 1):
+            lines(-6931471.805599 + k)
+            tracker.update(k, 1.0 / k)
+        best = min(best, (time.perf_counter() - t0) / n)
+    return best
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             results[arm].append((r.posteriors, r.log_likelihood, r.iterations))
             if sink is not None:
                 reports = (sink.fractions, sink.lines)
+    cost = _report_cost(10_000)
     load1 = os.getloadavg()[0]
     ref = results["without"][0]
     same = all(
@@ -110,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         f"with / without: {best['with'] / best['without']:.3f} (best), {med['with'] / med['without']:.3f} (median); "
         f"reports a fit: {reports[0]} fractions and {reports[1]} pass lines; posteriors and log-likelihood traces "
         f"of every fit {'identical' if same else 'DIFFERENT'}.",
+        "",
+        f"The reports' own cost (a pass's fraction and line 10,000 times, best of 3): {cost * 1e6:.1f} µs a pass, "
+        f"{cost * ref[2] / best['without']:.1e} of the best fit without.",
     ]
     text = "\n".join(lines) + "\n"
     print(text)
