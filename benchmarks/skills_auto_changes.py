@@ -61,7 +61,7 @@ CANDS = ["ds", "ds_classic", "onecoin_ds", "mv"]
 TOL = 0.005
 
 
-def _ds_smooth(lm: LabelMatrix, o: SkillsOptions) -> A.Predictive:
+def _ds_smooth(lm: LabelMatrix, o: SkillsOptions, progress: object = None) -> A.Predictive:
     """DS (β = ``ds_prior``) with Laplace smoothing α = 1 of every confusion row, a candidate tried here."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -86,8 +86,9 @@ def fit_skills_task(
     Unidentifiable components reach this step only when the identifiability check is ``warn``; their
     workers then get no skill (NaN, weight 0) and their tasks fall back per ``options.fallback``.
     With a Dask ``runner`` the library sums the co-label statistics over Parquet partitions on the
-    cluster (``executor=``); the result is the same. Progress of the PGD iterations goes to a progress
-    artifact.
+    cluster (``executor=``); the result is the same. Progress of the PGD iterations and of the Dawid–Skene EM
+    (``ds``, ``onecoin_ds``, and every fit of ``auto`` and of the gold cross-fit as one job) goes to a progress
+    artifact and the CLI's listeners, the EM's pass lines to this task's log (:func:`tasks.progress.fit_progress`).
     """
     logger = get_run_logger()
     o = options

@@ -6,6 +6,7 @@ import contextlib
 import io
 import itertools
 import json
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -205,7 +206,12 @@ class _Tty(io.StringIO):
 
 @pytest.mark.flow
 @pytest.mark.usefixtures("prefect_harness")
-def test_cli_draws_a_progress_bar_on_a_terminal(rte_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("method", ["pgd", "auto"])
+def test_cli_draws_a_progress_bar_on_a_terminal(
+    rte_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str
+) -> None:
+    """The bar rises (never back) to one 100 %: PGD's iterations, and ``auto``'s candidate fits on every fold and its
+    refit as one job (the in-memory Dawid–Skene EM reports, issue #36)."""
     from flows.cli import main
 
     err = _Tty()
@@ -217,13 +223,15 @@ def test_cli_draws_a_progress_bar_on_a_terminal(rte_dir: Path, tmp_path: Path, m
         "--seed",
         "11",
         "--method",
-        "pgd",
+        method,
         "--out",
         str(tmp_path),
     ]
     assert main(args) == 0
     text = err.getvalue()
-    assert "\rskills fit (pgd) [" in text and text.count("100%") == 1 and "] 100%\n" in text
+    assert f"\rskills fit ({method}) [" in text and text.count("100%") == 1 and "] 100%\n" in text
+    shown = [int(p) for p in re.findall(rf"\rskills fit \({method}\) \[[#-]+\] +(\d+)%", text)]
+    assert len(shown) > 5 and shown == sorted(set(shown)) and shown[-1] == 100
 
 
 def test_a_cluster_without_workers_is_refused_naming_the_address(tmp_path: Path) -> None:
@@ -330,10 +338,6 @@ def test_a_dataset_read_by_the_workers_gives_the_inline_run(
     monkeypatch.setattr(flows.skills, "runner_executor", spy)
     # method named: auto on a Dask-read input fits ds (no held-out comparison in passes), inline it may choose another
     base = {"name": "rte", "truth": {"path": str(rte_dir / "truth.csv")}, "skills": {"method": "ds"}}
-    inline = run_pipeline(
-        parse_spec({**base, "labels": {"path": str(tmp_path / "labels")}, "output": {"dir": str(tmp_path / "a")}})
-    )
-    assert used == []
     dask = {"kind": "dask", "n_workers": 2, "processes": False, "partitions": 3, "scratch_dir": str(tmp_path / "s")}
     url = (tmp_path / "labels").as_uri()
     from tasks.progress import add_listener, remove_listener
@@ -341,6 +345,19 @@ def test_a_dataset_read_by_the_workers_gives_the_inline_run(
     seen: list[tuple[str, float]] = []
     add_listener(_record := lambda what, fraction: seen.append((what, fraction)))
     try:
+        inline = run_pipeline(
+            parse_spec({**base, "labels": {"path": str(tmp_path / "labels")}, "output": {"dir": str(tmp_path / "a")}})
+        )
+        assert used == []
+        # the in-memory EM reports as the partitioned one: its fractions to the listener, its lines to the run's log
+        em = [f for what, f in seen if what == "skills fit (ds)"]
+        done = em.index(1.0)  # the EM's 1.0, then the task's own at the end of its fit
+        assert done > 3 and set(em[done:]) == {1.0} and all(b > a for a, b in itertools.pairwise(em[: done + 1]))
+        ma = json.loads((Path(inline["run_dir"]) / "manifest.json").read_text())
+        n = ma["fit"]["iterations"]
+        lines = _run_log(ma["flow_run_id"], "Dawid-Skene EM pass ", f"Dawid-Skene EM pass {n} of at most ")
+        assert lines[0].startswith("Dawid-Skene EM pass 1 of at most ") and 2 <= len(lines) <= n
+        seen.clear()
         on_dask = run_pipeline(
             parse_spec({**base, "labels": {"path": url}, "runner": dask, "output": {"dir": str(tmp_path / "b")}})
         )
@@ -372,7 +389,6 @@ def test_a_dataset_read_by_the_workers_gives_the_inline_run(
         a[name], b[name] = (t.drop(columns=[*cols, "missing_reason"]) for t in (a[name], b[name]))
     for name in a:
         pd.testing.assert_frame_equal(a[name], b[name], rtol=1e-9)
-    ma = json.loads((Path(inline["run_dir"]) / "manifest.json").read_text())
     # every metric the Dask run records equals the inline run's; the inline run adds its report's baseline
     # (majority vote) and flagged share, which a partitioned run does not compute yet
     assert set(mb["metrics"]) <= set(ma["metrics"])

@@ -27,8 +27,8 @@ pick, the choice's ``note`` says so. The chosen candidate is then refitted on AL
 :func:`crowdflow.skills.fit_skills` with its options: no fold's fit, split or score enters the refit.
 
 Candidates are a registry (:data:`CANDIDATES`): a name → the options of its refit and the function that fits
-it on a training part and returns its predictive law (posteriors of the tasks, confusion of the workers).
-Adding a method is one entry.
+it on a training part and returns its predictive law (posteriors of the tasks, confusion of the workers), given a
+progress callback for that fit (the Dawid–Skene fits report through it). Adding a method is one entry.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ import numpy as np
 import pandas as pd
 
 from crowdflow.labels import LabelMatrix
+from crowdflow.progress import ProgressFn, Span
 from crowdflow.skills.dawid_skene import dawid_skene, one_coin_dawid_skene
 from crowdflow.skills.options import SkillsOptions
 
@@ -74,8 +75,9 @@ class Predictive:
     iterations: int = 0
 
 
-#: fit a candidate on a training LabelMatrix (same workers, tasks, classes as the full one) with these options
-PredictiveFit = Callable[[LabelMatrix, SkillsOptions], Predictive]
+#: fit a candidate on a training LabelMatrix (same workers, tasks, classes as the full one) with these options;
+#: the third argument is a progress callback for the fit (None: no reports; a fit may ignore it)
+PredictiveFit = Callable[[LabelMatrix, SkillsOptions, ProgressFn | None], Predictive]
 
 
 @dataclass(frozen=True)
@@ -86,24 +88,23 @@ class Candidate:
     fit: PredictiveFit
 
 
-def _ds(lm: LabelMatrix, o: SkillsOptions, prior: float) -> Predictive:
-    r = dawid_skene(
-        lm, tol=o.ds_tol, max_iter=o.ds_max_iter, smoothing=max(o.ds_smoothing, 1e-3), tie_break="smallest", prior=prior
-    )
+def _ds(lm: LabelMatrix, o: SkillsOptions, prior: float, progress: ProgressFn | None) -> Predictive:
+    smoothing = max(o.ds_smoothing, 1e-3)
+    r = dawid_skene(lm, o.ds_tol, o.ds_max_iter, smoothing, tie_break="smallest", prior=prior, progress=progress)
     return Predictive(r.posteriors, r.confusion, r.converged, r.iterations)
 
 
-def _ds_prior(lm: LabelMatrix, o: SkillsOptions) -> Predictive:
-    return _ds(lm, o, o.ds_prior if o.ds_prior > 0 else 1.0)
+def _ds_prior(lm: LabelMatrix, o: SkillsOptions, progress: ProgressFn | None = None) -> Predictive:
+    return _ds(lm, o, o.ds_prior if o.ds_prior > 0 else 1.0, progress)
 
 
-def _ds_classic(lm: LabelMatrix, o: SkillsOptions) -> Predictive:
-    return _ds(lm, o, 0.0)
+def _ds_classic(lm: LabelMatrix, o: SkillsOptions, progress: ProgressFn | None = None) -> Predictive:
+    return _ds(lm, o, 0.0, progress)
 
 
-def _one_coin(lm: LabelMatrix, o: SkillsOptions) -> Predictive:
+def _one_coin(lm: LabelMatrix, o: SkillsOptions, progress: ProgressFn | None = None) -> Predictive:
     r = one_coin_dawid_skene(
-        lm, tol=o.ds_tol, max_iter=o.ds_max_iter, smoothing=max(o.ds_smoothing, 1e-3), tie_break="smallest"
+        lm, o.ds_tol, o.ds_max_iter, max(o.ds_smoothing, 1e-3), tie_break="smallest", progress=progress
     )
     return Predictive(r.posteriors, r.confusion, r.converged, r.iterations)
 
@@ -114,7 +115,7 @@ def _shared_coin(p: float, n_workers: int, m: int) -> np.ndarray:
     return np.broadcast_to(table, (n_workers, m, m)).copy()
 
 
-def _majority(lm: LabelMatrix, o: SkillsOptions) -> Predictive:
+def _majority(lm: LabelMatrix, o: SkillsOptions, progress: ProgressFn | None = None) -> Predictive:
     """Majority vote's own model: every worker right with ONE shared probability p, wrong answers uniform over the
     other M − 1 classes, a uniform class prior. Its exact posterior is
 
@@ -149,7 +150,7 @@ def _majority(lm: LabelMatrix, o: SkillsOptions) -> Predictive:
     return Predictive(post, _shared_coin(p, lm.n_workers, m), converged, it)
 
 
-def _ebcc(lm: LabelMatrix, o: SkillsOptions) -> Predictive:
+def _ebcc(lm: LabelMatrix, o: SkillsOptions, progress: ProgressFn | None = None) -> Predictive:
     """EBCC's predictive law: its class posteriors and each worker's answer table mixed over the subtypes
     (Σ_m E[π_km] E[v_jkm·]); one seeded start per fold (the refit on all labels keeps ``ebcc_restarts``)."""
     import warnings
@@ -190,6 +191,11 @@ CANDIDATES: dict[str, Candidate] = {
 #: (about 20 s per fit at 2·10^4 labels) and was not better than ``ds`` on the public gold sets but one
 #: (benchmarks/results/ebcc.md; docs/methods/skills.md §7.5).
 DEFAULT_CANDIDATES: tuple[str, ...] = ("ds", "ds_classic", "onecoin_ds", "mv")
+
+
+def n_fits(options: SkillsOptions) -> int:
+    """Fits :func:`choose` makes with ``options`` (every candidate on every fold), for a job's share of progress."""
+    return int(options.auto_folds) * len(options.auto_candidates or DEFAULT_CANDIDATES)
 
 
 def fold_ids(lm: LabelMatrix, n_folds: int, seed: int) -> np.ndarray:
@@ -292,6 +298,7 @@ def choose(
     candidates: Mapping[str, Candidate] | None = None,
     n_folds: int | None = None,
     seed: int | None = None,
+    progress: ProgressFn | None = None,
 ) -> AutoChoice:
     """Score every candidate by K-fold held-out predictive log-likelihood and choose one (module docstring).
 
@@ -305,6 +312,11 @@ def choose(
     candidates : mapping, optional
         Name → :class:`Candidate`; default :data:`CANDIDATES` restricted to ``options.auto_candidates``.
     n_folds, seed : int, optional
+    progress : callable, optional
+        ``progress(fraction)`` over the comparison: each of the K × C fits (fold, candidate) a share 1/(K C) of it, in
+        the order they run (the Dawid–Skene fits report within theirs, :func:`crowdflow.skills.dawid_skene`; the
+        others when done), 1.0 at the end; to a callback with ``note``, the fits' pass lines prefixed with the fold
+        and the candidate (:class:`crowdflow.progress.Span`).
 
     Returns
     -------
@@ -317,7 +329,10 @@ def choose(
         candidates = {n: CANDIDATES[n] for n in names}
     folds = fold_ids(lm, k, s)
     held = folds >= 0
+    job = Span(progress) if progress is not None else None
     if not held.any():
+        if job is not None:
+            job(1.0)
         # no task has two labels: nothing to score; every candidate is the vote of one label
         first = next(iter(candidates))
         scores = pd.DataFrame(
@@ -334,13 +349,22 @@ def choose(
         if not out.any():
             continue
         train = _subset(lm, ~out)
-        for name, cand in candidates.items():
+        for c, (name, cand) in enumerate(candidates.items()):
+            j, share = f * len(candidates) + c, None
+            if job is not None:
+                share = job.part(
+                    j / (k * len(candidates)), (j + 1) / (k * len(candidates)), f"auto fold {f + 1} of {k}, {name}: "
+                )
             with warnings.catch_warnings():  # a fold's cap is recorded in `converged` and the note, not warned 5x
                 warnings.simplefilter("ignore", RuntimeWarning)
-                pred = cand.fit(train, options)
+                pred = cand.fit(train, options, share)
+            if share is not None:
+                share(1.0)
             per_label[name][slot[out]] = heldout_log_lik(pred, lm.task_idx[out], lm.worker_idx[out], lm.class_idx[out])
             converged[name] &= bool(pred.converged)
             iters[name] = max(iters[name], int(pred.iterations))
+    if job is not None:
+        job(1.0)
     n = int(held.sum())
     held_task = np.empty(n, dtype=np.int64)
     held_task[slot[held]] = lm.task_idx[held]

@@ -55,6 +55,7 @@ import pandas as pd
 from crowdflow.compiled import compiled_kernel
 from crowdflow.graphs import labels_by_task
 from crowdflow.labels import LabelMatrix
+from crowdflow.progress import IterationProgress, PassLines, ProgressFn
 from crowdflow.skills.fused_em import (
     SPLIT_LABELS,
     Halves,
@@ -719,11 +720,15 @@ def _fit_em(
     max_iter: int,
     acceleration: Acceleration,
     gold: np.ndarray | None = None,
+    progress: ProgressFn | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, bool]:
     """EM from the majority-vote fractions: (posteriors T×M, π, q, trace, iterations, converged).
 
     ``"squarem"``: :func:`crowdflow.skills.squarem.squarem` over the fused passes of :class:`_EMMap`, then a
     final E-step at the returned parameters; ``"none"``: the plain compiled loop :func:`_em` (the reference).
+    ``progress`` (squarem only; the plain loop reports 1.0 at its end): the partitioned EM's reports
+    (:func:`crowdflow.skills.held_em.em_fit`: fractions of the evaluations and of the parameter move, a line a pass,
+    logged at DEBUG), then 1.0 after the final E-step; they read the run and change nothing in it.
     """
     if gold is not None and (gold >= 0).any() and acceleration == "none":
         raise ValueError("gold answers in the fit run with acceleration='squarem' (the plain loop is the reference)")
@@ -731,15 +736,21 @@ def _fit_em(
         post_t = np.ascontiguousarray(_mv_init(lm).T)
         n_i = lm.labels_per_worker().astype(np.float64)
         pi, q, ll, it, converged = _em(*_label_arrays(lm), post_t, n_i, one_coin, alpha, beta, tol, max_iter)
+        if progress is not None:
+            progress(1.0)
         return np.ascontiguousarray(post_t.T), pi, q, ll, it, converged
     if acceleration != "squarem":
         raise ValueError(f"unknown acceleration {acceleration!r}; use 'squarem' or 'none'")
     em = _EMMap(lm, one_coin, alpha, beta, gold)
+    tracker = IterationProgress(progress, max_iter, tol)
+    step = em if progress is None else PassLines(progress, max_iter, log, logging.DEBUG).around(em)
     try:
-        run = squarem(em, em.start(_mv_init(lm)), tol, max_iter, *em.par.bounds())
+        monitor = None if progress is None else tracker.update
+        run = squarem(step, em.start(_mv_init(lm)), tol, max_iter, *em.par.bounds(), monitor=monitor)
         post, ll_end = em.posteriors(run.theta)
     finally:
         em.close()
+    tracker.done()
     _, q = em.par.split(run.theta)
     trace = np.asarray([*run.trace, ll_end], dtype=np.float64)
     log.debug(
@@ -762,6 +773,7 @@ def dawid_skene(
     prior: float = 1.0,
     acceleration: Acceleration = "squarem",
     gold: np.ndarray | None = None,
+    progress: ProgressFn | None = None,
 ) -> DawidSkeneResult:
     """Full-confusion Dawid–Skene by EM (docs/methods/skills.md §7.2, §7.3), initialised from majority-vote fractions.
 
@@ -801,6 +813,10 @@ def dawid_skene(
         Known answers: a label code per task, −1 where unknown. Those tasks' posteriors are pinned to their
         answer after every E-step (and in the start), so EM maximises the likelihood of the answers and the gold
         labels together, p(Y, z_gold) (docs/how-to/notebook.md; Crowd-Kit's ``fit(data, true_labels)``).
+    progress : callable, optional
+        ``progress(fraction)`` rising to 1.0 (once, at the end) and, to a callback with ``note``, one line per EM
+        step: its number, the log-likelihood and its change (:class:`crowdflow.progress.PassLines`, as the
+        partitioned EM); the fit is the same bits with or without it.
 
     Returns
     -------
@@ -810,7 +826,7 @@ def dawid_skene(
     """
     _check(lm, tol, max_iter, smoothing, prior)
     post, pi, q, ll, it, converged = _fit_em(
-        lm, False, float(smoothing), float(prior), float(tol), int(max_iter), acceleration, _gold(lm, gold)
+        lm, False, float(smoothing), float(prior), float(tol), int(max_iter), acceleration, _gold(lm, gold), progress
     )
     accuracy = np.einsum("l,ill->i", q, pi)
     return _result(lm, post, pi, q, accuracy, np.full(lm.n_workers, np.nan), ll, it, converged, "ds", tie_break, seed)
@@ -825,6 +841,7 @@ def one_coin_dawid_skene(
     seed: int = 0,
     acceleration: Acceleration = "squarem",
     gold: np.ndarray | None = None,
+    progress: ProgressFn | None = None,
 ) -> DawidSkeneResult:
     """One-coin (homogeneous) Dawid–Skene by EM (docs/methods/skills.md §7.2), initialised from majority-vote fractions.
 
@@ -850,6 +867,8 @@ def one_coin_dawid_skene(
         As in :func:`dawid_skene`.
     gold : numpy.ndarray, optional
         As in :func:`dawid_skene`: gold tasks' posteriors pinned.
+    progress : callable, optional
+        As in :func:`dawid_skene`.
 
     Returns
     -------
@@ -858,7 +877,7 @@ def one_coin_dawid_skene(
     _check(lm, tol, max_iter, smoothing)
     m = lm.n_classes
     post, confusion, q, ll, it, converged = _fit_em(
-        lm, True, float(smoothing), 0.0, float(tol), int(max_iter), acceleration, _gold(lm, gold)
+        lm, True, float(smoothing), 0.0, float(tol), int(max_iter), acceleration, _gold(lm, gold), progress
     )
     p = confusion[:, 0, 0].copy()
     vote = np.log((m - 1) * p / (1 - p))

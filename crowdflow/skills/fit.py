@@ -42,8 +42,8 @@ from crowdflow.graphs import (
     worker_strength,
 )
 from crowdflow.labels import LabelMatrix, text_column
-from crowdflow.progress import ProgressFn
-from crowdflow.skills.auto import CANDIDATES, choose
+from crowdflow.progress import ProgressFn, Span
+from crowdflow.skills.auto import CANDIDATES, choose, n_fits
 from crowdflow.skills.consensus import vote_weights, weighted_consensus
 from crowdflow.skills.crowdkit_adapter import fit_crowdkit, is_crowdkit
 from crowdflow.skills.dawid_skene import dawid_skene, one_coin_dawid_skene
@@ -447,7 +447,9 @@ def fit_skills(
         executor's workers.
     progress : callable, optional
         ``progress(fraction)`` with a fraction in [0, 1], called during the PGD iterations (see
-        :func:`fit_rank_one`) and with 1.0 at the end.
+        :func:`fit_rank_one`) and the Dawid–Skene EM of ``ds`` and ``onecoin_ds`` (:func:`dawid_skene`; a callback
+        with ``note`` also gets a line a pass), with 1.0 at the end; ``auto``: one rise over its candidate fits and
+        the refit (:func:`_fit_auto`). It changes no answer.
     identifiability_policy : {"flag", "raise"}
         What the caller wants when a worker cannot be identified (docs/methods/skills.md §3.3):
         ``"flag"`` fits the ok workers and marks the rest (skill NaN, weight 0); ``"raise"`` raises
@@ -516,7 +518,9 @@ def fit_skills(
         graph, row_stats = pairless_graph(lm, graph_report)
         lap("graph")
         meta = fit_metadata(o, lm.classes, lm.n_workers, lm.n_tasks, lm.n_labels, dropped, 0, identifiability_policy)
-        return _fit_baseline(lm, o, graph, None, None, _base_status(graph), n_i, meta, None, timings, gold, row_stats)
+        return _fit_baseline(
+            lm, o, graph, None, None, _base_status(graph), n_i, meta, None, timings, gold, row_stats, progress
+        )
     needs_moments = o.method == "pgd" or o.prune_spammers is not None
     if executor is not None and needs_moments:
         moments, n_parts = partitioned_moments(
@@ -563,7 +567,7 @@ def fit_skills(
     if o.method != "pgd":
         witnesses = witness_cycles(structure) if (o.witness and structure is not None) else None
         rows = pair_row_stats(n_mat)
-        return _fit_baseline(lm, o, graph, n_mat, w_all, status, n_i, meta, witnesses, timings, gold, rows)
+        return _fit_baseline(lm, o, graph, n_mat, w_all, status, n_i, meta, witnesses, timings, gold, rows, progress)
 
     lap("graph")
     status, active, lo, hi, ag, drops = active_workers(graph, base, w_all, n_i, m, o.tau)
@@ -646,7 +650,9 @@ def _fit_baseline(
     timings: dict[str, float],
     gold: np.ndarray | None,
     row_stats: tuple[np.ndarray, np.ndarray],
+    progress: ProgressFn | None = None,
 ) -> SkillsResult:
+    """Every method but PGD; ``progress`` reaches the Dawid–Skene EM (its fractions, 1.0 at its end, a line a pass)."""
     clock = time.perf_counter()
     trace = np.empty(0)
     undefined: dict[str, str] = {}
@@ -706,6 +712,7 @@ def _fit_baseline(
                 tie_break=o.tie_break,
                 seed=o.seed,
                 gold=gold,
+                progress=progress,
             )
         else:
             ds = dawid_skene(
@@ -717,6 +724,7 @@ def _fit_baseline(
                 seed=o.seed,
                 prior=o.ds_prior,
                 gold=gold,
+                progress=progress,
             )
         accuracy = ds.workers["accuracy"].to_numpy(dtype=np.float64)
         skill = ds.workers["skill"].to_numpy(dtype=np.float64)
@@ -781,9 +789,15 @@ def _fit_auto(
     identifiability_policy: Policy,
 ) -> SkillsResult:
     """``method="auto"``: choose a candidate by held-out log-likelihood (:func:`crowdflow.skills.auto.choose`),
-    then refit it on all labels; the choice and every candidate's score go into ``metadata["auto"]``."""
+    then refit it on all labels; the choice and every candidate's score go into ``metadata["auto"]``.
+
+    ``progress``: one rise from 0 to 1.0 over the whole job, each of the n fits (every candidate on every fold's
+    training part, then the refit) a share 1/n of it (:class:`crowdflow.progress.Span`); pass lines name the fit.
+    """
     clock = time.perf_counter()
-    picked = choose(lm, o)
+    job = Span(progress) if progress is not None else None
+    cut = n_fits(o) / (n_fits(o) + 1.0)
+    picked = choose(lm, o, progress=job.part(0.0, cut) if job is not None else None)
     chosen = SkillsOptions.resolve(o, **CANDIDATES[picked.choice].options)
     select_time = time.perf_counter() - clock
     # the refit sees all labels and nothing of the folds: a fresh fit_skills call on the full label matrix
@@ -795,9 +809,11 @@ def _fit_auto(
         executor=executor,
         n_partitions=n_partitions,
         scratch_dir=scratch_dir,
-        progress=progress,
+        progress=job.part(cut, 1.0, f"auto refit ({picked.choice}): ") if job is not None else None,
         identifiability_policy=identifiability_policy,
     )
+    if job is not None:
+        job(1.0)  # the job's end when the refit reported none (mv); after the refit's own 1.0 it passes nothing on
     meta = dict(res.metadata)
     meta["n_duplicates_dropped"] = int(dropped)
     meta["auto_choice"] = picked.choice

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from crowdflow.labels import LabelMatrix
+from crowdflow.progress import Span
 from crowdflow.skills.fit import SkillsResult, fit_skills
 from crowdflow.skills.options import SkillsOptions
 
@@ -80,6 +81,9 @@ def cross_fit(
         ``task, label``.
     fit : callable, optional
         ``fit(lm, options, gold)``; default :func:`~crowdflow.skills.fit_skills` with ``fit_kwargs``.
+    **fit_kwargs
+        Arguments of the default fit. Its ``progress`` is the whole job's: each of the K + 1 fits a share of it, in
+        the order they run, 1.0 once at the end (:class:`crowdflow.progress.Span`), pass lines prefixed with the fit.
 
     Returns
     -------
@@ -88,19 +92,29 @@ def cross_fit(
         without its fold's gold) and ``metadata`` records ``gold_in_fit``, ``gold_folds``, ``n_gold_in_fit``,
         ``accuracy_scoring``.
     """
-    run = fit if fit is not None else _default_fit(**fit_kwargs)
+    progress = fit_kwargs.pop("progress", None) if fit is None else None
+    job = Span(progress) if progress is not None else None
     codes, has = gold_codes(lm, truth)
     k = int(min(options.gold_folds, max(int(has.sum()), 1)))
     folds = fold_ids(has, k, options.seed)
-    full = run(lm, options, codes)
+
+    def run(i: int, name: str) -> FitFn:
+        if fit is not None:
+            return fit
+        share = job.part(i / (k + 1), (i + 1) / (k + 1), f"gold {name}: ") if job is not None else None
+        return _default_fit(**fit_kwargs, progress=share)
+
+    full = run(0, "full fit")(lm, options, codes)
     parts = []
     for f in range(k):
         held = folds == f
         if not held.any():
             continue
         seen = np.where(held, -1, codes)
-        cons = run(lm, options, seen).consensus
+        cons = run(f + 1, f"fold {f + 1} of {k}")(lm, options, seen).consensus
         parts.append(cons.loc[held, ["task", "label"]].assign(fold=f))
+    if job is not None:
+        job(1.0)
     scored = (
         pd.concat(parts, ignore_index=True)
         if parts

@@ -36,7 +36,7 @@ from crowdflow.executors import (
     share,
     with_shared,
 )
-from crowdflow.progress import IterationProgress, ProgressFn, note
+from crowdflow.progress import IterationProgress, PassLines, ProgressFn
 from crowdflow.skills.buckets import ConsensusPart, ds_consensus
 from crowdflow.skills.dawid_skene import EMParameters
 from crowdflow.skills.held import BucketSums, EMShared, em_sums_group
@@ -178,7 +178,7 @@ def em_fit(
     ``progress(fraction)`` (:class:`~crowdflow.progress.IterationProgress` of the evaluations against
     ``o.ds_max_iter`` and of SQUAREM's parameter move against ``o.ds_tol``, never 1.0: the caller says when its job
     is done) and, when the callback has a ``note`` method, one line per pass: its number, the log-likelihood and the
-    change from the pass before (:func:`crowdflow.progress.note`). Reading the run, it changes nothing in it.
+    change from the pass before (:class:`crowdflow.progress.PassLines`). Reading the run, it changes nothing in it.
     """
     t_start = time.perf_counter()
     m, w = n_classes, n_workers
@@ -189,19 +189,14 @@ def em_fit(
     lanes, log_q = np.empty(w * m * m), np.empty(m)
     timing = PassTiming()
     tracker = IterationProgress(progress, o.ds_max_iter, o.ds_tol)
-    last = [math.nan]
+    lines = PassLines(progress, o.ds_max_iter, log)
 
     def em_step(theta: np.ndarray) -> tuple[np.ndarray, float, float]:
         prior = par.lanes(theta, lanes, log_q)
         shared = EMShared(lanes, log_q.copy(), one_coin, w)
         counts, class_sums, ll = em_pass(held, executor, shared, m, groups, timing)
         del shared
-        line = f"Dawid-Skene EM pass {timing.passes - 1} of at most {o.ds_max_iter}: log-likelihood {ll:.6f}"
-        if math.isfinite(last[0]):
-            line += f" ({ll - last[0]:+.3g} since pass {timing.passes - 2})"
-        last[0] = ll
-        log.info("%s", line)
-        note(progress, line)
+        lines(ll)
         return par.from_lane_sums(counts, class_sums, n_tasks), ll + prior, ll
 
     groups = held_groups(executor, held)

@@ -137,8 +137,8 @@ def test_the_split_never_leaks_into_the_refit():
 def test_a_candidate_that_did_not_converge_is_not_chosen_over_a_converged_one_silently():
     _, lm = _lm("confusion", 3, 800, 7, 15, "uniform", 1)
 
-    def stuck(lm_, o):
-        p = CANDIDATES["ds"].fit(lm_, o)
+    def stuck(lm_, o, progress):
+        p = CANDIDATES["ds"].fit(lm_, o, progress)
         return Predictive(p.posteriors, p.confusion, converged=False, iterations=o.ds_max_iter)
 
     cands = {"ds_stuck": Candidate({"method": "ds"}, stuck), "mv": CANDIDATES["mv"]}
