@@ -90,12 +90,14 @@ def natural_order_text(values: Any) -> np.ndarray:
 
 
 def natural_sort_text(values: Any) -> Any:
-    """:func:`natural_sort` of distinct Arrow string ids, as an Arrow ``string`` array (:func:`natural_order_text`):
-    a run's worker dictionary held as ~4 bytes + the id's text a worker instead of a Python ``str`` each (~60 bytes;
-    docs/scale.md memory laws)."""
+    """:func:`natural_sort` of distinct Arrow string ids, as an Arrow ``large_string`` array
+    (:func:`natural_order_text`): a run's worker dictionary held as 8 bytes + the id's text a worker instead of a
+    Python ``str`` each (~60 bytes; docs/scale.md memory laws). ``large_string`` is the type :func:`text_column`
+    gives a table's text column, so the tables built from the dictionary (the skills table, the worker-graph
+    report) share its buffers instead of copying them."""
     import pyarrow as pa
 
-    text = values.cast(pa.string()) if isinstance(values, pa.Array) else pa.array([], pa.string())
+    text = values.cast(pa.large_string()) if isinstance(values, pa.Array) else pa.array([], pa.large_string())
     return text.take(pa.array(natural_order_text(text)))
 
 

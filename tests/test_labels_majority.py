@@ -54,7 +54,7 @@ def test_natural_sort_in_arrow_is_the_same_order() -> None:
         ids = list(rng.permutation(np.array(ids, dtype=object))) if ids else []
         want = natural_sort(np.array(ids, dtype=object)).tolist()
         got = natural_sort_text(pa.array(ids, pa.string()))
-        assert got.type == pa.string() and got.to_pylist() == want, ids
+        assert got.type == pa.large_string() and got.to_pylist() == want, ids
 
 
 def test_encode_and_declared_classes() -> None:

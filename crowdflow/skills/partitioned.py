@@ -403,6 +403,8 @@ def _encode_buckets(
     pairs: bool,
     pieces: dict[str, list[Any]] | None,
 ) -> EncodedBuckets:
+    import pyarrow as pa
+
     keep = holds(executor)
     if pieces is not None and not keep:
         raise ValueError("held pieces need the executor that holds them")
@@ -410,7 +412,14 @@ def _encode_buckets(
     # the dictionaries go out once (shared), not once per bucket: W worker ids are the large part
     args = share(
         executor,
-        EncodeArgs(_as_string(workers), classes, duplicates, list(file_names), pairs, keep),
+        EncodeArgs(
+            workers if isinstance(workers, pa.Array) else _as_string(workers),
+            classes,
+            duplicates,
+            list(file_names),
+            pairs,
+            keep,
+        ),
     )
     # each bucket's statistics are folded in as they arrive and dropped: integer sums and a union-find merge, so the
     # order of arrival changes nothing
