@@ -45,6 +45,73 @@ def natural_order(values: np.ndarray) -> np.ndarray:
     return np.argsort(values.astype(str), kind="stable")
 
 
+def natural_order_text(values: Any) -> np.ndarray:
+    """:func:`natural_order` of distinct ids held as an Arrow string array, computed in Arrow (issue #36).
+
+    The same rule, without a Python ``str`` per id: numeric order when every id parses as a number (Arrow's
+    ``float64`` cast; equal numbers ordered by their text), else lexicographic (Arrow compares UTF-8 bytes, which
+    orders as code points, as numpy's ``str`` sort does). An id that Arrow does not read as a number but Python's
+    ``float()`` does (whitespace, ``_``, a leading ``+``) sends the whole array to :func:`natural_order` itself, so
+    the rule stays the one in :func:`natural_order`.
+
+    Parameters
+    ----------
+    values : pyarrow.Array
+        Distinct ids (``string`` or ``large_string``), no nulls.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 permutation: ``values.take(order)`` is in :func:`natural_sort` order.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if len(values) == 0:
+        return np.zeros(0, dtype=np.int64)
+    numeric = None
+    try:
+        float(values[0].as_py())  # the cheap early exit of natural_order: text ids fail on the first value
+    except (TypeError, ValueError):
+        pass
+    else:
+        try:
+            numeric = pc.cast(values, pa.float64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # Python reads more as numbers: its rule decides
+            return natural_order(np.asarray(values.to_numpy(zero_copy_only=False), dtype=object))
+    if numeric is not None and not pc.any(pc.is_nan(numeric)).as_py():
+        order = np.asarray(pc.sort_indices(numeric), dtype=np.int64)
+        srt = numeric.to_numpy()[order]
+        if srt.size < 2 or bool(np.all(srt[1:] > srt[:-1])):
+            return order
+        keys = pa.table({"n": numeric, "s": values})
+        return np.asarray(pc.sort_indices(keys, sort_keys=[("n", "ascending"), ("s", "ascending")]), dtype=np.int64)
+    return np.asarray(pc.sort_indices(values), dtype=np.int64)
+
+
+def natural_sort_text(values: Any) -> Any:
+    """:func:`natural_sort` of distinct Arrow string ids, as an Arrow ``large_string`` array
+    (:func:`natural_order_text`): a run's worker dictionary held as 8 bytes + the id's text a worker instead of a
+    Python ``str`` each (~60 bytes; docs/scale.md memory laws). ``large_string`` is the type :func:`text_column`
+    gives a table's text column, so the tables built from the dictionary (the skills table, the worker-graph
+    report) share its buffers instead of copying them."""
+    import pyarrow as pa
+
+    text = values.cast(pa.large_string()) if isinstance(values, pa.Array) else pa.array([], pa.large_string())
+    return text.take(pa.array(natural_order_text(text)))
+
+
+def id_text(ids: Any, index: Any) -> list[str]:
+    """The ids at ``index`` as Python strings, from a numpy id array or an Arrow string array: the one way a few
+    rows a user sees (a component's listed workers, the gold table's) get their ids' text."""
+    import pyarrow as pa
+
+    index = np.asarray(index, dtype=np.int64)
+    if isinstance(ids, (pa.Array, pa.ChunkedArray)):
+        return cast(list[str], ids.take(pa.array(index)).to_pylist())
+    return [v if isinstance(v, str) else str(v) for v in np.asarray(ids)[index].tolist()]  # no ``<U`` copy
+
+
 def text_column(values: Any) -> Any:
     """``values`` (ids or statuses: a numpy text or object array, or an Arrow string array) as the pandas ``str``
     column a ``DataFrame`` would infer from them (``values.astype(str)``), built in Arrow: no fixed-width numpy text

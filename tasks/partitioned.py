@@ -141,7 +141,7 @@ def split_on_workers(
         len(parts),
         len(buckets),
         " held in the workers' memory" if pieces is not None else "",
-        workers.size,
+        len(workers),
         cls.size,
     )
     return SplitLabels(

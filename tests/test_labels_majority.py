@@ -9,13 +9,52 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crowdflow.labels import deduplicate, encode_labels, natural_sort
+from crowdflow.labels import deduplicate, encode_labels, natural_sort, natural_sort_text
 from crowdflow.metrics import majority_vote_expected_error
 
 
 def test_natural_sort() -> None:
     assert natural_sort(np.array(["10", "2", "1"], dtype=object)).tolist() == ["1", "2", "10"]
     assert natural_sort(np.array(["b", "10", "a"], dtype=object)).tolist() == ["10", "a", "b"]
+
+
+def _id_family(rng: np.random.Generator) -> list[list[str]]:
+    """Distinct-id sets of every kind the natural order tells apart: text, integers, decimals and exponents, numeric
+    ties (``1`` / ``1.0`` / ``01``, ``0`` / ``-0``), ids Python reads as numbers and Arrow's cast does not (spaces,
+    ``_``, ``+``, non-ASCII digits), ``nan`` / ``inf``, overflow, mixed text and numbers, non-ASCII text."""
+    fixed = [
+        ["w1", "w10", "w2", "a", "B", "é", "z9", "Z"],
+        ["1", "10", "2", "1.0", "01", "-0", "0", "-1e3", "3.5"],
+        ["1", "2", " 3", "4"], ["1", "1_0", "+2"], ["inf", "1", "-inf"], ["nan", "1", "2"], ["NaN", "1"],
+        ["Infinity", "1"], ["1e400", "2"], ["0x10", "1"], [".5", "1.", "2"], ["١٢", "3"], ["1", "a1"],
+        ["1e5", "100000", "99999.99"], ["5"], [], ["ß", "ss", "ſ", "Σ", "σ"],
+    ]  # fmt: skip
+    drawn = []
+    for k in range(120):
+        n = int(rng.integers(1, 60))
+        if k % 4 == 0:
+            ids = {str(int(x)) for x in rng.integers(-1000, 1000, n)}
+        elif k % 4 == 1:
+            ids = {f"{x:.3g}" for x in rng.normal(0, 100, n)} | {str(int(x)) for x in rng.integers(0, 50, 3)}
+        elif k % 4 == 2:
+            ids = {f"w{int(x)}" for x in rng.integers(0, 1000, n)}
+        else:
+            ids = {"".join(chr(int(c)) for c in rng.integers(32, 0x2FF, int(rng.integers(1, 5)))) for _ in range(n)}
+        drawn.append(sorted(ids))
+    return fixed + drawn
+
+
+def test_natural_sort_in_arrow_is_the_same_order() -> None:
+    """A partitioned run's worker dictionary is sorted in Arrow (``natural_sort_text``, no Python ``str`` an id, issue
+    #36): the same order as :func:`natural_sort` on every id set of the family, whatever order the ids come in."""
+    import pyarrow as pa
+
+    rng = np.random.default_rng(0)
+    for ids in _id_family(rng):
+        ids = list(rng.permutation(np.array(ids, dtype=object))) if ids else []
+        want = natural_sort(np.array(ids, dtype=object)).tolist()
+        got = natural_sort_text(pa.array(ids, pa.string()))
+        assert got.type == pa.large_string() and got.to_pylist() == want, ids
 
 
 def test_encode_and_declared_classes() -> None:

@@ -18,7 +18,7 @@ import scipy.sparse as sp
 from crowdflow.graphs.pairs import co_label_counts, labels_by_task
 from crowdflow.graphs.parity import ParityForest, distinct_partners
 from crowdflow.graphs.structure import Components, graph_structure
-from crowdflow.labels import LabelMatrix, text_column
+from crowdflow.labels import LabelMatrix, id_text, text_column
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def worker_graph_report_pairs(lm: LabelMatrix, max_listed: int = 20) -> WorkerGr
 
 
 def worker_graph_from_forest(
-    forest: ParityForest, n_labels: np.ndarray, worker_ids: np.ndarray, max_listed: int = 20
+    forest: ParityForest, n_labels: np.ndarray, worker_ids: Any, max_listed: int = 20
 ) -> WorkerGraphReport:
     """The report of a partitioned run from its merged bucket forests (no pair, no label in the flow).
 
@@ -90,7 +90,7 @@ def worker_graph_from_forest(
 
 
 def worker_graph_from_counts(
-    n: sp.csr_matrix, n_labels: np.ndarray, worker_ids: np.ndarray, max_listed: int = 20
+    n: sp.csr_matrix, n_labels: np.ndarray, worker_ids: Any, max_listed: int = 20
 ) -> WorkerGraphReport:
     """:func:`worker_graph_report` from N (symmetric CSR, zero diagonal), the labels per worker and the worker ids.
 
@@ -105,7 +105,7 @@ def worker_graph_from_components(
     g: Components,
     n_partners: np.ndarray,
     n_labels: np.ndarray,
-    worker_ids: np.ndarray,
+    worker_ids: Any,
     max_listed: int = 20,
     co_labels: sp.csr_matrix | None = None,
 ) -> WorkerGraphReport:
@@ -137,10 +137,13 @@ def worker_graph_from_components(
     colour1 = np.bincount(g.labels, weights=g.colour, minlength=g.n_components).astype(np.int64)
     order = np.argsort(g.labels, kind="stable")
     starts = np.searchsorted(g.labels[order], np.arange(g.n_components))
-    listed = [
-        worker_ids[order[s : s + min(int(sz), max_listed)]].astype(str).tolist()
-        for s, sz in zip(starts, g.sizes, strict=True)
-    ]
+    # the listed workers' text, at most ``max_listed`` a component, taken at once (the ids may be Arrow strings: no
+    # Python ``str`` for the workers not listed)
+    shown = np.minimum(g.sizes.astype(np.int64), max_listed)
+    at = np.repeat(starts - np.cumsum(shown) + shown, shown) + np.arange(int(shown.sum()))
+    text = id_text(worker_ids, order[at])
+    ends = np.cumsum(shown)
+    listed = [text[e - k : e] for e, k in zip(ends.tolist(), shown.tolist(), strict=True)]
     colour_sizes = [
         f"{int(sz - c1)}/{int(c1)}" if bip else "" for sz, c1, bip in zip(g.sizes, colour1, g.bipartite, strict=True)
     ]

@@ -262,7 +262,7 @@ class EncodeArgs:
     the task ids); False: they are written to ``codes.parquet`` for every later pass to read.
     """
 
-    workers: np.ndarray
+    workers: Any
     classes: np.ndarray
     duplicates: DuplicatePolicy
     file_names: list[str]
@@ -330,7 +330,7 @@ def _duplicates(
 
 def encode_bucket(
     folder: str,
-    workers: np.ndarray,
+    workers: Any,
     classes: np.ndarray,
     duplicates: DuplicatePolicy,
     file_names: list[str],
@@ -348,8 +348,10 @@ def encode_bucket(
     ----------
     folder : str
         ``bucket-<b>`` folder of :func:`split_labels`.
-    workers, classes : numpy.ndarray
-        The run's sorted worker ids and classes (position = code).
+    workers : pyarrow.Array or numpy.ndarray
+        The run's sorted worker ids (position = code): Arrow strings from the run's dictionary, or ids.
+    classes : numpy.ndarray
+        The run's sorted classes (position = code).
     duplicates : {"error", "keep_last", "keep_first"}
     file_names : list of str
         Input file names by partition index (for the duplicate message).
@@ -372,7 +374,7 @@ def encode_table(
     folder: str,
     parts: list[Any],
     origin: list[tuple[int, int]],
-    workers: np.ndarray,
+    workers: Any,
     classes: np.ndarray,
     duplicates: DuplicatePolicy,
     file_names: list[str],
@@ -385,9 +387,11 @@ def encode_table(
     return encode_pieces(folder, pieces, workers, classes, duplicates, file_names, pairs, keep)
 
 
-def _value_set(ids: np.ndarray) -> Any:
+def _value_set(ids: Any) -> Any:
     import pyarrow as pa
 
+    if isinstance(ids, pa.Array):  # the run's worker dictionary (IdUnion.finish): already the ids' text
+        return ids.cast(pa.string())
     return pa.array(np.asarray(ids, dtype=object).astype(str), pa.string())
 
 
@@ -444,7 +448,7 @@ def _bucket_codes(pieces: list[CodedPiece], field: str, value_set: Any) -> np.nd
 def encode_pieces(
     folder: str,
     pieces: list[CodedPiece],
-    workers: np.ndarray,
+    workers: Any,
     classes: np.ndarray,
     duplicates: DuplicatePolicy,
     file_names: list[str],
@@ -474,7 +478,7 @@ def encode_pieces(
         rows: pd.DataFrame = text.assign(file=files)
         return rows
 
-    n_workers = int(workers.size)
+    n_workers = len(workers)
     order, key = task_worker_order(task_idx, worker_idx, int(tasks.size), n_workers)
     order, dropped = _duplicates(key, order, duplicates, frame)
     task_idx, worker_idx, class_idx = task_idx[order], worker_idx[order].astype(np.int64), class_idx[order]

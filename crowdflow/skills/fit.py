@@ -166,7 +166,7 @@ def fit_metadata(
 
 
 def worker_table(
-    workers: np.ndarray,
+    workers: Any,
     skill: np.ndarray,
     accuracy: np.ndarray,
     vote_weight: np.ndarray,
@@ -188,7 +188,7 @@ def worker_table(
     transient over its own ~90 bytes a worker is then one column.
     """
     partners, strength = row_stats
-    w = int(workers.size)
+    w = len(workers)
     fresh = box is None  # the default box is made here: the table takes it as it is
     lower, upper, fit_comp = box if box is not None else (np.full(w, np.nan), np.full(w, np.nan), np.full(w, -1))
 

@@ -70,7 +70,7 @@ from crowdflow.graphs import (
     worker_graph_from_counts,
     worker_graph_from_forest,
 )
-from crowdflow.labels import natural_sort
+from crowdflow.labels import id_text, natural_sort, natural_sort_text
 from crowdflow.metrics import ReviewPart, SkillsReview, merge_review_parts
 from crowdflow.progress import ProgressFn
 from crowdflow.skills.buckets import (
@@ -242,10 +242,11 @@ class IdUnion:
             self.workers = _distinct_union(self.workers, *self.pending)
             self.pending, self.n_pending = [], 0
 
-    def finish(self, classes: list[str] | None) -> tuple[np.ndarray, np.ndarray]:
-        """The sorted worker ids and classes (:func:`dictionaries`)."""
+    def finish(self, classes: list[str] | None) -> tuple[Any, np.ndarray]:
+        """The sorted worker ids (an Arrow ``string`` array, no Python ``str`` per id) and classes
+        (:func:`dictionaries`)."""
         self._merge()
-        return _sorted_dictionaries(_as_text(self.workers), _as_text(self.labels), classes)
+        return natural_sort_text(self.workers), _sorted_classes(_as_text(self.labels), classes)
 
 
 def _as_string(values: Any) -> Any:
@@ -267,8 +268,9 @@ def _add_split(union: IdUnion, result: tuple[SplitSummary, Any]) -> IdUnion:
     return union.add(result[0])
 
 
-def dictionaries(summaries: list[SplitSummary], classes: list[str] | None) -> tuple[np.ndarray, np.ndarray]:
-    """The run's sorted worker ids and classes from the files' distinct values (as :func:`encode_labels` sorts them).
+def dictionaries(summaries: list[SplitSummary], classes: list[str] | None) -> tuple[Any, np.ndarray]:
+    """The run's sorted worker ids (Arrow strings, :func:`~crowdflow.labels.natural_sort_text`) and classes from the
+    files' distinct values (as :func:`encode_labels` sorts them).
 
     Raises :class:`~crowdflow.contracts.errors.InputError` for labels outside a declared label set. (A pass that
     gets the summaries one at a time folds them into an :class:`IdUnion` instead of keeping them all.)
@@ -279,10 +281,7 @@ def dictionaries(summaries: list[SplitSummary], classes: list[str] | None) -> tu
     return union.finish(classes)
 
 
-def _sorted_dictionaries(
-    worker_ids: np.ndarray, seen_labels: np.ndarray, classes: list[str] | None
-) -> tuple[np.ndarray, np.ndarray]:
-    workers = natural_sort(np.unique(worker_ids.astype(str)))
+def _sorted_classes(seen_labels: np.ndarray, classes: list[str] | None) -> np.ndarray:
     seen = natural_sort(np.unique(seen_labels.astype(str)))
     if classes is None:
         if seen.size < 2:  # the labels contract's distinct-values rule, on the whole dataset (each file may hold one)
@@ -291,12 +290,12 @@ def _sorted_dictionaries(
                 f"declared: skills.classes in the spec); found {seen.size}: {seen.tolist()}",
                 column="label",
             )
-        return workers, seen
+        return seen
     declared = np.asarray([str(c) for c in classes], dtype=object)
     unknown = sorted(set(seen.tolist()) - set(declared.tolist()))
     if unknown:
         raise InputError(f"labels outside the declared label set {declared.tolist()}: {unknown[:5]}", column="label")
-    return workers, declared
+    return declared
 
 
 _Acc = tuple[sp.csr_matrix | None, ParityForest | None, np.ndarray | None, list[BucketStats], np.ndarray | None]
@@ -330,8 +329,11 @@ class EncodedBuckets:
     ----------
     buckets : list of str
         Bucket folders (each holds its codes).
-    workers, classes : numpy.ndarray
-        The run's sorted worker ids and classes.
+    workers : pyarrow.Array or numpy.ndarray
+        The run's sorted worker ids: an Arrow ``string`` array from :meth:`IdUnion.finish` (no Python ``str`` per
+        worker; :func:`~crowdflow.labels.id_text` gives the few a user sees), or what the caller passed.
+    classes : numpy.ndarray
+        The run's sorted classes.
     packed : scipy.sparse.csr_matrix or None
         Σ P = N + 2³²·Agree (W×W int64) when the run forms pairs (``pairs=True``: method pgd), else None.
     labels_per_worker : numpy.ndarray
@@ -348,7 +350,7 @@ class EncodedBuckets:
     """
 
     buckets: list[str]
-    workers: np.ndarray
+    workers: Any
     classes: np.ndarray
     packed: sp.csr_matrix | None
     labels_per_worker: np.ndarray
@@ -368,7 +370,7 @@ def release_buckets(enc: EncodedBuckets, executor: MapFn) -> None:
 def encode_buckets(
     buckets: list[str],
     executor: MapFn,
-    workers: np.ndarray,
+    workers: Any,
     classes: np.ndarray,
     duplicates: Any,
     file_names: list[str],
@@ -394,13 +396,15 @@ def encode_buckets(
 def _encode_buckets(
     buckets: list[str],
     executor: MapFn,
-    workers: np.ndarray,
+    workers: Any,
     classes: np.ndarray,
     duplicates: Any,
     file_names: list[str],
     pairs: bool,
     pieces: dict[str, list[Any]] | None,
 ) -> EncodedBuckets:
+    import pyarrow as pa
+
     keep = holds(executor)
     if pieces is not None and not keep:
         raise ValueError("held pieces need the executor that holds them")
@@ -408,12 +412,19 @@ def _encode_buckets(
     # the dictionaries go out once (shared), not once per bucket: W worker ids are the large part
     args = share(
         executor,
-        EncodeArgs(np.asarray(workers, dtype=object), classes, duplicates, list(file_names), pairs, keep),
+        EncodeArgs(
+            workers if isinstance(workers, pa.Array) else _as_string(workers),
+            classes,
+            duplicates,
+            list(file_names),
+            pairs,
+            keep,
+        ),
     )
     # each bucket's statistics are folded in as they arrive and dropped: integer sums and a union-find merge, so the
     # order of arrival changes nothing
     start: _Acc = (None, None, None, [], None)
-    w, m = int(workers.size), int(classes.size)
+    w, m = len(workers), int(classes.size)
     try:
         if keep:  # encode where the bucket is held, bring back its sums, keep only its codes there
             if pieces is not None:  # one task a run of buckets (they share their pieces' handles), then each bucket's
@@ -478,7 +489,7 @@ def _encode_buckets(
         len(stats),
         enc.n_labels,
         enc.n_tasks,
-        workers.size,
+        len(workers),
         classes.size,
         "worker pairs summed" if pairs else "no worker pair formed",
     )
@@ -576,7 +587,7 @@ def _fit_buckets(
         # the held-out comparison needs the labels in one place; in passes over buckets auto is ds (docs/scale.md)
         o = SkillsOptions.resolve(o, method="ds")
         log.info("method auto on a partitioned input: fitting ds (no held-out comparison in passes over buckets)")
-    m, w = int(enc.classes.size), int(enc.workers.size)
+    m, w = int(enc.classes.size), len(enc.workers)
     if enc.packed is None and needs_pairs(o):
         raise ValueError(
             f"method {o.method} with these options needs the worker pairs: encode the buckets with pairs=True"
@@ -719,10 +730,10 @@ def _fit_buckets(
     )
 
 
-def _worker_ids(part: ReviewPart, workers: np.ndarray) -> ReviewPart:
+def _worker_ids(part: ReviewPart, workers: Any) -> ReviewPart:
     if part.gold_workers is None or not len(part.gold_workers):
         return part
-    ids = workers[part.gold_workers["worker"].astype(np.int64).to_numpy()].astype(str)
+    ids = id_text(workers, part.gold_workers["worker"].astype(np.int64).to_numpy())
     return replace(part, gold_workers=part.gold_workers.assign(worker=ids))
 
 

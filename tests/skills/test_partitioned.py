@@ -295,7 +295,7 @@ def test_a_consensus_pass_in_turn_from_each_holder_equals_one_in_bucket_order(ki
     union, _, pieces = read_and_keep_all(run, parts, str(tmp_path / "b"), 7, None)
     workers, classes = union.finish(None)
     enc = encode_buckets(sorted(pieces), run, workers, classes, "error", [p.name for p in parts], pieces=pieces)
-    w, m = workers.size, classes.size
+    w, m = len(workers), classes.size
     rng = np.random.default_rng(5)
     common = {
         "n_workers": w,
