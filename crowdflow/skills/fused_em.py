@@ -26,6 +26,21 @@ polynomial :func:`_exp_block` (relative error ≤ 2.5e-16, vectorised by the com
 within a few ulps of the reference; the fits' bound (against the fit run to 1e-10) is stated and tested in
 docs/methods/skills.md §7.2.
 
+**Two classes, the default** (:func:`_sweep2`, issue #36, session 23): the sweep above with the same block structure
+and these changes, each measured on the held benchmark's crowd (``benchmarks/held_pass.py``): the indices into the
+tables are unsigned (numba adds a wrap-around test for a negative index to every signed one: ~1/3 of the task-sum
+loop's instructions); a label's task comes from a mark at each task's first label added up in the task-sum loop
+(the three-loop label → task map before); while the tables are in cache the previous block's M-step sums are added
+in the task-sum loop (independent work beside its chain of adds; past the cache they stay in their own loop, where
+the hint's lines arrive one block on); each task divides once (T = e·(1/Z)); the log-likelihood's sum of maxima and
+product of normalisers, and the class sums, run in four lanes (the product folded past 1e200 once a block). A
+task's larger posterior is the general sweep's bits, the smaller within 1 ulp (e·(1/Z) for e/Z); the M-step sums add
+those in the same order; the log-likelihood and class sums differ in their rounding (F(θ) and ℓ within 1.1e-14
+relative of the reference on the test family's two-class crowds; ``tests/skills/test_fused_em.py`` bounds 1e-12). With ``paired`` (held passes
+past the cache) a (worker, answer)'s log π pair and counts pair are one 32-byte record (:func:`paired_table`), so a
+label touches one cache line, not two; the same operations, the same bits. Tried and dropped (slower, measured):
+two or four label streams side by side for the task sums. ``exact=True`` runs the general sweep.
+
 **Both EM paths run it.** The partitioned fit's pass over a held bucket (:mod:`crowdflow.skills.held`) is this sweep
 on the bucket's int32 codes, adding into one counts array over a Dask worker's buckets (``add``) or, for the
 consensus, the E-step alone (``sums=False``): a bucket's posteriors and sums are the in-memory default's bits on the
