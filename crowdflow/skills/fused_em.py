@@ -36,10 +36,11 @@ the hint's lines arrive one block on); each task divides once (T = e·(1/Z)); th
 product of normalisers, and the class sums, run in four lanes (the product folded past 1e200 once a block). A
 task's larger posterior is the general sweep's bits, the smaller within 1 ulp (e·(1/Z) for e/Z); the M-step sums add
 those in the same order; the log-likelihood and class sums differ in their rounding (F(θ) and ℓ within 1.1e-14
-relative of the reference on the test family's two-class crowds; ``tests/skills/test_fused_em.py`` bounds 1e-12). With ``paired`` (held passes
-past the cache) a (worker, answer)'s log π pair and counts pair are one 32-byte record (:func:`paired_table`), so a
-label touches one cache line, not two; the same operations, the same bits. Tried and dropped (slower, measured):
-two or four label streams side by side for the task sums. ``exact=True`` runs the general sweep.
+relative of the reference on the test family's two-class crowds; ``tests/skills/test_fused_em.py`` bounds 1e-12).
+With ``paired`` (held passes past the cache) a (worker, answer)'s log π pair and counts pair are one 32-byte record
+(:func:`paired_table`), so a label touches one cache line, not two; the same operations, the same bits. Tried and
+dropped (no gain or slower, measured): two or four label streams side by side for the task sums, pairs of labels
+(one add of the chain for two). ``exact=True`` runs the general sweep.
 
 **Both EM paths run it.** The partitioned fit's pass over a held bucket (:mod:`crowdflow.skills.held`) is this sweep
 on the bucket's int32 codes, adding into one counts array over a Dask worker's buckets (``add``) or, for the
@@ -494,9 +495,9 @@ def _sweep2(
             tid[i] = tt
             x = (0.0 if mk != 0 else x) + lp[r]
             y = (0.0 if mk != 0 else y) + lp[r + _U1]
-            j = np.uint64(tt) << _U1
-            buf[j] = x
-            buf[j + _U1] = y
+            at = np.uint64(tt) << _U1
+            buf[at] = x
+            buf[at + _U1] = y
             if i < both:
                 _add_sums2(prb, ptid, pbuf, sink, one_coin, step, off, i)
         if sums:
@@ -864,4 +865,3 @@ def paired_counts(table: np.ndarray, order: np.ndarray, counts: np.ndarray) -> N
         dst = (order[k] if order.size else k) * 4
         for c in range(4):
             counts[dst + c] = table[8 * k + (c // 2) * 4 + 2 + c % 2]
-

@@ -146,7 +146,6 @@ def test_the_passes_give_the_same_bits_with_the_rows_asked_ahead(seed: int) -> N
     assert _same(np.float64(small_ll), np.float64(wide_ll)) and _same(small_post, wide_post)
 
 
-
 @pytest.mark.parametrize("seed", range(6))
 def test_a_paired_pass_is_the_plain_sweep(seed: int) -> None:
     """Two classes, the full model, a table past ``fused_em.NEAR`` floats: a worker's task runs on a paired table (a
@@ -166,8 +165,17 @@ def test_a_paired_pass_is_the_plain_sweep(seed: int) -> None:
         for k in range(2):  # the bucket twice, the second adding to the first's counts
             lls.append(
                 fused_em.fused_pass(
-                    wide_codes.indptr, wide_codes.code, wide, log_q, none, False, counts, class_sums,
-                    np.empty(0), np.empty((2, 0)), add=k > 0,
+                    wide_codes.indptr,
+                    wide_codes.code,
+                    wide,
+                    log_q,
+                    none,
+                    False,
+                    counts,
+                    class_sums,
+                    np.empty(0),
+                    np.empty((2, 0)),
+                    add=k > 0,
                 )
             )
             if k == 0:
