@@ -26,21 +26,21 @@ polynomial :func:`_exp_block` (relative error ≤ 2.5e-16, vectorised by the com
 within a few ulps of the reference; the fits' bound (against the fit run to 1e-10) is stated and tested in
 docs/methods/skills.md §7.2.
 
-**Two classes, the default** (:func:`_sweep2`, issue #36, session 23): the sweep above with the same block structure
-and these changes, each measured on the held benchmark's crowd (``benchmarks/held_pass.py``): the indices into the
-tables are unsigned (numba adds a wrap-around test for a negative index to every signed one: ~1/3 of the task-sum
-loop's instructions); a label's task comes from a mark at each task's first label added up in the task-sum loop
-(the three-loop label → task map before); while the tables are in cache the previous block's M-step sums are added
-in the task-sum loop (independent work beside its chain of adds; past the cache they stay in their own loop, where
-the hint's lines arrive one block on); each task divides once (T = e·(1/Z)); the log-likelihood's sum of maxima and
-product of normalisers, and the class sums, run in four lanes (the product folded past 1e200 once a block). A
-task's larger posterior is the general sweep's bits, the smaller within 1 ulp (e·(1/Z) for e/Z); the M-step sums add
-those in the same order; the log-likelihood and class sums differ in their rounding (F(θ) and ℓ within 1.1e-14
-relative of the reference on the test family's two-class crowds; ``tests/skills/test_fused_em.py`` bounds 1e-12).
-With ``paired`` (held passes past the cache) a (worker, answer)'s log π pair and counts pair are one 32-byte record
-(:func:`paired_table`), so a label touches one cache line, not two; the same operations, the same bits. Tried and
-dropped (no gain or slower, measured): two or four label streams side by side for the task sums, pairs of labels
-(one add of the chain for two). ``exact=True`` runs the general sweep.
+**Two classes, the default** (:func:`_sweep2`, issue #36, session 23): the sweep above with the same block structure and
+these changes, each measured on the held benchmark's crowd (``benchmarks/held_pass.py``): the indices into the tables
+are unsigned (numba adds a wrap-around test for a negative index to every signed one: ~1/3 of the task-sum loop's
+instructions); a label's task is the running sum of marks at each task's first label, taken in the task-sum loop and
+again in the M-step loop (no label → task map is stored; three loops built one before); while the tables are in cache
+the previous block's M-step sums are added in the task-sum loop (independent work beside its chain of adds; past the
+cache they stay in their own loop, where the hint's lines arrive one block on); each task divides once (T = e·(1/Z));
+the log-likelihood's sum of maxima and product of normalisers, and the class sums, run in four lanes (the product folded
+past 1e200 once a block). A task's larger posterior is the general sweep's bits, the smaller within 1 ulp (e·(1/Z) for
+e/Z); the M-step sums add those in the same order; the log-likelihood and class sums differ in their rounding (F(θ) and
+ℓ within 1.1e-14 relative of the reference on the test family's two-class crowds; ``tests/skills/test_fused_em.py``
+bounds 1e-12). With ``paired`` (held passes past the cache) a (worker, answer)'s log π pair and counts pair are one
+32-byte record (:func:`paired_table`), so a label touches one cache line, not two; the same operations, the same bits.
+Tried and dropped (no gain or slower, measured): two or four label streams side by side for the task sums, pairs of
+labels (one add of the chain for two). ``exact=True`` runs the general sweep.
 
 **Both EM paths run it.** The partitioned fit's pass over a held bucket (:mod:`crowdflow.skills.held`) is this sweep
 on the bucket's int32 codes, adding into one counts array over a Dask worker's buckets (``add``) or, for the
@@ -404,7 +404,7 @@ _FOLD2 = 1e200
 @inlined_kernel
 def _add_sums2(
     rows: np.ndarray,
-    tid: np.ndarray,
+    tid: int,
     post: np.ndarray,
     counts: np.ndarray,
     one_coin: bool,
@@ -412,15 +412,15 @@ def _add_sums2(
     off: np.uint64,
     i: int,
 ) -> None:
-    """Label ``i`` of a block of :func:`_sweep2` (``rows`` from the block's first label): its task's posteriors
-    (``post``, a pair a task) added to its M-step sums, the pair at ``counts[(code << step) + off]`` (one-coin: the
-    one of its worker, ``counts[code >> 1]``)."""
+    """Label ``i`` of a block of :func:`_sweep2` (``rows`` from the block's first label): the posteriors of its task
+    ``tid`` (in the block; ``post``, a pair a task) added to its M-step sums, the pair at ``counts[(code << step) +
+    off]`` (one-coin: the one of its worker, ``counts[code >> 1]``)."""
     if one_coin:
         r = np.uint64(rows[i])
-        counts[r >> _U1] += post[(np.uint64(tid[i]) << _U1) + (r & _U1)]
+        counts[r >> _U1] += post[(np.uint64(tid) << _U1) + (r & _U1)]
     else:
         r = (np.uint64(rows[i]) << step) + off
-        j = np.uint64(tid[i]) << _U1
+        j = np.uint64(tid) << _U1
         counts[r] += post[j]
         counts[r + _U1] += post[j + _U1]
 
@@ -459,8 +459,8 @@ def _sweep2(
     widest = 0
     for t0 in range(0, n_tasks, BLOCK):
         widest = max(widest, indptr[min(n_tasks, t0 + BLOCK)] - indptr[t0])
-    tids = np.zeros((2, widest + 1), dtype=np.int32)  # a block's labels' task (in the block); the previous block's
-    mark = np.zeros(widest + 1, dtype=np.int32)  # tasks starting at a label of the block
+    # tasks starting at each label of a block (a label's task is their running sum); the previous block's
+    marks = np.zeros((2, widest + 1), dtype=np.int32)
     shift, prod = 0.0, 1.0
     c00, c01, c02, c03, c10, c11, c12, c13 = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
     n_hit, cur, p_base, p_n = 0, 0, 0, 0
@@ -468,7 +468,7 @@ def _sweep2(
         t1 = min(n_tasks, t0 + BLOCK)
         nb = t1 - t0
         base, n_lab = indptr[t0], indptr[t1] - indptr[t0]
-        buf, tid, pbuf, ptid = bufs[cur], tids[cur], bufs[1 - cur], tids[1 - cur]
+        buf, mark, pbuf, pmark = bufs[cur], marks[cur], bufs[1 - cur], marks[1 - cur]
         rb, prb = rows[base:], rows[p_base:]
         for i in range(n_lab + 1):
             mark[i] = 0
@@ -479,7 +479,7 @@ def _sweep2(
         # the task sums, label by label, with the previous block's M-step sums in the same loop (independent of the
         # chain of adds; when the tables are past the cache, after it: the hint's lines are then asked one block on)
         both = min(n_lab, p_n) if sums and not far else 0
-        tt, x, y = -1, 0.0, 0.0
+        tt, x, y, pt = -1, 0.0, 0.0, -1
         for i in range(n_lab):
             if far:  # the rows of the label AHEAD on (a hint: no value changes)
                 ahead = rows[min(base + i + AHEAD, last)]
@@ -492,17 +492,18 @@ def _sweep2(
             r = np.uint64(rb[i]) << step
             mk = mark[i]
             tt += mk
-            tid[i] = tt
             x = (0.0 if mk != 0 else x) + lp[r]
             y = (0.0 if mk != 0 else y) + lp[r + _U1]
             at = np.uint64(tt) << _U1
             buf[at] = x
             buf[at + _U1] = y
             if i < both:
-                _add_sums2(prb, ptid, pbuf, sink, one_coin, step, off, i)
+                pt += pmark[i]
+                _add_sums2(prb, pt, pbuf, sink, one_coin, step, off, i)
         if sums:
             for i in range(both, p_n):
-                _add_sums2(prb, ptid, pbuf, sink, one_coin, step, off, i)
+                pt += pmark[i]
+                _add_sums2(prb, pt, pbuf, sink, one_coin, step, off, i)
         for t in range(nb):  # the exponents, −|ℓ₁ − ℓ₀| (dawid_skene._normalise_binary)
             a = lq0 + buf[2 * t]
             b = lq1 + buf[2 * t + 1]
@@ -567,9 +568,10 @@ def _sweep2(
                 post_t[1, t0 + t] = buf[2 * t + 1]
         p_base, p_n, cur = base, n_lab, 1 - cur
     if sums:  # the last block's M-step sums
-        prb, pbuf, ptid = rows[p_base:], bufs[1 - cur], tids[1 - cur]
+        prb, pbuf, pmark, pt = rows[p_base:], bufs[1 - cur], marks[1 - cur], -1
         for i in range(p_n):
-            _add_sums2(prb, ptid, pbuf, sink, one_coin, step, off, i)
+            pt += pmark[i]
+            _add_sums2(prb, pt, pbuf, sink, one_coin, step, off, i)
     class_sums[0] = (c00 + c01) + (c02 + c03)
     class_sums[1] = (c10 + c11) + (c12 + c13)
     return shift + math.log(prod)
