@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from crowdflow.compiled import compiled_kernel
-from crowdflow.skills.fused_em import fused_pass
+from crowdflow.skills.fused_em import fused_pass, paired_counts, paired_table, pairs_past_cache
 
 __all__ = [
     "EMShared",
@@ -251,9 +251,15 @@ class BucketSums:
 
 
 def _em_local(
-    codes: HeldCodes, tab: np.ndarray, shared: EMShared, counts: np.ndarray, scratch: np.ndarray | None
+    codes: HeldCodes,
+    tab: np.ndarray,
+    shared: EMShared,
+    counts: np.ndarray,
+    scratch: np.ndarray | None,
+    paired: bool = False,
 ) -> BucketSums:
-    """The fused pass with ``tab`` and ``counts`` in the codes' own worker numbering, adding to ``counts``."""
+    """The fused pass with ``tab`` and ``counts`` in the codes' own worker numbering, adding to ``counts`` (with
+    ``paired``, to the counts pairs of ``tab``: :func:`~crowdflow.skills.fused_em.fused_pass`)."""
     m = codes.n_classes
     if tab.size == 0:  # majority-vote fractions; their class sums by numpy's (pairwise) sum
         if scratch is None or scratch.size < m * codes.n_tasks:
@@ -275,6 +281,7 @@ def _em_local(
         np.empty(0),
         np.empty((m, 0)),
         add=True,
+        paired=paired,
     )
     return BucketSums(counts, class_sums, codes.n_tasks, float(ll))
 
@@ -285,17 +292,17 @@ def _counts_size(shared: EMShared, m: int) -> int:
 
 def em_sums(codes: HeldCodes, shared: EMShared, scratch: np.ndarray | None = None) -> BucketSums:
     """One fused E- and M-step pass over a held bucket (module docstring), its sums from zero in the run's worker
-    order (ranked codes, :func:`by_activity`, run on the table in rank order and give the same bits).
+    order (ranked codes, :func:`by_activity`, run on the table in rank order and give the same bits): the pass of
+    :func:`em_sums_group` over this one bucket.
 
     ``scratch`` (at least M·T_b floats) is a work array to reuse on the initialising pass (the majority-vote
     fractions' class sums are taken over a C-contiguous (M, T_b) view of it: the same bits as over a new array).
     """
-    counts = np.zeros(_counts_size(shared, codes.n_classes))
-    s = _em_local(codes, _local_table(shared.tab, codes.order), shared, counts, scratch)
-    return replace(s, counts=_global_counts(s.counts, codes.order))
+    s = em_sums_group([codes], shared, scratch)
+    return replace(s, n_labels=0, wall_s=0.0, cpu_s=0.0, kernel_s=0.0)
 
 
-def em_sums_group(group: list[HeldCodes], shared: EMShared) -> BucketSums:
+def em_sums_group(group: list[HeldCodes], shared: EMShared, scratch: np.ndarray | None = None) -> BucketSums:
     """:func:`em_sums` over the buckets one worker holds: one task per worker and pass instead of one per bucket
     (:func:`crowdflow.executors.held_groups`).
 
@@ -306,7 +313,12 @@ def em_sums_group(group: list[HeldCodes], shared: EMShared) -> BucketSums:
     zero and added to the total: at W = 2·10⁵ that zeroing and adding moved ~25 MB a bucket, more than its 6 MB of
     codes, and pushed the log π table out of the cache; the cells now differ from those sums in the last bits.)
     Ranked buckets (:func:`by_activity`, one order for the group) run on the table put in rank order once, and
-    their counts are put back in the run's worker order once.
+    their counts are put back in the run's worker order once. Two classes, the full model, past the cache
+    (:func:`~crowdflow.skills.fused_em.pairs_past_cache`, e.g. W = 2·10⁵): that table is a paired one
+    (:func:`~crowdflow.skills.fused_em.paired_table`: a (worker, answer)'s log π pair and its counts pair in one
+    32-byte record, so a label reads and adds to one cache line, not two), built once a task as the rank-order copy
+    was, its counts put back in the run's worker order once; the same operations in the same order, the same bits.
+    ``scratch``: as :func:`em_sums`.
     """
     if not group:
         raise ValueError("an EM pass over no bucket")
@@ -315,18 +327,29 @@ def em_sums_group(group: list[HeldCodes], shared: EMShared) -> BucketSums:
     size = -1 if order is None else order.size
     if any((-1 if c.order is None else c.order.size) != size for c in group):
         raise ValueError("the buckets of one EM task must share one worker numbering")
-    tab = _local_table(shared.tab, order)
-    scratch = np.empty(m * max(codes.n_tasks for codes in group)) if shared.tab.size == 0 else None
-    counts = np.zeros(_counts_size(shared, m))
+    paired = pairs_past_cache(m, shared.one_coin, shared.tab.size)
+    if paired:  # the table in rank order and paired with zero counts, one copy
+        tab = np.empty(2 * shared.tab.size)
+        paired_table(shared.tab, np.empty(0, np.int64) if order is None else order, tab)
+        counts = np.empty(0)
+    else:
+        tab = _local_table(shared.tab, order)
+        counts = np.zeros(_counts_size(shared, m))
+    if shared.tab.size == 0 and (scratch is None or scratch.size < m * max(codes.n_tasks for codes in group)):
+        scratch = np.empty(m * max(codes.n_tasks for codes in group))
     class_sums, n_tasks, lls, kernel_s = np.zeros(m), 0, [], 0.0
     for k, codes in enumerate(group):
         t0 = time.perf_counter()
-        s = _em_local(codes, tab, shared, counts, scratch)
+        s = _em_local(codes, tab, shared, counts, scratch, paired)
         kernel_s += time.perf_counter() - t0
         class_sums = s.class_sums if k == 0 else class_sums + s.class_sums
         n_tasks += s.n_tasks
         lls.append(s.log_likelihood)
-    out = _global_counts(counts, order)
+    if paired:
+        out = np.empty(shared.tab.size)
+        paired_counts(tab, np.empty(0, np.int64) if order is None else order, out)
+    else:
+        out = _global_counts(counts, order)
     wall, cpu = time.perf_counter() - wall0, time.thread_time() - cpu0
     n_labels = sum(codes.n_labels for codes in group)
     return BucketSums(out, class_sums, n_tasks, math.fsum(lls), n_labels, wall, cpu, kernel_s)

@@ -146,6 +146,49 @@ def test_the_passes_give_the_same_bits_with_the_rows_asked_ahead(seed: int) -> N
     assert _same(np.float64(small_ll), np.float64(wide_ll)) and _same(small_post, wide_post)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_a_paired_pass_is_the_plain_sweep(seed: int) -> None:
+    """Two classes, the full model, a table past ``fused_em.NEAR`` floats: a worker's task runs on a paired table (a
+    (worker, answer)'s log π pair and counts pair in one record, ``fused_em.paired_table``). Its counts, class sums
+    and log-likelihood are the plain layout's sweep's on the same labels, bit for bit, over one bucket and over a
+    group of two (each cell in label order), with the workers numbered by activity or not."""
+    from crowdflow.skills.held import activity_order, by_activity, em_sums_group
+
+    codes, tab, log_q = _case(seed)
+    wide_codes, wide, _ = _spread(codes, tab, 2, seed)
+    big = wide.size // 4
+    assert fused_em.pairs_past_cache(2, False, wide.size) and not fused_em.pairs_past_cache(2, True, wide.size)
+    none = np.empty(0, dtype=np.int64)
+    counts, class_sums = np.zeros(wide.size), np.empty(2)
+    with np.errstate(invalid="ignore"):
+        lls = []
+        for k in range(2):  # the bucket twice, the second adding to the first's counts
+            lls.append(
+                fused_em.fused_pass(
+                    wide_codes.indptr,
+                    wide_codes.code,
+                    wide,
+                    log_q,
+                    none,
+                    False,
+                    counts,
+                    class_sums,
+                    np.empty(0),
+                    np.empty((2, 0)),
+                    add=k > 0,
+                )
+            )
+            if k == 0:
+                first = counts.copy()
+        order = activity_order(np.bincount(wide_codes.worker_idx(), minlength=big))
+        for held in (wide_codes, by_activity(wide_codes, order)):
+            one = em_sums(held, EMShared(wide, log_q, False, big))
+            two = em_sums_group([held, held], EMShared(wide, log_q, False, big))
+            assert _same(np.float64(one.log_likelihood), np.float64(lls[0])) and _same(one.class_sums, class_sums)
+            assert _same(two.counts, counts) and _same(two.class_sums, class_sums + class_sums)
+            assert _same(one.counts, first) and first.any()
+
+
 def test_the_family_has_ties_zeros_and_single_labels() -> None:
     """The family reaches the cases the sweep branches on, and cases where the vectorised and libm exponentials give
     other posteriors (checks that the tests above are not vacuous)."""
