@@ -57,7 +57,7 @@ def _report_cost(topic: str, n: int) -> float:
     return (time.perf_counter() - t0) / n
 
 
-class _Sink:
+class Sink:
     """A callback with ``note`` that counts what it receives."""
 
     def __init__(self) -> None:
@@ -69,6 +69,19 @@ class _Sink:
 
     def note(self, line: str) -> None:
         self.lines += 1
+
+
+def arms_table(arms: dict[str, list[float]], unit: str, each: str, digits: int) -> tuple[dict[str, float], list[str]]:
+    """The A/B page of both progress benchmarks: the best of each arm (``without``, ``with``) and the table lines
+    (best and median seconds a ``unit``, and ``each`` run of the arm, in order) with the with / without ratios."""
+    best = {k: min(v) for k, v in arms.items()}
+    med = {k: statistics.median(v) for k, v in arms.items()}
+    lines = [f"| arm | best s a {unit} | median s a {unit} | each {each}, in order |", "|---|---|---|---|"]
+    for arm in ("without", "with"):
+        runs = ", ".join(f"{x:.{digits}f}" for x in arms[arm])
+        lines.append(f"| {arm} | {best[arm]:.{digits}f} | {med[arm]:.{digits}f} | {runs} |")
+    ratio = f"with / without: {best['with'] / best['without']:.3f} (best), {med['with'] / med['without']:.3f} (median)"
+    return best, [*lines, "", ratio]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         elsewhere(executor, _em_job, held, arg)  # warm-up: the workers compile the kernels
         for _ in range(args.rounds):
             for arm in ("without", "with", "with", "without"):
-                sink = _Sink() if arm == "with" else None
+                sink = Sink() if arm == "with" else None
                 timing, trace = elsewhere(executor, _em_job, held, arg, sink)
                 arms[arm].append(timing["em_s"] / timing["em_passes"])
                 traces[arm].append(trace)
@@ -120,8 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         client.unsubscribe_topic("em-progress-cost")
     load1 = os.getloadavg()[0]
     same = all(t == traces["without"][0] for t in traces["without"] + traces["with"])
-    best = {k: min(v) for k, v in arms.items()}
-    med = {k: statistics.median(v) for k, v in arms.items()}
+    best, table = arms_table(arms, "pass", "run", 4)
     cmd = "python -m benchmarks.em_progress " + " ".join(argv if argv is not None else sys.argv[1:])
     lines = [
         "# The partitioned EM's progress reports, seconds a pass (issue #36)",
@@ -132,15 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{2 * args.rounds} runs an arm (without, with, with, without × {args.rounds}); load average {load0:.1f} "
         f"before, {load1:.1f} after (2 cores, shared).",
         "",
-        "| arm | best s a pass | median s a pass | each run, in order |",
-        "|---|---|---|---|",
-    ]
-    for arm in ("without", "with"):
-        runs = ", ".join(f"{x:.4f}" for x in arms[arm])
-        lines.append(f"| {arm} | {best[arm]:.4f} | {med[arm]:.4f} | {runs} |")
-    lines += [
-        "",
-        f"with / without: {best['with'] / best['without']:.3f} (best), {med['with'] / med['without']:.3f} (median); "
+        *table[:-1],
+        f"{table[-1]}; "
         f"relayed a run: {relayed[0]} fractions and {relayed[1]} pass lines; log-likelihood traces of every run "
         f"{'identical' if same else 'DIFFERENT'}.",
         "",

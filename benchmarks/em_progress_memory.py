@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 import warnings
@@ -28,19 +27,7 @@ from typing import Any
 
 import numpy as np
 
-
-class _Sink:
-    """A callback with ``note`` that counts what it receives."""
-
-    def __init__(self) -> None:
-        self.fractions = 0
-        self.lines = 0
-
-    def __call__(self, fraction: float) -> None:
-        self.fractions += 1
-
-    def note(self, line: str) -> None:
-        self.lines += 1
+from benchmarks.em_progress import Sink, arms_table
 
 
 def _report_cost(n: int) -> float:
@@ -53,7 +40,7 @@ def _report_cost(n: int) -> float:
 
     best = float("inf")
     for _ in range(3):
-        sink = _Sink()
+        sink = Sink()
         tracker = IterationProgress(sink, n, 1e-6, min_delta=0.0)
         lines = PassLines(sink, n, logging.getLogger("crowdflow.skills.dawid_skene"), logging.DEBUG)
         t0 = time.perf_counter()
@@ -99,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     fit(None)  # warm-up: the kernels compile
     for k in range(args.rounds):
         for arm in ("without", "with") if k % 2 == 0 else ("with", "without"):
-            sink = _Sink() if arm == "with" else None
+            sink = Sink() if arm == "with" else None
             seconds, r = fit(sink)
             arms[arm].append(seconds)
             results[arm].append((r.posteriors, r.log_likelihood, r.iterations))
@@ -112,8 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         np.array_equal(p, ref[0]) and np.array_equal(t, ref[1]) and i == ref[2]
         for p, t, i in results["without"] + results["with"]
     )
-    best = {k: min(v) for k, v in arms.items()}
-    med = {k: statistics.median(v) for k, v in arms.items()}
+    best, table = arms_table(arms, "fit", "fit", 3)
     cmd = "python -m benchmarks.em_progress_memory " + " ".join(argv if argv is not None else sys.argv[1:])
     lines = [
         "# The in-memory Dawid–Skene EM's progress reports, seconds a fit (issue #36)",
@@ -123,15 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         f"(SQUAREM, fused passes), {ref[2]} evaluations a fit, {args.rounds} fits an arm in alternating order; load "
         f"average {load0:.1f} before, {load1:.1f} after (2 cores, shared).",
         "",
-        "| arm | best s a fit | median s a fit | each fit, in order |",
-        "|---|---|---|---|",
-    ]
-    for arm in ("without", "with"):
-        runs = ", ".join(f"{x:.3f}" for x in arms[arm])
-        lines.append(f"| {arm} | {best[arm]:.3f} | {med[arm]:.3f} | {runs} |")
-    lines += [
-        "",
-        f"with / without: {best['with'] / best['without']:.3f} (best), {med['with'] / med['without']:.3f} (median); "
+        *table[:-1],
+        f"{table[-1]}; "
         f"reports a fit: {reports[0]} fractions and {reports[1]} pass lines; posteriors and log-likelihood traces "
         f"of every fit {'identical' if same else 'DIFFERENT'}.",
         "",

@@ -177,15 +177,14 @@ def _global_counts(local: np.ndarray, order: np.ndarray | None) -> np.ndarray:
     return out
 
 
-def pass_bytes(n_labels: int, n_tasks: int, n_buckets: int, n_classes: int) -> int:
+def pass_bytes(n_labels: int, n_tasks: int, n_buckets: int) -> int:
     """Bytes one EM pass reads: an int32 code a label and an int32 offset a task (+1 a bucket).
 
     The posteriors stay in the sweep's block buffer (nothing a task is written; until session 22 the pass wrote
     and read M float64 a task for the class sums, which this counted). The W·M² tables (read and added to) are not
     counted: they stay in cache for W·M² ≲ 10⁶. The bandwidth limit of a pass is this over the measured read
-    bandwidth (docs/scale.md). ``n_classes`` is kept for the callers: the bytes do not depend on it.
+    bandwidth (docs/scale.md). The bytes do not depend on the class count.
     """
-    del n_classes
     return 4 * int(n_labels) + 4 * (int(n_tasks) + int(n_buckets))
 
 

@@ -685,7 +685,7 @@ def _fit_buckets(
         del job, consensus
         accuracy, weight, sums, it, converged = ds.accuracy, ds.weight, ds.sums, ds.iterations, ds.converged
         timing, passes, trace = ds.timing, ds.passes, -np.asarray(ds.trace)
-        timing["held_bytes"] = pass_bytes(enc.n_labels, enc.n_tasks, len(enc.buckets), m)
+        timing["held_bytes"] = pass_bytes(enc.n_labels, enc.n_tasks, len(enc.buckets))
         log.info("%s EM: %d evaluations, converged %s, passes %d: %s", o.method, it, converged, passes, timing)
         skill = (m * accuracy - 1.0) / (m - 1.0)
         if not converged:
