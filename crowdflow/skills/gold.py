@@ -39,7 +39,9 @@ __all__ = ["SCORING", "SCORING_AUTO", "cross_fit", "fold_ids", "gold_codes"]
 #: how the manifest and the report name the scoring of a run with gold in the fit
 SCORING = "cross-fitted: {k} folds of the gold tasks, each scored by a fit that did not see its gold"
 #: the same for ``method: auto``, whose model choice is inside each fold's run
-SCORING_AUTO = "cross-fitted: {k} folds of the gold tasks, each scored by a model choice and a fit that did not see its gold"
+SCORING_AUTO = (
+    "cross-fitted: {k} folds of the gold tasks, each scored by a model choice and a fit that did not see its gold"
+)
 
 #: fit(lm, options, gold) -> SkillsResult: the fit each fold runs (an argument so tests can watch what it gets)
 FitFn = Callable[[LabelMatrix, SkillsOptions, np.ndarray], SkillsResult]

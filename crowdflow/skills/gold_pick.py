@@ -127,7 +127,7 @@ def gold_choose(
     right = {n: (np.asarray(labels[n]) == gold) & known for n in names}
     base = right[likelihood_choice]
     threshold = level / max(len(names) - 1, 1)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for n in names:
         wins, losses = int((right[n] & ~base).sum()), int((base & ~right[n]).sum())
         p = sign_test(wins, losses)
@@ -145,14 +145,14 @@ def gold_choose(
             }
         )
     table = pd.DataFrame(rows)
-    eligible = table[table["eligible"]]
-    if len(eligible):
-        best = min(eligible.itertuples(), key=lambda r: (-int(r.n_right), rank.get(str(r.candidate), len(rank))))
-        choice, rule = str(best.candidate), "gold"
+    eligible = [r for r in rows if r["eligible"]]
+    if eligible:
+        best = min(eligible, key=lambda r: (-int(r["n_right"]), rank.get(str(r["candidate"]), len(rank))))
+        choice, rule = str(best["candidate"]), "gold"
         note = (
-            f"the gold answers chose {choice}: {best.wins} gold tasks only it gets right against {best.losses} only "
-            f"{likelihood_choice} (the held-out likelihood pick) gets right, one-sided exact sign test p = "
-            f"{best.p_value:.2g} ≤ {threshold:.3g} (α = {level:g} over {len(names) - 1} alternatives)"
+            f"the gold answers chose {choice}: {best['wins']} gold tasks only it gets right against {best['losses']} "
+            f"only {likelihood_choice} (the held-out likelihood pick) gets right, one-sided exact sign test p = "
+            f"{float(best['p_value']):.2g} ≤ {threshold:.3g} (α = {level:g} over {len(names) - 1} alternatives)"
         )
     else:
         choice, rule = likelihood_choice, "likelihood"
