@@ -4,6 +4,7 @@ reported accuracy is cross-fitted over the whole procedure, the choice included.
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from typing import Any
 
@@ -211,3 +212,21 @@ def test_the_report_says_which_rule_chose_and_why() -> None:
     assert "chose mv by the gold answers" in chosen.text and "sign test" in chosen.text
     assert chosen.table is not None and set(chosen.table["candidate"]) == {"ds", "ds_classic", "onecoin_ds", "mv"}
     assert "act-auto-choice" in actions  # the likelihood scores are still shown
+
+
+def test_auto_gold_cross_fit_reports_one_rise_and_progress_changes_nothing() -> None:
+    """The gold-free part, then the K + 1 runs: one strictly increasing rise ending once at 1.0; the same labels,
+    choices and scored labels as without a callback."""
+    labels, truth = one_coin_crowd(3)
+    lm = encode_labels(labels)
+    o = SkillsOptions(gold_in_fit=True, gold_folds=3)
+    fractions: list[float] = []
+    fit = cross_fit(lm, o, truth.iloc[::2], progress=fractions.append)
+    assert fractions[-1] == 1.0 and fractions.count(1.0) == 1
+    assert all(b > a for a, b in itertools.pairwise(fractions)) and fractions[0] >= 0
+    bare = cross_fit(lm, o, truth.iloc[::2])
+    pd.testing.assert_frame_equal(fit.consensus, bare.consensus, check_exact=True)
+    assert fit.gold_scored is not None and bare.gold_scored is not None
+    pd.testing.assert_frame_equal(fit.gold_scored, bare.gold_scored, check_exact=True)
+    assert fit.metadata["auto_gold"] == bare.metadata["auto_gold"]
+    assert fit.metadata["gold_fold_choices"] == bare.metadata["gold_fold_choices"]
