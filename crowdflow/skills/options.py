@@ -193,7 +193,7 @@ class SkillsOptions(Options):
         ge=1,
         le=MAX_ITERATIONS,
         description="Most iterations of the Dawid-Skene methods; a fit that needs more is reported as not "
-        "converged (the public gold sets need at most 142).",
+        "converged (the public gold sets need at most 143).",
     )
     ds_smoothing: float = Field(
         0.01,
