@@ -1,7 +1,7 @@
 """Known answers in the skills fit, scored honestly by K-fold cross-fitting over the gold tasks.
 
-With ``gold_in_fit`` (methods ``ds`` and ``onecoin_ds``), the run's tables come from one fit that sees every gold
-answer (the gold tasks' posteriors pinned, :func:`crowdflow.skills.dawid_skene`). Its gold tasks are then right by
+With ``gold_in_fit`` (methods ``ds``, ``onecoin_ds`` and ``auto``), the run's tables come from one fit that sees every
+gold answer (the gold tasks' posteriors pinned, :func:`crowdflow.skills.dawid_skene`). Its gold tasks are then right by
 construction, so its accuracy on them says nothing. The reported accuracy is cross-fitted instead:
 
 1. the gold tasks present in the labels are split into K folds by a permutation seeded by ``seed``
