@@ -60,6 +60,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from benchmarks.gold_sets import gold_sets, read_gold_set, tuned_on  # noqa: E402
+from benchmarks.skills_gold_pick import CHOICE, GOLD, auto_gold_cells, gold_pick_section  # noqa: E402
 from benchmarks.skills_peers import (  # noqa: E402
     CANDIDATE_COLUMNS,
     accuracy_section,
@@ -113,6 +114,8 @@ TOL = 0.005  # issue #20: never worse than Crowd-Kit DS by more than this on any
 TABLE5_RUNS = 20
 AUTO_PICKS: list[str] = []
 PAIRED: dict[str, tuple[int, int, float]] = {}
+BEST: dict[str, tuple[str, float]] = {}
+PAIRED_GOLD: dict[str, dict[str, tuple[int, int, float]]] = {}
 CK_NOTES: dict[str, list[str]] = {}
 
 
@@ -275,6 +278,13 @@ def run(
         peers = [p for p in peer_columns(pd.DataFrame([row])) if p in consensus and not np.isnan(row[p])]  # type: ignore[arg-type]
         best = min(peers, key=lambda p: float(row[p]))  # type: ignore[arg-type]
         PAIRED[folder.name] = _paired(consensus["default"], consensus[best], truth)
+        cells, scored, choice_only = auto_gold_cells(labels, truth)
+        row.update(cells)
+        BEST[folder.name] = (best, float(row[best]))  # type: ignore[arg-type]
+        PAIRED_GOLD[folder.name] = {
+            GOLD: _paired(scored, consensus[best], truth),
+            CHOICE: _paired(choice_only, consensus[best], truth),
+        }
         if ablation:
             for name, kw in ABLATION:
                 with warnings.catch_warnings():
@@ -349,6 +359,7 @@ def report(
             "`PGD-scaled` = the rank-one PGD of Ma et al. (the default before issue #20).",
             "",
             *accuracy_section(df, PAIRED, [f"{k} ({', '.join(v)})" for k, v in CK_NOTES.items()]),
+            *gold_pick_section(df, BEST, PAIRED_GOLD),
             *iterations_section(df, ["default", *CANDIDATE_COLUMNS, "EBCC", "PGD", "PGD-scaled"]),
             *default_section(df),
             "## Prediction error on the gold tasks",

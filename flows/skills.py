@@ -49,6 +49,8 @@ _FIT_KEYS = (
     "crowdkit_version",
     "auto_choice",
     "auto",
+    "auto_gold",
+    "gold_fold_choices",
     "gold_in_fit",
     "gold_folds",
     "n_gold_in_fit",

@@ -672,6 +672,23 @@ def _fit_actions(manifest: Mapping[str, Any]) -> list[Action]:
         if auto.get("note"):
             text += f" Note: {auto['note']}."
         out.append(Action("act-auto-choice", "Model chosen by the data", text, table[keep]))
+    gold = fit.get("auto_gold") if isinstance(fit, Mapping) else None
+    if isinstance(gold, Mapping) and gold.get("candidates"):
+        table = pd.DataFrame(list(gold["candidates"]))
+        cols = ["candidate", "n_gold", "n_right", "accuracy", "wins", "losses", "p_value", "converged", "chosen"]
+        text = (
+            f"With the gold answers in the fit, method auto chose {gold.get('choice')} by the "
+            f"{'gold answers' if gold.get('rule') == 'gold' else 'held-out likelihood (the gold did not overrule it)'}"
+            f": {gold.get('note')}. Each candidate is scored on the gold tasks by its fit without gold; `wins` / "
+            f"`losses` are the gold tasks only it / only the likelihood pick gets right, `p_value` the one-sided exact "
+            f"sign test; a switch needs p ≤ {float(gold.get('threshold', 0.0)):.3g}. The accuracy this run reports "
+            "is cross-fitted over the whole choice."
+        )
+        if fit.get("gold_fold_choices"):
+            text += " Choice in each fold of the cross-fitted score: " + ", ".join(map(str, fit["gold_fold_choices"]))
+            text += "."
+        shown = table[[c for c in cols if c in table]]
+        out.append(Action("act-auto-gold", "Model chosen by the gold answers", text, shown))
     if fit.get("fit_status") == "not_converged":
         out.append(
             Action(

@@ -43,11 +43,12 @@ from crowdflow.graphs import (
 )
 from crowdflow.labels import LabelMatrix, text_column
 from crowdflow.progress import ProgressFn, Span
-from crowdflow.skills.auto import CANDIDATES, choose, n_fits
+from crowdflow.skills.auto import CANDIDATES, DEFAULT_CANDIDATES, AutoChoice, choose, n_fits
 from crowdflow.skills.consensus import vote_weights, weighted_consensus
 from crowdflow.skills.crowdkit_adapter import fit_crowdkit, is_crowdkit
 from crowdflow.skills.dawid_skene import dawid_skene, one_coin_dawid_skene
 from crowdflow.skills.ebcc import ebcc, ebcc_metadata
+from crowdflow.skills.gold_pick import gold_choose
 from crowdflow.skills.identifiability import (
     active_workers,
     component_diagnostics,
@@ -390,6 +391,7 @@ def fit_skills(
     progress: ProgressFn | None = None,
     identifiability_policy: Policy = "flag",
     gold: np.ndarray | None = None,
+    auto_parts: AutoParts | None = None,
     **overrides: Any,
 ) -> SkillsResult:
     """Estimate worker skills and consensus labels (docs/methods/skills.md §2.8, §3, §7).
@@ -457,9 +459,13 @@ def fit_skills(
         It changes no fitted number, so it is not an option: the pipeline decides blocking in its graph
         check (``checks.identifiability``; docs/methods/skills.md §8.3).
     gold : numpy.ndarray, optional
-        Known answers in the fit (``ds`` and ``onecoin_ds`` only): a label code per task of the encoded labels,
-        −1 where unknown; those tasks' posteriors are pinned (:func:`~crowdflow.skills.dawid_skene`). The
+        Known answers in the fit (``ds``, ``onecoin_ds`` and ``auto``): a label code per task of the encoded labels,
+        −1 where unknown; those tasks' posteriors are pinned (:func:`~crowdflow.skills.dawid_skene`); ``auto`` also
+        chooses its candidate with them (:mod:`crowdflow.skills.gold_pick`, ``metadata["auto_gold"]``). The
         honest score of such a fit is :func:`crowdflow.skills.gold.cross_fit`.
+    auto_parts : AutoParts, optional
+        ``method="auto"`` with ``gold``: its gold-free part (:func:`prepare_auto`) computed once for these labels and
+        options, so the gold cross-fit does not repeat it in every fold.
     **overrides
         Fields of :class:`SkillsOptions` that replace those of ``options``
         (``fit_skills(df, method="mv")``), validated the same way.
@@ -494,6 +500,8 @@ def fit_skills(
     lm, dropped = prepare_labels(labels, o.classes, o.duplicates)
     m = lm.n_classes
     lap("encode")
+    if gold is not None and o.method not in GOLD_METHODS:
+        raise ValueError(f"gold answers in the fit: {gold_refusal(o.method)}")
     if o.method == "auto":
         return _fit_auto(
             lm,
@@ -507,10 +515,10 @@ def fit_skills(
             scratch_dir,
             progress,
             identifiability_policy,
+            gold,
+            auto_parts,
         )
     n_parts = 0
-    if gold is not None and o.method not in GOLD_METHODS:
-        raise ValueError(f"gold answers in the fit: {gold_refusal(o.method)}")
     n_i = lm.labels_per_worker()
     if moments is None and not needs_pairs(o):
         # mv, the Dawid-Skene methods, EBCC and Crowd-Kit fit no pair statistic: the graph, n_partners and strength
@@ -775,6 +783,47 @@ def _fit_baseline(
     )
 
 
+@dataclass(frozen=True)
+class AutoParts:
+    """What ``method="auto"`` computes before it looks at any gold answer (:func:`prepare_auto`): the held-out
+    choice and, for the gold rule, every candidate fitted on all labels without gold."""
+
+    picked: AutoChoice
+    fits: dict[str, SkillsResult]
+
+
+def _candidate_options(o: SkillsOptions, name: str) -> SkillsOptions:
+    return SkillsOptions.resolve(o, gold_in_fit=False, **CANDIDATES[name].options)
+
+
+def prepare_auto(
+    lm: LabelMatrix, o: SkillsOptions, with_fits: bool = True, progress: ProgressFn | None = None
+) -> AutoParts:
+    """The gold-free part of ``method="auto"``: :func:`crowdflow.skills.auto.choose` and, with ``with_fits``, each
+    candidate fitted on all of ``lm`` without gold. No argument carries a gold answer, so nothing here depends on one:
+    the gold cross-fit computes it once and reuses it in every fold."""
+    names = list(o.auto_candidates or DEFAULT_CANDIDATES) if with_fits else []
+    job = Span(progress) if progress is not None else None
+    cut = n_fits(o) / (n_fits(o) + len(names))
+    picked = choose(lm, o, progress=job.part(0.0, cut) if job is not None else None)
+    fits = {}
+    for i, name in enumerate(names):
+        lo, hi = cut + (1 - cut) * i / len(names), cut + (1 - cut) * (i + 1) / len(names)
+        share = job.part(lo, hi, f"auto {name} on all labels: ") if job is not None else None
+        fits[name] = fit_skills(lm, _candidate_options(o, name), progress=share)
+    if job is not None:
+        job(1.0)
+    return AutoParts(picked, fits)
+
+
+def _codes(lm: LabelMatrix, consensus: pd.DataFrame) -> np.ndarray:
+    """The consensus label of every task of ``lm`` as a class code (−1 where none)."""
+    by_task = pd.Series(consensus["label"].astype(str).to_numpy(), index=consensus["task"].astype(str).to_numpy())
+    text = by_task.reindex(pd.Index(np.asarray(lm.tasks, dtype=str)))
+    out: np.ndarray = pd.Index(np.asarray(lm.classes, dtype=str)).get_indexer(pd.Index(text.fillna("")))
+    return out.astype(np.int64)
+
+
 def _fit_auto(
     lm: LabelMatrix,
     o: SkillsOptions,
@@ -787,35 +836,59 @@ def _fit_auto(
     scratch_dir: str | None,
     progress: ProgressFn | None,
     identifiability_policy: Policy,
+    gold: np.ndarray | None = None,
+    parts: AutoParts | None = None,
 ) -> SkillsResult:
     """``method="auto"``: choose a candidate by held-out log-likelihood (:func:`crowdflow.skills.auto.choose`),
-    then refit it on all labels; the choice and every candidate's score go into ``metadata["auto"]``.
+    then refit it on all labels; the choice and every candidate's score go into ``metadata["auto"]``. With ``gold``,
+    the gold tasks may overrule that choice (:func:`crowdflow.skills.gold_pick.gold_choose` on the candidates' fits
+    without gold, ``metadata["auto_gold"]``), and the refit of a candidate that takes gold pins it.
 
     ``progress``: one rise from 0 to 1.0 over the whole job, each of the n fits (every candidate on every fold's
-    training part, then the refit) a share 1/n of it (:class:`crowdflow.progress.Span`); pass lines name the fit.
+    training part, with gold every candidate on all labels, then the refit) a share 1/n of it
+    (:class:`crowdflow.progress.Span`); pass lines name the fit.
     """
     clock = time.perf_counter()
     job = Span(progress) if progress is not None else None
-    cut = n_fits(o) / (n_fits(o) + 1.0)
-    picked = choose(lm, o, progress=job.part(0.0, cut) if job is not None else None)
-    chosen = SkillsOptions.resolve(o, **CANDIDATES[picked.choice].options)
+    n_gold_fits = 0 if parts is not None or gold is None else len(o.auto_candidates or DEFAULT_CANDIDATES)
+    cut = (n_fits(o) + n_gold_fits) / (n_fits(o) + n_gold_fits + 1.0) if parts is None else 0.0
+    if parts is None:
+        parts = prepare_auto(lm, o, gold is not None, job.part(0.0, cut) if job is not None else None)
+    choice, from_gold = parts.picked.choice, None
+    if gold is not None:
+        from_gold = gold_choose(
+            {n: _codes(lm, r.consensus) for n, r in parts.fits.items()},
+            gold,
+            parts.picked.choice,
+            o.auto_gold_level,
+            {n: bool(r.metadata.get("converged", True)) for n, r in parts.fits.items()},
+            list(parts.picked.scores["candidate"]),
+        )
+        choice = from_gold.choice
+    chosen = _candidate_options(o, choice)
     select_time = time.perf_counter() - clock
-    # the refit sees all labels and nothing of the folds: a fresh fit_skills call on the full label matrix
-    res = fit_skills(
-        lm,
-        chosen,
-        graph_report=graph_report,
-        moments=moments,
-        executor=executor,
-        n_partitions=n_partitions,
-        scratch_dir=scratch_dir,
-        progress=job.part(cut, 1.0, f"auto refit ({picked.choice}): ") if job is not None else None,
-        identifiability_policy=identifiability_policy,
-    )
+    share = job.part(cut, 1.0, f"auto refit ({choice}): ") if job is not None else None
+    if gold is not None and chosen.method not in GOLD_METHODS:
+        res = parts.fits[choice]  # takes no gold (mv): its fit on all labels without gold is the refit
+    else:  # the refit sees all labels and nothing of the folds: a fresh fit_skills call on the full label matrix
+        res = fit_skills(
+            lm,
+            chosen,
+            graph_report=graph_report,
+            moments=moments,
+            executor=executor,
+            n_partitions=n_partitions,
+            scratch_dir=scratch_dir,
+            progress=share,
+            identifiability_policy=identifiability_policy,
+            gold=gold,
+        )
     if job is not None:
         job(1.0)  # the job's end when the refit reported none (mv); after the refit's own 1.0 it passes nothing on
     meta = dict(res.metadata)
     meta["n_duplicates_dropped"] = int(dropped)
-    meta["auto_choice"] = picked.choice
-    meta["auto"] = picked.record()
+    meta["auto_choice"] = choice
+    meta["auto"] = parts.picked.record()
+    if from_gold is not None:
+        meta["auto_gold"] = from_gold.record() | {"gold_pinned_in_refit": chosen.method in GOLD_METHODS}
     return replace(res, metadata=meta, timings={**timings, "select": select_time, **res.timings})

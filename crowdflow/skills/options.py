@@ -33,21 +33,20 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 #: methods that can use known answers in the fit (their tasks' posteriors pinned), and why the others cannot
-GOLD_METHODS = ("ds", "onecoin_ds")
+GOLD_METHODS = ("ds", "onecoin_ds", "auto")
 GOLD_REFUSAL = {
     "pgd": "method pgd (rank-one) fits skills to the agreement rates between pairs of workers, a moment "
     "equation in which a known answer has no term; known answers could only score it. Use method ds or "
     "onecoin_ds (the same one-coin model, by EM) to fit with gold",
-    "mv": "method mv (majority vote) fits nothing a known answer could inform; use method ds or onecoin_ds",
-    "auto": "method auto chooses its model on held-out labels, without gold; set method ds or onecoin_ds to fit "
-    "with gold",
+    "mv": "method mv (majority vote) fits nothing a known answer could inform; use method ds, onecoin_ds or auto "
+    "(which can choose majority vote by the gold answers)",
 }
 
 
 def gold_refusal(method: str) -> str:
     """Why ``method`` cannot take known answers in its fit (the one message, for the options and the fit)."""
     return GOLD_REFUSAL.get(
-        method, f"method {method} does not take known answers in its fit; use method ds or onecoin_ds"
+        method, f"method {method} does not take known answers in its fit; use method ds, onecoin_ds or auto"
     )
 
 
@@ -194,7 +193,7 @@ class SkillsOptions(Options):
         ge=1,
         le=MAX_ITERATIONS,
         description="Most iterations of the Dawid-Skene methods; a fit that needs more is reported as not "
-        "converged (the public gold sets need at most 142).",
+        "converged (the public gold sets need at most 143).",
     )
     ds_smoothing: float = Field(
         0.01,
@@ -278,8 +277,18 @@ class SkillsOptions(Options):
     gold_in_fit: bool = Field(
         False,
         description="Use the known answers (the truth input) in the fit: the gold tasks' labels are fixed to "
-        "their answers (methods ds and onecoin_ds). The reported accuracy is then cross-fitted: each fold of "
-        "gold tasks is scored by a fit that did not see its answers.",
+        "their answers (methods ds and onecoin_ds; method auto also lets the gold answers choose its model, "
+        "see auto_gold_level). The reported accuracy is then cross-fitted: each fold of gold tasks is scored by a "
+        "fit, and a choice, that did not see its answers.",
+    )
+    auto_gold_level: float = Field(
+        0.05,
+        ge=0.0,
+        le=0.5,
+        description="Method auto with gold_in_fit: the gold answers replace the held-out likelihood pick by "
+        "another candidate only if that candidate gets more gold tasks right and an exact sign test on the gold "
+        "tasks only one of the two gets right gives p at most this level divided by the number of alternatives; "
+        "0 never lets the gold choose.",
     )
     gold_folds: int = Field(
         5,

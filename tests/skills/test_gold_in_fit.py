@@ -130,6 +130,17 @@ def test_pipeline_run_with_gold_in_fit_says_how_it_scored(tmp_path: Path, rte_di
     assert man["fit"]["gold_in_fit"] is True and man["fit"]["n_gold_in_fit"] == 80
     assert man["metrics"]["n_gold"] == 80 and 0.8 <= man["metrics"]["accuracy"] <= 1.0
     assert "cross-fitted: 4 folds" in (path.parent / "report.html").read_text()
+    # method auto (the default) with gold: the gold rule's record, each fold's choice, the report's section
+    assert main([*args, "--gold-in-fit", "--gold-folds", "4", "--out", str(tmp_path / "auto")]) == 0
+    (path,) = sorted((tmp_path / "auto").rglob("manifest.json"))
+    man = json.loads(path.read_text())
+    assert man["fit"]["auto_gold"]["rule"] in ("gold", "likelihood") and len(man["fit"]["gold_fold_choices"]) == 4
+    assert man["fit"]["auto_choice"] == man["fit"]["auto_gold"]["choice"]
+    assert (
+        man["metrics"]["accuracy_scoring"].startswith("cross-fitted: 4 folds")
+        and "model choice" in (man["metrics"]["accuracy_scoring"])
+    )
+    assert "Model chosen by the gold answers" in (path.parent / "report.html").read_text()
     assert main([*args, "--method", "pgd", "--gold-in-fit", "--out", str(tmp_path / "o2")]) == 2
     no_truth = ["skills", "--labels", str(rte_dir / "labels.csv"), "--method", "ds", "--gold-in-fit"]
     assert main([*no_truth, "--out", str(tmp_path / "o3")]) == 2 and not (tmp_path / "o3").exists()
