@@ -36,6 +36,17 @@ def compiled_kernel(fn: _F) -> _F:
     return cast(_F, numba.njit(cache=True, nogil=True)(fn))
 
 
+def ieee_kernel(fn: _F) -> _F:
+    """:func:`compiled_kernel` with IEEE float division (numba's ``error_model="numpy"``): ``x / 0.0`` is ±inf or
+    NaN instead of raising ``ZeroDivisionError``.
+
+    For a kernel whose divisors are never zero by construction (say ``1 / (1 + e)`` with e ≥ 0): numba's Python error
+    model tests every divisor and branches to the exception, and that branch keeps the loop around the division
+    from being vectorised. The quotients are the same IEEE operations, so the same bits.
+    """
+    return cast(_F, numba.njit(cache=True, nogil=True, error_model="numpy")(fn))
+
+
 def inlined_kernel(fn: _F) -> _F:
     """``numba.njit(inline="always")``: a compiled helper inlined into the compiled kernels that call it.
 

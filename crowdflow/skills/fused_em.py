@@ -62,7 +62,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from crowdflow.compiled import compiled_kernel, inlined_kernel, prefetch_read, prefetch_write
+from crowdflow.compiled import compiled_kernel, ieee_kernel, inlined_kernel, prefetch_read, prefetch_write
 
 #: tasks per block: the block buffer (BLOCK × M doubles) stays in L1
 BLOCK = 256
@@ -122,8 +122,10 @@ def _exp_block(x: np.ndarray, n: int, scale: np.ndarray) -> None:
         p = p * r + 1.0
         bits[i] = (np.int64(k) + 1023) << 52
         x[i] = p * r + 1.0 if x[i] >= _EXP_FLOOR else (x[i] if x[i] != x[i] else 0.0)
-    for i in range(n):
-        x[i] = x[i] * scale[i] if x[i] != 0.0 else 0.0
+    for i in range(n):  # both loads unconditional: a select, so the loop vectorises (a load under the branch kept it
+        v = x[i]  # scalar, a test and a jump an element)
+        s = scale[i]
+        x[i] = v * s if v != 0.0 else 0.0
 
 
 @compiled_kernel
@@ -425,6 +427,91 @@ def _add_sums2(
         counts[r + _U1] += post[j + _U1]
 
 
+@compiled_kernel
+def _task_sums2(
+    rb: np.ndarray,
+    n_lab: int,
+    mark: np.ndarray,
+    buf: np.ndarray,
+    lp: np.ndarray,
+    step: np.uint64,
+    prb: np.ndarray,
+    pmark: np.ndarray,
+    pbuf: np.ndarray,
+    sink: np.ndarray,
+    p_n: int,
+    one_coin: bool,
+    off: np.uint64,
+) -> None:
+    """A block's task sums of :func:`_sweep2` (tables in cache): label i (``rb[i]``, its task the running sum of
+    ``mark``) adds its log π pair ``lp[rb[i] << step]`` to its task's (ℓ₀, ℓ₁) in ``buf``, restarted at 0.0 at a
+    task's first label (the sums in registers; each label's running pair stored, the task's last one stays); beside
+    it label i of the previous block (``prb``, ``pmark``, its posteriors ``pbuf``; ``p_n`` labels, 0 for none) adds
+    its task's posteriors to its M-step sums (:func:`_add_sums2`): independent work beside the chain of adds."""
+    both = min(n_lab, p_n)
+    tt, x, y, pt = -1, 0.0, 0.0, -1
+    for i in range(both):
+        r = np.uint64(rb[i]) << step
+        mk = mark[i]
+        tt += mk
+        x = (0.0 if mk != 0 else x) + lp[r]
+        y = (0.0 if mk != 0 else y) + lp[r + _U1]
+        at = np.uint64(tt) << _U1
+        buf[at] = x
+        buf[at + _U1] = y
+        pt += pmark[i]
+        _add_sums2(prb, pt, pbuf, sink, one_coin, step, off, i)
+    for i in range(both, n_lab):
+        r = np.uint64(rb[i]) << step
+        mk = mark[i]
+        tt += mk
+        x = (0.0 if mk != 0 else x) + lp[r]
+        y = (0.0 if mk != 0 else y) + lp[r + _U1]
+        at = np.uint64(tt) << _U1
+        buf[at] = x
+        buf[at + _U1] = y
+    for i in range(both, p_n):
+        pt += pmark[i]
+        _add_sums2(prb, pt, pbuf, sink, one_coin, step, off, i)
+
+
+@compiled_kernel
+def _task_sums2_far(
+    rows: np.ndarray,
+    base: int,
+    n_lab: int,
+    mark: np.ndarray,
+    buf: np.ndarray,
+    lp: np.ndarray,
+    counts: np.ndarray,
+    paired: bool,
+    one_coin: bool,
+    sums: bool,
+    step: np.uint64,
+) -> None:
+    """:func:`_task_sums2` past the cache, for the block from label ``base`` of ``rows``: the task sums alone, each
+    label asking for the table rows of the label :data:`AHEAD` on (a hint: no value changes)."""
+    last = rows.size - 1
+    rb = rows[base:]
+    tt, x, y = -1, 0.0, 0.0
+    for i in range(n_lab):
+        ahead = rows[min(base + i + AHEAD, last)]
+        if paired:
+            prefetch_write(lp, ahead * 4)
+        else:
+            prefetch_read(lp, ahead * 2)
+            if sums:
+                prefetch_write(counts, ahead // 2 if one_coin else ahead * 2)
+        r = np.uint64(rb[i]) << step
+        mk = mark[i]
+        tt += mk
+        x = (0.0 if mk != 0 else x) + lp[r]
+        y = (0.0 if mk != 0 else y) + lp[r + _U1]
+        at = np.uint64(tt) << _U1
+        buf[at] = x
+        buf[at + _U1] = y
+
+
 @inlined_kernel
 def _sweep2(
     indptr: np.ndarray,
@@ -477,33 +564,18 @@ def _sweep2(
         for j in range(2 * nb):
             buf[j] = 0.0
         # the task sums, label by label, with the previous block's M-step sums in the same loop (independent of the
-        # chain of adds; when the tables are past the cache, after it: the hint's lines are then asked one block on)
-        both = min(n_lab, p_n) if sums and not far else 0
-        tt, x, y, pt = -1, 0.0, 0.0, -1
-        for i in range(n_lab):
-            if far:  # the rows of the label AHEAD on (a hint: no value changes)
-                ahead = rows[min(base + i + AHEAD, last)]
-                if paired:
-                    prefetch_write(lp, ahead * 4)
-                else:
-                    prefetch_read(lp, ahead * 2)
-                    if sums:
-                        prefetch_write(counts, ahead // 2 if one_coin else ahead * 2)
-            r = np.uint64(rb[i]) << step
-            mk = mark[i]
-            tt += mk
-            x = (0.0 if mk != 0 else x) + lp[r]
-            y = (0.0 if mk != 0 else y) + lp[r + _U1]
-            at = np.uint64(tt) << _U1
-            buf[at] = x
-            buf[at + _U1] = y
-            if i < both:
-                pt += pmark[i]
-                _add_sums2(prb, pt, pbuf, sink, one_coin, step, off, i)
-        if sums:
-            for i in range(both, p_n):
-                pt += pmark[i]
-                _add_sums2(prb, pt, pbuf, sink, one_coin, step, off, i)
+        # chain of adds; when the tables are past the cache, after it: the hint's lines are then asked one block on).
+        # Each is its own compiled function (a call a block): inlined here, the loop's values did not fit the
+        # registers beside the sweep's and were reloaded from the stack at every label.
+        if far:
+            _task_sums2_far(rows, base, n_lab, mark, buf, lp, counts, paired, one_coin, sums, step)
+            if sums:
+                pt = -1
+                for i in range(p_n):
+                    pt += pmark[i]
+                    _add_sums2(prb, pt, pbuf, sink, one_coin, step, off, i)
+        else:
+            _task_sums2(rb, n_lab, mark, buf, lp, step, prb, pmark, pbuf, sink, p_n if sums else 0, one_coin, off)
         for t in range(nb):  # the exponents, −|ℓ₁ − ℓ₀| (dawid_skene._normalise_binary)
             a = lq0 + buf[2 * t]
             b = lq1 + buf[2 * t + 1]
@@ -577,36 +649,91 @@ def _sweep2(
     return shift + math.log(prod)
 
 
-@compiled_kernel
-def _pass2_fast(
+@ieee_kernel
+def _pass2_full(
     indptr: np.ndarray,
     rows: np.ndarray,
     lp: np.ndarray,
     log_q: np.ndarray,
     gold: np.ndarray,
-    one_coin: bool,
-    sums: bool,
     counts: np.ndarray,
     class_sums: np.ndarray,
     hits: np.ndarray,
     post_t: np.ndarray,
 ) -> float:
-    return _sweep2(indptr, rows, lp, log_q, gold, one_coin, sums, counts, class_sums, hits, post_t, False)
+    return _sweep2(indptr, rows, lp, log_q, gold, False, True, counts, class_sums, hits, post_t, False)
 
 
-@compiled_kernel
+@ieee_kernel
+def _pass2_coin(
+    indptr: np.ndarray,
+    rows: np.ndarray,
+    lp: np.ndarray,
+    log_q: np.ndarray,
+    gold: np.ndarray,
+    counts: np.ndarray,
+    class_sums: np.ndarray,
+    hits: np.ndarray,
+    post_t: np.ndarray,
+) -> float:
+    return _sweep2(indptr, rows, lp, log_q, gold, True, True, counts, class_sums, hits, post_t, False)
+
+
+@ieee_kernel
+def _pass2_e(
+    indptr: np.ndarray,
+    rows: np.ndarray,
+    lp: np.ndarray,
+    log_q: np.ndarray,
+    gold: np.ndarray,
+    counts: np.ndarray,
+    class_sums: np.ndarray,
+    hits: np.ndarray,
+    post_t: np.ndarray,
+) -> float:
+    return _sweep2(indptr, rows, lp, log_q, gold, False, False, counts, class_sums, hits, post_t, False)
+
+
+@ieee_kernel
 def _pass2_paired(
     indptr: np.ndarray,
     rows: np.ndarray,
     lp: np.ndarray,
     log_q: np.ndarray,
     gold: np.ndarray,
-    sums: bool,
+    counts: np.ndarray,
     class_sums: np.ndarray,
     hits: np.ndarray,
     post_t: np.ndarray,
 ) -> float:
-    return _sweep2(indptr, rows, lp, log_q, gold, False, sums, lp, class_sums, hits, post_t, True)
+    return _sweep2(indptr, rows, lp, log_q, gold, False, True, lp, class_sums, hits, post_t, True)
+
+
+@ieee_kernel
+def _pass2_paired_e(
+    indptr: np.ndarray,
+    rows: np.ndarray,
+    lp: np.ndarray,
+    log_q: np.ndarray,
+    gold: np.ndarray,
+    counts: np.ndarray,
+    class_sums: np.ndarray,
+    hits: np.ndarray,
+    post_t: np.ndarray,
+) -> float:
+    return _sweep2(indptr, rows, lp, log_q, gold, False, False, lp, class_sums, hits, post_t, True)
+
+
+#: the two-class default sweep's compiled kernels by (paired, one-coin, sums): the flags are constants in each (no
+#: test of them at every label, a specialisation of the label loops each); a kernel compiles, once, on first use
+_PASSES2 = {
+    (False, False, True): _pass2_full,
+    (False, True, True): _pass2_coin,
+    (False, False, False): _pass2_e,
+    (False, True, False): _pass2_e,
+    (True, False, True): _pass2_paired,
+    (True, False, False): _pass2_paired_e,
+}
 
 
 #: one compiled kernel a class count (each compiles, once, on first use: a cold compile is paid for the M a user
@@ -673,11 +800,12 @@ def fused_pass(
             raise ValueError("paired tables are for the two-class full model's default sweep")
         if sums and not add:
             lp.reshape(-1, 4)[:, 2:] = 0.0
-        return float(_pass2_paired(indptr, rows, lp, log_q, gold, sums, class_sums, hits, post_t))
+        return float(_PASSES2[True, False, bool(sums)](indptr, rows, lp, log_q, gold, lp, class_sums, hits, post_t))
     if sums and not add:
         counts[:] = 0.0
     if log_q.size == 2 and not exact:
-        return float(_pass2_fast(indptr, rows, lp, log_q, gold, one_coin, sums, counts, class_sums, hits, post_t))
+        kernel2 = _PASSES2[False, bool(one_coin), bool(sums)]
+        return float(kernel2(indptr, rows, lp, log_q, gold, counts, class_sums, hits, post_t))
     kernel = _PASSES.get(log_q.size, _pass_any)
     return float(kernel(indptr, rows, lp, log_q, gold, one_coin, sums, counts, class_sums, hits, post_t, bool(exact)))
 
