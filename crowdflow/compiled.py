@@ -2,8 +2,9 @@
 
 Compiled loops live beside the math they speed up (the min-cost flow phases, the TVCS greedy seed,
 the Dawid–Skene EM iterations); this module only holds the decorators, so every kernel is compiled
-with the same options and mypy still sees each kernel's Python signature, and the cache-prefetch hints
-(:data:`prefetch_read`, :data:`prefetch_write`) compiled kernels may call.
+with the same options (:func:`ieee_kernel`: the same with IEEE float division) and mypy still sees each
+kernel's Python signature, and the cache-prefetch hints (:data:`prefetch_read`, :data:`prefetch_write`)
+compiled kernels may call.
 """
 
 from __future__ import annotations
