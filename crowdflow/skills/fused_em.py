@@ -26,26 +26,26 @@ polynomial :func:`_exp_block` (relative error ≤ 2.5e-16, vectorised by the com
 within a few ulps of the reference; the fits' bound (against the fit run to 1e-10) is stated and tested in
 docs/methods/skills.md §7.2.
 
-**Two classes, the default** (:func:`crowdflow.skills.sweep2._sweep2`, issue #36, session 23): the sweep above with the same block structure and
-these changes, each measured on the held benchmark's crowd (``benchmarks/held_pass.py``): the indices into the tables
-are unsigned (numba adds a wrap-around test for a negative index to every signed one: ~1/3 of the task-sum loop's
-instructions); a label's task is the running sum of marks at each task's first label, taken in the task-sum loop and
-again in the M-step loop (no label → task map is stored; three loops built one before); while the tables are in cache
-the previous block's M-step sums are added in the task-sum loop (independent work beside its chain of adds; past the
-cache they stay in their own loop, where the hint's lines arrive one block on); each task divides once (T = e·(1/Z));
-the log-likelihood's sum of maxima and product of normalisers, and the class sums, run in four lanes (the product folded
-past 1e200 once a block). A task's larger posterior is the general sweep's bits, the smaller within 1 ulp (e·(1/Z) for
-e/Z); the M-step sums add those in the same order; the log-likelihood and class sums differ in their rounding (F(θ) and
-ℓ within 1.1e-14 relative of the reference on the test family's two-class crowds; ``tests/skills/test_fused_em.py``
-bounds 1e-12). With ``paired`` (held passes past the cache) a (worker, answer)'s log π pair and counts pair are one
-32-byte record (:func:`paired_table`), so a label touches one cache line, not two; the same operations, the same bits.
-Session 24 (same operations, same bits): the label loops (task sums with the previous block's M-step sums; past the
-cache, task sums with the hint) are compiled functions of their own called once a block (inlined, their values were
-spilled to the stack and reloaded at every label); one kernel a (paired, one-coin, sums), the flags constants in it
-(``sweep2.PASSES2``); IEEE division (:func:`crowdflow.compiled.ieee_kernel`: no zero test of 1 + e, so the posterior
-loop vectorises) and a branch-free second loop in :func:`_exp_block`. Tried and dropped (no gain or slower, measured):
-two or four label streams side by side for the task sums, pairs of labels (one add of the chain for two), a block's
-tasks grouped by label count (docs/scale.md, branch i36-kern3). ``exact=True`` runs the general sweep.
+**Two classes, the default** (:func:`crowdflow.skills.sweep2._sweep2`, issue #36, session 23): the sweep above with the
+same block structure and these changes, each measured on the held benchmark's crowd (``benchmarks/held_pass.py``): the
+indices into the tables are unsigned (numba adds a wrap-around test for a negative index to every signed one: ~1/3 of
+the task-sum loop's instructions); a label's task is the running sum of marks at each task's first label, taken in the
+task-sum loop and again in the M-step loop (no label → task map is stored; three loops built one before); while the
+tables are in cache the previous block's M-step sums are added in the task-sum loop (independent work beside its chain
+of adds; past the cache they stay in their own loop, where the hint's lines arrive one block on); each task divides once
+(T = e·(1/Z)); the log-likelihood's sum of maxima and product of normalisers, and the class sums, run in four lanes (the
+product folded past 1e200 once a block). A task's larger posterior is the general sweep's bits, the smaller within 1 ulp
+(e·(1/Z) for e/Z); the M-step sums add those in the same order; the log-likelihood and class sums differ in their
+rounding (F(θ) and ℓ within 1.1e-14 relative of the reference on the test family's two-class crowds;
+``tests/skills/test_fused_em.py`` bounds 1e-12). With ``paired`` (held passes past the cache) a (worker, answer)'s log π
+pair and counts pair are one 32-byte record (:func:`paired_table`), so a label touches one cache line, not two; the same
+operations, the same bits. Session 24 (same operations, same bits): the label loops (task sums with the previous block's
+M-step sums; past the cache, task sums with the hint) are compiled functions of their own called once a block (inlined,
+their values were spilled to the stack and reloaded at every label); one kernel a (paired, one-coin, sums), the flags
+constants in it (``sweep2.PASSES2``); IEEE division (:func:`crowdflow.compiled.ieee_kernel`: no zero test of 1 + e, so
+the posterior loop vectorises) and a branch-free second loop in :func:`~crowdflow.skills.sweep_base._exp_block`. Tried and dropped (no gain or
+slower, measured): two or four label streams side by side for the task sums, pairs of labels (one add of the chain for
+two), a block's tasks grouped by label count (docs/scale.md, branch i36-kern3). ``exact=True`` runs the general sweep.
 
 **Both EM paths run it.** The partitioned fit's pass over a held bucket (:mod:`crowdflow.skills.held`) is this sweep
 on the bucket's int32 codes, adding into one counts array over a Dask worker's buckets (``add``) or, for the
