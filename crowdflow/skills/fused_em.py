@@ -43,9 +43,10 @@ operations, the same bits. Session 24 (same operations, same bits): the label lo
 M-step sums; past the cache, task sums with the hint) are compiled functions of their own called once a block (inlined,
 their values were spilled to the stack and reloaded at every label); one kernel a (paired, one-coin, sums), the flags
 constants in it (``sweep2.PASSES2``); IEEE division (:func:`crowdflow.compiled.ieee_kernel`: no zero test of 1 + e, so
-the posterior loop vectorises) and a branch-free second loop in :func:`~crowdflow.skills.sweep_base._exp_block`. Tried and dropped (no gain or
-slower, measured): two or four label streams side by side for the task sums, pairs of labels (one add of the chain for
-two), a block's tasks grouped by label count (docs/scale.md, branch i36-kern3). ``exact=True`` runs the general sweep.
+the posterior loop vectorises) and a branch-free second loop in :func:`~crowdflow.skills.sweep_base._exp_block`. Tried
+and dropped (no gain or slower, measured): two or four label streams side by side for the task sums, pairs of labels
+(one add of the chain for two), a block's tasks grouped by label count (docs/scale.md, branch i36-kern3). ``exact=True``
+runs the general sweep.
 
 **Both EM paths run it.** The partitioned fit's pass over a held bucket (:mod:`crowdflow.skills.held`) is this sweep
 on the bucket's int32 codes, adding into one counts array over a Dask worker's buckets (``add``) or, for the
