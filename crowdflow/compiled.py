@@ -2,9 +2,8 @@
 
 Compiled loops live beside the math they speed up (the min-cost flow phases, the TVCS greedy seed,
 the Dawid–Skene EM iterations); this module only holds the decorators, so every kernel is compiled
-with the same options (:func:`ieee_kernel`: the same with IEEE float division) and mypy still sees each
-kernel's Python signature, and the cache-prefetch hints (:data:`prefetch_read`, :data:`prefetch_write`)
-compiled kernels may call.
+with the same options and mypy still sees each kernel's Python signature, and the cache-prefetch hints
+(:data:`prefetch_read`, :data:`prefetch_write`) compiled kernels may call.
 """
 
 from __future__ import annotations
@@ -35,17 +34,6 @@ def compiled_kernel(fn: _F) -> _F:
         on-disk cache in ``__pycache__``).
     """
     return cast(_F, numba.njit(cache=True, nogil=True)(fn))
-
-
-def ieee_kernel(fn: _F) -> _F:
-    """:func:`compiled_kernel` with IEEE float division (numba's ``error_model="numpy"``): ``x / 0.0`` is ±inf or
-    NaN instead of raising ``ZeroDivisionError``.
-
-    For a kernel whose divisors are never zero by construction (say ``1 / (1 + e)`` with e ≥ 0): numba's Python error
-    model tests every divisor and branches to the exception, and that branch keeps the loop around the division
-    from being vectorised. The quotients are the same IEEE operations, so the same bits.
-    """
-    return cast(_F, numba.njit(cache=True, nogil=True, error_model="numpy")(fn))
 
 
 def inlined_kernel(fn: _F) -> _F:

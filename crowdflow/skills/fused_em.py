@@ -26,27 +26,21 @@ polynomial :func:`_exp_block` (relative error ≤ 2.5e-16, vectorised by the com
 within a few ulps of the reference; the fits' bound (against the fit run to 1e-10) is stated and tested in
 docs/methods/skills.md §7.2.
 
-**Two classes, the default** (:func:`crowdflow.skills.sweep2._sweep2`, issue #36, session 23): the sweep above with the
-same block structure and these changes, each measured on the held benchmark's crowd (``benchmarks/held_pass.py``): the
-indices into the tables are unsigned (numba adds a wrap-around test for a negative index to every signed one: ~1/3 of
-the task-sum loop's instructions); a label's task is the running sum of marks at each task's first label, taken in the
-task-sum loop and again in the M-step loop (no label → task map is stored; three loops built one before); while the
-tables are in cache the previous block's M-step sums are added in the task-sum loop (independent work beside its chain
-of adds; past the cache they stay in their own loop, where the hint's lines arrive one block on); each task divides once
-(T = e·(1/Z)); the log-likelihood's sum of maxima and product of normalisers, and the class sums, run in four lanes (the
-product folded past 1e200 once a block). A task's larger posterior is the general sweep's bits, the smaller within 1 ulp
-(e·(1/Z) for e/Z); the M-step sums add those in the same order; the log-likelihood and class sums differ in their
-rounding (F(θ) and ℓ within 1.1e-14 relative of the reference on the test family's two-class crowds;
-``tests/skills/test_fused_em.py`` bounds 1e-12). With ``paired`` (held passes past the cache) a (worker, answer)'s log π
-pair and counts pair are one 32-byte record (:func:`paired_table`), so a label touches one cache line, not two; the same
-operations, the same bits. Session 24 (same operations, same bits): the label loops (task sums with the previous block's
-M-step sums; past the cache, task sums with the hint) are compiled functions of their own called once a block (inlined,
-their values were spilled to the stack and reloaded at every label); one kernel a (paired, one-coin, sums), the flags
-constants in it (``sweep2.PASSES2``); IEEE division (:func:`crowdflow.compiled.ieee_kernel`: no zero test of 1 + e, so
-the posterior loop vectorises) and a branch-free second loop in :func:`~crowdflow.skills.sweep_base._exp_block`. Tried
-and dropped (no gain or slower, measured): two or four label streams side by side for the task sums, pairs of labels
-(one add of the chain for two), a block's tasks grouped by label count (docs/scale.md, branch i36-kern3). ``exact=True``
-runs the general sweep.
+**Two classes, the default** (:func:`_sweep2`, issue #36, session 23): the sweep above with the same block structure and
+these changes, each measured on the held benchmark's crowd (``benchmarks/held_pass.py``): the indices into the tables
+are unsigned (numba adds a wrap-around test for a negative index to every signed one: ~1/3 of the task-sum loop's
+instructions); a label's task is the running sum of marks at each task's first label, taken in the task-sum loop and
+again in the M-step loop (no label → task map is stored; three loops built one before); while the tables are in cache
+the previous block's M-step sums are added in the task-sum loop (independent work beside its chain of adds; past the
+cache they stay in their own loop, where the hint's lines arrive one block on); each task divides once (T = e·(1/Z));
+the log-likelihood's sum of maxima and product of normalisers, and the class sums, run in four lanes (the product folded
+past 1e200 once a block). A task's larger posterior is the general sweep's bits, the smaller within 1 ulp (e·(1/Z) for
+e/Z); the M-step sums add those in the same order; the log-likelihood and class sums differ in their rounding (F(θ) and
+ℓ within 1.1e-14 relative of the reference on the test family's two-class crowds; ``tests/skills/test_fused_em.py``
+bounds 1e-12). With ``paired`` (held passes past the cache) a (worker, answer)'s log π pair and counts pair are one
+32-byte record (:func:`paired_table`), so a label touches one cache line, not two; the same operations, the same bits.
+Tried and dropped (no gain or slower, measured): two or four label streams side by side for the task sums, pairs of
+labels (one add of the chain for two). ``exact=True`` runs the general sweep.
 
 **Both EM paths run it.** The partitioned fit's pass over a held bucket (:mod:`crowdflow.skills.held`) is this sweep
 on the bucket's int32 codes, adding into one counts array over a Dask worker's buckets (``add``) or, for the
@@ -69,30 +63,75 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from crowdflow.compiled import compiled_kernel, inlined_kernel, prefetch_read, prefetch_write
-from crowdflow.skills.sweep2 import PASSES2
-from crowdflow.skills.sweep_base import AHEAD, BLOCK, NEAR, _exp_block, fast_exp
 
-__all__ = [
-    "AHEAD",
-    "BLOCK",
-    "NEAR",
-    "SPLIT_LABELS",
-    "Halves",
-    "confusion_in_place",
-    "counts_from_posteriors",
-    "fast_exp",
-    "fused_pass",
-    "log_lanes",
-    "log_prior_lanes",
-    "paired_counts",
-    "paired_table",
-    "pairs_past_cache",
-    "prior_from_sums",
-    "usable_cores",
-]
-
+#: tasks per block: the block buffer (BLOCK × M doubles) stays in L1
+BLOCK = 256
+#: labels ahead whose table rows a sweep asks the cache for (:func:`crowdflow.compiled.prefetch_read`): past the
+#: second-level cache (W·M² ≳ 6·10⁴ floats, W ≳ 1.5·10⁴ workers at M = 2) every label's log π row and counts row are
+#: a random line of a table in the shared third-level cache or memory, and without the hint the loop waits for each
+#: one. Measured in process on 5·10⁶ labels over 1.9·10⁵ workers (M = 2, one core's CPU time, the held pass of issue
+#: #36 before its blocks): 22 ns a label without, 11 / 7.2 / 7.0 / 7.3 ns at 16 / 32 / 64 / 128 labels ahead; over
+#: 2,000 workers (tables in cache) no change. This sweep walks its labels faster, so further ahead: the two-class
+#: sweep over 2·10⁵ workers (5·10⁶ labels, CPU, load 6.5) 5.3 / 5.3 / 4.75 / 4.9 ns a label at 48 / 96 / 128 / 256.
+#: The hint changes no value (``tests/skills/test_held_binary.py``).
+AHEAD = 128
+#: tables of at most this many floats (log π: 512 KB, with the counts the second-level cache of a core here) are
+#: read without the hint (it cost ~15 % a label over 2,000 workers, where every row is in cache)
+NEAR = 1 << 16
 #: the running product of the normalisers is folded into its logarithm past this value (``dawid_skene._FOLD``)
 _FOLD = 1e250
+
+
+#: exp by range reduction: x = k ln 2 + r, |r| ≤ ln 2 / 2, ln 2 in two parts (fdlibm's: k · hi is exact for |k| < 2²⁰)
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01
+_LN2_LO = 1.90821492927058770002e-10
+#: below this argument :func:`_exp_block` returns 0 (exp(−700) ≈ 1e-304: an absolute error under 1e-304)
+_EXP_FLOOR = -700.0
+
+
+@inlined_kernel
+def _exp_block(x: np.ndarray, n: int, scale: np.ndarray) -> None:
+    """x[:n] ← exp(x[:n]) for x ≤ 0 (and −∞, NaN), branch-free so that the loops vectorise (``scale`` is scratch).
+
+    exp(x) = 2^k · p(r) with k = ⌊x log₂e + ½⌋, r = (x − k hi) − k lo (Cody–Waite, hi + lo = ln 2) and p the
+    degree-13 Taylor polynomial of exp at 0 in Horner form; |r| ≤ 0.3466 (plus rounding), where the truncated term
+    r¹⁴/14! is below 5e-18 relative. 2^k is built from its exponent bits (k + 1023 ≥ 13 for x ≥ −700). Relative
+    error ≤ 2.5e-16 against numpy's exp for x in [−700, 0] (about one unit in the last place:
+    ``tests/skills/test_fused_em.py::test_the_fast_exponential_is_within_its_bound`` checks 4·10⁶ arguments and the
+    ends); 0 below −700 and at −∞; NaN stays NaN. About 1.5 ns an element here against 10 ns for libm's scalar
+    ``exp`` (docs/methods/skills.md §7.2).
+    """
+    bits = scale.view(np.int64)
+    for i in range(n):
+        xi = max(x[i], _EXP_FLOOR)
+        k = np.floor(xi * _LOG2E + 0.5)
+        r = (xi - k * _LN2_HI) - k * _LN2_LO
+        p = 1.0 / 6227020800.0
+        p = p * r + 1.0 / 479001600.0
+        p = p * r + 1.0 / 39916800.0
+        p = p * r + 1.0 / 3628800.0
+        p = p * r + 1.0 / 362880.0
+        p = p * r + 1.0 / 40320.0
+        p = p * r + 1.0 / 5040.0
+        p = p * r + 1.0 / 720.0
+        p = p * r + 1.0 / 120.0
+        p = p * r + 1.0 / 24.0
+        p = p * r + 1.0 / 6.0
+        p = p * r + 0.5
+        p = p * r + 1.0
+        bits[i] = (np.int64(k) + 1023) << 52
+        x[i] = p * r + 1.0 if x[i] >= _EXP_FLOOR else (x[i] if x[i] != x[i] else 0.0)
+    for i in range(n):
+        x[i] = x[i] * scale[i] if x[i] != 0.0 else 0.0
+
+
+@compiled_kernel
+def fast_exp(x: np.ndarray) -> np.ndarray:
+    """exp of every entry of ``x`` (≤ 0, −∞ or NaN) by :func:`_exp_block`: for tests and the docs."""
+    out = x.copy()
+    _exp_block(out, out.size, np.empty(out.size))
+    return out
 
 
 @inlined_kernel
@@ -354,6 +393,222 @@ def _pass_any(
     return _sweep(indptr, rows, lp, m, log_q, gold, one_coin, sums, counts, class_sums, hits, post_t, exact)
 
 
+#: unsigned index constants of the two-class sweep (an unsigned index needs no negative-index wrap-around code)
+_U1 = np.uint64(1)
+_U2 = np.uint64(2)
+#: the two-class sweep folds its running product of normalisers into its logarithm past this (a block's product
+#: is at most 2^BLOCK ≈ 1.2e77, so the product stays finite)
+_FOLD2 = 1e200
+
+
+@inlined_kernel
+def _add_sums2(
+    rows: np.ndarray,
+    tid: int,
+    post: np.ndarray,
+    counts: np.ndarray,
+    one_coin: bool,
+    step: np.uint64,
+    off: np.uint64,
+    i: int,
+) -> None:
+    """Label ``i`` of a block of :func:`_sweep2` (``rows`` from the block's first label): the posteriors of its task
+    ``tid`` (in the block; ``post``, a pair a task) added to its M-step sums, the pair at ``counts[(code << step) +
+    off]`` (one-coin: the one of its worker, ``counts[code >> 1]``)."""
+    if one_coin:
+        r = np.uint64(rows[i])
+        counts[r >> _U1] += post[(np.uint64(tid) << _U1) + (r & _U1)]
+    else:
+        r = (np.uint64(rows[i]) << step) + off
+        j = np.uint64(tid) << _U1
+        counts[r] += post[j]
+        counts[r + _U1] += post[j + _U1]
+
+
+@inlined_kernel
+def _sweep2(
+    indptr: np.ndarray,
+    rows: np.ndarray,
+    lp: np.ndarray,
+    log_q: np.ndarray,
+    gold: np.ndarray,
+    one_coin: bool,
+    sums: bool,
+    counts: np.ndarray,
+    class_sums: np.ndarray,
+    hits: np.ndarray,
+    post_t: np.ndarray,
+    paired: bool,
+) -> float:
+    """The default sweep for M = 2 (module docstring, *two classes*); ``paired``: ``lp`` holds four floats a
+    (worker, answer), its log π pair then its counts pair (``counts`` unused; the full model only)."""
+    n_tasks = indptr.size - 1
+    store = post_t.shape[1] == n_tasks and n_tasks > 0
+    pinned = gold.size > 0
+    last = rows.size - 1
+    far = lp.size > (2 * NEAR if paired else NEAR) and last >= 0
+    lq0, lq1 = log_q[0], log_q[1]
+    sink = lp if paired else counts  # where the M-step sums go: the pair of code c at sink[(c << step) + off]
+    step = _U2 if paired else _U1
+    off = _U2 if paired else np.uint64(0)
+    bufs = np.zeros((2, 2 * BLOCK))  # a block's (ℓ₀, ℓ₁) a task, then its posteriors; the previous block's
+    ex = np.empty(BLOCK)
+    scale = np.empty(BLOCK)
+    tops = np.empty(BLOCK)
+    zs = np.empty(BLOCK)
+    widest = 0
+    for t0 in range(0, n_tasks, BLOCK):
+        widest = max(widest, indptr[min(n_tasks, t0 + BLOCK)] - indptr[t0])
+    # tasks starting at each label of a block (a label's task is their running sum); the previous block's
+    marks = np.zeros((2, widest + 1), dtype=np.int32)
+    shift, prod = 0.0, 1.0
+    c00, c01, c02, c03, c10, c11, c12, c13 = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+    n_hit, cur, p_base, p_n = 0, 0, 0, 0
+    for t0 in range(0, n_tasks, BLOCK):
+        t1 = min(n_tasks, t0 + BLOCK)
+        nb = t1 - t0
+        base, n_lab = indptr[t0], indptr[t1] - indptr[t0]
+        buf, mark, pbuf, pmark = bufs[cur], marks[cur], bufs[1 - cur], marks[1 - cur]
+        rb, prb = rows[base:], rows[p_base:]
+        for i in range(n_lab + 1):
+            mark[i] = 0
+        for t in range(t0, t1):
+            mark[indptr[t] - base] += 1
+        for j in range(2 * nb):
+            buf[j] = 0.0
+        # the task sums, label by label, with the previous block's M-step sums in the same loop (independent of the
+        # chain of adds; when the tables are past the cache, after it: the hint's lines are then asked one block on)
+        both = min(n_lab, p_n) if sums and not far else 0
+        tt, x, y, pt = -1, 0.0, 0.0, -1
+        for i in range(n_lab):
+            if far:  # the rows of the label AHEAD on (a hint: no value changes)
+                ahead = rows[min(base + i + AHEAD, last)]
+                if paired:
+                    prefetch_write(lp, ahead * 4)
+                else:
+                    prefetch_read(lp, ahead * 2)
+                    if sums:
+                        prefetch_write(counts, ahead // 2 if one_coin else ahead * 2)
+            r = np.uint64(rb[i]) << step
+            mk = mark[i]
+            tt += mk
+            x = (0.0 if mk != 0 else x) + lp[r]
+            y = (0.0 if mk != 0 else y) + lp[r + _U1]
+            at = np.uint64(tt) << _U1
+            buf[at] = x
+            buf[at + _U1] = y
+            if i < both:
+                pt += pmark[i]
+                _add_sums2(prb, pt, pbuf, sink, one_coin, step, off, i)
+        if sums:
+            for i in range(both, p_n):
+                pt += pmark[i]
+                _add_sums2(prb, pt, pbuf, sink, one_coin, step, off, i)
+        for t in range(nb):  # the exponents, −|ℓ₁ − ℓ₀| (dawid_skene._normalise_binary)
+            a = lq0 + buf[2 * t]
+            b = lq1 + buf[2 * t + 1]
+            buf[2 * t] = a
+            buf[2 * t + 1] = b
+            ex[t] = -abs(b - a) if max(a, b) > -np.inf else np.nan
+        _exp_block(ex, nb, scale)
+        for t in range(nb):  # the posteriors: one division a task
+            a, b = buf[2 * t], buf[2 * t + 1]
+            tops[t] = max(a, b)
+            e = ex[t]
+            z = 1.0 + e
+            hi = 1.0 / z
+            lo = e * hi
+            buf[2 * t] = hi if a >= b else lo
+            buf[2 * t + 1] = lo if a >= b else hi
+            zs[t] = z
+        # the log-likelihood Σ_t (max_l ℓ_tl + log Z_t): the block's maxima and normalisers in four lanes, then
+        # added to the running sum and product (folded into its logarithm past 1e200; a block's product is ≤ 2²⁵⁶)
+        s0, s1, s2, s3, q0, q1, q2, q3 = 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0
+        n4 = nb - nb % 4
+        for t in range(0, n4, 4):
+            s0 += tops[t]
+            s1 += tops[t + 1]
+            s2 += tops[t + 2]
+            s3 += tops[t + 3]
+            q0 *= zs[t]
+            q1 *= zs[t + 1]
+            q2 *= zs[t + 2]
+            q3 *= zs[t + 3]
+        for t in range(n4, nb):
+            s0 += tops[t]
+            q0 *= zs[t]
+        shift += (s0 + s1) + (s2 + s3)
+        prod *= (q0 * q1) * (q2 * q3)
+        if prod > _FOLD2:
+            shift, prod = shift + math.log(prod), 1.0
+        if pinned:
+            for t in range(t0, t1):
+                if gold[t] >= 0:  # _EMMap.pin
+                    j = 2 * (t - t0)
+                    hits[n_hit] = buf[j + gold[t]]
+                    n_hit += 1
+                    buf[j] = 0.0
+                    buf[j + 1] = 0.0
+                    buf[j + gold[t]] = 1.0
+        for t in range(0, n4, 4):  # Σ_t T_tl in four lanes a class
+            c00 += buf[2 * t]
+            c10 += buf[2 * t + 1]
+            c01 += buf[2 * t + 2]
+            c11 += buf[2 * t + 3]
+            c02 += buf[2 * t + 4]
+            c12 += buf[2 * t + 5]
+            c03 += buf[2 * t + 6]
+            c13 += buf[2 * t + 7]
+        for t in range(n4, nb):
+            c00 += buf[2 * t]
+            c10 += buf[2 * t + 1]
+        if store:
+            for t in range(nb):
+                post_t[0, t0 + t] = buf[2 * t]
+                post_t[1, t0 + t] = buf[2 * t + 1]
+        p_base, p_n, cur = base, n_lab, 1 - cur
+    if sums:  # the last block's M-step sums
+        prb, pbuf, pmark, pt = rows[p_base:], bufs[1 - cur], marks[1 - cur], -1
+        for i in range(p_n):
+            pt += pmark[i]
+            _add_sums2(prb, pt, pbuf, sink, one_coin, step, off, i)
+    class_sums[0] = (c00 + c01) + (c02 + c03)
+    class_sums[1] = (c10 + c11) + (c12 + c13)
+    return shift + math.log(prod)
+
+
+@compiled_kernel
+def _pass2_fast(
+    indptr: np.ndarray,
+    rows: np.ndarray,
+    lp: np.ndarray,
+    log_q: np.ndarray,
+    gold: np.ndarray,
+    one_coin: bool,
+    sums: bool,
+    counts: np.ndarray,
+    class_sums: np.ndarray,
+    hits: np.ndarray,
+    post_t: np.ndarray,
+) -> float:
+    return _sweep2(indptr, rows, lp, log_q, gold, one_coin, sums, counts, class_sums, hits, post_t, False)
+
+
+@compiled_kernel
+def _pass2_paired(
+    indptr: np.ndarray,
+    rows: np.ndarray,
+    lp: np.ndarray,
+    log_q: np.ndarray,
+    gold: np.ndarray,
+    sums: bool,
+    class_sums: np.ndarray,
+    hits: np.ndarray,
+    post_t: np.ndarray,
+) -> float:
+    return _sweep2(indptr, rows, lp, log_q, gold, False, sums, lp, class_sums, hits, post_t, True)
+
+
 #: one compiled kernel a class count (each compiles, once, on first use: a cold compile is paid for the M a user
 #: fits, not for every M), the generic one for the rest
 _PASSES = {2: _pass2, 3: _pass3, 4: _pass4, 5: _pass5, 6: _pass6}
@@ -418,12 +673,11 @@ def fused_pass(
             raise ValueError("paired tables are for the two-class full model's default sweep")
         if sums and not add:
             lp.reshape(-1, 4)[:, 2:] = 0.0
-        return float(PASSES2[True, False, bool(sums)](indptr, rows, lp, log_q, gold, lp, class_sums, hits, post_t))
+        return float(_pass2_paired(indptr, rows, lp, log_q, gold, sums, class_sums, hits, post_t))
     if sums and not add:
         counts[:] = 0.0
     if log_q.size == 2 and not exact:
-        kernel2 = PASSES2[False, bool(one_coin), bool(sums)]
-        return float(kernel2(indptr, rows, lp, log_q, gold, counts, class_sums, hits, post_t))
+        return float(_pass2_fast(indptr, rows, lp, log_q, gold, one_coin, sums, counts, class_sums, hits, post_t))
     kernel = _PASSES.get(log_q.size, _pass_any)
     return float(kernel(indptr, rows, lp, log_q, gold, one_coin, sums, counts, class_sums, hits, post_t, bool(exact)))
 
