@@ -40,7 +40,10 @@ e/Z); the M-step sums add those in the same order; the log-likelihood and class 
 bounds 1e-12). With ``paired`` (held passes past the cache) a (worker, answer)'s log π pair and counts pair are one
 32-byte record (:func:`paired_table`), so a label touches one cache line, not two; the same operations, the same bits.
 Tried and dropped (no gain or slower, measured): two or four label streams side by side for the task sums, pairs of
-labels (one add of the chain for two). ``exact=True`` runs the general sweep.
+labels (one add of the chain for two); session 24 (docs/scale.md): a block's tasks grouped by label count (the E-step
+gains what the M-step, no longer beside a chain, loses), the label loops as compiled functions of their own with the
+flags constants and IEEE division (the same bits, 0.85–0.87× a label over 2,000 workers, 0.92× over 2·10⁵: below the
+bar set for it). ``exact=True`` runs the general sweep.
 
 **Both EM paths run it.** The partitioned fit's pass over a held bucket (:mod:`crowdflow.skills.held`) is this sweep
 on the bucket's int32 codes, adding into one counts array over a Dask worker's buckets (``add``) or, for the
