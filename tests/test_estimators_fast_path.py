@@ -151,7 +151,6 @@ def test_classic_em_is_the_schedule_written_out(seed: int) -> None:
     np.testing.assert_allclose(got.errors, err, rtol=0, atol=1e-10)
 
 
-
 @pytest.mark.parametrize("seed", range(16))
 def test_classic_em_in_two_task_ranges_is_the_schedule(seed: int) -> None:
     """From ``split_at`` answers each pass runs on two task ranges (sums added last): the written-out schedule within
@@ -182,6 +181,7 @@ def test_classic_em_in_two_task_ranges_is_the_schedule(seed: int) -> None:
     np.testing.assert_allclose(two.errors, err, rtol=0, atol=1e-10)
     np.testing.assert_allclose(two.post, whole.post, rtol=0, atol=1e-12)
     np.testing.assert_allclose(two.errors, whole.errors, rtol=0, atol=1e-12)
+
 
 def _answers(seed: int) -> pd.DataFrame:
     rng = np.random.default_rng(seed)

@@ -406,7 +406,9 @@ def classic_em(
     if ans.col.size >= split_at and n_tasks >= 2:
         halves = _Halves(ans.start, counts, m, usable_cores() >= 2 if threads is None else threads)
     try:
-        _, ent = _em_pass(ans, _log_table(errors), _log_q(q), post, gold_codes, True, nxt, counts, sums, shifted, halves)
+        _, ent = _em_pass(
+            ans, _log_table(errors), _log_q(q), post, gold_codes, True, nxt, counts, sums, shifted, halves
+        )
         loss = -np.inf
         for it in range(1, n_iter + 1):
             post, nxt = nxt, post

@@ -109,7 +109,6 @@ def test_task_major_order_is_the_stable_argsort(kind: str) -> None:
         np.testing.assert_array_equal(keys, (task * w + worker)[want])
 
 
-
 @pytest.mark.parametrize("kind", ["shuffled", "grouped", "duplicates", "long_task", "worker_past_w", "wide_codes"])
 def test_task_major_order_counting_path_is_the_stable_argsort(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """From COUNTING_SORT_MIN entries the order comes from two counting sorts (crowdflow.orders); the same permutation
@@ -143,6 +142,7 @@ def test_task_major_order_counting_path_is_the_stable_argsort(kind: str, monkeyp
         np.testing.assert_array_equal(got, want)
         np.testing.assert_array_equal(keys, (task * w + worker)[want])
     assert calls["lsd"] == (0 if kind in ("worker_past_w", "wide_codes") else 4)
+
 
 def _sym(rng: np.random.Generator, n: int, fill: float, weights: str) -> sp.csr_matrix:
     a = sp.random(n, n, density=fill, random_state=np.random.RandomState(int(rng.integers(2**31))), format="csr")
