@@ -151,38 +151,6 @@ def test_classic_em_is_the_schedule_written_out(seed: int) -> None:
     np.testing.assert_allclose(got.errors, err, rtol=0, atol=1e-10)
 
 
-@pytest.mark.parametrize("seed", range(16))
-def test_classic_em_in_two_task_ranges_is_the_schedule(seed: int) -> None:
-    """From ``split_at`` answers each pass runs on two task ranges (sums added last): the written-out schedule within
-    rounding, the same iterations, and the same bits on two threads as on one."""
-    rng = np.random.default_rng(100 + seed)
-    m, n_t, n_w = int(rng.integers(2, 6)), int(rng.integers(3, 150)), int(rng.integers(2, 25))
-    n = int(rng.integers(n_t, 6 * n_t))
-    task = np.concatenate([np.arange(n_t), rng.integers(0, n_t, n - n_t)])
-    rng.shuffle(task)
-    worker = rng.integers(0, n_w, n)
-    acc, truth = rng.uniform(0.3, 0.95, n_w), rng.integers(0, m, n_t)
-    label = np.where(rng.random(n) < acc[worker], truth[task], rng.integers(0, m, n))
-    kw: dict[str, object] = {"one_coin": seed % 3 == 0, "n_iter": [1, 2, 7, 100][seed % 4], "tol": 1e-5}
-    if seed % 2:
-        gold = np.full(n_t, -1)
-        gold[rng.random(n_t) < 0.2] = 0
-        kw["gold"] = gold
-    two = classic_em(task, worker, label, n_t, n_w, m, split_at=1, threads=True, **kw)  # type: ignore[arg-type]
-    one = classic_em(task, worker, label, n_t, n_w, m, split_at=1, threads=False, **kw)  # type: ignore[arg-type]
-    whole = classic_em(task, worker, label, n_t, n_w, m, **kw)  # type: ignore[arg-type]
-    post, q, err, history = _reference_em(task, worker, label, n_t, n_w, m, **kw)
-    for k in ("post", "q", "errors", "loss_history"):
-        np.testing.assert_array_equal(np.asarray(getattr(two, k)), np.asarray(getattr(one, k)), err_msg=k)
-    assert len(two.loss_history) == len(history) == len(whole.loss_history)
-    np.testing.assert_allclose(two.loss_history, history, rtol=0, atol=1e-10)
-    np.testing.assert_allclose(two.post, post, rtol=0, atol=1e-10)
-    np.testing.assert_allclose(two.q, q, rtol=0, atol=1e-10)
-    np.testing.assert_allclose(two.errors, err, rtol=0, atol=1e-10)
-    np.testing.assert_allclose(two.post, whole.post, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(two.errors, whole.errors, rtol=0, atol=1e-12)
-
-
 def _answers(seed: int) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     m, n_t, n_w = int(rng.integers(2, 5)), int(rng.integers(20, 200)), int(rng.integers(3, 30))

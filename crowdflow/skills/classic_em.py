@@ -23,10 +23,7 @@ current iteration and the next E-step: the bound's cross term Σ_t T_t · e_t is
 vectorised exponential over the T × M table, and a second pass that normalises each task, adds its clipped entropy
 term (one logarithm per task: ln T = e + ln q − top − ln z) and scatters T_t into the next M-step's counts. The
 bound of iteration k is thus finished in pass k + 1, which also computes iteration k + 1's E-step; the last
-iteration (``n_iter``) skips it. No sparse matrix, no per-iteration allocation beyond the tables. From
-:data:`~crowdflow.skills.fused_em.SPLIT_LABELS` answers each pass runs on two task ranges (cut where the answers
-halve) on two threads when a second core is there, each range into its own sums, added last: the same posteriors
-per task, sums within their rounding of the unsplit pass's, the same numbers with one thread or two.
+iteration (``n_iter``) skips it. No sparse matrix, no per-iteration allocation beyond the tables.
 
 All arrays are dense codes: tasks 0..T−1, workers 0..W−1, labels 0..M−1 (the caller's order; ties go to the
 lower code under :func:`numpy.argmax`).
@@ -34,17 +31,11 @@ lower code under :func:`numpy.argmax`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
 
 import numpy as np
 
 from crowdflow.compiled import compiled_kernel
-from crowdflow.skills.fused_em import SPLIT_LABELS, usable_cores
-
-_R = TypeVar("_R")
 
 EPS = 1e-10
 
@@ -205,37 +196,6 @@ def _normalise_and_count(
     return ent
 
 
-class _Halves:
-    """The answers' tasks cut once where the answers halve, [0, s) and [s, T), each pass run on the two ranges with
-    their own sums (the second into this object's ``counts``, ``sums``), added last; with ``threads`` the second
-    range runs on a pool thread while the caller does the first (the kernels and numpy's exponential release the
-    GIL). A task's posterior reads only its own answers, so it is the unsplit pass's; a sum (the counts Aᵀ · T, the
-    class sums, the bound's terms) differs from the unsplit one by its rounding only. The cut depends on the data
-    alone, so the answers are the same with one thread or two (docs/methods/skills.md §7.2; as the pipeline's
-    :class:`crowdflow.skills.fused_em.Halves`)."""
-
-    def __init__(self, start: np.ndarray, counts: np.ndarray, m: int, threads: bool) -> None:
-        n_tasks = start.size - 1
-        self.cut = min(max(int(np.searchsorted(start, start[-1] // 2)), 1), n_tasks - 1)
-        self.counts = np.empty_like(counts)
-        self.sums = np.zeros((2, m))
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="crowdflow-classic-em") if threads else None
-
-    def close(self) -> None:
-        """End the pool's thread (idempotent)."""
-        if self.pool is not None:
-            self.pool.shutdown(wait=True)
-            self.pool = None
-
-    def both(self, first: Callable[[], _R], second: Callable[[], _R]) -> tuple[_R, _R]:
-        """``first()`` here and ``second()`` on the pool thread (or after it, without a pool)."""
-        if self.pool is None:
-            return first(), second()
-        job = self.pool.submit(second)
-        a = first()
-        return a, job.result()
-
-
 def _em_pass(
     ans: _Answers,
     log_table: np.ndarray,
@@ -247,40 +207,17 @@ def _em_pass(
     counts: np.ndarray,
     sums: np.ndarray,
     shifted: np.ndarray,
-    halves: _Halves | None = None,
 ) -> tuple[float, float]:
     """One EM pass with the current parameters (ln π as ``log_table``, ``log_q``) and posteriors ``post``: returns the
     bound's cross term Σ_t Σ_l T_tl e_tl and, with ``advance``, the next posteriors T' ∝ exp(e + ln q) (normalised by
     each task's largest term first; gold pinned) into ``out``, their clipped entropy term (returned second), their
     counts Aᵀ · T' and sums (:func:`_normalise_and_count`). The exponentials are one vectorised numpy call between the
-    two compiled passes over the answers (``shifted``: scratch, T × M). With ``halves``: each step on the two task
-    ranges, their sums added (:class:`_Halves`)."""
-    if halves is None:
-        cross = _evidence(ans.start, ans.col, log_table, log_q, post, shifted)
-        if not advance:
-            return cross, 0.0
-        np.exp(shifted, out=out)
-        return cross, _normalise_and_count(ans.start, ans.col, shifted, out, gold, counts, sums)
-    cut, n_tasks = halves.cut, post.shape[0]
-
-    def evidence(lo: int, hi: int) -> float:
-        return float(_evidence(ans.start[lo : hi + 1], ans.col, log_table, log_q, post[lo:hi], shifted[lo:hi]))
-
-    c1, c2 = halves.both(lambda: evidence(0, cut), lambda: evidence(cut, n_tasks))
+    two compiled passes over the answers (``shifted``: scratch, T × M)."""
+    cross = _evidence(ans.start, ans.col, log_table, log_q, post, shifted)
     if not advance:
-        return c1 + c2, 0.0
-
-    def normalise(lo: int, hi: int, cnt: np.ndarray, sm: np.ndarray) -> float:
-        np.exp(shifted[lo:hi], out=out[lo:hi])
-        part = ans.start[lo : hi + 1]
-        return float(_normalise_and_count(part, ans.col, shifted[lo:hi], out[lo:hi], gold[lo:hi], cnt, sm))
-
-    e1, e2 = halves.both(
-        lambda: normalise(0, cut, counts, sums), lambda: normalise(cut, n_tasks, halves.counts, halves.sums)
-    )
-    counts += halves.counts
-    sums += halves.sums
-    return c1 + c2, e1 + e2
+        return cross, 0.0
+    np.exp(shifted, out=out)
+    return cross, _normalise_and_count(ans.start, ans.col, shifted, out, gold, counts, sums)
 
 
 def _log_table(errors: np.ndarray) -> np.ndarray:
@@ -342,8 +279,6 @@ def classic_em(
     strategy: str | None = None,
     smoothing: float = 0.0,
     prior: float = 0.0,
-    split_at: int = SPLIT_LABELS,
-    threads: bool | None = None,
 ) -> ClassicEMResult:
     """Fit Dawid–Skene (or one-coin) by EM with Crowd-Kit's schedule (module docstring).
 
@@ -365,12 +300,6 @@ def classic_em(
         (worker, observed label) rows it lists, and ``"assign"`` or ``"addition"`` (full model only; first M-step).
     smoothing, prior : float
         Pseudo-counts α on every count and β on the diagonal (0: Crowd-Kit's model).
-    split_at : int
-        From this many answers each pass runs on two task ranges, their sums added last (:class:`_Halves`; a rule on
-        the input's size only).
-    threads : bool, optional
-        Run the two ranges on two threads (default: when this process may use two cores or more); it changes no
-        number.
 
     Returns
     -------
@@ -402,36 +331,25 @@ def classic_em(
         return ClassicEMResult(post, q, errors, pairs, skills, history)
     # pass 0: the first E-step (from π⁰) and its counts; then pass k gives iteration k's bound and the next E-step
     nxt, shifted, sums = np.empty_like(post), np.empty_like(post), np.zeros((2, m))
-    halves = None
-    if ans.col.size >= split_at and n_tasks >= 2:
-        halves = _Halves(ans.start, counts, m, usable_cores() >= 2 if threads is None else threads)
-    try:
-        _, ent = _em_pass(
-            ans, _log_table(errors), _log_q(q), post, gold_codes, True, nxt, counts, sums, shifted, halves
-        )
-        loss = -np.inf
-        for it in range(1, n_iter + 1):
-            post, nxt = nxt, post
-            q = sums[0] / n_tasks
-            nsum, ent_now = sums[1].copy(), ent
-            if one_coin:
-                errors, skills = _one_coin_m_step(counts, n_i, m, smoothing)
-            else:
-                errors = _full_m_step(counts, data_pairs, smoothing, prior, None, None)
-                pairs = data_pairs
-            log_q = _log_q(q)
-            advance = it < n_iter
-            cross, ent = _em_pass(
-                ans, _log_table(errors), log_q, post, gold_codes, advance, nxt, counts, sums, shifted, halves
-            )
-            new = (cross + float(nsum @ log_q) - ent_now) / task.size
-            history.append(new)
-            if new - loss < tol:
-                break
-            loss = new
-    finally:
-        if halves is not None:
-            halves.close()
+    _, ent = _em_pass(ans, _log_table(errors), _log_q(q), post, gold_codes, True, nxt, counts, sums, shifted)
+    loss = -np.inf
+    for it in range(1, n_iter + 1):
+        post, nxt = nxt, post
+        q = sums[0] / n_tasks
+        nsum, ent_now = sums[1].copy(), ent
+        if one_coin:
+            errors, skills = _one_coin_m_step(counts, n_i, m, smoothing)
+        else:
+            errors = _full_m_step(counts, data_pairs, smoothing, prior, None, None)
+            pairs = data_pairs
+        log_q = _log_q(q)
+        advance = it < n_iter
+        cross, ent = _em_pass(ans, _log_table(errors), log_q, post, gold_codes, advance, nxt, counts, sums, shifted)
+        new = (cross + float(nsum @ log_q) - ent_now) / task.size
+        history.append(new)
+        if new - loss < tol:
+            break
+        loss = new
     return ClassicEMResult(post, q, errors, pairs, skills, history)
 
 
