@@ -7,8 +7,8 @@ share an id. The loops here work on an Arrow text column's buffers (offsets and 
   default key, then pandas' mixing): the same 64-bit hash as before, so a task lands in the same bucket;
 * :func:`counting_order` — the permutation of a stable sort by a small integer key (the bucket), O(rows);
 * :func:`local_codes` — each run's (bucket's) own dictionary of a coded column, in first-seen order;
-* :func:`task_worker_order` — the permutation of the stable sort of ``task·W + worker`` (a counting sort by task,
-  then each task's few rows by worker);
+* :func:`task_worker_order` — the permutation of the stable sort of ``task·W + worker`` (two stable counting
+  sorts, :mod:`crowdflow.orders`);
 * :func:`may_strip` — whether the id rule could change any value of a column (else it is the identity there).
 
 Each is equal, value for value, to the numpy/pandas expression it replaces (``tests/skills/test_coded.py``).
@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from crowdflow.compiled import compiled_kernel
+from crowdflow.orders import task_worker_order as _lsd_order
 
 __all__ = [
     "counting_order",
@@ -173,42 +174,14 @@ def counting_order(key: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarray
     return order, bounds
 
 
-@compiled_kernel
-def _task_worker_order(task: np.ndarray, worker: np.ndarray, n_tasks: int) -> np.ndarray:
-    order = _counting_order(task, n_tasks)
-    start = 0
-    n = task.size
-    while start < n:
-        stop = start + 1
-        t = task[order[start]]
-        while stop < n and task[order[stop]] == t:
-            stop += 1
-        if stop - start > 32:  # a long task: numba's stable mergesort on its workers
-            seg = order[start:stop].copy()
-            sub = np.argsort(worker[seg], kind="mergesort")
-            for k in range(stop - start):
-                order[start + k] = seg[sub[k]]
-        else:  # insertion sort, strict comparison: equal workers keep their input order
-            for a in range(start + 1, stop):
-                cur = order[a]
-                w = worker[cur]
-                b = a - 1
-                while b >= start and worker[order[b]] > w:
-                    order[b + 1] = order[b]
-                    b -= 1
-                order[b + 1] = cur
-        start = stop
-    return order
-
-
 def task_worker_order(
     task_idx: np.ndarray, worker_idx: np.ndarray, n_tasks: int, n_workers: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`crowdflow.labels.task_major_order` in O(rows): the stable order of ``task·W + worker`` (a counting
-    sort by task, then each task's rows by worker, equal workers in input order) and the sorted keys."""
+    """:func:`crowdflow.labels.task_major_order` in O(rows): the stable order of ``task·W + worker`` (two stable
+    counting sorts, :func:`crowdflow.orders.task_worker_order`: by worker, then by task) and the sorted keys."""
     task = np.ascontiguousarray(task_idx, dtype=np.int64)
     worker = np.ascontiguousarray(worker_idx, dtype=np.int64)
-    order = _task_worker_order(task, worker, int(n_tasks))
+    order = _lsd_order(task, worker, int(n_tasks), int(n_workers))
     key = task[order] * max(int(n_workers), 1) + worker[order]
     return order, key
 

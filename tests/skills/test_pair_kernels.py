@@ -109,6 +109,41 @@ def test_task_major_order_is_the_stable_argsort(kind: str) -> None:
         np.testing.assert_array_equal(keys, (task * w + worker)[want])
 
 
+@pytest.mark.parametrize("kind", ["shuffled", "grouped", "duplicates", "long_task", "worker_past_w", "wide_codes"])
+def test_task_major_order_counting_path_is_the_stable_argsort(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From COUNTING_SORT_MIN entries the order comes from two counting sorts (crowdflow.orders); the same permutation
+    as the stable argsort, and the counting kernel ran unless the codes leave its ranges (then numpy's sort)."""
+    import crowdflow.orders as orders
+
+    calls = Counter[str]()
+    real = orders.task_worker_order
+
+    def spy(*args: object) -> np.ndarray:
+        calls["lsd"] += 1
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(orders, "task_worker_order", spy)
+    rng = np.random.default_rng(len(kind) + 7)
+    for _ in range(4):
+        n, t_codes, w = int(rng.integers(1 << 16, 1 << 17)), int(rng.integers(1, 40_000)), int(rng.integers(1, 3000))
+        task, worker = rng.integers(0, t_codes, n), rng.integers(0, w, n)
+        if kind == "grouped":  # tasks in runs (as most inputs come), workers unsorted inside a run
+            task = np.sort(task)
+        if kind == "duplicates":  # repeated (task, worker) pairs: ties keep their input order
+            task, worker = np.repeat(task[: n // 3 + 1], 3)[:n], np.repeat(worker[: n // 3 + 1], 3)[:n]
+        if kind == "long_task":  # one task holds a third of the entries
+            task[rng.random(n) < 0.33] = 0
+        if kind == "worker_past_w":  # a worker code >= W: the key is not (task, worker) order; argsort of the key
+            worker[0] = w + 5
+        if kind == "wide_codes":  # task codes over a range far wider than the entries: the argsort path
+            task = task * 10**6
+        got, keys = task_major_order(task, worker, w)
+        want = np.argsort(task * w + worker, kind="stable")
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(keys, (task * w + worker)[want])
+    assert calls["lsd"] == (0 if kind in ("worker_past_w", "wide_codes") else 4)
+
+
 def _sym(rng: np.random.Generator, n: int, fill: float, weights: str) -> sp.csr_matrix:
     a = sp.random(n, n, density=fill, random_state=np.random.RandomState(int(rng.integers(2**31))), format="csr")
     if weights == "counts":
