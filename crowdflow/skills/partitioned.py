@@ -806,6 +806,7 @@ def fit_skills_partitioned(
     storage_options: dict[str, Any] | None = None,
     work_dir: str | None = None,
     progress: ProgressFn | None = None,
+    hold_tables: str | None = None,
     **overrides: Any,
 ) -> PartitionedSkills:
     """Skills and consensus of a Parquet dataset larger than memory, in passes over its files (no Prefect).
@@ -837,6 +838,8 @@ def fit_skills_partitioned(
         Folder for the buckets (a temporary folder inside it, removed at the end).
     progress : callable, optional
         The fit's progress (:func:`fit_buckets`).
+    hold_tables : str, optional
+        A folder the workers see: the skills table stays where a Dask worker builds it (:func:`fit_buckets`).
     **overrides
         Fields of :class:`SkillsOptions`.
     """
@@ -862,4 +865,4 @@ def fit_skills_partitioned(
             raise
         files = [p.name for p in parts]
         enc = encode_buckets(buckets, run, workers, classes, o.duplicates, files, needs_pairs(o), pieces=pieces)
-        return fit_buckets(enc, run, o, str(out), truth=truth, progress=progress)
+        return fit_buckets(enc, run, o, str(out), truth=truth, progress=progress, hold_tables=hold_tables)
