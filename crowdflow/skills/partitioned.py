@@ -322,6 +322,14 @@ def _add_bucket(acc: _Acc, s: BucketStats) -> _Acc:
     return packed, forest, strength, kept, n_i
 
 
+def _sum_bucket_stats(executor: MapFn, held: list[Any], _: Any, progress: ProgressFn | None = None) -> _Acc:
+    """The held buckets' per-worker sums folded into one (:func:`_add_bucket`), run through
+    :func:`crowdflow.executors.elsewhere`: on Dask the fold runs on a worker and the flow receives the one sum, not
+    the results in flight (each bucket's labels, strengths and parity forest: ~40 bytes a worker each, up to two per
+    worker thread; issue #36, docs/scale.md memory laws). Integer sums and a union-find merge: the same result."""
+    return fold(executor, on_held(stats_only), held, _add_bucket, (None, None, None, [], None))
+
+
 @dataclass(frozen=True)
 class EncodedBuckets:
     """The buckets after :func:`encode_buckets`: their folders and the statistics summed over them.
@@ -441,7 +449,10 @@ def _encode_buckets(
             else:
                 full = hold(executor, on_held_with(encode_shared), with_shared(buckets, args))
             try:
-                packed, forest, strength, stats, n_i = fold(executor, on_held(stats_only), full, _add_bucket, start)
+                if pairs:
+                    packed, forest, strength, stats, n_i = fold(executor, on_held(stats_only), full, _add_bucket, start)
+                else:  # summed where the buckets are: the flow receives the sums, no bucket's W-sized ones in flight
+                    packed, forest, strength, stats, n_i = elsewhere(executor, _sum_bucket_stats, full, None)
                 # the held codes number the workers by activity (the passes' tables then stay in cache; same bits)
                 order = share(executor, activity_order(n_i if n_i is not None else np.zeros(w, np.int64)))
                 try:
