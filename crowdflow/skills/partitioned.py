@@ -327,7 +327,8 @@ def _sum_bucket_stats(executor: MapFn, held: list[Any], _: Any, progress: Progre
     :func:`crowdflow.executors.elsewhere`: on Dask the fold runs on a worker and the flow receives the one sum, not
     the results in flight (each bucket's labels, strengths and parity forest: ~40 bytes a worker each, up to two per
     worker thread; issue #36, docs/scale.md memory laws). Integer sums and a union-find merge: the same result."""
-    return fold(executor, on_held(stats_only), held, _add_bucket, (None, None, None, [], None))
+    acc: _Acc = fold(executor, on_held(stats_only), held, _add_bucket, (None, None, None, [], None))
+    return acc
 
 
 @dataclass(frozen=True)
