@@ -430,8 +430,8 @@ def test_partitioned_fit_holds_a_bounded_number_of_bytes_a_worker_in_the_flow(
 
 
 #: bytes a worker the flow adds over a partitioned fit whose skills table a Dask worker builds and holds
-#: (``hold_tables``, the pipeline's way since branch i36-flat10): the table's columns (~100 bytes a worker: twelve
-#: 8-byte columns and the reason code) are no longer among them, so building it in the flow again fails the bound
+#: (``hold_tables``, the pipeline's way since branch i36-flat10; measured 157): the table's columns are no longer
+#: among them, so the table built in the flow again (233–235 measured by the test above) fails the bound
 HELD_TABLE_FIT_BYTES_PER_WORKER = 200
 
 
@@ -443,7 +443,7 @@ def test_a_held_skills_table_stays_off_the_flow_and_is_written_and_reported_as_t
     (:class:`crowdflow.storage.held_tables.HeldTable`; docs/scale.md memory laws, issue #36):
 
     - the flow's ``tracemalloc`` peak over the fit grows ≤ ``HELD_TABLE_FIT_BYTES_PER_WORKER`` a worker (100 →
-      10,000 workers at 40,000 labels; the same fit building the table in the flow grows ~100 bytes more);
+      10,000 workers at 40,000 labels; measured 157; the same fit building the table in the flow: 233–235);
     - the export writes it from there with the flow's own writer: the run's ``skills.parquet`` is byte-identical to
       the one written from the table built in the flow, flat and hive, with the same ``outputs`` in the manifest;
     - the report rendered where it is held is the page rendered from the flow's table (up to its render time)."""
