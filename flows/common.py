@@ -21,6 +21,7 @@ from crowdflow.report import REPORT_FILE
 from crowdflow.report.trends import flagged_share
 from crowdflow.spec import JOB_OPTIONS, PipelineBase, check_name
 from crowdflow.storage.fingerprints import fit_key
+from crowdflow.storage.held_tables import HeldTable
 from crowdflow.storage.increment_inputs import new_rows_source
 from crowdflow.storage.io import LoadedTable
 from crowdflow.storage.manifest import build_manifest, input_record, new_run_id
@@ -200,7 +201,7 @@ def finish_run(
     spec: PipelineBase,
     run_id: str,
     inputs: Mapping[str, Any],
-    tables: dict[str, pd.DataFrame],
+    tables: Mapping[str, pd.DataFrame | HeldTable],
     *,
     checks: dict[str, Any],
     metrics: dict[str, Any],
@@ -212,11 +213,38 @@ def finish_run(
     """Build the manifest, render report.html, export all tables and the report atomically, log the run.
 
     ``datasets`` are tables the workers wrote as Parquet parts (a partitioned run): moved into the run folder by
-    the export, never loaded here. Returns the flow's summary: ``run_id``, ``run_dir`` and ``metrics``.
+    the export, never loaded here. A :class:`~crowdflow.storage.held_tables.HeldTable` in ``tables`` is a table a
+    Dask worker holds: the report is rendered there and the worker writes it for the export (then it is released).
+    Returns the flow's summary: ``run_id``, ``run_dir`` and ``metrics``.
     """
+    try:
+        return _finish_run(
+            spec, run_id, inputs, tables, checks=checks, metrics=metrics, clock=clock, extra=extra, datasets=datasets,
+            session=session,
+        )  # fmt: skip
+    finally:
+        for t in tables.values():
+            if isinstance(t, HeldTable):
+                t.release()
+
+
+def _finish_run(
+    spec: PipelineBase,
+    run_id: str,
+    inputs: Mapping[str, Any],
+    tables: Mapping[str, pd.DataFrame | HeldTable],
+    *,
+    checks: dict[str, Any],
+    metrics: dict[str, Any],
+    clock: Clock,
+    extra: dict[str, Any] | None,
+    datasets: dict[str, list[str]] | None,
+    session: IncrementSession | None,
+) -> dict[str, Any]:
     if isinstance(inputs, Inputs):  # what validation found; the flows' "validation" entry may hold the setting
         checks = {**checks, **inputs.validation}
-    share = flagged_share(spec.job, tables, metrics)  # one number per run for the report's trends (and runs table)
+    in_memory = {k: v for k, v in tables.items() if isinstance(v, pd.DataFrame)}
+    share = flagged_share(spec.job, in_memory, metrics)  # one number per run for the report's trends (and runs table)
     if share is not None:
         metrics = {**metrics, "flagged_share": share}
     manifest = build_manifest(

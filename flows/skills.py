@@ -279,7 +279,12 @@ def _partitioned_skills(spec: SkillsPipeline, run_id: str) -> dict[str, Any]:
         checked = check_graph("skills", spec.check_modes(), lm=enc.report, source=split.dataset.source)
         clock.lap("check_graph")
         fit = fit_on_workers(
-            enc, executor, opts, str(Path(scratch) / "consensus"), truth_table.df if truth_table is not None else None
+            enc,
+            executor,
+            opts,
+            str(Path(scratch) / "consensus"),
+            truth_table.df if truth_table is not None else None,
+            hold_tables=str(scratch),  # the skills table stays on a Dask worker: the flow never holds its rows
         )
         clock.lap("fit")
         result = fit.result
@@ -305,7 +310,11 @@ def _partitioned_skills(spec: SkillsPipeline, run_id: str) -> dict[str, Any]:
         if truth_report is not None:
             passed = truth_report.n_expectations - len(truth_report.failures)
             checks["validation.truth"] = f"{passed} of {truth_report.n_expectations} expectations passed"
-        tables = {k: v for k, v in output_tables(result, enc.report, fit.review).items() if k != "consensus"}
+        tables: dict[str, Any] = {
+            k: v for k, v in output_tables(result, enc.report, fit.review).items() if k != "consensus"
+        }
+        if fit.held_skills is not None:  # in its place in the tables' order (the report's and the export's)
+            tables["skills"] = fit.held_skills
         inputs: dict[str, Any] = {"labels": split.dataset}
         if truth_table is not None:
             inputs["truth"] = truth_table

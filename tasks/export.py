@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -10,6 +11,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
 from crowdflow.contracts.tables import OUTPUTS
+from crowdflow.storage.held_tables import HeldTable
 from crowdflow.storage.run_store import write_run
 from tasks import retry_transient
 from tasks.artifacts import markdown
@@ -20,7 +22,7 @@ def export_run(
     out_dir: str,
     pipeline: str,
     run_id: str,
-    tables: dict[str, pd.DataFrame],
+    tables: Mapping[str, pd.DataFrame | HeldTable],
     manifest: dict[str, Any],
     layout: Literal["flat", "hive"] = "flat",
     extra_files: dict[str, bytes] | None = None,

@@ -189,14 +189,17 @@ def fit_on_workers(
     options: SkillsOptions,
     out_folder: str,
     truth: pd.DataFrame | None,
+    hold_tables: str | None = None,
 ) -> PartitionedSkills:
     """The fit on the statistics in the flow, its passes (EM iterations, the consensus) on the workers.
 
     Progress (PGD iterations here; the EM's from the Dask worker that runs it) goes to the fit's progress artifact
-    and the CLI's listeners, the EM's pass lines to this task's log (:func:`tasks.progress.fit_progress`)."""
+    and the CLI's listeners, the EM's pass lines to this task's log (:func:`tasks.progress.fit_progress`).
+    ``hold_tables``: the run's scratch folder, where a Dask worker that builds and holds the skills table writes it
+    for the export (:func:`crowdflow.skills.partitioned.fit_buckets`)."""
     logger = get_run_logger()
     with fit_progress("fit-skills-progress", f"skills fit ({options.method}, partitioned)") as progress:
-        fit = fit_buckets(enc, executor, options, out_folder, truth=truth, progress=progress)
+        fit = fit_buckets(enc, executor, options, out_folder, truth=truth, progress=progress, hold_tables=hold_tables)
     meta = fit.result.metadata
     logger.info(
         "%s on %d tasks / %d labels in %d buckets: %d passes over the buckets, %s",

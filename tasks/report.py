@@ -17,7 +17,8 @@ import pandas as pd
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 
-from crowdflow.report import RunReport, render_report
+from crowdflow.report import RunReport, render_report, render_report_holding
+from crowdflow.storage.held_tables import HeldTable
 
 
 def strict_reports() -> bool:
@@ -36,16 +37,29 @@ class ReportOutcome:
 @task(name="report", cache_policy=NONE)
 def render_report_task(
     manifest: dict[str, Any],
-    tables: Mapping[str, pd.DataFrame],
+    tables: Mapping[str, pd.DataFrame | HeldTable],
     enabled: bool,
     history: Sequence[Mapping[str, Any]] = (),
 ) -> ReportOutcome:
-    """Render ``report.html`` from the manifest (minus ``outputs``), the output tables and the earlier runs."""
+    """Render ``report.html`` from the manifest (minus ``outputs``), the output tables and the earlier runs.
+
+    A table a Dask worker holds (:class:`~crowdflow.storage.held_tables.HeldTable`, a partitioned run's skills table):
+    the page is rendered on that worker (:func:`crowdflow.report.render_report_holding`, the other tables and the
+    manifest sent there), so the flow never holds the table's rows; the same page either way."""
     logger = get_run_logger()
     if not enabled:
         return ReportOutcome(None, {"status": "off"})
     try:
-        report = render_report(manifest, tables, history=history)
+        held = [t for t in tables.values() if isinstance(t, HeldTable)]
+        if len(held) > 1:
+            raise ValueError("a report renders beside one held table at most")
+        if held:
+            rest = {n: None if isinstance(t, HeldTable) else t for n, t in tables.items()}
+            report = held[0].apply(render_report_holding, (dict(manifest), rest, held[0].name, list(history)))
+        else:
+            report = render_report(
+                manifest, {n: t for n, t in tables.items() if isinstance(t, pd.DataFrame)}, history=history
+            )
     except Exception as exc:
         if strict_reports():
             raise

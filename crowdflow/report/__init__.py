@@ -13,6 +13,7 @@ from crowdflow.report.page import (
     RunReport,
     planned_outputs,
     render_report,
+    render_report_holding,
     report_from_run_dir,
 )
 
@@ -24,5 +25,6 @@ __all__ = [
     "RunReport",
     "planned_outputs",
     "render_report",
+    "render_report_holding",
     "report_from_run_dir",
 ]

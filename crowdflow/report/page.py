@@ -513,6 +513,18 @@ def render_report(
     )
 
 
+def render_report_holding(
+    table: pd.DataFrame,
+    args: tuple[Mapping[str, Any], Mapping[str, pd.DataFrame | None], str, Sequence[Mapping[str, Any]]],
+) -> RunReport:
+    """:func:`render_report` where one of the run's tables is held (a Dask worker's, issue #36): ``args`` =
+    (manifest, the tables with ``None`` in the held one's place, its name, history); ``table`` takes that place, so
+    the page is the one :func:`render_report` makes of the same tables in the same order."""
+    manifest, tables, name, history = args
+    whole = {n: table if n == name else t for n, t in tables.items()}
+    return render_report(manifest, {n: t for n, t in whole.items() if t is not None}, history=history)
+
+
 def report_from_run_dir(run_dir: str | Path, *, plots: bool = True) -> RunReport:
     """Re-render the report of an exported run from its ``manifest.json`` and Parquet files."""
     run = Path(run_dir)

@@ -106,8 +106,9 @@ from crowdflow.skills.moments import (
 )
 from crowdflow.skills.options import SkillsOptions
 from crowdflow.skills.pieces import chunk_items, chunk_of, encode_chunk, item_at, kept_summary, read_and_keep
-from crowdflow.skills.reasons import explain_missing_skills
+from crowdflow.skills.reasons import explain_missing_components, explain_missing_workers
 from crowdflow.storage.datasets import Partition, list_partitions, read_partition
+from crowdflow.storage.held_tables import HeldTable, held_or_built
 from crowdflow.storage.io import LoadedTable
 
 log = logging.getLogger(__name__)
@@ -321,6 +322,15 @@ def _add_bucket(acc: _Acc, s: BucketStats) -> _Acc:
     return packed, forest, strength, kept, n_i
 
 
+def _sum_bucket_stats(executor: MapFn, held: list[Any], _: Any, progress: ProgressFn | None = None) -> _Acc:
+    """The held buckets' per-worker sums folded into one (:func:`_add_bucket`), run through
+    :func:`crowdflow.executors.elsewhere`: on Dask the fold runs on a worker and the flow receives the one sum, not
+    the results in flight (each bucket's labels, strengths and parity forest: ~40 bytes a worker each, up to two per
+    worker thread; issue #36, docs/scale.md memory laws). Integer sums and a union-find merge: the same result."""
+    acc: _Acc = fold(executor, on_held(stats_only), held, _add_bucket, (None, None, None, [], None))
+    return acc
+
+
 @dataclass(frozen=True)
 class EncodedBuckets:
     """The buckets after :func:`encode_buckets`: their folders and the statistics summed over them.
@@ -440,7 +450,10 @@ def _encode_buckets(
             else:
                 full = hold(executor, on_held_with(encode_shared), with_shared(buckets, args))
             try:
-                packed, forest, strength, stats, n_i = fold(executor, on_held(stats_only), full, _add_bucket, start)
+                if pairs:
+                    packed, forest, strength, stats, n_i = fold(executor, on_held(stats_only), full, _add_bucket, start)
+                else:  # summed where the buckets are: the flow receives the sums, no bucket's W-sized ones in flight
+                    packed, forest, strength, stats, n_i = elsewhere(executor, _sum_bucket_stats, full, None)
                 # the held codes number the workers by activity (the passes' tables then stay in cache; same bits)
                 order = share(executor, activity_order(n_i if n_i is not None else np.zeros(w, np.int64)))
                 try:
@@ -517,6 +530,9 @@ class PartitionedSkills:
     timing : dict
         Where the passes went (``ds`` / ``onecoin_ds``: :meth:`crowdflow.skills.held_em.PassTiming.record`, the
         consensus pass and the bytes one pass reads); empty for the other methods.
+    held_skills : HeldTable or None
+        The skills table where a Dask worker built and holds it (``fit_buckets(hold_tables=...)``): then
+        ``result.skills`` is empty and this is the run's ``skills`` output (docs/scale.md, memory laws).
     """
 
     result: SkillsResult
@@ -525,6 +541,36 @@ class PartitionedSkills:
     review: SkillsReview
     gold: dict[str, float | int] = field(default_factory=dict)
     timing: dict[str, Any] = field(default_factory=dict)
+    held_skills: HeldTable | None = None
+
+
+@dataclass(frozen=True)
+class SkillsTableArgs:
+    """The per-worker arrays the skills table of a partitioned fit is made of (:func:`skills_table`), sent once to
+    the Dask worker that builds and holds the table when the fit is asked to (``hold_tables``)."""
+
+    workers: Any
+    skill: np.ndarray
+    accuracy: np.ndarray
+    weight: np.ndarray
+    n_labels: np.ndarray
+    row_stats: tuple[np.ndarray, np.ndarray]
+    graph: Components
+    status: np.ndarray
+    identifiable: np.ndarray
+    box: tuple[np.ndarray, np.ndarray, np.ndarray] | None
+    method: str
+    pairs: bool
+
+
+def skills_table(a: SkillsTableArgs) -> pd.DataFrame:
+    """The skills table (:func:`crowdflow.skills.fit.worker_table`) with its missing reasons
+    (:func:`crowdflow.skills.reasons.explain_missing_workers`): the one rule, run in the flow or on a Dask worker."""
+    table = worker_table(
+        a.workers, a.skill, a.accuracy, a.weight, a.n_labels, a.row_stats, a.graph, a.status, a.identifiable, a.box
+    )
+    explain_missing_workers(table, a.method, pairs=a.pairs)
+    return table
 
 
 def fit_buckets(
@@ -535,6 +581,7 @@ def fit_buckets(
     *,
     truth: pd.DataFrame | None = None,
     progress: ProgressFn | None = None,
+    hold_tables: str | None = None,
 ) -> PartitionedSkills:
     """Skills and consensus of encoded buckets (see the module docstring for the passes of each method).
 
@@ -555,9 +602,14 @@ def fit_buckets(
     progress : callable, optional
         ``progress(fraction)`` during the PGD iterations and the Dawid–Skene EM; the EM also gives a callback with a
         ``note`` method one line per pass (:mod:`crowdflow.progress`), sent from the Dask worker that runs it.
+    hold_tables : str, optional
+        A folder the workers and this process both see: with an executor that holds remotely (the pipeline's Dask
+        executor) the skills table is built and kept on a Dask worker (:attr:`PartitionedSkills.held_skills`,
+        written from there into this folder by the export), so this process never holds its rows. Otherwise (and
+        by default) it is built here, in ``result.skills``.
     """
     try:
-        return _fit_buckets(enc, executor, options, out_folder, truth=truth, progress=progress)
+        return _fit_buckets(enc, executor, options, out_folder, truth=truth, progress=progress, hold_tables=hold_tables)
     finally:
         release_buckets(enc, executor)
 
@@ -570,6 +622,7 @@ def _fit_buckets(
     *,
     truth: pd.DataFrame | None = None,
     progress: ProgressFn | None = None,
+    hold_tables: str | None = None,
 ) -> PartitionedSkills:
     """:func:`fit_buckets` without the release of the held codes."""
     o = options
@@ -707,7 +760,15 @@ def _fit_buckets(
                 "fit_status": "converged" if converged else "not_converged",
             }
         )
-    table_ = worker_table(enc.workers, skill, accuracy, weight, n_i, row_stats, graph, status, ok, box)
+    pairs = n_mat is not None
+    args = SkillsTableArgs(
+        enc.workers, skill, accuracy, weight, n_i, row_stats, graph, status, ok, box, o.method, pairs
+    )
+    # the table's rows where the buckets are (a Dask worker) when asked: the flow keeps a handle (issue #36)
+    table_ = held_or_built(executor, skills_table, args, "skills", w, hold_tables)
+    del args
+    if isinstance(table_, HeldTable):
+        log.info("the skills table (%d rows) is built and held on a worker, written from there by the export", w)
     diag = diagnostics_table(None, n_mat, w_all, graph, skill, status, o, witnesses, sums["per_component"], row_stats)
     meta.update(
         {
@@ -720,13 +781,21 @@ def _fit_buckets(
             ),
         }
     )
-    explain_missing_skills(table_, diag, o.method, pairs=n_mat is not None)
+    explain_missing_components(diag, o.method, pairs=pairs)
     empty = pd.DataFrame({c: [] for c in ("task", "label", "confidence", "n_labels", "fallback")})
-    result = SkillsResult(skills=table_, consensus=empty, diagnostics=diag, metadata=meta, loss_trace=trace)
+    held = table_ if isinstance(table_, HeldTable) else None
+    skills = table_ if isinstance(table_, pd.DataFrame) else pd.DataFrame()
+    result = SkillsResult(skills=skills, consensus=empty, diagnostics=diag, metadata=meta, loss_trace=trace)
     reviews = [_worker_ids(r, enc.workers) for r in sums["reviews"]]
     review, gold = merge_review_parts(reviews, truth)
     return PartitionedSkills(
-        result=result, consensus_parts=sums["paths"], passes=passes, review=review, gold=gold, timing=timing
+        result=result,
+        consensus_parts=sums["paths"],
+        passes=passes,
+        review=review,
+        gold=gold,
+        timing=timing,
+        held_skills=held,
     )
 
 
@@ -749,6 +818,7 @@ def fit_skills_partitioned(
     storage_options: dict[str, Any] | None = None,
     work_dir: str | None = None,
     progress: ProgressFn | None = None,
+    hold_tables: str | None = None,
     **overrides: Any,
 ) -> PartitionedSkills:
     """Skills and consensus of a Parquet dataset larger than memory, in passes over its files (no Prefect).
@@ -780,6 +850,8 @@ def fit_skills_partitioned(
         Folder for the buckets (a temporary folder inside it, removed at the end).
     progress : callable, optional
         The fit's progress (:func:`fit_buckets`).
+    hold_tables : str, optional
+        A folder the workers see: the skills table stays where a Dask worker builds it (:func:`fit_buckets`).
     **overrides
         Fields of :class:`SkillsOptions`.
     """
@@ -805,4 +877,4 @@ def fit_skills_partitioned(
             raise
         files = [p.name for p in parts]
         enc = encode_buckets(buckets, run, workers, classes, o.duplicates, files, needs_pairs(o), pieces=pieces)
-        return fit_buckets(enc, run, o, str(out), truth=truth, progress=progress)
+        return fit_buckets(enc, run, o, str(out), truth=truth, progress=progress, hold_tables=hold_tables)

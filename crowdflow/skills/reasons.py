@@ -7,7 +7,7 @@ import pandas as pd
 
 from crowdflow.contracts.missing import explain_missing
 
-__all__ = ["explain_missing_skills"]
+__all__ = ["explain_missing_components", "explain_missing_skills", "explain_missing_workers"]
 
 _STATUS_REASON = {
     "isolated": "isolated worker (shares no task with another worker)",
@@ -40,12 +40,18 @@ def explain_missing_skills(table: pd.DataFrame, diag: pd.DataFrame | None, metho
     feasibility box ``lower``/``upper`` (§2.3) and the convergence diagnostics of a component (§3.4) are
     computed by pgd only; a component that is not ``ok`` has no diagnostics. ``pairs`` False: the fit formed no
     worker pair, so the per-pair statistics (and, partitioned, the distinct co-labellers) are missing.
+    The two tables' rules are :func:`explain_missing_workers` and :func:`explain_missing_components` (a partitioned
+    run applies the first where a Dask worker builds the skills table, :mod:`crowdflow.storage.held_tables`).
     """
+    explain_missing_workers(table, method, pairs)
+    if diag is not None:
+        explain_missing_components(diag, method, pairs)
+
+
+def explain_missing_workers(table: pd.DataFrame, method: str, pairs: bool = True) -> None:
+    """The skills table's part of :func:`explain_missing_skills` (one row per worker)."""
     if not pairs:
         explain_missing(table, ["n_partners"], _PARTNERS_WHY)
-        if diag is not None:
-            explain_missing(diag, _PER_PAIR, _PAIRS_WHY)
-            explain_missing(diag, _PARTNERS, _PARTNERS_WHY)
     status = table["status"]  # compared as it is held (Arrow text), never as a Python string a worker
     for st, why in _STATUS_REASON.items():
         is_st = (status == st).to_numpy(dtype=bool)
@@ -62,8 +68,13 @@ def explain_missing_skills(table: pd.DataFrame, diag: pd.DataFrame | None, metho
         explain_missing(
             table, ["lower", "upper"], "no feasibility box for this worker", where=(status != "ok").to_numpy(dtype=bool)
         )
-    if diag is None:
-        return
+
+
+def explain_missing_components(diag: pd.DataFrame, method: str, pairs: bool = True) -> None:
+    """The components table's part of :func:`explain_missing_skills` (one row per component)."""
+    if not pairs:
+        explain_missing(diag, _PER_PAIR, _PAIRS_WHY)
+        explain_missing(diag, _PARTNERS, _PARTNERS_WHY)
     if method != "pgd":
         explain_missing(diag, _PGD_DIAGNOSTICS, f"PGD convergence diagnostics (method pgd only, not {method})")
     if "eig_method" in diag.columns:

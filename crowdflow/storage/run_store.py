@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import pandas as pd
 import pyarrow as pa
@@ -236,12 +236,21 @@ def _final_rows(src: str, name: str, run_id: str | None) -> int | None:
     return int(meta.num_rows)
 
 
-def _place(src: str, target: Path) -> None:
-    """Move a finished part into the staging folder (a rename; a copy and delete across file systems)."""
+def place_file(src: str, target: Path) -> None:
+    """Move a finished file into the staging folder (a rename; a copy and delete across file systems)."""
     try:
         os.replace(src, target)
     except OSError:
         shutil.move(src, target)
+
+
+def write_output_table(df: pd.DataFrame, args: tuple[str, str, pa.Schema | None, str | None]) -> int:
+    """Write output table ``df`` as :func:`write_run` writes it into a run: ``args`` = (name, path, schema, run id
+    of a hive part or None); the missing-value rule (:func:`~crowdflow.contracts.missing.with_reasons`), then
+    :func:`_write_frame`. The one writer of an in-memory table, in the flow or where a worker holds the table
+    (:class:`crowdflow.storage.held_tables.HeldTable`), so both give the same bytes; returns the rows."""
+    name, path, schema, run_id = args
+    return _write_frame(with_reasons({name: df})[name], Path(path), schema, run_id)
 
 
 #: rows converted to Arrow at a time when a table's ``missing_reason`` is dictionary-encoded (see :func:`_write_frame`)
@@ -292,6 +301,14 @@ def write_parquet(df: pd.DataFrame, path: Path, schema: pa.Schema | None = None)
     return rows
 
 
+class WrittenElsewhere(Protocol):
+    """An output table another process holds and writes (:class:`crowdflow.storage.held_tables.HeldTable`)."""
+
+    def __len__(self) -> int: ...
+
+    def write_to(self, path: Path, schema: pa.Schema | None, run_id: str | None) -> int: ...
+
+
 def run_date_of(run_id: str) -> str:
     """``YYYY-MM-DD`` of a run: the UTC start date in a crowdflow run id, else today's UTC date."""
     m = _RUN_DATE_RE.match(run_id)
@@ -309,7 +326,7 @@ def write_run(
     out_dir: str | os.PathLike[str],
     pipeline: str,
     run_id: str,
-    tables: Mapping[str, pd.DataFrame],
+    tables: Mapping[str, pd.DataFrame | WrittenElsewhere],
     manifest: dict[str, Any],
     schemas: Mapping[str, pa.Schema] | None = None,
     extra_files: Mapping[str, bytes] | None = None,
@@ -342,6 +359,9 @@ def write_run(
     pipeline, run_id : str
         Validated with :func:`check_name`.
     tables : mapping of name → DataFrame
+        Or a table held and written elsewhere (:class:`WrittenElsewhere`, a Dask worker's
+        :class:`~crowdflow.storage.held_tables.HeldTable`): it writes itself to the same path with the same writer
+        (:func:`write_output_table`), in its place in the order.
     manifest : dict
         JSON-serialisable run metadata (``run_id``, ``spec``, ``inputs``, ``metrics``…).
     schemas : mapping of name → pyarrow.Schema, optional
@@ -366,7 +386,10 @@ def write_run(
     check_name(run_id, "run id")
     if layout not in ("flat", "hive"):
         raise ValueError(f"layout must be flat or hive, got {layout!r}")
-    tables = with_reasons(dict(tables))
+    # a table held elsewhere passes the same rule where it is written (write_output_table)
+    checked = with_reasons({n: t for n, t in tables.items() if isinstance(t, pd.DataFrame)})
+    tables = {n: checked.get(n, t) for n, t in tables.items()}
+    del checked
     base = Path(out_dir) / pipeline
     final = base / run_id
     for folder in (Path(out_dir), base):
@@ -403,13 +426,20 @@ def write_run(
             check_name(name, "table name")
             schema = (schemas or {}).get(name)
             if layout == "flat":
-                rows = write_parquet(df, staging / f"{name}.parquet", schema)
+                target = staging / f"{name}.parquet"
+                if isinstance(df, pd.DataFrame):
+                    rows = write_parquet(df, target, schema)
+                else:
+                    rows = df.write_to(target, schema, None)
                 outputs[name] = {"path": f"{name}.parquet", "rows": rows}
                 steps.done(f"table {name}")
                 continue
             part = parts[name]
             part.parent.mkdir(parents=True, exist_ok=True)
-            n_rows = _write_frame(df, _pending(part), schema, run_id)
+            if isinstance(df, pd.DataFrame):
+                n_rows = _write_frame(df, _pending(part), schema, run_id)
+            else:
+                n_rows = df.write_to(_pending(part), schema, run_id)
             outputs[name] = {
                 "path": os.path.relpath(part, final),
                 "rows": n_rows,
@@ -437,7 +467,7 @@ def write_run(
                 target = folder / f"part-{k:05d}.parquet{suffix}"
                 done = _final_rows(src, name, part_run)
                 if done is not None:  # written in its final form by the worker: moved, not read
-                    _place(src, target)
+                    place_file(src, target)
                     rows += done
                     continue
                 piece = pq.read_table(src)
