@@ -1,0 +1,238 @@
+"""What any data-only rule can reach on the ±1 families: the Bayes detector under the generator's own model
+(crowdflow issue #35 item 4; docs/methods/ranking.md §8.6).
+
+Run: ``python -m benchmarks.ranking_outliers_bayes`` (``--reps N --max-rows M``: the draws of
+``python -m benchmarks.ranking_outliers --families`` with the same arguments, default 4 and 5,000; ``--rows-per-item
+8`` the sparse draws, ``0`` every density; ``--warmup``, ``--draws``, ``--temps``: the sampler). Writes
+``benchmarks/results/ranking_outliers_bayes.md`` and ``ranking_outliers_bayes.csv``.
+
+The oracle of ``ranking_outliers.md`` knows the true scores; a rule that sees only the data does not. The best
+such a rule can do in expectation over the generator is to rank the rows by ``P(outlier_k | data)`` computed
+under the generator's prior (θ ~ N(0, I)), its law (BTL, Thurstone, Thurstone with ties) and its outlier rates
+(:mod:`crowdflow.synth.ranking_posterior`, which also states the two places it simplifies the generator), and to
+cut the ranking. Methods, each on every ±1 draw of the grid with the chosen density and checkable outliers:
+
+* ``oracle``: BH at q = 0.1 with the floor p ≤ 0.01 on the true law's p-values (as ``ranking_outliers.md``);
+* ``rule``: ``law_flags`` (``binary_rule: law``, as ``ranking_outliers_sparse.md``);
+* ``bayes_q10``: the Bayesian FDR cut at q = 0.1 on the posterior reversal probabilities
+  (:func:`crowdflow.ranking.laws.bayes_fdr_flags`): the largest set, by posterior, whose mean posterior of no
+  reversal is ≤ 0.1 — the most rows any rule can flag at an expected false discovery rate of 0.1;
+* ``bayes_q15``: the same at q = 0.15: the target asks for precision within 0.05 of the oracle's (capped at 0.9),
+  so a rule may trade precision down to 0.85 for recall; this is the most recall any rule can buy that way;
+* ``bayes_pcut``: the oracle's own cut (BH at q = 0.1, p ≤ 0.01) on the posterior mean of the law's p-value:
+  the oracle's rule with the posterior in place of the truth.
+
+The posterior comes from replica-exchange HMC, two runs per draw, one started at θ = 0 and one at the true
+scores; ``rhat`` is the largest split R̂ over the scores and the log density, ``diff`` the largest difference
+between the two runs' reversal probabilities, ``disagree`` the share of the union of the two runs' ``bayes_q10``
+sets flagged by only one. BLAS is pinned to one thread.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import platform  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from benchmarks.ranking_outliers import CAP, TOL, family_specs, md_table  # noqa: E402
+from crowdflow.ranking import undetectable_rows  # noqa: E402
+from crowdflow.ranking.laws import bayes_fdr_flags, bh_reject, law_flags  # noqa: E402
+from crowdflow.synth.ranking import PlantedInstance, oracle_pvalues, planted_instance  # noqa: E402
+from crowdflow.synth.ranking_posterior import GeneratorModel, reversal_posterior  # noqa: E402
+
+OUT = Path(__file__).parent / "results"
+METHODS = ("oracle", "rule", "bayes_q10", "bayes_q15", "bayes_pcut")
+
+
+def ladder(temps: int, beta_min: float) -> tuple[float, ...]:
+    """``temps`` inverse temperatures from 1 down to ``beta_min``, geometric."""
+    return (1.0,) if temps <= 1 else tuple(float(b) for b in np.geomspace(1.0, beta_min, temps))
+
+
+def temps_for(n: int, per_sqrt_n: float) -> int:
+    """Temperatures for ``n`` items: ``⌈per_sqrt_n·√n⌉`` (the log likelihood's spread grows like √n, and
+    neighbouring replicas must overlap; 16 at n = 100 gives swap rates ≥ 0.3 on the sparse BTL draws)."""
+    return max(1, int(np.ceil(per_sqrt_n * np.sqrt(n))))
+
+
+def bound_draw(
+    inst: PlantedInstance, *, warmup: int, draws: int, betas: tuple[float, ...], seed: int
+) -> dict[str, Any]:
+    """Every method of the module docstring on one draw: recall, precision, share of clean rows flagged."""
+    g = inst.graph
+    truth = inst.outlier & ~undetectable_rows(g)
+    rec: dict[str, Any] = {}
+
+    def put(name: str, flags: np.ndarray) -> None:
+        tp = int((flags & truth).sum())
+        rec[f"{name}_recall"] = tp / int(truth.sum())
+        rec[f"{name}_precision"] = tp / int(flags.sum()) if flags.any() else np.nan
+        rec[f"{name}_clean"] = float(flags[~inst.outlier].mean())
+
+    put("oracle", bh_reject(oracle_pvalues(inst), g.w))
+    t0 = time.perf_counter()
+    put("rule", law_flags(g).flags)
+    rec["rule_seconds"] = time.perf_counter() - t0
+    model = GeneratorModel.of(inst)
+    t0 = time.perf_counter()
+    post = reversal_posterior(inst, model, seed=seed, warmup=warmup, draws=draws, betas=betas)
+    rec["bayes_seconds"] = time.perf_counter() - t0
+    put("bayes_q10", bayes_fdr_flags(post.post, g.w, q=0.1))
+    put("bayes_q15", bayes_fdr_flags(post.post, g.w, q=0.15))
+    put("bayes_pcut", bh_reject(post.pval, g.w))
+    a, b = (bayes_fdr_flags(ch.post, g.w, q=0.1) for ch in post.chains[:2])
+    rec["disagree"] = float((a ^ b).sum() / max(int((a | b).sum()), 1))
+    rec["rhat"] = post.rhat_max
+    rec["diff"] = post.post_diff_max
+    rec["accept"] = min(ch.accept for ch in post.chains)
+    rec["swap_min"] = min((float(ch.swap.min()) for ch in post.chains if ch.swap.size), default=np.nan)
+    rec["eps"] = model.eps
+    rec["rho"] = model.rho
+    rec["expected_outliers"] = float(post.post.sum())
+    rec["n_outliers"] = int(truth.sum())
+    return rec
+
+
+def run(
+    reps: int,
+    max_rows: int,
+    rpi: float,
+    warmup: int,
+    draws: int,
+    per_sqrt_n: float,
+    beta_min: float,
+    max_n: int,
+    partial: Path | None = None,
+) -> pd.DataFrame:
+    """The bound on every ±1 draw of the family grid with ``rpi`` rows per item (0: all), at most ``max_n``
+    items and checkable outliers; the records so far are written to ``partial`` after each draw."""
+    rows = []
+    for fam, label, shape, spec, seed in family_specs(reps, max_rows):
+        if not spec.outcome.startswith("pm1") or (rpi and shape["rows_per_item"] != rpi) or shape["n"] > max_n:
+            continue
+        inst = planted_instance(spec, seed)
+        if not (inst.outlier & ~undetectable_rows(inst.graph)).any():
+            continue
+        t0 = time.perf_counter()
+        betas = ladder(temps_for(shape["n"], per_sqrt_n), beta_min)
+        rec = bound_draw(inst, warmup=warmup, draws=draws, betas=betas, seed=seed)
+        rec["temps"] = len(betas)
+        rows.append({"family": fam, "cell": label, **shape, "seed": seed, "m": inst.graph.m, **rec})
+        if partial is not None:
+            pd.DataFrame(rows).to_csv(partial, index=False)
+        print(
+            f"{fam} {seed} n={shape['n']} {shape['design']}: oracle {rec['oracle_recall']:.2f}, bayes "
+            f"{rec['bayes_q10_recall']:.2f}/{rec['bayes_q10_precision']:.2f}, rhat {rec['rhat']:.2f}, "
+            f"diff {rec['diff']:.2f} ({time.perf_counter() - t0:.0f} s)",
+            flush=True,
+        )
+    return pd.DataFrame(rows)
+
+
+def _short(bound: float, oracle: float) -> float:
+    if np.isnan(bound) or np.isnan(oracle):
+        return np.nan
+    return float(min(oracle, CAP) - min(bound, CAP))
+
+
+def family_table(df: pd.DataFrame, by: str = "family") -> pd.DataFrame:
+    """Means over the draws of each group; the bound's capped shortfalls from the oracle and the verdict."""
+    out = []
+    for key, d in df.groupby(by):
+        r: dict[str, Any] = {by: key, "draws": len(d)}
+        for m in METHODS:
+            r[f"{m}_recall"] = d[f"{m}_recall"].mean()
+            r[f"{m}_precision"] = d[f"{m}_precision"].mean()
+        best = max(("bayes_q10", "bayes_q15"), key=lambda m: r[f"{m}_recall"])
+        rs = _short(r[f"{best}_recall"], r["oracle_recall"])
+        ps = _short(r[f"{best}_precision"], r["oracle_precision"])
+        r["bound_recall_short"] = rs
+        r["bound_precision_short"] = ps
+        r["rule_recall_below_bound"] = r["bayes_q10_recall"] - r["rule_recall"]
+        r["target"] = "reachable" if max(rs, ps if not np.isnan(ps) else 0.0) <= TOL + 1e-12 else "UNREACHABLE"
+        out.append(r)
+    t = pd.DataFrame(out)
+    return t.sort_values("bound_recall_short", ascending=False).reset_index(drop=True)
+
+
+def _cell(r: pd.Series, name: str) -> str:
+    p = r[f"{name}_precision"]
+    return f"{r[f'{name}_recall']:.2f} / {'–' if np.isnan(p) else f'{p:.2f}'} / {100 * r[f'{name}_clean']:.1f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=4)
+    ap.add_argument("--max-rows", type=int, default=5000)
+    ap.add_argument("--rows-per-item", type=float, default=8.0, help="draws with this density (0: all)")
+    ap.add_argument("--warmup", type=int, default=500)
+    ap.add_argument("--draws", type=int, default=500)
+    ap.add_argument("--temps", type=float, default=1.6, help="temperatures per √n items (0: plain HMC)")
+    ap.add_argument("--beta-min", type=float, default=0.05)
+    ap.add_argument("--max-n", type=int, default=300, help="draws with at most this many items")
+    ap.add_argument("--out", default="ranking_outliers_bayes")
+    a = ap.parse_args()
+    t0 = time.perf_counter()
+    OUT.mkdir(exist_ok=True)
+    df = run(
+        a.reps,
+        a.max_rows,
+        a.rows_per_item,
+        a.warmup,
+        a.draws,
+        a.temps,
+        a.beta_min,
+        a.max_n,
+        partial=OUT / f"{a.out}.csv",
+    )
+    df.to_csv(OUT / f"{a.out}.csv", index=False)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    per_draw = pd.DataFrame(
+        {
+            "draw": [
+                f"{r.family} {r.seed}: n={r.n}, {r.rows_per_item:g}/item, {r.design}, {r.n_components} piece(s), "
+                f"σ={r.sigma}, {r.n_outliers} outliers"
+                for r in df.itertuples()
+            ],
+            **{m: [_cell(r, m) for _, r in df.iterrows()] for m in METHODS},
+            "rhat": df["rhat"].round(2),
+            "diff": df["diff"].round(2),
+            "disagree": df["disagree"].round(2),
+            "temps": df["temps"],
+            "seconds": df["bayes_seconds"].round(0),
+        }
+    )
+    df = df.assign(
+        design_group=np.where(df["design"] == "band", "band (bound conditions on the pairs)", "uniform / zipf")
+    )
+    text = (
+        "# What any data-only rule can reach on the ±1 families: the Bayes detector (benchmarks/ranking_outliers_bayes.py)\n\n"
+        f"`python -m benchmarks.ranking_outliers_bayes --reps {a.reps} --max-rows {a.max_rows} --rows-per-item "
+        f"{a.rows_per_item:g} --max-n {a.max_n} --warmup {a.warmup} --draws {a.draws} --temps {a.temps:g} "
+        f"--beta-min {a.beta_min}`: "
+        f"{len(df)} draws; {time.perf_counter() - t0:.0f} s on {platform.machine()} Python "
+        f"{platform.python_version()}, load {load:.1f} at the end. Methods and columns: the module docstring.\n\n"
+        "## Per family (means over the draws; precision over the draws where the method flags something)\n\n"
+        + md_table(family_table(df))
+        + "\n\n## By design\n\n"
+        + md_table(family_table(df, "design_group"))
+        + "\n\n## Per draw: recall / precision / % of clean rows flagged\n\n"
+        + md_table(per_draw)
+        + "\n"
+    )
+    (OUT / f"{a.out}.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
