@@ -36,6 +36,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import json  # noqa: E402
 import platform  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -92,6 +93,14 @@ def bound_draw(
     put("bayes_pcut", bh_reject(post.pval, g.w))
     a, b = (bayes_fdr_flags(ch.post, g.w, q=0.1) for ch in post.chains[:2])
     rec["disagree"] = float((a ^ b).sum() / max(int((a | b).sum()), 1))
+    put("weighted_q10", bayes_fdr_flags(post.post_weighted, g.w, q=0.1))
+    put("weighted_q15", bayes_fdr_flags(post.post_weighted, g.w, q=0.15))
+    rec["log_mass_truth_minus_zero"] = float(post.log_mass[1] - post.log_mass[0])
+    rec["lik_low_beta_diff"] = float(post.chains[1].lik_mean[-1] - post.chains[0].lik_mean[-1])
+    for start, ch in zip(("zero", "truth"), post.chains[:2], strict=True):
+        put(f"{start}_q10", bayes_fdr_flags(ch.post, g.w, q=0.1))
+        put(f"{start}_q15", bayes_fdr_flags(ch.post, g.w, q=0.15))
+        rec[f"{start}_logp"] = float(np.mean(ch.logp))
     rec["rhat"] = post.rhat_max
     rec["diff"] = post.post_diff_max
     rec["accept"] = min(ch.accept for ch in post.chains)
@@ -145,29 +154,134 @@ def _short(bound: float, oracle: float) -> float:
     return float(min(oracle, CAP) - min(bound, CAP))
 
 
+def _best_short(r: dict[str, Any], prefix: str) -> float:
+    """The smaller, over the cuts q = 0.1 and 0.15, of the larger capped shortfall (recall, precision)."""
+    shorts = []
+    for q in ("q10", "q15"):
+        rs = _short(r[f"{prefix}_{q}_recall"], r["oracle_recall"])
+        ps = _short(r[f"{prefix}_{q}_precision"], r["oracle_precision"])
+        shorts.append(max(rs, 0.0 if np.isnan(ps) else ps))
+    return float(min(shorts))
+
+
 def family_table(df: pd.DataFrame, by: str = "family") -> pd.DataFrame:
-    """Means over the draws of each group; the bound's capped shortfalls from the oracle and the verdict."""
+    """Means over the draws of each group, the bound's capped shortfalls from the oracle and the verdict.
+
+    Four estimates of the bound: ``bayes`` (the two runs pooled), ``zero`` (the run started at θ = 0),
+    ``truth`` (the run started at the true scores) and ``weighted`` (the runs weighted by their thermodynamic
+    integrals, :attr:`crowdflow.synth.ranking_posterior.ReversalPosterior.log_mass`). Where the runs do not mix, the truth-started one stays in
+    the mode around the truth and is the optimistic estimate, the zero-started one the pessimistic. The
+    target is ``UNREACHABLE`` when even the optimistic estimate falls short by more than 0.05, ``reachable``
+    when even the pessimistic one does not, else ``undecided``.
+    """
     out = []
     for key, d in df.groupby(by):
         r: dict[str, Any] = {by: key, "draws": len(d)}
-        for m in METHODS:
+        for m in (*METHODS, *(f"{e}_{q}" for e in ("zero", "truth", "weighted") for q in ("q10", "q15"))):
             r[f"{m}_recall"] = d[f"{m}_recall"].mean()
             r[f"{m}_precision"] = d[f"{m}_precision"].mean()
-        best = max(("bayes_q10", "bayes_q15"), key=lambda m: r[f"{m}_recall"])
-        rs = _short(r[f"{best}_recall"], r["oracle_recall"])
-        ps = _short(r[f"{best}_precision"], r["oracle_precision"])
-        r["bound_recall_short"] = rs
-        r["bound_precision_short"] = ps
-        r["rule_recall_below_bound"] = r["bayes_q10_recall"] - r["rule_recall"]
-        r["target"] = "reachable" if max(rs, ps if not np.isnan(ps) else 0.0) <= TOL + 1e-12 else "UNREACHABLE"
+        for est in ("bayes", "zero", "truth", "weighted"):
+            r[f"short_{est}"] = _best_short(r, est)
+        r["rule_short"] = max(
+            _short(r["rule_recall"], r["oracle_recall"]),
+            0.0 if np.isnan(r["rule_precision"]) else _short(r["rule_precision"], r["oracle_precision"]),
+        )
+        tol = TOL + 1e-12
+        r["target"] = (
+            "UNREACHABLE" if r["short_truth"] > tol else "reachable" if r["short_zero"] <= tol else "undecided"
+        )
         out.append(r)
     t = pd.DataFrame(out)
-    return t.sort_values("bound_recall_short", ascending=False).reset_index(drop=True)
+    keep = [
+        by,
+        "draws",
+        *(f"{m}_{k}" for m in METHODS for k in ("recall", "precision")),
+        "short_zero",
+        "short_bayes",
+        "short_weighted",
+        "short_truth",
+        "rule_short",
+        "target",
+    ]
+    return t[keep].sort_values("short_truth", ascending=False).reset_index(drop=True)
 
 
 def _cell(r: pd.Series, name: str) -> str:
     p = r[f"{name}_precision"]
     return f"{r[f'{name}_recall']:.2f} / {'–' if np.isnan(p) else f'{p:.2f}'} / {100 * r[f'{name}_clean']:.1f}"
+
+
+def section(df: pd.DataFrame) -> str:
+    """Per-family, per-design and per-draw tables of one run."""
+    per_draw = pd.DataFrame(
+        {
+            "draw": [
+                f"{r.family} {r.seed}: n={r.n}, {r.rows_per_item:g}/item, {r.design}, {r.n_components} piece(s), "
+                f"σ={r.sigma}, {r.n_outliers} outliers"
+                for r in df.itertuples()
+            ],
+            **{m: [_cell(r, m) for _, r in df.iterrows()] for m in (*METHODS, "zero_q15", "truth_q15", "weighted_q15")},
+            "logp truth − zero": (df["truth_logp"] - df["zero_logp"]).round(1),
+            "log mass truth − zero": df["log_mass_truth_minus_zero"].round(1),
+            "ℓ(β_min) truth − zero": df["lik_low_beta_diff"].round(1),
+            "rhat": df["rhat"].round(2),
+            "diff": df["diff"].round(2),
+            "disagree": df["disagree"].round(2),
+            "temps": df["temps"],
+            "seconds": df["bayes_seconds"].round(0),
+        }
+    )
+    df = df.assign(design_group=np.where(df["design"] == "band", "band (conditions on the pairs)", "uniform / zipf"))
+    return (
+        "### Per family (means over the draws; precision over the draws where the method flags something)\n\n"
+        + md_table(family_table(df))
+        + "\n\n### By design\n\n"
+        + md_table(family_table(df, "design_group"))
+        + "\n\n### Per draw: recall / precision / % of clean rows flagged\n\n"
+        + md_table(per_draw)
+        + "\n"
+    )
+
+
+def report() -> None:
+    """``--report``: ranking_outliers_bayes.md from the runs' records (replica exchange, then plain HMC)."""
+    parts = [
+        "# What any data-only rule can reach on the ±1 families: the Bayes detector "
+        "(benchmarks/ranking_outliers_bayes.py)\n\nMethods and columns: the module docstring. The sparse (8 rows "
+        "per item) ±1 draws with checkable outliers of `python -m benchmarks.ranking_outliers_sparse --reps 4 "
+        "--max-rows 5000` (`ranking_outliers_sparse.md`), same seeds and shapes.\n\n## Reading (written by hand "
+        "from the tables below after the runs)\n\nREADING\n"
+    ]
+    runs = [("ranking_outliers_bayes", "Replica exchange (the bound)"), ("ranking_outliers_bayes_hmc", "Plain HMC")]
+    frames = {}
+    for name, title in runs:
+        if not (OUT / f"{name}.csv").exists():
+            continue
+        df = pd.read_csv(OUT / f"{name}.csv")
+        frames[name] = df
+        meta = json.loads((OUT / f"{name}.json").read_text()) if (OUT / f"{name}.json").exists() else {}
+        parts.append(
+            f"\n## {title}: {len(df)} draws\n\n`{meta.get('command', '?')}`; {meta.get('seconds', float('nan')):.0f} s "
+            f"on {meta.get('machine', '?')} Python {meta.get('python', '?')}, load {meta.get('load', float('nan')):.1f} "
+            "at the end (one process, one core; not under the lock: no timing here is a benchmark).\n\n" + section(df)
+        )
+    if len(frames) == 2:
+        a, b = frames["ranking_outliers_bayes"], frames["ranking_outliers_bayes_hmc"]
+        both = a.merge(b, on="seed", suffixes=("_rx", "_hmc"))
+        cmp = pd.DataFrame(
+            {
+                "draw": [f"{r.family_rx} {r.seed}" for r in both.itertuples()],
+                **{
+                    f"{m} {k}": both[f"{m}_recall_{k}"].round(3)
+                    for m in ("bayes_q10", "bayes_q15")
+                    for k in ("rx", "hmc")
+                },
+                "rhat rx / hmc": [f"{r.rhat_rx:.2f} / {r.rhat_hmc:.2f}" for r in both.itertuples()],
+            }
+        )
+        parts.append("\n## The two samplers on the same draws (recall)\n\n" + md_table(cmp) + "\n")
+    (OUT / "ranking_outliers_bayes.md").write_text("".join(parts))
+    print("".join(parts))
 
 
 def main() -> None:
@@ -180,8 +294,12 @@ def main() -> None:
     ap.add_argument("--temps", type=float, default=1.6, help="temperatures per √n items (0: plain HMC)")
     ap.add_argument("--beta-min", type=float, default=0.05)
     ap.add_argument("--max-n", type=int, default=300, help="draws with at most this many items")
-    ap.add_argument("--out", default="ranking_outliers_bayes")
+    ap.add_argument("--out", default="ranking_outliers_bayes", help="records: results/OUT.csv and OUT.json")
+    ap.add_argument("--report", action="store_true", help="write ranking_outliers_bayes.md from the records")
     a = ap.parse_args()
+    if a.report:
+        report()
+        return
     t0 = time.perf_counter()
     OUT.mkdir(exist_ok=True)
     df = run(
@@ -196,42 +314,17 @@ def main() -> None:
         partial=OUT / f"{a.out}.csv",
     )
     df.to_csv(OUT / f"{a.out}.csv", index=False)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    per_draw = pd.DataFrame(
-        {
-            "draw": [
-                f"{r.family} {r.seed}: n={r.n}, {r.rows_per_item:g}/item, {r.design}, {r.n_components} piece(s), "
-                f"σ={r.sigma}, {r.n_outliers} outliers"
-                for r in df.itertuples()
-            ],
-            **{m: [_cell(r, m) for _, r in df.iterrows()] for m in METHODS},
-            "rhat": df["rhat"].round(2),
-            "diff": df["diff"].round(2),
-            "disagree": df["disagree"].round(2),
-            "temps": df["temps"],
-            "seconds": df["bayes_seconds"].round(0),
-        }
-    )
-    df = df.assign(
-        design_group=np.where(df["design"] == "band", "band (bound conditions on the pairs)", "uniform / zipf")
-    )
-    text = (
-        "# What any data-only rule can reach on the ±1 families: the Bayes detector (benchmarks/ranking_outliers_bayes.py)\n\n"
-        f"`python -m benchmarks.ranking_outliers_bayes --reps {a.reps} --max-rows {a.max_rows} --rows-per-item "
-        f"{a.rows_per_item:g} --max-n {a.max_n} --warmup {a.warmup} --draws {a.draws} --temps {a.temps:g} "
-        f"--beta-min {a.beta_min}`: "
-        f"{len(df)} draws; {time.perf_counter() - t0:.0f} s on {platform.machine()} Python "
-        f"{platform.python_version()}, load {load:.1f} at the end. Methods and columns: the module docstring.\n\n"
-        "## Per family (means over the draws; precision over the draws where the method flags something)\n\n"
-        + md_table(family_table(df))
-        + "\n\n## By design\n\n"
-        + md_table(family_table(df, "design_group"))
-        + "\n\n## Per draw: recall / precision / % of clean rows flagged\n\n"
-        + md_table(per_draw)
-        + "\n"
-    )
-    (OUT / f"{a.out}.md").write_text(text)
-    print(text)
+    meta = {
+        "command": f"python -m benchmarks.ranking_outliers_bayes --reps {a.reps} --max-rows {a.max_rows} "
+        f"--rows-per-item {a.rows_per_item:g} --max-n {a.max_n} --warmup {a.warmup} --draws {a.draws} "
+        f"--temps {a.temps:g} --beta-min {a.beta_min} --out {a.out}",
+        "seconds": time.perf_counter() - t0,
+        "load": os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan"),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+    }
+    (OUT / f"{a.out}.json").write_text(json.dumps(meta, indent=1) + "\n")
+    print(section(df))
 
 
 if __name__ == "__main__":

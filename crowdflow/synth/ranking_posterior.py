@@ -425,6 +425,11 @@ class ChainSummary:
         Mean acceptance probability of the β = 1 replica after warm-up.
     swap : numpy.ndarray
         (K − 1,) acceptance rate of the swaps between neighbouring temperatures after warm-up.
+    betas : numpy.ndarray
+        (K,) the inverse temperatures.
+    lik_mean : numpy.ndarray
+        (K,) mean log likelihood ``E_β[log p(y | θ)]`` of each replica after warm-up (for thermodynamic
+        integration, :attr:`ReversalPosterior.log_mass`).
     step : float
         Step size of the β = 1 replica after warm-up (in the mass matrix's units).
     leapfrogs : int
@@ -437,6 +442,8 @@ class ChainSummary:
     logp: np.ndarray
     accept: float
     swap: np.ndarray
+    betas: np.ndarray
+    lik_mean: np.ndarray
     step: float
     leapfrogs: int
 
@@ -517,6 +524,7 @@ def sample_chain(
     link: Link = "probit" if model.probit else "logit"
     acc_sum, leapfrogs = 0.0, 0
     swaps, tries = np.zeros(max(len(betas) - 1, 0)), np.zeros(max(len(betas) - 1, 0))
+    lik_sum = np.zeros(len(betas))
     for it in range(warmup + draws):
         for r in reps:
             mom = rng.standard_normal(n) / np.sqrt(r.minv)
@@ -544,6 +552,7 @@ def sample_chain(
                 lo.lik, hi.lik = hi.lik, lo.lik
                 lo.glik, hi.glik = hi.glik, lo.glik
         if it >= warmup:
+            lik_sum += [r.lik for r in reps]
             top = reps[0]
             lik = _density(top.theta, i, j, y, ann, par, np.zeros(n), post, work)
             s = it - warmup
@@ -558,6 +567,8 @@ def sample_chain(
         keep_lp,
         acc_sum / max(draws, 1),
         swaps / np.maximum(tries, 1),
+        np.asarray(betas, dtype=float),
+        lik_sum / max(draws, 1),
         reps[0].step,
         leapfrogs,
     )
@@ -578,6 +589,13 @@ class ReversalPosterior:
         Largest split R̂ (Gelman et al. 2013, §11.4) over the scores and the log density.
     post_diff_max : float
         Largest difference between two chains' ``P(outlier_k | data)`` over the rows.
+    log_mass : numpy.ndarray
+        (chains,) ``∫_{β_min}^1 E_β[log p(y | θ)] dβ`` along each chain's ladder (trapezoids; NaN with one
+        temperature): thermodynamic integration of ``log Z(1) − log Z(β_min)``. When the chains agree at
+        ``β_min`` but sit in different modes at β = 1, the difference estimates the log ratio of the modes'
+        posterior masses (each chain integrates along its own branch).
+    post_weighted : numpy.ndarray
+        (m,) the chains' ``P(outlier_k | data)`` weighted by ``exp(log_mass)`` (equal weights without it).
     """
 
     post: np.ndarray
@@ -585,6 +603,8 @@ class ReversalPosterior:
     chains: list[ChainSummary]
     rhat_max: float
     post_diff_max: float
+    log_mass: np.ndarray
+    post_weighted: np.ndarray
 
 
 def split_rhat(x: np.ndarray) -> np.ndarray:
@@ -636,7 +656,22 @@ def reversal_posterior(
         default=0.0,
     )
     pval = np.mean([ch.pval for ch in chains], axis=0)
-    return ReversalPosterior(post, pval, chains, rhat, diff)
+    log_mass = np.array([_integrate(ch.betas, ch.lik_mean) for ch in chains])
+    if np.all(np.isfinite(log_mass)):
+        wts = np.exp(log_mass - log_mass.max())
+        weighted = np.asarray(np.tensordot(wts / wts.sum(), np.stack([ch.post for ch in chains]), axes=1))
+    else:
+        weighted = post
+    return ReversalPosterior(post, pval, chains, rhat, diff, log_mass, weighted)
+
+
+def _integrate(betas: np.ndarray, values: np.ndarray) -> float:
+    """Trapezoidal ``∫ values dβ`` over the ladder (NaN for a single temperature)."""
+    if betas.size < 2:
+        return float("nan")
+    o = np.argsort(betas)
+    b, v = betas[o], values[o]
+    return float(np.sum(0.5 * (v[1:] + v[:-1]) * np.diff(b)))
 
 
 def brute_force_posterior(

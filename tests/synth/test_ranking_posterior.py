@@ -105,3 +105,28 @@ def test_model_carries_the_generators_rates() -> None:
     assert GeneratorModel.of(flip).rho == pytest.approx(flip.flipper.mean())
     with pytest.raises(ValueError):
         GeneratorModel.of(planted_instance(PlantedSpec(n=50, outcome="graded"), 0))
+
+
+def test_tempered_replicas_sample_their_temperatures() -> None:
+    """Each replica's mean log likelihood equals ``E_β[log p(y | θ)]`` under ``N(θ; 0, I)·p(y | θ)^β`` by grid
+    quadrature (121³ points), within 0.1 nats (measured 0.007), so the thermodynamic integral ``log_mass`` integrates the right
+    curve; and that integral equals the trapezoid rule on the quadrature values within 0.05."""
+    from crowdflow.synth.ranking_posterior import _arrays, _grid
+
+    inst, model = CASES["btl_far_apart"]
+    betas = (1.0, 0.6, 0.3)
+    axis = np.linspace(-4.5, 4.5, 121)
+    mesh = np.stack(np.meshgrid(axis, axis, axis, indexing="ij"), axis=-1).reshape(-1, 3)
+    i, j, y, ann, n_ann = _arrays(inst)
+    lps, _ = _grid(mesh, i, j, y, ann, model.params(n_ann))
+    prior = -0.5 * np.sum(mesh * mesh, axis=1)
+    lik = lps - prior
+    expect = []
+    for b in betas:
+        lw = prior + b * lik
+        w = np.exp(lw - lw.max())
+        expect.append(float(w @ lik / w.sum()))
+    got = reversal_posterior(inst, model, seed=5, warmup=1000, draws=20_000, starts=("zero",), betas=betas)
+    np.testing.assert_allclose(got.chains[0].lik_mean, expect, atol=0.1)
+    trap = float(np.sum(0.5 * (np.array(expect[:-1]) + np.array(expect[1:])) * -np.diff(betas)))
+    assert got.log_mass[0] == pytest.approx(trap, abs=0.05)
