@@ -29,12 +29,15 @@ annotators). And the band design picks pairs close in the true order, so there t
 something about θ; the posterior here conditions on the pairs as if they were chosen blind to θ (exact for
 the uniform and Zipf designs, which are).
 
-The scores are sampled by Hamiltonian Monte Carlo (diagonal mass matrix and step size adapted in warm-up
-windows, jittered trajectory lengths; the eligibility indicator makes the density jump at ``|d_k| = gσ``,
-which the Metropolis correction handles), the reversal indicators are summed out in every draw
-(Rao–Blackwellised), and several chains from different starts are compared (split R̂ of the scores, the
-largest difference between the chains' reversal probabilities). :func:`brute_force_posterior` integrates the
-same density on a grid, for checking the sampler on a few items.
+The scores are sampled by Hamiltonian Monte Carlo (:func:`sample_chain`: diagonal mass matrix and step size
+adapted in warm-up windows, jittered trajectory lengths; the eligibility indicator makes the density jump at
+``|d_k| = gσ``, and the leapfrog's position steps refract or reflect there so the energy stays conserved;
+optionally replica exchange over tempered likelihoods), the outlier indicators are summed out in every draw
+(Rao–Blackwellised), and runs from different starts are compared (split R̂ of the scores, the largest
+difference between the runs' reversal probabilities; with replica exchange, each run's thermodynamic
+integral). On sparse draws the posterior can have modes the runs do not join (benchmarks/results/
+ranking_outliers_bayes.md). :func:`brute_force_posterior` integrates the same density on a grid, for checking
+the sampler on a few items.
 """
 
 from __future__ import annotations
