@@ -189,6 +189,8 @@ def family_table(df: pd.DataFrame, by: str = "family") -> pd.DataFrame:
     when even the pessimistic one does not, else ``undecided``.
     """
     out = []
+    if df.empty:
+        return pd.DataFrame({by: [], "draws": []})
     for key, d in df.groupby(by):
         r: dict[str, Any] = {by: key, "draws": len(d)}
         for m in (*METHODS, *(f"{e}_{q}" for e in ("bayes", "zero", "truth", "weighted") for q in CUTS)):
