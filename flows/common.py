@@ -21,7 +21,7 @@ from crowdflow.report import REPORT_FILE
 from crowdflow.report.trends import flagged_share
 from crowdflow.spec import JOB_OPTIONS, PipelineBase, check_name
 from crowdflow.storage.fingerprints import fit_key
-from crowdflow.storage.held_tables import HeldTable
+from crowdflow.storage.held_tables import HeldTable, released
 from crowdflow.storage.increment_inputs import new_rows_source
 from crowdflow.storage.io import LoadedTable
 from crowdflow.storage.manifest import build_manifest, input_record, new_run_id
@@ -217,87 +217,66 @@ def finish_run(
     Dask worker holds: the report is rendered there and the worker writes it for the export (then it is released).
     Returns the flow's summary: ``run_id``, ``run_dir`` and ``metrics``.
     """
-    try:
-        return _finish_run(
-            spec, run_id, inputs, tables, checks=checks, metrics=metrics, clock=clock, extra=extra, datasets=datasets,
-            session=session,
-        )  # fmt: skip
-    finally:
-        for t in tables.values():
-            if isinstance(t, HeldTable):
-                t.release()
-
-
-def _finish_run(
-    spec: PipelineBase,
-    run_id: str,
-    inputs: Mapping[str, Any],
-    tables: Mapping[str, pd.DataFrame | HeldTable],
-    *,
-    checks: dict[str, Any],
-    metrics: dict[str, Any],
-    clock: Clock,
-    extra: dict[str, Any] | None,
-    datasets: dict[str, list[str]] | None,
-    session: IncrementSession | None,
-) -> dict[str, Any]:
-    if isinstance(inputs, Inputs):  # what validation found; the flows' "validation" entry may hold the setting
-        checks = {**checks, **inputs.validation}
-    in_memory = {k: v for k, v in tables.items() if isinstance(v, pd.DataFrame)}
-    share = flagged_share(spec.job, in_memory, metrics)  # one number per run for the report's trends (and runs table)
-    if share is not None:
-        metrics = {**metrics, "flagged_share": share}
-    manifest = build_manifest(
-        run_id=run_id,
-        pipeline=spec.name,
-        job=spec.job,
-        spec=spec.model_dump(mode="json"),
-        inputs=[
-            input_record(
-                kind,
-                t.source if t.query or "://" in t.source else str(Path(t.source).resolve()),
-                t.sha256,
-                t.n_rows,
-                t.format,
-                t.query,
-            )
-            for kind, t in inputs.items()
-        ],
-        checks=checks,
-        metrics=metrics,
-        timings=dict(clock.timings),
-        flow_run_id=str(flow_run.id) if flow_run.id else None,
-        extra={
-            "check_settings": spec.check_settings(),
-            **(extra or {}),
-            **({"incremental": session.record()} if session is not None else {}),
-        },
-    )
-    history = run_history(spec.output_dir() / spec.name) if spec.output.report else []
-    outcome = render_report_task(manifest, tables, spec.output.report, history)
-    clock.lap("report")
-    manifest["report"] = outcome.record
-    manifest["timings"]["report"] = clock.timings["report"]
-    files = {REPORT_FILE: outcome.report.html.encode("utf-8")} if outcome.report is not None else None
-    wh = spec.output.warehouse
-    if wh is not None:  # the target, recorded before the load (which runs after the export); never a password
-        manifest["warehouse"] = {
-            "connection": redact_url(wh.connection),
-            "mode": wh.mode,
-            "schema": wh.db_schema,
-            "tables": {
-                name: f"{wh.db_schema}.{wh.prefix}{name}" if wh.db_schema else wh.prefix + name
-                for name in [*tables, *(datasets or {}), RUNS_TABLE]
+    with released(tables):  # a table a Dask worker holds is freed however the run ends
+        if isinstance(inputs, Inputs):  # what validation found; the flows' "validation" entry may hold the setting
+            checks = {**checks, **inputs.validation}
+        in_memory = {k: v for k, v in tables.items() if isinstance(v, pd.DataFrame)}
+        share = flagged_share(
+            spec.job, in_memory, metrics
+        )  # one number per run for the report's trends (and runs table)
+        if share is not None:
+            metrics = {**metrics, "flagged_share": share}
+        manifest = build_manifest(
+            run_id=run_id,
+            pipeline=spec.name,
+            job=spec.job,
+            spec=spec.model_dump(mode="json"),
+            inputs=[
+                input_record(
+                    kind,
+                    t.source if t.query or "://" in t.source else str(Path(t.source).resolve()),
+                    t.sha256,
+                    t.n_rows,
+                    t.format,
+                    t.query,
+                )
+                for kind, t in inputs.items()
+            ],
+            checks=checks,
+            metrics=metrics,
+            timings=dict(clock.timings),
+            flow_run_id=str(flow_run.id) if flow_run.id else None,
+            extra={
+                "check_settings": spec.check_settings(),
+                **(extra or {}),
+                **({"incremental": session.record()} if session is not None else {}),
             },
-        }
-    run_dir = export_run(
-        str(spec.output_dir()), spec.name, run_id, tables, manifest, spec.output.layout, files, datasets
-    )
-    if session is not None:  # after the export: a run that fails leaves the store as it was
-        session.commit(run_id)
-    if outcome.report is not None:
-        report_artifacts(outcome.report, Path(run_dir) / REPORT_FILE, spec.output_dir())
-    if wh is not None:
-        load_warehouse(run_dir, run_id, wh, spec.base_dir)
-    get_run_logger().info("run %s completed in %.2f s → %s", run_id, clock.total, Path(run_dir).resolve())
-    return {"run_id": run_id, "run_dir": run_dir, "metrics": metrics}
+        )
+        history = run_history(spec.output_dir() / spec.name) if spec.output.report else []
+        outcome = render_report_task(manifest, tables, spec.output.report, history)
+        clock.lap("report")
+        manifest["report"] = outcome.record
+        manifest["timings"]["report"] = clock.timings["report"]
+        files = {REPORT_FILE: outcome.report.html.encode("utf-8")} if outcome.report is not None else None
+        wh = spec.output.warehouse
+        if wh is not None:  # the target, recorded before the load (which runs after the export); never a password
+            manifest["warehouse"] = {
+                "connection": redact_url(wh.connection),
+                "mode": wh.mode,
+                "schema": wh.db_schema,
+                "tables": {
+                    name: f"{wh.db_schema}.{wh.prefix}{name}" if wh.db_schema else wh.prefix + name
+                    for name in [*tables, *(datasets or {}), RUNS_TABLE]
+                },
+            }
+        run_dir = export_run(
+            str(spec.output_dir()), spec.name, run_id, tables, manifest, spec.output.layout, files, datasets
+        )
+        if session is not None:  # after the export: a run that fails leaves the store as it was
+            session.commit(run_id)
+        if outcome.report is not None:
+            report_artifacts(outcome.report, Path(run_dir) / REPORT_FILE, spec.output_dir())
+        if wh is not None:
+            load_warehouse(run_dir, run_id, wh, spec.base_dir)
+        get_run_logger().info("run %s completed in %.2f s → %s", run_id, clock.total, Path(run_dir).resolve())
+        return {"run_id": run_id, "run_dir": run_dir, "metrics": metrics}

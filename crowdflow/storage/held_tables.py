@@ -14,7 +14,8 @@ process and a :class:`HeldTable` is never made (:func:`held_or_built`).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ import pyarrow as pa
 from crowdflow.executors import MapFn, hold, holds, on_held, on_held_with, release, share, with_shared
 from crowdflow.storage.run_store import place_file, write_output_table
 
-__all__ = ["HeldTable", "held_or_built"]
+__all__ = ["HeldTable", "held_or_built", "released"]
 
 
 @dataclass
@@ -97,6 +98,18 @@ def held_or_built(
     finally:
         release(executor, [shared])
     return HeldTable(name, rows, executor, handle, scratch)
+
+
+@contextmanager
+def released(tables: Mapping[str, Any]) -> Iterator[None]:
+    """Run the block, then free every :class:`HeldTable` among ``tables`` whether it ended or raised (the run's
+    export is their last reader)."""
+    try:
+        yield
+    finally:
+        for t in tables.values():
+            if isinstance(t, HeldTable):
+                t.release()
 
 
 @dataclass(frozen=True)
