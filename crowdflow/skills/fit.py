@@ -48,7 +48,7 @@ from crowdflow.skills.consensus import vote_weights, weighted_consensus
 from crowdflow.skills.crowdkit_adapter import fit_crowdkit, is_crowdkit
 from crowdflow.skills.dawid_skene import dawid_skene, one_coin_dawid_skene
 from crowdflow.skills.ebcc import ebcc, ebcc_metadata
-from crowdflow.skills.gold_pick import gold_choose
+from crowdflow.skills.gold_pick import gold_choose, gold_codes
 from crowdflow.skills.identifiability import (
     active_workers,
     component_diagnostics,
@@ -816,14 +816,6 @@ def prepare_auto(
     return AutoParts(picked, fits)
 
 
-def _codes(lm: LabelMatrix, consensus: pd.DataFrame) -> np.ndarray:
-    """The consensus label of every task of ``lm`` as a class code (−1 where none)."""
-    by_task = pd.Series(consensus["label"].astype(str).to_numpy(), index=consensus["task"].astype(str).to_numpy())
-    text = by_task.reindex(pd.Index(np.asarray(lm.tasks, dtype=str)))
-    out: np.ndarray = pd.Index(np.asarray(lm.classes, dtype=str)).get_indexer(pd.Index(text.fillna("")))
-    return out.astype(np.int64)
-
-
 def _fit_auto(
     lm: LabelMatrix,
     o: SkillsOptions,
@@ -857,7 +849,7 @@ def _fit_auto(
     choice, from_gold = parts.picked.choice, None
     if gold is not None:
         from_gold = gold_choose(
-            {n: _codes(lm, r.consensus) for n, r in parts.fits.items()},
+            {n: gold_codes(lm, r.consensus)[0] for n, r in parts.fits.items()},
             gold,
             parts.picked.choice,
             o.auto_gold_level,

@@ -32,6 +32,7 @@ import pandas as pd
 from crowdflow.labels import LabelMatrix
 from crowdflow.progress import Span
 from crowdflow.skills.fit import AutoParts, SkillsResult, fit_skills, prepare_auto
+from crowdflow.skills.gold_pick import gold_codes
 from crowdflow.skills.options import SkillsOptions
 
 __all__ = ["SCORING", "SCORING_AUTO", "cross_fit", "fold_ids", "gold_codes"]
@@ -45,20 +46,6 @@ SCORING_AUTO = (
 
 #: fit(lm, options, gold) -> SkillsResult: the fit each fold runs (an argument so tests can watch what it gets)
 FitFn = Callable[[LabelMatrix, SkillsOptions, np.ndarray], SkillsResult]
-
-
-def gold_codes(lm: LabelMatrix, truth: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Known answers as codes of ``lm``: (label code per task, −1 where none or not a fitted class; mask of the tasks
-    that have a gold answer at all). Ids and labels compare as text, as :func:`crowdflow.metrics.gold_metrics` does."""
-    gold = truth[["task", "label"]].dropna().astype({"task": str, "label": str}).drop_duplicates("task")
-    tasks = pd.Index(np.asarray(lm.tasks, dtype=str)).get_indexer(pd.Index(gold["task"]))
-    labels = pd.Index(np.asarray(lm.classes, dtype=str)).get_indexer(pd.Index(gold["label"]))
-    codes = np.full(lm.n_tasks, -1, dtype=np.int64)
-    has = np.zeros(lm.n_tasks, dtype=bool)
-    inside = tasks >= 0
-    codes[tasks[inside]] = labels[inside]
-    has[tasks[inside]] = True
-    return codes, has
 
 
 def fold_ids(has: np.ndarray, k: int, seed: int) -> np.ndarray:

@@ -39,7 +39,24 @@ import numpy as np
 import pandas as pd
 from scipy.stats import binom
 
-__all__ = ["GoldChoice", "gold_choose", "sign_test"]
+from crowdflow.labels import LabelMatrix
+
+__all__ = ["GoldChoice", "gold_choose", "gold_codes", "sign_test"]
+
+
+def gold_codes(lm: LabelMatrix, truth: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Known answers as codes of ``lm``: (label code per task, −1 where none or not a fitted class; mask of the tasks
+    that have a gold answer at all). Ids and labels compare as text, as :func:`crowdflow.metrics.gold_metrics` does
+    (the gold cross-fit's answers, and a candidate's consensus labels for the gold rule)."""
+    gold = truth[["task", "label"]].dropna().astype({"task": str, "label": str}).drop_duplicates("task")
+    tasks = pd.Index(np.asarray(lm.tasks, dtype=str)).get_indexer(pd.Index(gold["task"]))
+    labels = pd.Index(np.asarray(lm.classes, dtype=str)).get_indexer(pd.Index(gold["label"]))
+    codes = np.full(lm.n_tasks, -1, dtype=np.int64)
+    has = np.zeros(lm.n_tasks, dtype=bool)
+    inside = tasks >= 0
+    codes[tasks[inside]] = labels[inside]
+    has[tasks[inside]] = True
+    return codes, has
 
 
 def sign_test(wins: int, losses: int) -> float:
